@@ -1,0 +1,9 @@
+"""Sub-commands: audit."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    pass

@@ -1,0 +1,64 @@
+"""The ``fedsched`` command: one entry point, one sub-command module per area.
+
+Each module in ``COMMAND_MODULES`` has ``register(subparsers)``, which adds its sub-commands and sets
+``handler`` on them: a function ``(args) -> int`` (the exit code), sync or async. Modules import heavy
+libraries inside their handlers so ``fedsched --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import inspect
+import sys
+from collections.abc import Sequence
+
+COMMAND_MODULES = (
+    "services.cli.events_cmd",
+    "services.cli.audit_cmd",
+    "services.cli.bench_cmd",
+    "services.cli.simulate_cmd",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fedsched",
+        description="Event-sourced federation scheduler for AI compute across many clusters.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help()
+        return 2
+    try:
+        result = handler(args)
+        if inspect.iscoroutine(result):
+            result = asyncio.run(result)
+    except KeyboardInterrupt:
+        return 130
+    except CliError as error:
+        print(f"fedsched: {error}", file=sys.stderr)
+        return error.exit_code
+    return int(result or 0)
+
+
+class CliError(Exception):
+    """An error for a person at a terminal: printed as one line, with an exit code."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
