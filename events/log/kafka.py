@@ -1,0 +1,338 @@
+"""The event log on Apache Kafka, through aiokafka.
+
+Called by hosts in distributed mode through ``events.log.open_log``. Calls aiokafka.
+
+- Producers are idempotent; with a transactional id, every append is one Kafka transaction (records
+  on several topics plus, optionally, a consumer group's offsets), and a newer producer with the same
+  id fences this one (``ProducerFenced``: stop, never retry).
+- Readers and group consumers read with ``isolation_level="read_committed"``: an aborted or unfinished
+  transaction is never seen.
+- The partition of a record is computed by ``events.topics.partition_for`` (Kafka's murmur2), not by
+  the client, so the embedded log and Java producers agree with us.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import TopicPartition as KafkaTP
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from aiokafka.errors import ProducerFenced as KafkaProducerFenced
+from aiokafka.structs import OffsetAndMetadata
+
+from events.log.contract import (
+    Appended,
+    GroupOffsets,
+    LogRecord,
+    OutRecord,
+    ProducerFenced,
+    TopicPartition,
+    UnknownTopic,
+)
+from events.topics import TopicSpec, partition_for
+
+_FETCH_WAIT_MS = 20
+
+
+class KafkaEventLog:
+    def __init__(self, bootstrap_servers: str, *, client_id: str = "fedsched", replication_factor: int = 1) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self._client_id = client_id
+        self._replication_factor = replication_factor
+        self._admin: AIOKafkaAdminClient | None = None
+        self._partitions: dict[str, int] = {}
+
+    async def start(self) -> None:
+        self._admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers, client_id=self._client_id)
+        await self._admin.start()
+
+    async def close(self) -> None:
+        if self._admin is not None:
+            await self._admin.close()
+            self._admin = None
+
+    @property
+    def admin(self) -> AIOKafkaAdminClient:
+        if self._admin is None:
+            raise RuntimeError("the log is not started")
+        return self._admin
+
+    async def create_topics(self, specs: Sequence[TopicSpec]) -> None:
+        existing = set(await self.admin.list_topics())
+        missing = [spec for spec in specs if spec.name not in existing]
+        if missing:
+            new = [
+                NewTopic(spec.name, spec.partitions, self._replication_factor, topic_configs=spec.kafka_config())
+                for spec in missing
+            ]
+            with contextlib.suppress(TopicAlreadyExistsError):
+                await self.admin.create_topics(new)
+        await self._wait_for_metadata([spec.name for spec in specs])
+
+    async def _wait_for_metadata(self, topics: Sequence[str], timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        pending = list(topics)
+        while pending:
+            described = await self.admin.describe_topics(pending)
+            ready = {
+                item["topic"]
+                for item in described
+                if item.get("error_code", 0) == 0
+                and item.get("partitions")
+                and all(p.get("leader", -1) >= 0 for p in item["partitions"])
+            }
+            for item in described:
+                if item["topic"] in ready:
+                    self._partitions[item["topic"]] = len(item["partitions"])
+            pending = [name for name in pending if name not in ready]
+            if pending and time.monotonic() > deadline:
+                raise TimeoutError(f"topics have no leader after {timeout_s} s: {pending}")
+            if pending:
+                await asyncio.sleep(0.1)
+
+    async def partitions(self, topic: str) -> int:
+        count = self._partitions.get(topic)
+        if count is None:
+            described = await self.admin.describe_topics([topic])
+            if not described or described[0].get("error_code", 0) != 0 or not described[0].get("partitions"):
+                raise UnknownTopic(topic)
+            count = len(described[0]["partitions"])
+            self._partitions[topic] = count
+        return count
+
+    async def topics(self) -> list[str]:
+        return sorted(await self.admin.list_topics())
+
+    async def producer(self, transactional_id: str | None = None) -> KafkaProducer:
+        producer = KafkaProducer(self, transactional_id)
+        await producer.start()
+        return producer
+
+    async def reader(self) -> KafkaReader:
+        return KafkaReader(self)
+
+    async def group_consumer(self, group_id: str, topics: Sequence[str]) -> KafkaGroupConsumer:
+        consumer = KafkaGroupConsumer(self, group_id, topics)
+        await consumer.start()
+        return consumer
+
+    def consumer(self, *topics: str, group_id: str | None = None, **config: object) -> AIOKafkaConsumer:
+        return AIOKafkaConsumer(
+            *topics,
+            bootstrap_servers=self.bootstrap_servers,
+            client_id=self._client_id,
+            group_id=group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+            fetch_max_wait_ms=_FETCH_WAIT_MS,
+            **config,
+        )
+
+
+class KafkaProducer:
+    def __init__(self, log: KafkaEventLog, transactional_id: str | None) -> None:
+        self._log = log
+        self._transactional_id = transactional_id
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=log.bootstrap_servers,
+            client_id=f"fedsched-{transactional_id or 'producer'}",
+            enable_idempotence=True,
+            acks="all",
+            transactional_id=transactional_id,
+            linger_ms=0,
+            max_batch_size=1024 * 1024,
+            max_request_size=4 * 1024 * 1024,
+        )
+        self._fenced = False
+
+    async def start(self) -> None:
+        # With a transactional id, start() runs InitProducerId: it bumps the epoch and so fences every
+        # earlier producer with this id, and aborts a transaction a killed predecessor left open.
+        await self._producer.start()
+
+    async def append(self, records: Sequence[OutRecord], *, offsets: GroupOffsets | None = None) -> list[Appended]:
+        if self._transactional_id is None:
+            if offsets is not None:
+                raise ValueError("committing offsets with an append needs a transactional producer")
+            self._check_fenced()
+            futures = await self._send_all(records)
+            return await _positions(futures)
+        async with self.transaction() as tx:
+            futures = await tx.send(records)
+            if offsets is not None:
+                await tx.commit_offsets(offsets)
+        return await _positions(futures)
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[KafkaTransaction]:
+        if self._transactional_id is None:
+            raise ValueError("a transaction needs a producer with a transactional id")
+        self._check_fenced()
+        try:
+            async with self._producer.transaction():
+                yield KafkaTransaction(self)
+        except KafkaProducerFenced as error:
+            self._fenced = True
+            raise ProducerFenced(f"producer {self._transactional_id!r} was fenced: {error}") from error
+
+    def _check_fenced(self) -> None:
+        if self._fenced:
+            raise ProducerFenced(f"producer {self._transactional_id!r} was fenced by a newer instance")
+
+    async def send_offsets(self, offsets: GroupOffsets) -> None:
+        if offsets.offsets:
+            await self._producer.send_offsets_to_transaction(
+                {KafkaTP(tp.topic, tp.partition): offset for tp, offset in offsets.offsets.items()},
+                offsets.group_id,
+            )
+
+    async def _send_all(self, records: Sequence[OutRecord]) -> list[asyncio.Future[Any]]:
+        futures = []
+        for record in records:
+            futures.append(
+                await self._producer.send(
+                    record.topic,
+                    value=record.value,
+                    key=record.key,
+                    partition=await self._route(record),
+                    headers=list(record.headers),
+                )
+            )
+        return futures
+
+    async def _route(self, record: OutRecord) -> int:
+        count = await self._log.partitions(record.topic)
+        if record.partition is None:
+            return partition_for(record.key, count)
+        if not 0 <= record.partition < count:
+            raise ValueError(f"partition {record.partition} out of range for {record.topic} ({count} partitions)")
+        return record.partition
+
+    async def close(self) -> None:
+        with contextlib.suppress(KafkaError):
+            await self._producer.stop()
+
+
+class KafkaTransaction:
+    """Records sent inside an open Kafka transaction; committed or aborted when the block exits."""
+
+    def __init__(self, producer: KafkaProducer) -> None:
+        self._producer = producer
+
+    async def send(self, records: Sequence[OutRecord]) -> list[asyncio.Future[Any]]:
+        return await self._producer._send_all(records)
+
+    async def append(self, records: Sequence[OutRecord]) -> list[Appended]:
+        # Waits for the broker to acknowledge (the records stay invisible until the commit).
+        return await _positions(await self.send(records))
+
+    async def commit_offsets(self, offsets: GroupOffsets) -> None:
+        await self._producer.send_offsets(offsets)
+
+
+async def _positions(futures: Sequence[asyncio.Future[Any]]) -> list[Appended]:
+    try:
+        metadata = await asyncio.gather(*futures)
+    except KafkaProducerFenced as error:
+        raise ProducerFenced(str(error)) from error
+    return [Appended(m.topic, m.partition, m.offset) for m in metadata]
+
+
+def _to_record(message: object) -> LogRecord:
+    m = message  # aiokafka ConsumerRecord
+    return LogRecord(
+        topic=m.topic,  # type: ignore[attr-defined]
+        partition=m.partition,  # type: ignore[attr-defined]
+        offset=m.offset,  # type: ignore[attr-defined]
+        key=m.key,  # type: ignore[attr-defined]
+        value=m.value,  # type: ignore[attr-defined]
+        headers=tuple(m.headers),  # type: ignore[attr-defined]
+        timestamp_ms=m.timestamp,  # type: ignore[attr-defined]
+    )
+
+
+class KafkaReader:
+    """Reads single partitions by offset. One assigned consumer per partition read, kept for reuse."""
+
+    def __init__(self, log: KafkaEventLog) -> None:
+        self._log = log
+        self._consumers: dict[TopicPartition, tuple[AIOKafkaConsumer, list[int]]] = {}
+
+    async def _consumer_for(self, tp: TopicPartition) -> tuple[AIOKafkaConsumer, list[int]]:
+        entry = self._consumers.get(tp)
+        if entry is None:
+            consumer = self._log.consumer()
+            await consumer.start()
+            consumer.assign([KafkaTP(tp.topic, tp.partition)])
+            entry = (consumer, [-1])
+            self._consumers[tp] = entry
+        return entry
+
+    async def read(
+        self, tp: TopicPartition, offset: int, *, max_records: int = 500, timeout_s: float = 0.0
+    ) -> list[LogRecord]:
+        consumer, position = await self._consumer_for(tp)
+        ktp = KafkaTP(tp.topic, tp.partition)
+        if position[0] != offset:
+            consumer.seek(ktp, offset)
+        batches = await consumer.getmany(ktp, timeout_ms=int(timeout_s * 1000), max_records=max_records)
+        records = [_to_record(m) for m in batches.get(ktp, [])]
+        # The consumer's position may pass control records; the next read continues from there.
+        position[0] = await consumer.position(ktp) if records else offset
+        return records
+
+    async def end_offset(self, tp: TopicPartition) -> int:
+        consumer, _ = await self._consumer_for(tp)
+        ktp = KafkaTP(tp.topic, tp.partition)
+        ends = await consumer.end_offsets([ktp])
+        return int(ends[ktp])
+
+    async def close(self) -> None:
+        for consumer, _ in self._consumers.values():
+            with contextlib.suppress(KafkaError):
+                await consumer.stop()
+        self._consumers.clear()
+
+
+class KafkaGroupConsumer:
+    def __init__(self, log: KafkaEventLog, group_id: str, topics: Sequence[str]) -> None:
+        self._group_id = group_id
+        self._consumer = log.consumer(
+            *topics, group_id=group_id, session_timeout_ms=10_000, heartbeat_interval_ms=1_000
+        )
+
+    async def start(self) -> None:
+        await self._consumer.start()
+
+    async def poll(self, *, max_records: int = 500, timeout_s: float = 1.0) -> list[LogRecord]:
+        batches = await self._consumer.getmany(timeout_ms=int(timeout_s * 1000), max_records=max_records)
+        out: list[LogRecord] = []
+        for ktp in sorted(batches, key=lambda t: (t.topic, t.partition)):
+            out.extend(_to_record(m) for m in batches[ktp])
+        return out
+
+    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        await self._consumer.commit(
+            {KafkaTP(tp.topic, tp.partition): OffsetAndMetadata(offset, "") for tp, offset in offsets.items()}
+        )
+
+    async def committed(self, tp: TopicPartition) -> int | None:
+        value = await self._consumer.committed(KafkaTP(tp.topic, tp.partition))
+        return None if value is None else int(value)
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        return frozenset(TopicPartition(t.topic, t.partition) for t in self._consumer.assignment())
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self._consumer.seek(KafkaTP(tp.topic, tp.partition), offset)
+
+    async def close(self) -> None:
+        with contextlib.suppress(KafkaError):
+            await self._consumer.stop()

@@ -1,0 +1,65 @@
+"""Test-wide fixtures: the real services started by the test command, and the skip guard.
+
+``make test`` starts a real Kafka broker and a real PostgreSQL and passes their addresses in
+``FEDSCHED_TEST_KAFKA`` (host:port) and ``FEDSCHED_TEST_POSTGRES`` (a DSN). A test marked ``kafka`` or
+``postgres`` fails, never skips, when its service is missing: a green run without them is a defect.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def _require(variable: str, what: str) -> str:
+    value = os.environ.get(variable)
+    if not value:
+        pytest.fail(
+            f"{what} is not available: set {variable} (make test starts the service and sets it)",
+            pytrace=False,
+        )
+    return value
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> str:
+    return _require("FEDSCHED_TEST_KAFKA", "the real Kafka broker")
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn() -> str:
+    return _require("FEDSCHED_TEST_POSTGRES", "the real PostgreSQL")
+
+
+_REAL_SERVICE_MARKERS = ("kafka", "postgres")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Tests that use the service fixtures get the marker even if their author forgot it, so the
+    # skip guard and -m selections see them.
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if "kafka_bootstrap" in fixtures and not item.get_closest_marker("kafka"):
+            item.add_marker(pytest.mark.kafka)
+        if "postgres_dsn" in fixtures and not item.get_closest_marker("postgres"):
+            item.add_marker(pytest.mark.postgres)
+
+
+_skipped_real: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and any(marker in report.keywords for marker in _REAL_SERVICE_MARKERS):
+        _skipped_real.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _skipped_real and os.environ.get("FEDSCHED_REQUIRE_REAL_SERVICES") == "1":
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(
+                f"FAILED: {len(_skipped_real)} real-service test(s) were skipped: " + ", ".join(_skipped_real[:10]),
+                red=True,
+            )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
