@@ -7,9 +7,17 @@
 
 from __future__ import annotations
 
+import itertools
 import os
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+import pytest_asyncio
+
+from events.log import EventLog, open_log
+from events.topics import Cleanup, TopicSpec
 
 
 def _require(variable: str, what: str) -> str:
@@ -30,6 +38,60 @@ def kafka_bootstrap() -> str:
 @pytest.fixture(scope="session")
 def postgres_dsn() -> str:
     return _require("FEDSCHED_TEST_POSTGRES", "the real PostgreSQL")
+
+
+@pytest.fixture(
+    scope="session",
+    params=[pytest.param("kafka", marks=pytest.mark.kafka), pytest.param("postgres", marks=pytest.mark.postgres)],
+)
+def log_url(request: pytest.FixtureRequest) -> str:
+    """Each test using the log runs twice: on the real Kafka broker and on the embedded log."""
+    if request.param == "kafka":
+        return "kafka://" + request.getfixturevalue("kafka_bootstrap")
+    return str(request.getfixturevalue("postgres_dsn"))
+
+
+@pytest_asyncio.fixture(loop_scope="session", scope="session")
+async def event_log(log_url: str) -> AsyncIterator[EventLog]:
+    log = open_log(log_url)
+    await log.start()
+    yield log
+    await log.close()
+
+
+_counter = itertools.count()
+
+
+@pytest.fixture
+def make_topic(event_log: EventLog) -> Callable[..., Awaitable[str]]:
+    """Fresh topics with unique names, so tests never see each other's records."""
+
+    async def make(partitions: int = 3) -> str:
+        name = f"test.{os.getpid()}.{next(_counter)}"
+        await event_log.create_topics([TopicSpec(name, partitions, "test key", Cleanup.DELETE, -1, "test")])
+        return name
+
+    return make
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def fresh_database(postgres_dsn: str) -> AsyncIterator[str]:
+    """A new, empty database on the real PostgreSQL, dropped after the test."""
+    import asyncpg
+
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    admin = await asyncpg.connect(postgres_dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    parts = urlsplit(postgres_dsn)
+    yield urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, parts.fragment))
+    admin = await asyncpg.connect(postgres_dsn)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
 
 
 _REAL_SERVICE_MARKERS = ("kafka", "postgres")

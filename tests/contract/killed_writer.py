@@ -21,8 +21,10 @@ async def main(url: str, topic: str, txn_id: str, size: int) -> None:
         async with producer.transaction() as tx:
             for start in range(0, size, 100):
                 await tx.append(
-                    [OutRecord(topic, value=f"{batch}:{i}:{size}".encode(), key=f"k{i % 7}".encode())
-                     for i in range(start, min(size, start + 100))]
+                    [
+                        OutRecord(topic, value=f"{batch}:{i}:{size}".encode(), key=f"k{i % 7}".encode())
+                        for i in range(start, min(size, start + 100))
+                    ]
                 )
         print(f"committed {batch}", flush=True)
         batch += 1

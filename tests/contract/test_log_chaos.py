@@ -27,8 +27,16 @@ async def test_a_writer_killed_mid_transaction_leaves_nothing_partial(
     topic = await make_topic(PARTITIONS)
     writer_id = txn_id("killed")
     child = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.contract.killed_writer", log_url, topic, writer_id, str(BATCH),
-        cwd=ROOT, stdout=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        sys.executable,
+        "-m",
+        "tests.contract.killed_writer",
+        log_url,
+        topic,
+        writer_id,
+        str(BATCH),
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert child.stdout is not None
     committed = -1

@@ -22,7 +22,9 @@ def txn_id(name: str) -> str:
     return f"contract-{name}-{next(_txn_ids)}-{id(object())}"
 
 
-async def read_all(log: EventLog, topic: str, partitions: int, *, expect: int, timeout_s: float = 20.0) -> list[LogRecord]:
+async def read_all(
+    log: EventLog, topic: str, partitions: int, *, expect: int, timeout_s: float = 20.0
+) -> list[LogRecord]:
     """Every committed record of a topic, following offset + 1, until ``expect`` were seen."""
     reader = await log.reader()
     out: list[LogRecord] = []
