@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -20,7 +19,7 @@ from events.catalog.base import Event
 from events.catalog.registry import REGISTRY
 from events.catalog.upcasters import upcast
 from events.envelope import CONTENT_TYPE, SPEC_VERSION, Envelope, format_time, parse_time
-from events.errors import InvalidEvent, MalformedRecord, UnsupportedSchemaVersion
+from events.errors import EventError, InvalidEvent, MalformedRecord, UnsupportedSchemaVersion
 from events.topics import topic
 
 Headers = tuple[tuple[str, bytes], ...]
@@ -86,13 +85,21 @@ def decode(headers: Headers, value: bytes) -> Envelope:
         time_ms = parse_time(attrs["ce_time"])
     except ValueError as error:
         raise InvalidEvent(event_type, "time", f"not an RFC 3339 timestamp: {error}") from None
-    optional = {attribute: attrs.get(header) for header, attribute in _OPTIONAL.items()}
-    return Envelope(id=attrs["ce_id"], time_ms=time_ms, data=data, source=attrs["ce_source"], **optional)
+    return Envelope(
+        id=attrs["ce_id"],
+        time_ms=time_ms,
+        data=data,
+        source=attrs["ce_source"],
+        subject=attrs.get("ce_subject"),
+        tenant=attrs.get("ce_tenant"),
+        correlation_id=attrs.get("ce_correlationid"),
+        causation_id=attrs.get("ce_causationid"),
+    )
 
 
 def decode_event(event_type: str, version: int, value: bytes) -> Event:
     """Validate a bare payload of a given type and version (used by golden fixtures and the intake)."""
-    return _validate(REGISTRY.get(event_type), version, value)
+    return _validate(REGISTRY.get(event_type), _schema_version(event_type, str(version)), value)
 
 
 def _header_map(headers: Headers) -> dict[str, str]:
@@ -120,26 +127,51 @@ def _schema_version(event_type: str, text: str | None) -> int:
 
 def _validate(cls: type[Event], version: int, value: bytes) -> Event:
     if version != cls.schema_version:
-        try:
-            payload: Any = json.loads(value)
-        except ValueError as error:
-            raise MalformedRecord("data", f"body is not JSON: {error}") from None
-        if not isinstance(payload, dict):
-            raise InvalidEvent(cls.event_type, "data", "body must be a JSON object")
-        value = json.dumps(upcast(cls.event_type, version, cls.schema_version, payload)).encode()
+        value = _upcast(cls, version, value)
     try:
         return cls.model_validate_json(value)
     except ValidationError as error:
         raise invalid_event(cls.event_type, error) from None
 
 
-def invalid_event(event_type: str, error: ValidationError) -> InvalidEvent:
-    """The first validation failure, with its dotted field path, as an ``InvalidEvent``."""
-    first = error.errors(include_url=False)[0]
-    path = ".".join(str(part) for part in first["loc"]) or "data"
+def _upcast(cls: type[Event], version: int, value: bytes) -> bytes:
+    """An older version's body, checked against that version's own class, brought to the current one."""
+    try:
+        old = REGISTRY.get_version(cls.event_type, version)
+    except UnsupportedSchemaVersion:
+        old = None  # no class kept for that version: the upcasters alone bring it forward
+    if old is not None:
+        try:
+            payload: object = old.model_validate_json(value).model_dump(mode="json")
+        except ValidationError as error:
+            raise invalid_event(cls.event_type, error, version) from None
+    else:
+        try:
+            payload = json.loads(value)
+        except ValueError as error:
+            raise MalformedRecord("data", f"body is not JSON: {error}") from None
+    if not isinstance(payload, dict):
+        raise InvalidEvent(cls.event_type, "data", "body must be a JSON object")
+    return json.dumps(upcast(cls.event_type, version, cls.schema_version, payload)).encode()
+
+
+def invalid_event(event_type: str, error: ValidationError, version: int | None = None) -> EventError:
+    """The first validation failure, with its dotted field path and the reason, as an ``EventError``.
+
+    A body that is not JSON at all is a ``MalformedRecord``; anything else an ``InvalidEvent``. The
+    reason says how many other failures there were and, for an old record, which version it was.
+    """
+    errors = error.errors(include_url=False)
+    first = errors[0]
     if first["type"] == "json_invalid":
-        path = "data"
-    return InvalidEvent(event_type, path, first["msg"])
+        return MalformedRecord("data", f"body is not JSON: {first['msg']}")
+    path = ".".join(str(part) for part in first["loc"]) or "data"
+    reason = first["msg"]
+    if version is not None:
+        reason += f" (in a v{version} record)"
+    if len(errors) > 1:
+        reason += f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})"
+    return InvalidEvent(event_type, path, reason)
 
 
 def topic_of(envelope: Envelope) -> str:

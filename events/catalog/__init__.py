@@ -1,10 +1,92 @@
 """The event catalogue: every event type fedsched reads or writes, as frozen pydantic models.
 
-Importing this package registers every type (``REGISTRY``). Pure: imports no I/O library.
+Called by everything that produces or consumes events. Importing this package registers every type
+(``REGISTRY``) and every upcaster; the public names are re-exported here and pinned by a test. Pure:
+imports no I/O library.
+
+Modules by area: ``inventory`` (clusters, nodes, devices), ``jobs`` (requests and the job lifecycle),
+``decisions`` (the scheduler's decisions and cycle records), ``governance`` (policies, tenants, quotas),
+``profiles`` (projection outputs), ``legacy`` (superseded versions and their upcasters); shared pieces in
+``types``, ``reasons``, ``base``, ``registry``, ``upcasters`` and ``schema`` (JSON Schema).
 """
 
-from events.catalog import jobs
+from events.catalog import decisions, governance, inventory, jobs, legacy, profiles, schema
 from events.catalog.base import Event
+from events.catalog.decisions import (
+    JobPlaced,
+    JobPreemptionRequested,
+    JobQueued,
+    JobReclaimRequested,
+    SchedulingCycleCompleted,
+)
+from events.catalog.governance import (
+    PolicyConfigured,
+    QuotaRequestApproved,
+    QuotaRequestRejected,
+    QuotaRequestSubmitted,
+    QuotaSet,
+    TenantRegistered,
+)
+from events.catalog.inventory import (
+    ClusterRegistered,
+    ClusterStatusChanged,
+    GpuHealthReported,
+    NodeObserved,
+    NodeRemoved,
+    NodeUsageReported,
+)
+from events.catalog.jobs import (
+    JobCancelled,
+    JobCancelRequested,
+    JobFailed,
+    JobPreempted,
+    JobReclaimed,
+    JobRejected,
+    JobStarted,
+    JobSubmitted,
+    JobSucceeded,
+)
+from events.catalog.profiles import QuotaUsageUpdated, ResourceProfileUpdated
+from events.catalog.reasons import ReasonCode
 from events.catalog.registry import REGISTRY
 
-__all__ = ["REGISTRY", "Event", "jobs"]
+__all__ = [
+    "REGISTRY",
+    "ClusterRegistered",
+    "ClusterStatusChanged",
+    "Event",
+    "GpuHealthReported",
+    "JobCancelRequested",
+    "JobCancelled",
+    "JobFailed",
+    "JobPlaced",
+    "JobPreempted",
+    "JobPreemptionRequested",
+    "JobQueued",
+    "JobReclaimRequested",
+    "JobReclaimed",
+    "JobRejected",
+    "JobStarted",
+    "JobSubmitted",
+    "JobSucceeded",
+    "NodeObserved",
+    "NodeRemoved",
+    "NodeUsageReported",
+    "PolicyConfigured",
+    "QuotaRequestApproved",
+    "QuotaRequestRejected",
+    "QuotaRequestSubmitted",
+    "QuotaSet",
+    "QuotaUsageUpdated",
+    "ReasonCode",
+    "ResourceProfileUpdated",
+    "SchedulingCycleCompleted",
+    "TenantRegistered",
+    "decisions",
+    "governance",
+    "inventory",
+    "jobs",
+    "legacy",
+    "profiles",
+    "schema",
+]

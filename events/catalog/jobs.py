@@ -1,14 +1,22 @@
-"""Job requests and the job lifecycle.
+"""Job requests and the job lifecycle (topic ``fedsched.jobs``, keyed by job id).
 
-The job state machine (every transition is one event, keyed by job id on ``fedsched.jobs``, except the
-scheduler's decisions, which go to ``fedsched.decisions``):
+Called by the API and the intake (requests), by connectors (lifecycle facts) and by every projection
+that follows jobs. The scheduler's decisions about a job live in ``events.catalog.decisions``.
+
+The job state machine (every transition is one event keyed by job id; decisions go to
+``fedsched.decisions`` and every other transition to ``fedsched.jobs``):
 
     submitted --(JobQueued)--> queued --(JobPlaced)--> placed --(JobStarted)--> running
     running --(JobSucceeded | JobFailed)--> done
     queued | placed | running --(JobCancelRequested .. JobCancelled)--> cancelled
     placed | running --(JobPreemptionRequested .. JobPreempted)--> queued again (if it can retry)
-    running --(JobReclaimRequested .. JobReclaimed)--> reclaimed
+    running --(JobReclaimRequested .. JobReclaimed)--> queued again (if it can retry)
     a request refused at intake gets JobRejected and never enters the queue.
+
+``run`` counts the attempts of a job: 1 for the first placement, one more after each preemption or
+reclaim, so facts about an earlier attempt that arrive late are recognised as such.
+
+Retired fields stay reserved (never reused with another meaning): none yet.
 """
 
 from __future__ import annotations
@@ -16,21 +24,36 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, ClassVar
 
-from pydantic import Field, JsonValue
+from pydantic import Field, model_validator
 
 from events.catalog.base import Event
+from events.catalog.reasons import ReasonCode
 from events.catalog.types import (
+    MAX_REPLICAS,
     ClusterIdField,
     DurationSeconds,
+    ExitCode,
+    FieldPath,
     Frozen,
     Id,
     JobIdField,
+    LabelKey,
     Labels,
+    LabelValue,
     Name,
+    NodeIdField,
+    NonNegInt,
     PosInt,
+    Principal,
+    QueueId,
+    QueueIdField,
+    RequestId,
     Resources,
+    TaintEffect,
+    Template,
     TenantIdField,
     Text,
+    Unique,
 )
 from events.topics import JOBS
 
@@ -59,47 +82,191 @@ class Interconnect(StrEnum):
 
 
 class InferenceSpec(Frozen):
-    min_replicas: Annotated[int, Field(ge=0, le=10_000)] = 1
+    min_replicas: Annotated[int, Field(ge=0, le=MAX_REPLICAS)] = 1
     spread_clusters: Annotated[int, Field(ge=1, le=64)] = 1
 
 
-class JobSubmitted(Event):
-    event_type: ClassVar[str] = "io.fedsched.JobSubmitted"
-    schema_version: ClassVar[int] = 1
+class Toleration(Frozen):
+    """Lets a job run on nodes with a matching taint. ``None`` value or effect matches any."""
+
+    key: LabelKey
+    value: LabelValue | None = None
+    effect: TaintEffect | None = None
+
+
+class JobEvent(Event):
+    """Base of the events on the jobs topic: keyed by job id."""
+
     key_field: ClassVar[str | None] = "job_id"
     topic: ClassVar[str] = JOBS.name
 
     job_id: JobIdField
+
+
+class JobSubmitted(JobEvent):
+    """A client asked to run a job: the full request, as the intake accepted it."""
+
+    event_type: ClassVar[str] = "io.fedsched.JobSubmitted"
+    schema_version: ClassVar[int] = 1
+
     name: Name
     tenant: TenantIdField
     project: Id = "default"
-    queue: Id = "default"
+    queue: QueueIdField = QueueId("default")
     kind: JobKind = JobKind.BATCH
     priority_class: PriorityClass = PriorityClass.STANDARD
-    replicas: Annotated[int, Field(ge=1, le=10_000)] = 1
+    replicas: Annotated[int, Field(ge=1, le=MAX_REPLICAS)] = 1
     gang: bool = False
+    """All replicas start together or none does."""
     resources: Resources
+    """Per replica."""
     interconnect: Interconnect = Interconnect.NONE
-    datasets: Annotated[tuple[Id, ...], Field(max_length=64)] = ()
+    datasets: Annotated[tuple[Id, ...], Field(max_length=64), Unique()] = ()
+    tolerations: Annotated[tuple[Toleration, ...], Field(max_length=32)] = ()
     preemptible: bool = True
     expected_runtime_s: DurationSeconds | None = None
     max_runtime_s: DurationSeconds | None = None
     inference: InferenceSpec | None = None
-    # Opaque to the scheduler: the connector renders it into the cluster's own workload object.
-    template: Annotated[dict[Annotated[str, Field(max_length=128)], JsonValue], Field(max_length=64)] = Field(
-        default_factory=dict
-    )
+    """Only for ``kind=inference``."""
+    template: Template = Field(default_factory=dict)
+    """Opaque to the scheduler: the connector renders it into the cluster's own workload object."""
     labels: Labels = Field(default_factory=dict)
-    client_request_id: Annotated[str, Field(min_length=1, max_length=128)] | None = None
+    submitted_by: Principal | None = None
+    client_request_id: RequestId | None = None
+    """The client's idempotency key: a second submission with the same key is a duplicate."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> JobSubmitted:
+        if self.inference is not None:
+            if self.kind is not JobKind.INFERENCE:
+                raise ValueError("inference settings are only for kind 'inference'")
+            if self.inference.min_replicas > self.replicas:
+                raise ValueError("inference.min_replicas is more than replicas")
+        if (
+            self.expected_runtime_s is not None
+            and self.max_runtime_s is not None
+            and self.expected_runtime_s > self.max_runtime_s
+        ):
+            raise ValueError("expected_runtime_s is more than max_runtime_s")
+        return self
 
 
-class JobStarted(Event):
+class JobCancelRequested(JobEvent):
+    """Someone asked to cancel a job."""
+
+    event_type: ClassVar[str] = "io.fedsched.JobCancelRequested"
+    schema_version: ClassVar[int] = 1
+
+    requester: Principal
+    reason: Text = ""
+    client_request_id: RequestId | None = None
+
+
+class JobRejected(JobEvent):
+    """The intake refused a request; the job never enters the queue."""
+
+    event_type: ClassVar[str] = "io.fedsched.JobRejected"
+    schema_version: ClassVar[int] = 1
+
+    tenant: TenantIdField
+    reason: ReasonCode
+    message: Text
+    field: FieldPath | None = None
+    """The request field at fault, when one is (``resources.gpus``)."""
+    client_request_id: RequestId | None = None
+
+
+class JobStarted(JobEvent):
+    """A cluster started the job's workload (every replica, for a gang)."""
+
     event_type: ClassVar[str] = "io.fedsched.JobStarted"
     schema_version: ClassVar[int] = 1
-    key_field: ClassVar[str | None] = "job_id"
-    topic: ClassVar[str] = JOBS.name
 
-    job_id: JobIdField
     cluster: ClusterIdField
     run: PosInt = 1
     message: Text = ""
+
+
+class JobSucceeded(JobEvent):
+    """The job's workload finished successfully."""
+
+    event_type: ClassVar[str] = "io.fedsched.JobSucceeded"
+    schema_version: ClassVar[int] = 1
+
+    cluster: ClusterIdField
+    run: PosInt = 1
+    message: Text = ""
+
+
+class JobFailed(JobEvent):
+    """The job's workload failed."""
+
+    event_type: ClassVar[str] = "io.fedsched.JobFailed"
+    schema_version: ClassVar[int] = 1
+
+    cluster: ClusterIdField
+    run: PosInt = 1
+    exit_code: ExitCode | None = None
+    """The process exit code, when the workload exited (negative: killed by that signal)."""
+    reason: ReasonCode
+    message: Text = ""
+    node: NodeIdField | None = None
+    """The node where the failure happened, when it is known."""
+
+
+class JobPreempted(JobEvent):
+    """The cluster stopped the job as the scheduler asked, to make room for another."""
+
+    event_type: ClassVar[str] = "io.fedsched.JobPreempted"
+    schema_version: ClassVar[int] = 1
+
+    cluster: ClusterIdField
+    run: PosInt = 1
+    checkpointed: bool = False
+    """The workload wrote a checkpoint before it stopped."""
+    message: Text = ""
+
+
+class JobReclaimed(JobEvent):
+    """The cluster stopped the job to give borrowed quota back, as the scheduler asked."""
+
+    event_type: ClassVar[str] = "io.fedsched.JobReclaimed"
+    schema_version: ClassVar[int] = 1
+
+    cluster: ClusterIdField
+    run: PosInt = 1
+    checkpointed: bool = False
+    message: Text = ""
+
+
+class JobCancelled(JobEvent):
+    """The job was cancelled; if it was running, its workload has stopped."""
+
+    event_type: ClassVar[str] = "io.fedsched.JobCancelled"
+    schema_version: ClassVar[int] = 1
+
+    cluster: ClusterIdField | None = None
+    """Where it was running; ``None`` if it was cancelled before it was placed."""
+    run: NonNegInt = 0
+    """The attempt that was stopped; 0 if it never ran."""
+    requester: Principal | None = None
+    message: Text = ""
+
+
+__all__ = [
+    "InferenceSpec",
+    "Interconnect",
+    "JobCancelRequested",
+    "JobCancelled",
+    "JobEvent",
+    "JobFailed",
+    "JobKind",
+    "JobPreempted",
+    "JobReclaimed",
+    "JobRejected",
+    "JobStarted",
+    "JobSubmitted",
+    "JobSucceeded",
+    "PriorityClass",
+    "Toleration",
+]

@@ -2,17 +2,20 @@
 
 Called by the codec before validation. Each upcaster takes the JSON object of version N and returns
 the object of version N+1; a chain takes any old version to the current one. Retired fields are
-dropped here, never reused with another meaning.
+dropped here, never reused with another meaning. Upcasters live next to the superseded class they read
+(``events.catalog.legacy``); they must be pure and must leave a value they cannot interpret in place, so
+that validation, not the upcaster, reports what is wrong with it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+
+from pydantic import JsonValue
 
 from events.errors import UnsupportedSchemaVersion
 
-Payload = dict[str, Any]
+Payload = dict[str, JsonValue]
 Upcaster = Callable[[Payload], Payload]
 
 #: (event type, from version) -> function producing from version + 1

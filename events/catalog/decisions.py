@@ -1,0 +1,281 @@
+"""The scheduler's decisions and its cycle records (topic ``fedsched.decisions``, one partition).
+
+Called by the scheduler host, which publishes them in the same Kafka transaction as its consumer
+offsets; by connectors, which carry out placements, preemptions and reclaims; by the API, which answers
+"why is my job waiting / why did it go there" from them; and by ``fedsched audit verify``, which
+re-runs each recorded cycle and compares. Decisions are keyed by job id, cycle records by cycle id.
+
+Every decision names the cycle that made it; the cycle record (``SchedulingCycleCompleted``) follows
+its decisions and carries the input offsets, the logical time and the policy version, which is all a
+replay needs. Scores are integers (milli-points), so a replay on any machine adds them up identically.
+
+Retired fields stay reserved (never reused with another meaning): none yet.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar
+
+from pydantic import Field, model_validator
+
+from events.catalog.base import Event
+from events.catalog.reasons import ReasonCode
+from events.catalog.types import (
+    MAX_REPLICAS,
+    ClusterIdField,
+    CycleIdField,
+    DeviceIndices,
+    DurationSeconds,
+    EpochMillis,
+    FieldPath,
+    Frozen,
+    GpuModel,
+    Id,
+    JobIdField,
+    MilliGpu,
+    NodeIdField,
+    NonNegInt,
+    PolicyVersion,
+    PosInt,
+    ResourceKind,
+    Sha256Hex,
+    ShortText,
+    SignedInt,
+    TenantIdField,
+    Text,
+    TopicName,
+    Unique,
+)
+from events.topics import DECISIONS
+
+#: One weighted term of a score, in milli-points; small enough that 32 of them add up exactly.
+ScorePoints = Annotated[int, Field(ge=-(2**47), le=2**47)]
+Reasons = Annotated[tuple[ReasonCode, ...], Field(min_length=1, max_length=16), Unique()]
+
+
+class DecisionEvent(Event):
+    """Base of the scheduler's decisions about one job: keyed by job id on the decisions topic."""
+
+    key_field: ClassVar[str | None] = "job_id"
+    topic: ClassVar[str] = DECISIONS.name
+
+    job_id: JobIdField
+    cycle_id: CycleIdField
+    """The scheduling cycle that made the decision."""
+
+
+class ClusterWhyNot(Frozen):
+    """Why one cluster cannot take the job now."""
+
+    cluster: ClusterIdField
+    reasons: Annotated[tuple[ReasonCode, ...], Field(min_length=1, max_length=8), Unique()]
+    detail: ShortText = ""
+
+
+class BindingConstraint(Frozen):
+    """The constraint that holds the job back: lifting it would let the job start soonest.
+
+    ``requested`` and ``available`` are in the unit of ``resource`` (see ``ResourceKind``).
+    """
+
+    reason: ReasonCode
+    resource: ResourceKind | None = None
+    gpu_model: GpuModel | None = None
+    cluster: ClusterIdField | None = None
+    """``None`` when the constraint is federation-wide (a quota, for example)."""
+    requested: NonNegInt = 0
+    available: NonNegInt = 0
+
+
+class SuggestedChange(Frozen):
+    """The smallest change to the request that would let the job start sooner."""
+
+    field: FieldPath
+    current: ShortText
+    suggested: ShortText
+    message: ShortText = ""
+
+
+class JobQueued(DecisionEvent):
+    """The job waits: the reasons, each cluster's why-not, what binds, and what change would help."""
+
+    event_type: ClassVar[str] = "io.fedsched.JobQueued"
+    schema_version: ClassVar[int] = 1
+
+    reasons: Reasons
+    message: Text
+    """The same in plain words, for the person who submitted the job."""
+    why_not: Annotated[tuple[ClusterWhyNot, ...], Field(max_length=256), Unique(("cluster",), ordered=True)] = ()
+    binding: BindingConstraint | None = None
+    smallest_change: SuggestedChange | None = None
+    queue_position: PosInt | None = None
+    """1 is next in its queue."""
+    estimated_start_ms: EpochMillis | None = None
+    """Logical time at which the scheduler expects the job to start, if it can tell."""
+
+
+class ReplicaPlacement(Frozen):
+    """Where one replica runs: a node, and the devices it takes there."""
+
+    replica: Annotated[int, Field(ge=0, lt=MAX_REPLICAS)]
+    node: NodeIdField
+    gpu_indices: DeviceIndices = ()
+    gpu_milli_each: MilliGpu = 0
+    """Milli-GPU taken from each listed GPU: 1000 for whole GPUs, less for a share of one."""
+    npu_indices: DeviceIndices = ()
+
+    @model_validator(mode="after")
+    def _share_matches_gpus(self) -> ReplicaPlacement:
+        if bool(self.gpu_indices) != bool(self.gpu_milli_each):
+            raise ValueError("gpu_milli_each must be given exactly when gpu_indices is not empty")
+        return self
+
+
+class ScoreComponent(Frozen):
+    """One weighted term of a candidate's score (``fit``, ``locality``, ``cost``, ...)."""
+
+    name: Id
+    points: ScorePoints
+
+
+class CandidateScore(Frozen):
+    """A candidate (a cluster, or a node in it) and its score; ``total`` is the sum of the components."""
+
+    cluster: ClusterIdField
+    node: NodeIdField | None = None
+    total: SignedInt
+    components: Annotated[tuple[ScoreComponent, ...], Field(max_length=32), Unique(("name",))] = ()
+
+    @model_validator(mode="after")
+    def _total_is_sum(self) -> CandidateScore:
+        if self.components and self.total != sum(c.points for c in self.components):
+            raise ValueError("total must be the sum of the components' points")
+        return self
+
+
+class JobPlaced(DecisionEvent):
+    """The scheduler placed the job: the cluster, each replica's node and devices, and why there."""
+
+    event_type: ClassVar[str] = "io.fedsched.JobPlaced"
+    schema_version: ClassVar[int] = 1
+
+    cluster: ClusterIdField
+    run: PosInt = 1
+    """The attempt this placement starts (1, then one more after each preemption or reclaim)."""
+    reason: ReasonCode = ReasonCode.PLACED
+    """``Placed``, or ``Backfilled`` when it went into capacity reserved for a larger job."""
+    replicas: Annotated[
+        tuple[ReplicaPlacement, ...],
+        Field(min_length=1, max_length=MAX_REPLICAS),
+        Unique(("replica",), ordered=True),
+    ]
+    chosen: CandidateScore
+    runner_up: Annotated[tuple[CandidateScore, ...], Field(max_length=8)] = ()
+    """The best candidates not chosen, best first."""
+    explanation: Text
+
+    @model_validator(mode="after")
+    def _chosen_is_cluster(self) -> JobPlaced:
+        if self.chosen.cluster != self.cluster:
+            raise ValueError("chosen.cluster must be the cluster the job is placed on")
+        return self
+
+
+class JobPreemptionRequested(DecisionEvent):
+    """The scheduler asks a cluster to stop a running job (``job_id``, the victim) to make room."""
+
+    event_type: ClassVar[str] = "io.fedsched.JobPreemptionRequested"
+    schema_version: ClassVar[int] = 1
+
+    cluster: ClusterIdField
+    run: PosInt = 1
+    """The victim's attempt being stopped."""
+    preemptor: JobIdField | None = None
+    """The job that needs the room, when there is one."""
+    rule: Id
+    """The policy rule that allowed it (a rule name from the policy document)."""
+    reason: ReasonCode = ReasonCode.PRIORITY_PREEMPTION
+    grace_period_s: DurationSeconds = 30
+    """How long the workload may take to checkpoint and stop."""
+    message: Text = ""
+
+
+class ReclaimFigures(Frozen):
+    """The quota arithmetic behind a reclaim, in milli-GPU of one GPU model (``None``: all GPUs)."""
+
+    gpu_model: GpuModel | None = None
+    borrower_guaranteed_milli: NonNegInt
+    borrower_used_milli: NonNegInt
+    lender: TenantIdField
+    lender_guaranteed_milli: NonNegInt
+    lender_used_milli: NonNegInt
+    lender_pending_milli: NonNegInt
+    """What the lender's waiting jobs ask for."""
+    reclaimed_milli: NonNegInt
+    """What stopping this job gives back."""
+
+
+class JobReclaimRequested(DecisionEvent):
+    """The scheduler asks a cluster to stop a job that runs on borrowed quota its lender needs back."""
+
+    event_type: ClassVar[str] = "io.fedsched.JobReclaimRequested"
+    schema_version: ClassVar[int] = 1
+
+    cluster: ClusterIdField
+    run: PosInt = 1
+    tenant: TenantIdField
+    """The tenant of the job, who borrowed."""
+    rule: Id
+    reason: ReasonCode = ReasonCode.RECLAIM_BORROWED
+    figures: ReclaimFigures
+    grace_period_s: DurationSeconds = 30
+    message: Text = ""
+
+
+class TopicOffset(Frozen):
+    """A position in the log: the next offset to read (exclusive), as Kafka commits it."""
+
+    topic: TopicName
+    partition: Annotated[int, Field(ge=0, le=1_000_000)]
+    offset: NonNegInt
+
+
+class SchedulingCycleCompleted(Event):
+    """The scheduler finished a cycle: the inputs it read, the time and policy it used, what it decided."""
+
+    event_type: ClassVar[str] = "io.fedsched.SchedulingCycleCompleted"
+    schema_version: ClassVar[int] = 1
+    key_field: ClassVar[str | None] = "cycle_id"
+    topic: ClassVar[str] = DECISIONS.name
+
+    cycle_id: CycleIdField
+    sequence: NonNegInt
+    """Cycles of one scheduler are numbered 0, 1, 2, ... in the order they ran."""
+    input_offsets: Annotated[
+        tuple[TopicOffset, ...], Field(max_length=1024), Unique(("topic", "partition"), ordered=True)
+    ]
+    """Every input partition and the offset the cycle read up to, sorted by topic and partition."""
+    logical_time_ms: EpochMillis
+    policy_version: PolicyVersion
+    decision_count: NonNegInt
+    decisions_digest: Sha256Hex | None = None
+    """SHA-256 (hex) over the cycle's decision events, each one's JSON body as the codec writes it
+    followed by a newline, in the order they were published; lets a replay compare in one step."""
+
+
+__all__ = [
+    "BindingConstraint",
+    "CandidateScore",
+    "ClusterWhyNot",
+    "DecisionEvent",
+    "JobPlaced",
+    "JobPreemptionRequested",
+    "JobQueued",
+    "JobReclaimRequested",
+    "ReclaimFigures",
+    "ReplicaPlacement",
+    "SchedulingCycleCompleted",
+    "ScoreComponent",
+    "SuggestedChange",
+    "TopicOffset",
+]

@@ -1,0 +1,198 @@
+"""Policies, tenants, quotas and quota requests (topic ``fedsched.governance``, one partition).
+
+Called by the governance service and the API (which publish them), by the quota-usage projection and by
+the scheduler, which decides under the policy and quotas in force at its input offsets. Policy events
+are keyed by policy name, all others by tenant; the topic has one partition, so every reader sees one
+order of governance changes.
+
+Quota amounts are in the unit of their ``resource`` (see ``ResourceKind``): milli-CPU, MiB, milli-GPU,
+NPUs. ``QuotaSet`` replaces the whole quota of a tenant's queue; a line that is left out has no quota.
+
+Retired fields stay reserved (never reused with another meaning): none yet.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar
+
+from pydantic import Field, model_validator
+
+from events.catalog.base import Event
+from events.catalog.reasons import ReasonCode
+from events.catalog.types import (
+    EpochMillis,
+    Frozen,
+    GpuModel,
+    Id,
+    Labels,
+    Name,
+    NonNegInt,
+    PolicyDocument,
+    PolicyVersion,
+    PosInt,
+    Principal,
+    QueueId,
+    QueueIdField,
+    QuotaRequestIdField,
+    ResourceKind,
+    TenantIdField,
+    Text,
+    Unique,
+)
+from events.topics import GOVERNANCE
+
+
+class PolicyConfigured(Event):
+    """An operator put a scheduling policy version in force (its weights and settings)."""
+
+    event_type: ClassVar[str] = "io.fedsched.PolicyConfigured"
+    schema_version: ClassVar[int] = 1
+    key_field: ClassVar[str | None] = "policy"
+    topic: ClassVar[str] = GOVERNANCE.name
+
+    policy: Id
+    """The policy's name; one name has a sequence of versions."""
+    policy_version: PolicyVersion
+    description: Text = ""
+    document: PolicyDocument
+    """The weights and settings, as the scheduler's policy configuration reads them."""
+    configured_by: Principal
+
+
+class TenantRegistered(Event):
+    """A tenant (a team) was registered or its settings changed."""
+
+    event_type: ClassVar[str] = "io.fedsched.TenantRegistered"
+    schema_version: ClassVar[int] = 1
+    key_field: ClassVar[str | None] = "tenant"
+    topic: ClassVar[str] = GOVERNANCE.name
+
+    tenant: TenantIdField
+    display_name: Name
+    cohort: Id | None = None
+    """Tenants of one cohort lend each other their unused guaranteed quota."""
+    weight: Annotated[int, Field(ge=1, le=1_000_000)] = 1
+    """Relative fair-share weight: a tenant of weight 2 gets twice the share of a tenant of weight 1."""
+    labels: Labels = Field(default_factory=dict)
+
+
+class QuotaLine(Frozen):
+    """The quota of one resource, or of one GPU model of a resource; ``None`` limit means unbounded."""
+
+    resource: ResourceKind
+    gpu_model: GpuModel | None = None
+    """Only for gpu and npu; ``None`` is the quota over every model."""
+    guaranteed: NonNegInt
+    limit: NonNegInt | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> QuotaLine:
+        if self.gpu_model is not None and self.resource not in (ResourceKind.GPU, ResourceKind.NPU):
+            raise ValueError("gpu_model is only for the gpu and npu resources")
+        if self.limit is not None and self.limit < self.guaranteed:
+            raise ValueError("limit is less than guaranteed")
+        return self
+
+
+class QuotaSet(Event):
+    """The quota of a tenant's queue was set; it replaces the queue's previous quota entirely."""
+
+    event_type: ClassVar[str] = "io.fedsched.QuotaSet"
+    schema_version: ClassVar[int] = 1
+    key_field: ClassVar[str | None] = "tenant"
+    topic: ClassVar[str] = GOVERNANCE.name
+
+    tenant: TenantIdField
+    queue: QueueIdField = QueueId("default")
+    """``default`` is the tenant's default queue."""
+    lines: Annotated[tuple[QuotaLine, ...], Field(max_length=64), Unique(("resource", "gpu_model"))]
+    set_by: Principal
+    request_id: QuotaRequestIdField | None = None
+    """The approved quota request this comes from, if any."""
+
+
+class QuotaRequestSubmitted(Event):
+    """A tenant asked for more quota of one resource for a period."""
+
+    event_type: ClassVar[str] = "io.fedsched.QuotaRequestSubmitted"
+    schema_version: ClassVar[int] = 1
+    key_field: ClassVar[str | None] = "tenant"
+    topic: ClassVar[str] = GOVERNANCE.name
+
+    request_id: QuotaRequestIdField
+    tenant: TenantIdField
+    queue: QueueIdField = QueueId("default")
+    resource: ResourceKind
+    gpu_model: GpuModel | None = None
+    amount: PosInt
+    """In the unit of ``resource``."""
+    period_start_ms: EpochMillis
+    period_end_ms: EpochMillis
+    justification: Annotated[str, Field(min_length=1, max_length=4096)]
+    requester: Principal
+
+    @model_validator(mode="after")
+    def _period(self) -> QuotaRequestSubmitted:
+        if self.period_end_ms <= self.period_start_ms:
+            raise ValueError("period_end_ms must be after period_start_ms")
+        return self
+
+
+class _Decided(Event):
+    """Base of the answers to a quota request: by a person, or by an auto-approval rule."""
+
+    key_field: ClassVar[str | None] = "tenant"
+    topic: ClassVar[str] = GOVERNANCE.name
+
+    request_id: QuotaRequestIdField
+    tenant: TenantIdField
+    decided_by: Principal | None = None
+    """The person who decided, or ``None`` when ``rule`` decided."""
+    rule: Id | None = None
+    """The automatic rule that decided, or ``None`` when a person did."""
+    comment: Text = ""
+
+    @model_validator(mode="after")
+    def _one_decider(self) -> _Decided:
+        if (self.decided_by is None) == (self.rule is None):
+            raise ValueError("exactly one of decided_by and rule must be given")
+        return self
+
+
+class QuotaRequestApproved(_Decided):
+    """A quota request was approved, perhaps for less than was asked."""
+
+    event_type: ClassVar[str] = "io.fedsched.QuotaRequestApproved"
+    schema_version: ClassVar[int] = 1
+
+    approved_amount: PosInt
+    """In the unit of the request's resource; at most what was asked."""
+    effective_from_ms: EpochMillis
+    expires_ms: EpochMillis | None = None
+    """``None``: does not expire."""
+
+    @model_validator(mode="after")
+    def _window(self) -> QuotaRequestApproved:
+        if self.expires_ms is not None and self.expires_ms <= self.effective_from_ms:
+            raise ValueError("expires_ms must be after effective_from_ms")
+        return self
+
+
+class QuotaRequestRejected(_Decided):
+    """A quota request was declined."""
+
+    event_type: ClassVar[str] = "io.fedsched.QuotaRequestRejected"
+    schema_version: ClassVar[int] = 1
+
+    reason: ReasonCode = ReasonCode.QUOTA_REQUEST_DENIED
+
+
+__all__ = [
+    "PolicyConfigured",
+    "QuotaLine",
+    "QuotaRequestApproved",
+    "QuotaRequestRejected",
+    "QuotaRequestSubmitted",
+    "QuotaSet",
+    "TenantRegistered",
+]

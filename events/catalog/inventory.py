@@ -1,0 +1,244 @@
+"""Clusters, nodes and their devices as connectors observe them (topic ``fedsched.inventory``).
+
+Called by connectors, which publish these, and by the projections that build resource profiles from
+them. Cluster events are keyed by cluster id; node events by ``cluster/node``, so the history of one node
+stays in order on one partition.
+
+Reports are snapshots, not deltas: ``NodeObserved`` carries the node's whole state with a monotone
+``generation``, and ``GpuHealthReported`` carries cumulative counters. A record delivered twice, or one
+that is lost, leaves a consumer wrong for no longer than the next report.
+
+Retired fields stay reserved (never reused with another meaning):
+
+- ``GpuHealthReported.gpus.errors`` (v1: one count mixing XID and ECC errors), split in v2 into
+  ``xid_errors``, ``ecc_corrected`` and ``ecc_uncorrected``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, ClassVar
+
+from pydantic import Field, StringConstraints
+
+from events.catalog.base import Event
+from events.catalog.reasons import ReasonCode
+from events.catalog.types import (
+    ClusterIdField,
+    CurrencyCode,
+    DeviceIndex,
+    DeviceIndices,
+    Frozen,
+    GpuModel,
+    Health,
+    Id,
+    Ids,
+    JobIdField,
+    LabelKey,
+    Labels,
+    LabelValue,
+    NodeIdField,
+    NonNegInt,
+    Percent,
+    ShortText,
+    TaintEffect,
+    TemperatureC,
+    Text,
+    Unique,
+)
+from events.topics import INVENTORY
+
+
+class ClusterKind(StrEnum):
+    KUBERNETES = "kubernetes"
+    SLURM = "slurm"
+    SIMULATED = "simulated"
+
+
+class ClusterStatus(StrEnum):
+    REACHABLE = "reachable"
+    UNREACHABLE = "unreachable"
+    DRAINING = "draining"
+
+
+class GpuRate(Frozen):
+    """The price of one GPU-hour of a model, in millionths of the cluster's currency unit."""
+
+    model: GpuModel
+    micro_per_gpu_hour: NonNegInt
+
+
+class ClusterRegistered(Event):
+    """A cluster joined the federation, or its connector restarted and restated what the cluster is."""
+
+    event_type: ClassVar[str] = "io.fedsched.ClusterRegistered"
+    schema_version: ClassVar[int] = 1
+    key_field: ClassVar[str | None] = "cluster"
+    topic: ClassVar[str] = INVENTORY.name
+
+    cluster: ClusterIdField
+    kind: ClusterKind
+    display_name: ShortText = ""
+    site: Id
+    region: Id
+    labels: Labels = Field(default_factory=dict)
+    currency: CurrencyCode
+    gpu_rates: Annotated[tuple[GpuRate, ...], Field(max_length=64), Unique(("model",))] = ()
+    datasets: Ids = ()
+    """Datasets readable from this cluster without a cross-site copy."""
+
+
+class ClusterStatusChanged(Event):
+    """A cluster became reachable, unreachable or draining."""
+
+    event_type: ClassVar[str] = "io.fedsched.ClusterStatusChanged"
+    schema_version: ClassVar[int] = 1
+    key_field: ClassVar[str | None] = "cluster"
+    topic: ClassVar[str] = INVENTORY.name
+
+    cluster: ClusterIdField
+    status: ClusterStatus
+    reason: ReasonCode
+    message: Text = ""
+
+
+class NodeEvent(Event):
+    """Base of the events about one node: keyed ``cluster/node`` on the inventory topic."""
+
+    key_field: ClassVar[str | None] = "cluster/node"
+    topic: ClassVar[str] = INVENTORY.name
+
+    cluster: ClusterIdField
+    node: NodeIdField
+
+
+class GpuDevice(Frozen):
+    index: DeviceIndex
+    model: GpuModel
+    memory_mib: NonNegInt
+    health: Health = Health.OK
+    uuid: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9-]{1,64}$")] | None = None
+    """The driver's stable id of the card (``GPU-8f3c...``), to follow a card that moves between nodes."""
+
+
+class NpuDevice(Frozen):
+    index: DeviceIndex
+    model: GpuModel
+    memory_mib: NonNegInt
+    health: Health = Health.OK
+
+
+class Taint(Frozen):
+    key: LabelKey
+    value: LabelValue = ""
+    effect: TaintEffect
+
+
+class NodeObserved(NodeEvent):
+    """A connector saw a node: its whole state, which replaces everything known of it before."""
+
+    event_type: ClassVar[str] = "io.fedsched.NodeObserved"
+    schema_version: ClassVar[int] = 1
+
+    generation: NonNegInt
+    """The connector's counter for this node, increasing with every change; a consumer ignores a
+    snapshot older than the one it holds."""
+    resource_version: Annotated[str, StringConstraints(max_length=128)] | None = None
+    """The source system's own opaque version of the node (Kubernetes ``resourceVersion``), if any."""
+    cpu_milli: NonNegInt
+    memory_mib: NonNegInt
+    gpus: Annotated[tuple[GpuDevice, ...], Field(max_length=64), Unique(("index",), ordered=True)] = ()
+    npus: Annotated[tuple[NpuDevice, ...], Field(max_length=64), Unique(("index",), ordered=True)] = ()
+    nvlink_domain: Id | None = None
+    """GPUs that share an NVLink/NVSwitch domain across nodes (for example one NVL72 rack)."""
+    rdma_fabric: Id | None = None
+    """The RDMA fabric (InfiniBand or RoCE) the node is on; multi-node jobs need one fabric."""
+    labels: Labels = Field(default_factory=dict)
+    taints: Annotated[tuple[Taint, ...], Field(max_length=64), Unique(("key", "effect"))] = ()
+    schedulable: bool = True
+
+
+class NodeRemoved(NodeEvent):
+    """A node left its cluster (deleted, or lost for longer than the connector's grace period)."""
+
+    event_type: ClassVar[str] = "io.fedsched.NodeRemoved"
+    schema_version: ClassVar[int] = 1
+
+    generation: NonNegInt
+    reason: ReasonCode
+    message: Text = ""
+
+
+class GpuHealthSample(Frozen):
+    """One GPU's health. Counters are cumulative since the driver loaded (NVML's volatile counters)."""
+
+    index: DeviceIndex
+    health: Health
+    xid_errors: NonNegInt
+    last_xid: Annotated[int, Field(ge=0, le=65_535)] | None = None
+    """The most recent XID code seen, if any (for example 79: the GPU fell off the bus)."""
+    ecc_corrected: NonNegInt | None = None
+    """``None`` when the card or the producer does not report ECC counters (and in upcast v1 records)."""
+    ecc_uncorrected: NonNegInt | None = None
+    temperature_c: TemperatureC | None = None
+
+
+class GpuHealthReported(NodeEvent):
+    """A connector read the health counters of a node's GPUs."""
+
+    event_type: ClassVar[str] = "io.fedsched.GpuHealthReported"
+    schema_version: ClassVar[int] = 2
+    retired_fields: ClassVar[tuple[str, ...]] = ("gpus.errors",)
+
+    gpus: Annotated[tuple[GpuHealthSample, ...], Field(min_length=1, max_length=64), Unique(("index",), ordered=True)]
+
+
+class GpuUsage(Frozen):
+    index: DeviceIndex
+    utilisation_pct: Percent
+    memory_used_mib: NonNegInt
+
+
+class JobUsage(Frozen):
+    """What one job used on this node over the window."""
+
+    job_id: JobIdField
+    gpu_indices: DeviceIndices = ()
+    utilisation_pct: Percent = 0
+    """Mean utilisation of the job's GPUs on this node."""
+    gpu_memory_used_mib: NonNegInt = 0
+    cpu_milli_used: NonNegInt = 0
+    memory_used_mib: NonNegInt = 0
+
+
+class NodeUsageReported(NodeEvent):
+    """A connector sampled how busy a node and the jobs on it were over a window ending now."""
+
+    event_type: ClassVar[str] = "io.fedsched.NodeUsageReported"
+    schema_version: ClassVar[int] = 1
+
+    window_ms: Annotated[int, Field(ge=1, le=24 * 3600 * 1000)]
+    cpu_milli_used: NonNegInt = 0
+    memory_used_mib: NonNegInt = 0
+    gpus: Annotated[tuple[GpuUsage, ...], Field(max_length=64), Unique(("index",), ordered=True)] = ()
+    jobs: Annotated[tuple[JobUsage, ...], Field(max_length=256), Unique(("job_id",))] = ()
+
+
+__all__ = [
+    "ClusterKind",
+    "ClusterRegistered",
+    "ClusterStatus",
+    "ClusterStatusChanged",
+    "GpuDevice",
+    "GpuHealthReported",
+    "GpuHealthSample",
+    "GpuRate",
+    "GpuUsage",
+    "JobUsage",
+    "NodeEvent",
+    "NodeObserved",
+    "NodeRemoved",
+    "NodeUsageReported",
+    "NpuDevice",
+    "Taint",
+]

@@ -1,0 +1,79 @@
+"""Superseded schema versions, kept as classes, and the upcasters that bring them forward.
+
+Called by the registry (each class here registers as an older version of its type, never the current
+one), by the codec (which validates an old record against its own version's class, so an error names the
+field as that version spells it, then upcasts it), by ``fedsched events schema`` (a JSON Schema for every
+version) and by the golden tests. A class here never changes: it describes records already in the log.
+
+History:
+
+- ``io.fedsched.GpuHealthReported`` v1 -> v2: v1 had one ``errors`` count per GPU. Connectors of that
+  era counted XID events only (ECC counters were not collected), so the upcaster moves ``errors`` to
+  ``xid_errors`` and leaves the ECC counters ``None`` (not reported) rather than claiming zero.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar
+
+from pydantic import Field, JsonValue
+
+from events.catalog.base import Event
+from events.catalog.types import (
+    ClusterIdField,
+    DeviceIndex,
+    Frozen,
+    Health,
+    NodeIdField,
+    NonNegInt,
+    TemperatureC,
+    Unique,
+)
+from events.catalog.upcasters import Payload, upcaster
+from events.topics import INVENTORY
+
+
+class GpuHealthSampleV1(Frozen):
+    index: DeviceIndex
+    health: Health
+    errors: NonNegInt
+    temperature_c: TemperatureC | None = None
+
+
+class GpuHealthReportedV1(Event):
+    """A connector read the health counters of a node's GPUs (v1: one error count per GPU)."""
+
+    # Every field is spelled out here, not inherited, so a later change elsewhere cannot alter v1.
+    event_type: ClassVar[str] = "io.fedsched.GpuHealthReported"
+    schema_version: ClassVar[int] = 1
+    key_field: ClassVar[str | None] = "cluster/node"
+    topic: ClassVar[str] = INVENTORY.name
+
+    cluster: ClusterIdField
+    node: NodeIdField
+
+    gpus: Annotated[tuple[GpuHealthSampleV1, ...], Field(min_length=1, max_length=64), Unique(("index",), ordered=True)]
+
+
+@upcaster("io.fedsched.GpuHealthReported", 1)
+def gpu_health_v1_to_v2(payload: Payload) -> Payload:
+    gpus = payload.get("gpus")
+    if not isinstance(gpus, list):
+        return payload
+    payload["gpus"] = [_gpu_v1_to_v2(gpu) for gpu in gpus]
+    return payload
+
+
+def _gpu_v1_to_v2(gpu: JsonValue) -> JsonValue:
+    if not isinstance(gpu, dict) or "errors" not in gpu:
+        return gpu
+    out: Payload = {name: value for name, value in gpu.items() if name not in ("errors", "temperature_c")}
+    out["xid_errors"] = gpu["errors"]
+    out["ecc_corrected"] = None
+    out["ecc_uncorrected"] = None
+    if "temperature_c" in gpu:
+        out["temperature_c"] = gpu["temperature_c"]
+    return out
+
+
+__all__ = ["GpuHealthReportedV1", "GpuHealthSampleV1", "gpu_health_v1_to_v2"]

@@ -1,0 +1,125 @@
+"""What projections compute for the scheduler: resource profiles and quota usage (compacted topics).
+
+Called by the projections, which publish a new version of an entity's state whenever it changes, and by
+the scheduler, which reads the latest version of each. The topics are compacted, so each event carries
+the whole state of its key, never a delta: ``fedsched.profiles`` is keyed ``cluster/node`` (or just
+``cluster`` for a cluster's roll-up), ``fedsched.quota-usage`` is keyed ``tenant/queue``. ``version`` grows
+with every update of a key; a reader ignores an update older than the one it holds.
+
+Retired fields stay reserved (never reused with another meaning): none yet.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar
+
+from pydantic import Field
+
+from events.catalog.base import Event
+from events.catalog.types import (
+    ClusterIdField,
+    EpochMillis,
+    Frozen,
+    GpuModel,
+    NodeIdField,
+    NonNegInt,
+    Permille,
+    PosInt,
+    QueueIdField,
+    ResourceKind,
+    TenantIdField,
+    Unique,
+)
+from events.topics import PROFILES, QUOTA_USAGE
+
+
+class Quantities(Frozen):
+    """An amount of every resource: milli-CPU, MiB, milli-GPU, NPUs."""
+
+    cpu_milli: NonNegInt = 0
+    memory_mib: NonNegInt = 0
+    gpu_milli: NonNegInt = 0
+    npus: NonNegInt = 0
+
+
+class GpuModelProfile(Frozen):
+    """Capacity of one GPU model in the profile's scope, in milli-GPU."""
+
+    model: GpuModel
+    gpus: NonNegInt
+    memory_mib: NonNegInt
+    capacity_milli: NonNegInt
+    allocated_milli: NonNegInt
+    free_milli: NonNegInt
+    largest_free_block_milli: NonNegInt = 0
+    """The most milli-GPU free together on one node (what the largest replica could get)."""
+
+
+class ResourceProfileUpdated(Event):
+    """A projection recomputed the profile of a node (or of a whole cluster, when ``node`` is None)."""
+
+    event_type: ClassVar[str] = "io.fedsched.ResourceProfileUpdated"
+    schema_version: ClassVar[int] = 1
+    key_field: ClassVar[str | None] = "cluster/node"
+    topic: ClassVar[str] = PROFILES.name
+
+    cluster: ClusterIdField
+    node: NodeIdField | None = None
+    version: PosInt
+    capacity: Quantities
+    allocated: Quantities
+    free: Quantities
+    gpu_models: Annotated[tuple[GpuModelProfile, ...], Field(max_length=32), Unique(("model",), ordered=True)] = ()
+    health_milli: Permille
+    """1000 is fully healthy; lowered by degraded and failed devices."""
+    failures_per_kgpu_hour_milli: NonNegInt
+    """Job failures per 1000 GPU-hours run here, in thousandths (2500 is 2.5 failures)."""
+    congestion_milli: Permille
+    """0 idle .. 1000 saturated: how contended the scope is (network, storage, queueing)."""
+    hot_models: Annotated[tuple[GpuModel, ...], Field(max_length=16), Unique()] = ()
+    """GPU models in high demand here, most demanded first."""
+    fit_training: bool
+    fit_inference: bool
+    last_seen_ms: EpochMillis
+    """Time of the last inventory report folded in."""
+    stale: bool = False
+    """No report arrived within the projection's staleness limit: the scheduler should not trust it."""
+
+
+class QuotaUsage(Frozen):
+    """Usage against the quota of one resource (or one GPU model of it), in the resource's unit."""
+
+    resource: ResourceKind
+    gpu_model: GpuModel | None = None
+    used: NonNegInt
+    guaranteed: NonNegInt
+    limit: NonNegInt | None = None
+    """``None``: unbounded."""
+    borrowed: NonNegInt = 0
+    """Used beyond ``guaranteed``, lent by the cohort and reclaimable."""
+
+
+class QuotaUsageUpdated(Event):
+    """A projection recomputed a tenant queue's quota usage."""
+
+    event_type: ClassVar[str] = "io.fedsched.QuotaUsageUpdated"
+    schema_version: ClassVar[int] = 1
+    key_field: ClassVar[str | None] = "tenant/queue"
+    topic: ClassVar[str] = QUOTA_USAGE.name
+
+    tenant: TenantIdField
+    queue: QueueIdField
+    version: PosInt
+    usage: Annotated[tuple[QuotaUsage, ...], Field(max_length=64), Unique(("resource", "gpu_model"))] = ()
+    gpu_hours_milli: NonNegInt = 0
+    """GPU time consumed since ``period_start_ms``, in milli-GPU-hours."""
+    period_start_ms: EpochMillis
+
+
+__all__ = [
+    "GpuModelProfile",
+    "Quantities",
+    "QuotaUsage",
+    "QuotaUsageUpdated",
+    "ResourceProfileUpdated",
+]
