@@ -44,40 +44,79 @@ class TopicSpec:
 
 
 INVENTORY = TopicSpec(
-    "fedsched.inventory", 6, "cluster/node id", Cleanup.DELETE, FOREVER,
+    "fedsched.inventory",
+    6,
+    "cluster/node id",
+    Cleanup.DELETE,
+    FOREVER,
     "cluster and node inventory, GPU health and usage reported by connectors",
 )
 JOBS = TopicSpec(
-    "fedsched.jobs", 6, "job id", Cleanup.DELETE, FOREVER,
+    "fedsched.jobs",
+    6,
+    "job id",
+    Cleanup.DELETE,
+    FOREVER,
     "job requests and lifecycle facts reported by connectors",
 )
 INTAKE = TopicSpec(
-    "fedsched.intake", 3, "client request id", Cleanup.DELETE, 7 * DAY_MS,
+    "fedsched.intake",
+    3,
+    "client request id",
+    Cleanup.DELETE,
+    7 * DAY_MS,
     "submit and cancel requests published by MLOps tools, validated by the intake",
 )
 DECISIONS = TopicSpec(
-    "fedsched.decisions", 1, "job id", Cleanup.DELETE, FOREVER,
+    "fedsched.decisions",
+    1,
+    "job id",
+    Cleanup.DELETE,
+    FOREVER,
     "scheduler decisions and cycle records, on one partition so a cycle reads in order",
 )
 GOVERNANCE = TopicSpec(
-    "fedsched.governance", 1, "tenant id", Cleanup.DELETE, FOREVER,
+    "fedsched.governance",
+    1,
+    "tenant id",
+    Cleanup.DELETE,
+    FOREVER,
     "policies, tenants, quotas and quota requests",
 )
 PROFILES = TopicSpec(
-    "fedsched.profiles", 6, "cluster/node id", Cleanup.COMPACT, FOREVER,
+    "fedsched.profiles",
+    6,
+    "cluster/node id",
+    Cleanup.COMPACT,
+    FOREVER,
     "resource profiles computed by projections (latest per node)",
 )
 QUOTA_USAGE = TopicSpec(
-    "fedsched.quota-usage", 3, "tenant/queue id", Cleanup.COMPACT, FOREVER,
+    "fedsched.quota-usage",
+    3,
+    "tenant/queue id",
+    Cleanup.COMPACT,
+    FOREVER,
     "quota usage computed by projections (latest per tenant and queue)",
 )
 DEAD_LETTERS = TopicSpec(
-    "fedsched.deadletter", 1, "source topic/partition/offset", Cleanup.DELETE, 30 * DAY_MS,
+    "fedsched.deadletter",
+    1,
+    "source topic/partition/offset",
+    Cleanup.DELETE,
+    30 * DAY_MS,
     "records that could not be read, with the reason, kept for inspection and replay",
 )
 
 TOPICS: tuple[TopicSpec, ...] = (
-    INVENTORY, JOBS, INTAKE, DECISIONS, GOVERNANCE, PROFILES, QUOTA_USAGE, DEAD_LETTERS,
+    INVENTORY,
+    JOBS,
+    INTAKE,
+    DECISIONS,
+    GOVERNANCE,
+    PROFILES,
+    QUOTA_USAGE,
+    DEAD_LETTERS,
 )
 _BY_NAME = {spec.name: spec for spec in TOPICS}
 

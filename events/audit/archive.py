@@ -24,6 +24,7 @@ import asyncpg
 from events.audit.chain import ArchivedRecord, ChainHead, ChainProblem, ChainVerifier, extend
 from events.log.contract import EventLog, LogReader, LogRecord, TopicPartition
 from events.log.headers import pack_headers
+from events.log.reading import read_to_end
 
 _SCHEMA_LOCK = 7_215_002
 
@@ -112,16 +113,11 @@ class AuditArchiver:
         total = 0
         positions: dict[TopicPartition, int] = {}
         for tp in await self._partitions():
-            end = await reader.end_offset(tp)
-            while True:
-                position = await self._position(tp)
-                positions[tp] = position
-                if position >= end:
-                    break
-                records = await reader.read(tp, position, max_records=self._batch, timeout_s=1.0)
-                if not records:
-                    break
+            position = await self._position(tp)
+            async for records in read_to_end(reader, tp, position, max_records=self._batch):
                 total += await self._archive(tp, records)
+                position = records[-1].offset + 1
+            positions[tp] = position
         return ArchiveProgress(total, positions)
 
     async def run(self, stop: asyncio.Event, *, idle_wait_s: float = 0.5) -> None:

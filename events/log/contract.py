@@ -126,7 +126,12 @@ class LogReader(Protocol):
         ...
 
     async def end_offset(self, tp: TopicPartition) -> int:
-        """The offset after the last committed record (0 for an empty partition)."""
+        """The offset after the last committed record (0 for an empty partition). On Kafka it may lie
+        past the last record, over transaction markers: use ``caught_up`` to know a reader is done."""
+        ...
+
+    async def caught_up(self, tp: TopicPartition, offset: int) -> bool:
+        """True when no committed record exists at or after ``offset`` now."""
         ...
 
     async def close(self) -> None: ...

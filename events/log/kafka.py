@@ -132,6 +132,7 @@ class KafkaEventLog:
             auto_offset_reset="earliest",
             isolation_level="read_committed",
             fetch_max_wait_ms=_FETCH_WAIT_MS,
+            max_partition_fetch_bytes=8 * 1024 * 1024,
             **config,
         )
 
@@ -284,8 +285,9 @@ class KafkaReader:
             consumer.seek(ktp, offset)
         batches = await consumer.getmany(ktp, timeout_ms=int(timeout_s * 1000), max_records=max_records)
         records = [_to_record(m) for m in batches.get(ktp, [])]
-        # The consumer's position may pass control records; the next read continues from there.
-        position[0] = await consumer.position(ktp) if records else offset
+        # A caller continues from the last record + 1. The consumer may already be past that (over
+        # transaction markers) with records prefetched: seeking then would throw the prefetch away.
+        position[0] = records[-1].offset + 1 if records else offset
         return records
 
     async def end_offset(self, tp: TopicPartition) -> int:
@@ -293,6 +295,22 @@ class KafkaReader:
         ktp = KafkaTP(tp.topic, tp.partition)
         ends = await consumer.end_offsets([ktp])
         return int(ends[ktp])
+
+    async def caught_up(self, tp: TopicPartition, offset: int) -> bool:
+        end = await self.end_offset(tp)
+        if offset >= end:
+            return True
+        # Between offset and the end there may be only transaction markers: fetch through them.
+        consumer, position = await self._consumer_for(tp)
+        ktp = KafkaTP(tp.topic, tp.partition)
+        consumer.seek(ktp, offset)
+        position[0] = -1  # the next read seeks again, so nothing fetched here is lost
+        while True:
+            batches = await consumer.getmany(ktp, timeout_ms=10, max_records=1)
+            if batches.get(ktp):
+                return False
+            if await consumer.position(ktp) >= end:
+                return True
 
     async def close(self) -> None:
         for consumer, _ in self._consumers.values():

@@ -365,6 +365,9 @@ class PostgresReader:
     async def end_offset(self, tp: TopicPartition) -> int:
         return await self._log.end_offset(tp)
 
+    async def caught_up(self, tp: TopicPartition, offset: int) -> bool:
+        return offset >= await self._log.end_offset(tp)
+
     async def close(self) -> None:
         return None
 
