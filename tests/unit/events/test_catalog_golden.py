@@ -1,0 +1,92 @@
+"""Golden fixtures: every type and version has one, each still decodes, and current ones re-encode exactly.
+
+An accidental change of a schema (a renamed field, a new default, a changed order) fails here loudly.
+A deliberate change means a new schema version with an upcaster, or, for a type not yet released, a
+rewritten fixture. Fixtures live in ``tests/golden/events/<type>/v<N>.json`` (the body, byte for byte)
+and ``v<N>.headers.json`` (topic, key and ``ce_*`` headers). To write fixtures on purpose, from the
+repository root:
+
+    python -m tests.unit.events.catalog_golden                  # the missing ones only
+    python -m tests.unit.events.catalog_golden --force TYPE...  # rewrite these types' current version
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from events import codec
+from events.catalog import REGISTRY, Event
+from events.catalog.inventory import GpuHealthReported, GpuHealthSample
+from events.catalog.types import ClusterId, Health, NodeId
+
+from .catalog_golden import GOLDEN_DIR, body_path, headers_path, read, wire_files, wire_headers
+from .catalog_samples import envelope_for
+
+pytestmark = [pytest.mark.golden, pytest.mark.timeout(30)]
+
+DECLARED = [(cls.event_type, cls.schema_version) for cls in REGISTRY.all_classes()]
+IDS = [f"{t}.v{v}" for t, v in DECLARED]
+
+
+@pytest.mark.parametrize(("event_type", "version"), DECLARED, ids=IDS)
+def test_every_declared_type_and_version_has_a_golden_fixture(event_type: str, version: int) -> None:
+    assert body_path(event_type, version).is_file(), "write it: python -m tests.unit.events.catalog_golden"
+    assert headers_path(event_type, version).is_file()
+
+
+def test_no_fixture_is_left_without_a_declared_type_and_version() -> None:
+    expected = {body_path(t, v) for t, v in DECLARED} | {headers_path(t, v) for t, v in DECLARED}
+    found = {path for path in GOLDEN_DIR.rglob("*") if path.is_file()}
+    assert sorted(found - expected) == []
+
+
+@pytest.mark.parametrize(("event_type", "version"), DECLARED, ids=IDS)
+def test_every_golden_fixture_decodes_through_the_codec(event_type: str, version: int) -> None:
+    body, meta = read(event_type, version)
+    headers = dict(wire_headers(meta))
+    assert headers["ce_type"].decode() == event_type
+    assert headers["ce_schemaversion"].decode() == str(version)
+    envelope = codec.decode(wire_headers(meta), body)
+    assert envelope.type == event_type
+    assert envelope.schema_version == REGISTRY.get(event_type).schema_version
+    assert meta["topic"] == envelope.data.topic
+
+
+@pytest.mark.parametrize(("event_type", "version"), DECLARED, ids=IDS)
+def test_every_golden_body_still_matches_its_own_version_byte_for_byte(event_type: str, version: int) -> None:
+    # The class of each version, superseded ones included, must read its fixture and write it back
+    # unchanged: neither the current schema nor a kept old one may drift.
+    body, _ = read(event_type, version)
+    cls = REGISTRY.get_version(event_type, version)
+    assert cls.model_validate_json(body).model_dump_json().encode() == body
+
+
+@pytest.mark.parametrize("event_type", REGISTRY.types())
+def test_reencoding_the_current_golden_gives_identical_bytes_and_headers(event_type: str) -> None:
+    version = REGISTRY.get(event_type).schema_version
+    body, meta = read(event_type, version)
+    envelope = codec.decode(wire_headers(meta), body)
+    wire = codec.encode(envelope)
+    assert wire.value == body
+    assert wire.headers == wire_headers(meta)
+    assert wire.topic == meta["topic"]
+    assert (None if wire.key is None else wire.key.decode()) == meta["key"]
+    # ... and the fixture is what the sample gives today (the writer and the fixture agree).
+    assert wire_files(envelope.data) == (
+        body_path(event_type, version).read_bytes(),
+        headers_path(event_type, version).read_bytes(),
+    )
+    assert envelope == envelope_for(envelope.data)
+
+
+def test_the_v1_gpu_health_golden_reads_as_v2_with_xid_counts_and_unknown_ecc() -> None:
+    body, meta = read("io.fedsched.GpuHealthReported", 1)
+    data: Event = codec.decode(wire_headers(meta), body).data
+    assert data == GpuHealthReported(
+        cluster=ClusterId("eu-west-a100"),
+        node=NodeId("gpu-node-017"),
+        gpus=(
+            GpuHealthSample(index=0, health=Health.OK, xid_errors=0, temperature_c=58),
+            GpuHealthSample(index=5, health=Health.DEGRADED, xid_errors=3, temperature_c=81),
+        ),
+    )
