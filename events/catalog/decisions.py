@@ -5,9 +5,9 @@ offsets; by connectors, which carry out placements, preemptions and reclaims; by
 "why is my job waiting / why did it go there" from them; and by ``fedsched audit verify``, which
 re-runs each recorded cycle and compares. Decisions are keyed by job id, cycle records by cycle id.
 
-Every decision names the cycle that made it; the cycle record (``SchedulingCycleCompleted``) follows
-its decisions and carries the input offsets, the logical time and the policy version, which is all a
-replay needs. Scores are integers (milli-points), so a replay on any machine adds them up identically.
+Every decision names the cycle that made it; the cycle's record (``SchedulingCycleCompleted``) carries
+the input offsets, the logical time and the policy version, which is all a replay needs. Scores are
+integers (milli-points), so a replay on any machine adds them up identically.
 
 Retired fields stay reserved (never reused with another meaning): none yet.
 """
@@ -106,6 +106,7 @@ class JobQueued(DecisionEvent):
     message: Text
     """The same in plain words, for the person who submitted the job."""
     why_not: Annotated[tuple[ClusterWhyNot, ...], Field(max_length=256), Unique(("cluster",), ordered=True)] = ()
+    """Why each cluster that was considered cannot take it now, sorted by cluster."""
     binding: BindingConstraint | None = None
     smallest_change: SuggestedChange | None = None
     queue_position: PosInt | None = None
@@ -169,10 +170,13 @@ class JobPlaced(DecisionEvent):
         Field(min_length=1, max_length=MAX_REPLICAS),
         Unique(("replica",), ordered=True),
     ]
+    """One entry per replica, sorted by replica number (0 .. replicas - 1)."""
     chosen: CandidateScore
+    """The winning candidate and its score breakdown."""
     runner_up: Annotated[tuple[CandidateScore, ...], Field(max_length=8)] = ()
     """The best candidates not chosen, best first."""
     explanation: Text
+    """Why there, in plain words."""
 
     @model_validator(mode="after")
     def _chosen_is_cluster(self) -> JobPlaced:

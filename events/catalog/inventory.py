@@ -148,7 +148,9 @@ class NodeObserved(NodeEvent):
     cpu_milli: NonNegInt
     memory_mib: NonNegInt
     gpus: Annotated[tuple[GpuDevice, ...], Field(max_length=64), Unique(("index",), ordered=True)] = ()
+    """Every GPU of the node, sorted by index."""
     npus: Annotated[tuple[NpuDevice, ...], Field(max_length=64), Unique(("index",), ordered=True)] = ()
+    """Every NPU of the node, sorted by index."""
     nvlink_domain: Id | None = None
     """GPUs that share an NVLink/NVSwitch domain across nodes (for example one NVL72 rack)."""
     rdma_fabric: Id | None = None
@@ -191,6 +193,7 @@ class GpuHealthReported(NodeEvent):
     retired_fields: ClassVar[tuple[str, ...]] = ("gpus.errors",)
 
     gpus: Annotated[tuple[GpuHealthSample, ...], Field(min_length=1, max_length=64), Unique(("index",), ordered=True)]
+    """One sample per GPU read, sorted by index."""
 
 
 class GpuUsage(Frozen):
@@ -221,6 +224,7 @@ class NodeUsageReported(NodeEvent):
     cpu_milli_used: NonNegInt = 0
     memory_used_mib: NonNegInt = 0
     gpus: Annotated[tuple[GpuUsage, ...], Field(max_length=64), Unique(("index",), ordered=True)] = ()
+    """Sorted by index."""
     jobs: Annotated[tuple[JobUsage, ...], Field(max_length=256), Unique(("job_id",))] = ()
 
 

@@ -135,6 +135,10 @@ class Unique:
         out = handler(schema)
         if not self.keys:
             out["uniqueItems"] = True
+        else:
+            out["x-fedsched-unique-by"] = list(self.keys)
+        if self.ordered:
+            out["x-fedsched-increasing"] = True
         return out
 
 

@@ -60,6 +60,8 @@ def test_events_schema_writes_one_json_schema_per_type_and_version(
     assert v2["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert "errors" in v1["$defs"]["GpuHealthSampleV1"]["properties"]
     assert "xid_errors" in v2["$defs"]["GpuHealthSample"]["properties"]
+    gpus = v2["properties"]["gpus"]
+    assert (gpus["x-fedsched-unique-by"], gpus["x-fedsched-increasing"], gpus["minItems"]) == (["index"], True, 1)
 
     submitted = json.loads((out / "io.fedsched.JobSubmitted.v1.json").read_text())
     assert submitted["additionalProperties"] is False
