@@ -1,0 +1,132 @@
+"""Clusters as the federation knows them: kind, site, status, GPU rates; keyed by cluster id.
+
+Called by the projection hosts. Pure. Besides the registry, this stage prices GPU time: usage pieces
+from the node stage pass through here, get the rate of their GPU model in force when they arrive, are
+split at hour boundaries, and go on to the usage stage keyed ``tenant|cluster|model|hour``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from events.catalog.inventory import ClusterRegistered, ClusterStatusChanged
+from events.envelope import Envelope
+from projections.core import Applied, Delta, Emitted, Input, Routed
+from projections.deltas import UsageInterval, UsageSample
+
+STAGE = "clusters"
+HOUR_MS = 3_600_000
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    cluster: str
+    registered: bool = False
+    kind: str = ""
+    display_name: str = ""
+    site: str = ""
+    region: str = ""
+    status: str = "unknown"
+    status_reason: str = ""
+    currency: str = ""
+    rates: tuple[tuple[str, int], ...] = ()  # (GPU model, micro-currency per GPU-hour)
+    datasets: tuple[str, ...] = ()
+    registered_ms: int = 0
+    applied: Applied = field(default_factory=Applied)
+
+    def rate(self, model: str) -> int:
+        for name, micro in self.rates:
+            if name == model:
+                return micro
+        return 0
+
+
+@dataclass(frozen=True, slots=True)
+class PricedUsage(Delta):
+    """GPU time of one tenant, cluster and model within one hour, with its cost."""
+
+    job_id: str
+    run: int
+    project: str
+    allocated_milli_ms: int
+    used_milli_ms: int
+    cost_micro: int
+    currency: str
+    sample: bool
+
+
+def usage_key(tenant: str, cluster: str, model: str, hour_ms: int) -> str:
+    return f"{tenant or 'unknown'}|{cluster}|{model or 'none'}|{hour_ms}"
+
+
+class ClusterStage:
+    name = STAGE
+
+    def keys(self, envelope: Envelope) -> Sequence[str]:
+        data = envelope.data
+        if isinstance(data, ClusterRegistered | ClusterStatusChanged):
+            return (data.cluster,)
+        return ()
+
+    def reduce(self, entity: ClusterView | None, item: Input) -> tuple[ClusterView | None, list[Emitted]]:
+        view = entity or ClusterView(cluster=item.key)
+        if view.applied.seen(item.position):
+            return entity, []
+        data = item.item
+        emitted: list[Emitted] = []
+        if isinstance(data, ClusterRegistered):
+            view = replace(
+                view,
+                registered=True,
+                kind=data.kind.value,
+                display_name=data.display_name,
+                site=data.site,
+                region=data.region,
+                currency=data.currency,
+                rates=tuple(sorted((r.model, r.micro_per_gpu_hour) for r in data.gpu_rates)),
+                datasets=tuple(sorted(data.datasets)),
+                registered_ms=view.registered_ms or item.time_ms,
+                status="reachable" if view.status == "unknown" else view.status,
+            )
+        elif isinstance(data, ClusterStatusChanged):
+            view = replace(view, status=data.status.value, status_reason=data.reason.value)
+        elif isinstance(data, UsageInterval):
+            emitted = _price_interval(view, data)
+        elif isinstance(data, UsageSample):
+            emitted = _price_sample(view, data)
+        return replace(view, applied=view.applied.after(item.position)), emitted
+
+
+def _price_interval(view: ClusterView, interval: UsageInterval) -> list[Emitted]:
+    emitted: list[Emitted] = []
+    start = interval.start_ms
+    while start < interval.end_ms:
+        hour = start - start % HOUR_MS
+        end = min(interval.end_ms, hour + HOUR_MS)
+        milli_ms = interval.gpu_milli * (end - start)
+        piece = PricedUsage(
+            interval.job_id,
+            interval.run,
+            interval.project,
+            milli_ms,
+            0,
+            _cost(view, interval.gpu_model, milli_ms),
+            view.currency,
+            False,
+        )
+        emitted.append(Routed("usage", usage_key(interval.tenant, view.cluster, interval.gpu_model, hour), piece))
+        start = end
+    return emitted
+
+
+def _price_sample(view: ClusterView, sample: UsageSample) -> list[Emitted]:
+    hour = sample.end_ms - sample.end_ms % HOUR_MS
+    used = sample.gpus * 1000 * sample.utilisation_pct // 100 * sample.window_ms
+    piece = PricedUsage(sample.job_id, 0, sample.project, 0, used, 0, view.currency, True)
+    return [Routed("usage", usage_key(sample.tenant, view.cluster, sample.gpu_model, hour), piece)]
+
+
+def _cost(view: ClusterView, model: str, milli_ms: int) -> int:
+    # rate is per GPU-hour; milli_ms is milli-GPU x milliseconds: divide by 1000 x 3,600,000.
+    return view.rate(model) * milli_ms // (1000 * HOUR_MS)

@@ -1,0 +1,114 @@
+"""What every projection stage is made of: inputs, derived deltas, outputs, and the stage contract.
+
+Called by the stage modules (``projections.jobs``, ``nodes``, ``quota``, ``usage``, ``fleet``,
+``shapes``) and by their hosts (``projections.runner`` in-process, ``projections.faust_app``
+distributed). Pure: no I/O, clock or randomness.
+
+A projection is a small topology of stages. Each stage owns entities under string keys (a job id, a
+``cluster/node``, a ``tenant/queue``) and folds inputs into them with a pure reducer:
+
+    reduce(entity or None, input) -> (entity or None, [emitted])
+
+An input is an event read from the log, or a *delta* another stage derived (a job's placement becomes
+allocation deltas for its nodes and its queue). Emitted items are deltas for other stages (routed by
+key, so a distributed host can send them through a repartition topic) and output events to publish.
+
+Exactly-once effect from at-least-once delivery: every input carries the log position it came from,
+and an entity remembers the last position it applied per source partition, so a replayed or
+duplicated input changes nothing. Deltas carry the position of the event they were derived from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+from events.catalog.base import Event
+from events.envelope import Envelope
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Position:
+    topic: str
+    partition: int
+    offset: int
+
+
+class Delta:
+    """Base of the facts one stage derives for another (never published on public topics)."""
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Input:
+    """One thing a stage folds into one entity. ``position`` is the log position of an event read from
+    the log, and None for a delta: deltas are idempotent by construction (stated per job and run, or
+    per node), and a duplicated event is already stopped at the first stage it reaches."""
+
+    key: str
+    time_ms: int
+    position: Position | None
+    item: Event | Delta
+    envelope_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Routed:
+    """A delta for another stage's entity."""
+
+    stage: str
+    key: str
+    delta: Delta
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """An event to publish, with an id derived from its inputs (so a duplicate is recognisable)."""
+
+    event: Event
+    id: str
+
+
+Emitted = Routed | Output
+
+E = TypeVar("E")
+
+
+class Stage(Protocol, Generic[E]):
+    name: str
+
+    def keys(self, envelope: Envelope) -> Sequence[str]:
+        """The keys of this stage's entities that a log event touches (none: not for this stage)."""
+        ...
+
+    def reduce(self, entity: E | None, item: Input) -> tuple[E | None, list[Emitted]]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """Last applied offset per source partition, kept inside each entity for idempotence."""
+
+    offsets: tuple[tuple[str, int, int], ...] = ()
+
+    def seen(self, position: Position | None) -> bool:
+        if position is None:
+            return False
+        for topic, partition, offset in self.offsets:
+            if topic == position.topic and partition == position.partition:
+                return position.offset <= offset
+        return False
+
+    def after(self, position: Position | None) -> Applied:
+        if position is None:
+            return self
+        kept = tuple(
+            entry for entry in self.offsets if not (entry[0] == position.topic and entry[1] == position.partition)
+        )
+        return Applied(tuple(sorted((*kept, (position.topic, position.partition, position.offset)))))
+
+
+def split_key(key: str) -> tuple[str, str]:
+    left, _, right = key.partition("/")
+    return left, right

@@ -1,0 +1,93 @@
+"""Deltas the job stage derives for the other stages. Pure data.
+
+Allocations are stated per (job, run), not as increments, so applying one twice or a release before
+its allocation cannot corrupt a total: a node holds a map of job -> allocation, a release removes the
+entry only if the run matches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from projections.core import Delta
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAllocation(Delta):
+    """A job's run took (``held``) or gave back (not held) resources on one node."""
+
+    job_id: str
+    run: int
+    held: bool
+    tenant: str = ""
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    gpu_milli: tuple[tuple[int, int], ...] = ()  # (GPU index, milli-GPU)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueAllocation(Delta):
+    """A job's run started or stopped holding quota of a tenant's queue."""
+
+    job_id: str
+    run: int
+    held: bool
+    queue_key: str
+    """``tenant/queue``, the quota stage's key."""
+    cluster: str
+    cpu_milli: int
+    memory_mib: int
+    gpu_milli: int
+    gpu_model: str | None
+    since_ms: int
+    """When the run was placed; the quota stage integrates GPU-hours from it to the release time."""
+
+
+@dataclass(frozen=True, slots=True)
+class PendingDemand(Delta):
+    """A job started (``pending``) or stopped waiting for GPUs of some models (empty: any model)."""
+
+    job_id: str
+    pending: bool
+    gpu_milli: int
+    gpu_models: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCapacity(Delta):
+    """A node's GPU capacity and free capacity per model, as the node stage last computed it."""
+
+    cluster: str
+    node: str
+    present: bool
+    per_model: tuple[tuple[str, int, int], ...] = ()  # (model, capacity milli, free milli)
+
+
+@dataclass(frozen=True, slots=True)
+class UsageInterval(Delta):
+    """A job's run held ``gpu_milli`` of a GPU model in a cluster from ``start_ms`` to ``end_ms``."""
+
+    job_id: str
+    run: int
+    tenant: str
+    project: str
+    cluster: str
+    gpu_model: str
+    gpu_milli: int
+    start_ms: int
+    end_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class UsageSample(Delta):
+    """Measured use of a job's GPUs over a window (from a node's usage report), for its tenant."""
+
+    job_id: str
+    tenant: str
+    project: str
+    cluster: str
+    gpu_model: str
+    gpus: int
+    utilisation_pct: int
+    window_ms: int
+    end_ms: int

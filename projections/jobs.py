@@ -1,0 +1,313 @@
+"""The job view: each job's status, timeline with reasons, placement, waiting time, runs, preemptions.
+
+Called by the projection hosts; its entities are keyed by job id. Pure. Besides the view, this stage
+derives the deltas the other stages need: a placement becomes allocations on its nodes and on its
+tenant's queue; the end of a run releases them and reports the GPU time used; a queued job is
+pending demand for its GPU models.
+
+An event for a job never submitted (an orphan: its JobSubmitted was lost or is still in flight on
+another partition) creates a view marked ``orphan`` rather than failing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from events.catalog.base import Event
+from events.catalog.decisions import JobPlaced, JobPreemptionRequested, JobQueued, JobReclaimRequested
+from events.catalog.jobs import (
+    JobCancelled,
+    JobCancelRequested,
+    JobFailed,
+    JobPreempted,
+    JobReclaimed,
+    JobRejected,
+    JobStarted,
+    JobSubmitted,
+    JobSucceeded,
+)
+from events.envelope import Envelope
+from projections.core import Applied, Emitted, Input, Routed
+from projections.deltas import NodeAllocation, PendingDemand, QueueAllocation, UsageInterval
+
+STAGE = "jobs"
+TIMELINE_LIMIT = 200
+
+_TERMINAL = frozenset({"succeeded", "failed", "cancelled", "rejected"})
+_ENDS_RUN = (JobSucceeded, JobFailed, JobPreempted, JobReclaimed, JobCancelled)
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineEntry:
+    time_ms: int
+    status: str
+    event: str
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSlot:
+    node: str
+    gpu_indices: tuple[int, ...]
+    gpu_milli_each: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    job_id: str
+    status: str = "unknown"
+    orphan: bool = True
+    name: str = ""
+    tenant: str = ""
+    project: str = ""
+    queue: str = ""
+    kind: str = ""
+    priority_class: str = ""
+    replicas: int = 0
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    gpu_milli: int = 0
+    """Per replica."""
+    gpu_models: tuple[str, ...] = ()
+    preemptible: bool = True
+    submitted_ms: int | None = None
+    placed_ms: int | None = None
+    started_ms: int | None = None
+    ended_ms: int | None = None
+    cluster: str | None = None
+    placement: tuple[ReplicaSlot, ...] = ()
+    run: int = 0
+    runs: int = 0
+    preemptions: int = 0
+    waiting_ms: int = 0
+    queued_since_ms: int | None = None
+    last_reason: str = ""
+    last_message: str = ""
+    timeline: tuple[TimelineEntry, ...] = ()
+    timeline_dropped: int = 0
+    applied: Applied = field(default_factory=Applied)
+
+    @property
+    def allocated(self) -> bool:
+        return self.cluster is not None and bool(self.placement) and self.status in ("placed", "running")
+
+
+class JobStage:
+    name = STAGE
+
+    def keys(self, envelope: Envelope) -> Sequence[str]:
+        data = envelope.data
+        job_id = getattr(data, "job_id", None)
+        if isinstance(job_id, str) and isinstance(data, _HANDLED):
+            return (job_id,)
+        return ()
+
+    def reduce(self, entity: JobView | None, item: Input) -> tuple[JobView | None, list[Emitted]]:
+        event = item.item
+        assert isinstance(event, Event)
+        view = entity or JobView(job_id=item.key)
+        if view.applied.seen(item.position):
+            return entity, []
+        view, emitted = _apply(view, event, item.time_ms)
+        return replace(view, applied=view.applied.after(item.position)), emitted
+
+
+def _apply(view: JobView, event: Event, now: int) -> tuple[JobView, list[Emitted]]:
+    if isinstance(event, JobSubmitted):
+        return _submitted(view, event, now)
+    if isinstance(event, JobQueued):
+        reasons = ",".join(r.value for r in event.reasons)
+        if view.status in _TERMINAL or view.allocated:
+            return _log(view, now, view.status, event, reasons, event.message), []
+        view = replace(view, status="queued", queued_since_ms=_since(view, now))
+        return _log(view, now, "queued", event, reasons, event.message), _demand(view, True)
+    if isinstance(event, JobPlaced):
+        return _placed(view, event, now)
+    if isinstance(event, JobStarted):
+        if event.run != view.run or view.status in _TERMINAL:
+            return _log(view, now, view.status, event, "StaleRun", f"run {event.run} is not the current run"), []
+        view = replace(view, status="running", started_ms=view.started_ms or now)
+        return _log(view, now, "running", event, "", event.message), []
+    if isinstance(event, _ENDS_RUN):
+        return _run_ended(view, event, now)
+    if isinstance(event, JobPreemptionRequested | JobReclaimRequested):
+        return _log(view, now, view.status, event, event.reason.value, event.message), []
+    if isinstance(event, JobCancelRequested):
+        return _log(view, now, view.status, event, "CancelRequested", event.reason), []
+    if isinstance(event, JobRejected):
+        view = replace(view, status="rejected", tenant=view.tenant or event.tenant, ended_ms=now)
+        return _log(view, now, "rejected", event, event.reason.value, event.message), []
+    return view, []
+
+
+def _submitted(view: JobView, event: JobSubmitted, now: int) -> tuple[JobView, list[Emitted]]:
+    r = event.resources
+    view = replace(
+        view,
+        orphan=False,
+        name=event.name,
+        tenant=event.tenant,
+        project=event.project,
+        queue=event.queue,
+        kind=event.kind.value,
+        priority_class=event.priority_class.value,
+        replicas=event.replicas,
+        cpu_milli=r.cpu_milli,
+        memory_mib=r.memory_mib,
+        gpu_milli=r.total_gpu_milli(),
+        gpu_models=tuple(r.gpu_models),
+        preemptible=event.preemptible,
+        submitted_ms=now,
+    )
+    emitted: list[Emitted] = []
+    if view.status == "unknown":
+        view = replace(view, status="submitted", queued_since_ms=now)
+        emitted = _demand(view, True)
+    return _log(view, now, view.status, event, "Submitted", ""), emitted
+
+
+def _placed(view: JobView, event: JobPlaced, now: int) -> tuple[JobView, list[Emitted]]:
+    emitted: list[Emitted] = []
+    if view.allocated:  # a new placement replaces an older one still held (should not happen; stay exact)
+        emitted += _release(view, now)
+    waited = view.waiting_ms + (now - view.queued_since_ms if view.queued_since_ms is not None else 0)
+    slots = tuple(ReplicaSlot(r.node, tuple(r.gpu_indices), r.gpu_milli_each) for r in event.replicas)
+    view = replace(
+        view,
+        status="placed",
+        cluster=event.cluster,
+        placement=slots,
+        run=event.run,
+        runs=view.runs + 1,
+        placed_ms=now,
+        waiting_ms=max(0, waited),
+        queued_since_ms=None,
+    )
+    emitted += _demand(view, False)
+    emitted += _hold(view, now)
+    return _log(view, now, "placed", event, event.reason.value, event.explanation), emitted
+
+
+def _run_ended(view: JobView, event: Event, now: int) -> tuple[JobView, list[Emitted]]:
+    run = getattr(event, "run", 0)
+    if isinstance(event, JobCancelled) and run == 0:
+        run = view.run
+    if run != view.run and view.run != 0:
+        return _log(view, now, view.status, event, "StaleRun", f"run {run} is not the current run {view.run}"), []
+    emitted = _release(view, now) if view.allocated else []
+    status, reason = {
+        JobSucceeded: ("succeeded", "Succeeded"),
+        JobFailed: ("failed", "Failed"),
+        JobPreempted: ("queued", "Preempted"),
+        JobReclaimed: ("queued", "Reclaimed"),
+        JobCancelled: ("cancelled", "Cancelled"),
+    }[type(event)]
+    if isinstance(event, JobFailed):
+        reason = event.reason.value
+    view = replace(view, status=status, placement=())
+    if status == "queued":
+        view = replace(view, preemptions=view.preemptions + 1, queued_since_ms=now)
+        emitted += _demand(view, True)
+    else:
+        view = replace(view, ended_ms=now, queued_since_ms=None)
+        emitted += _demand(view, False)
+    return _log(view, now, status, event, reason, getattr(event, "message", "")), emitted
+
+
+def _since(view: JobView, now: int) -> int:
+    return now if view.queued_since_ms is None else view.queued_since_ms
+
+
+def _log(view: JobView, now: int, status: str, event: Event, reason: str, message: str) -> JobView:
+    entry = TimelineEntry(now, status, event.event_type.rsplit(".", 1)[-1], reason, message[:512])
+    timeline = (*view.timeline, entry)
+    dropped = view.timeline_dropped
+    if len(timeline) > TIMELINE_LIMIT:
+        # Keep the first entries (how it started) and the latest ones (where it is now).
+        timeline = timeline[:20] + timeline[-(TIMELINE_LIMIT - 20) :]
+        dropped += 1
+    return replace(
+        view,
+        timeline=timeline,
+        timeline_dropped=dropped,
+        last_reason=reason or view.last_reason,
+        last_message=message or view.last_message,
+    )
+
+
+def queue_key(tenant: str, queue: str) -> str:
+    return f"{tenant or 'unknown'}/{queue or 'default'}"
+
+
+def _demand(view: JobView, pending: bool) -> list[Emitted]:
+    if view.orphan or view.gpu_milli == 0:
+        return []
+    demand = PendingDemand(view.job_id, pending, view.gpu_milli * view.replicas, view.gpu_models)
+    return [Routed("fleet", "fleet", demand)]
+
+
+def _hold(view: JobView, now: int) -> list[Emitted]:
+    assert view.cluster is not None
+    emitted: list[Emitted] = []
+    for slot in view.placement:
+        gpu = tuple((index, slot.gpu_milli_each) for index in slot.gpu_indices)
+        delta = NodeAllocation(view.job_id, view.run, True, view.tenant, view.cpu_milli, view.memory_mib, gpu)
+        emitted.append(Routed("nodes", f"{view.cluster}/{slot.node}", delta))
+    emitted.append(_via_node(view, _queue_delta(view, True, now)))
+    return emitted
+
+
+def _release(view: JobView, now: int) -> list[Emitted]:
+    assert view.cluster is not None
+    emitted: list[Emitted] = [
+        Routed("nodes", f"{view.cluster}/{slot.node}", NodeAllocation(view.job_id, view.run, False))
+        for slot in view.placement
+    ]
+    emitted.append(_via_node(view, _queue_delta(view, False, now)))
+    total = sum(len(slot.gpu_indices) * slot.gpu_milli_each for slot in view.placement)
+    if total and view.placed_ms is not None:
+        interval = UsageInterval(
+            view.job_id, view.run, view.tenant, view.project, view.cluster, "", total, view.placed_ms, now
+        )
+        emitted.append(_via_node(view, interval))
+    return emitted
+
+
+def _via_node(view: JobView, delta: QueueAllocation | UsageInterval) -> Routed:
+    """The GPU model lives with the node: the first replica's node fills it in and passes it on."""
+    return Routed("nodes", f"{view.cluster}/{view.placement[0].node}", delta)
+
+
+def _queue_delta(view: JobView, held: bool, now: int) -> QueueAllocation:
+    assert view.cluster is not None
+    return QueueAllocation(
+        view.job_id,
+        view.run,
+        held,
+        queue_key(view.tenant, view.queue),
+        view.cluster,
+        view.cpu_milli * view.replicas,
+        view.memory_mib * view.replicas,
+        view.gpu_milli * view.replicas,
+        None,
+        view.placed_ms if view.placed_ms is not None else now,
+    )
+
+
+_HANDLED = (
+    JobSubmitted,
+    JobQueued,
+    JobPlaced,
+    JobStarted,
+    JobSucceeded,
+    JobFailed,
+    JobPreempted,
+    JobReclaimed,
+    JobCancelled,
+    JobPreemptionRequested,
+    JobReclaimRequested,
+    JobCancelRequested,
+    JobRejected,
+)

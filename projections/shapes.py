@@ -1,0 +1,60 @@
+"""Workload shapes: how often each typical job shape is asked for, the input of fragmentation-aware
+placement (a node's fragmentation is measured against the shapes users actually submit).
+
+Called by the projection hosts; keyed by shape (``cpu_milli:memory_mib:gpu_milli:model``). Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from events.catalog.jobs import JobSubmitted
+from events.envelope import Envelope
+from projections.core import Applied, Emitted, Input
+
+STAGE = "shapes"
+_CPU_STEP = 1000
+_MEMORY_STEP = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ShapeCount:
+    shape: str
+    cpu_milli: int
+    memory_mib: int
+    gpu_milli: int
+    gpu_model: str
+    count: int = 0
+    replicas: int = 0
+    applied: Applied = field(default_factory=Applied)
+
+
+def shape_of(job: JobSubmitted) -> tuple[str, int, int, int, str]:
+    """Round CPU up to whole cores and memory up to GiB so near-identical shapes share a bucket."""
+    r = job.resources
+    cpu = -(-r.cpu_milli // _CPU_STEP) * _CPU_STEP
+    memory = -(-r.memory_mib // _MEMORY_STEP) * _MEMORY_STEP
+    gpu = r.total_gpu_milli()
+    model = "|".join(sorted(r.gpu_models)) or "any"
+    return f"{cpu}:{memory}:{gpu}:{model}", cpu, memory, gpu, model
+
+
+class ShapeStage:
+    name = STAGE
+
+    def keys(self, envelope: Envelope) -> Sequence[str]:
+        if isinstance(envelope.data, JobSubmitted):
+            return (shape_of(envelope.data)[0],)
+        return ()
+
+    def reduce(self, entity: ShapeCount | None, item: Input) -> tuple[ShapeCount | None, list[Emitted]]:
+        job = item.item
+        if not isinstance(job, JobSubmitted):
+            return entity, []
+        key, cpu, memory, gpu, model = shape_of(job)
+        shape = entity or ShapeCount(key, cpu, memory, gpu, model)
+        if shape.applied.seen(item.position):
+            return entity, []
+        shape = replace(shape, count=shape.count + 1, replicas=shape.replicas + job.replicas)
+        return replace(shape, applied=shape.applied.after(item.position)), []

@@ -1,0 +1,84 @@
+"""The projection topology: which stages there are and how one log event flows through them.
+
+Called by the in-process runner (embedded mode); the faust host wires the same stages as agents with
+repartition topics between them. Pure: entities live in a store the host provides.
+
+``process`` folds one event into the stages that own it, then the deltas they emit into their target
+entities, breadth first, in emission order; outputs (events to publish) are collected in that order.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from events.envelope import Envelope
+from projections.clusters import ClusterStage
+from projections.core import Input, Output, Position, Routed, Stage
+from projections.fleet import FleetStage
+from projections.jobs import JobStage
+from projections.nodes import NodeStage
+from projections.quota import QuotaStage
+from projections.shapes import ShapeStage
+from projections.usage import UsageStage
+
+Key = tuple[str, str]
+
+
+class EntityStore(Protocol):
+    def get(self, stage: str, key: str) -> Any: ...
+
+    def put(self, stage: str, key: str, entity: Any) -> None: ...
+
+
+@dataclass
+class MemoryStore:
+    """Entities in dictionaries, one per stage (the in-process runner's store)."""
+
+    tables: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def get(self, stage: str, key: str) -> Any:
+        return self.tables.get(stage, {}).get(key)
+
+    def put(self, stage: str, key: str, entity: Any) -> None:
+        table = self.tables.setdefault(stage, {})
+        if entity is None:
+            table.pop(key, None)
+        else:
+            table[key] = entity
+
+
+@dataclass
+class Processed:
+    outputs: list[Output] = field(default_factory=list)
+    changed: set[Key] = field(default_factory=set)
+
+
+def default_stages() -> tuple[Stage[Any], ...]:
+    return (JobStage(), NodeStage(), ClusterStage(), QuotaStage(), ShapeStage(), FleetStage(), UsageStage())
+
+
+class Topology:
+    def __init__(self, stages: Iterable[Stage[Any]] | None = None) -> None:
+        self.stages: Mapping[str, Stage[Any]] = {stage.name: stage for stage in (stages or default_stages())}
+
+    def process(self, store: EntityStore, envelope: Envelope, position: Position, into: Processed) -> None:
+        queue: deque[tuple[str, Input]] = deque()
+        for name, stage in self.stages.items():
+            for key in stage.keys(envelope):
+                queue.append((name, Input(key, envelope.time_ms, position, envelope.data, envelope.id)))
+        while queue:
+            name, item = queue.popleft()
+            stage = self.stages[name]
+            before = store.get(name, item.key)
+            after, emitted = stage.reduce(before, item)
+            if after is not before:
+                store.put(name, item.key, after)
+                into.changed.add((name, item.key))
+            for out in emitted:
+                if isinstance(out, Routed):
+                    queue.append((out.stage, Input(out.key, item.time_ms, None, out.delta, item.envelope_id)))
+                elif isinstance(out, Output):
+                    into.outputs.append(out)

@@ -1,0 +1,73 @@
+"""Utilisation and cost: GPU time allocated and used, and its cost, per tenant x cluster x model x hour.
+
+Called by the projection hosts; keyed ``tenant|cluster|model|hour``. Pure. Allocated GPU time comes
+from finished runs (priced by the cluster stage); used GPU time from usage reports. Idle allocated
+time is allocated minus used. Each run contributes once per hour bucket (kept by job and run), so a
+replayed delta cannot count twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from events.envelope import Envelope
+from projections.clusters import PricedUsage
+from projections.core import Applied, Emitted, Input
+
+STAGE = "usage"
+
+
+@dataclass(frozen=True, slots=True)
+class UsageBucket:
+    tenant: str
+    cluster: str
+    gpu_model: str
+    hour_ms: int
+    allocated_milli_ms: int = 0
+    used_milli_ms: int = 0
+    cost_micro: int = 0
+    currency: str = ""
+    runs: tuple[tuple[str, int], ...] = ()
+    projects: tuple[tuple[str, int, int], ...] = ()  # (project, allocated milli-ms, cost micro)
+    applied: Applied = field(default_factory=Applied)
+
+    @property
+    def allocated_gpu_hours(self) -> float:
+        return self.allocated_milli_ms / 1000 / 3_600_000
+
+    @property
+    def idle_milli_ms(self) -> int:
+        return max(0, self.allocated_milli_ms - self.used_milli_ms)
+
+
+class UsageStage:
+    name = STAGE
+
+    def keys(self, envelope: Envelope) -> Sequence[str]:
+        return ()
+
+    def reduce(self, entity: UsageBucket | None, item: Input) -> tuple[UsageBucket | None, list[Emitted]]:
+        tenant, cluster, model, hour = item.key.split("|")
+        bucket = entity or UsageBucket(tenant, cluster, model, int(hour))
+        piece = item.item
+        if bucket.applied.seen(item.position) or not isinstance(piece, PricedUsage):
+            return entity, []
+        if piece.sample:
+            bucket = replace(bucket, used_milli_ms=bucket.used_milli_ms + piece.used_milli_ms)
+        else:
+            run = (piece.job_id, piece.run)
+            if run in bucket.runs:
+                return entity, []
+            projects = {name: (alloc, cost) for name, alloc, cost in bucket.projects}
+            alloc, cost = projects.get(piece.project, (0, 0))
+            projects[piece.project] = (alloc + piece.allocated_milli_ms, cost + piece.cost_micro)
+            bucket = replace(
+                bucket,
+                allocated_milli_ms=bucket.allocated_milli_ms + piece.allocated_milli_ms,
+                cost_micro=bucket.cost_micro + piece.cost_micro,
+                currency=piece.currency or bucket.currency,
+                runs=tuple(sorted((*bucket.runs, run))),
+                projects=tuple(sorted((name, a, c) for name, (a, c) in projects.items())),
+            )
+        return replace(bucket, applied=bucket.applied.after(item.position)), []
