@@ -1,9 +1,69 @@
-"""Sub-commands: simulate."""
+"""Sub-commands: ``fedsched simulate``, the trace simulator that drives the scheduling core.
+
+``--mode arrival`` reproduces the FGD paper's experiment (pods arrive, never depart) and prints the
+unallocated-GPU table per policy; ``--mode timed`` replays creation and deletion times through the full
+scheduling cycle (queueing, fairness, preemption). Heavy modules are imported inside the handler.
+"""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
+
+DEFAULT_POLICIES = "fgd,fgd-paper,bestfit,packing,spread,random,dotprod"
+
+
+def parse_seeds(text: str) -> list[int]:
+    seeds: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "-" in part[1:]:
+            lo, hi = part.split("-", 1)
+            seeds.extend(range(int(lo), int(hi) + 1))
+        else:
+            seeds.append(int(part))
+    if not seeds:
+        raise argparse.ArgumentTypeError("no seeds")
+    return seeds
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    pass
+    p = sub.add_parser(
+        "simulate",
+        help="replay real cluster traces through the scheduling core and measure placement quality",
+        description=(
+            "Replay the Alibaba openb traces through the scheduling core. Traces are read from "
+            "$FEDSCHED_TRACES, else <repo>/../shared/traces."
+        ),
+    )
+    p.add_argument("--mode", choices=["arrival", "timed"], default="arrival")
+    p.add_argument("--nodes", help="node list CSV (default: openb GPU nodes)")
+    p.add_argument(
+        "--pods",
+        default="default",
+        help="pod list CSV, or trace names (default, multigpu50, gpushare40, gpuspec20, cpu050; comma-separated)",
+    )
+    p.add_argument("--policy", default=DEFAULT_POLICIES, help=f"node policies (default: {DEFAULT_POLICIES})")
+    p.add_argument("--seeds", type=parse_seeds, default=parse_seeds("42-51"), help="e.g. 42-51 or 42,43")
+    p.add_argument("--clusters", type=int, default=1, help="split the fleet into K clusters (federation)")
+    p.add_argument("--workers", type=int, default=1, help="runs in parallel processes")
+    p.add_argument("--plot", help="write unallocated GPU %% against arrived %% to this PNG")
+    p.add_argument("--placements-out", help="write every placement as CSV")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    p.add_argument("--max-pods", type=int, default=0, help="timed mode: replay only the first N pods")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.mode == "timed":
+        from services.scheduler.sim.cli import run_timed
+
+        return run_timed(args)
+    from services.scheduler.sim.cli import run_arrival_cli
+
+    return run_arrival_cli(args)
+
+
+__all__: list[Any] = ["parse_seeds", "register"]

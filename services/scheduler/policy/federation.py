@@ -1,0 +1,114 @@
+"""Federation: which cluster a job goes to, once its feasibility per cluster is known.
+
+Called by the cycle (for every job) and by the simulator (``--clusters K``). Each candidate cluster gets
+six terms, each an integer in 0..1000 where lower is better, weighted by the policy configuration:
+fit (the placement cost of the node policy, normalised across the candidates), data locality (share of
+the job's datasets missing there), congestion (profile), hot-spot pressure on the GPU model the job would
+use there, health (1000 - stability) and cost (normalised price per GPU-hour). Ties go to the cluster id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from services.scheduler.policy.fleet import Demand
+from services.scheduler.policy.model import Cluster, ClusterId, ClusterWeights
+from services.scheduler.policy.placer import Choice, Placer
+
+SCALE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterScore:
+    cluster: ClusterId
+    total: int
+    fit: int
+    locality: int
+    congestion: int
+    hot_spot: int
+    health: int
+    cost: int
+    placement_cost: int  # the node policy's raw cost (sum over replicas)
+
+    def breakdown(self) -> dict[str, int]:
+        return {
+            "total": self.total,
+            "fit": self.fit,
+            "locality": self.locality,
+            "congestion": self.congestion,
+            "hot_spot": self.hot_spot,
+            "health": self.health,
+            "cost": self.cost,
+            "placement_cost": self.placement_cost,
+        }
+
+
+def _normalise(values: Sequence[int]) -> list[int]:
+    lo, hi = min(values), max(values)
+    if hi == lo:
+        return [0 for _ in values]
+    return [(v - lo) * SCALE // (hi - lo) for v in values]
+
+
+def score_clusters(
+    candidates: Sequence[tuple[ClusterId, int, int]],
+    profiles: Mapping[ClusterId, Cluster],
+    datasets: Sequence[str],
+    weights: ClusterWeights,
+) -> list[ClusterScore]:
+    """Rank candidate clusters, best first. A candidate is (cluster, placement cost, hot pressure 0..1000)."""
+    if not candidates:
+        return []
+    ordered = sorted(candidates, key=lambda c: c[0])
+    fits = _normalise([c[1] for c in ordered])
+    prices = _normalise([profiles[c[0]].cost_milli_per_gpu_hour if c[0] in profiles else 0 for c in ordered])
+    wanted = sorted(set(datasets))
+    out = []
+    for (cid, raw, hot), fit, price in zip(ordered, fits, prices, strict=True):
+        prof = profiles.get(cid, Cluster(cluster_id=cid))
+        have = set(prof.datasets)
+        locality = (SCALE * sum(1 for d in wanted if d not in have) // len(wanted)) if wanted else 0
+        congestion = max(0, min(SCALE, prof.congestion_milli))
+        health = SCALE - max(0, min(SCALE, prof.stability_milli))
+        total = (
+            weights.fit * fit
+            + weights.locality * locality
+            + weights.congestion * congestion
+            + weights.hot_spot * max(0, min(SCALE, hot))
+            + weights.health * health
+            + weights.cost * price
+        )
+        out.append(ClusterScore(cid, total, fit, locality, congestion, hot, health, price, raw))
+    out.sort(key=lambda s: (s.total, s.placement_cost, s.cluster))
+    return out
+
+
+def choose_replica_across_clusters(
+    placer: Placer,
+    demand: Demand,
+    profiles: Mapping[ClusterId, Cluster],
+    weights: ClusterWeights,
+    datasets: Sequence[str] = (),
+) -> tuple[Choice, list[ClusterScore]] | None:
+    """The simulator's and the cycle's path for one single replica: best node per cluster, then federation."""
+    fs = placer.fleet
+    if len(fs.clusters) == 1:
+        c = placer.choose(demand)
+        if c is None:
+            return None
+        return c, []
+    per: dict[ClusterId, Choice] = {}
+    cands: list[tuple[ClusterId, int, int]] = []
+    for cid, (lo, hi) in zip(fs.clusters, fs.cluster_range, strict=True):
+        c = placer.choose(demand, lo, hi)
+        if c is not None:
+            per[cid] = c
+            cands.append((cid, c.cost, 0))
+    if not cands:
+        return None
+    ranked = score_clusters(cands, profiles, datasets, weights)
+    return per[ranked[0].cluster], ranked
+
+
+__all__ = ["ClusterScore", "choose_replica_across_clusters", "score_clusters"]

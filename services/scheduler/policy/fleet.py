@@ -1,0 +1,175 @@
+"""The fleet as numpy integer arrays: free CPU, memory and per-GPU milli-GPU of every node.
+
+Called by the ``Placer`` (the hot loop of the cycle, the simulator and the benchmark). Nodes are held in
+one canonical order, sorted by (cluster id, node id), whatever order they were given in; every array is
+indexed by that position, and the nodes of one cluster form one contiguous range. ``take`` and ``give``
+are the only mutations; each bumps the node's version so cached scores of that node are recomputed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from services.scheduler.policy.model import MILLI, ClusterId, Health, Job, Node, NodeId, ReplicaPlacement
+
+I64 = npt.NDArray[np.int64]
+B = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """What one replica asks for; the cache key of the placer's per-shape scores."""
+
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    gpus: int = 0  # whole GPUs
+    gpu_milli: int = 0  # a share of one GPU (1..999)
+    models: tuple[str, ...] = ()
+    min_gpu_memory_mib: int = 0
+
+    @property
+    def is_share(self) -> bool:
+        return self.gpus == 0 and self.gpu_milli > 0
+
+    @property
+    def total_gpu_milli(self) -> int:
+        return self.gpus * MILLI + self.gpu_milli
+
+    @staticmethod
+    def of(job: Job) -> Demand:
+        gpus, share = job.gpus, job.gpu_milli
+        if gpus == 0 and share >= MILLI:  # a "share" of a whole GPU is a whole GPU
+            gpus, share = 1, 0
+        return Demand(
+            cpu_milli=job.cpu_milli,
+            memory_mib=job.memory_mib,
+            gpus=gpus,
+            gpu_milli=share,
+            models=tuple(sorted(set(job.gpu_models))),
+            min_gpu_memory_mib=job.min_gpu_memory_mib,
+        )
+
+
+class FleetState:
+    """Mutable integer arrays of one fleet. Owned by one placer or one cycle; never shared."""
+
+    def __init__(self, nodes: Iterable[Node]) -> None:
+        ordered = sorted(nodes, key=lambda n: (n.cluster, n.node_id))
+        n = len(ordered)
+        self.nodes: tuple[Node, ...] = tuple(ordered)
+        self.node_ids: tuple[NodeId, ...] = tuple(x.node_id for x in ordered)
+        self.index: dict[NodeId, int] = {nid: i for i, nid in enumerate(self.node_ids)}
+        if len(self.index) != n:
+            raise ValueError("node ids must be unique")
+        self.clusters: tuple[ClusterId, ...] = tuple(sorted({x.cluster for x in ordered}))
+        cpos = {c: i for i, c in enumerate(self.clusters)}
+        self.cluster_of: I64 = np.array([cpos[x.cluster] for x in ordered], dtype=np.int64)
+        bounds = np.searchsorted(self.cluster_of, np.arange(len(self.clusters) + 1))
+        self.cluster_range: tuple[tuple[int, int], ...] = tuple(
+            (int(bounds[i]), int(bounds[i + 1])) for i in range(len(self.clusters))
+        )
+        self.models: tuple[str, ...] = tuple(sorted({x.gpu_model for x in ordered if x.gpu_model}))
+        mpos = {m: i for i, m in enumerate(self.models)}
+        self.model_of: I64 = np.array([mpos.get(x.gpu_model, -1) for x in ordered], dtype=np.int64)
+        self.domains: tuple[str, ...] = tuple(sorted({x.domain for x in ordered}))
+        dpos = {d: i for i, d in enumerate(self.domains)}
+        self.domain_of: I64 = np.array([dpos[x.domain] for x in ordered], dtype=np.int64)
+        self.gpu_slots = max([1] + [len(x.gpus) for x in ordered])
+        g = self.gpu_slots
+        self.gpu_free: I64 = np.zeros((n, g), dtype=np.int64)
+        self.gpu_index: I64 = np.full((n, g), -1, dtype=np.int64)
+        self.gpu_degraded: B = np.zeros((n, g), dtype=np.bool_)
+        self.gpu_usable: B = np.zeros((n, g), dtype=np.bool_)
+        for i, node in enumerate(ordered):
+            for j, gpu in enumerate(sorted(node.gpus, key=lambda x: x.index)):
+                self.gpu_index[i, j] = gpu.index
+                if gpu.health is not Health.FAILED:
+                    self.gpu_usable[i, j] = True
+                    self.gpu_free[i, j] = max(0, min(MILLI, gpu.free_milli))
+                    self.gpu_degraded[i, j] = gpu.health is Health.DEGRADED
+        self.gpu_count: I64 = self.gpu_usable.sum(axis=1).astype(np.int64)
+        self.cpu_cap: I64 = np.array([x.cpu_milli for x in ordered], dtype=np.int64)
+        self.mem_cap: I64 = np.array([x.memory_mib for x in ordered], dtype=np.int64)
+        self.cpu_free: I64 = np.array([x.cpu_free_milli for x in ordered], dtype=np.int64)
+        self.mem_free: I64 = np.array([x.memory_free_mib for x in ordered], dtype=np.int64)
+        self.gpu_mem: I64 = np.array([x.gpu_memory_mib for x in ordered], dtype=np.int64)
+        self.schedulable: B = np.array([x.schedulable for x in ordered], dtype=np.bool_)
+        self.version: I64 = np.zeros(n, dtype=np.int64)
+        # Tie-break rank: node order unless a caller installs a (seeded) permutation.
+        self.tiebreak: I64 = np.arange(n, dtype=np.int64)
+
+    @property
+    def size(self) -> int:
+        return len(self.node_ids)
+
+    def model_mask(self, models: Sequence[str]) -> B:
+        """Per node: does its GPU model satisfy ``models`` (empty = any model, even none)."""
+        if not models:
+            return np.ones(self.size, dtype=np.bool_)
+        allowed = np.zeros(len(self.models) + 1, dtype=np.bool_)  # last entry: node without GPUs
+        for m in models:
+            if m in self.models:
+                allowed[self.models.index(m)] = True
+        return allowed[self.model_of]
+
+    def feasible(self, d: Demand, idx: I64 | None = None) -> B:
+        """Per node (or per listed node): can one replica of ``d`` go there now."""
+        sel = slice(None) if idx is None else idx
+        ok = self.schedulable[sel] & (self.cpu_free[sel] >= d.cpu_milli) & (self.mem_free[sel] >= d.memory_mib)
+        if d.models:
+            ok &= self.model_mask(d.models)[sel]
+        if d.gpus or d.gpu_milli:
+            ok &= self.gpu_mem[sel] >= d.min_gpu_memory_mib
+        if d.gpus:
+            ok &= ((self.gpu_free[sel] == MILLI) & self.gpu_usable[sel]).sum(axis=1) >= d.gpus
+        elif d.gpu_milli:
+            ok &= (self.gpu_free[sel] >= d.gpu_milli).any(axis=1)
+        return ok
+
+    def whole_gpu_slots(self, i: int, count: int) -> tuple[int, ...]:
+        """The first ``count`` fully free GPUs of node ``i``, healthy ones before degraded ones."""
+        free = [j for j in range(self.gpu_slots) if self.gpu_usable[i, j] and self.gpu_free[i, j] == MILLI]
+        free.sort(key=lambda j: (bool(self.gpu_degraded[i, j]), j))
+        if len(free) < count:
+            raise ValueError("not enough free GPUs")
+        return tuple(sorted(free[:count]))
+
+    def take(self, i: int, d: Demand, slots: Sequence[int]) -> ReplicaPlacement:
+        each = MILLI if d.gpus else d.gpu_milli
+        for j in slots:
+            if self.gpu_free[i, j] < each:
+                raise ValueError("GPU over-commit")
+            self.gpu_free[i, j] -= each
+        if self.cpu_free[i] < d.cpu_milli or self.mem_free[i] < d.memory_mib:
+            raise ValueError("CPU or memory over-commit")
+        self.cpu_free[i] -= d.cpu_milli
+        self.mem_free[i] -= d.memory_mib
+        self.version[i] += 1
+        return ReplicaPlacement(
+            node_id=self.node_ids[i],
+            gpu_indices=tuple(int(self.gpu_index[i, j]) for j in slots),
+            gpu_milli_each=each if slots else 0,
+        )
+
+    def give(self, p: ReplicaPlacement, cpu_milli: int, memory_mib: int) -> None:
+        """Return what ``p`` took (a departure, a preemption or a rolled-back trial placement)."""
+        i = self.index[p.node_id]
+        for gi in p.gpu_indices:
+            j = int(np.flatnonzero(self.gpu_index[i] == gi)[0])
+            self.gpu_free[i, j] = min(MILLI, int(self.gpu_free[i, j]) + p.gpu_milli_each)
+        self.cpu_free[i] += cpu_milli
+        self.mem_free[i] += memory_mib
+        self.version[i] += 1
+
+    def allocated_gpu_milli(self) -> int:
+        return int((self.gpu_count * MILLI).sum() - (self.gpu_free * self.gpu_usable).sum())
+
+    def capacity_gpu_milli(self) -> int:
+        return int(self.gpu_count.sum() * MILLI)
+
+
+__all__ = ["Demand", "FleetState"]

@@ -1,0 +1,93 @@
+"""GPU fragmentation measured against a target workload (the FGD paper's definition), in integers.
+
+Called by the node scoring of the fragmentation-aware policy, by the simulator's report and by the
+cycle's explanations. For a node and one typical task shape k: if the node can host the shape (GPU model
+accessible, enough GPUs with at least the shape's per-GPU share free, enough CPU), the fragment is the
+free GPU capacity on GPUs too small for the shape; otherwise all of the node's free GPU capacity is a
+fragment (CPU-only shapes use no GPU, so for them all free GPU capacity counts too, as in the paper).
+A node's fragmentation is the shape-weighted sum. With integer weights ``w_k`` (counts) this is
+
+    F(node) = W * free_gpu(node) - sum_k w_k * fits_k(node) * free_on_gpus_at_least(share_k)
+
+in milli-GPU x weight units (divide by W = sum of weights for expected milli-GPU). No floats.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from services.scheduler.policy.model import Shape
+
+I64 = npt.NDArray[np.int64]
+B = npt.NDArray[np.bool_]
+
+
+def typical_shapes(samples: Iterable[Shape], coverage_pct: int = 95) -> tuple[Shape, ...]:
+    """The most common shapes that together cover ``coverage_pct`` % of the samples, with counts.
+
+    Samples' own weights are summed; ties in popularity are broken by the shape itself (stable).
+    """
+    counts: Counter[tuple[int, int, int, tuple[str, ...]]] = Counter()
+    for s in samples:
+        counts[(s.cpu_milli, s.gpu_milli if s.gpus else 0, s.gpus, tuple(sorted(s.models)))] += s.weight
+    total = sum(counts.values())
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    out: list[Shape] = []
+    covered = 0
+    for (cpu, milli, gpus, models), count in ranked:
+        if covered * 100 >= coverage_pct * total:
+            break
+        out.append(Shape(cpu_milli=cpu, gpu_milli=milli, gpus=gpus, models=models, weight=count))
+        covered += count
+    return tuple(out)
+
+
+class FragModel:
+    """Typical shapes compiled against one fleet's GPU-model vocabulary."""
+
+    def __init__(self, shapes: Sequence[Shape], fleet_models: Sequence[str]) -> None:
+        if not shapes:
+            raise ValueError("fragmentation needs at least one typical shape")
+        self.shapes = tuple(shapes)
+        self.total_weight = int(sum(s.weight for s in shapes))
+        gpu_shapes = [s for s in shapes if s.gpus > 0 and s.gpu_milli > 0]
+        self.thresholds: I64 = np.array(sorted({s.gpu_milli for s in gpu_shapes}) or [1000], dtype=np.int64)
+        tpos = {int(t): i for i, t in enumerate(self.thresholds)}
+        self.t_idx: I64 = np.array([tpos[s.gpu_milli] for s in gpu_shapes], dtype=np.int64)
+        self.num: I64 = np.array([s.gpus for s in gpu_shapes], dtype=np.int64)
+        self.cpu: I64 = np.array([s.cpu_milli for s in gpu_shapes], dtype=np.int64)
+        self.weight: I64 = np.array([s.weight for s in gpu_shapes], dtype=np.int64)
+        models = list(fleet_models)
+        access = np.zeros((len(models) + 1, len(gpu_shapes)), dtype=np.bool_)  # last row: no GPU model
+        for k, s in enumerate(gpu_shapes):
+            for m, name in enumerate(models):
+                access[m, k] = not s.models or name in s.models
+        self.access: B = access
+
+    def features(self, gpu_free: I64) -> tuple[I64, I64, I64]:
+        """Per state: GPUs with at least each threshold free, milli-GPU on them, total free."""
+        ge = gpu_free[..., None] >= self.thresholds
+        cnt = ge.sum(axis=-2, dtype=np.int64)
+        on = (gpu_free[..., None] * ge).sum(axis=-2, dtype=np.int64)
+        return cnt, on, gpu_free.sum(axis=-1, dtype=np.int64)
+
+    def frag_from(self, cnt: I64, on: I64, total: I64, cpu_free: I64, model_of: I64) -> I64:
+        """F for states given by their features (arrays of equal leading shape; 2-D for cnt/on)."""
+        fits = (
+            self.access[model_of]
+            & (cnt[:, self.t_idx] >= self.num)
+            & (cpu_free[:, None] >= self.cpu)
+        )
+        usable = (on[:, self.t_idx] * fits) @ self.weight
+        return self.total_weight * total - usable
+
+    def frag(self, gpu_free: I64, cpu_free: I64, model_of: I64) -> I64:
+        cnt, on, total = self.features(gpu_free)
+        return self.frag_from(cnt, on, total, cpu_free, model_of)
+
+
+__all__ = ["FragModel", "typical_shapes"]

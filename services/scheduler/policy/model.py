@@ -1,0 +1,248 @@
+"""The scheduling core's input model: a fleet snapshot, the policy configuration and a logical time.
+
+Plain frozen dataclasses, integers only (milli-CPU, MiB, milli-GPU, milliseconds). A later service builds
+a ``FleetSnapshot`` from projections at a set of log offsets; the simulator and the tests build it
+directly. Nothing here reads a clock or the environment. Collections are tuples; the core sorts every
+collection by a stable key before it uses it, so the order in which entities are given never matters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from events.catalog.jobs import Interconnect, JobKind, PriorityClass
+from events.catalog.types import ClusterId, JobId, NodeId, TenantId
+
+MILLI = 1000
+
+# Priority classes from most to least important (the catalogue's enum is declared in that order).
+PRIORITY_ORDER: tuple[PriorityClass, ...] = tuple(PriorityClass)
+
+
+def priority_rank(priority: PriorityClass) -> int:
+    """0 for the most important class; larger is less important."""
+    return PRIORITY_ORDER.index(priority)
+
+
+class Health(StrEnum):
+    OK = "ok"
+    DEGRADED = "degraded"
+    FAILED = "failed"
+
+
+class NodePolicy(StrEnum):
+    """How a node (and the GPUs inside it) is chosen for one replica."""
+
+    FRAGMENTATION = "fgd"  # ours: least increase of expected fragmentation, within a window (see placer)
+    FGD_PAPER = "fgd-paper"  # the FGD authors' scoring: sigmoid-quantised fragmentation increase
+    BEST_FIT = "bestfit"
+    PACKING = "packing"
+    SPREAD = "spread"
+    RANDOM = "random"  # seeded, deterministic baseline
+    DOT_PRODUCT = "dotprod"  # Tetris-style alignment, a baseline of the FGD paper
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    index: int
+    free_milli: int = MILLI
+    health: Health = Health.OK
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    node_id: NodeId
+    cluster: ClusterId
+    cpu_milli: int
+    memory_mib: int
+    cpu_free_milli: int
+    memory_free_mib: int
+    gpu_model: str = ""
+    gpu_memory_mib: int = 0
+    gpus: tuple[Gpu, ...] = ()
+    schedulable: bool = True
+    domain: str = ""  # NVLink / RDMA domain; replicas of a multi-node job prefer one domain
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    cluster_id: ClusterId
+    datasets: tuple[str, ...] = ()
+    congestion_milli: int = 0  # 0 idle .. 1000 saturated network / storage, from profiles
+    stability_milli: int = MILLI  # 1000 = no recent failures
+    cost_milli_per_gpu_hour: int = 0
+    gpu_model_pressure_milli: tuple[tuple[str, int], ...] = ()  # profile-reported demand pressure
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """Guaranteed (nominal) and limit for one resource of one tenant (or one tenant's queue).
+
+    ``resource`` is ``"gpu"`` (milli-GPU), ``"cpu"`` (milli-CPU), ``"memory"`` (MiB) or ``"gpu:<MODEL>"``.
+    Usage above ``guaranteed`` is borrowed from the cohort and reclaimable; usage never exceeds ``limit``.
+    """
+
+    resource: str
+    guaranteed: int
+    limit: int
+    queue: str = ""  # "" = the tenant as a whole
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRecord:
+    """GPU usage that ended (or was sampled) at ``at_ms``: milli-GPU x milliseconds."""
+
+    at_ms: int
+    gpu_milli_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    tenant_id: TenantId
+    weight: int = 1
+    cohort: str = ""
+    quotas: tuple[Quota, ...] = ()
+    usage: tuple[UsageRecord, ...] = ()
+    hot_model_cap_milli: int | None = None  # None: the policy default
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job request: ``replicas`` identical replicas, each asking for the per-replica resources."""
+
+    job_id: JobId
+    tenant: TenantId
+    queue: str = "default"
+    kind: JobKind = JobKind.BATCH
+    priority_class: PriorityClass = PriorityClass.STANDARD
+    replicas: int = 1
+    gang: bool = False
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    gpus: int = 0  # whole GPUs per replica
+    gpu_milli: int = 0  # share of one GPU per replica (1..999), exclusive with ``gpus``
+    gpu_models: tuple[str, ...] = ()  # acceptable models; empty = any
+    min_gpu_memory_mib: int = 0
+    interconnect: Interconnect = Interconnect.NONE
+    datasets: tuple[str, ...] = ()
+    preemptible: bool = True
+    expected_runtime_s: int | None = None
+    max_runtime_s: int | None = None
+    submitted_at_ms: int = 0
+    interruption_budget: int = 3  # how many times it may be preempted
+    times_preempted: int = 0
+
+    def gpu_milli_per_replica(self) -> int:
+        return self.gpus * MILLI + self.gpu_milli
+
+    def total_gpu_milli(self) -> int:
+        return self.gpu_milli_per_replica() * self.replicas
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaPlacement:
+    node_id: NodeId
+    gpu_indices: tuple[int, ...] = ()
+    gpu_milli_each: int = 0  # milli-GPU taken from each listed GPU
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    job: Job
+    cluster: ClusterId
+    placements: tuple[ReplicaPlacement, ...]
+    started_at_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterWeights:
+    """Weights of the federation score; each term is normalised to 0..1000 before weighting."""
+
+    fit: int = 6
+    locality: int = 3
+    congestion: int = 1
+    hot_spot: int = 2
+    health: int = 2
+    cost: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """A typical replica shape and its weight (count) in the target workload (for fragmentation)."""
+
+    cpu_milli: int
+    gpu_milli: int  # per GPU: 1000 for whole GPUs, < 1000 for a share, 0 for CPU-only
+    gpus: int
+    models: tuple[str, ...] = ()
+    weight: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    version: str = "policy-v1"
+    node_policy: NodePolicy = NodePolicy.FRAGMENTATION
+    seed: int = 0  # for the random policy and tie-breaking only
+    typical_shapes: tuple[Shape, ...] = ()  # empty: derived from the running and pending jobs
+    typical_coverage_pct: int = 95
+    cluster_weights: ClusterWeights = field(default_factory=ClusterWeights)
+    degraded_gpu_penalty: int = 1_000_000
+    # Fragmentation policy: nodes whose fragmentation increase is within this many expected milli-GPU
+    # of the best are equally good; among them the stable rank decides (it consolidates load).
+    frag_window_milli: int = 60
+    cross_domain_penalty: int = 500_000
+    # Fair share.
+    usage_half_life_ms: int = 7 * 24 * 3600 * 1000
+    aging_step_ms: int = 3600 * 1000  # each full step of waiting lowers the fair-share key by one unit
+    aging_unit_milli: int = 100  # ... by this much (in the 0..1000 dominant-share scale)
+    # Hot-spot governance.
+    hot_pressure_milli: int = 900  # a GPU model whose allocated share is above this is hot
+    hot_model_cap_milli: int | None = None  # per-tenant cap on hot-model GPUs (milli-GPU), None: none
+    # Preemption and backfill.
+    preemption: bool = True
+    max_victims: int = 16
+    backfill: bool = True
+    reservation_min_gpus: int = 8  # head-of-line gang jobs asking at least this many GPUs get a reservation
+    default_runtime_s: int = 3600  # used for estimates when a job states no expected runtime
+    max_decisions: int = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSnapshot:
+    """Everything one scheduling cycle decides on, as of ``now_ms`` (logical time, from the log)."""
+
+    now_ms: int
+    clusters: tuple[Cluster, ...]
+    nodes: tuple[Node, ...]
+    tenants: tuple[Tenant, ...] = ()
+    running: tuple[RunningJob, ...] = ()
+    pending: tuple[Job, ...] = ()
+
+
+__all__ = [
+    "MILLI",
+    "PRIORITY_ORDER",
+    "Cluster",
+    "ClusterId",
+    "ClusterWeights",
+    "FleetSnapshot",
+    "Gpu",
+    "Health",
+    "Interconnect",
+    "Job",
+    "JobId",
+    "JobKind",
+    "Node",
+    "NodeId",
+    "NodePolicy",
+    "PolicyConfig",
+    "PriorityClass",
+    "Quota",
+    "ReplicaPlacement",
+    "RunningJob",
+    "Shape",
+    "Tenant",
+    "TenantId",
+    "UsageRecord",
+    "priority_rank",
+]

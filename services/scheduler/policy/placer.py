@@ -1,0 +1,185 @@
+"""The incremental placer: the best node (and GPUs) for one replica, in microseconds.
+
+Called by the cycle for every replica it places, by the simulator's hot loop and by the benchmark: the
+same code everywhere. Scores of a node depend only on that node's state and the replica's shape, so the
+placer keeps, per distinct ``Demand``, an array of keys over all nodes and recomputes only the nodes
+whose version changed since (a placement touches one node). A key is ``cost * N + tie-break rank``: one
+``argmin`` finds the lowest cost and breaks ties by a stable rank, never by chance or array accident.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from services.scheduler.policy import scoring
+from services.scheduler.policy.fleet import Demand, FleetState
+from services.scheduler.policy.fragmentation import FragModel
+from services.scheduler.policy.model import NodePolicy, ReplicaPlacement
+
+I64 = npt.NDArray[np.int64]
+INF = scoring.INF
+ScoreFn = Callable[[FleetState, I64, Demand], tuple[I64, I64]]
+MAX_CACHED_SHAPES = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    node: int  # position in the fleet's canonical order
+    slots: tuple[int, ...]  # GPU slots inside the node
+    cost: int
+
+
+@dataclass(slots=True)
+class _Entry:
+    key: I64
+    slot: I64
+    seen: I64  # node versions the keys were computed at
+
+
+class Placer:
+    def __init__(
+        self,
+        fleet: FleetState,
+        policy: NodePolicy,
+        frag: FragModel | None = None,
+        seed: int = 0,
+        degraded_penalty: int = 1_000_000,
+        frag_window_milli: int = 60,
+    ) -> None:
+        if policy in (NodePolicy.FRAGMENTATION, NodePolicy.FGD_PAPER) and frag is None:
+            raise ValueError("the fragmentation policy needs typical shapes")
+        self.fleet = fleet
+        self.policy = policy
+        self.frag = frag
+        self.degraded_penalty = degraded_penalty
+        self.rng = np.random.Generator(np.random.PCG64(seed))
+        # Window (in cost units) within which candidates count as equally good; 0: plain argmin.
+        self.window = frag_window_milli * frag.total_weight if policy is NodePolicy.FRAGMENTATION and frag else 0
+        self._cache: dict[Demand, _Entry] = {}
+        self._score: ScoreFn = self._score_fn()
+
+    def _score_fn(self) -> ScoreFn:
+        p = self.policy
+        if p is NodePolicy.FRAGMENTATION:
+            fm = self.frag
+            assert fm is not None
+            return lambda fs, idx, d: scoring.fragmentation(fs, idx, d, fm)
+        if p is NodePolicy.FGD_PAPER:
+            fmp = self.frag
+            assert fmp is not None
+            return lambda fs, idx, d: scoring.fragmentation_paper(fs, idx, d, fmp)
+        table: dict[NodePolicy, ScoreFn] = {
+            NodePolicy.BEST_FIT: scoring.best_fit,
+            NodePolicy.PACKING: scoring.packing,
+            NodePolicy.SPREAD: scoring.spread,
+            NodePolicy.DOT_PRODUCT: scoring.dot_product,
+            NodePolicy.RANDOM: lambda fs, idx, d: (
+                np.zeros(len(idx), dtype=np.int64),
+                np.full(len(idx), -1, dtype=np.int64),
+            ),
+        }
+        return table[p]
+
+    def keys(self, d: Demand) -> I64:
+        """Key per node for one replica of ``d`` (``INF`` where it does not fit). Read-only view."""
+        return self._entry(d).key
+
+    def _entry(self, d: Demand) -> _Entry:
+        fs = self.fleet
+        e = self._cache.get(d)
+        if e is None:
+            if len(self._cache) >= MAX_CACHED_SHAPES:
+                self._cache.clear()
+            n = fs.size
+            e = _Entry(
+                key=np.full(n, INF, dtype=np.int64),
+                slot=np.full(n, -1, dtype=np.int64),
+                seen=np.full(n, -1, dtype=np.int64),
+            )
+            self._cache[d] = e
+        dirty = np.flatnonzero(e.seen != fs.version)
+        if dirty.size:
+            self._refresh(e, d, dirty)
+        return e
+
+    def _refresh(self, e: _Entry, d: Demand, dirty: I64) -> None:
+        fs = self.fleet
+        e.seen[dirty] = fs.version[dirty]
+        e.key[dirty] = INF
+        cand = dirty[fs.feasible(d, dirty)]
+        if not cand.size:
+            return
+        cost, slot = self._score(fs, cand, d)
+        cost = cost + self._degraded_cost(cand, d, slot)
+        e.key[cand] = cost * fs.size + fs.tiebreak[cand]
+        e.slot[cand] = slot
+
+    def _degraded_cost(self, cand: I64, d: Demand, slot: I64) -> I64:
+        fs = self.fleet
+        if not fs.gpu_degraded.any() or not (d.gpus or d.gpu_milli):
+            return np.zeros(len(cand), dtype=np.int64)
+        if d.is_share:
+            bad = fs.gpu_degraded[cand, np.maximum(slot, 0)]
+            return bad.astype(np.int64) * self.degraded_penalty
+        healthy = ((fs.gpu_free[cand] == 1000) & fs.gpu_usable[cand] & ~fs.gpu_degraded[cand]).sum(axis=1)
+        return np.maximum(0, d.gpus - healthy).astype(np.int64) * self.degraded_penalty
+
+    def choose(self, d: Demand, lo: int = 0, hi: int | None = None, extra: I64 | None = None) -> Choice | None:
+        """The best node in positions ``lo:hi`` (a cluster's range); ``extra`` adds per-node cost."""
+        e = self._entry(d)
+        hi = self.fleet.size if hi is None else hi
+        key = e.key[lo:hi]
+        if extra is not None:
+            key = np.where(key < INF, key + extra[lo:hi] * self.fleet.size, INF)
+        if self.policy is NodePolicy.RANDOM:
+            ok = np.flatnonzero(key < INF)
+            if not ok.size:
+                return None
+            i = lo + int(ok[int(self.rng.integers(ok.size))])
+            return self._choice(d, i, 0)
+        j = int(key.argmin()) if key.size else 0
+        if not key.size or key[j] >= INF:
+            return None
+        n = self.fleet.size
+        if self.window:
+            cost = key // n
+            near = cost <= int(key[j]) // n + self.window
+            j = int(np.where(near, self.fleet.tiebreak[lo:hi], INF).argmin())
+        return self._choice(d, lo + j, int(key[j]) // n)
+
+    def ranked(self, d: Demand, lo: int, hi: int, k: int) -> list[Choice]:
+        """The ``k`` best nodes of a range, best first (for score breakdowns of runners-up)."""
+        key = self._entry(d).key[lo:hi]
+        if not key.size:
+            return []
+        k = min(k, key.size)
+        top = np.argpartition(key, k - 1)[:k] if k < key.size else np.arange(key.size)
+        top = top[np.argsort(key[top], kind="stable")]
+        return [self._choice(d, lo + int(j), int(key[j]) // self.fleet.size) for j in top if key[j] < INF]
+
+    def _choice(self, d: Demand, i: int, cost: int) -> Choice:
+        fs = self.fleet
+        if d.gpus:
+            slots = fs.whole_gpu_slots(i, d.gpus)
+        elif d.gpu_milli:
+            if self.policy is NodePolicy.RANDOM:
+                fits = np.flatnonzero(fs.gpu_free[i] >= d.gpu_milli)
+                slots = (int(fits[int(self.rng.integers(fits.size))]),)
+            else:
+                slots = (int(self._cache[d].slot[i]),)
+        else:
+            slots = ()
+        return Choice(node=i, slots=slots, cost=cost)
+
+    def place(self, d: Demand, c: Choice) -> ReplicaPlacement:
+        return self.fleet.take(c.node, d, c.slots)
+
+    def release(self, p: ReplicaPlacement, d: Demand) -> None:
+        self.fleet.give(p, d.cpu_milli, d.memory_mib)
+
+
+__all__ = ["Choice", "Placer"]
