@@ -21,6 +21,8 @@ from events.errors import InvalidEvent
 SPEC_VERSION = "1.0"
 CONTENT_TYPE = "application/json"
 DEFAULT_SOURCE = "urn:fedsched"
+#: 9999-12-31T23:59:59.999Z, the last moment RFC 3339 can write.
+MAX_TIME_MS = 253_402_300_799_999
 
 _ATTR_LIMIT = 256
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,255}$")
@@ -42,10 +44,10 @@ class Envelope:
 
     def __post_init__(self) -> None:
         event_type = self.data.event_type
-        if not _ID_RE.match(self.id):
+        if not _ID_RE.fullmatch(self.id):
             raise InvalidEvent(event_type, "id", "must be 1-256 characters of letters, digits and ._:/@+-")
-        if not (0 <= self.time_ms <= 2**53):
-            raise InvalidEvent(event_type, "time", "must be milliseconds since the epoch, non-negative")
+        if not (0 <= self.time_ms <= MAX_TIME_MS):
+            raise InvalidEvent(event_type, "time", "must be milliseconds since the epoch, up to the year 9999")
         for name in ("source", "subject", "tenant", "correlation_id", "causation_id"):
             value = getattr(self, name)
             if value is not None and (not value or len(value) > _ATTR_LIMIT):
