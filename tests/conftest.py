@@ -40,6 +40,12 @@ def postgres_dsn() -> str:
     return _require("FEDSCHED_TEST_POSTGRES", "the real PostgreSQL")
 
 
+@pytest.fixture(scope="session")
+def kube_config() -> str:
+    """Path of an admin kubeconfig for the real kube-apiserver (``deploy/local/kube.sh``)."""
+    return _require("FEDSCHED_TEST_KUBE_KUBECONFIG", "the real kube-apiserver")
+
+
 @pytest.fixture(
     scope="session",
     params=[pytest.param("kafka", marks=pytest.mark.kafka), pytest.param("postgres", marks=pytest.mark.postgres)],
@@ -94,7 +100,7 @@ async def fresh_database(postgres_dsn: str) -> AsyncIterator[str]:
         await admin.close()
 
 
-_REAL_SERVICE_MARKERS = ("kafka", "postgres")
+_REAL_SERVICE_MARKERS = ("kafka", "postgres", "kube")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -106,6 +112,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.kafka)
         if "postgres_dsn" in fixtures and not item.get_closest_marker("postgres"):
             item.add_marker(pytest.mark.postgres)
+        if "kube_config" in fixtures and not item.get_closest_marker("kube"):
+            item.add_marker(pytest.mark.kube)
 
 
 _skipped_real: list[str] = []

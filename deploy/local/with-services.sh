@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Run a command with a real Kafka broker and a real PostgreSQL started for it, then stop both.
+# Run a command with a real Kafka broker, a real PostgreSQL and a real kube-apiserver (with etcd)
+# started for it, then stop them.
 #
 #   deploy/local/with-services.sh COMMAND [ARGS...]
 #
 # Both run on free 127.0.0.1 ports with their data in a fresh temporary folder, so parallel runs do
-# not collide. The command sees FEDSCHED_TEST_KAFKA (host:port) and FEDSCHED_TEST_POSTGRES (a DSN).
+# not collide. The command sees FEDSCHED_TEST_KAFKA (host:port), FEDSCHED_TEST_POSTGRES (a DSN) and
+# FEDSCHED_TEST_KUBE_KUBECONFIG (an admin kubeconfig; kube.sh builds the API server once, cached).
 # PYTHON names the interpreter that has the project installed (default: python3).
 set -euo pipefail
 
@@ -16,6 +18,7 @@ cleanup() {
     local rc=$?
     bash "$here/kafka.sh" stop "$state/kafka" >/dev/null 2>&1 || true
     "$PYTHON" "$here/postgres.py" stop "$state/postgres" >/dev/null 2>&1 || true
+    bash "$here/kube.sh" stop "$state/kube" >/dev/null 2>&1 || true
     rm -rf "$state"
     exit "$rc"
 }
@@ -30,5 +33,12 @@ done_at=$(date +%s)
 echo "with-services: Kafka at $FEDSCHED_TEST_KAFKA ($((pg_started - kafka_started)) s)," \
      "PostgreSQL at $FEDSCHED_TEST_POSTGRES ($((done_at - pg_started)) s)" >&2
 export FEDSCHED_TEST_KAFKA FEDSCHED_TEST_POSTGRES
+
+bash "$here/kube.sh" build
+kube_started=$(date +%s)
+bash "$here/kube.sh" start "$state/kube" >/dev/null
+FEDSCHED_TEST_KUBE_KUBECONFIG="$state/kube/kubeconfig"
+echo "with-services: kube-apiserver at $(cat "$state/kube/server") ($(($(date +%s) - kube_started)) s)" >&2
+export FEDSCHED_TEST_KUBE_KUBECONFIG
 
 "$@"
