@@ -87,6 +87,10 @@ class JobView:
     last_message: str = ""
     timeline: tuple[TimelineEntry, ...] = ()
     timeline_dropped: int = 0
+    early: tuple[tuple[int, int, Event], ...] = ()
+    """Lifecycle facts of a run whose placement has not been seen yet (time, run, event): the
+    connector's report and the scheduler's decision travel on different topics and may be read in
+    either order; they are applied when the placement arrives."""
     applied: Applied = field(default_factory=Applied)
 
     @property
@@ -125,6 +129,8 @@ def _apply(view: JobView, event: Event, now: int) -> tuple[JobView, list[Emitted
         return _log(view, now, "queued", event, reasons, event.message), _demand(view, True)
     if isinstance(event, JobPlaced):
         return _placed(view, event, now)
+    if isinstance(event, JobStarted | _ENDS_RUN) and getattr(event, "run", 0) > view.run:
+        return replace(view, early=(*view.early, (now, getattr(event, "run", 0), event))), []
     if isinstance(event, JobStarted):
         if event.run != view.run or view.status in _TERMINAL:
             return _log(view, now, view.status, event, "StaleRun", f"run {event.run} is not the current run"), []
@@ -144,6 +150,10 @@ def _apply(view: JobView, event: Event, now: int) -> tuple[JobView, list[Emitted
 
 def _submitted(view: JobView, event: JobSubmitted, now: int) -> tuple[JobView, list[Emitted]]:
     r = event.resources
+    emitted: list[Emitted] = []
+    if view.orphan and view.allocated:
+        # Its placement was read first and held quota of an unknown queue: give that back.
+        emitted.append(_via_node(view, _queue_delta(view, False, view.placed_ms or now)))
     view = replace(
         view,
         orphan=False,
@@ -161,10 +171,11 @@ def _submitted(view: JobView, event: JobSubmitted, now: int) -> tuple[JobView, l
         preemptible=event.preemptible,
         submitted_ms=now,
     )
-    emitted: list[Emitted] = []
+    if emitted:
+        emitted += _hold(view, view.placed_ms or now)
     if view.status == "unknown":
         view = replace(view, status="submitted", queued_since_ms=now)
-        emitted = _demand(view, True)
+        emitted += _demand(view, True)
     return _log(view, now, view.status, event, "Submitted", ""), emitted
 
 
@@ -187,7 +198,13 @@ def _placed(view: JobView, event: JobPlaced, now: int) -> tuple[JobView, list[Em
     )
     emitted += _demand(view, False)
     emitted += _hold(view, now)
-    return _log(view, now, "placed", event, event.reason.value, event.explanation), emitted
+    view = _log(view, now, "placed", event, event.reason.value, event.explanation)
+    due = [fact for fact in view.early if fact[1] == event.run]
+    view = replace(view, early=tuple(fact for fact in view.early if fact[1] > event.run))
+    for when, _, fact in due:
+        view, more = _apply(view, fact, max(when, now))
+        emitted += more
+    return view, emitted
 
 
 def _run_ended(view: JobView, event: Event, now: int) -> tuple[JobView, list[Emitted]]:

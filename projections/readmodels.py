@@ -1,0 +1,128 @@
+"""PostgreSQL read models: the tables the API, CLI and reports query, written transactionally.
+
+Called by the projection hosts. Calls asyncpg. One ``flush`` writes, in one transaction, the rows of
+every changed entity, the entities' state (so a restarted host resumes without replaying history) and
+the log positions they cover. A replayed or duplicated event is therefore either before the stored
+position (skipped by the host) or already inside the entity's own applied positions (ignored by the
+reducer): the read models change exactly once per event.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import asyncpg
+
+from projections.rows import TABLES
+
+_SCHEMA_LOCK = 7_215_003
+
+
+def _qualified(schema: str, table: str) -> str:
+    return f"{schema}.{table}"
+
+
+async def ensure_schema(pool: asyncpg.Pool, schema: str) -> None:
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
+        await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+        for table in TABLES.values():
+            await conn.execute(table.ddl(schema))
+        await conn.execute(
+            f"""
+            CREATE TABLE IF NOT EXISTS {schema}.projection_positions (
+                topic text NOT NULL, partition int NOT NULL, next_offset bigint NOT NULL,
+                PRIMARY KEY (topic, partition));
+            CREATE TABLE IF NOT EXISTS {schema}.projection_state (
+                stage text NOT NULL, entity_key text NOT NULL, state bytea NOT NULL,
+                PRIMARY KEY (stage, entity_key));
+            """
+        )
+
+
+async def drop_schema(pool: asyncpg.Pool, schema: str) -> None:
+    await pool.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+async def load_positions(pool: asyncpg.Pool, schema: str) -> dict[tuple[str, int], int]:
+    rows = await pool.fetch(f"SELECT topic, partition, next_offset FROM {schema}.projection_positions")
+    return {(row["topic"], row["partition"]): row["next_offset"] for row in rows}
+
+
+async def load_state(pool: asyncpg.Pool, schema: str) -> dict[str, dict[str, Any]]:
+    tables: dict[str, dict[str, Any]] = {}
+    async with pool.acquire() as conn, conn.transaction():
+        async for row in conn.cursor(f"SELECT stage, entity_key, state FROM {schema}.projection_state"):
+            # Our own pickles, written by this code into our own database; never from outside.
+            tables.setdefault(row["stage"], {})[row["entity_key"]] = pickle.loads(row["state"])
+    return tables
+
+
+async def flush(
+    pool: asyncpg.Pool,
+    schema: str,
+    changed: Iterable[tuple[str, str]],
+    entities: Mapping[str, Mapping[str, Any]],
+    positions: Mapping[tuple[str, int], int],
+) -> None:
+    by_stage: dict[str, list[str]] = {}
+    for stage, key in sorted(changed):
+        by_stage.setdefault(stage, []).append(key)
+    async with pool.acquire() as conn, conn.transaction():
+        for stage, keys in by_stage.items():
+            table = TABLES[stage]
+            name = _qualified(schema, table.name)
+            await conn.execute(f"DELETE FROM {name} WHERE entity_key = ANY($1::text[])", keys)
+            rows: list[tuple[Any, ...]] = []
+            states: list[tuple[str, str, bytes]] = []
+            gone: list[str] = []
+            for key in keys:
+                entity = entities.get(stage, {}).get(key)
+                if entity is None:
+                    gone.append(key)
+                    continue
+                rows.extend(table.rows(key, entity))
+                states.append((stage, key, pickle.dumps(entity, protocol=5)))
+            if rows:
+                await conn.copy_records_to_table(
+                    table.name, schema_name=schema, records=rows, columns=[c for c, _ in table.columns]
+                )
+            if states:
+                await conn.executemany(
+                    f"INSERT INTO {schema}.projection_state (stage, entity_key, state) VALUES ($1, $2, $3)"
+                    " ON CONFLICT (stage, entity_key) DO UPDATE SET state = EXCLUDED.state",
+                    states,
+                )
+            if gone:
+                await conn.execute(
+                    f"DELETE FROM {schema}.projection_state WHERE stage = $1 AND entity_key = ANY($2::text[])",
+                    stage,
+                    gone,
+                )
+        if positions:
+            items = sorted(positions.items())
+            await conn.execute(
+                f"INSERT INTO {schema}.projection_positions (topic, partition, next_offset)"
+                " SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[])"
+                " ON CONFLICT (topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset",
+                [tp[0] for tp, _ in items],
+                [tp[1] for tp, _ in items],
+                [offset for _, offset in items],
+            )
+
+
+async def checksums(pool: asyncpg.Pool, schema: str) -> dict[str, str]:
+    """A digest of each read-model table's content, independent of physical row order."""
+    out: dict[str, str] = {}
+    for table in TABLES.values():
+        columns = ", ".join(name for name, _ in table.columns)
+        rows = await pool.fetch(f"SELECT ({columns})::text AS line FROM {schema}.{table.name}")
+        digest = hashlib.sha256()
+        for line in sorted(row["line"] for row in rows):
+            digest.update(line.encode())
+            digest.update(b"\n")
+        out[table.name] = f"{len(rows)}:{digest.hexdigest()[:16]}"
+    return out

@@ -1,0 +1,293 @@
+"""Read-model rows: each stage's entity as rows of its PostgreSQL table. Pure converters.
+
+Called by ``projections.readmodels`` (the sink). Every table has an ``entity_key`` column (the stage's
+key); the sink replaces all rows of a changed entity at once, so an entity may map to several rows
+(the fleet has one per GPU model). Columns are plain values or JSON text, in a fixed order.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from projections.clusters import ClusterView
+from projections.fleet import FleetState
+from projections.jobs import JobView
+from projections.nodes import NodeProfile, failures_per_kgpu_hour_milli, health_milli, profile_event
+from projections.quota import QueueQuota, usage_event
+from projections.shapes import ShapeCount
+from projections.usage import UsageBucket
+
+Row = tuple[Any, ...]
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    name: str
+    columns: tuple[tuple[str, str], ...]  # (name, SQL type), entity_key first
+    rows: Callable[[str, Any], Sequence[Row]]
+
+    def ddl(self, schema: str) -> str:
+        cols = ",\n    ".join(f"{name} {sql}" for name, sql in self.columns)
+        return (
+            f"CREATE TABLE IF NOT EXISTS {schema}.{self.name} (\n    {cols}\n);\n"
+            f"CREATE INDEX IF NOT EXISTS {self.name}_entity ON {schema}.{self.name} (entity_key);"
+        )
+
+
+def _job_rows(key: str, job: JobView) -> Sequence[Row]:
+    placement = [[s.node, list(s.gpu_indices), s.gpu_milli_each] for s in job.placement]
+    timeline = [[e.time_ms, e.status, e.event, e.reason, e.message] for e in job.timeline]
+    return [
+        (
+            key,
+            job.tenant,
+            job.project,
+            job.queue,
+            job.name,
+            job.kind,
+            job.priority_class,
+            job.status,
+            job.orphan,
+            job.cluster,
+            job.replicas,
+            job.gpu_milli,
+            job.submitted_ms,
+            job.placed_ms,
+            job.started_ms,
+            job.ended_ms,
+            job.waiting_ms,
+            job.run,
+            job.runs,
+            job.preemptions,
+            job.last_reason,
+            job.last_message,
+            _json(placement),
+            _json(timeline),
+        )
+    ]
+
+
+def _node_rows(key: str, node: NodeProfile) -> Sequence[Row]:
+    event = profile_event(node, max(1, node.version))
+    model = node.gpus[0].model if node.gpus else None
+    return [
+        (
+            key,
+            node.cluster,
+            node.node,
+            node.present,
+            node.schedulable,
+            node.generation,
+            model,
+            len(node.gpus),
+            node.cpu_milli,
+            node.memory_mib,
+            event.capacity.gpu_milli,
+            event.allocated.gpu_milli,
+            event.free.gpu_milli,
+            health_milli(node),
+            node.failures,
+            failures_per_kgpu_hour_milli(node),
+            event.fit_training,
+            event.fit_inference,
+            node.gpu_utilisation_pct,
+            len(node.allocations),
+            node.last_seen_ms,
+            node.version,
+        )
+    ]
+
+
+def _cluster_rows(key: str, cluster: ClusterView) -> Sequence[Row]:
+    return [
+        (
+            key,
+            cluster.registered,
+            cluster.kind,
+            cluster.site,
+            cluster.region,
+            cluster.status,
+            cluster.status_reason,
+            cluster.currency,
+            _json([list(rate) for rate in cluster.rates]),
+            _json(list(cluster.datasets)),
+        )
+    ]
+
+
+def _quota_rows(key: str, quota: QueueQuota) -> Sequence[Row]:
+    event = usage_event(quota, max(1, quota.version))
+    usage = [u.model_dump(mode="json") for u in event.usage]
+    return [(key, quota.tenant, quota.queue, _json(usage), event.gpu_hours_milli, len(quota.holdings), quota.version)]
+
+
+def _usage_rows(key: str, bucket: UsageBucket) -> Sequence[Row]:
+    return [
+        (
+            key,
+            bucket.tenant,
+            bucket.cluster,
+            bucket.gpu_model,
+            bucket.hour_ms,
+            bucket.allocated_milli_ms,
+            bucket.used_milli_ms,
+            bucket.idle_milli_ms,
+            bucket.cost_micro,
+            bucket.currency,
+            _json([list(p) for p in bucket.projects]),
+        )
+    ]
+
+
+def _shape_rows(key: str, shape: ShapeCount) -> Sequence[Row]:
+    return [(key, shape.cpu_milli, shape.memory_mib, shape.gpu_milli, shape.gpu_model, shape.count, shape.replicas)]
+
+
+def _fleet_rows(key: str, fleet: FleetState) -> Sequence[Row]:
+    congestion = fleet.congestion()
+    hot = set(fleet.hot_models())
+    return [
+        (key, model, capacity, free, fleet.demand(model), congestion[model], model in hot)
+        for model, (capacity, free) in sorted(fleet.per_model().items())
+    ]
+
+
+TABLES: dict[str, Table] = {
+    "jobs": Table(
+        "read_jobs",
+        (
+            ("entity_key", "text NOT NULL"),
+            ("tenant", "text"),
+            ("project", "text"),
+            ("queue", "text"),
+            ("name", "text"),
+            ("kind", "text"),
+            ("priority_class", "text"),
+            ("status", "text"),
+            ("orphan", "boolean"),
+            ("cluster", "text"),
+            ("replicas", "int"),
+            ("gpu_milli", "bigint"),
+            ("submitted_ms", "bigint"),
+            ("placed_ms", "bigint"),
+            ("started_ms", "bigint"),
+            ("ended_ms", "bigint"),
+            ("waiting_ms", "bigint"),
+            ("run", "int"),
+            ("runs", "int"),
+            ("preemptions", "int"),
+            ("last_reason", "text"),
+            ("last_message", "text"),
+            ("placement", "jsonb"),
+            ("timeline", "jsonb"),
+        ),
+        _job_rows,
+    ),
+    "nodes": Table(
+        "read_nodes",
+        (
+            ("entity_key", "text NOT NULL"),
+            ("cluster", "text"),
+            ("node", "text"),
+            ("present", "boolean"),
+            ("schedulable", "boolean"),
+            ("generation", "bigint"),
+            ("gpu_model", "text"),
+            ("gpus", "int"),
+            ("cpu_milli", "bigint"),
+            ("memory_mib", "bigint"),
+            ("gpu_capacity_milli", "bigint"),
+            ("gpu_allocated_milli", "bigint"),
+            ("gpu_free_milli", "bigint"),
+            ("health_milli", "int"),
+            ("failures", "int"),
+            ("failures_per_kgpu_hour_milli", "bigint"),
+            ("fit_training", "boolean"),
+            ("fit_inference", "boolean"),
+            ("gpu_utilisation_pct", "int"),
+            ("jobs", "int"),
+            ("last_seen_ms", "bigint"),
+            ("version", "bigint"),
+        ),
+        _node_rows,
+    ),
+    "clusters": Table(
+        "read_clusters",
+        (
+            ("entity_key", "text NOT NULL"),
+            ("registered", "boolean"),
+            ("kind", "text"),
+            ("site", "text"),
+            ("region", "text"),
+            ("status", "text"),
+            ("status_reason", "text"),
+            ("currency", "text"),
+            ("rates", "jsonb"),
+            ("datasets", "jsonb"),
+        ),
+        _cluster_rows,
+    ),
+    "quota": Table(
+        "read_quota",
+        (
+            ("entity_key", "text NOT NULL"),
+            ("tenant", "text"),
+            ("queue", "text"),
+            ("usage", "jsonb"),
+            ("gpu_hours_milli", "bigint"),
+            ("running_jobs", "int"),
+            ("version", "bigint"),
+        ),
+        _quota_rows,
+    ),
+    "usage": Table(
+        "read_usage",
+        (
+            ("entity_key", "text NOT NULL"),
+            ("tenant", "text"),
+            ("cluster", "text"),
+            ("gpu_model", "text"),
+            ("hour_ms", "bigint"),
+            ("allocated_milli_ms", "bigint"),
+            ("used_milli_ms", "bigint"),
+            ("idle_milli_ms", "bigint"),
+            ("cost_micro", "bigint"),
+            ("currency", "text"),
+            ("projects", "jsonb"),
+        ),
+        _usage_rows,
+    ),
+    "shapes": Table(
+        "read_shapes",
+        (
+            ("entity_key", "text NOT NULL"),
+            ("cpu_milli", "bigint"),
+            ("memory_mib", "bigint"),
+            ("gpu_milli", "bigint"),
+            ("gpu_model", "text"),
+            ("count", "bigint"),
+            ("replicas", "bigint"),
+        ),
+        _shape_rows,
+    ),
+    "fleet": Table(
+        "read_fleet_models",
+        (
+            ("entity_key", "text NOT NULL"),
+            ("gpu_model", "text"),
+            ("capacity_milli", "bigint"),
+            ("free_milli", "bigint"),
+            ("pending_milli", "bigint"),
+            ("congestion_milli", "bigint"),
+            ("hot", "boolean"),
+        ),
+        _fleet_rows,
+    ),
+}

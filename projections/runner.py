@@ -1,0 +1,187 @@
+"""The in-process projection host (embedded mode, and ``fedsched projections rebuild``).
+
+Called by ``fedsched up`` and the projections CLI. Calls the log ports and the read-model sink.
+
+Each step reads what is committed on every source partition from the positions stored with the read
+models, merges it in log-time order (ties by topic, partition, offset: the order the live system saw
+causes before effects), folds it through the topology, publishes the outputs (profile and quota
+events; their ids and versions make a re-publication harmless), and then writes the read models,
+entity states and positions in one transaction. A crash between the two re-runs the step from the
+stored positions: same outputs, same rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import asyncpg
+
+from events.codec import decode
+from events.deadletter import dead_letter
+from events.envelope import Envelope
+from events.errors import EventError
+from events.log.contract import EventLog, LogProducer, LogReader, LogRecord, OutRecord, TopicPartition
+from events.publisher import to_record
+from events.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS
+from projections import readmodels
+from projections.core import Output, Position
+from projections.topology import MemoryStore, Processed, Topology
+
+log = logging.getLogger("fedsched.projections")
+
+SOURCE_TOPICS = (INVENTORY.name, JOBS.name, DECISIONS.name, GOVERNANCE.name)
+GROUP = "fedsched-projections"
+
+Item = tuple[int, int, LogRecord, "Envelope | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    events: int
+    dead_lettered: int
+    outputs: int
+
+
+class ProjectionRunner:
+    def __init__(
+        self,
+        event_log: EventLog,
+        pool: asyncpg.Pool,
+        *,
+        schema: str = "fedsched_rm",
+        topics: Sequence[str] = SOURCE_TOPICS,
+        publish: bool = True,
+        batch: int = 5000,
+    ) -> None:
+        self._log = event_log
+        self._pool = pool
+        self.schema = schema
+        self._topics = tuple(topics)
+        self._publish = publish
+        self._batch = batch
+        self.topology = Topology()
+        self.store = MemoryStore()
+        self._positions: dict[tuple[str, int], int] = {}
+        self._partitions: list[TopicPartition] = []
+        self._reader: LogReader | None = None
+        self._producer: LogProducer | None = None
+
+    async def start(self) -> None:
+        await readmodels.ensure_schema(self._pool, self.schema)
+        self._positions = await readmodels.load_positions(self._pool, self.schema)
+        self.store.tables = await readmodels.load_state(self._pool, self.schema)
+        self._partitions = [
+            TopicPartition(topic, p) for topic in self._topics for p in range(await self._log.partitions(topic))
+        ]
+        self._reader = await self._log.reader()
+        self._producer = await self._log.producer()
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            await self._reader.close()
+        if self._producer is not None:
+            await self._producer.close()
+
+    async def step(self, *, timeout_s: float = 0.0) -> StepResult:
+        per_partition = await self._read()
+        if not per_partition and timeout_s > 0:
+            per_partition = await self._wait_and_read(timeout_s)
+        if not per_partition:
+            return StepResult(0, 0, 0)
+        positions = dict(self._positions)
+        decoded: list[list[Item]] = []
+        errors: dict[tuple[str, int, int], EventError] = {}
+        for records in per_partition:
+            items: list[Item] = []
+            time_ms = 0  # a record we cannot read keeps its place after the last one we could
+            for record in records:
+                try:
+                    envelope: Envelope | None = decode(record.headers, record.value)
+                except EventError as error:
+                    errors[(record.topic, record.partition, record.offset)] = error
+                    envelope = None
+                time_ms = envelope.time_ms if envelope is not None else time_ms
+                items.append((time_ms, _RANK.get(record.topic, 9), record, envelope))
+            decoded.append(items)
+        processed = Processed()
+        dead: list[OutRecord] = []
+        folded = 0
+        for _, _, record, envelope in self._merge(decoded):
+            positions[(record.topic, record.partition)] = record.offset + 1
+            if envelope is None:
+                error = errors[(record.topic, record.partition, record.offset)]
+                log.warning("event=dead_letter topic=%s offset=%d reason=%r", record.topic, record.offset, str(error))
+                dead.append(dead_letter(record, error, GROUP))
+                continue
+            position = Position(record.topic, record.partition, record.offset)
+            self.topology.process(self.store, envelope, position, processed)
+            folded += 1
+        latest = max((item[0] for part in decoded for item in part), default=0)
+        outputs = [to_record(_envelope(out, latest)) for out in processed.outputs] if self._publish else []
+        if self._producer is not None and (dead or outputs):
+            await self._producer.append(dead + outputs)
+        await readmodels.flush(self._pool, self.schema, processed.changed, self.store.tables, positions)
+        self._positions = positions
+        return StepResult(folded, len(dead), len(outputs))
+
+    async def catch_up(self) -> int:
+        """Fold everything committed now; returns the number of events folded."""
+        total = 0
+        while True:
+            result = await self.step()
+            total += result.events + result.dead_lettered
+            if result.events + result.dead_lettered == 0:
+                return total
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await self.step(timeout_s=0.5)
+
+    async def _read(self) -> list[list[LogRecord]]:
+        assert self._reader is not None
+        per_partition: list[list[LogRecord]] = []
+        for tp in self._partitions:
+            offset = self._positions.get((tp.topic, tp.partition), 0)
+            records = await self._reader.read(tp, offset, max_records=self._batch, timeout_s=0.0)
+            if records:
+                per_partition.append(records)
+        return per_partition
+
+    async def _wait_and_read(self, timeout_s: float) -> list[list[LogRecord]]:
+        """Wait for a commit without polling: on the embedded log any commit wakes a tailing read."""
+        assert self._reader is not None
+        tp = self._partitions[0]
+        await self._reader.read(
+            tp, self._positions.get((tp.topic, tp.partition), 0), max_records=1, timeout_s=timeout_s
+        )
+        return await self._read()
+
+    def _merge(self, decoded: list[list[Item]]) -> list[Item]:
+        """Event time first (causes before effects across topics), then topic rank, partition, offset.
+        A partition stays in offset order. Stop at the earliest last time among partitions cut short
+        by the batch size: one not read to its end could hold an earlier event than one we fold."""
+        cut = min(
+            (part[-1][0] for part in decoded if part and len(part) >= self._batch),
+            default=None,
+        )
+        merged = heapq.merge(*decoded, key=lambda item: (item[0], item[1], item[2].partition, item[2].offset))
+        return [item for item in merged if cut is None or item[0] <= cut]
+
+
+# Within one moment, what enables comes before what it enables: policy and quota, then inventory,
+# then requests and reports, then the decisions taken on them.
+_RANK = {GOVERNANCE.name: 0, INVENTORY.name: 1, JOBS.name: 2, DECISIONS.name: 3}
+
+
+def _envelope(output: Output, time_ms: int) -> Envelope:
+    return Envelope(
+        id=output.id,
+        time_ms=time_ms,
+        data=output.event,
+        source="urn:fedsched:projections",
+        subject=output.event.partition_key(),
+    )
