@@ -165,6 +165,16 @@ class FleetState:
         self.mem_free[i] += memory_mib
         self.version[i] += 1
 
+    def retake(self, p: ReplicaPlacement, cpu_milli: int, memory_mib: int) -> None:
+        """Take exactly what ``p`` describes again (undo of ``give`` after a what-if)."""
+        i = self.index[p.node_id]
+        for gi in p.gpu_indices:
+            j = int(np.flatnonzero(self.gpu_index[i] == gi)[0])
+            self.gpu_free[i, j] -= p.gpu_milli_each
+        self.cpu_free[i] -= cpu_milli
+        self.mem_free[i] -= memory_mib
+        self.version[i] += 1
+
     def allocated_gpu_milli(self) -> int:
         return int((self.gpu_count * MILLI).sum() - (self.gpu_free * self.gpu_usable).sum())
 

@@ -22,6 +22,7 @@ from services.scheduler.policy.model import NodePolicy, ReplicaPlacement
 
 I64 = npt.NDArray[np.int64]
 INF = scoring.INF
+MASKED = 1 << 40  # an ``extra`` cost at or above this excludes the node
 ScoreFn = Callable[[FleetState, I64, Demand], tuple[I64, I64]]
 MAX_CACHED_SHAPES = 2048
 
@@ -134,7 +135,8 @@ class Placer:
         hi = self.fleet.size if hi is None else hi
         key = e.key[lo:hi]
         if extra is not None:
-            key = np.where(key < INF, key + extra[lo:hi] * self.fleet.size, INF)
+            ex = extra[lo:hi]
+            key = np.where((key < INF) & (ex < MASKED), key + ex * self.fleet.size, INF)
         if self.policy is NodePolicy.RANDOM:
             ok = np.flatnonzero(key < INF)
             if not ok.size:
@@ -182,4 +184,4 @@ class Placer:
         self.fleet.give(p, d.cpu_milli, d.memory_mib)
 
 
-__all__ = ["Choice", "Placer"]
+__all__ = ["MASKED", "Choice", "Placer"]

@@ -1,0 +1,72 @@
+"""The pure scheduling core: no I/O, no clock, no randomness beyond seeded PRNGs, integers throughout.
+
+Entry points: ``schedule(snapshot, config) -> CycleResult`` for a whole cycle, and ``Placer`` (over a
+``FleetState``) for the simulator's and benchmark's hot loop; both use the same scoring code.
+"""
+
+from services.scheduler.policy.cycle import schedule
+from services.scheduler.policy.decisions import (
+    CandidateScore,
+    ClusterWhyNot,
+    CycleResult,
+    Decision,
+    Place,
+    Preempt,
+    Queue,
+    Reserve,
+)
+from services.scheduler.policy.fleet import Demand, FleetState
+from services.scheduler.policy.fragmentation import FragModel, typical_shapes
+from services.scheduler.policy.model import (
+    Cluster,
+    ClusterWeights,
+    FleetSnapshot,
+    Gpu,
+    Health,
+    Job,
+    Node,
+    NodePolicy,
+    PolicyConfig,
+    Quota,
+    ReplicaPlacement,
+    RunningJob,
+    Shape,
+    Tenant,
+    UsageRecord,
+)
+from services.scheduler.policy.placer import Choice, Placer
+from services.scheduler.policy.reasons import ReasonCode
+
+__all__ = [
+    "CandidateScore",
+    "Choice",
+    "Cluster",
+    "ClusterWeights",
+    "ClusterWhyNot",
+    "CycleResult",
+    "Decision",
+    "Demand",
+    "FleetSnapshot",
+    "FleetState",
+    "FragModel",
+    "Gpu",
+    "Health",
+    "Job",
+    "Node",
+    "NodePolicy",
+    "Place",
+    "Placer",
+    "PolicyConfig",
+    "Preempt",
+    "Queue",
+    "Quota",
+    "ReasonCode",
+    "ReplicaPlacement",
+    "Reserve",
+    "RunningJob",
+    "Shape",
+    "Tenant",
+    "UsageRecord",
+    "schedule",
+    "typical_shapes",
+]

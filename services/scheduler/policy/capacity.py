@@ -1,0 +1,72 @@
+"""Counting capacity: how many replicas of a shape fit per node, and the GPU-model pressure of a fleet.
+
+Called by the cycle (gang feasibility, hot-spot governance), by explanations ("the largest free block is
+6 GPUs in cluster-b") and by estimates of start times. Replicas of one job are identical, so per node the
+count is the minimum over CPU, memory and GPUs of how many copies fit; the sum over a cluster's nodes is
+exact for whole-GPU replicas and for shares alike.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from services.scheduler.policy.fleet import Demand, FleetState
+from services.scheduler.policy.model import MILLI
+
+I64 = npt.NDArray[np.int64]
+BIG = 1 << 40
+
+
+def per_node(
+    fs: FleetState, d: Demand, lo: int = 0, hi: int | None = None, *, ignore: frozenset[str] = frozenset()
+) -> I64:
+    """Replicas of ``d`` that fit on each node of ``lo:hi``; ``ignore`` drops constraints (for what-ifs)."""
+    hi = fs.size if hi is None else hi
+    sl = slice(lo, hi)
+    n = hi - lo
+    fits = np.full(n, BIG, dtype=np.int64)
+    if "cpu" not in ignore and d.cpu_milli:
+        fits = np.minimum(fits, fs.cpu_free[sl] // d.cpu_milli)
+    if "memory" not in ignore and d.memory_mib:
+        fits = np.minimum(fits, fs.mem_free[sl] // d.memory_mib)
+    if "gpu" not in ignore:
+        if d.gpus:
+            full = ((fs.gpu_free[sl] == MILLI) & fs.gpu_usable[sl]).sum(axis=1)
+            fits = np.minimum(fits, full // d.gpus)
+        elif d.gpu_milli:
+            fits = np.minimum(fits, (fs.gpu_free[sl] // d.gpu_milli).sum(axis=1))
+    if d.gpus or d.gpu_milli:
+        if "model" not in ignore and d.models:
+            fits = np.where(fs.model_mask(d.models)[sl], fits, 0)
+        if "gpu_memory" not in ignore:
+            fits = np.where(fs.gpu_mem[sl] >= d.min_gpu_memory_mib, fits, 0)
+        fits = np.where(fs.gpu_count[sl] > 0, fits, 0)
+    if "schedulable" not in ignore:
+        fits = np.where(fs.schedulable[sl], fits, 0)
+    return np.minimum(fits, 1 << 20)
+
+
+def largest_whole_gpu_block(fs: FleetState, d: Demand, lo: int, hi: int) -> tuple[int, int]:
+    """(most fully free GPUs on one eligible node, its position) in ``lo:hi``; CPU and memory must fit."""
+    probe = Demand(d.cpu_milli, d.memory_mib, 1, 0, d.models, d.min_gpu_memory_mib)
+    ok = per_node(fs, probe, lo, hi, ignore=frozenset({"gpu"})) > 0
+    full = np.where(ok, ((fs.gpu_free[lo:hi] == MILLI) & fs.gpu_usable[lo:hi]).sum(axis=1), 0)
+    if not full.size:
+        return 0, -1
+    j = int(full.argmax())
+    return int(full[j]), lo + j
+
+
+def model_pressure(fs: FleetState) -> dict[str, int]:
+    """Allocated share of each GPU model's capacity, per mille."""
+    out: dict[str, int] = {}
+    alloc = (fs.gpu_count * MILLI) - (fs.gpu_free * fs.gpu_usable).sum(axis=1)
+    for m, name in enumerate(fs.models):
+        sel = fs.model_of == m
+        cap = int(fs.gpu_count[sel].sum()) * MILLI
+        out[name] = int(alloc[sel].sum()) * 1000 // cap if cap else 0
+    return out
+
+
+__all__ = ["largest_whole_gpu_block", "model_pressure", "per_node"]

@@ -1,0 +1,149 @@
+"""The working state of one cycle, and the placement of one whole job (all replicas, one cluster).
+
+Called by the cycle, preemption, backfill and explanations. ``try_place`` places a job's replicas one by
+one in each candidate cluster (what-if, rolled back), ranks the clusters with the federation score and
+returns the best plan; ``commit`` applies a plan exactly as it was tried.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from services.scheduler.policy.capacity import per_node
+from services.scheduler.policy.federation import ClusterScore, score_clusters
+from services.scheduler.policy.fleet import Demand, FleetState
+from services.scheduler.policy.model import (
+    Cluster,
+    ClusterId,
+    FleetSnapshot,
+    Interconnect,
+    Job,
+    PolicyConfig,
+    ReplicaPlacement,
+    RunningJob,
+    TenantId,
+)
+from services.scheduler.policy.placer import MASKED, Choice, Placer
+from services.scheduler.policy.quota import QuotaBook
+
+I64 = npt.NDArray[np.int64]
+HOT_PENALTY = 10_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    cluster: int
+    choices: tuple[Choice, ...]
+    cost: int
+    models: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class Reservation:
+    job_id: str
+    cluster: int
+    nodes: frozenset[int]
+    start_ms: int
+
+
+@dataclass(slots=True)
+class Ctx:
+    snap: FleetSnapshot
+    config: PolicyConfig
+    fleet: FleetState
+    placer: Placer
+    profiles: dict[ClusterId, Cluster]
+    book: QuotaBook
+    running: list[RunningJob]
+    pressure: dict[str, int]
+    hot_usage: dict[TenantId, int] = field(default_factory=dict)
+    reservation: Reservation | None = None
+
+    @property
+    def hot(self) -> frozenset[str]:
+        return frozenset(m for m, p in self.pressure.items() if p >= self.config.hot_pressure_milli)
+
+    def hot_cap(self, tenant: TenantId) -> int | None:
+        t = self.book.tenants.get(tenant)
+        if t is not None and t.hot_model_cap_milli is not None:
+            return t.hot_model_cap_milli
+        return self.config.hot_model_cap_milli
+
+    def model_at(self, node: int) -> str:
+        m = int(self.fleet.model_of[node])
+        return self.fleet.models[m] if m >= 0 else ""
+
+    def extra_for(self, job: Job, d: Demand, forbid_hot: bool, backfill_ok: bool) -> I64 | None:
+        """Per-node extra cost: hot-model steering, a hot-model ban, nodes reserved for a gang."""
+        fs = self.fleet
+        extra: I64 | None = None
+        hot = self.hot
+        if hot and (d.gpus or d.gpu_milli):
+            is_hot = np.zeros(fs.size, dtype=np.bool_)
+            for m in sorted(hot):
+                if m in fs.models:
+                    is_hot |= fs.model_of == fs.models.index(m)
+            if forbid_hot:
+                extra = np.where(is_hot, MASKED, 0).astype(np.int64)
+            elif len(d.models) != 1:  # the job accepts several models: steer it off hot ones
+                extra = np.where(is_hot, HOT_PENALTY // max(1, fs.size), 0).astype(np.int64)
+        r = self.reservation
+        if r is not None and r.job_id != job.job_id and not backfill_ok:
+            mask = np.zeros(fs.size, dtype=np.int64)
+            mask[sorted(r.nodes)] = MASKED
+            extra = mask if extra is None else np.maximum(extra, mask)
+        return extra
+
+    def try_place(self, job: Job, d: Demand, extra: I64 | None) -> tuple[Plan, list[ClusterScore]] | None:
+        fs = self.fleet
+        plans: dict[ClusterId, Plan] = {}
+        cands: list[tuple[ClusterId, int, int]] = []
+        for ci, (lo, hi) in enumerate(fs.cluster_range):
+            cap = per_node(fs, d, lo, hi)
+            if extra is not None:
+                cap = np.where(extra[lo:hi] < MASKED, cap, 0)
+            if int(cap.sum()) < job.replicas:
+                continue
+            plan = self._trial(ci, job, d, extra)
+            if plan is None:
+                continue
+            cid = fs.clusters[ci]
+            plans[cid] = plan
+            hot = max([self.pressure.get(m, 0) for m in plan.models] + [0])
+            cands.append((cid, plan.cost, hot))
+        if not cands:
+            return None
+        ranked = score_clusters(cands, self.profiles, job.datasets, self.config.cluster_weights)
+        return plans[ranked[0].cluster], ranked
+
+    def _trial(self, ci: int, job: Job, d: Demand, extra: I64 | None) -> Plan | None:
+        fs, placer = self.fleet, self.placer
+        lo, hi = fs.cluster_range[ci]
+        taken: list[ReplicaPlacement] = []
+        choices: list[Choice] = []
+        cur = extra
+        try:
+            for r in range(job.replicas):
+                c = placer.choose(d, lo, hi, cur)
+                if c is None:
+                    return None
+                choices.append(c)
+                taken.append(placer.place(d, c))
+                if r == 0 and job.replicas > 1 and job.interconnect is not Interconnect.NONE:
+                    other = (fs.domain_of != fs.domain_of[c.node]).astype(np.int64)
+                    pen = other * (self.config.cross_domain_penalty // max(1, fs.size) + 1)
+                    cur = pen if cur is None else np.where(cur >= MASKED, cur, cur + pen)
+            models = tuple(sorted({self.model_at(c.node) for c in choices if d.gpus or d.gpu_milli} - {""}))
+            return Plan(ci, tuple(choices), sum(c.cost for c in choices), models)
+        finally:
+            for p in reversed(taken):
+                placer.release(p, d)
+
+    def commit(self, plan: Plan, d: Demand) -> tuple[ReplicaPlacement, ...]:
+        return tuple(self.fleet.take(c.node, d, c.slots) for c in plan.choices)
+
+
+__all__ = ["HOT_PENALTY", "Ctx", "Plan", "Reservation"]

@@ -1,0 +1,286 @@
+"""One scheduling cycle: ``schedule(snapshot, config) -> CycleResult``. Pure and deterministic.
+
+Called by the scheduler service (a later issue feeds it from the log), by the timed simulator and by the
+tests. The recipe:
+1. Build the fleet arrays (nodes in canonical order), the quota book and the GPU-model pressure from the
+   snapshot; derive the typical shapes for fragmentation unless the policy gives them.
+2. Order the pending jobs: priority class, then weighted fair share (DRF on held resources plus decayed
+   usage history), aging; ties by submission time and job id.
+3. For each job in that order:
+   a. quota: the tenant's (and queue's) limits, borrowing from its cohort; refuse with ``QuotaExceeded``;
+   b. hot-spot governance: steer jobs that accept several GPU models off hot ones, and keep a tenant
+      under its cap on hot models;
+   c. honour the head-of-line gang's reservation (a job may backfill onto it only if its maximum runtime
+      ends before the reservation starts);
+   d. place all replicas in one cluster (what-if per cluster, federation score, commit the best);
+   e. otherwise preempt the smallest set of eligible lower-priority or borrowing jobs (the job waits for
+      them to stop), otherwise reserve capacity for a large head-of-line gang job, otherwise queue it.
+4. Explain every queued job (per-cluster why-not, binding constraint, smallest change, position and
+   estimated start) and return the decisions: placements, preemptions and reservations in the order they
+   were made, then the queue in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from services.scheduler.policy.backfill import may_backfill, reserve
+from services.scheduler.policy.capacity import model_pressure
+from services.scheduler.policy.context import Ctx, Plan
+from services.scheduler.policy.decisions import CandidateScore, CycleResult, Decision, Place, Preempt, Queue, Reserve
+from services.scheduler.policy.explain import describe, explain
+from services.scheduler.policy.fairshare import Capacity, FairShare, Held
+from services.scheduler.policy.federation import ClusterScore
+from services.scheduler.policy.fleet import Demand, FleetState
+from services.scheduler.policy.fragmentation import FragModel, typical_shapes
+from services.scheduler.policy.model import (
+    MILLI,
+    FleetSnapshot,
+    Job,
+    PolicyConfig,
+    ReplicaPlacement,
+    Shape,
+    TenantId,
+)
+from services.scheduler.policy.placer import Placer
+from services.scheduler.policy.preemption import find_victims
+from services.scheduler.policy.quota import book_from, fmt_amount
+from services.scheduler.policy.reasons import ReasonCode
+
+MAX_ESTIMATES = 64
+FALLBACK_SHAPES = (Shape(cpu_milli=8000, gpu_milli=MILLI, gpus=1, weight=1),)
+
+
+def _shapes(snap: FleetSnapshot, config: PolicyConfig) -> tuple[Shape, ...]:
+    if config.typical_shapes:
+        return config.typical_shapes
+    jobs = [r.job for r in snap.running] + list(snap.pending)
+    samples = [
+        Shape(
+            cpu_milli=j.cpu_milli,
+            gpu_milli=MILLI if j.gpus else j.gpu_milli,
+            gpus=j.gpus or (1 if j.gpu_milli else 0),
+            models=tuple(sorted(j.gpu_models)),
+            weight=j.replicas,
+        )
+        for j in sorted(jobs, key=lambda j: j.job_id)
+    ]
+    return typical_shapes(samples, config.typical_coverage_pct) or FALLBACK_SHAPES
+
+
+def _context(snap: FleetSnapshot, config: PolicyConfig) -> Ctx:
+    fleet = FleetState(snap.nodes)
+    frag = FragModel(_shapes(snap, config), fleet.models)
+    placer = Placer(
+        fleet,
+        config.node_policy,
+        frag,
+        seed=config.seed,
+        degraded_penalty=config.degraded_gpu_penalty,
+        frag_window_milli=config.frag_window_milli,
+    )
+    running = sorted(snap.running, key=lambda r: r.job.job_id)
+    book = book_from(snap.tenants)
+    ctx = Ctx(
+        snap=snap,
+        config=config,
+        fleet=fleet,
+        placer=placer,
+        profiles={c.cluster_id: c for c in sorted(snap.clusters, key=lambda c: c.cluster_id)},
+        book=book,
+        running=running,
+        pressure={},
+    )
+    for r in running:
+        book.add(r.job, _model_of(ctx, r.placements))
+    ctx.pressure = model_pressure(fleet)
+    for c in ctx.profiles.values():
+        for m, p in c.gpu_model_pressure_milli:
+            ctx.pressure[m] = max(ctx.pressure.get(m, 0), p)
+    hot = ctx.hot
+    for r in running:
+        if _model_of(ctx, r.placements) in hot:
+            ctx.hot_usage[r.job.tenant] = ctx.hot_usage.get(r.job.tenant, 0) + r.job.total_gpu_milli()
+    return ctx
+
+
+def _model_of(ctx: Ctx, placements: Sequence[ReplicaPlacement]) -> str | None:
+    for p in placements:
+        i = ctx.fleet.index.get(p.node_id)
+        if i is not None and p.gpu_indices:
+            return ctx.model_at(i) or None
+    return None
+
+
+def _fair(ctx: Ctx) -> FairShare:
+    held: dict[TenantId, Held] = {}
+    for r in ctx.running:
+        held.setdefault(r.job.tenant, Held()).add(r.job)
+    fs = ctx.fleet
+    cap = Capacity(int(fs.cpu_cap.sum()), int(fs.mem_cap.sum()), fs.capacity_gpu_milli())
+    return FairShare(ctx.book.tenants, held, cap, ctx.snap.now_ms, ctx.config)
+
+
+def _candidate(ctx: Ctx, s: ClusterScore, nodes: Sequence[str]) -> CandidateScore:
+    return CandidateScore(cluster=s.cluster, nodes=tuple(nodes), breakdown=tuple(sorted(s.breakdown().items())))
+
+
+def schedule(snapshot: FleetSnapshot, config: PolicyConfig | None = None) -> CycleResult:
+    config = config or PolicyConfig()
+    ctx = _context(snapshot, config)
+    order = _fair(ctx).order(snapshot.pending)
+    made: list[Decision] = []
+    waiting: list[tuple[Job, Demand, ReasonCode | None, str]] = []  # job, demand, forced reason, note
+    for job in order:
+        d = Demand.of(job)
+        if job.replicas <= 0 or (d.gpus == 0 and d.gpu_milli == 0 and d.cpu_milli == 0 and d.memory_mib == 0):
+            waiting.append((job, d, ReasonCode.NO_FEASIBLE_NODE, "the job asks for nothing"))
+            continue
+        # a. quota (GPU-model quotas are checked on the model the plan uses, below).
+        q = ctx.book.check(job, None)
+        if not q.ok:
+            waiting.append((job, d, ReasonCode.QUOTA_EXCEEDED, q.message))
+            continue
+        # b. hot-spot cap.
+        cap = ctx.hot_cap(job.tenant)
+        forbid_hot = cap is not None and ctx.hot_usage.get(job.tenant, 0) + job.total_gpu_milli() > cap
+        # c. reservation / backfill.
+        backfill = may_backfill(ctx, job)
+        extra = ctx.extra_for(job, d, forbid_hot, backfill)
+        # d. placement.
+        got = ctx.try_place(job, d, extra)
+        if got is not None:
+            plan, ranked = got
+            model = plan.models[0] if plan.models else None
+            q2 = ctx.book.check(job, model)
+            if not q2.ok:
+                waiting.append((job, d, ReasonCode.QUOTA_EXCEEDED, q2.message))
+                continue
+            made.append(_place(ctx, job, d, plan, ranked, q2.borrowed or q.borrowed, backfill))
+            continue
+        # e. preemption, reservation.
+        if config.preemption:
+            victims = find_victims(ctx, job, d)
+            if victims is not None:
+                ci, vs = victims
+                cid = ctx.fleet.clusters[ci]
+                for v in vs:
+                    made.append(
+                        Preempt(
+                            victim=v.running.job.job_id,
+                            victim_tenant=v.running.job.tenant,
+                            preemptor=job.job_id,
+                            cluster=cid,
+                            rule=v.rule,
+                            message=(
+                                f"{v.running.job.job_id} ({v.running.job.priority_class.value}, "
+                                f"{fmt_amount('gpu', v.running.job.total_gpu_milli())} GPUs) is preempted for "
+                                f"{job.job_id} ({job.priority_class.value}) in {cid} by rule {v.rule.value}"
+                            ),
+                        )
+                    )
+                    # The victim keeps its resources until its cluster reports it stopped; it cannot be
+                    # chosen again in this cycle.
+                    ctx.running = [r for r in ctx.running if r.job.job_id != v.running.job.job_id]
+                waiting.append((job, d, ReasonCode.WAITING_FOR_PREEMPTION, f"{len(vs)} job(s) in {cid} are asked to stop"))
+                continue
+        if (
+            config.backfill
+            and ctx.reservation is None
+            and job.replicas * max(d.gpus, 1 if d.gpu_milli else 0) >= config.reservation_min_gpus
+        ):
+            r = reserve(ctx, job, d)
+            if r is not None:
+                ctx.reservation = r
+                cid = ctx.fleet.clusters[r.cluster]
+                made.append(
+                    Reserve(
+                        job_id=job.job_id,
+                        cluster=cid,
+                        nodes=tuple(ctx.fleet.node_ids[i] for i in sorted(r.nodes)),
+                        expected_start_ms=r.start_ms,
+                        message=(
+                            f"{len(r.nodes)} node(s) in {cid} are held for {job.job_id} "
+                            f"({describe(job)}), expected to start at t={r.start_ms} ms; shorter jobs may backfill"
+                        ),
+                    )
+                )
+        waiting.append((job, d, None, ""))
+    made.extend(_queue_decisions(ctx, waiting))
+    return CycleResult(now_ms=snapshot.now_ms, policy_version=config.version, decisions=tuple(made[: config.max_decisions]))
+
+
+def _place(
+    ctx: Ctx, job: Job, d: Demand, plan: Plan, ranked: list[ClusterScore], borrowed: bool, backfill: bool
+) -> Place:
+    fs = ctx.fleet
+    replicas = ctx.commit(plan, d)
+    model = plan.models[0] if plan.models else None
+    ctx.book.add(job, model)
+    if model in ctx.hot:
+        ctx.hot_usage[job.tenant] = ctx.hot_usage.get(job.tenant, 0) + job.total_gpu_milli()
+    cid = fs.clusters[plan.cluster]
+    nodes = tuple(p.node_id for p in replicas)
+    chosen = _candidate(ctx, ranked[0], nodes)
+    runner = _candidate(ctx, ranked[1], ()) if len(ranked) > 1 else None
+    reasons = [ReasonCode.PLACED] + ([ReasonCode.BACKFILLED] if backfill else [])
+    gpus = ", ".join(
+        f"{p.node_id}[{','.join(map(str, p.gpu_indices))}]" if p.gpu_indices else p.node_id for p in replicas
+    )
+    alt = (
+        f"; runner-up {runner.cluster} scored {ranked[1].total} vs {ranked[0].total}" if runner is not None else ""
+    )
+    share = f" ({d.gpu_milli}m each)" if d.is_share else ""
+    msg = (
+        f"{job.job_id} placed in {cid} on {gpus}{share} by {ctx.config.node_policy.value}: placement cost "
+        f"{plan.cost}, federation score {ranked[0].total} (fit {ranked[0].fit}, locality {ranked[0].locality}, "
+        f"congestion {ranked[0].congestion}, hot {ranked[0].hot_spot}, health {ranked[0].health}, cost "
+        f"{ranked[0].cost}){alt}" + ("; uses quota above its guarantee (borrowed, reclaimable)" if borrowed else "")
+    )
+    return Place(
+        job_id=job.job_id,
+        tenant=job.tenant,
+        cluster=cid,
+        replicas=replicas,
+        chosen=chosen,
+        runner_up=runner,
+        reasons=tuple(reasons),
+        message=msg,
+        borrowed=borrowed,
+    )
+
+
+def _queue_decisions(ctx: Ctx, waiting: list[tuple[Job, Demand, ReasonCode | None, str]]) -> list[Queue]:
+    out = []
+    for pos, (job, d, forced, note) in enumerate(waiting, start=1):
+        extra = ctx.extra_for(job, d, False, may_backfill(ctx, job)) if forced is None else None
+        short = explain(ctx, job, d, extra, estimate=pos <= MAX_ESTIMATES)
+        binding = forced or short.binding
+        reasons = tuple(dict.fromkeys([binding] + [w.reason for w in short.per_cluster]))
+        detail = note or short.binding_detail
+        eta = (
+            f", estimated start in about {(short.estimated_start_ms - ctx.snap.now_ms) // 60_000} min"
+            if short.estimated_start_ms is not None
+            else ""
+        )
+        msg = (
+            f"{job.job_id} waits ({binding.value}): needs {describe(job)}; {detail}; "
+            f"position {pos} in the queue{eta}; {short.smallest_change}"
+        )
+        out.append(
+            Queue(
+                job_id=job.job_id,
+                tenant=job.tenant,
+                reasons=reasons,
+                binding=binding,
+                message=msg,
+                per_cluster=short.per_cluster,
+                smallest_change=short.smallest_change,
+                position=pos,
+                estimated_start_ms=short.estimated_start_ms,
+            )
+        )
+    return out
+
+
+__all__ = ["schedule"]

@@ -1,0 +1,117 @@
+"""The core's output: an ordered list of decisions, each with reason codes and a plain sentence.
+
+Called by the cycle (which builds them) and by whoever publishes them (a later issue maps them to
+``JobPlaced``, ``JobQueued``, ``JobPreemptionRequested`` events). ``CycleResult.to_json`` is the canonical
+serialisation: sorted keys, no whitespace, so the same decisions are the same bytes on every machine.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from enum import Enum
+from typing import Literal
+
+from services.scheduler.policy.model import ClusterId, JobId, ReplicaPlacement, TenantId
+from services.scheduler.policy.reasons import ReasonCode
+
+JsonScalar = str | int | bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateScore:
+    cluster: ClusterId
+    nodes: tuple[str, ...]
+    breakdown: tuple[tuple[str, int], ...]  # term -> integer, lower total is better
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    job_id: JobId
+    tenant: TenantId
+    cluster: ClusterId
+    replicas: tuple[ReplicaPlacement, ...]
+    chosen: CandidateScore
+    runner_up: CandidateScore | None
+    reasons: tuple[ReasonCode, ...]
+    message: str
+    borrowed: bool = False
+    kind: Literal["place"] = "place"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterWhyNot:
+    cluster: ClusterId
+    reason: ReasonCode
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    job_id: JobId
+    tenant: TenantId
+    reasons: tuple[ReasonCode, ...]
+    binding: ReasonCode
+    message: str
+    per_cluster: tuple[ClusterWhyNot, ...]
+    smallest_change: str
+    position: int
+    estimated_start_ms: int | None
+    kind: Literal["queue"] = "queue"
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    victim: JobId
+    victim_tenant: TenantId
+    preemptor: JobId
+    cluster: ClusterId
+    rule: ReasonCode
+    message: str
+    kind: Literal["preempt"] = "preempt"
+
+
+@dataclass(frozen=True, slots=True)
+class Reserve:
+    job_id: JobId
+    cluster: ClusterId
+    nodes: tuple[str, ...]
+    expected_start_ms: int
+    message: str
+    kind: Literal["reserve"] = "reserve"
+
+
+Decision = Place | Queue | Preempt | Reserve
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    now_ms: int
+    policy_version: str
+    decisions: tuple[Decision, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "now_ms": self.now_ms,
+            "policy_version": self.policy_version,
+            "decisions": [_plain(asdict(d)) for d in self.decisions],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    def of_kind(self, kind: str) -> list[Decision]:
+        return [d for d in self.decisions if d.kind == kind]
+
+
+__all__ = ["CandidateScore", "ClusterWhyNot", "CycleResult", "Decision", "Place", "Preempt", "Queue", "Reserve"]

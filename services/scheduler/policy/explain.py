@@ -1,0 +1,160 @@
+"""Explanations: why a job waits, per cluster, the binding constraint and the smallest change.
+
+Called by the cycle for every job it queues. Each cluster gets one reason code and a detail with the
+numbers; the binding constraint is the reason of the cluster that comes closest to fitting the job; the
+smallest change lists what would make it fit now (fewer GPUs, fewer replicas, another GPU model) and
+when it would fit as it is (from the running jobs' expected ends, as backfill computes them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from services.scheduler.policy.backfill import earliest_start
+from services.scheduler.policy.capacity import largest_whole_gpu_block, per_node
+from services.scheduler.policy.context import Ctx
+from services.scheduler.policy.decisions import ClusterWhyNot
+from services.scheduler.policy.fleet import Demand
+from services.scheduler.policy.model import MILLI, Job
+from services.scheduler.policy.placer import MASKED
+from services.scheduler.policy.reasons import ReasonCode
+
+
+@dataclass(frozen=True, slots=True)
+class Shortfall:
+    per_cluster: tuple[ClusterWhyNot, ...]
+    binding: ReasonCode
+    binding_detail: str
+    smallest_change: str
+    estimated_start_ms: int | None
+
+
+def describe(job: Job) -> str:
+    if job.gpus:
+        g = f"{job.gpus} GPU{'s' if job.gpus > 1 else ''}"
+    elif job.gpu_milli:
+        g = f"{job.gpu_milli}m of one GPU"
+    else:
+        g = "no GPU"
+    models = f" ({'|'.join(job.gpu_models)})" if job.gpu_models else ""
+    per = f"{job.replicas} x " if job.replicas > 1 else ""
+    return f"{per}{g}{models}, {job.cpu_milli // MILLI} CPU, {job.memory_mib} MiB" + (
+        " in one cluster" if job.replicas > 1 else ""
+    )
+
+
+def _cluster(ctx: Ctx, job: Job, d: Demand, ci: int, extra: np.ndarray | None) -> tuple[ClusterWhyNot, int]:
+    fs = ctx.fleet
+    lo, hi = fs.cluster_range[ci]
+    cid = fs.clusters[ci]
+    needs_gpu = bool(d.gpus or d.gpu_milli)
+    gpu_nodes = fs.gpu_count[lo:hi] > 0
+    if needs_gpu:
+        model_ok = fs.model_mask(d.models)[lo:hi] & gpu_nodes
+        if not model_ok.any():
+            have = sorted({fs.models[m] for m in fs.model_of[lo:hi] if m >= 0})
+            want = "|".join(d.models) or "any GPU"
+            return ClusterWhyNot(cid, ReasonCode.GPU_MODEL_UNAVAILABLE, f"no {want} node; has {', '.join(have) or 'no GPUs'}"), 0
+        if not (model_ok & (fs.gpu_mem[lo:hi] >= d.min_gpu_memory_mib)).any():
+            return ClusterWhyNot(cid, ReasonCode.GPU_MEMORY_TOO_SMALL, f"no GPU with {d.min_gpu_memory_mib} MiB"), 0
+    cap_now = per_node(fs, d, lo, hi)
+    if extra is not None:
+        masked = extra[lo:hi] >= MASKED
+        if int(cap_now.sum()) >= job.replicas and int(np.where(masked, 0, cap_now).sum()) < job.replicas:
+            r = ctx.reservation
+            why = ReasonCode.RESERVED_FOR_GANG if r is not None and r.cluster == ci else ReasonCode.HOT_MODEL_CAP
+            detail = (
+                f"capacity held for {r.job_id} until t={r.start_ms} ms" if why is ReasonCode.RESERVED_FOR_GANG and r
+                else "the free capacity is on hot GPU models, above the tenant's cap"
+            )  # fmt: skip
+            return ClusterWhyNot(cid, why, detail), int(cap_now.sum())
+        cap_now = np.where(masked, 0, cap_now)
+    total_now = int(cap_now.sum())
+    if not fs.schedulable[lo:hi].any():
+        return ClusterWhyNot(cid, ReasonCode.NODE_UNSCHEDULABLE, "every node is cordoned"), 0
+    # Could the cluster ever hold it (all running jobs gone)?
+    empty = _empty_capacity(ctx, d, lo, hi)
+    if empty < job.replicas:
+        return (
+            ClusterWhyNot(cid, ReasonCode.GANG_TOO_LARGE if job.replicas > 1 else ReasonCode.NO_FEASIBLE_NODE,
+                          f"holds at most {empty} of {job.replicas} replicas even when empty"),
+            total_now,
+        )  # fmt: skip
+    for res, code in (("gpu", None), ("cpu", ReasonCode.INSUFFICIENT_CPU), ("memory", ReasonCode.INSUFFICIENT_MEMORY)):
+        if res == "gpu" and not needs_gpu:
+            continue
+        if int(per_node(fs, d, lo, hi, ignore=frozenset({res})).sum()) >= job.replicas:
+            if res == "gpu":
+                if d.gpus:
+                    block, at = largest_whole_gpu_block(fs, d, lo, hi)
+                    where = f" on {fs.node_ids[at]}" if at >= 0 and block else ""
+                    detail = f"largest free block is {block} GPUs{where}; room for {total_now} of {job.replicas} replicas"
+                    return ClusterWhyNot(cid, ReasonCode.INSUFFICIENT_GPU, detail), total_now
+                best = int(fs.gpu_free[lo:hi].max()) if hi > lo else 0
+                detail = f"largest free GPU share is {best}m, needs {d.gpu_milli}m"
+                return ClusterWhyNot(cid, ReasonCode.INSUFFICIENT_GPU_SHARE, detail), total_now
+            assert code is not None
+            most = int((fs.cpu_free if res == "cpu" else fs.mem_free)[lo:hi].max()) if hi > lo else 0
+            unit = "m CPU" if res == "cpu" else " MiB"
+            need = d.cpu_milli if res == "cpu" else d.memory_mib
+            return ClusterWhyNot(cid, code, f"most free on a node is {most}{unit}, needs {need}{unit}"), total_now
+    return ClusterWhyNot(cid, ReasonCode.NO_FEASIBLE_NODE, f"room for {total_now} of {job.replicas} replicas"), total_now
+
+
+def _empty_capacity(ctx: Ctx, d: Demand, lo: int, hi: int) -> int:
+    fs = ctx.fleet
+    sl = slice(lo, hi)
+    fits = np.full(hi - lo, 1 << 20, dtype=np.int64)
+    if d.cpu_milli:
+        fits = np.minimum(fits, fs.cpu_cap[sl] // d.cpu_milli)
+    if d.memory_mib:
+        fits = np.minimum(fits, fs.mem_cap[sl] // d.memory_mib)
+    if d.gpus:
+        fits = np.minimum(fits, fs.gpu_count[sl] // d.gpus)
+    elif d.gpu_milli:
+        fits = np.minimum(fits, fs.gpu_count[sl] * (MILLI // d.gpu_milli))
+    if d.gpus or d.gpu_milli:
+        fits = np.where(fs.model_mask(d.models)[sl] & (fs.gpu_mem[sl] >= d.min_gpu_memory_mib), fits, 0)
+    return int(np.where(fs.schedulable[sl], fits, 0).sum())
+
+
+def explain(ctx: Ctx, job: Job, d: Demand, extra: np.ndarray | None, estimate: bool) -> Shortfall:
+    fs = ctx.fleet
+    rows = [_cluster(ctx, job, d, ci, extra) for ci in range(len(fs.clusters))]
+    per = tuple(r[0] for r in rows)
+    # Binding: the cluster closest to fitting (most replicas now), ties by cluster id.
+    closest = max(range(len(rows)), key=lambda i: (rows[i][1], -i)) if rows else -1
+    binding = per[closest].reason if closest >= 0 else ReasonCode.NO_FEASIBLE_NODE
+    binding_detail = f"{per[closest].cluster}: {per[closest].detail}" if closest >= 0 else "no cluster"
+    changes: list[str] = []
+    if d.gpus and job.replicas == 1:
+        blocks = [(largest_whole_gpu_block(fs, d, lo, hi)[0], fs.clusters[ci]) for ci, (lo, hi) in enumerate(fs.cluster_range)]
+        b, where = max(blocks, key=lambda x: (x[0], [-ord(c) for c in x[1]])) if blocks else (0, "")
+        if 0 < b < d.gpus:
+            changes.append(f"would fit now with {b} GPUs in {where}")
+    if job.replicas > 1 and rows:
+        now = rows[closest][1]
+        if 0 < now < job.replicas:
+            changes.append(f"would fit now with {now} replicas in {per[closest].cluster}")
+    if d.models:
+        other = Demand(d.cpu_milli, d.memory_mib, d.gpus, d.gpu_milli, (), d.min_gpu_memory_mib)
+        fits_any = [
+            fs.clusters[ci]
+            for ci, (lo, hi) in enumerate(fs.cluster_range)
+            if int(per_node(fs, other, lo, hi).sum()) >= job.replicas
+        ]
+        if fits_any:
+            changes.append(f"would fit now in {fits_any[0]} accepting any GPU model")
+    start_ms: int | None = None
+    if estimate:
+        got = earliest_start(ctx, job, d)
+        if got is not None:
+            start_ms = got[0]
+            mins = max(0, (start_ms - ctx.snap.now_ms) // 60_000)
+            changes.append(f"fits as asked in {fs.clusters[got[1]]} in about {mins} min")
+    return Shortfall(per, binding, binding_detail, "; ".join(changes) or "no change fits the current fleet", start_ms)
+
+
+__all__ = ["Shortfall", "describe", "explain"]
