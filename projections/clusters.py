@@ -71,7 +71,7 @@ class ClusterStage:
 
     def reduce(self, entity: ClusterView | None, item: Input) -> tuple[ClusterView | None, list[Emitted]]:
         view = entity or ClusterView(cluster=item.key)
-        if view.applied.seen(item.position):
+        if view.applied.seen(item):
             return entity, []
         data = item.item
         emitted: list[Emitted] = []
@@ -95,7 +95,7 @@ class ClusterStage:
             emitted = _price_interval(view, data)
         elif isinstance(data, UsageSample):
             emitted = _price_sample(view, data)
-        return replace(view, applied=view.applied.after(item.position)), emitted
+        return replace(view, applied=view.applied.after(item)), emitted
 
 
 def _price_interval(view: ClusterView, interval: UsageInterval) -> list[Emitted]:

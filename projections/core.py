@@ -86,27 +86,38 @@ class Stage(Protocol, Generic[E]):
     def reduce(self, entity: E | None, item: Input) -> tuple[E | None, list[Emitted]]: ...
 
 
+RECENT_IDS = 32
+
+
 @dataclass(frozen=True, slots=True)
 class Applied:
-    """Last applied offset per source partition, kept inside each entity for idempotence."""
+    """What an entity has already folded, for idempotence: the last offset per source partition (a
+    redelivered record) and the ids of its latest events (the same event appended twice, at two
+    offsets, by a producer that retried). Deltas are not tracked: see ``Input``."""
 
     offsets: tuple[tuple[str, int, int], ...] = ()
+    ids: tuple[str, ...] = ()
 
-    def seen(self, position: Position | None) -> bool:
+    def seen(self, item: Input) -> bool:
+        position = item.position
         if position is None:
             return False
+        if item.envelope_id and item.envelope_id in self.ids:
+            return True
         for topic, partition, offset in self.offsets:
             if topic == position.topic and partition == position.partition:
                 return position.offset <= offset
         return False
 
-    def after(self, position: Position | None) -> Applied:
+    def after(self, item: Input) -> Applied:
+        position = item.position
         if position is None:
             return self
         kept = tuple(
             entry for entry in self.offsets if not (entry[0] == position.topic and entry[1] == position.partition)
         )
-        return Applied(tuple(sorted((*kept, (position.topic, position.partition, position.offset)))))
+        ids = (*self.ids, item.envelope_id)[-RECENT_IDS:] if item.envelope_id else self.ids
+        return Applied(tuple(sorted((*kept, (position.topic, position.partition, position.offset)))), ids)
 
 
 def split_key(key: str) -> tuple[str, str]:

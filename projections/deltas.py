@@ -91,3 +91,15 @@ class UsageSample(Delta):
     utilisation_pct: int
     window_ms: int
     end_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ShapeSeen(Delta):
+    """A job's first submission, counted once per job by the shape stage."""
+
+    job_id: str
+    cpu_milli: int
+    memory_mib: int
+    gpu_milli: int
+    gpu_models: tuple[str, ...]
+    replicas: int

@@ -59,7 +59,7 @@ class FleetStage:
 
     def reduce(self, entity: FleetState | None, item: Input) -> tuple[FleetState | None, list[Emitted]]:
         fleet = entity or FleetState()
-        if fleet.applied.seen(item.position):
+        if fleet.applied.seen(item):
             return entity, []
         delta = item.item
         if isinstance(delta, NodeCapacity):
@@ -70,7 +70,7 @@ class FleetStage:
             rest = tuple(p for p in fleet.pending if p.job_id != delta.job_id)
             pending = (*rest, delta) if delta.pending else rest
             fleet = replace(fleet, pending=tuple(sorted(pending, key=lambda p: p.job_id)))
-        fleet = replace(fleet, applied=fleet.applied.after(item.position))
+        fleet = replace(fleet, applied=fleet.applied.after(item))
         return _rollups(fleet, item.time_ms)
 
 

@@ -29,7 +29,8 @@ from events.catalog.jobs import (
 )
 from events.envelope import Envelope
 from projections.core import Applied, Emitted, Input, Routed
-from projections.deltas import NodeAllocation, PendingDemand, QueueAllocation, UsageInterval
+from projections.deltas import NodeAllocation, PendingDemand, QueueAllocation, ShapeSeen, UsageInterval
+from projections.shapes import shape_of
 
 STAGE = "jobs"
 TIMELINE_LIMIT = 200
@@ -112,10 +113,10 @@ class JobStage:
         event = item.item
         assert isinstance(event, Event)
         view = entity or JobView(job_id=item.key)
-        if view.applied.seen(item.position):
+        if view.applied.seen(item):
             return entity, []
         view, emitted = _apply(view, event, item.time_ms)
-        return replace(view, applied=view.applied.after(item.position)), emitted
+        return replace(view, applied=view.applied.after(item)), emitted
 
 
 def _apply(view: JobView, event: Event, now: int) -> tuple[JobView, list[Emitted]]:
@@ -129,7 +130,7 @@ def _apply(view: JobView, event: Event, now: int) -> tuple[JobView, list[Emitted
         return _log(view, now, "queued", event, reasons, event.message), _demand(view, True)
     if isinstance(event, JobPlaced):
         return _placed(view, event, now)
-    if isinstance(event, JobStarted | _ENDS_RUN) and getattr(event, "run", 0) > view.run:
+    if isinstance(event, (JobStarted, *_ENDS_RUN)) and getattr(event, "run", 0) > view.run:
         return replace(view, early=(*view.early, (now, getattr(event, "run", 0), event))), []
     if isinstance(event, JobStarted):
         if event.run != view.run or view.status in _TERMINAL:
@@ -151,6 +152,11 @@ def _apply(view: JobView, event: Event, now: int) -> tuple[JobView, list[Emitted
 def _submitted(view: JobView, event: JobSubmitted, now: int) -> tuple[JobView, list[Emitted]]:
     r = event.resources
     emitted: list[Emitted] = []
+    if view.orphan:
+        shape = ShapeSeen(
+            view.job_id, r.cpu_milli, r.memory_mib, r.total_gpu_milli(), tuple(r.gpu_models), event.replicas
+        )
+        emitted.append(Routed("shapes", shape_key(shape), shape))
     if view.orphan and view.allocated:
         # Its placement was read first and held quota of an unknown queue: give that back.
         emitted.append(_via_node(view, _queue_delta(view, False, view.placed_ms or now)))
@@ -171,7 +177,7 @@ def _submitted(view: JobView, event: JobSubmitted, now: int) -> tuple[JobView, l
         preemptible=event.preemptible,
         submitted_ms=now,
     )
-    if emitted:
+    if view.allocated and len(emitted) > 1:
         emitted += _hold(view, view.placed_ms or now)
     if view.status == "unknown":
         view = replace(view, status="submitted", queued_since_ms=now)
@@ -252,6 +258,10 @@ def _log(view: JobView, now: int, status: str, event: Event, reason: str, messag
         last_reason=reason or view.last_reason,
         last_message=message or view.last_message,
     )
+
+
+def shape_key(seen: ShapeSeen) -> str:
+    return shape_of(seen)[0]
 
 
 def queue_key(tenant: str, queue: str) -> str:

@@ -95,11 +95,11 @@ class NodeStage:
     def reduce(self, entity: NodeProfile | None, item: Input) -> tuple[NodeProfile | None, list[Emitted]]:
         cluster, node = split_key(item.key)
         profile = entity or NodeProfile(cluster=cluster, node=node)
-        if profile.applied.seen(item.position):
+        if profile.applied.seen(item):
             return entity, []
         before = profile
         profile, emitted = _apply(profile, item.item, item.time_ms)
-        profile = replace(profile, applied=profile.applied.after(item.position))
+        profile = replace(profile, applied=profile.applied.after(item))
         profile, outputs = _outputs(before, profile)
         return profile, emitted + outputs
 

@@ -78,7 +78,7 @@ class QuotaStage:
     def reduce(self, entity: QueueQuota | None, item: Input) -> tuple[QueueQuota | None, list[Emitted]]:
         tenant, _, queue = item.key.partition("/")
         quota = entity or QueueQuota(tenant, queue, period_start_ms=item.time_ms)
-        if quota.applied.seen(item.position):
+        if quota.applied.seen(item):
             return entity, []
         data = item.item
         if isinstance(data, QuotaSet):
@@ -94,7 +94,7 @@ class QuotaStage:
             quota = replace(quota, lines=lines)
         elif isinstance(data, QueueAllocation):
             quota = _allocation(quota, data, item.time_ms)
-        quota = replace(quota, applied=quota.applied.after(item.position))
+        quota = replace(quota, applied=quota.applied.after(item))
         return _output(quota)
 
 

@@ -113,9 +113,9 @@ class ProjectionRunner:
         for _, _, record, envelope in self._merge(decoded):
             positions[(record.topic, record.partition)] = record.offset + 1
             if envelope is None:
-                error = errors[(record.topic, record.partition, record.offset)]
-                log.warning("event=dead_letter topic=%s offset=%d reason=%r", record.topic, record.offset, str(error))
-                dead.append(dead_letter(record, error, GROUP))
+                problem = errors[(record.topic, record.partition, record.offset)]
+                log.warning("event=dead_letter topic=%s offset=%d reason=%r", record.topic, record.offset, str(problem))
+                dead.append(dead_letter(record, problem, GROUP))
                 continue
             position = Position(record.topic, record.partition, record.offset)
             self.topology.process(self.store, envelope, position, processed)
@@ -146,9 +146,15 @@ class ProjectionRunner:
         per_partition: list[list[LogRecord]] = []
         for tp in self._partitions:
             offset = self._positions.get((tp.topic, tp.partition), 0)
-            records = await self._reader.read(tp, offset, max_records=self._batch, timeout_s=0.0)
+            if offset >= await self._reader.end_offset(tp):
+                continue
+            # Something is committed there: wait for it (a Kafka fetch takes a round trip).
+            records = await self._reader.read(tp, offset, max_records=self._batch, timeout_s=1.0)
             if records:
                 per_partition.append(records)
+            elif await self._reader.caught_up(tp, offset):
+                # Only transaction markers were left; move past them so we do not ask again.
+                self._positions[(tp.topic, tp.partition)] = await self._reader.end_offset(tp)
         return per_partition
 
     async def _wait_and_read(self, timeout_s: float) -> list[list[LogRecord]]:

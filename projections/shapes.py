@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from events.catalog.jobs import JobSubmitted
 from events.envelope import Envelope
 from projections.core import Applied, Emitted, Input
+from projections.deltas import ShapeSeen
 
 STAGE = "shapes"
 _CPU_STEP = 1000
@@ -30,31 +30,24 @@ class ShapeCount:
     applied: Applied = field(default_factory=Applied)
 
 
-def shape_of(job: JobSubmitted) -> tuple[str, int, int, int, str]:
+def shape_of(seen: ShapeSeen) -> tuple[str, int, int, int, str]:
     """Round CPU up to whole cores and memory up to GiB so near-identical shapes share a bucket."""
-    r = job.resources
-    cpu = -(-r.cpu_milli // _CPU_STEP) * _CPU_STEP
-    memory = -(-r.memory_mib // _MEMORY_STEP) * _MEMORY_STEP
-    gpu = r.total_gpu_milli()
-    model = "|".join(sorted(r.gpu_models)) or "any"
-    return f"{cpu}:{memory}:{gpu}:{model}", cpu, memory, gpu, model
+    cpu = -(-seen.cpu_milli // _CPU_STEP) * _CPU_STEP
+    memory = -(-seen.memory_mib // _MEMORY_STEP) * _MEMORY_STEP
+    model = "|".join(sorted(seen.gpu_models)) or "any"
+    return f"{cpu}:{memory}:{seen.gpu_milli}:{model}", cpu, memory, seen.gpu_milli, model
 
 
 class ShapeStage:
     name = STAGE
 
     def keys(self, envelope: Envelope) -> Sequence[str]:
-        if isinstance(envelope.data, JobSubmitted):
-            return (shape_of(envelope.data)[0],)
-        return ()
+        return ()  # fed by the job stage, which sees each job's first submission once
 
     def reduce(self, entity: ShapeCount | None, item: Input) -> tuple[ShapeCount | None, list[Emitted]]:
-        job = item.item
-        if not isinstance(job, JobSubmitted):
+        seen = item.item
+        if not isinstance(seen, ShapeSeen):
             return entity, []
-        key, cpu, memory, gpu, model = shape_of(job)
+        key, cpu, memory, gpu, model = shape_of(seen)
         shape = entity or ShapeCount(key, cpu, memory, gpu, model)
-        if shape.applied.seen(item.position):
-            return entity, []
-        shape = replace(shape, count=shape.count + 1, replicas=shape.replicas + job.replicas)
-        return replace(shape, applied=shape.applied.after(item.position)), []
+        return replace(shape, count=shape.count + 1, replicas=shape.replicas + seen.replicas), []

@@ -51,7 +51,7 @@ class UsageStage:
         tenant, cluster, model, hour = item.key.split("|")
         bucket = entity or UsageBucket(tenant, cluster, model, int(hour))
         piece = item.item
-        if bucket.applied.seen(item.position) or not isinstance(piece, PricedUsage):
+        if bucket.applied.seen(item) or not isinstance(piece, PricedUsage):
             return entity, []
         if piece.sample:
             bucket = replace(bucket, used_milli_ms=bucket.used_milli_ms + piece.used_milli_ms)
@@ -70,4 +70,4 @@ class UsageStage:
                 runs=tuple(sorted((*bucket.runs, run))),
                 projects=tuple(sorted((name, a, c) for name, (a, c) in projects.items())),
             )
-        return replace(bucket, applied=bucket.applied.after(item.position)), []
+        return replace(bucket, applied=bucket.applied.after(item)), []
