@@ -172,7 +172,7 @@ def build() -> tuple[list[Envelope], Expected]:
         running.append((deleted, job, key, slots, tenant, (created + 1)))
         expected.statuses[job] = "running"
     _finish_until(END_S, running, free, emit, expected, models)
-    for _, job, key, slots, tenant, _ in running:
+    for _, _job, key, slots, tenant, _ in running:
         expected.node_allocated[key] = expected.node_allocated.get(key, 0) + sum(t for _, t in slots)
         expected.running_by_queue[f"{tenant}/default"] += 1
     timed.sort(key=lambda item: (item[0], item[1]))
