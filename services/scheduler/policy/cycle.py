@@ -182,7 +182,9 @@ def schedule(snapshot: FleetSnapshot, config: PolicyConfig | None = None) -> Cyc
                     # The victim keeps its resources until its cluster reports it stopped; it cannot be
                     # chosen again in this cycle.
                     ctx.running = [r for r in ctx.running if r.job.job_id != v.running.job.job_id]
-                waiting.append((job, d, ReasonCode.WAITING_FOR_PREEMPTION, f"{len(vs)} job(s) in {cid} are asked to stop"))
+                waiting.append(
+                    (job, d, ReasonCode.WAITING_FOR_PREEMPTION, f"{len(vs)} job(s) in {cid} are asked to stop")
+                )
                 continue
         if (
             config.backfill
@@ -207,7 +209,9 @@ def schedule(snapshot: FleetSnapshot, config: PolicyConfig | None = None) -> Cyc
                 )
         waiting.append((job, d, None, ""))
     made.extend(_queue_decisions(ctx, waiting))
-    return CycleResult(now_ms=snapshot.now_ms, policy_version=config.version, decisions=tuple(made[: config.max_decisions]))
+    return CycleResult(
+        now_ms=snapshot.now_ms, policy_version=config.version, decisions=tuple(made[: config.max_decisions])
+    )
 
 
 def _place(
@@ -227,9 +231,7 @@ def _place(
     gpus = ", ".join(
         f"{p.node_id}[{','.join(map(str, p.gpu_indices))}]" if p.gpu_indices else p.node_id for p in replicas
     )
-    alt = (
-        f"; runner-up {runner.cluster} scored {ranked[1].total} vs {ranked[0].total}" if runner is not None else ""
-    )
+    alt = f"; runner-up {runner.cluster} scored {ranked[1].total} vs {ranked[0].total}" if runner is not None else ""
     share = f" ({d.gpu_milli}m each)" if d.is_share else ""
     msg = (
         f"{job.job_id} placed in {cid} on {gpus}{share} by {ctx.config.node_policy.value}: placement cost "

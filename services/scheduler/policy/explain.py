@@ -56,7 +56,9 @@ def _cluster(ctx: Ctx, job: Job, d: Demand, ci: int, extra: np.ndarray | None) -
         if not model_ok.any():
             have = sorted({fs.models[m] for m in fs.model_of[lo:hi] if m >= 0})
             want = "|".join(d.models) or "any GPU"
-            return ClusterWhyNot(cid, ReasonCode.GPU_MODEL_UNAVAILABLE, f"no {want} node; has {', '.join(have) or 'no GPUs'}"), 0
+            return ClusterWhyNot(
+                cid, ReasonCode.GPU_MODEL_UNAVAILABLE, f"no {want} node; has {', '.join(have) or 'no GPUs'}"
+            ), 0
         if not (model_ok & (fs.gpu_mem[lo:hi] >= d.min_gpu_memory_mib)).any():
             return ClusterWhyNot(cid, ReasonCode.GPU_MEMORY_TOO_SMALL, f"no GPU with {d.min_gpu_memory_mib} MiB"), 0
     cap_now = per_node(fs, d, lo, hi)
@@ -90,7 +92,9 @@ def _cluster(ctx: Ctx, job: Job, d: Demand, ci: int, extra: np.ndarray | None) -
                 if d.gpus:
                     block, at = largest_whole_gpu_block(fs, d, lo, hi)
                     where = f" on {fs.node_ids[at]}" if at >= 0 and block else ""
-                    detail = f"largest free block is {block} GPUs{where}; room for {total_now} of {job.replicas} replicas"
+                    detail = (
+                        f"largest free block is {block} GPUs{where}; room for {total_now} of {job.replicas} replicas"
+                    )
                     return ClusterWhyNot(cid, ReasonCode.INSUFFICIENT_GPU, detail), total_now
                 best = int(fs.gpu_free[lo:hi].max()) if hi > lo else 0
                 detail = f"largest free GPU share is {best}m, needs {d.gpu_milli}m"
@@ -100,7 +104,9 @@ def _cluster(ctx: Ctx, job: Job, d: Demand, ci: int, extra: np.ndarray | None) -
             unit = "m CPU" if res == "cpu" else " MiB"
             need = d.cpu_milli if res == "cpu" else d.memory_mib
             return ClusterWhyNot(cid, code, f"most free on a node is {most}{unit}, needs {need}{unit}"), total_now
-    return ClusterWhyNot(cid, ReasonCode.NO_FEASIBLE_NODE, f"room for {total_now} of {job.replicas} replicas"), total_now
+    return ClusterWhyNot(
+        cid, ReasonCode.NO_FEASIBLE_NODE, f"room for {total_now} of {job.replicas} replicas"
+    ), total_now
 
 
 def _empty_capacity(ctx: Ctx, d: Demand, lo: int, hi: int) -> int:
@@ -130,7 +136,9 @@ def explain(ctx: Ctx, job: Job, d: Demand, extra: np.ndarray | None, estimate: b
     binding_detail = f"{per[closest].cluster}: {per[closest].detail}" if closest >= 0 else "no cluster"
     changes: list[str] = []
     if d.gpus and job.replicas == 1:
-        blocks = [(largest_whole_gpu_block(fs, d, lo, hi)[0], fs.clusters[ci]) for ci, (lo, hi) in enumerate(fs.cluster_range)]
+        blocks = [
+            (largest_whole_gpu_block(fs, d, lo, hi)[0], fs.clusters[ci]) for ci, (lo, hi) in enumerate(fs.cluster_range)
+        ]
         b, where = max(blocks, key=lambda x: (x[0], [-ord(c) for c in x[1]])) if blocks else (0, "")
         if 0 < b < d.gpus:
             changes.append(f"would fit now with {b} GPUs in {where}")

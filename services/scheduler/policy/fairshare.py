@@ -102,9 +102,7 @@ class FairShare:
     def key(self, job: Job) -> tuple[int, int, int, str]:
         """Sort key of a job: lower goes first."""
         c = self.config
-        share = (self.dominant_share(job.tenant) + self.history.get(job.tenant, 0)) * SCALE // self.weight(
-            job.tenant
-        )
+        share = (self.dominant_share(job.tenant) + self.history.get(job.tenant, 0)) * SCALE // self.weight(job.tenant)
         waited = max(0, self.now_ms - job.submitted_at_ms)
         bonus = (waited // max(1, c.aging_step_ms)) * c.aging_unit_milli * SCALE
         return (priority_rank(job.priority_class), share - bonus, job.submitted_at_ms, str(job.job_id))

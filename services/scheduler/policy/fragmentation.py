@@ -77,11 +77,7 @@ class FragModel:
 
     def frag_from(self, cnt: I64, on: I64, total: I64, cpu_free: I64, model_of: I64) -> I64:
         """F for states given by their features (arrays of equal leading shape; 2-D for cnt/on)."""
-        fits = (
-            self.access[model_of]
-            & (cnt[:, self.t_idx] >= self.num)
-            & (cpu_free[:, None] >= self.cpu)
-        )
+        fits = self.access[model_of] & (cnt[:, self.t_idx] >= self.num) & (cpu_free[:, None] >= self.cpu)
         usable = (on[:, self.t_idx] * fits) @ self.weight
         return self.total_weight * total - usable
 

@@ -127,7 +127,8 @@ class Placer:
             bad = fs.gpu_degraded[cand, np.maximum(slot, 0)]
             return bad.astype(np.int64) * self.degraded_penalty
         healthy = ((fs.gpu_free[cand] == 1000) & fs.gpu_usable[cand] & ~fs.gpu_degraded[cand]).sum(axis=1)
-        return np.maximum(0, d.gpus - healthy).astype(np.int64) * self.degraded_penalty
+        short: I64 = np.maximum(0, d.gpus - healthy).astype(np.int64)
+        return short * self.degraded_penalty
 
     def choose(self, d: Demand, lo: int = 0, hi: int | None = None, extra: I64 | None = None) -> Choice | None:
         """The best node in positions ``lo:hi`` (a cluster's range); ``extra`` adds per-node cost."""

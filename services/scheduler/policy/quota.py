@@ -113,10 +113,7 @@ class QuotaBook:
 
     def borrowing(self, tenant: TenantId) -> bool:
         """Is the tenant above its guaranteed amount of any resource (so its newest jobs are reclaimable)."""
-        for q in self.quotas(tenant):
-            if q.queue == "" and self.used(tenant, "", q.resource) > q.guaranteed:
-                return True
-        return False
+        return any(q.queue == "" and self.used(tenant, "", q.resource) > q.guaranteed for q in self.quotas(tenant))
 
     def within_guaranteed(self, job: Job, model: str | None) -> bool:
         amounts = job_amounts(job, model)

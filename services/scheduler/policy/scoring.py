@@ -30,7 +30,8 @@ def _share_slot(fs: FleetState, idx: I64, d: Demand, prefer_low: bool) -> I64:
     g = fs.gpu_slots
     slots = np.arange(g, dtype=np.int64)
     key = free * g + slots if prefer_low else (MILLI - free) * g + slots
-    return np.where(fits, key, INF).argmin(axis=1).astype(np.int64)
+    best: I64 = np.where(fits, key, INF).argmin(axis=1).astype(np.int64)
+    return best
 
 
 def _left_after(fs: FleetState, idx: I64, d: Demand) -> tuple[I64, I64]:

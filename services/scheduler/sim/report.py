@@ -75,8 +75,7 @@ def table(trace: str, summary: dict[str, dict[str, Any]], nodes: int, clusters: 
         )
     if trace == "default":
         lines.append(
-            "paper (ATC'23, median of seeds 42-51): "
-            + ", ".join(f"{k} {v}" for k, v in PAPER_DEFAULT.items())
+            "paper (ATC'23, median of seeds 42-51): " + ", ".join(f"{k} {v}" for k, v in PAPER_DEFAULT.items())
         )
     elif trace in PAPER_FGD_MEAN:
         lines.append(f"paper FGD (mean of 10 seeds): {PAPER_FGD_MEAN[trace]}")
