@@ -40,7 +40,9 @@ class QueueAllocation(Delta):
     gpu_milli: int
     gpu_model: str | None
     since_ms: int
-    """When the run was placed; the quota stage integrates GPU-hours from it to the release time."""
+    """When the run was placed; the quota stage integrates GPU-hours from it to ``at_ms``."""
+    at_ms: int = 0
+    """When this hold or release happened (a release may be folded later than it happened)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -320,6 +320,7 @@ def _queue_delta(view: JobView, held: bool, now: int) -> QueueAllocation:
         view.gpu_milli * view.replicas,
         None,
         view.placed_ms if view.placed_ms is not None else now,
+        now,
     )
 
 

@@ -95,6 +95,9 @@ class QuotaStage:
         elif isinstance(data, QueueAllocation):
             quota = _allocation(quota, data, item.time_ms)
         quota = replace(quota, applied=quota.applied.after(item))
+        if quota.tenant == "unknown" and not quota.holdings and not quota.gpu_milli_ms_consumed:
+            # Held only while a placement waited for its submission to be read: nothing to keep.
+            return None, []
         return _output(quota)
 
 
@@ -108,7 +111,7 @@ def _allocation(quota: QueueQuota, delta: QueueAllocation, now: int) -> QueueQuo
         return replace(quota, holdings=tuple(sorted((*others, holding), key=lambda h: h.job_id)))
     if (delta.job_id, delta.run) in quota.released_runs:
         return quota
-    consumed = delta.gpu_milli * max(0, now - delta.since_ms)
+    consumed = delta.gpu_milli * max(0, (delta.at_ms or now) - delta.since_ms)
     kept = others if current is not None and current.run == delta.run else quota.holdings
     return replace(
         quota,

@@ -1,0 +1,94 @@
+"""Properties of the projection topology: the answer does not depend on how the partitions of
+different topics interleave, and a redelivered prefix changes nothing."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from events.catalog.base import Event
+from events.catalog.jobs import JobFailed, JobStarted, JobSucceeded
+from events.catalog.reasons import ReasonCode
+from projections.core import Position
+from tests.unit.projections.builders import Fold, a_job, a_node, placed
+
+JOBS = 6
+
+
+def per_topic_streams(outcomes: list[int]) -> dict[str, list[tuple[Event, int]]]:
+    """jobs topic: submissions and connector reports; decisions topic: placements. Times increase."""
+    jobs: list[tuple[Event, int]] = []
+    decisions: list[tuple[Event, int]] = []
+    for i, outcome in enumerate(outcomes):
+        job = f"j{i}"
+        jobs.append((a_job(job, tenant=f"t{i % 2}"), 10 * i))
+        if outcome == 0:
+            continue
+        decisions.append((placed(job, gpus=(i,)), 10 * i + 1))
+        jobs.append((JobStarted(job_id=job, cluster="c1"), 10 * i + 2))
+        if outcome == 2:
+            jobs.append((JobSucceeded(job_id=job, cluster="c1"), 10 * i + 5))
+        elif outcome == 3:
+            jobs.append((JobFailed(job_id=job, cluster="c1", reason=ReasonCode.NON_ZERO_EXIT), 10 * i + 5))
+    return {"jobs": jobs, "decisions": decisions}
+
+
+def fold(order: list[str], streams: dict[str, list[tuple[Event, int]]]) -> Fold:
+    f = Fold()
+    f.feed(a_node(gpus=8))
+    cursors = dict.fromkeys(streams, 0)
+    for topic in order:
+        if cursors[topic] < len(streams[topic]):
+            event, at = streams[topic][cursors[topic]]
+            f.feed(event, at_s=at, event_id=f"{topic}-{cursors[topic]}")
+            cursors[topic] += 1
+    for topic, events in streams.items():  # whatever the drawn order left
+        for index in range(cursors[topic], len(events)):
+            event, at = events[index]
+            f.feed(event, at_s=at, event_id=f"{topic}-{index}")
+    return f
+
+
+def summary(f: Fold) -> tuple[object, ...]:
+    jobs = f.store.tables.get("jobs", {})
+    node = f.get("nodes", "c1/n1")
+    quota = {key: (q.holdings, q.gpu_milli_ms_consumed) for key, q in sorted(f.store.tables.get("quota", {}).items())}
+    return (
+        {key: (v.status, v.run, v.started_ms is not None) for key, v in sorted(jobs.items())},
+        node.allocations,
+        quota,
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    outcomes=st.lists(st.integers(0, 3), min_size=JOBS, max_size=JOBS),
+    order=st.lists(st.sampled_from(["jobs", "decisions"]), min_size=0, max_size=40),
+)
+def test_any_interleaving_of_the_topics_gives_the_same_views(outcomes: list[int], order: list[str]) -> None:
+    streams = per_topic_streams(outcomes)
+    canonical = fold(["jobs", "decisions"] * 0, streams)  # all jobs first, then all decisions
+    in_time_order = Fold()
+    in_time_order.feed(a_node(gpus=8))
+    merged = sorted(
+        [
+            (at, 0 if topic == "jobs" else 1, i, topic, e)
+            for topic, evs in streams.items()
+            for i, (e, at) in enumerate(evs)
+        ]
+    )
+    for at, _, i, topic, event in merged:
+        in_time_order.feed(event, at_s=at, event_id=f"{topic}-{i}")
+    assert summary(fold(order, streams)) == summary(in_time_order) == summary(canonical)
+
+
+@settings(max_examples=30, deadline=None)
+@given(outcomes=st.lists(st.integers(0, 3), min_size=JOBS, max_size=JOBS), cut=st.integers(0, 20))
+def test_a_redelivered_prefix_changes_nothing(outcomes: list[int], cut: int) -> None:
+    streams = per_topic_streams(outcomes)
+    f = fold([], streams)
+    before = summary(f)
+    for topic, events in streams.items():
+        for index, (event, at) in enumerate(events[:cut]):
+            f.feed(event, at_s=at, event_id=f"{topic}-{index}", replay=Position(event.topic, 0, index))
+    assert summary(f) == before

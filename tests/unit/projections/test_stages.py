@@ -1,0 +1,130 @@
+"""The projection stages, one narrative case at a time, folded in memory."""
+
+from __future__ import annotations
+
+from events.catalog.inventory import GpuHealthReported, GpuHealthSample
+from events.catalog.jobs import JobPreempted, JobStarted, JobSucceeded
+from events.catalog.profiles import ResourceProfileUpdated
+from events.catalog.types import Health
+from tests.unit.projections.builders import Fold, a_job, a_node, placed
+
+
+def test_a_job_that_waits_runs_and_succeeds_has_its_timeline_and_waiting_time() -> None:
+    fold = Fold()
+    fold.feed(a_node())
+    fold.feed(a_job(), at_s=10)
+    fold.feed(placed(), at_s=40)
+    fold.feed(JobStarted(job_id="j1", cluster="c1"), at_s=45)
+    fold.feed(JobSucceeded(job_id="j1", cluster="c1"), at_s=3645)
+    job = fold.get("jobs", "j1")
+    assert job.status == "succeeded"
+    assert job.waiting_ms == 30_000
+    assert [e.status for e in job.timeline] == ["submitted", "placed", "running", "succeeded"]
+    node = fold.get("nodes", "c1/n1")
+    assert node.allocations == ()
+    quota = fold.get("quota", "team-a/default")
+    assert quota.gpu_milli_ms_consumed == 1000 * 3_605_000
+    assert quota.holdings == ()
+
+
+def test_a_preempted_job_returns_to_the_queue_and_frees_its_gpus() -> None:
+    fold = Fold()
+    fold.feed(a_node())
+    fold.feed(a_job(gpus=2))
+    fold.feed(placed(gpus=(0, 1)), at_s=1)
+    assert sum(m for _, m in fold.get("nodes", "c1/n1").allocations[0].gpu_milli) == 2000
+    fold.feed(JobPreempted(job_id="j1", cluster="c1"), at_s=60)
+    job = fold.get("jobs", "j1")
+    assert (job.status, job.preemptions, job.runs) == ("queued", 1, 1)
+    assert fold.get("nodes", "c1/n1").allocations == ()
+    fold.feed(placed(gpus=(2, 3), run=2), at_s=90)
+    job = fold.get("jobs", "j1")
+    assert (job.status, job.run, job.runs) == ("placed", 2, 2)
+
+
+def test_the_same_record_or_the_same_event_twice_changes_nothing() -> None:
+    fold = Fold()
+    fold.feed(a_node())
+    fold.feed(a_job(), event_id="submit-1")
+    position = fold.feed(placed(), at_s=1, event_id="place-1")
+    before = fold.get("jobs", "j1")
+    fold.feed(placed(), at_s=1, event_id="place-1", replay=position)  # redelivered record
+    fold.feed(placed(), at_s=1, event_id="place-1")  # appended twice by a retrying producer
+    assert fold.get("jobs", "j1") == before
+    assert len(fold.get("nodes", "c1/n1").allocations) == 1
+
+
+def test_a_start_read_before_its_placement_is_applied_when_the_placement_arrives() -> None:
+    fold = Fold()
+    fold.feed(a_node())
+    fold.feed(a_job())
+    fold.feed(JobStarted(job_id="j1", cluster="c1"), at_s=5)
+    assert fold.get("jobs", "j1").status == "submitted"
+    fold.feed(placed(), at_s=4)
+    assert fold.get("jobs", "j1").status == "running"
+
+
+def test_a_placement_read_before_its_submission_moves_quota_to_the_right_queue() -> None:
+    fold = Fold()
+    fold.feed(a_node())
+    fold.feed(placed(), at_s=2)
+    assert fold.get("quota", "unknown/default").holdings != ()
+    fold.feed(a_job(tenant="team-b"), at_s=1)
+    assert fold.get("quota", "unknown/default") is None
+    assert [h.job_id for h in fold.get("quota", "team-b/default").holdings] == ["j1"]
+    assert fold.get("nodes", "c1/n1").allocations[0].tenant == "team-b"
+
+
+def test_an_older_node_snapshot_is_ignored() -> None:
+    fold = Fold()
+    fold.feed(a_node(gpus=8, generation=5))
+    fold.feed(a_node(gpus=4, generation=3))
+    assert len(fold.get("nodes", "c1/n1").gpus) == 8
+
+
+def test_a_gpu_failure_counts_once_lowers_health_and_capacity_and_is_published() -> None:
+    fold = Fold()
+    fold.feed(a_node(gpus=8))
+    report = GpuHealthReported(
+        cluster="c1", node="n1", gpus=(GpuHealthSample(index=3, health=Health.FAILED, xid_errors=2, last_xid=79),)
+    )
+    fold.feed(report, at_s=100)
+    fold.feed(report, at_s=200)  # the same counters again: no new failure
+    node = fold.get("nodes", "c1/n1")
+    assert node.failures == 1
+    profiles = [o.event for o in fold.outputs if isinstance(o.event, ResourceProfileUpdated) and o.event.node == "n1"]
+    latest = profiles[-1]
+    assert latest.capacity.gpu_milli == 7000
+    assert latest.health_milli < 1000 * 7 // 8 + 1
+    assert [p.version for p in profiles] == list(range(1, len(profiles) + 1))
+
+
+def test_usage_above_the_guarantee_is_borrowed() -> None:
+    from events.catalog.governance import QuotaLine, QuotaSet
+    from events.catalog.types import ResourceKind
+
+    fold = Fold()
+    fold.feed(
+        QuotaSet(
+            tenant="team-a", lines=(QuotaLine(resource=ResourceKind.GPU, guaranteed=2000, limit=8000),), set_by="admin"
+        )
+    )
+    fold.feed(a_node())
+    fold.feed(a_job("j1", gpus=2))
+    fold.feed(a_job("j2", gpus=3))
+    fold.feed(placed("j1", gpus=(0, 1)), at_s=1)
+    fold.feed(placed("j2", gpus=(2, 3, 4)), at_s=1)
+    latest = [o.event for o in fold.outputs if o.id.startswith("quota:team-a/default")][-1]
+    gpu = next(u for u in latest.usage if u.resource == ResourceKind.GPU and u.gpu_model is None)
+    assert (gpu.used, gpu.guaranteed, gpu.limit, gpu.borrowed) == (5000, 2000, 8000, 3000)
+
+
+def test_pending_demand_above_free_capacity_makes_a_model_hot() -> None:
+    fold = Fold()
+    fold.feed(a_node(gpus=2, model="H100"))
+    fold.feed(a_job("j1", gpus=8))
+    fleet = fold.get("fleet", "fleet")
+    assert fleet.congestion()["H100"] == 4000
+    assert fleet.hot_models() == ("H100",)
+    rollups = [o.event for o in fold.outputs if isinstance(o.event, ResourceProfileUpdated) and o.event.node is None]
+    assert rollups[-1].hot_models == ("H100",)
