@@ -12,9 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from services.scheduler.policy.fleet import Demand
-from services.scheduler.policy.model import Cluster, ClusterId, ClusterWeights
-from services.scheduler.policy.placer import Choice, Placer
+from services.scheduler.policy.model import Cluster, ClusterId, ClusterWeights, NodePolicy
+from services.scheduler.policy.placer import INF, Choice, Placer
 
 SCALE = 1000
 
@@ -91,24 +93,27 @@ def choose_replica_across_clusters(
     weights: ClusterWeights,
     datasets: Sequence[str] = (),
 ) -> tuple[Choice, list[ClusterScore]] | None:
-    """The simulator's and the cycle's path for one single replica: best node per cluster, then federation."""
+    """The simulator's and the cycle's path for one single replica: best node per cluster, then federation.
+
+    One ``minimum.reduceat`` over the cached keys gives every cluster's best placement cost at once; only
+    the winning cluster is then searched for its node.
+    """
     fs = placer.fleet
-    if len(fs.clusters) == 1:
+    if len(fs.clusters) == 1 or placer.policy is NodePolicy.RANDOM:
         c = placer.choose(demand)
-        if c is None:
-            return None
-        return c, []
-    per: dict[ClusterId, Choice] = {}
-    cands: list[tuple[ClusterId, int, int]] = []
-    for cid, (lo, hi) in zip(fs.clusters, fs.cluster_range, strict=True):
-        c = placer.choose(demand, lo, hi)
-        if c is not None:
-            per[cid] = c
-            cands.append((cid, c.cost, 0))
+        return None if c is None else (c, [])
+    keys = placer.keys(demand)
+    starts = np.array([lo for lo, _ in fs.cluster_range], dtype=np.int64)
+    mins = np.minimum.reduceat(keys, starts)
+    n = fs.size
+    cands = [(cid, int(m) // n, 0) for cid, m in zip(fs.clusters, mins.tolist(), strict=True) if m < INF]
     if not cands:
         return None
     ranked = score_clusters(cands, profiles, datasets, weights)
-    return per[ranked[0].cluster], ranked
+    ci = fs.clusters.index(ranked[0].cluster)
+    lo, hi = fs.cluster_range[ci]
+    c = placer.choose(demand, lo, hi)
+    return None if c is None else (c, ranked)
 
 
 __all__ = ["ClusterScore", "choose_replica_across_clusters", "score_clusters"]

@@ -1,0 +1,182 @@
+"""Test builders: ``a_job().gpus(4).tenant("t")``, ``a_node("n1").model("A100")``, ``a_fleet(...)``."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from events.catalog.jobs import Interconnect, JobKind, PriorityClass
+from events.catalog.types import ClusterId, JobId, NodeId, TenantId
+from services.scheduler.policy import (
+    Cluster,
+    FleetSnapshot,
+    Gpu,
+    Health,
+    Job,
+    Node,
+    PolicyConfig,
+    Quota,
+    ReplicaPlacement,
+    RunningJob,
+    Tenant,
+)
+
+_counter = iter(range(1, 10**9))
+
+
+class JobBuilder:
+    def __init__(self, job_id: str | None = None) -> None:
+        self._j = Job(job_id=JobId(job_id or f"job-{next(_counter):04d}"), tenant=TenantId("team-a"), cpu_milli=1000)
+
+    def _set(self, **kw: Any) -> JobBuilder:
+        self._j = replace(self._j, **kw)
+        return self
+
+    def id(self, job_id: str) -> JobBuilder:
+        return self._set(job_id=JobId(job_id))
+
+    def tenant(self, t: str) -> JobBuilder:
+        return self._set(tenant=TenantId(t))
+
+    def queue(self, q: str) -> JobBuilder:
+        return self._set(queue=q)
+
+    def gpus(self, n: int) -> JobBuilder:
+        return self._set(gpus=n, gpu_milli=0)
+
+    def share(self, milli: int) -> JobBuilder:
+        return self._set(gpus=0, gpu_milli=milli)
+
+    def cpu(self, milli: int) -> JobBuilder:
+        return self._set(cpu_milli=milli)
+
+    def memory(self, mib: int) -> JobBuilder:
+        return self._set(memory_mib=mib)
+
+    def models(self, *m: str) -> JobBuilder:
+        return self._set(gpu_models=tuple(m))
+
+    def min_gpu_memory(self, mib: int) -> JobBuilder:
+        return self._set(min_gpu_memory_mib=mib)
+
+    def replicas(self, n: int, gang: bool = True) -> JobBuilder:
+        return self._set(replicas=n, gang=gang)
+
+    def priority(self, p: PriorityClass) -> JobBuilder:
+        return self._set(priority_class=p)
+
+    def kind(self, k: JobKind) -> JobBuilder:
+        return self._set(kind=k)
+
+    def nvlink(self) -> JobBuilder:
+        return self._set(interconnect=Interconnect.NVLINK)
+
+    def datasets(self, *ds: str) -> JobBuilder:
+        return self._set(datasets=tuple(ds))
+
+    def submitted(self, ms: int) -> JobBuilder:
+        return self._set(submitted_at_ms=ms)
+
+    def runtime(self, expected_s: int | None = None, max_s: int | None = None) -> JobBuilder:
+        return self._set(expected_runtime_s=expected_s, max_runtime_s=max_s)
+
+    def not_preemptible(self) -> JobBuilder:
+        return self._set(preemptible=False)
+
+    def preempted(self, times: int, budget: int = 3) -> JobBuilder:
+        return self._set(times_preempted=times, interruption_budget=budget)
+
+    def build(self) -> Job:
+        return self._j
+
+
+def a_job(job_id: str | None = None) -> JobBuilder:
+    return JobBuilder(job_id)
+
+
+class NodeBuilder:
+    def __init__(self, node_id: str) -> None:
+        self._n = Node(
+            node_id=NodeId(node_id),
+            cluster=ClusterId("cluster-a"),
+            cpu_milli=64000,
+            memory_mib=256_000,
+            cpu_free_milli=64000,
+            memory_free_mib=256_000,
+            gpu_model="A100",
+            gpu_memory_mib=81920,
+            gpus=tuple(Gpu(i) for i in range(8)),
+        )
+
+    def _set(self, **kw: Any) -> NodeBuilder:
+        self._n = replace(self._n, **kw)
+        return self
+
+    def cluster(self, c: str) -> NodeBuilder:
+        return self._set(cluster=ClusterId(c))
+
+    def model(self, m: str, memory_mib: int = 81920) -> NodeBuilder:
+        return self._set(gpu_model=m, gpu_memory_mib=memory_mib)
+
+    def gpus(self, n: int, free: tuple[int, ...] | None = None) -> NodeBuilder:
+        free = free or tuple(1000 for _ in range(n))
+        return self._set(gpus=tuple(Gpu(i, free[i]) for i in range(n)))
+
+    def gpu_health(self, index: int, health: Health) -> NodeBuilder:
+        gs = tuple(replace(g, health=health) if g.index == index else g for g in self._n.gpus)
+        return self._set(gpus=gs)
+
+    def cpu(self, cap: int, free: int | None = None) -> NodeBuilder:
+        return self._set(cpu_milli=cap, cpu_free_milli=cap if free is None else free)
+
+    def memory(self, cap: int, free: int | None = None) -> NodeBuilder:
+        return self._set(memory_mib=cap, memory_free_mib=cap if free is None else free)
+
+    def cordoned(self) -> NodeBuilder:
+        return self._set(schedulable=False)
+
+    def domain(self, d: str) -> NodeBuilder:
+        return self._set(domain=d)
+
+    def build(self) -> Node:
+        return self._n
+
+
+def a_node(node_id: str) -> NodeBuilder:
+    return NodeBuilder(node_id)
+
+
+def running(job: Job, cluster: str, *placements: tuple[str, tuple[int, ...], int], started_ms: int = 0) -> RunningJob:
+    return RunningJob(
+        job=job,
+        cluster=ClusterId(cluster),
+        placements=tuple(ReplicaPlacement(NodeId(n), g, m) for n, g, m in placements),
+        started_at_ms=started_ms,
+    )
+
+
+def tenant(t: str, *quotas: Quota, cohort: str = "", weight: int = 1, hot_cap: int | None = None) -> Tenant:
+    return Tenant(TenantId(t), weight=weight, cohort=cohort, quotas=quotas, hot_model_cap_milli=hot_cap)
+
+
+def snapshot(
+    nodes: list[Node],
+    pending: list[Job] = (),  # type: ignore[assignment]
+    running_jobs: list[RunningJob] = (),  # type: ignore[assignment]
+    tenants: list[Tenant] = (),  # type: ignore[assignment]
+    clusters: list[Cluster] | None = None,
+    now_ms: int = 1_000_000,
+) -> FleetSnapshot:
+    cids = sorted({n.cluster for n in nodes})
+    return FleetSnapshot(
+        now_ms=now_ms,
+        clusters=tuple(clusters) if clusters is not None else tuple(Cluster(c) for c in cids),
+        nodes=tuple(nodes),
+        tenants=tuple(tenants),
+        running=tuple(running_jobs),
+        pending=tuple(pending),
+    )
+
+
+def config(**kw: Any) -> PolicyConfig:
+    return PolicyConfig(**kw)

@@ -1,0 +1,77 @@
+"""The fragmentation measure against a brute-force reading of the paper's definition."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.scheduler.policy import FleetState, FragModel, Shape, typical_shapes
+from tests.scheduler.builders import a_node
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def brute_force(free: list[int], cpu: int, model: str, shapes: list[Shape]) -> float:
+    """Expected fragmented milli-GPU of one node, straight from the paper's case analysis."""
+    total = sum(s.weight for s in shapes)
+    out = 0.0
+    for s in shapes:
+        p = s.weight / total
+        left = sum(free)
+        if s.gpus == 0:
+            out += p * left
+            continue
+        if s.models and model not in s.models:
+            out += p * left
+            continue
+        enough = sum(1 for f in free if f >= s.gpu_milli) >= s.gpus
+        if enough and cpu >= s.cpu_milli:
+            out += p * sum(f for f in free if f < s.gpu_milli)
+        else:
+            out += p * left
+    return out
+
+
+shape_st = st.builds(
+    Shape,
+    cpu_milli=st.sampled_from([0, 4000, 16000, 64000]),
+    gpu_milli=st.sampled_from([100, 250, 500, 1000]),
+    gpus=st.sampled_from([0, 1, 2, 4]),
+    models=st.sampled_from([(), ("A100",), ("T4",)]),
+    weight=st.integers(1, 50),
+)
+
+
+@pytest.mark.property
+@settings(max_examples=60, deadline=None)
+@given(
+    free=st.lists(st.integers(0, 1000), min_size=1, max_size=8),
+    cpu=st.integers(0, 64000),
+    model=st.sampled_from(["A100", "T4"]),
+    shapes=st.lists(shape_st, min_size=1, max_size=6),
+)
+def test_integer_fragmentation_equals_the_definition(free, cpu, model, shapes):
+    shapes = [Shape(s.cpu_milli, s.gpu_milli if s.gpus else 0, s.gpus, s.models, s.weight) for s in shapes]
+    node = a_node("n").model(model).gpus(len(free), tuple(free)).cpu(64000, cpu).build()
+    fs = FleetState([node])
+    fm = FragModel(shapes, fs.models)
+    got = int(fm.frag(fs.gpu_free, fs.cpu_free, fs.model_of)[0]) / fm.total_weight
+    assert got == pytest.approx(brute_force(free, cpu, model, shapes), abs=1e-6)
+
+
+def test_typical_shapes_cover_the_requested_share_of_samples():
+    samples = [Shape(1000, 1000, 1)] * 70 + [Shape(2000, 500, 1)] * 20 + [Shape(0, 0, 0)] * 10
+    got = typical_shapes(samples, 80)
+    assert [s.weight for s in got] == [70, 20]
+    assert sum(s.weight for s in typical_shapes(samples, 100)) == 100
+
+
+def test_a_node_that_can_host_every_shape_has_no_fragment():
+    node = a_node("n").gpus(2).build()
+    fs = FleetState([node])
+    fm = FragModel([Shape(1000, 1000, 1), Shape(1000, 500, 1)], fs.models)
+    assert int(fm.frag(fs.gpu_free, fs.cpu_free, fs.model_of)[0]) == 0
+    fs.gpu_free[0] = np.array([300, 0])  # 300m left: too small for both shapes
+    assert int(fm.frag(fs.gpu_free, fs.cpu_free, fs.model_of)[0]) == 300 * fm.total_weight
