@@ -88,6 +88,10 @@ class JobView:
     last_message: str = ""
     timeline: tuple[TimelineEntry, ...] = ()
     timeline_dropped: int = 0
+    last_decision: str = ""
+    """The scheduler's latest decision about the job (JobQueued, JobPlaced, JobPreemptionRequested or
+    JobReclaimRequested) as its JSON body: what ``explain`` shows, with every number the scheduler gave."""
+    last_decision_type: str = ""
     early: tuple[tuple[int, int, Event], ...] = ()
     """Lifecycle facts of a run whose placement has not been seen yet (time, run, event): the
     connector's report and the scheduler's decision travel on different topics and may be read in
@@ -116,6 +120,10 @@ class JobStage:
         if view.applied.seen(item):
             return entity, []
         view, emitted = _apply(view, event, item.time_ms)
+        if isinstance(event, _DECISIONS):
+            view = replace(
+                view, last_decision=event.model_dump_json(), last_decision_type=event.event_type.rsplit(".", 1)[-1]
+            )
         return replace(view, applied=view.applied.after(item)), emitted
 
 
@@ -324,6 +332,7 @@ def _queue_delta(view: JobView, held: bool, now: int) -> QueueAllocation:
     )
 
 
+_DECISIONS = (JobQueued, JobPlaced, JobPreemptionRequested, JobReclaimRequested)
 _HANDLED = (
     JobSubmitted,
     JobQueued,

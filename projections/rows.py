@@ -70,6 +70,8 @@ def _job_rows(key: str, job: JobView) -> Sequence[Row]:
             job.last_message,
             _json(placement),
             _json(timeline),
+            job.last_decision_type,
+            job.last_decision or None,
         )
     ]
 
@@ -187,6 +189,8 @@ TABLES: dict[str, Table] = {
             ("last_message", "text"),
             ("placement", "jsonb"),
             ("timeline", "jsonb"),
+            ("last_decision_type", "text"),
+            ("last_decision", "jsonb"),
         ),
         _job_rows,
     ),
