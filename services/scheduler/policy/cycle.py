@@ -158,6 +158,15 @@ def schedule(snapshot: FleetSnapshot, config: PolicyConfig | None = None) -> Cyc
                 continue
             made.append(_place(ctx, job, d, plan, ranked, q2.borrowed or q.borrowed, backfill))
             continue
+        if forbid_hot and ctx.try_place(job, d, ctx.extra_for(job, d, False, backfill)) is not None:
+            used = ctx.hot_usage.get(job.tenant, 0)
+            note = (
+                f"{job.tenant} holds {fmt_amount('gpu', used)} GPUs of hot models ({', '.join(sorted(ctx.hot))}); "
+                f"this job would take it to {fmt_amount('gpu', used + job.total_gpu_milli())}, above its cap of "
+                f"{fmt_amount('gpu', cap or 0)}"
+            )
+            waiting.append((job, d, ReasonCode.HOT_MODEL_CAP, note))
+            continue
         # e. preemption, reservation.
         if config.preemption:
             victims = find_victims(ctx, job, d)

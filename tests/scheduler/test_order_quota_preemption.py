@@ -1,0 +1,193 @@
+"""Order and fairness, quotas, hot-spot governance, preemption, reservation and backfill."""
+
+from __future__ import annotations
+
+import pytest
+
+from events.catalog.jobs import JobKind, PriorityClass
+from services.scheduler.policy import Place, Preempt, Queue, Quota, ReasonCode, Reserve, UsageRecord, schedule
+from services.scheduler.policy.fairshare import decay
+from tests.scheduler.builders import a_job, a_node, config, running, snapshot, tenant
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def kinds(result):
+    return [(d.kind, getattr(d, "job_id", getattr(d, "victim", None))) for d in result.decisions]
+
+
+def one_node_with(free_gpus: int):
+    free = tuple([1000] * free_gpus + [0] * (8 - free_gpus))
+    return a_node("n1").gpus(8, free).cpu(64000, 64000 - (8 - free_gpus) * 1000)
+
+
+def test_a_more_important_class_goes_first_whatever_the_submission_order():
+    node = a_node("n1").gpus(8).build()
+    late_important = a_job("prod").gpus(8).priority(PriorityClass.PRODUCTION_INFERENCE).submitted(9).build()
+    early_batch = a_job("batch").gpus(8).priority(PriorityClass.BEST_EFFORT).submitted(1).build()
+    r = schedule(snapshot([node], [early_batch, late_important]))
+    assert [d.job_id for d in r.decisions if isinstance(d, Place)] == ["prod"]
+
+
+def test_inside_a_class_the_tenant_holding_less_goes_first():
+    node = one_node_with(4).build()
+    held = running(a_job("old").tenant("rich").gpus(4).build(), "cluster-a", ("n1", (4, 5, 6, 7), 1000))
+    rich = a_job("r").tenant("rich").gpus(4).submitted(0).build()
+    poor = a_job("p").tenant("poor").gpus(4).submitted(5).build()
+    r = schedule(snapshot([node], [rich, poor], [held]))
+    assert [d.job_id for d in r.decisions if isinstance(d, Place)] == ["p"]
+
+
+def test_decayed_usage_history_lowers_a_tenants_turn():
+    node = a_node("n1").gpus(4).build()
+    heavy = tenant("heavy")
+    heavy = type(heavy)(heavy.tenant_id, usage=(UsageRecord(at_ms=900_000, gpu_milli_ms=10**15),))
+    jobs = [a_job("h").tenant("heavy").gpus(4).submitted(0).build(), a_job("l").tenant("light").gpus(4).submitted(1).build()]
+    r = schedule(snapshot([node], jobs, tenants=[heavy]))
+    assert [d.job_id for d in r.decisions if isinstance(d, Place)] == ["l"]
+
+
+def test_usage_halves_every_half_life():
+    assert decay(1_000_000, 0, 100) == 1_000_000
+    assert decay(1_000_000, 100, 100) == 500_000
+    assert decay(1_000_000, 300, 100) == 125_000
+    assert 700_000 <= decay(1_000_000, 50, 100) <= 710_000
+
+
+def test_aging_lets_an_old_job_of_a_busy_tenant_overtake():
+    node = one_node_with(4).build()
+    held = running(a_job("old").tenant("busy").gpus(4).build(), "cluster-a", ("n1", (4, 5, 6, 7), 1000))
+    waited = a_job("w").tenant("busy").gpus(4).submitted(0).build()
+    fresh = a_job("f").tenant("idle").gpus(4).submitted(10 * 3600_000).build()
+    r = schedule(snapshot([node], [waited, fresh], [held], now_ms=10 * 3600_000))
+    assert [d.job_id for d in r.decisions if isinstance(d, Place)] == ["w"]
+
+
+def test_a_tenant_at_its_limit_waits_with_the_numbers():
+    node = one_node_with(4).build()
+    held = running(a_job("x").tenant("team-x").gpus(4).build(), "cluster-a", ("n1", (4, 5, 6, 7), 1000))
+    t = tenant("team-x", Quota("gpu", 4000, 4000))
+    r = schedule(snapshot([node], [a_job("j").tenant("team-x").gpus(2).build()], [held], [t]))
+    q = [d for d in r.decisions if isinstance(d, Queue)][0]
+    assert q.binding is ReasonCode.QUOTA_EXCEEDED
+    assert "4/4" in q.message and "asks 2" in q.message
+
+
+def test_borrowing_from_an_idle_cohort_is_allowed_and_marked_reclaimable():
+    node = a_node("n1").gpus(8).build()
+    a = tenant("a", Quota("gpu", 2000, 8000), cohort="lab")
+    b = tenant("b", Quota("gpu", 6000, 8000), cohort="lab")
+    r = schedule(snapshot([node], [a_job("j").tenant("a").gpus(6).build()], tenants=[a, b]))
+    p = [d for d in r.decisions if isinstance(d, Place)][0]
+    assert p.borrowed
+
+
+def test_borrowing_stops_when_the_cohort_has_nothing_idle():
+    node = one_node_with(2).build()
+    held = running(a_job("bj").tenant("b").gpus(6).build(), "cluster-a", ("n1", (2, 3, 4, 5, 6, 7), 1000))
+    a = tenant("a", Quota("gpu", 2000, 8000), cohort="lab")
+    b = tenant("b", Quota("gpu", 6000, 8000), cohort="lab")
+    ok = schedule(snapshot([node], [a_job("j").tenant("a").gpus(2).build()], [held], [a, b]))
+    assert [d.kind for d in ok.decisions] == ["place"]
+    r = schedule(snapshot([a_node("n1").gpus(8).build()], [a_job("k").tenant("a").gpus(3).build()], [held], [a, b]))
+    assert [d for d in r.decisions if isinstance(d, Queue)][0].binding is ReasonCode.QUOTA_EXCEEDED
+
+
+def test_a_job_that_accepts_several_models_is_steered_off_a_hot_model():
+    hot = a_node("hot1").model("A100").gpus(8, (0, 0, 0, 0, 0, 0, 1000, 1000)).build()
+    cool = a_node("cool1").model("T4").gpus(8).build()
+    r = schedule(snapshot([hot, cool], [a_job("j").gpus(1).build()]), config(hot_pressure_milli=700))
+    assert [d for d in r.decisions if isinstance(d, Place)][0].replicas[0].node_id == "cool1"
+
+
+def test_a_tenant_over_its_hot_model_cap_is_kept_off_hot_models():
+    hot = a_node("hot1").model("A100").gpus(8, (0, 0, 0, 0, 0, 0, 1000, 1000)).build()
+    t = tenant("team-a", hot_cap=0)
+    r = schedule(snapshot([hot], [a_job("j").gpus(1).models("A100").build()], tenants=[t]), config(hot_pressure_milli=700))
+    q = [d for d in r.decisions if isinstance(d, Queue)][0]
+    assert ReasonCode.HOT_MODEL_CAP in q.reasons
+
+
+def full_node_with(*jobs_gpus: tuple[str, int, PriorityClass, JobKind]):
+    node = a_node("n1").gpus(8, (0,) * 8).cpu(64000, 64000 - len(jobs_gpus) * 1000).build()
+    runs, start = [], 0
+    for job_id, n, prio, kind in jobs_gpus:
+        j = a_job(job_id).gpus(n).priority(prio).kind(kind).build()
+        runs.append(running(j, "cluster-a", ("n1", tuple(range(start, start + n)), 1000), started_ms=start))
+        start += n
+    return node, runs
+
+
+def test_preemption_takes_the_smallest_set_of_lower_priority_jobs():
+    node, runs = full_node_with(
+        ("be-big", 4, PriorityClass.BEST_EFFORT, JobKind.BATCH),
+        ("be-small", 2, PriorityClass.BEST_EFFORT, JobKind.BATCH),
+        ("std", 2, PriorityClass.STANDARD, JobKind.BATCH),
+    )
+    job = a_job("crit").gpus(2).priority(PriorityClass.CRITICAL_TRAINING).kind(JobKind.TRAINING).build()
+    r = schedule(snapshot([node], [job], runs))
+    pre = [d for d in r.decisions if isinstance(d, Preempt)]
+    assert [p.victim for p in pre] == ["be-small"]
+    assert pre[0].rule is ReasonCode.PRIORITY_PREEMPTION and pre[0].preemptor == "crit"
+    assert [d for d in r.decisions if isinstance(d, Queue)][0].binding is ReasonCode.WAITING_FOR_PREEMPTION
+
+
+def test_inference_is_never_preempted_for_training():
+    node, runs = full_node_with(("infer", 8, PriorityClass.BEST_EFFORT, JobKind.INFERENCE))
+    job = a_job("train").gpus(2).priority(PriorityClass.CRITICAL_TRAINING).kind(JobKind.TRAINING).build()
+    r = schedule(snapshot([node], [job], runs))
+    assert not [d for d in r.decisions if isinstance(d, Preempt)]
+
+
+def test_a_job_out_of_interruption_budget_is_not_preempted_again():
+    node = a_node("n1").gpus(8, (0,) * 8).build()
+    victim = a_job("v").gpus(8).priority(PriorityClass.BEST_EFFORT).preempted(3, budget=3).build()
+    runs = [running(victim, "cluster-a", ("n1", tuple(range(8)), 1000))]
+    job = a_job("j").gpus(8).priority(PriorityClass.PRODUCTION_INFERENCE).kind(JobKind.INFERENCE).build()
+    r = schedule(snapshot([node], [job], runs))
+    assert not [d for d in r.decisions if isinstance(d, Preempt)]
+
+
+def test_borrowed_capacity_is_reclaimed_for_a_tenant_within_its_guarantee():
+    node = a_node("n1").gpus(8, (0,) * 8).build()
+    borrower = a_job("b1").tenant("b").gpus(8).build()
+    runs = [running(borrower, "cluster-a", ("n1", tuple(range(8)), 1000))]
+    ta = tenant("a", Quota("gpu", 4000, 8000), cohort="lab")
+    tb = tenant("b", Quota("gpu", 4000, 8000), cohort="lab")
+    r = schedule(snapshot([node], [a_job("a1").tenant("a").gpus(4).build()], runs, [ta, tb]))
+    pre = [d for d in r.decisions if isinstance(d, Preempt)]
+    assert [p.victim for p in pre] == ["b1"] and pre[0].rule is ReasonCode.RECLAIM_BORROWED
+
+
+def test_the_head_of_line_gang_gets_a_reservation_and_only_short_jobs_backfill():
+    nodes = [a_node("n1").gpus(8, (0,) * 8).build(), a_node("n2").gpus(8).build()]
+    long_run = a_job("r").gpus(8).runtime(expected_s=3600).build()
+    runs = [running(long_run, "cluster-a", ("n1", tuple(range(8)), 1000), started_ms=0)]
+    gang = a_job("gang").gpus(8).replicas(2).submitted(0).build()
+    short = a_job("short").gpus(4).runtime(max_s=600).submitted(1).build()
+    longer = a_job("long").gpus(4).runtime(max_s=10 * 3600).submitted(2).build()
+    r = schedule(snapshot(nodes, [gang, short, longer], runs, now_ms=0))
+    res = [d for d in r.decisions if isinstance(d, Reserve)]
+    assert res and res[0].job_id == "gang" and res[0].expected_start_ms == 3600_000
+    placed = [d for d in r.decisions if isinstance(d, Place)]
+    assert [p.job_id for p in placed] == ["short"] and ReasonCode.BACKFILLED in placed[0].reasons
+    q = {d.job_id: d for d in r.decisions if isinstance(d, Queue)}
+    assert q["long"].binding is ReasonCode.RESERVED_FOR_GANG
+
+
+def test_a_queued_job_hears_why_per_cluster_what_would_fit_and_when():
+    nodes = [
+        a_node("a1").cluster("cluster-a").gpus(8, (1000,) * 6 + (0, 0)).build(),
+        a_node("b1").cluster("cluster-b").model("T4").build(),
+    ]
+    runs = [
+        running(a_job("r").gpus(2).runtime(expected_s=2400).build(), "cluster-a", ("a1", (6, 7), 1000), started_ms=0)
+    ]
+    r = schedule(snapshot(nodes, [a_job("j").gpus(8).models("A100").build()], runs, now_ms=0))
+    q = [d for d in r.decisions if isinstance(d, Queue)][0]
+    why = {w.cluster: w.reason for w in q.per_cluster}
+    assert why == {"cluster-a": ReasonCode.INSUFFICIENT_GPU, "cluster-b": ReasonCode.GPU_MODEL_UNAVAILABLE}
+    assert "largest free block is 6 GPUs" in q.message
+    assert "would fit now with 6 GPUs" in q.smallest_change
+    assert "in about 40 min" in q.smallest_change and q.estimated_start_ms == 2400_000
+    assert q.position == 1

@@ -1,0 +1,109 @@
+"""The trace simulator, the CLI and the benchmark on small slices of the real traces."""
+
+from __future__ import annotations
+
+import csv
+import statistics
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from services.cli.main import main
+from services.scheduler.policy import NodePolicy
+from services.scheduler.sim.arrival import inflate, run_arrival
+from services.scheduler.sim.traces import load_openb_nodes, load_pods
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
+NODES = FIX / "openb_node_list_gpu_node_slice.csv"
+PODS = FIX / "openb_pod_list_default_slice.csv"
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_inflation_appends_resampled_pods_until_demand_would_pass_130_percent():
+    pods = load_pods(PODS)
+    cap = sum(int(n.gpus and len(n.gpus)) for n in load_openb_nodes(NODES)) * 1000
+    got = inflate(pods, 42, cap)
+    assert sorted(p.name for p in got[: len(pods)]) == sorted(p.name for p in pods)
+    demand = sum(p.total_gpu_milli for p in got)
+    assert demand <= cap * 13 // 10 + 8000
+    assert got[:20] != pods[:20]  # shuffled
+    assert inflate(pods, 42, cap) == got and inflate(pods, 43, cap) != got
+
+
+def test_an_arrival_run_never_allocates_more_than_it_was_asked_or_than_exists():
+    run = run_arrival(load_openb_nodes(NODES), load_pods(PODS), NodePolicy.FRAGMENTATION, 42, keep_placements=True)
+    assert (run.allocated <= run.arrived).all()
+    assert run.allocated[-1] <= run.capacity_milli
+    assert run.placed == len(run.placements) < run.pods
+    used: dict[tuple[str, int], int] = defaultdict(int)
+    for p in run.placements:
+        for g in p.gpu_indices:
+            used[(p.node, g)] += p.gpu_milli_each
+    assert max(used.values()) <= 1000
+    assert sum(used.values()) == run.allocated[-1]
+    curve = run.curve()
+    assert curve[0][0] == 0 and all(0 <= a <= 100 for _, a in curve)
+
+
+def test_fragmentation_aware_placement_strands_less_than_random_on_the_slice():
+    nodes, pods = load_openb_nodes(NODES), load_pods(PODS)
+    fgd = [run_arrival(nodes, pods, NodePolicy.FRAGMENTATION, s).unallocated_at(100) for s in (42, 43, 44)]
+    rnd = [run_arrival(nodes, pods, NodePolicy.RANDOM, s).unallocated_at(100) for s in (42, 43, 44)]
+    assert sorted(fgd)[1] < sorted(rnd)[1]
+
+
+def test_simulate_prints_the_json_document_and_writes_placements(tmp_path, capsys):
+    out = tmp_path / "placements.csv"
+    code = main([
+        "simulate", "--nodes", str(NODES), "--pods", str(PODS), "--policy", "fgd,bestfit", "--seeds", "42-43",
+        "--json", "--placements-out", str(out),
+    ])  # fmt: skip
+    assert code == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc["policies"]) == {"fgd", "bestfit"}
+    for s in doc["policies"].values():
+        assert set(s["per_seed"]) == {"42", "43"}
+        assert s["unallocated_gpu_pct_at_100"] == pytest.approx(statistics.median(s["per_seed"].values()), abs=0.01)
+        assert all(len(p) == 2 for p in s["curve"])
+    rows = list(csv.DictReader(out.open()))
+    assert {r["policy"] for r in rows} == {"fgd", "bestfit"} and {r["seed"] for r in rows} == {"42", "43"}
+
+
+def test_simulate_prints_a_table_and_a_plot(tmp_path, capsys):
+    png = tmp_path / "u.png"
+    assert main(["simulate", "--nodes", str(NODES), "--pods", str(PODS), "--policy", "spread", "--seeds", "42",
+                 "--clusters", "3", "--plot", str(png)]) == 0  # fmt: skip
+    text = capsys.readouterr().out
+    assert "spread" in text and "3 cluster(s)" in text
+    assert png.stat().st_size > 1000
+
+
+def test_simulate_refuses_an_unknown_policy(capsys):
+    assert main(["simulate", "--pods", str(PODS), "--nodes", str(NODES), "--policy", "magic"]) == 2
+    assert "unknown policy" in capsys.readouterr().err
+
+
+def test_timed_mode_reports_queueing_and_completion(capsys):
+    assert main(["simulate", "--mode", "timed", "--nodes", str(NODES), "--pods", str(PODS), "--policy", "fgd",
+                 "--seeds", "42", "--max-pods", "120", "--json"]) == 0  # fmt: skip
+    doc = json.loads(capsys.readouterr().out)
+    m = doc["policies"]["fgd"]
+    assert m["jobs"] == 120 and m["completed"] + m["dropped"] + m["unfinished"] == 120
+    assert m["p50_queue_s"] <= m["p99_queue_s"] and 0 <= m["gpu_utilisation_pct"] <= 100
+
+
+@pytest.mark.slow
+def test_bench_scheduler_prints_fleets_as_json(capsys, monkeypatch):
+    monkeypatch.setenv("FEDSCHED_TRACES", str(FIX))
+    import services.scheduler.sim.traces as traces
+
+    monkeypatch.setattr(traces, "default_nodes_csv", lambda: NODES)
+    monkeypatch.setattr(traces, "pods_csv", lambda name: PODS)
+    monkeypatch.setattr(traces, "load_spot_nodes", lambda path, n, k: load_openb_nodes(NODES, k)[:n])
+    assert main(["bench", "scheduler", "--placements", "50", "--sizes", "30,60", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [f["nodes"] for f in doc["fleets"]] == [61, 30, 60]
+    assert all(set(f) >= {"name", "nodes", "clusters", "placements_per_s", "p50_ms", "p99_ms"} for f in doc["fleets"])
