@@ -15,6 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     connector = sub.add_parser("connector", help="run a cluster connector (simulated, Kubernetes)")
     kinds = connector.add_subparsers(dest="connector", metavar="KIND", required=True)
     _register_sim(kinds)
+    _register_kubernetes(kinds)
 
 
 # -- sim ----------------------------------------------------------------------------------------------
@@ -108,5 +109,87 @@ async def run_sim(args: argparse.Namespace) -> int:
         await cluster.stop()
         done.cancel()
     finally:
+        await log.close()
+    return 0
+
+
+# -- kubernetes ---------------------------------------------------------------------------------------
+
+
+def _register_kubernetes(kinds: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    kube = kinds.add_parser(
+        "kubernetes",
+        help="a Kubernetes cluster, through its API server",
+        description="Run the connector of one Kubernetes cluster: publish its nodes and GPU health, create "
+        "and stop pods for the scheduler's decisions, and report the jobs' lifecycle.",
+    )
+    kube.add_argument("--cluster", required=True, help="cluster id (lowercase letters, digits, . _ -)")
+    auth = kube.add_mutually_exclusive_group()
+    auth.add_argument("--kubeconfig", help="kubeconfig file (default: KUBECONFIG, else ~/.kube/config)")
+    auth.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
+    kube.add_argument("--context", help="kubeconfig context (default: its current context)")
+    kube.add_argument("--log", help="log URL: kafka://host:port or a PostgreSQL DSN (default: FEDSCHED_LOG)")
+    kube.add_argument("--site", default="default", help="site id (default: default)")
+    kube.add_argument("--region", default="default", help="region id (default: default)")
+    kube.add_argument("--display-name", default="", help="a name for people")
+    kube.add_argument("--currency", default="USD", help="currency of the GPU rates (ISO 4217)")
+    kube.add_argument("--namespace-prefix", default="fedsched-", help="tenant namespaces are PREFIX<tenant>")
+    kube.add_argument("--default-image", help="image for jobs whose template names none")
+    kube.add_argument("--qps", type=float, default=20.0, help="API requests per second, steady (default 20)")
+    kube.add_argument("--burst", type=int, default=40, help="API requests at once (default 40)")
+    kube.add_argument("--unreachable-after-s", type=float, default=5.0, help="failing this long: unreachable")
+    kube.add_argument("--cancel-grace-s", type=int, default=30, help="grace period of cancelled pods")
+    kube.set_defaults(handler=run_kubernetes)
+
+
+async def run_kubernetes(args: argparse.Namespace) -> int:
+    import asyncio
+    import contextlib
+    import logging
+    import os
+    import signal
+
+    from connectors.kubernetes import ConnectorConfig, KubeApi, KubernetesConnector
+    from connectors.kubernetes.throttle import RateLimiter
+    from events.log import open_log
+    from events.topics import TOPICS
+    from services.cli.main import CliError
+    from services.config import log_url
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        config = ConnectorConfig(
+            cluster=args.cluster,
+            site=args.site,
+            region=args.region,
+            display_name=args.display_name,
+            currency=args.currency,
+            namespace_prefix=args.namespace_prefix,
+            default_image=args.default_image,
+            unreachable_after_s=args.unreachable_after_s,
+            cancel_grace_s=args.cancel_grace_s,
+        )
+        limiter = RateLimiter(args.qps, args.burst)
+        in_cluster = args.in_cluster or (not args.kubeconfig and "KUBERNETES_SERVICE_HOST" in os.environ)
+        if in_cluster:
+            api = KubeApi.in_cluster(limiter=limiter)
+        else:
+            api = await KubeApi.from_kubeconfig(args.kubeconfig, args.context, limiter=limiter)
+    except Exception as error:  # configuration errors of every kind end here, for a person to read
+        raise CliError(f"cannot set up the Kubernetes connector: {error}", exit_code=2) from None
+    log = open_log(log_url(args.log))
+    await log.start()
+    try:
+        await log.create_topics(TOPICS)
+        connector = KubernetesConnector(config, log, api)
+        print(f"kubernetes connector {args.cluster}: API server {api.host}", flush=True)
+        task = asyncio.ensure_future(connector.run())
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    finally:
+        await api.close()
         await log.close()
     return 0

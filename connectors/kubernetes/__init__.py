@@ -1,0 +1,13 @@
+"""The Kubernetes connector: a cluster's nodes and pods as fedsched events, and its decisions as pods.
+
+Called by ``fedsched connector kubernetes`` and by tests. Pure mapping modules: ``names`` (labels,
+annotations, object names, event ids), ``quantity``, ``nodes`` (Node -> inventory events), ``pods``
+(placement -> manifests), ``lifecycle`` (pod statuses -> job transitions). I/O modules: ``kubeapi``
+(the API client), ``throttle``, ``reflector`` (list-then-watch), ``node_watcher``, ``pod_watcher``,
+``executor``, ``jobbook``, ``reporting`` and ``connector`` (the composition).
+"""
+
+from connectors.kubernetes.connector import ConnectorConfig, KubernetesConnector
+from connectors.kubernetes.kubeapi import KubeApi, KubeError
+
+__all__ = ["ConnectorConfig", "KubeApi", "KubeError", "KubernetesConnector"]

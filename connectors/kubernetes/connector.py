@@ -1,0 +1,164 @@
+"""The Kubernetes connector: one long-running process per cluster, wiring the parts together.
+
+Called by ``fedsched connector kubernetes`` (``services.cli.connector_cmd``) and by tests, which run it
+in-process. ``run()`` works until cancelled:
+
+1. publish ``ClusterRegistered`` (what the cluster is; a restart restates it);
+2. list-then-watch nodes -> ``NodeObserved`` / ``GpuHealthReported`` / ``NodeRemoved`` (``node_watcher``);
+3. list-then-watch its pods -> ``JobStarted`` / ``JobSucceeded`` / ``JobFailed`` / ``JobPreempted`` / ...
+   (``pod_watcher``), plus a one-second timer for deletion deadlines;
+4. consume the decisions and jobs topics in the group ``fedsched-connector-kubernetes-<cluster>`` and
+   carry out this cluster's decisions (``executor``);
+5. follow reachability: ``ClusterStatusChanged`` when the API server stops or starts answering.
+
+Its producer is transactional with the id ``fedsched-connector-kubernetes-<cluster>``: a second
+connector for the same cluster fences the first, which then stops (``ProducerFenced``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from connectors.kubernetes import names
+from connectors.kubernetes.executor import Executor
+from connectors.kubernetes.jobbook import JobBook
+from connectors.kubernetes.kubeapi import KubeApi
+from connectors.kubernetes.node_watcher import NodeWatcher
+from connectors.kubernetes.pod_watcher import PodWatcher
+from connectors.kubernetes.pods import RenderOptions
+from connectors.kubernetes.reflector import Reflector
+from connectors.kubernetes.reporting import Reachability, Reporter
+from connectors.kubernetes.throttle import Backoff
+from events.catalog.inventory import ClusterKind, ClusterRegistered
+from events.catalog.types import ClusterId
+from events.consumer import EventConsumer
+from events.log import EventLog, LogError, ProducerFenced
+from events.publisher import Publisher, wall_clock_ms
+from events.topics import DECISIONS, JOBS
+
+log = logging.getLogger("fedsched.connector.kubernetes")
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectorConfig:
+    cluster: ClusterId
+    site: str = "default"
+    region: str = "default"
+    display_name: str = ""
+    currency: str = "USD"
+    labels: dict[str, str] = field(default_factory=dict)
+    namespace_prefix: str = "fedsched-"
+    default_image: str | None = None
+    unreachable_after_s: float = 5.0
+    stop_margin_s: int = 30
+    """How long past a pod's deletion deadline it counts as stopped without a kubelet's word."""
+    cancel_grace_s: int = 30
+    failure_grace_s: int = 30
+    watch_timeout_s: int = 300
+    max_backoff_s: float = 30.0
+    publish_batch: int = 500
+
+    @property
+    def group_id(self) -> str:
+        return f"fedsched-connector-kubernetes-{self.cluster}"
+
+    @property
+    def source(self) -> str:
+        return f"urn:fedsched:connector:kubernetes:{self.cluster}"
+
+
+class KubernetesConnector:
+    def __init__(self, config: ConnectorConfig, event_log: EventLog, api: KubeApi) -> None:
+        self.config = config
+        self.log = event_log
+        self.api = api
+        self.publisher = Publisher(event_log, config.source, transactional_id=config.group_id)
+        self.reporter = Reporter(self.publisher)
+        self.reachability = Reachability(config.cluster, self.reporter, unreachable_after_s=config.unreachable_after_s)
+        api.on_result = self.reachability.result
+        self.nodes = NodeWatcher(config.cluster, self.reporter, batch=config.publish_batch)
+        self.pods = PodWatcher(
+            api,
+            config.cluster,
+            self.reporter,
+            clock_ms=wall_clock_ms,
+            stop_margin_s=config.stop_margin_s,
+            failure_grace_s=config.failure_grace_s,
+        )
+        self.book = JobBook(event_log, config.cluster)
+        options = RenderOptions(config.cluster, config.namespace_prefix, config.default_image)
+        self.executor = Executor(api, self.book, self.reporter, options, cancel_grace_s=config.cancel_grace_s)
+        self.node_reflector = self._reflector("/api/v1/nodes", "nodes", None)
+        self.pod_reflector = self._reflector("/api/v1/pods", "pods", self.pods.label_selector)
+        self.consumer = EventConsumer(event_log, config.group_id, [DECISIONS.name, JOBS.name], self.executor.handle)
+
+    def _reflector(self, path: str, name: str, selector: str | None) -> Reflector:
+        backoff = Backoff(0.2, self.config.max_backoff_s)
+        return Reflector(
+            self.api,
+            path,
+            name=name,
+            label_selector=selector,
+            watch_timeout_s=self.config.watch_timeout_s,
+            backoff=backoff,
+        )
+
+    def registration(self) -> ClusterRegistered:
+        c = self.config
+        return ClusterRegistered(
+            cluster=c.cluster,
+            kind=ClusterKind.KUBERNETES,
+            display_name=c.display_name,
+            site=c.site,
+            region=c.region,
+            labels=c.labels,
+            currency=c.currency,
+        )
+
+    async def _consume(self) -> None:
+        backoff = Backoff(0.2, self.config.max_backoff_s)
+        await self.consumer.start()
+        while True:
+            try:
+                await self.consumer.poll_once(timeout_s=0.5)
+                backoff.reset()
+            except ProducerFenced:
+                raise
+            except LogError as error:
+                delay = backoff.next_delay()
+                log.warning("event=consume_error error=%r retry_in_s=%.1f", str(error), delay)
+                await asyncio.sleep(delay)
+
+    async def run(self) -> None:
+        """Run until cancelled (or fenced by another connector of the same cluster)."""
+        await self.publisher.start()
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            ident = names.event_id(self.config.cluster, "registered", wall_clock_ms())
+            await self.reporter.publish_one(self.registration(), ident)
+            log.info("event=connector_started cluster=%s api=%s", self.config.cluster, self.api.host)
+            parts: list[Coroutine[Any, Any, None]] = [
+                self.reachability.run(),
+                self.node_reflector.run(self.nodes),
+                self.pod_reflector.run(self.pods),
+                self.pods.run_timer(),
+                self._consume(),
+            ]
+            tasks = [asyncio.create_task(part) for part in parts]
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                task.result()  # raises what ended it
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            await self.consumer.close()
+            await self.publisher.close()
+            log.info("event=connector_stopped cluster=%s", self.config.cluster)

@@ -1,0 +1,223 @@
+"""Carries the scheduler's decisions for this cluster into it: creates and stops pods.
+
+Called by the ``EventConsumer`` of the connector's group (topics: decisions and jobs), one record at a
+time, in log order. Calls the API server and the ``Reporter``; reads the ``JobBook``.
+
+- ``JobPlaced`` for this cluster: the tenant's namespace (created if missing), then one pod per replica
+  (``pods.render_pods``). Idempotent: names are deterministic and 409 AlreadyExists counts as done, so
+  a decision applied twice creates nothing new. A template that cannot become a pod, or a pod the API
+  server refuses (4xx), ends the run with ``JobFailed(LaunchFailed)``; pods already made for it are
+  deleted. A placement of a run that already ended here, or of a job whose cancellation was asked
+  for, creates nothing.
+- ``JobPreemptionRequested`` / ``JobReclaimRequested`` for this cluster, and ``JobCancelRequested``
+  for a job with pods here: annotate each pod with why (``fedsched.io/stop``), then delete it with
+  the grace period. The pod watcher reports ``JobPreempted`` / ``JobReclaimed`` / ``JobCancelled``
+  once every pod has stopped.
+- While the API server is unreachable, a decision is retried with backoff and the consumer waits:
+  its offsets are committed only after the handler returns, so nothing is skipped.
+
+The handler never raises: an unexpected error is logged and, for a placement, reported as a failed
+launch, so one bad record cannot stall the cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from connectors.kubernetes import lifecycle, names, pods
+from connectors.kubernetes.jobbook import JobBook
+from connectors.kubernetes.kubeapi import KubeApi, KubeError, Obj
+from connectors.kubernetes.reporting import Reporter
+from connectors.kubernetes.throttle import Backoff
+from events.catalog.decisions import JobPlaced, JobPreemptionRequested, JobReclaimRequested
+from events.catalog.jobs import JobCancelled, JobCancelRequested, JobFailed, JobSubmitted
+from events.catalog.reasons import ReasonCode
+from events.catalog.types import JobId
+from events.envelope import Envelope
+from events.log import LogRecord, ProducerFenced
+from events.topics import JOBS
+
+log = logging.getLogger("fedsched.connector.kubernetes")
+T = TypeVar("T")
+PODS = "/api/v1/pods"
+
+
+class LaunchFailed(Exception):
+    pass
+
+
+class Executor:
+    def __init__(
+        self,
+        api: KubeApi,
+        book: JobBook,
+        reporter: Reporter,
+        options: pods.RenderOptions,
+        *,
+        cancel_grace_s: int = 30,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self.api = api
+        self.book = book
+        self.reporter = reporter
+        self.options = options
+        self.cluster = options.cluster
+        self.cancel_grace_s = cancel_grace_s
+        self._backoff = backoff or Backoff(0.2, 10.0)
+        self._namespaces: set[str] = set()
+        self.created = 0
+
+    async def handle(self, record: LogRecord, envelope: Envelope) -> None:
+        event = envelope.data
+        try:
+            if event.topic == JOBS.name:
+                self.book.apply(event)
+            if isinstance(event, JobPlaced) and event.cluster == self.cluster:
+                await self.place(event)
+            elif isinstance(event, JobPreemptionRequested) and event.cluster == self.cluster:
+                await self.stop(event.job_id, event.run, "preempted", event.grace_period_s, None)
+            elif isinstance(event, JobReclaimRequested) and event.cluster == self.cluster:
+                await self.stop(event.job_id, event.run, "reclaimed", event.grace_period_s, None)
+            elif isinstance(event, JobCancelRequested):
+                await self.stop(event.job_id, None, "cancelled", self.cancel_grace_s, event.requester)
+        except ProducerFenced:
+            raise
+        except Exception:
+            log.exception("event=decision_error type=%s id=%s", envelope.type, envelope.id)
+            if isinstance(event, JobPlaced) and event.cluster == self.cluster:
+                await self._failed(event, "the connector could not carry out the placement (see its log)")
+
+    async def _retrying(self, call: Callable[[], Awaitable[T]]) -> T:
+        """Run an API call, retrying transient failures (unreachable, 429, 5xx) with backoff forever."""
+        while True:
+            try:
+                result = await call()
+                self._backoff.reset()
+                return result
+            except KubeError as error:
+                if not error.retryable:
+                    raise
+                delay = self._backoff.next_delay()
+                log.warning("event=api_retry error=%r retry_in_s=%.2f", str(error), delay)
+                await asyncio.sleep(delay)
+
+    async def _failed(self, placed: JobPlaced, message: str) -> None:
+        event = JobFailed(
+            job_id=placed.job_id,
+            cluster=self.cluster,
+            run=placed.run,
+            reason=ReasonCode.LAUNCH_FAILED,
+            message=message[:4096],
+        )
+        key = lifecycle.RunKey(placed.job_id, placed.run)
+        await self.reporter.publish_one(event, lifecycle.event_id(self.cluster, key, lifecycle.Transition.FAILED))
+
+    async def _namespace(self, job: JobSubmitted) -> str:
+        manifest = pods.namespace_manifest(job.tenant, self.options)
+        name = str(manifest["metadata"]["name"])
+        if name not in self._namespaces:
+            try:
+                await self._retrying(lambda: self.api.request("POST", "/api/v1/namespaces", body=manifest))
+                log.info("event=namespace_created namespace=%s tenant=%s", name, job.tenant)
+            except KubeError as error:
+                if error.status != 409:
+                    raise LaunchFailed(f"the API server refused namespace {name}: {error}") from error
+            self._namespaces.add(name)
+        return name
+
+    async def place(self, placed: JobPlaced) -> None:
+        job_id, run = placed.job_id, placed.run
+        if self.book.run_ended(job_id, run):
+            log.info("event=placement_skipped job=%s run=%d reason=run_already_ended", job_id, run)
+            return
+        job = await self.book.get(job_id)
+        if job is None:
+            await self._failed(placed, "the connector found no JobSubmitted for this job")
+            return
+        requester = self.book.cancel_requester(job_id)
+        if requester is not None:
+            message = "cancelled before its pods were created"
+            cancelled = JobCancelled(job_id=job_id, cluster=self.cluster, run=run, requester=requester, message=message)
+            key = lifecycle.RunKey(job_id, run)
+            await self.reporter.publish_one(
+                cancelled, lifecycle.event_id(self.cluster, key, lifecycle.Transition.CANCELLED)
+            )
+            return
+        try:
+            manifests = pods.render_pods(placed, job, self.options)
+            namespace = await self._namespace(job)
+            for manifest in manifests:
+                await self._create(namespace, manifest)
+        except (pods.RenderError, LaunchFailed) as error:
+            log.warning("event=launch_failed job=%s run=%d error=%r", job_id, run, str(error))
+            await self._failed(placed, str(error))
+            await self.stop(job_id, run, "failed", 0, None)
+            return
+        log.info("event=placed job=%s run=%d pods=%d namespace=%s", job_id, run, len(manifests), namespace)
+
+    async def _create(self, namespace: str, manifest: Obj) -> None:
+        path = f"/api/v1/namespaces/{namespace}/pods"
+        try:
+            await self._retrying(lambda: self.api.request("POST", path, body=manifest))
+            self.created += 1
+        except KubeError as error:
+            if error.status != 409:
+                name = manifest["metadata"]["name"]
+                raise LaunchFailed(f"the API server refused pod {namespace}/{name}: {error}") from error
+
+    def _selector(self, job_id: JobId, run: int | None) -> str:
+        parts = [
+            f"{names.MANAGED_BY}={names.MANAGED_BY_VALUE}",
+            f"{names.LABEL_CLUSTER}={names.label_value(self.cluster)}",
+            f"{names.LABEL_JOB}={names.job_label(job_id)}",
+        ]
+        if run is not None:
+            parts.append(f"{names.LABEL_RUN}={run}")
+        return ",".join(parts)
+
+    async def stop(self, job_id: JobId, run: int | None, why: str, grace_s: int, requester: str | None) -> int:
+        """Annotate and delete the job's pods (of one run, or all); the number of pods being stopped."""
+        selector = self._selector(job_id, run)
+        listing = await self._retrying(lambda: self.api.request("GET", PODS, query={"labelSelector": selector}))
+        count = 0
+        for pod in listing.get("items") or []:
+            meta = pod.get("metadata") or {}
+            if (meta.get("annotations") or {}).get(names.ANN_JOB) != job_id:
+                continue  # a shortened label shared by another job id
+            if lifecycle.reported_of(pod) & lifecycle.TERMINAL and why != "failed":
+                continue  # this run has ended already; its pods stay as they are
+            await self._stop_pod(pod, why, grace_s, requester)
+            count += 1
+        log.info("event=stop job=%s run=%s why=%s grace_s=%d pods=%d", job_id, run, why, grace_s, count)
+        return count
+
+    async def _stop_pod(self, pod: Obj, why: str, grace_s: int, requester: str | None) -> None:
+        meta = pod["metadata"]
+        path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+        annotations = meta.get("annotations") or {}
+        if not annotations.get(names.ANN_STOP):
+            changes = {names.ANN_STOP: why, names.ANN_STOP_BY: requester}
+            if why == "failed":  # the executor reported the failure itself: the pod watcher only cleans up
+                changes[names.ANN_REPORTED] = lifecycle.Transition.FAILED.value
+            patch = {"metadata": {"annotations": changes}}
+            if await self._ignore_missing(lambda: self.api.request("PATCH", path, body=patch, content_type=MERGE)):
+                return
+        if not meta.get("deletionTimestamp") or grace_s == 0:
+            body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": grace_s}
+            await self._ignore_missing(lambda: self.api.request("DELETE", path, body=body))
+
+    async def _ignore_missing(self, call: Callable[[], Awaitable[Obj]]) -> bool:
+        """Run the call; True if the object was gone (404)."""
+        try:
+            await self._retrying(call)
+            return False
+        except KubeError as error:
+            if error.status == 404:
+                return True
+            raise
+
+
+MERGE = "application/merge-patch+json"

@@ -1,0 +1,116 @@
+"""What the connector keeps of the jobs topic: the submission of every job that has not ended.
+
+Called by the executor. A ``JobPlaced`` names nodes and devices, but the pods also need what the job
+asked for (tenant, resources, tolerations, the workload template): that lives in the job's
+``JobSubmitted`` on the jobs topic. Decision: the connector reads the jobs topic in its consumer group
+and keeps each ``JobSubmitted`` in memory until the job ends (``JobSucceeded``, ``JobFailed``,
+``JobCancelled``, ``JobRejected``); it also notes cancel requests and the runs that ended here.
+
+A restart loses that memory while the group's offsets are already past the submissions, and a
+``JobPlaced`` can be read before its ``JobSubmitted`` (two topics, no order between them). Either way
+``get`` finds the submission by reading the job's partition of the jobs topic from its start (keyed by
+job id, so one partition holds all of a job's history); that scan also fills the book with every other
+live job of the partition and is done once per partition, later scans go on from where it stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from events.catalog.base import Event
+from events.catalog.jobs import (
+    JobCancelled,
+    JobCancelRequested,
+    JobFailed,
+    JobPreempted,
+    JobReclaimed,
+    JobRejected,
+    JobSubmitted,
+    JobSucceeded,
+)
+from events.catalog.types import ClusterId, JobId
+from events.codec import decode
+from events.errors import EventError
+from events.log import EventLog, TopicPartition
+from events.log.reading import read_to_end
+from events.topics import JOBS, partition_for
+
+log = logging.getLogger("fedsched.connector.kubernetes")
+
+_ENDED = (JobSucceeded, JobFailed, JobCancelled, JobRejected)
+_RUN_ENDED = (JobSucceeded, JobFailed, JobCancelled, JobPreempted, JobReclaimed)
+_TYPES = {cls.event_type.encode() for cls in (JobSubmitted, JobCancelRequested, *_ENDED, *_RUN_ENDED)}
+
+
+@dataclass
+class JobEntry:
+    submitted: JobSubmitted | None = None
+    cancel_requester: str | None = None
+    runs_ended: set[int] = field(default_factory=set)
+    """Runs of the job that ended on this cluster (a late copy of their placement must not restart them)."""
+
+
+class JobBook:
+    def __init__(self, log_: EventLog, cluster: ClusterId) -> None:
+        self._log = log_
+        self.cluster = cluster
+        self._jobs: dict[JobId, JobEntry] = {}
+        self._scanned: dict[int, int] = {}
+        """Partition of the jobs topic -> offset up to which it was scanned."""
+        self.scans = 0
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def apply(self, event: Event) -> None:
+        """Take one event of the jobs topic into account (in the order of its partition)."""
+        if isinstance(event, JobSubmitted):
+            self._jobs.setdefault(event.job_id, JobEntry()).submitted = event
+        elif isinstance(event, JobCancelRequested):
+            self._jobs.setdefault(event.job_id, JobEntry()).cancel_requester = event.requester
+        elif isinstance(event, _ENDED):
+            self._jobs.pop(event.job_id, None)
+        elif isinstance(event, _RUN_ENDED) and event.cluster == self.cluster:
+            self._jobs.setdefault(event.job_id, JobEntry()).runs_ended.add(event.run)
+
+    def entry(self, job_id: JobId) -> JobEntry | None:
+        return self._jobs.get(job_id)
+
+    def run_ended(self, job_id: JobId, run: int) -> bool:
+        entry = self._jobs.get(job_id)
+        return entry is not None and run in entry.runs_ended
+
+    def cancel_requester(self, job_id: JobId) -> str | None:
+        entry = self._jobs.get(job_id)
+        return entry.cancel_requester if entry else None
+
+    async def get(self, job_id: JobId) -> JobSubmitted | None:
+        """The job's submission: from memory, else from its partition of the jobs topic."""
+        entry = self._jobs.get(job_id)
+        if entry is not None and entry.submitted is not None:
+            return entry.submitted
+        await self._scan(partition_for(job_id.encode(), await self._log.partitions(JOBS.name)))
+        entry = self._jobs.get(job_id)
+        return entry.submitted if entry else None
+
+    async def _scan(self, partition: int) -> None:
+        tp = TopicPartition(JOBS.name, partition)
+        start = self._scanned.get(partition, 0)
+        offset = start
+        reader = await self._log.reader()
+        try:
+            async for batch in read_to_end(reader, tp, start):
+                for record in batch:
+                    offset = record.offset + 1
+                    if record.header("ce_type") not in _TYPES:
+                        continue
+                    try:
+                        self.apply(decode(record.headers, record.value).data)
+                    except EventError:
+                        continue
+        finally:
+            await reader.close()
+        self._scanned[partition] = offset
+        self.scans += 1
+        log.info("event=jobs_scanned partition=%d from=%d to=%d live_jobs=%d", partition, start, offset, len(self))

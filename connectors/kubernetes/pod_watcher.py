@@ -1,0 +1,185 @@
+"""The connector's pods as job lifecycle events: the reflector's handler for its pods.
+
+Called by the reflector (list and watch of pods labelled ``app.kubernetes.io/managed-by=fedsched`` and
+this cluster's ``fedsched.io/cluster``) and by a timer (``tick``: deletion deadlines pass without any
+event). Calls the pure ``lifecycle`` rules, the ``Reporter`` and the API server.
+
+For each run it keeps the replicas' states; after every change it asks ``lifecycle.decide`` what to
+report, publishes that (ids from job, run and transition), then writes what was reported onto the
+pods (annotation ``fedsched.io/reported``). That annotation, read back after a restart or a relist,
+is what keeps a transition from being reported twice; an in-memory ledger covers the moment between
+publishing and annotating (a crash exactly there repeats the event with the same id).
+
+Reconciling a run, after its outcome is known: the finalizer comes off every pod (a stopped pod then
+disappears, a finished one stays for its logs until someone deletes it); after a failure the other
+replicas are deleted; a pod that carries a stop annotation but is not being deleted (the connector
+stopped between the two steps) is deleted now.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from connectors.kubernetes import lifecycle, names
+from connectors.kubernetes.kubeapi import JSON_PATCH, KubeApi, KubeError, Obj
+from connectors.kubernetes.lifecycle import ReplicaState, RunKey, Transition
+from connectors.kubernetes.reporting import Reporter
+from events.catalog.types import ClusterId
+
+log = logging.getLogger("fedsched.connector.kubernetes")
+
+
+@dataclass
+class Run:
+    replicas: int
+    pods: dict[int, Obj] = field(default_factory=dict)
+    """Live pods by replica (as last seen)."""
+    gone: dict[int, ReplicaState] = field(default_factory=dict)
+    """Replicas whose pod was removed, with their last state."""
+    reported: set[Transition] = field(default_factory=set)
+
+
+def _key_of(pod: Obj) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+class PodWatcher:
+    def __init__(
+        self,
+        api: KubeApi,
+        cluster: ClusterId,
+        reporter: Reporter,
+        *,
+        clock_ms: Callable[[], int],
+        stop_margin_s: int = 30,
+        failure_grace_s: int = 30,
+    ) -> None:
+        self.api = api
+        self.cluster = cluster
+        self._reporter = reporter
+        self._clock_ms = clock_ms
+        self.stop_margin_ms = stop_margin_s * 1000
+        self.failure_grace_s = failure_grace_s
+        self.runs: dict[RunKey, Run] = {}
+        self._lock = asyncio.Lock()
+
+    @property
+    def label_selector(self) -> str:
+        return f"{names.MANAGED_BY}={names.MANAGED_BY_VALUE},{names.LABEL_CLUSTER}={names.label_value(self.cluster)}"
+
+    def _track(self, pod: Obj) -> RunKey | None:
+        ident = lifecycle.identify(pod)
+        if ident is None:
+            return None
+        run = self.runs.setdefault(ident.key, Run(ident.replicas))
+        run.pods[ident.replica] = pod
+        run.gone.pop(ident.replica, None)
+        run.reported |= lifecycle.reported_of(pod)
+        return ident.key
+
+    def _untrack(self, pod: Obj, now_ms: int) -> RunKey | None:
+        ident = lifecycle.identify(pod)
+        run = self.runs.get(ident.key) if ident else None
+        if ident is None or run is None:
+            return None
+        run.pods.pop(ident.replica, None)
+        last = lifecycle.replica_state(pod, ident.replica, now_ms, self.stop_margin_ms)
+        run.gone[ident.replica] = lifecycle.removed(last)
+        return ident.key
+
+    async def synced(self, objects: list[Obj]) -> None:
+        async with self._lock:
+            now = self._clock_ms()
+            listed = {_key_of(p) for p in objects}
+            for run in self.runs.values():  # removed while no watch was open
+                for pod in list(run.pods.values()):
+                    if _key_of(pod) not in listed:
+                        self._untrack(pod, now)
+            keys = {k for k in (self._track(p) for p in objects) if k is not None}
+            for key in sorted(keys | set(self.runs)):
+                await self._evaluate(key)
+
+    async def changed(self, kind: str, obj: Obj) -> None:
+        async with self._lock:
+            key = self._untrack(obj, self._clock_ms()) if kind == "DELETED" else self._track(obj)
+            if key is not None:
+                await self._evaluate(key)
+
+    async def tick(self) -> None:
+        """Re-evaluate every run: deletion deadlines pass with no event, failed patches are retried."""
+        async with self._lock:
+            for key in sorted(self.runs):
+                await self._evaluate(key)
+
+    async def run_timer(self, every_s: float = 1.0) -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            try:
+                await self.tick()
+            except KubeError as error:
+                log.warning("event=pod_tick_error error=%r", str(error))
+
+    def states(self, key: RunKey) -> list[ReplicaState]:
+        run, now = self.runs[key], self._clock_ms()
+        live = [lifecycle.replica_state(p, r, now, self.stop_margin_ms) for r, p in run.pods.items()]
+        return live + list(run.gone.values())
+
+    async def _evaluate(self, key: RunKey) -> None:
+        run = self.runs[key]
+        states = self.states(key)
+        for state in states:
+            run.reported |= state.reported
+        for outcome in lifecycle.decide(states, run.replicas, frozenset(run.reported)):
+            event = lifecycle.to_event(outcome, key, self.cluster, run.replicas)
+            await self._reporter.publish_one(event, lifecycle.event_id(self.cluster, key, outcome.transition))
+            run.reported.add(outcome.transition)
+            log.info("event=reported job=%s run=%d transition=%s", key.job_id, key.run, outcome.transition)
+        try:
+            await self._reconcile(key, run)
+        except KubeError as error:
+            log.warning("event=reconcile_error job=%s run=%d error=%r", key.job_id, key.run, str(error))
+        if not run.pods and (run.reported & lifecycle.TERMINAL or not run.gone):
+            del self.runs[key]
+
+    async def _reconcile(self, key: RunKey, run: Run) -> None:
+        reported = frozenset(run.reported)
+        ended = bool(reported & lifecycle.TERMINAL)
+        wanted = lifecycle.format_reported(reported)
+        now = self._clock_ms()
+        for replica, pod in sorted(run.pods.items()):
+            meta = pod.get("metadata") or {}
+            path = f"/api/v1/namespaces/{meta.get('namespace')}/pods/{meta.get('name')}"
+            ops: list[Obj] = []
+            if wanted and (meta.get("annotations") or {}).get(names.ANN_REPORTED) != wanted:
+                ops.append({"op": "add", "path": "/metadata/annotations/fedsched.io~1reported", "value": wanted})
+            finalizers = list(meta.get("finalizers") or [])
+            if ended and names.FINALIZER in finalizers:
+                index = finalizers.index(names.FINALIZER)
+                ops.append({"op": "test", "path": f"/metadata/finalizers/{index}", "value": names.FINALIZER})
+                ops.append({"op": "remove", "path": f"/metadata/finalizers/{index}"})
+            if ops:
+                await self._patch(path, ops)
+            state = lifecycle.replica_state(pod, replica, now, self.stop_margin_ms)
+            stop_pending = state.stop and not state.deleting
+            failed_other = Transition.FAILED in reported and not state.deleting and not state.stopped
+            if stop_pending or failed_other:
+                body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": self.failure_grace_s}
+                await self._call("DELETE", path, body, None)
+
+    async def _patch(self, path: str, ops: list[Obj]) -> None:
+        await self._call("PATCH", path, ops, JSON_PATCH)
+
+    async def _call(self, method: str, path: str, body: object, content_type: str | None) -> None:
+        try:
+            if content_type:
+                await self.api.request(method, path, body=body, content_type=content_type)
+            else:
+                await self.api.request(method, path, body=body)
+        except KubeError as error:
+            # 404: already gone; 409/422: changed under us (the watch brings the new state).
+            if error.status not in (404, 409, 422):
+                raise

@@ -1,0 +1,192 @@
+"""A placement as Kubernetes objects: the tenant's namespace and one pod per replica.
+
+Called by ``executor`` when a ``JobPlaced`` for this cluster arrives, and by unit tests. Pure: takes the
+decision and the job's ``JobSubmitted`` and returns manifests (plain dicts), deterministic for the same
+inputs, so applying a decision twice creates nothing new (the second create gets 409 AlreadyExists).
+
+The job's ``template`` (opaque to the scheduler) is read in one of three forms:
+
+- a pod template: ``{"metadata": {...}, "spec": {...}}`` (a Kubernetes ``PodTemplateSpec``);
+- a shorthand: ``{"image": ..., "command": [...], "args": [...], "env": {"NAME": "value"}, "workingDir": ...}``;
+- empty: one container named ``main`` with the connector's default image, if it has one.
+
+The connector owns: the pod's name, namespace, ``nodeName`` (the replica's node: no scheduler runs
+again), the first container's resource requests (CPU, memory, ``nvidia.com/gpu`` = the number of GPU
+indices, or one ``nvidia.com/gpu.shared`` for a share of a GPU), the job's tolerations, the
+``fedsched.io`` labels and annotations, the finalizer, ``FEDSCHED_*`` environment variables and, unless
+the template sets them, ``restartPolicy: Never`` and ``activeDeadlineSeconds`` from ``max_runtime_s``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from connectors.kubernetes import names
+from events.catalog.decisions import JobPlaced, ReplicaPlacement
+from events.catalog.jobs import JobSubmitted, Toleration
+from events.catalog.types import ClusterId, TenantId
+
+Manifest = dict[str, Any]
+
+
+class RenderError(ValueError):
+    """The job's template cannot become a pod; the message says why, for the person who submitted it."""
+
+
+@dataclass(frozen=True, slots=True)
+class RenderOptions:
+    cluster: ClusterId
+    namespace_prefix: str = "fedsched-"
+    default_image: str | None = None
+    gpu_resource: str = names.GPU_RESOURCE
+    gpu_shared_resource: str = names.GPU_SHARED_RESOURCE
+
+
+def namespace_manifest(tenant: TenantId, options: RenderOptions) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": names.namespace_name(tenant, options.namespace_prefix),
+            "labels": {names.MANAGED_BY: names.MANAGED_BY_VALUE, names.LABEL_TENANT: names.label_value(tenant)},
+            "annotations": {names.ANN_TENANT: tenant},
+        },
+    }
+
+
+def _pod_template(job: JobSubmitted, options: RenderOptions) -> tuple[Manifest, Manifest]:
+    """(metadata, spec) of the workload, from the template's form."""
+    template: Mapping[str, Any] = job.template
+    if "spec" in template:
+        meta, spec = template.get("metadata") or {}, template["spec"]
+        if not isinstance(spec, Mapping) or not isinstance(meta, Mapping):
+            raise RenderError("template.spec and template.metadata must be objects")
+        spec = copy.deepcopy(dict(spec))
+        containers = spec.get("containers")
+        if not isinstance(containers, list) or not containers or not all(isinstance(c, dict) for c in containers):
+            raise RenderError("template.spec.containers must list at least one container")
+        return copy.deepcopy(dict(meta)), spec
+    image = template.get("image") or options.default_image
+    if not image or not isinstance(image, str):
+        raise RenderError("the job's template names no image and the connector has no default image")
+    container: Manifest = {"name": "main", "image": image}
+    for key in ("command", "args"):
+        if key in template:
+            value = template[key]
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise RenderError(f"template.{key} must be a list of strings")
+            container[key] = list(value)
+    env = template.get("env") or {}
+    if not isinstance(env, Mapping):
+        raise RenderError("template.env must be an object of names to values")
+    container["env"] = [{"name": str(k), "value": str(v)} for k, v in sorted(env.items())]
+    if isinstance(template.get("workingDir"), str):
+        container["workingDir"] = template["workingDir"]
+    return {}, {"containers": [container]}
+
+
+def _requests(job: JobSubmitted, replica: ReplicaPlacement, options: RenderOptions) -> dict[str, str]:
+    wanted: dict[str, str] = {}
+    if job.resources.cpu_milli:
+        wanted["cpu"] = f"{job.resources.cpu_milli}m"
+    if job.resources.memory_mib:
+        wanted["memory"] = f"{job.resources.memory_mib}Mi"
+    if replica.gpu_indices and replica.gpu_milli_each >= 1000:
+        wanted[options.gpu_resource] = str(len(replica.gpu_indices))
+    elif replica.gpu_indices:
+        wanted[options.gpu_shared_resource] = "1"
+    return wanted
+
+
+def _env(placed: JobPlaced, replica: ReplicaPlacement) -> list[Manifest]:
+    values = {
+        "FEDSCHED_JOB_ID": placed.job_id,
+        "FEDSCHED_RUN": str(placed.run),
+        "FEDSCHED_REPLICA": str(replica.replica),
+        "FEDSCHED_REPLICAS": str(len(placed.replicas)),
+        "FEDSCHED_GPU_INDICES": ",".join(str(i) for i in replica.gpu_indices),
+    }
+    return [{"name": k, "value": v} for k, v in values.items()]
+
+
+def _container(container: Manifest, env: list[Manifest], requests: Mapping[str, str] | None) -> Manifest:
+    ours = {e["name"] for e in env}
+    container["env"] = [e for e in container.get("env") or [] if e.get("name") not in ours] + env
+    if requests is not None:
+        resources = container.setdefault("resources", {})
+        resources["requests"] = {**(resources.get("requests") or {}), **requests}
+        extended = {k: v for k, v in requests.items() if k not in ("cpu", "memory")}
+        if extended:  # extended resources must have limits equal to requests
+            resources["limits"] = {**(resources.get("limits") or {}), **extended}
+    return container
+
+
+def _toleration(toleration: Toleration) -> Manifest:
+    out: Manifest = {"key": toleration.key}
+    if toleration.value is None:
+        out["operator"] = "Exists"
+    else:
+        out["operator"] = "Equal"
+        out["value"] = toleration.value
+    if toleration.effect is not None:
+        out["effect"] = toleration.effect.value
+    return out
+
+
+def pod_labels(placed: JobPlaced, replica: int, tenant: TenantId, cluster: ClusterId) -> dict[str, str]:
+    return {
+        names.MANAGED_BY: names.MANAGED_BY_VALUE,
+        names.LABEL_CLUSTER: names.label_value(cluster),
+        names.LABEL_JOB: names.job_label(placed.job_id),
+        names.LABEL_RUN: str(placed.run),
+        names.LABEL_REPLICA: str(replica),
+        names.LABEL_TENANT: names.label_value(tenant),
+    }
+
+
+def render_pod(placed: JobPlaced, job: JobSubmitted, replica: ReplicaPlacement, options: RenderOptions) -> Manifest:
+    meta, spec = _pod_template(job, options)
+    env = _env(placed, replica)
+    requests = _requests(job, replica, options)
+    spec["containers"] = [_container(c, env, requests if i == 0 else None) for i, c in enumerate(spec["containers"])]
+    spec["nodeName"] = replica.node
+    spec.setdefault("restartPolicy", "Never")
+    if job.max_runtime_s is not None:
+        spec.setdefault("activeDeadlineSeconds", max(job.max_runtime_s, 1))
+    tolerations = [_toleration(t) for t in job.tolerations]
+    if tolerations:
+        spec["tolerations"] = list(spec.get("tolerations") or []) + tolerations
+    annotations = {
+        **(meta.get("annotations") or {}),
+        names.ANN_JOB: placed.job_id,
+        names.ANN_TENANT: job.tenant,
+        names.ANN_REPLICAS: str(len(placed.replicas)),
+        names.ANN_GPU_INDICES: ",".join(str(i) for i in replica.gpu_indices),
+        names.ANN_GPU_MILLI: str(replica.gpu_milli_each),
+        names.ANN_CYCLE: placed.cycle_id,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": names.pod_name(placed.job_id, placed.run, replica.replica),
+            "namespace": names.namespace_name(job.tenant, options.namespace_prefix),
+            "labels": {
+                **(meta.get("labels") or {}),
+                **pod_labels(placed, replica.replica, job.tenant, options.cluster),
+            },
+            "annotations": annotations,
+            "finalizers": [names.FINALIZER],
+        },
+        "spec": spec,
+    }
+
+
+def render_pods(placed: JobPlaced, job: JobSubmitted, options: RenderOptions) -> list[Manifest]:
+    """One pod per replica, in replica order. Raises ``RenderError`` when the template cannot work."""
+    if placed.job_id != job.job_id:
+        raise ValueError("the placement and the submission are of different jobs")
+    return [render_pod(placed, job, replica, options) for replica in placed.replicas]

@@ -1,0 +1,73 @@
+"""Rate limiting and backoff against the API server.
+
+Called by ``kubeapi`` (every request takes a token) and by the loops that retry (the reflector, the
+executor). ``RateLimiter`` is a token bucket like client-go's (``qps`` steady, ``burst`` at once);
+``Backoff`` is capped exponential backoff with jitter, reset after a success.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+
+
+class RateLimiter:
+    def __init__(self, qps: float, burst: int, *, clock: Callable[[], float] = time.monotonic) -> None:
+        if qps <= 0 or burst < 1:
+            raise ValueError("qps must be positive and burst at least 1")
+        self.qps = qps
+        self.burst = burst
+        self._clock = clock
+        self._tokens = float(burst)
+        self._stamp = clock()
+        self._lock = asyncio.Lock()
+        self.waited_s = 0.0
+        """Total time callers spent waiting for a token (a sign the limit binds)."""
+
+    def _refill(self) -> None:
+        now = self._clock()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._stamp) * self.qps)
+        self._stamp = now
+
+    async def acquire(self) -> None:
+        async with self._lock:
+            self._refill()
+            if self._tokens < 1:
+                wait = (1 - self._tokens) / self.qps
+                self.waited_s += wait
+                await asyncio.sleep(wait)
+                self._refill()
+            self._tokens -= 1
+
+
+class Backoff:
+    def __init__(
+        self,
+        initial_s: float = 0.2,
+        maximum_s: float = 30.0,
+        *,
+        factor: float = 2.0,
+        jitter: float = 0.2,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.initial_s = initial_s
+        self.maximum_s = maximum_s
+        self.factor = factor
+        self.jitter = jitter
+        self._rng = rng or random.Random()
+        self._attempt = 0
+
+    def next_delay(self) -> float:
+        base = min(self.maximum_s, self.initial_s * self.factor**self._attempt)
+        self._attempt = min(self._attempt + 1, 64)
+        return base * (1 + self.jitter * (2 * self._rng.random() - 1))
+
+    def reset(self) -> None:
+        self._attempt = 0
+
+    async def sleep(self) -> float:
+        delay = self.next_delay()
+        await asyncio.sleep(delay)
+        return delay
