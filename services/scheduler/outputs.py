@@ -1,0 +1,182 @@
+"""A cycle's decisions as events: what the scheduler publishes, with ids derived from the cycle.
+
+Called by the scheduler host (to publish) and by ``fedsched audit verify`` (to re-derive and compare).
+Pure. Ids are ``<cycle id>:<kind>:<job id>`` and the envelope time is the cycle's logical time, so a
+replay of a cycle produces byte-identical events.
+
+What is not repeated: a job still waiting for the same reasons gets no new ``JobQueued`` (its last one
+still explains it); a run already asked to stop gets no second ``JobPreemptionRequested``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+from events.catalog.base import Event
+from events.catalog.decisions import (
+    BindingConstraint,
+    CandidateScore,
+    ClusterWhyNot,
+    JobPlaced,
+    JobPreemptionRequested,
+    JobQueued,
+    ReplicaPlacement,
+    SchedulingCycleCompleted,
+    ScoreComponent,
+    SuggestedChange,
+    TopicOffset,
+)
+from events.catalog.jobs import JobCancelled
+from events.catalog.reasons import ReasonCode
+from events.catalog.types import ClusterId, CycleId, JobId, NodeId
+from events.codec import encode
+from events.envelope import Envelope
+from services.scheduler.policy import decisions as core
+from services.scheduler.policy.reasons import ReasonCode as CoreReason
+from services.scheduler.state import SchedulerState
+
+SOURCE = "urn:fedsched:scheduler"
+_SHORT = 256
+_TEXT = 4096
+
+
+def cycle_id(sequence: int) -> CycleId:
+    return CycleId(f"cycle-{sequence:09d}")
+
+
+def decision_events(state: SchedulerState, result: core.CycleResult, sequence: int) -> list[Envelope]:
+    """The events of one cycle, in the order they are published (the cycle record not included)."""
+    cid = cycle_id(sequence)
+    out: list[Event] = []
+    ids: list[str] = []
+    for job_id in sorted(state.jobs):
+        facts = state.jobs[job_id]
+        if facts.cancel_requested and not facts.terminal and facts.running_placement() is None:
+            out.append(JobCancelled(job_id=JobId(job_id), run=0, message="cancelled while waiting in the queue"))
+            ids.append(f"{cid}:cancel:{job_id}")
+    for decision in result.decisions:
+        event = _event(state, decision, cid)
+        if event is not None:
+            out.append(event)
+            ids.append(f"{cid}:{decision.kind}:{getattr(decision, 'job_id', getattr(decision, 'victim', ''))}")
+    return [
+        Envelope(id=i, time_ms=result.now_ms, data=e, source=SOURCE, subject=e.partition_key())
+        for i, e in zip(ids, out, strict=True)
+    ]
+
+
+def cycle_record(
+    sequence: int, offsets: Sequence[tuple[str, int, int]], result: core.CycleResult, events: Sequence[Envelope]
+) -> Envelope:
+    record = SchedulingCycleCompleted(
+        cycle_id=cycle_id(sequence),
+        sequence=sequence,
+        input_offsets=tuple(TopicOffset(topic=t, partition=p, offset=o) for t, p, o in sorted(offsets)),
+        logical_time_ms=result.now_ms,
+        policy_version=result.policy_version,
+        decision_count=len(events),
+        decisions_digest=digest(events),
+    )
+    return Envelope(
+        id=f"{cycle_id(sequence)}:completed",
+        time_ms=result.now_ms,
+        data=record,
+        source=SOURCE,
+        subject=record.partition_key(),
+    )
+
+
+def digest(events: Sequence[Envelope]) -> str:
+    h = hashlib.sha256()
+    for envelope in events:
+        h.update(encode(envelope).value)
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def _reason(code: CoreReason | str) -> ReasonCode:
+    return ReasonCode(str(code.value if hasattr(code, "value") else code))
+
+
+def _score(candidate: core.CandidateScore) -> CandidateScore:
+    components = tuple(ScoreComponent(name=_id(name), points=points) for name, points in candidate.breakdown)
+    return CandidateScore(
+        cluster=ClusterId(candidate.cluster),
+        node=NodeId(candidate.nodes[0]) if candidate.nodes else None,
+        total=sum(points for _, points in candidate.breakdown),
+        components=components,
+    )
+
+
+def _id(name: str) -> str:
+    cleaned = "".join(ch if ch.isalnum() or ch in "._-" else "-" for ch in name.lower()).strip("-._")
+    return cleaned[:128] or "term"
+
+
+def _event(state: SchedulerState, decision: core.Decision, cid: CycleId) -> Event | None:
+    if isinstance(decision, core.Place):
+        facts = state.jobs[decision.job_id]
+        reason = ReasonCode.BACKFILLED if CoreReason.BACKFILLED in decision.reasons else ReasonCode.PLACED
+        return JobPlaced(
+            job_id=decision.job_id,
+            cycle_id=cid,
+            cluster=decision.cluster,
+            run=facts.current_run() + 1,
+            reason=reason,
+            replicas=tuple(
+                ReplicaPlacement(
+                    replica=i, node=r.node_id, gpu_indices=tuple(r.gpu_indices), gpu_milli_each=r.gpu_milli_each
+                )
+                for i, r in enumerate(decision.replicas)
+            ),
+            chosen=_score(decision.chosen),
+            runner_up=(_score(decision.runner_up),) if decision.runner_up is not None else (),
+            explanation=decision.message[:_TEXT],
+        )
+    if isinstance(decision, core.Queue):
+        facts = state.jobs[decision.job_id]
+        reasons = tuple(dict.fromkeys(_reason(r) for r in decision.reasons)) or (_reason(decision.binding),)
+        if tuple(r.value for r in reasons) == facts.last_queued:
+            return None
+        why_not = tuple(
+            ClusterWhyNot(cluster=w.cluster, reasons=(_reason(w.reason),), detail=w.detail[:_SHORT])
+            for w in sorted(decision.per_cluster, key=lambda w: w.cluster)
+        )
+        change = (
+            SuggestedChange(
+                field="request",
+                current="",
+                suggested=decision.smallest_change[:_SHORT],
+                message=decision.smallest_change[:_SHORT],
+            )
+            if decision.smallest_change
+            else None
+        )
+        return JobQueued(
+            job_id=decision.job_id,
+            cycle_id=cid,
+            reasons=reasons[:16],
+            message=decision.message[:_TEXT],
+            why_not=why_not[:256],
+            binding=BindingConstraint(reason=_reason(decision.binding)),
+            smallest_change=change,
+            queue_position=max(1, decision.position),
+            estimated_start_ms=decision.estimated_start_ms,
+        )
+    if isinstance(decision, core.Preempt):
+        victim = state.jobs.get(decision.victim)
+        run = victim.current_run() if victim is not None else 1
+        if victim is None or run in victim.stop_requested or victim.running_placement() is None:
+            return None
+        return JobPreemptionRequested(
+            job_id=decision.victim,
+            cycle_id=cid,
+            cluster=decision.cluster,
+            run=max(1, run),
+            preemptor=decision.preemptor,
+            rule=_id(decision.rule.value),
+            reason=_reason(decision.rule),
+            message=decision.message[:_TEXT],
+        )
+    return None  # Reserve: visible in the reserved job's JobQueued (ReservedForGang) and explanation
