@@ -41,7 +41,10 @@ def rich_snapshot() -> FleetSnapshot:
         for i in range(14)
     ] + [a_job(f"s{i}").tenant("t1").share(250 + 50 * i).submitted(20 + i).build() for i in range(5)]
     jobs.append(a_job("gang").tenant("t0").gpus(8).replicas(3).submitted(30).build())
-    tenants = [tenant("t0", Quota("gpu", 16000, 32000), cohort="c"), tenant("t1", Quota("gpu", 8000, 16000), cohort="c")]
+    tenants = [
+        tenant("t0", Quota("gpu", 16000, 32000), cohort="c"),
+        tenant("t1", Quota("gpu", 8000, 16000), cohort="c"),
+    ]
     return snapshot(nodes, jobs, tenants=tenants)
 
 
@@ -50,7 +53,9 @@ def test_the_same_input_gives_byte_identical_decisions_under_any_hash_seed():
     outs = set()
     for seed in ("0", "1", "4242"):
         env = dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=str(REPO))
-        res = subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True, text=True, check=True)
+        res = subprocess.run(
+            [sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True, text=True, check=True
+        )
         outs.add(res.stdout)
     assert len(outs) == 1
     assert '"kind":"place"' in outs.pop()
@@ -71,15 +76,17 @@ def test_the_order_entities_are_given_in_does_not_matter():
 
 
 job_st = st.builds(
-    lambda i, t, g, share, r, p, cpu: a_job(f"p{i:03d}")
-    .tenant(f"t{t}")
-    .gpus(g if not share else 0)
-    .share(share if share else 0)
-    .replicas(r if g and not share else 1)
-    .priority(list(PriorityClass)[p])
-    .cpu(cpu)
-    .submitted(i)
-    .build(),
+    lambda i, t, g, share, r, p, cpu: (
+        a_job(f"p{i:03d}")
+        .tenant(f"t{t}")
+        .gpus(g if not share else 0)
+        .share(share if share else 0)
+        .replicas(r if g and not share else 1)
+        .priority(list(PriorityClass)[p])
+        .cpu(cpu)
+        .submitted(i)
+        .build()
+    ),
     i=st.integers(0, 999),
     t=st.integers(0, 2),
     g=st.sampled_from([1, 2, 4, 8]),
@@ -92,7 +99,9 @@ job_st = st.builds(
 
 def fleet_st():
     return st.lists(
-        st.tuples(st.sampled_from(["cluster-a", "cluster-b"]), st.sampled_from([2, 4, 8]), st.sampled_from(["A100", "T4"])),
+        st.tuples(
+            st.sampled_from(["cluster-a", "cluster-b"]), st.sampled_from([2, 4, 8]), st.sampled_from(["A100", "T4"])
+        ),
         min_size=1,
         max_size=6,
     ).map(lambda xs: [a_node(f"n{i}").cluster(c).gpus(g).model(m).build() for i, (c, g, m) in enumerate(xs)])

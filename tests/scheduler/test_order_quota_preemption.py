@@ -42,7 +42,10 @@ def test_decayed_usage_history_lowers_a_tenants_turn():
     node = a_node("n1").gpus(4).build()
     heavy = tenant("heavy")
     heavy = type(heavy)(heavy.tenant_id, usage=(UsageRecord(at_ms=900_000, gpu_milli_ms=10**15),))
-    jobs = [a_job("h").tenant("heavy").gpus(4).submitted(0).build(), a_job("l").tenant("light").gpus(4).submitted(1).build()]
+    jobs = [
+        a_job("h").tenant("heavy").gpus(4).submitted(0).build(),
+        a_job("l").tenant("light").gpus(4).submitted(1).build(),
+    ]
     r = schedule(snapshot([node], jobs, tenants=[heavy]))
     assert [d.job_id for d in r.decisions if isinstance(d, Place)] == ["l"]
 
@@ -68,7 +71,7 @@ def test_a_tenant_at_its_limit_waits_with_the_numbers():
     held = running(a_job("x").tenant("team-x").gpus(4).build(), "cluster-a", ("n1", (4, 5, 6, 7), 1000))
     t = tenant("team-x", Quota("gpu", 4000, 4000))
     r = schedule(snapshot([node], [a_job("j").tenant("team-x").gpus(2).build()], [held], [t]))
-    q = [d for d in r.decisions if isinstance(d, Queue)][0]
+    q = next(d for d in r.decisions if isinstance(d, Queue))
     assert q.binding is ReasonCode.QUOTA_EXCEEDED
     assert "4/4" in q.message and "asks 2" in q.message
 
@@ -78,7 +81,7 @@ def test_borrowing_from_an_idle_cohort_is_allowed_and_marked_reclaimable():
     a = tenant("a", Quota("gpu", 2000, 8000), cohort="lab")
     b = tenant("b", Quota("gpu", 6000, 8000), cohort="lab")
     r = schedule(snapshot([node], [a_job("j").tenant("a").gpus(6).build()], tenants=[a, b]))
-    p = [d for d in r.decisions if isinstance(d, Place)][0]
+    p = next(d for d in r.decisions if isinstance(d, Place))
     assert p.borrowed
 
 
@@ -90,21 +93,23 @@ def test_borrowing_stops_when_the_cohort_has_nothing_idle():
     ok = schedule(snapshot([node], [a_job("j").tenant("a").gpus(2).build()], [held], [a, b]))
     assert [d.kind for d in ok.decisions] == ["place"]
     r = schedule(snapshot([a_node("n1").gpus(8).build()], [a_job("k").tenant("a").gpus(3).build()], [held], [a, b]))
-    assert [d for d in r.decisions if isinstance(d, Queue)][0].binding is ReasonCode.QUOTA_EXCEEDED
+    assert next(d for d in r.decisions if isinstance(d, Queue)).binding is ReasonCode.QUOTA_EXCEEDED
 
 
 def test_a_job_that_accepts_several_models_is_steered_off_a_hot_model():
     hot = a_node("hot1").model("A100").gpus(8, (0, 0, 0, 0, 0, 0, 1000, 1000)).build()
     cool = a_node("cool1").model("T4").gpus(8).build()
     r = schedule(snapshot([hot, cool], [a_job("j").gpus(1).build()]), config(hot_pressure_milli=700))
-    assert [d for d in r.decisions if isinstance(d, Place)][0].replicas[0].node_id == "cool1"
+    assert next(d for d in r.decisions if isinstance(d, Place)).replicas[0].node_id == "cool1"
 
 
 def test_a_tenant_over_its_hot_model_cap_is_kept_off_hot_models():
     hot = a_node("hot1").model("A100").gpus(8, (0, 0, 0, 0, 0, 0, 1000, 1000)).build()
     t = tenant("team-a", hot_cap=0)
-    r = schedule(snapshot([hot], [a_job("j").gpus(1).models("A100").build()], tenants=[t]), config(hot_pressure_milli=700))
-    q = [d for d in r.decisions if isinstance(d, Queue)][0]
+    r = schedule(
+        snapshot([hot], [a_job("j").gpus(1).models("A100").build()], tenants=[t]), config(hot_pressure_milli=700)
+    )
+    q = next(d for d in r.decisions if isinstance(d, Queue))
     assert ReasonCode.HOT_MODEL_CAP in q.reasons
 
 
@@ -129,7 +134,7 @@ def test_preemption_takes_the_smallest_set_of_lower_priority_jobs():
     pre = [d for d in r.decisions if isinstance(d, Preempt)]
     assert [p.victim for p in pre] == ["be-small"]
     assert pre[0].rule is ReasonCode.PRIORITY_PREEMPTION and pre[0].preemptor == "crit"
-    assert [d for d in r.decisions if isinstance(d, Queue)][0].binding is ReasonCode.WAITING_FOR_PREEMPTION
+    assert next(d for d in r.decisions if isinstance(d, Queue)).binding is ReasonCode.WAITING_FOR_PREEMPTION
 
 
 def test_inference_is_never_preempted_for_training():
@@ -184,7 +189,7 @@ def test_a_queued_job_hears_why_per_cluster_what_would_fit_and_when():
         running(a_job("r").gpus(2).runtime(expected_s=2400).build(), "cluster-a", ("a1", (6, 7), 1000), started_ms=0)
     ]
     r = schedule(snapshot(nodes, [a_job("j").gpus(8).models("A100").build()], runs, now_ms=0))
-    q = [d for d in r.decisions if isinstance(d, Queue)][0]
+    q = next(d for d in r.decisions if isinstance(d, Queue))
     why = {w.cluster: w.reason for w in q.per_cluster}
     assert why == {"cluster-a": ReasonCode.INSUFFICIENT_GPU, "cluster-b": ReasonCode.GPU_MODEL_UNAVAILABLE}
     assert "largest free block is 6 GPUs" in q.message

@@ -54,9 +54,7 @@ def test_a_job_that_cannot_fit_is_queued_with_the_binding_constraint(case, node,
 
 
 def test_failed_gpus_are_never_used_and_degraded_ones_only_when_nothing_else_fits():
-    node = (
-        a_node("n1").gpus(4).gpu_health(0, Health.FAILED).gpu_health(1, Health.DEGRADED).build()
-    )
+    node = a_node("n1").gpus(4).gpu_health(0, Health.FAILED).gpu_health(1, Health.DEGRADED).build()
     r = schedule(snapshot([node], [a_job("a").gpus(2).build()]))
     assert set(placed(r, "a").replicas[0].gpu_indices) == {2, 3}
     r = schedule(snapshot([node], [a_job("b").gpus(3).build()]))

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import csv
-import statistics
 import json
+import statistics
 from collections import defaultdict
 from pathlib import Path
 

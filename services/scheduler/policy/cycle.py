@@ -47,7 +47,6 @@ from services.scheduler.policy.preemption import find_victims
 from services.scheduler.policy.quota import book_from, fmt_amount
 from services.scheduler.policy.reasons import ReasonCode
 
-MAX_ESTIMATES = 64
 FALLBACK_SHAPES = (Shape(cpu_milli=8000, gpu_milli=MILLI, gpus=1, weight=1),)
 
 
@@ -265,7 +264,7 @@ def _queue_decisions(ctx: Ctx, waiting: list[tuple[Job, Demand, ReasonCode | Non
     out = []
     for pos, (job, d, forced, note) in enumerate(waiting, start=1):
         extra = ctx.extra_for(job, d, False, may_backfill(ctx, job)) if forced is None else None
-        short = explain(ctx, job, d, extra, estimate=pos <= MAX_ESTIMATES)
+        short = explain(ctx, job, d, extra, estimate=pos <= ctx.config.estimate_limit)
         binding = forced or short.binding
         reasons = tuple(dict.fromkeys([binding] + [w.reason for w in short.per_cluster]))
         detail = note or short.binding_detail

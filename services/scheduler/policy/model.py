@@ -205,6 +205,7 @@ class PolicyConfig:
     reservation_min_gpus: int = 8  # head-of-line gang jobs asking at least this many GPUs get a reservation
     default_runtime_s: int = 3600  # used for estimates when a job states no expected runtime
     max_decisions: int = 10_000
+    estimate_limit: int = 64  # queued jobs (in queue order) that get an estimated start time
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,216 @@
+"""The scheduler service: follows the log, and when it leads, runs the pure core in cycles.
+
+Called by ``fedsched scheduler`` and ``fedsched up``. Calls the log ports, the clock, and the core.
+
+Numbered recipe of one cycle (leader only):
+ 1. Fold every committed input record into ``SchedulerState`` (standbys do this too: they stay hot).
+ 2. If anything but our own decisions arrived since the last cycle and work is waiting, read the clock
+    once: that is the cycle's logical time.
+ 3. Snapshot the state, run ``schedule(snapshot, policy in force)``.
+ 4. Turn the decisions into events (ids derived from the cycle) and a ``SchedulingCycleCompleted`` with
+    the input offsets, the logical time, the policy version and a digest of the decisions.
+ 5. Append all of it in one transaction together with the scheduler group's offsets: a crash leaves
+    either the whole cycle or none of it, and never a decision twice.
+
+Leadership: every instance is a member of one consumer group on the single-partition decisions topic;
+the member that holds the partition leads (Kafka's group coordinator, or on the embedded log an
+advisory lock, notices a dead leader). A new leader opens the transactional producer with the shared
+transactional id, which fences the old one: a deposed leader's next append fails with
+``ProducerFenced`` and it steps down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from events.codec import decode
+from events.errors import EventError
+from events.log.contract import (
+    EventLog,
+    GroupConsumer,
+    GroupOffsets,
+    LogProducer,
+    LogReader,
+    ProducerFenced,
+    TopicPartition,
+)
+from events.publisher import to_record, wall_clock_ms
+from events.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS, PROFILES
+from services.scheduler.outputs import SOURCE, cycle_record, decision_events
+from services.scheduler.policy import schedule
+from services.scheduler.state import SchedulerState
+
+log = logging.getLogger("fedsched.scheduler")
+
+INPUT_TOPICS = (INVENTORY.name, JOBS.name, DECISIONS.name, GOVERNANCE.name, PROFILES.name)
+GROUP = "fedsched-scheduler"
+LEADER_GROUP = "fedsched-scheduler-leader"
+TRANSACTIONAL_ID = "fedsched-scheduler"
+
+
+@dataclass
+class Metrics:
+    cycles: int = 0
+    decisions: int = 0
+    placements: int = 0
+    folded: int = 0
+    unreadable: int = 0
+    last_cycle_ms: float = 0.0
+    leader: bool = False
+    queue_depth: dict[str, int] = field(default_factory=dict)
+
+
+class SchedulerHost:
+    def __init__(
+        self,
+        event_log: EventLog,
+        *,
+        clock: Callable[[], int] = wall_clock_ms,
+        transactional_id: str = TRANSACTIONAL_ID,
+        topics: tuple[str, ...] = INPUT_TOPICS,
+        idle_cycle_ms: int = 5_000,
+        leader_group: str = LEADER_GROUP,
+    ) -> None:
+        self._log = event_log
+        self._clock = clock
+        self._transactional_id = transactional_id
+        self._topics = topics
+        self._idle_cycle_ms = idle_cycle_ms
+        self._leader_group = leader_group
+        self.state = SchedulerState()
+        self.metrics = Metrics()
+        self.positions: dict[TopicPartition, int] = {}
+        self._reader: LogReader | None = None
+        self._leadership: GroupConsumer | None = None
+        self._producer: LogProducer | None = None
+        self._dirty = True
+        self._last_cycle_at = 0
+
+    async def start(self) -> None:
+        self._reader = await self._log.reader()
+        for topic in self._topics:
+            for partition in range(await self._log.partitions(topic)):
+                self.positions.setdefault(TopicPartition(topic, partition), 0)
+        self._leadership = await self._log.group_consumer(self._leader_group, [DECISIONS.name])
+
+    async def close(self) -> None:
+        for closeable in (self._reader, self._leadership, self._producer):
+            if closeable is not None:
+                await closeable.close()
+        self._reader = self._leadership = self._producer = None
+
+    # -- following the log -----------------------------------------------------------------------
+
+    async def follow(self) -> int:
+        """Fold every record committed now; returns how many were folded."""
+        assert self._reader is not None
+        folded = 0
+        for tp in sorted(self.positions):
+            position = self.positions[tp]
+            if position >= await self._reader.end_offset(tp):
+                continue
+            while True:
+                records = await self._reader.read(tp, position, max_records=5000, timeout_s=1.0)
+                if not records:
+                    if await self._reader.caught_up(tp, position):
+                        break
+                    continue
+                for record in records:
+                    try:
+                        envelope = decode(record.headers, record.value)
+                    except EventError:
+                        self.metrics.unreadable += 1  # the projections' dead-letter copy keeps it
+                        continue
+                    self.state.fold(envelope)
+                    if envelope.source != SOURCE:
+                        self._dirty = True
+                folded += len(records)
+                position = records[-1].offset + 1
+                self.positions[tp] = position
+        self.metrics.folded += folded
+        return folded
+
+    # -- leading ---------------------------------------------------------------------------------
+
+    async def is_leader(self) -> bool:
+        assert self._leadership is not None
+        await self._leadership.poll(max_records=1, timeout_s=0.0)  # heartbeat and rebalance
+        leading = bool(self._leadership.assignment())
+        if leading and self._producer is None:
+            # Fence any earlier leader, then catch up on what it may have written before the fence.
+            self._producer = await self._log.producer(self._transactional_id)
+            await self.follow()
+            self._dirty = True
+            log.info("event=leader_elected transactional_id=%s", self._transactional_id)
+        elif not leading and self._producer is not None:
+            await self._step_down("lost the leadership group assignment")
+        self.metrics.leader = self._producer is not None
+        return self.metrics.leader
+
+    async def _step_down(self, why: str) -> None:
+        log.warning("event=step_down reason=%r", why)
+        if self._producer is not None:
+            await self._producer.close()
+        self._producer = None
+        self.metrics.leader = False
+
+    def needs_cycle(self, now_ms: int) -> bool:
+        if self.state.pending_count() == 0 and not any(
+            f.cancel_requested and not f.terminal for f in self.state.jobs.values()
+        ):
+            return False
+        return self._dirty or now_ms - self._last_cycle_at >= self._idle_cycle_ms
+
+    async def cycle(self) -> int:
+        """Run one cycle now (the caller checked leadership); returns the number of decision events."""
+        assert self._producer is not None
+        started = asyncio.get_running_loop().time()
+        now = self._clock()
+        config = self.state.policy_config()
+        result = schedule(self.state.snapshot(now), config)
+        sequence = self.state.cycles
+        events = decision_events(self.state, result, sequence)
+        if not events:
+            # Nothing to say (every waiting job already has its explanation): no cycle to record.
+            self._dirty = False
+            self._last_cycle_at = now
+            return 0
+        offsets = dict(self.positions)
+        record = cycle_record(sequence, [(tp.topic, tp.partition, o) for tp, o in offsets.items()], result, events)
+        try:
+            await self._producer.append([to_record(e) for e in [*events, record]], offsets=GroupOffsets(GROUP, offsets))
+        except ProducerFenced:
+            await self._step_down("fenced by a newer leader")
+            return 0
+        self._dirty = False
+        self._last_cycle_at = now
+        self.metrics.cycles += 1
+        self.metrics.decisions += len(events)
+        self.metrics.placements += sum(1 for e in events if e.type == "io.fedsched.JobPlaced")
+        self.metrics.last_cycle_ms = (asyncio.get_running_loop().time() - started) * 1000
+        # Our own output is an input of the next cycle: fold it before deciding again.
+        await self.follow()
+        self._dirty = False
+        return len(events)
+
+    async def run(self, stop: asyncio.Event, *, poll_s: float = 0.05) -> None:
+        while not stop.is_set():
+            await self.follow()
+            if await self.is_leader() and self.needs_cycle(self._clock()):
+                await self.cycle()
+                continue
+            await self._wait_for_input(stop, poll_s)
+
+    async def _wait_for_input(self, stop: asyncio.Event, timeout_s: float) -> None:
+        assert self._reader is not None
+        # Tail the jobs partitions' first one for a wake-up; on the embedded log any commit wakes it.
+        tp = TopicPartition(JOBS.name, 0)
+        if tp in self.positions:
+            await self._reader.read(tp, self.positions[tp], max_records=1, timeout_s=timeout_s)
+        else:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout_s)
