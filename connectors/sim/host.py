@@ -1,0 +1,272 @@
+"""The long-running side of a simulated cluster: reads the log, drives the model, publishes.
+
+Called by ``fedsched connector sim`` (one cluster per process) and by ``fedsched up`` through
+``SimFleet`` (several clusters in one process, on one clock). Calls the ``EventLog`` (a reader at
+start-up, an ``EventConsumer`` on the jobs and decisions topics, a transactional ``Publisher``) and the
+pure model (``connectors.sim.cluster``).
+
+Why a restart neither loses nor doubles anything: the state is rebuilt from the log, not from consumer
+offsets. At start the host reads the jobs, decisions and inventory topics from the beginning
+(``connectors.sim.restore``): a run whose ``JobStarted`` is in the log runs on to the same end; a
+run that has ended is never touched again; a placement with no outcome yet is checked again. Its
+publisher's transactional id (one per cluster) fences a predecessor that is still alive and aborts the
+transaction it left open, and every step's events (all timers due up to ``now`` plus the effects of the
+records just consumed) go out in one transaction, in time order; so "everything the clock drives up to
+the last event published was published" holds, and the fault schedule and usage reports resume right
+after it. The consumer group's committed offsets only spare re-reading: a record delivered again is
+recognised (by job and run) and ignored. Event ids are derived from the facts, so even a consumer that
+reads a record twice can tell.
+
+Errors: a fenced publisher stops the cluster (another instance owns it); any other error closes the
+consumer and publisher, waits a little, and starts over from the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from connectors.sim.clock import SimClock
+from connectors.sim.cluster import ClusterModel
+from connectors.sim.config import SimConfig
+from connectors.sim.history import History
+from connectors.sim.nodes import default_nodes_path, load_nodes
+from connectors.sim.reports import Emit
+from connectors.sim.restore import read_history
+from connectors.sim.spec import ClusterSpec
+from events.consumer import EventConsumer
+from events.envelope import Envelope
+from events.log import EventLog, LogRecord, ProducerFenced
+from events.publisher import Publisher
+from events.topics import DECISIONS, JOBS
+
+log = logging.getLogger("fedsched.connector.sim")
+
+_RETRY_S = (0.5, 1.0, 2.0, 5.0)
+
+
+@dataclass(slots=True)
+class SimStats:
+    """What a cluster published, for logs, tests and benchmarks."""
+
+    published: int = 0
+    batches: int = 0
+    publish_s: float = 0.0
+    by_type: Counter[str] = field(default_factory=Counter)
+    restored_records: int = 0
+    restore_s: float = 0.0
+    restarts: int = 0
+
+
+class SimCluster:
+    """One simulated cluster on the log. ``start()``, then ``stop()``; or ``prepare()`` + ``run()`` when
+    a ``SimFleet`` starts several on one clock."""
+
+    def __init__(
+        self,
+        event_log: EventLog,
+        spec: ClusterSpec,
+        config: SimConfig | None = None,
+        *,
+        clock: SimClock | None = None,
+        poll_s: float = 0.2,
+    ) -> None:
+        self.spec = spec
+        self.config = config or SimConfig()
+        self.cluster = spec.cluster
+        self.source = f"urn:fedsched:connector:sim:{spec.cluster}"
+        self.group_id = f"fedsched.connector.sim.{spec.cluster}"
+        self.clock = clock or SimClock(self.config.speed)
+        self.stats = SimStats()
+        self.model: ClusterModel | None = None
+        self._log = event_log
+        self._poll_s = poll_s
+        self._publisher: Publisher | None = None
+        self._consumer: EventConsumer | None = None
+        self._inbox: list[Envelope] = []
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._done = asyncio.Event()
+        self.error: BaseException | None = None
+
+    # -- life --------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        resume_ms = await self.prepare()
+        self.clock.start(resume_ms)
+        await self.run()
+
+    async def prepare(self) -> int | None:
+        """Fence any earlier instance, then rebuild the model from the log. Returns the time the clock
+        must not start before (the last event this cluster published), ``None`` on a first start."""
+        began = time.perf_counter()
+        # Starting the transactional producer first fences a predecessor and aborts the transaction it
+        # left open, so the read below is not held back by it (read_committed stops at open ones).
+        self._publisher = Publisher(
+            self._log, self.source, transactional_id=self.group_id, clock=self.clock.now_ms, ids=_no_random_ids
+        )
+        await self._publisher.start()
+        history = await read_history(self._log, History(self.cluster, self.source))
+        model = ClusterModel(self.spec, self.config, source=self.source)
+        model.restore(history)
+        self.model = model
+        self.stats.restored_records += history.records
+        self.stats.restore_s += time.perf_counter() - began
+        log.info("event=sim_restored cluster=%s records=%d runs=%d", self.cluster, history.records, len(model.runs))
+        return history.resume_ms
+
+    async def run(self) -> None:
+        """Publish the cluster's state and start following the log (returns once running)."""
+        await self._open()
+        self._task = asyncio.create_task(self._loop(), name=f"sim-{self.cluster}")
+
+    async def stop(self, *, timeout_s: float = 10.0) -> None:
+        """Finish the current step, publish that the cluster is stopping, close everything."""
+        self._stopping = True
+        if self._task is not None:
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(self._task), timeout_s)
+            if not self._task.done():
+                self._task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._task
+        if self.error is None and self.model is not None and self._publisher is not None:
+            with contextlib.suppress(Exception):
+                await self._publish(self.model.shutdown(self.clock.now_ms()))
+        await self._close()
+        self._done.set()
+
+    async def wait_stopped(self) -> None:
+        """Returns when the cluster has stopped (``stop()``, or an error it cannot recover from)."""
+        await self._done.wait()
+
+    # -- the loop ----------------------------------------------------------------------------------
+
+    async def _open(self) -> None:
+        assert self.model is not None
+        await self._publish(self.model.begin(self.clock.now_ms()))
+        self._inbox.clear()
+        self._consumer = EventConsumer(self._log, self.group_id, (JOBS.name, DECISIONS.name), self._on_record)
+        await self._consumer.start()
+
+    async def _close(self) -> None:
+        consumer, publisher = self._consumer, self._publisher
+        self._consumer = self._publisher = None
+        for closing in (consumer, publisher):
+            if closing is not None:
+                with contextlib.suppress(Exception):
+                    await closing.close()
+
+    async def _loop(self) -> None:
+        failures = 0
+        while not self._stopping:
+            try:
+                await self._step()
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except ProducerFenced as error:
+                log.error("event=sim_fenced cluster=%s reason=%r", self.cluster, str(error))
+                self.error = error
+                await self._close()
+                self._done.set()
+                return
+            except Exception as error:
+                delay = _RETRY_S[min(failures, len(_RETRY_S) - 1)]
+                failures += 1
+                log.exception("event=sim_error cluster=%s retry_in_s=%s reason=%r", self.cluster, delay, str(error))
+                await self._close()
+                await asyncio.sleep(delay)
+                self.stats.restarts += 1
+                with contextlib.suppress(Exception):
+                    self.clock.start(await self.prepare())
+                    await self._open()
+
+    async def _step(self) -> None:
+        assert self.model is not None and self._consumer is not None
+        due = self.model.next_due_ms()
+        wait = self._poll_s if due is None else min(self._poll_s, self.clock.wall_seconds_until(due))
+        await self._consumer.poll_once(max_records=1000, timeout_s=wait)
+        now = self.clock.now_ms()
+        emits = self.model.advance(now)
+        for envelope in self._inbox:
+            emits.extend(self.model.handle(envelope, now))
+        self._inbox.clear()
+        emits.extend(self.model.advance(now))
+        await self._publish(emits)
+
+    async def _on_record(self, record: LogRecord, envelope: Envelope) -> None:
+        self._inbox.append(envelope)
+
+    async def _publish(self, emits: Sequence[Emit]) -> None:
+        if not emits:
+            return
+        if self._publisher is None:
+            raise RuntimeError("the publisher is closed")
+        publisher = self._publisher
+        envelopes = [
+            publisher.envelope(e.event, id=e.id, time_ms=e.time_ms, tenant=e.tenant, causation_id=e.causation_id)
+            for e in emits
+        ]
+        began = time.perf_counter()
+        await publisher.publish(envelopes)
+        self.stats.publish_s += time.perf_counter() - began
+        self.stats.published += len(envelopes)
+        self.stats.batches += 1
+        self.stats.by_type.update(e.event.event_type.removeprefix("io.fedsched.") for e in emits)
+
+
+def _no_random_ids() -> str:
+    raise RuntimeError("every event of the simulated cluster carries a derived id")
+
+
+class SimFleet:
+    """Several simulated clusters in one process, on one clock (what ``fedsched up`` runs)."""
+
+    def __init__(
+        self,
+        event_log: EventLog,
+        specs: Sequence[ClusterSpec],
+        config: SimConfig | None = None,
+        *,
+        clock: SimClock | None = None,
+    ) -> None:
+        self.config = config or SimConfig()
+        self.clock = clock or SimClock(self.config.speed)
+        self.clusters = [SimCluster(event_log, spec, self.config, clock=self.clock) for spec in specs]
+
+    @classmethod
+    def from_node_list(
+        cls,
+        event_log: EventLog,
+        path: Path | None = None,
+        *,
+        names: Sequence[str] = ("sim-1", "sim-2", "sim-3"),
+        config: SimConfig | None = None,
+        clock: SimClock | None = None,
+    ) -> SimFleet:
+        """One cluster per name, the node list (default: the openb GPU nodes) dealt round-robin among
+        them, so each gets a similar mix of GPU models."""
+        source = path or default_nodes_path()
+        specs = [
+            ClusterSpec.build(name, load_nodes(source, split=(len(names), index)).nodes, site=name)
+            for index, name in enumerate(names)
+        ]
+        return cls(event_log, specs, config, clock=clock)
+
+    async def start(self) -> None:
+        resumes = await asyncio.gather(*(c.prepare() for c in self.clusters))
+        self.clock.start(max((r for r in resumes if r is not None), default=None))
+        await asyncio.gather(*(c.run() for c in self.clusters))
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(c.stop() for c in self.clusters))
+
+
+__all__ = ["SimCluster", "SimFleet", "SimStats"]
