@@ -43,15 +43,20 @@ class RenderOptions:
     default_image: str | None = None
     gpu_resource: str = names.GPU_RESOURCE
     gpu_shared_resource: str = names.GPU_SHARED_RESOURCE
+    pod_security: str | None = "baseline"
+    """Pod Security Admission level enforced in the tenant namespaces the connector creates (None: none)."""
 
 
 def namespace_manifest(tenant: TenantId, options: RenderOptions) -> Manifest:
+    labels = {names.MANAGED_BY: names.MANAGED_BY_VALUE, names.LABEL_TENANT: names.label_value(tenant)}
+    if options.pod_security:
+        labels["pod-security.kubernetes.io/enforce"] = options.pod_security
     return {
         "apiVersion": "v1",
         "kind": "Namespace",
         "metadata": {
             "name": names.namespace_name(tenant, options.namespace_prefix),
-            "labels": {names.MANAGED_BY: names.MANAGED_BY_VALUE, names.LABEL_TENANT: names.label_value(tenant)},
+            "labels": labels,
             "annotations": {names.ANN_TENANT: tenant},
         },
     }
