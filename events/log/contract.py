@@ -172,4 +172,9 @@ class EventLog(Protocol):
 
     async def reader(self) -> LogReader: ...
 
-    async def group_consumer(self, group_id: str, topics: Sequence[str]) -> GroupConsumer: ...
+    async def group_consumer(
+        self, group_id: str, topics: Sequence[str], *, member_name: str | None = None
+    ) -> GroupConsumer:
+        """A member of ``group_id``. Members named to sort earlier win ties for partitions on Kafka
+        (its range assignor orders members by id, which starts with the name)."""
+        ...

@@ -117,16 +117,18 @@ class KafkaEventLog:
     async def reader(self) -> KafkaReader:
         return KafkaReader(self)
 
-    async def group_consumer(self, group_id: str, topics: Sequence[str]) -> KafkaGroupConsumer:
-        consumer = KafkaGroupConsumer(self, group_id, topics)
+    async def group_consumer(
+        self, group_id: str, topics: Sequence[str], *, member_name: str | None = None
+    ) -> KafkaGroupConsumer:
+        consumer = KafkaGroupConsumer(self, group_id, topics, member_name)
         await consumer.start()
         return consumer
 
     def consumer(self, *topics: str, group_id: str | None = None, **config: object) -> AIOKafkaConsumer:
+        config.setdefault("client_id", self._client_id)
         return AIOKafkaConsumer(
             *topics,
             bootstrap_servers=self.bootstrap_servers,
-            client_id=self._client_id,
             group_id=group_id,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
@@ -320,10 +322,11 @@ class KafkaReader:
 
 
 class KafkaGroupConsumer:
-    def __init__(self, log: KafkaEventLog, group_id: str, topics: Sequence[str]) -> None:
+    def __init__(self, log: KafkaEventLog, group_id: str, topics: Sequence[str], member_name: str | None) -> None:
         self._group_id = group_id
+        extra = {"client_id": member_name} if member_name else {}
         self._consumer = log.consumer(
-            *topics, group_id=group_id, session_timeout_ms=10_000, heartbeat_interval_ms=1_000
+            *topics, group_id=group_id, session_timeout_ms=10_000, heartbeat_interval_ms=1_000, **extra
         )
 
     async def start(self) -> None:

@@ -194,7 +194,9 @@ class PostgresEventLog:
     async def reader(self) -> PostgresReader:
         return PostgresReader(self)
 
-    async def group_consumer(self, group_id: str, topics: Sequence[str]) -> PostgresGroupConsumer:
+    async def group_consumer(
+        self, group_id: str, topics: Sequence[str], *, member_name: str | None = None
+    ) -> PostgresGroupConsumer:
         consumer = PostgresGroupConsumer(self, group_id, topics)
         await consumer.start()
         return consumer

@@ -24,8 +24,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from events.codec import decode
 from events.errors import EventError
@@ -71,16 +73,18 @@ class SchedulerHost:
         *,
         clock: Callable[[], int] = wall_clock_ms,
         transactional_id: str = TRANSACTIONAL_ID,
-        topics: tuple[str, ...] = INPUT_TOPICS,
+        namespace: str = "",
         idle_cycle_ms: int = 5_000,
-        leader_group: str = LEADER_GROUP,
     ) -> None:
         self._log = event_log
         self._clock = clock
         self._transactional_id = transactional_id
-        self._topics = topics
+        # A namespace prefixes every topic and group (several deployments, or tests, on one log).
+        self._ns = f"{namespace}." if namespace else ""
+        self._topics = tuple(self._ns + t for t in INPUT_TOPICS)
         self._idle_cycle_ms = idle_cycle_ms
-        self._leader_group = leader_group
+        self._leader_group = self._ns + LEADER_GROUP
+        self._group = self._ns + GROUP
         self.state = SchedulerState()
         self.metrics = Metrics()
         self.positions: dict[TopicPartition, int] = {}
@@ -95,7 +99,11 @@ class SchedulerHost:
         for topic in self._topics:
             for partition in range(await self._log.partitions(topic)):
                 self.positions.setdefault(TopicPartition(topic, partition), 0)
-        self._leadership = await self._log.group_consumer(self._leader_group, [DECISIONS.name])
+        # The oldest instance sorts first and keeps the lead when a standby joins (no hand-over on join).
+        member = f"fedsched-scheduler-{time.time_ns():020d}-{os.getpid()}"
+        self._leadership = await self._log.group_consumer(
+            self._leader_group, [self._ns + DECISIONS.name], member_name=member
+        )
 
     async def close(self) -> None:
         for closeable in (self._reader, self._leadership, self._producer):
@@ -182,7 +190,10 @@ class SchedulerHost:
         offsets = dict(self.positions)
         record = cycle_record(sequence, [(tp.topic, tp.partition, o) for tp, o in offsets.items()], result, events)
         try:
-            await self._producer.append([to_record(e) for e in [*events, record]], offsets=GroupOffsets(GROUP, offsets))
+            records = [to_record(e) for e in [*events, record]]
+            if self._ns:
+                records = [replace(r, topic=self._ns + r.topic) for r in records]
+            await self._producer.append(records, offsets=GroupOffsets(self._group, offsets))
         except ProducerFenced:
             await self._step_down("fenced by a newer leader")
             return 0
@@ -192,9 +203,9 @@ class SchedulerHost:
         self.metrics.decisions += len(events)
         self.metrics.placements += sum(1 for e in events if e.type == "io.fedsched.JobPlaced")
         self.metrics.last_cycle_ms = (asyncio.get_running_loop().time() - started) * 1000
-        # Our own output is an input of the next cycle: fold it before deciding again.
+        # Our own output is an input of the next cycle: fold it before deciding again (anything else
+        # folded with it marks the state dirty again).
         await self.follow()
-        self._dirty = False
         return len(events)
 
     async def run(self, stop: asyncio.Event, *, poll_s: float = 0.05) -> None:
@@ -208,7 +219,7 @@ class SchedulerHost:
     async def _wait_for_input(self, stop: asyncio.Event, timeout_s: float) -> None:
         assert self._reader is not None
         # Tail the jobs partitions' first one for a wake-up; on the embedded log any commit wakes it.
-        tp = TopicPartition(JOBS.name, 0)
+        tp = TopicPartition(self._ns + JOBS.name, 0)
         if tp in self.positions:
             await self._reader.read(tp, self.positions[tp], max_records=1, timeout_s=timeout_s)
         else:

@@ -1,0 +1,157 @@
+"""The scheduler service on the real logs: cycles, recorded offsets, leadership, and audit verify."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from events.catalog.decisions import JobPlaced, JobQueued, SchedulingCycleCompleted
+from events.catalog.inventory import ClusterKind, ClusterRegistered
+from events.catalog.jobs import JobSucceeded
+from events.codec import decode
+from events.log import EventLog, TopicPartition
+from events.log.reading import read_to_end
+from events.publisher import Publisher
+from events.topics import TOPICS, Cleanup, TopicSpec
+from services.audit.verify import verify
+from services.scheduler.host import SchedulerHost
+from tests.unit.projections.builders import a_job, a_node
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+_ticks = itertools.count()
+
+
+class TopicSet:
+    """Private copies of the catalogue's topics for one test."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def name(self, topic: str) -> str:
+        return f"{self.prefix}.{topic}"
+
+
+async def private_topics(event_log: EventLog, make_topic: Callable[..., Awaitable[str]]) -> TopicSet:
+    prefix = (await make_topic(1)).replace(".", "-")
+    await event_log.create_topics(
+        [TopicSpec(f"{prefix}.{s.name}", s.partitions, s.key, Cleanup.DELETE, -1, s.purpose) for s in TOPICS]
+    )
+    return TopicSet(prefix)
+
+
+class Renaming(Publisher):
+    def __init__(self, event_log: EventLog, topics: TopicSet) -> None:
+        super().__init__(event_log, "urn:test", clock=lambda: 1_800_000_000_000 + next(_ticks))
+        self._topics = topics
+
+    async def send(self, *events) -> None:  # type: ignore[no-untyped-def]
+        from events.publisher import to_record
+
+        records = [to_record(self.envelope(e)) for e in events]
+        assert self._producer is not None
+        await self._producer.append(
+            [type(r)(self._topics.name(r.topic), value=r.value, key=r.key, headers=r.headers) for r in records]
+        )
+
+
+def host_for(event_log: EventLog, topics: TopicSet, txn: str) -> SchedulerHost:
+    return SchedulerHost(event_log, namespace=topics.prefix, transactional_id=txn, clock=lambda: 1_800_000_100_000)
+
+
+async def decisions(event_log: EventLog, topics: TopicSet) -> list:  # type: ignore[type-arg]
+    reader = await event_log.reader()
+    out = []
+    async for batch in read_to_end(reader, TopicPartition(topics.name("fedsched.decisions"), 0)):
+        out += [decode(r.headers, r.value).data for r in batch]
+    await reader.close()
+    return out
+
+
+async def wait_for(predicate: Callable[[], Awaitable[bool]], timeout_s: float = 30) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not await predicate():
+        assert loop.time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_cycle_places_what_fits_explains_what_waits_and_verifies_identically(
+    event_log: EventLog, make_topic: Callable[..., Awaitable[str]]
+) -> None:
+    topics = await private_topics(event_log, make_topic)
+    pub = Renaming(event_log, topics)
+    await pub.start()
+    await pub.send(ClusterRegistered(cluster="c1", kind=ClusterKind.SIMULATED, site="s1", region="eu", currency="EUR"))
+    await pub.send(a_node(node="n1", gpus=8), a_node(node="n2", gpus=4))
+    await pub.send(a_job("j1", gpus=4), a_job("j2", gpus=8), a_job("j3", gpus=16))
+
+    host = host_for(event_log, topics, f"{topics.prefix}-sched")
+    await host.start()
+    stop = asyncio.Event()
+    task = asyncio.create_task(host.run(stop))
+
+    async def all_decided() -> bool:
+        kinds = [type(e).__name__ for e in await decisions(event_log, topics)]
+        return kinds.count("JobPlaced") == 2 and kinds.count("JobQueued") == 1
+
+    await wait_for(all_decided)
+
+    # A job ends: its GPUs free up and the waiting job... still does not fit (16 > 12): no new JobQueued.
+    placed = {e.job_id: e for e in await decisions(event_log, topics) if isinstance(e, JobPlaced)}
+    await pub.send(JobSucceeded(job_id="j2", cluster=placed["j2"].cluster))
+    await pub.send(a_job("j4", gpus=8))
+
+    async def j4_placed() -> bool:
+        return any(isinstance(e, JobPlaced) and e.job_id == "j4" for e in await decisions(event_log, topics))
+
+    await wait_for(j4_placed)
+    stop.set()
+    await task
+    await host.close()
+    await pub.close()
+
+    events = await decisions(event_log, topics)
+    queued = [e for e in events if isinstance(e, JobQueued)]
+    assert [q.job_id for q in queued] == ["j3"]
+    assert queued[0].why_not and queued[0].message
+    cycles = [e for e in events if isinstance(e, SchedulingCycleCompleted)]
+    assert [c.sequence for c in cycles] == list(range(len(cycles)))
+    assert all(c.input_offsets and c.decisions_digest for c in cycles)
+
+    report = await verify(event_log, topics=tuple(topics.name(t) for t in host_topics()))
+    assert report.cycles == len(cycles) >= 2
+    assert report.identical_pct == 100.0, report.differences
+
+
+def host_topics() -> tuple[str, ...]:
+    from services.scheduler.host import INPUT_TOPICS
+
+    return INPUT_TOPICS
+
+
+async def test_a_standby_takes_over_and_fences_the_old_leader(
+    event_log: EventLog, make_topic: Callable[..., Awaitable[str]]
+) -> None:
+    topics = await private_topics(event_log, make_topic)
+    pub = Renaming(event_log, topics)
+    await pub.start()
+    await pub.send(ClusterRegistered(cluster="c1", kind=ClusterKind.SIMULATED, site="s1", region="eu", currency="EUR"))
+    await pub.send(a_node(node="n1", gpus=8))
+    txn = f"{topics.prefix}-sched"
+    first, second = host_for(event_log, topics, txn), host_for(event_log, topics, txn)
+    await first.start()
+    await wait_for(first.is_leader)
+    await second.start()
+    assert not await second.is_leader()
+    await first.close()  # the leader goes away; its group membership ends
+    await wait_for(second.is_leader, timeout_s=60)
+    await pub.send(a_job("j1", gpus=2))
+    await second.follow()
+    assert await second.cycle() == 1
+    await second.close()
+    await pub.close()
+    placed = [e for e in await decisions(event_log, topics) if isinstance(e, JobPlaced)]
+    assert [p.job_id for p in placed] == ["j1"]
