@@ -18,6 +18,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     chain.add_argument("--json", action="store_true", help="print one JSON object")
     chain.set_defaults(handler=verify_chain)
 
+    verify = audit_sub.add_parser("verify", help="re-execute every recorded scheduling cycle and compare")
+    verify.add_argument("--log", help="log URL (default: FEDSCHED_LOG)")
+    verify.add_argument("--namespace", default="", help="topic prefix the scheduler ran with")
+    verify.add_argument("--since", help="only cycles at or after this time (RFC 3339)")
+    verify.add_argument("--until", help="only cycles at or before this time (RFC 3339)")
+    verify.add_argument("--json", action="store_true", help="print one JSON object")
+    verify.set_defaults(handler=run_verify)
+
     archive = audit_sub.add_parser("archive", help="copy every event of every topic into the archive")
     archive.add_argument("--log", help="log URL (default: FEDSCHED_LOG)")
     archive.add_argument("--dsn", help="PostgreSQL DSN of the archive (default: FEDSCHED_POSTGRES_DSN)")
@@ -94,3 +102,36 @@ async def run_archiver(args: argparse.Namespace) -> int:
         await pool.close()
         await log.close()
     return 0
+
+
+async def run_verify(args: argparse.Namespace) -> int:
+    from events.envelope import parse_time
+    from events.log import open_log
+    from services.audit.verify import verify
+    from services.cli.main import CliError
+    from services.config import log_url
+    from services.scheduler.host import INPUT_TOPICS
+
+    try:
+        since = parse_time(args.since) if args.since else None
+        until = parse_time(args.until) if args.until else None
+    except ValueError as error:
+        raise CliError(f"--since/--until: not an RFC 3339 time: {error}", 2) from None
+    log = open_log(log_url(args.log))
+    await log.start()
+    prefix = f"{args.namespace}." if args.namespace else ""
+    try:
+        report = await verify(log, topics=tuple(prefix + t for t in INPUT_TOPICS), since_ms=since, until_ms=until)
+    finally:
+        await log.close()
+    if args.json:
+        print(json.dumps(report.to_json()))
+    else:
+        rate = f", {report.events_read / report.seconds:,.0f} events/s" if report.seconds else ""
+        print(
+            f"{report.cycles} cycles, {report.decisions} decisions re-executed: "
+            f"{report.identical_pct:.2f}% identical ({report.events_read} events read in {report.seconds:.2f} s{rate})"
+        )
+        for diff in report.differences[:20]:
+            print(f"  {diff.cycle_id} {diff.decision_id}: recorded {diff.recorded!r} replayed {diff.replayed!r}")
+    return 0 if not report.differences else 1

@@ -1,0 +1,41 @@
+"""Sub-command: ``fedsched scheduler``, the federation scheduler as its own process."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = sub.add_parser("scheduler", help="run the federation scheduler (leader or hot standby)")
+    parser.add_argument("--log", help="log URL (default: FEDSCHED_LOG)")
+    parser.add_argument("--namespace", default="", help="prefix of every topic and group (default: none)")
+    parser.add_argument("--idle-cycle-ms", type=int, default=5_000, help="cycle at least this often while jobs wait")
+    parser.set_defaults(handler=run)
+
+
+async def run(args: argparse.Namespace) -> int:
+    from events.log import open_log
+    from events.topics import TOPICS
+    from services.config import log_url
+    from services.scheduler.host import SchedulerHost
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    log = open_log(log_url(args.log))
+    await log.start()
+    if not args.namespace:
+        await log.create_topics(TOPICS)
+    host = SchedulerHost(log, namespace=args.namespace, idle_cycle_ms=args.idle_cycle_ms)
+    await host.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await host.run(stop)
+    finally:
+        await host.close()
+        await log.close()
+    return 0
