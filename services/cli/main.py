@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "services.cli.audit_cmd",
     "services.cli.bench_cmd",
     "services.cli.simulate_cmd",
+    "services.cli.scheduler_cmd",
     "services.cli.connector_cmd",
 )
 
