@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "services.cli.simulate_cmd",
     "services.cli.scheduler_cmd",
     "services.cli.connector_cmd",
+    "services.cli.projections_cmd",
 )
 
 

@@ -1,0 +1,374 @@
+"""The distributed projection host: a faust-streaming app running the same stages as the in-process runner.
+
+Called by ``fedsched projections worker`` (``build_app`` then a faust ``Worker``), the benchmark and
+the tests. Calls faust, aiokafka (through faust), asyncpg (through ``projections.faust_sink``) and
+the pure stages; no reducer is implemented twice.
+
+Topology, per worker (several workers share every topic's partitions and take over when one dies):
+
+    source topics ──▶ router agent ──▶ <app id>.stage.<stage> ──▶ stage agent ──▶ <app id>.stage.<other>
+    (inventory, jobs,  decode, align by      (packs of inputs,        reduce entities in a faust table;
+     decisions,        event time, route;     keyed by entity)        deltas to other stages; outputs to
+     governance)       dead-letter junk                               profiles / quota-usage; rows to PG
+
+Exactly-once effect from at-least-once delivery (``processing_guarantee`` stays ``at_least_once``;
+faust's exactly-once mode is not used). A stage agent handles one batch of its records thus:
+1. fold every input with the stage's reducer; each input carries a position (its source position, or
+   one derived from its parent record's, see ``faust_wire``) that the entity remembers, so an input
+   seen before changes nothing and emits nothing;
+2. send the deltas and output events and wait until Kafka has them;
+3. write the changed entities' read-model rows to PostgreSQL in one transaction;
+4. write the changed entities to the table (its changelog);
+5. acknowledge the records; faust commits their offsets later, after flushing the producer.
+A crash before 4 leaves the table as it was: the records come again, fold to the same states and the
+same deltas at the same positions (skipped by their targets), and rewrite the same rows. A crash
+after 4 leaves states that already hold those positions: the records come again and change
+nothing, and everything they caused was already delivered and written in 2 and 3. Output events
+carry versions and ids derived from their inputs, so a re-sent one is recognisable. The router
+likewise acknowledges a source record only after its stage inputs (or its dead letter) are in Kafka.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import pickle
+import time
+import weakref
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+import faust
+from faust.serializers import codecs
+from faust.transport.drivers import aiokafka as faust_aiokafka
+
+from events.envelope import Envelope
+from events.log.contract import OutRecord
+from events.publisher import to_record
+from events.topics import DEAD_LETTERS, Cleanup, TopicSpec, partition_for, topic
+from projections.core import Output, Stage
+from projections.faust_config import WorkerConfig
+from projections.faust_fold import Record, fold
+from projections.faust_router import Router
+from projections.faust_sink import Sink
+from projections.faust_wire import pack, split, unpack
+from projections.topology import default_stages
+
+log = logging.getLogger("fedsched.projections.faust")
+
+STATE_CODEC = "fedsched_state"
+OUTPUT_SOURCE = "urn:fedsched:projections"
+INTERNAL_RETENTION = timedelta(days=7)
+
+
+class _StateCodec(codecs.Codec):
+    """Pickle (protocol 5) of our own entity dataclasses, for our own changelog topics only."""
+
+    def _loads(self, s: bytes) -> Any:
+        return pickle.loads(s)
+
+    def _dumps(self, obj: Any) -> bytes:
+        return pickle.dumps(obj, protocol=5)
+
+
+codecs.register(STATE_CODEC, _StateCodec())
+
+
+class _ReadCommittedThread(faust_aiokafka.AIOKafkaConsumerThread):
+    """faust reads ``read_uncommitted`` unless in its exactly-once mode; we read committed data only,
+    so a decision the scheduler aborted never reaches a projection."""
+
+    def _create_worker_consumer(self, transport: Any) -> Any:
+        consumer = super()._create_worker_consumer(transport)
+        consumer._isolation_level = "read_committed"
+        return consumer
+
+
+class _ReadCommittedConsumer(faust_aiokafka.Consumer):
+    def _new_consumer_thread(self) -> Any:
+        return _ReadCommittedThread(self, loop=self.loop, beacon=self.beacon)
+
+
+class _Transport(faust_aiokafka.Transport):
+    Consumer = _ReadCommittedConsumer
+
+
+class ProjectionsApp(faust.App):
+    """A faust app that knows its host (started and stopped with it, told of rebalances first)."""
+
+    host: ProjectionsHost
+
+    def _new_transport(self) -> Any:
+        return _Transport(self.conf.broker_consumer, self)
+
+    async def on_start(self) -> None:
+        await self.host.start()
+        await super().on_start()
+
+    async def on_stop(self) -> None:
+        await super().on_stop()
+        await self.host.close()
+
+    async def _on_partitions_revoked(self, revoked: Any) -> None:
+        # Before faust waits for every record taken to be acknowledged: the router lets go of what
+        # it holds for alignment (it is read again from the committed offsets after the rebalance).
+        await self.host.on_revoked()
+        await super()._on_partitions_revoked(revoked)
+
+    async def _on_partitions_assigned(self, assigned: Any, generation_id: int = 0) -> None:
+        await super()._on_partitions_assigned(assigned, generation_id)
+        self.host.on_assigned()
+
+
+class FaustOutbox:
+    def __init__(self, app: faust.App) -> None:
+        self._app = app
+
+    async def deliver(self, records: Sequence[OutRecord]) -> None:
+        producer = self._app.producer
+        futures = [
+            await producer.send(r.topic, r.key, r.value, r.partition, None, list(r.headers) or None) for r in records
+        ]
+        if futures:
+            await asyncio.gather(*futures)
+
+
+class ProjectionsHost:
+    """The agents, tables and sinks of one worker."""
+
+    def __init__(self, app: ProjectionsApp, config: WorkerConfig, *, sink: Sink | None = None) -> None:
+        self.app = app
+        self.config = config
+        self.stages: dict[str, Stage[Any]] = {stage.name: stage for stage in default_stages()}
+        self.partitions = {name: config.stage_partitions(name) for name in self.stages}
+        self.outbox = FaustOutbox(app)
+        self.sink = sink or Sink(config.dsn, config.schema)
+        self.router = Router(
+            self.stages.values(),
+            stage_topics={name: config.stage_topic(name) for name in self.stages},
+            partitions=self.partitions,
+            rank=config.rank,
+            dead_letters=config.source(DEAD_LETTERS.name),
+            group=config.app_id,
+            outbox=self.outbox,
+            pack_size=config.pack_size,
+        )
+        self._lock = asyncio.Lock()
+        self._router_stream: Any = None
+        self._revoking = False
+        self._received: dict[tuple[str, int], tuple[int, float]] = {}
+        self.tables: dict[str, Any] = {}
+        self.folded = 0
+        self._install()
+
+    async def start(self) -> None:
+        from events.log.kafka import KafkaEventLog
+
+        kafka = KafkaEventLog(self.config.broker, replication_factor=self.config.replication)
+        await kafka.start()
+        try:
+            # All of them before faust subscribes: a topic created while the group forms is left
+            # unassigned until the next rebalance.
+            await kafka.create_topics([*self.config.public_specs(), *self._internal_specs()])
+        finally:
+            await kafka.close()
+        await self.sink.start()
+
+    async def close(self) -> None:
+        await self.sink.close()
+
+    def _internal_specs(self) -> list[TopicSpec]:
+        specs = []
+        for name in self.stages:
+            partitions = self.partitions[name]
+            retention = int(INTERNAL_RETENTION.total_seconds() * 1000)
+            purpose = f"inputs of the {name} stage"
+            specs.append(TopicSpec(self.config.stage_topic(name), partitions, "entity", Cleanup.DELETE, retention, purpose))
+            purpose = f"entities of the {name} stage"
+            specs.append(TopicSpec(self.config.changelog_topic(name), partitions, "entity", Cleanup.COMPACT, -1, purpose))
+        return specs
+
+    # -- wiring ------------------------------------------------------------------------------------
+
+    def _install(self) -> None:
+        app, config = self.app, self.config
+        sources = app.topic(*config.source_topics, key_serializer="raw", value_serializer="raw")
+        app.agent(sources, name="router")(self._route)
+        app.timer(interval=max(0.01, config.idle_s / 5), name="router-tick")(self._tick)
+        for name, stage in self.stages.items():
+            partitions = self.partitions[name]
+            channel = app.topic(
+                config.stage_topic(name),
+                partitions=partitions,
+                internal=True,
+                key_serializer="raw",
+                value_serializer="raw",
+                retention=INTERNAL_RETENTION,
+                deleting=True,
+            )
+            table = app.Table(
+                config.table_name(name),
+                partitions=partitions,
+                key_type=str,
+                extra_topic_configs={"retention.ms": "-1"},  # compacted, never expired by time
+            )
+            table.value_serializer = STATE_CODEC
+            self.tables[name] = table
+            app.agent(channel, name=f"stage-{name}")(self._stage_agent(stage, table))
+
+    # -- router --------------------------------------------------------------------------------------
+
+    async def _route(self, stream: Any) -> None:
+        self._router_stream = stream
+        async for events in stream.noack_take(self.config.batch, within=self.config.linger_s):
+            async with self._lock:
+                now = time.monotonic()
+                for event in events:
+                    message = event.message
+                    if self._revoking or message.generation_id != self.app.consumer_generation_id:
+                        self._forget(event)
+                        continue
+                    headers = tuple(message.headers or ())
+                    self.router.receive(
+                        event, message.topic, message.partition, message.offset, message.key, message.value, headers
+                    )
+                    self._received[(message.topic, message.partition)] = (message.offset + 1, now)
+                await self._release()
+
+    async def _tick(self) -> None:
+        if self._router_stream is None or not self.router.aligner.held or self._revoking:
+            return
+        async with self._lock:
+            await self._release()
+
+    async def _release(self) -> None:
+        if self.config.align:
+            await self.router.release(self._owned(), self._caught_up, self._router_stream.ack)
+        else:
+            await self.router.release((), lambda tp: True, self._router_stream.ack)
+
+    async def on_revoked(self) -> None:
+        self._revoking = True
+        async with self._lock:
+            for held in self.router.drop():
+                self._forget(held.event)
+            self._received.clear()
+
+    def on_assigned(self) -> None:
+        self._revoking = False
+
+    def _forget(self, event: Any) -> None:
+        """Neither processed nor acknowledged: faust must not wait for it; it is read again."""
+        self.app.consumer.unacked.discard(event.message)
+
+    def _owned(self) -> list[tuple[str, int]]:
+        sources = set(self.config.source_topics)
+        return [(tp.topic, tp.partition) for tp in self.app.consumer.assignment() if tp.topic in sources]
+
+    def _caught_up(self, tp: tuple[str, int]) -> bool:
+        """Nothing more to read now on a source partition: the next offset we would receive is its end
+        (the last stable offset: we read committed), or it was read to its end and delivered nothing
+        for ``idle_s`` (only transaction markers were left)."""
+        state = _partition_state(self.app, tp)
+        if state is None:
+            return True  # no fetch state to go by: do not hold anything back
+        end = state.lso if state.lso is not None else state.highwater
+        if end is None:
+            return False  # no fetch response yet
+        received, at = self._received.get(tp, (None, 0.0))
+        if received is not None and received >= end:
+            return True
+        position = state.position if state.has_valid_position else None
+        return position is not None and position >= end and time.monotonic() - at >= self.config.idle_s
+
+    # -- stages ----------------------------------------------------------------------------------------
+
+    def _stage_agent(self, stage: Stage[Any], table: Any) -> Any:
+        async def agent(stream: Any) -> None:
+            async for events in stream.noack_take(self.config.batch, within=self.config.linger_s):
+                await self.fold_batch(stage, table, events)
+                for event in events:
+                    await stream.ack(event)
+
+        agent.__name__ = f"stage_{stage.name}"
+        return agent
+
+    async def fold_batch(self, stage: Stage[Any], table: Any, events: list[Any]) -> None:
+        records = [
+            Record(e.message.topic, e.message.partition, e.message.offset, unpack(e.message.value)) for e in events
+        ]
+        folded = fold(stage, records, table.get, self.partitions)
+        out: list[OutRecord] = []
+        for (target, partition), items in folded.packs.items():
+            for chunk in split(items, self.config.pack_size):
+                out.append(OutRecord(self.config.stage_topic(target), pack(chunk), None, (), partition))
+        out.extend(self._output(output, time_ms) for output, time_ms in folded.outputs)
+        await self.outbox.deliver(out)
+        if folded.entities:
+            await self.sink.write(stage.name, folded.entities)
+            for key, entity in folded.entities.items():
+                _set_current_event(events[folded.owner[key]])
+                if entity is None:
+                    table.pop(key, None)
+                else:
+                    table[key] = entity
+        self.folded += folded.inputs
+
+    def _output(self, output: Output, time_ms: int) -> OutRecord:
+        event = output.event
+        envelope = Envelope(
+            id=output.id, time_ms=time_ms, data=event, source=OUTPUT_SOURCE, subject=event.partition_key()
+        )
+        record = to_record(envelope)
+        partitions = topic(record.topic).partitions
+        return OutRecord(
+            self.config.source(record.topic),
+            record.value,
+            record.key,
+            record.headers,
+            partition_for(record.key, partitions),
+        )
+
+
+def _set_current_event(event: Any) -> None:
+    """Make ``event`` the one faust attributes table writes to (their changelog partition is its)."""
+    faust.streams._current_event.set(weakref.ref(event))
+
+
+def _partition_state(app: faust.App, tp: tuple[str, int]) -> Any:
+    """aiokafka's fetch state of a partition (end offsets, position), or None where there is none."""
+    try:
+        consumer = app.consumer._thread._consumer  # type: ignore[attr-defined]
+        from aiokafka import TopicPartition
+
+        return consumer._subscription.subscription.assignment.state_value(TopicPartition(*tp))
+    except Exception:
+        return None
+
+
+def build_app(config: WorkerConfig, *, sink: Sink | None = None) -> ProjectionsApp:
+    heartbeat = min(3.0, config.session_timeout_s / 4)
+    settings: dict[str, Any] = {
+        "broker": [f"kafka://{server}" for server in config.broker.split(",")],
+        "store": "rocksdb://" if config.store == "rocksdb" else "memory://",
+        "topic_partitions": config.partitions,
+        "topic_replication_factor": config.replication,
+        "processing_guarantee": "at_least_once",
+        "stream_wait_empty": True,
+        "table_standby_replicas": 0,
+        "consumer_auto_offset_reset": "earliest",
+        "broker_session_timeout": config.session_timeout_s,
+        "broker_heartbeat_interval": heartbeat,
+        "broker_commit_interval": config.commit_interval_s,
+        "stream_buffer_maxsize": 16384,
+        "web_enabled": config.web_port is not None,
+        "autodiscover": False,
+    }
+    if config.web_port is not None:
+        settings["web_port"] = config.web_port
+    if config.data_dir is not None:
+        settings["datadir"] = str(config.data_dir)
+    app = ProjectionsApp(config.app_id, **settings)
+    app.host = ProjectionsHost(app, config, sink=sink)
+    return app

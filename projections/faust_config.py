@@ -1,0 +1,87 @@
+"""Settings of a faust projection worker and the names of every topic it reads and writes.
+
+Called by ``projections.faust_app``, the ``fedsched projections worker`` command, the benchmark
+and the tests. Pure.
+
+Every topic has an explicit partition count: source and public topics take theirs from the topic
+catalogue; each stage's internal topic and its table's changelog share ``partitions`` (one for the
+fleet, which has the single key ``fleet``). A ``topic_prefix`` puts a whole deployment's public
+topics under ``<prefix>.fedsched.*`` (tests and benchmarks use it to stay apart); ``app_id`` names
+the consumer group and prefixes the internal and changelog topics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from events.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS, TOPICS, TopicSpec
+
+SOURCES = (INVENTORY, JOBS, DECISIONS, GOVERNANCE)
+SINGLE_PARTITION_STAGES = frozenset({"fleet"})
+# Within one moment, what enables comes before what it enables (as the in-process runner orders it).
+RANK = {GOVERNANCE.name: 0, INVENTORY.name: 1, JOBS.name: 2, DECISIONS.name: 3}
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    broker: str
+    """Kafka bootstrap servers, ``host:port[,host:port]``."""
+    dsn: str
+    app_id: str = "fedsched-projections"
+    topic_prefix: str = ""
+    schema: str = "fedsched_rm"
+    store: str = "memory"
+    """``memory`` (tables rebuilt from their changelogs on start) or ``rocksdb`` (rocksdict)."""
+    data_dir: Path | None = None
+    web_port: int | None = None
+    partitions: int = 6
+    replication: int = 1
+    batch: int = 2000
+    """Records one agent takes at a time (a stage's batch is one PostgreSQL transaction)."""
+    linger_s: float = 0.02
+    """How long an agent waits to fill a batch."""
+    pack_size: int = 500
+    session_timeout_s: float = 10.0
+    commit_interval_s: float = 1.0
+    idle_s: float = 0.25
+    """A partition read to its end that has delivered nothing for this long is taken as caught up even
+    if transaction markers keep its next offset below the end (see ``faust_align``)."""
+    align: bool = True
+
+    def source(self, name: str) -> str:
+        return f"{self.topic_prefix}.{name}" if self.topic_prefix else name
+
+    def logical(self, topic: str) -> str:
+        prefix = f"{self.topic_prefix}." if self.topic_prefix else ""
+        return topic.removeprefix(prefix)
+
+    @property
+    def source_topics(self) -> tuple[str, ...]:
+        return tuple(self.source(spec.name) for spec in SOURCES)
+
+    def stage_topic(self, stage: str) -> str:
+        return f"{self.app_id}.stage.{stage}"
+
+    def stage_partitions(self, stage: str) -> int:
+        return 1 if stage in SINGLE_PARTITION_STAGES else self.partitions
+
+    def table_name(self, stage: str) -> str:
+        return f"stage-{stage}"
+
+    def changelog_topic(self, stage: str) -> str:
+        """As faust names it: ``<app id>-<table>-changelog``."""
+        return f"{self.app_id}-{self.table_name(stage)}-changelog"
+
+    def public_specs(self) -> list[TopicSpec]:
+        """The catalogue's topics under this deployment's prefix, to create if missing."""
+        return [
+            TopicSpec(self.source(s.name), s.partitions, s.key, s.cleanup, s.retention_ms, s.purpose) for s in TOPICS
+        ]
+
+    def rank(self, topic: str) -> int:
+        return RANK.get(self.logical(topic), 9)
+
+    def internal_topics(self, stages: Iterable[str]) -> list[str]:
+        return [name for stage in stages for name in (self.stage_topic(stage), self.changelog_topic(stage))]

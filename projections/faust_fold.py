@@ -1,0 +1,67 @@
+"""One stage folding one batch of its internal records: the part of a faust stage agent that is not I/O.
+
+Called by ``projections.faust_app`` (the stage agents). Pure: entities come from a getter (the
+agent's faust table), results go back to the caller, which sends, writes and acknowledges them in
+the order that keeps the effect exactly once (see ``projections.faust_app``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from projections.core import Output, Routed, Stage
+from projections.faust_wire import Item, delta_position, partition_of
+
+_ABSENT = object()
+
+
+@dataclass
+class Folded:
+    entities: dict[str, Any] = field(default_factory=dict)
+    """The new state of every entity that changed (None: removed)."""
+    owner: dict[str, int] = field(default_factory=dict)
+    """For each changed entity, the index of the last record that changed it (its table partition)."""
+    packs: dict[tuple[str, int], list[Item]] = field(default_factory=dict)
+    """Deltas for other stages, by (stage, partition), in emission order."""
+    outputs: list[tuple[Output, int]] = field(default_factory=list)
+    """Events to publish, with the time of the input that produced them."""
+    inputs: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    topic: str
+    partition: int
+    offset: int
+    items: list[Item]
+
+
+def fold(
+    stage: Stage[Any], records: list[Record], get: Callable[[str], Any], partitions: Mapping[str, int]
+) -> Folded:
+    out = Folded()
+    entities = out.entities
+    reduce = stage.reduce
+    for index, record in enumerate(records):
+        for position, item in enumerate(record.items):
+            key = item.key
+            before = entities.get(key, _ABSENT)
+            if before is _ABSENT:
+                before = get(key)
+            after, emitted = reduce(before, item.as_input())
+            out.inputs += 1
+            if after is not before:
+                entities[key] = after
+                out.owner[key] = index
+            n = 0
+            for thing in emitted:
+                if isinstance(thing, Routed):
+                    where = delta_position(record.topic, record.partition, record.offset, position, n)
+                    n += 1
+                    target = (thing.stage, partition_of(thing.key, partitions[thing.stage]))
+                    out.packs.setdefault(target, []).append(Item(thing.key, item.time_ms, where, thing.delta))
+                elif isinstance(thing, Output):
+                    out.outputs.append((thing, item.time_ms))
+    return out
