@@ -199,7 +199,7 @@ class Executor:
         path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
         annotations = meta.get("annotations") or {}
         if not annotations.get(names.ANN_STOP):
-            changes = {names.ANN_STOP: why, names.ANN_STOP_BY: requester}
+            changes = {names.ANN_STOP: why, names.ANN_STOP_BY: requester, names.ANN_STOP_GRACE: str(grace_s)}
             if why == "failed":  # the executor reported the failure itself: the pod watcher only cleans up
                 changes[names.ANN_REPORTED] = lifecycle.Transition.FAILED.value
             patch = {"metadata": {"annotations": changes}}

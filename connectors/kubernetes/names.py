@@ -48,6 +48,9 @@ ANN_REPORTED = "fedsched.io/reported"
 ANN_STOP = "fedsched.io/stop"
 """Why fedsched is stopping the pod: ``preempted``, ``reclaimed``, ``cancelled`` or ``failed``."""
 ANN_STOP_BY = "fedsched.io/stop-requester"
+ANN_STOP_GRACE = "fedsched.io/stop-grace-s"
+"""The grace period of the stop, so that whoever deletes the pod (executor, or pod watcher after a restart)
+asks for the same one."""
 FINALIZER = "fedsched.io/lifecycle"
 
 # -- nodes --------------------------------------------------------------------------------------------

@@ -11,9 +11,10 @@ is what keeps a transition from being reported twice; an in-memory ledger covers
 publishing and annotating (a crash exactly there repeats the event with the same id).
 
 Reconciling a run, after its outcome is known: the finalizer comes off every pod (a stopped pod then
-disappears, a finished one stays for its logs until someone deletes it); after a failure the other
-replicas are deleted; a pod that carries a stop annotation but is not being deleted (the connector
-stopped between the two steps) is deleted now.
+disappears, a finished one stays for its logs until someone deletes it); a pod that counts as stopped
+only because its deadline passed is deleted with grace 0 (what the pod garbage collector does for pods
+of lost nodes); after a failure the other replicas are deleted; a pod that carries a stop annotation
+but is not being deleted (the connector stopped between the two steps) is deleted now.
 """
 
 from __future__ import annotations
@@ -166,8 +167,15 @@ class PodWatcher:
             state = lifecycle.replica_state(pod, replica, now, self.stop_margin_ms)
             stop_pending = state.stop and not state.deleting
             failed_other = Transition.FAILED in reported and not state.deleting and not state.stopped
-            if stop_pending or failed_other:
-                body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": self.failure_grace_s}
+            if ended and state.deleting and state.stopped and meta.get("deletionGracePeriodSeconds") != 0:
+                # Past its deadline with no kubelet's final word (node lost): finish the deletion, as the
+                # pod garbage collector does for pods of dead nodes, so its GPUs are free in the API too.
+                body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
+                await self._call("DELETE", path, body, None)
+            elif stop_pending or failed_other:
+                grace = str((meta.get("annotations") or {}).get(names.ANN_STOP_GRACE, ""))
+                seconds = int(grace) if stop_pending and grace.isdigit() else self.failure_grace_s
+                body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": seconds}
                 await self._call("DELETE", path, body, None)
 
     async def _patch(self, path: str, ops: list[Obj]) -> None:

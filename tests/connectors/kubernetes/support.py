@@ -217,3 +217,63 @@ def config(cluster: str, **changes: Any) -> ConnectorConfig:
 
 async def delete_nodes(kube: Kube, names_: Iterable[str]) -> None:
     await asyncio.gather(*(kube.delete_node(n) for n in names_))
+
+
+class Proxy:
+    """A TCP proxy in front of the API server whose connections the test can cut (a dropped watch)."""
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self.target = (target_host, target_port)
+        self._server: asyncio.Server | None = None
+        self._links: set[asyncio.StreamWriter] = set()
+        self.port = 0
+        self.cuts = 0
+
+    async def start(self) -> int:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            writer.close()
+            return
+        self._links.update((writer, up_writer))
+        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer), return_exceptions=True)
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        finally:
+            self._links.discard(writer)
+            writer.close()
+
+    def cut(self) -> int:
+        """Close every open connection, both ways; returns how many there were."""
+        links = list(self._links)
+        for writer in links:
+            transport = writer.transport
+            transport.abort()
+        self._links.clear()
+        self.cuts += 1
+        return len(links)
+
+    async def close(self) -> None:
+        self.cut()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+
+def kubeconfig_via(original: str, port: int, directory: Path) -> str:
+    """A copy of a kubeconfig whose server is 127.0.0.1:``port`` (the proxy)."""
+    import re
+
+    text = Path(original).read_text()
+    path = directory / f"kubeconfig-{port}"
+    path.write_text(re.sub(r"server: https://127\.0\.0\.1:\d+", f"server: https://127.0.0.1:{port}", text))
+    return str(path)

@@ -7,9 +7,8 @@ import json
 import pytest
 
 from connectors.kubernetes import names, nodes, quantity
-from events.catalog.inventory import TaintEffect
 from events.catalog.reasons import ReasonCode
-from events.catalog.types import ClusterId, Health
+from events.catalog.types import ClusterId, Health, TaintEffect
 
 from .builders import NodeBuilder, a_node
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from connectors.kubernetes import names, pods
@@ -48,7 +50,7 @@ def test_the_same_decision_renders_the_same_manifests() -> None:
 
 
 def test_a_pod_template_is_kept_and_only_our_fields_are_overridden() -> None:
-    template = {
+    template: dict[str, Any] = {
         "metadata": {"labels": {"app": "bert"}, "annotations": {"team": "nlp"}},
         "spec": {
             "containers": [
