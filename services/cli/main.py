@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "services.cli.bench_cmd",
     "services.cli.simulate_cmd",
     "services.cli.scheduler_cmd",
+    "services.cli.up_cmd",
     "services.cli.connector_cmd",
     "services.cli.projections_cmd",
 )

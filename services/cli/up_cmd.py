@@ -1,0 +1,54 @@
+"""Sub-commands: ``fedsched up`` (the whole service on the embedded default) and ``fedsched demo``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    up = sub.add_parser("up", help="run everything in one process on embedded PostgreSQL (no Kafka needed)")
+    _common(up)
+    up.set_defaults(handler=run_up)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", type=Path, default=Path(".fedsched"), help="where embedded data lives")
+    parser.add_argument("--dsn", help="use this PostgreSQL instead of starting an embedded one")
+    parser.add_argument("--api", default="127.0.0.1:50051", help="gRPC API address (default 127.0.0.1:50051)")
+    parser.add_argument("--metrics", default="127.0.0.1:9464", help="health and metrics address")
+    parser.add_argument("--no-api", action="store_true", help="do not start the gRPC API")
+    parser.add_argument("--sim-speed", type=float, default=1.0, help="simulated seconds per second")
+    parser.add_argument("--sim-nodes", type=Path, help="node list CSV of the simulated fleet (default: openb)")
+    parser.add_argument("--no-sim", action="store_true", help="do not start the simulated fleet")
+
+
+def config_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from services.runtime.up import UpConfig
+
+    return UpConfig(
+        data_dir=args.data_dir,
+        dsn=args.dsn,
+        api_listen=args.api,
+        metrics_listen=args.metrics,
+        sim_clusters=() if args.no_sim else ("sim-1", "sim-2", "sim-3"),
+        sim_nodes=args.sim_nodes,
+        sim_speed=args.sim_speed,
+        with_api=not args.no_api,
+    )
+
+
+async def run_up(args: argparse.Namespace) -> int:
+    from services.runtime.up import Running, run
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    def ready(running: Running) -> None:
+        print(f"fedsched is up: log and read models on {running.dsn}", flush=True)
+        if running.api_token:
+            print(f"  gRPC API on {running.config.api_listen}; development token:\n  {running.api_token}", flush=True)
+        print(f"  health and metrics on http://{running.config.metrics_listen}/healthz and /metrics", flush=True)
+        print("  press Ctrl-C to stop", flush=True)
+
+    return await run(config_from(args), on_ready=ready)
