@@ -92,7 +92,14 @@ class KubernetesConnector:
         )
         self.book = JobBook(event_log, config.cluster)
         options = RenderOptions(config.cluster, config.namespace_prefix, config.default_image)
-        self.executor = Executor(api, self.book, self.reporter, options, cancel_grace_s=config.cancel_grace_s)
+        self.executor = Executor(
+            api,
+            self.book,
+            self.reporter,
+            options,
+            cancel_grace_s=config.cancel_grace_s,
+            backoff=Backoff(0.2, config.max_backoff_s),
+        )
         self.node_reflector = self._reflector("/api/v1/nodes", "nodes", None)
         self.pod_reflector = self._reflector("/api/v1/pods", "pods", self.pods.label_selector)
         self.consumer = EventConsumer(event_log, config.group_id, [DECISIONS.name, JOBS.name], self.executor.handle)

@@ -281,7 +281,8 @@ start_apiserver() {  # start_apiserver DIR PORT ETCD_PORT
     local dir="$1" port="$2" cport="$3" deadline pid pki="$1/pki"
     if [[ -f "$dir/apiserver.log" ]]; then mv -f "$dir/apiserver.log" "$dir/apiserver.log.prev"; fi
     # No controller manager runs, so nobody creates each namespace's "default" service account: the
-    # ServiceAccount admission plugin is off. The rest is the default admission chain.
+    # ServiceAccount admission plugin is off. The rest is the default admission chain. On SIGTERM, open
+    # watches are ended within 2 s instead of holding the shutdown until their timeouts.
     spawn "$dir" apiserver "$dir/apiserver.log" "$APISERVER_BIN" \
         --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$port" \
         --etcd-servers "http://127.0.0.1:$cport" --etcd-prefix /registry \
@@ -292,6 +293,7 @@ start_apiserver() {  # start_apiserver DIR PORT ETCD_PORT
         --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
         --service-cluster-ip-range 10.96.0.0/16 --allow-privileged=true \
         --disable-admission-plugins ServiceAccount \
+        --shutdown-watch-termination-grace-period 2s \
         --profiling=false --v 1
     pid="$(cat "$dir/apiserver.pid")"
     deadline=$((SECONDS + KUBE_START_TIMEOUT))

@@ -252,6 +252,10 @@ class Proxy:
             self._links.discard(writer)
             writer.close()
 
+    @property
+    def open(self) -> int:
+        return len(self._links)
+
     def cut(self) -> int:
         """Close every open connection, both ways; returns how many there were."""
         links = list(self._links)
