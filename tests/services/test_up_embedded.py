@@ -32,7 +32,11 @@ async def wait_for(predicate, timeout_s: float = 60.0) -> None:  # type: ignore[
 
 async def test_a_submitted_job_runs_to_completion_and_every_cycle_verifies(fresh_database: str, tmp_path: Path) -> None:
     config = up.UpConfig(
-        data_dir=tmp_path, dsn=fresh_database, metrics_listen="127.0.0.1:0", sim_nodes=NODES, sim_speed=200.0,
+        data_dir=tmp_path,
+        dsn=fresh_database,
+        metrics_listen="127.0.0.1:0",
+        sim_nodes=NODES,
+        sim_speed=200.0,
         with_api=False,
     )
     running = await up.start(config)
@@ -40,12 +44,21 @@ async def test_a_submitted_job_runs_to_completion_and_every_cycle_verifies(fresh
         publisher = Publisher(running.log, "urn:test:portal")
         await publisher.start()
         jobs = [
-            JobSubmitted(job_id=f"e2e-{i}", name=f"train-{i}", tenant="team-a",
-                         resources=Resources(cpu_milli=4000, memory_mib=8192, gpus=1), expected_runtime_s=60)
+            JobSubmitted(
+                job_id=f"e2e-{i}",
+                name=f"train-{i}",
+                tenant="team-a",
+                resources=Resources(cpu_milli=4000, memory_mib=8192, gpus=1),
+                expected_runtime_s=60,
+            )
             for i in range(5)
         ] + [
-            JobSubmitted(job_id="e2e-huge", name="too-big", tenant="team-b",
-                         resources=Resources(cpu_milli=4000, memory_mib=8192, gpus=64))
+            JobSubmitted(
+                job_id="e2e-huge",
+                name="too-big",
+                tenant="team-b",
+                resources=Resources(cpu_milli=4000, memory_mib=8192, gpus=64),
+            )
         ]
         await publisher.publish(jobs)
         await publisher.close()
@@ -55,7 +68,9 @@ async def test_a_submitted_job_runs_to_completion_and_every_cycle_verifies(fresh
                 "SELECT entity_key, status FROM fedsched_rm.read_jobs WHERE entity_key LIKE 'e2e-%'"
             )
             statuses = {r["entity_key"]: r["status"] for r in rows}
-            return all(statuses.get(f"e2e-{i}") == "succeeded" for i in range(5)) and statuses.get("e2e-huge") == "queued"
+            return (
+                all(statuses.get(f"e2e-{i}") == "succeeded" for i in range(5)) and statuses.get("e2e-huge") == "queued"
+            )
 
         await wait_for(done, timeout_s=90)
         row = await running.pool.fetchrow(
