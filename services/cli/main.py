@@ -23,6 +23,8 @@ COMMAND_MODULES = (
     "services.cli.up_cmd",
     "services.cli.connector_cmd",
     "services.cli.projections_cmd",
+    "services.cli.api_cmd",
+    "services.cli.people_cmd",
 )
 
 

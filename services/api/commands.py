@@ -1,0 +1,260 @@
+"""The write side shared by the gRPC API and the intake: submit and cancel jobs, set and request quota.
+
+Called by the servicers (``services.api.jobs``, ``services.api.quota``) and by ``services.api.intake``,
+so a request is validated and authorised by the same code whichever way it came. Calls the catalogue
+(validation), ``services.api.auth`` (claim checks), the API store (idempotency) and ``Publisher``
+(``JobSubmitted`` and ``JobCancelRequested`` to the jobs topic, quota events to governance).
+
+Ids are derived, never drawn: a job id from its tenant and client request id, an event id from what it
+records, so a retried request or a re-published event is recognisable as the same one downstream.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from events.catalog.governance import (
+    QuotaRequestApproved,
+    QuotaRequestRejected,
+    QuotaRequestSubmitted,
+    QuotaSet,
+)
+from events.catalog.jobs import JobCancelRequested, JobSubmitted
+from events.catalog.types import TenantId
+from events.publisher import Publisher
+from services.api import validation
+from services.api.auth import Action, Principal, authorize
+from services.api.errors import FailedPrecondition, InvalidArgument, NotFound
+from services.api.queries import ReadModels
+from services.api.store import ApiStore, QuotaRequest, Submission
+
+FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled", "rejected"})
+
+
+def derived_id(prefix: str, *parts: str) -> str:
+    digest = hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:32]
+    return f"{prefix}-{digest}"
+
+
+def job_id_for(tenant: str, client_request_id: str) -> str:
+    """The job id of a submission: the same tenant and request id always give the same job."""
+    return derived_id("j", tenant, client_request_id)
+
+
+def new_request_id() -> str:
+    return "srv-" + uuid.uuid4().hex
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    job_id: str
+    created: bool
+    client_request_id: str
+    event: JobSubmitted
+
+
+@dataclass(frozen=True, slots=True)
+class JobRef:
+    """What a command needs to know about an existing job: its tenant and its status."""
+
+    job_id: str
+    tenant: str
+    status: str
+
+
+class JobCommands:
+    def __init__(self, publisher: Publisher, store: ApiStore, reads: ReadModels) -> None:
+        self._publisher = publisher
+        self._store = store
+        self._reads = reads
+
+    async def submit(
+        self,
+        principal: Principal,
+        spec: Mapping[str, Any],
+        client_request_id: str | None,
+        *,
+        causation_id: str | None = None,
+    ) -> Submitted:
+        """Validate, authorise, record once and publish a ``JobSubmitted``.
+
+        ``spec`` is the JSON body of a ``JobSubmitted`` without ``job_id``, ``client_request_id`` and
+        ``submitted_by``, which the API sets. Raises ``PermissionDenied``, ``InvalidArgument`` naming the
+        field, or ``AlreadyExists`` (the request id was used for another spec)."""
+        tenant = spec.get("tenant")
+        authorize_on(principal, Action.SUBMIT_JOB, tenant)
+        request_id = client_request_id or new_request_id()
+        body = dict(spec)
+        body.pop("job_id", None)
+        body.update(
+            job_id=job_id_for(str(tenant), request_id),
+            client_request_id=request_id,
+            submitted_by=principal.subject,
+        )
+        event = validation.event_from(JobSubmitted, body)
+        envelope = self._publisher.envelope(
+            event,
+            id=f"submit-{event.job_id}",
+            tenant=event.tenant,
+            correlation_id=request_id,
+            causation_id=causation_id,
+        )
+        entry = Submission(
+            job_id=event.job_id,
+            tenant=event.tenant,
+            client_request_id=request_id,
+            spec_sha256=spec_digest(event),
+            event_json=event.model_dump_json(),
+            submitted_by=principal.subject,
+            created_ms=envelope.time_ms,
+        )
+        job_id, created = await self._store.submit(entry, lambda: self._publisher.publish([envelope]))
+        return Submitted(job_id, created, request_id, event)
+
+    async def find(self, principal: Principal, job_id: str) -> JobRef:
+        """The job if the principal may see it; ``NotFound`` otherwise (another tenant's job included)."""
+        row = await self._reads.job(job_id)
+        if row is not None and not row["orphan"]:
+            ref = JobRef(job_id, row["tenant"], row["status"])
+        else:
+            entry = await self._store.submission(job_id)
+            if entry is None:
+                raise NotFound(f"no job {job_id}", field="job_id")
+            ref = JobRef(job_id, entry.tenant, "submitted")
+        if not principal.sees(ref.tenant):
+            raise NotFound(f"no job {job_id}", field="job_id")
+        return ref
+
+    async def cancel(
+        self,
+        principal: Principal,
+        job_id: str,
+        reason: str,
+        client_request_id: str | None,
+        *,
+        causation_id: str | None = None,
+    ) -> JobRef:
+        job_id = validation.identifier("job_id", job_id)
+        ref = await self.find(principal, job_id)
+        authorize(principal, Action.CANCEL_JOB, ref.tenant)
+        if ref.status in FINAL_STATUSES:
+            raise FailedPrecondition(f"job {job_id} has already ended ({ref.status})", field="job_id")
+        body = {
+            "job_id": job_id,
+            "requester": principal.subject,
+            "reason": reason,
+            "client_request_id": client_request_id,
+        }
+        event = validation.event_from(JobCancelRequested, body)
+        request_key = client_request_id or new_request_id()
+        envelope = self._publisher.envelope(
+            event,
+            id=derived_id("cancel", job_id, request_key),
+            tenant=ref.tenant,
+            correlation_id=client_request_id,
+            causation_id=causation_id,
+        )
+        await self._publisher.publish([envelope])
+        return ref
+
+
+def authorize_on(principal: Principal, action: Action, tenant: object) -> None:
+    """Authorise an action on the tenant a request names. A missing or malformed tenant is left to
+    validation (which names the field) once the role allows the action at all."""
+    authorize(principal, action, tenant if isinstance(tenant, str) and tenant else None)
+
+
+def spec_digest(event: JobSubmitted) -> str:
+    """What makes two submissions the same: every field but who sent it."""
+    return hashlib.sha256(event.model_dump_json(exclude={"submitted_by"}).encode()).hexdigest()
+
+
+class QuotaCommands:
+    def __init__(self, publisher: Publisher, store: ApiStore) -> None:
+        self._publisher = publisher
+        self._store = store
+
+    async def set_quota(self, principal: Principal, body: Mapping[str, Any]) -> str:
+        authorize_on(principal, Action.SET_QUOTA, body.get("tenant"))
+        event = validation.event_from(QuotaSet, {**body, "set_by": principal.subject})
+        envelope = self._publisher.envelope(event, tenant=event.tenant)
+        await self._publisher.publish([envelope])
+        return envelope.id
+
+    async def request_quota(
+        self, principal: Principal, body: Mapping[str, Any], client_request_id: str | None
+    ) -> tuple[str, bool]:
+        tenant = body.get("tenant")
+        authorize_on(principal, Action.REQUEST_QUOTA, tenant)
+        key = client_request_id or new_request_id()
+        request_id = derived_id("q", str(tenant), key)
+        event = validation.event_from(
+            QuotaRequestSubmitted, {**body, "request_id": request_id, "requester": principal.subject}
+        )
+        envelope = self._publisher.envelope(event, id=f"quota-request-{request_id}", tenant=event.tenant)
+        request = QuotaRequest(
+            request_id=request_id,
+            tenant=event.tenant,
+            queue=event.queue,
+            resource=event.resource.value,
+            gpu_model=event.gpu_model,
+            amount=event.amount,
+            period_start_ms=event.period_start_ms,
+            period_end_ms=event.period_end_ms,
+            decision=None,
+        )
+        digest = hashlib.sha256(event.model_dump_json(exclude={"requester"}).encode()).hexdigest()
+        created = await self._store.record_quota_request(request, digest, lambda: self._publisher.publish([envelope]))
+        return request_id, created
+
+    async def decide(
+        self,
+        principal: Principal,
+        request_id: str,
+        *,
+        approve: bool,
+        approved_amount: int,
+        effective_from_ms: int,
+        expires_ms: int | None,
+        comment: str,
+    ) -> str:
+        request_id = validation.identifier("request_id", request_id)
+        request = await self._store.quota_request(request_id)
+        if request is None or not principal.sees(request.tenant):
+            raise NotFound(f"no quota request {request_id}", field="request_id")
+        authorize(principal, Action.DECIDE_QUOTA, request.tenant)
+        common = {
+            "request_id": request_id,
+            "tenant": TenantId(request.tenant),
+            "decided_by": principal.subject,
+            "comment": comment,
+        }
+        event: QuotaRequestApproved | QuotaRequestRejected
+        if approve:
+            amount = approved_amount or request.amount
+            if amount > request.amount:
+                raise InvalidArgument("approved_amount", f"is more than the {request.amount} that was asked")
+            body = {
+                **common,
+                "approved_amount": amount,
+                "effective_from_ms": effective_from_ms or request.period_start_ms,
+                "expires_ms": request.period_end_ms if expires_ms is None else (expires_ms or None),
+            }
+            event = validation.event_from(QuotaRequestApproved, body)
+        else:
+            event = validation.event_from(QuotaRequestRejected, common)
+        decision = "approved" if approve else "rejected"
+        envelope = self._publisher.envelope(event, id=f"quota-decision-{request_id}", tenant=request.tenant)
+        earlier = await self._store.decide_quota_request(
+            request_id, decision, lambda: self._publisher.publish([envelope])
+        )
+        if earlier is not None:
+            raise FailedPrecondition(f"quota request {request_id} was already {earlier}", field="request_id")
+        return decision
+
+
+__all__ = ["FINAL_STATUSES", "JobCommands", "JobRef", "QuotaCommands", "Submitted", "job_id_for"]

@@ -1,0 +1,250 @@
+"""Why a job waits, why it was preempted, why it went where it is: the answer, with the numbers. Pure.
+
+Called by ``ExplainJob``. Reads the job view's row: ``last_decision`` (the scheduler's latest decision
+about the job, its JSON body as published) and the timeline (for earlier preemptions). The decision is
+read back through the catalogue's own model, so every field means what the catalogue says; a body this
+code cannot read (a newer schema) is still returned raw in ``decision_json``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from events.catalog.decisions import (
+    CandidateScore,
+    JobPlaced,
+    JobPreemptionRequested,
+    JobQueued,
+    JobReclaimRequested,
+)
+from events.catalog.types import ResourceKind
+from events.envelope import format_time
+from services.api.convert import describe, reason_text, slots, timeline_entry
+from services.api.pb import jobs_pb2
+
+_DECISIONS: dict[str, type[JobQueued | JobPlaced | JobPreemptionRequested | JobReclaimRequested]] = {
+    "JobQueued": JobQueued,
+    "JobPlaced": JobPlaced,
+    "JobPreemptionRequested": JobPreemptionRequested,
+    "JobReclaimRequested": JobReclaimRequested,
+}
+_PREEMPTION_EVENTS = ("JobPreemptionRequested", "JobPreempted", "JobReclaimRequested", "JobReclaimed")
+_FINAL = ("succeeded", "failed", "cancelled", "rejected")
+UNITS = {
+    ResourceKind.CPU: "milli-CPU",
+    ResourceKind.MEMORY: "MiB",
+    ResourceKind.GPU: "milli-GPU",
+    ResourceKind.NPU: "NPUs",
+}
+
+
+def explain(row: Mapping[str, Any]) -> jobs_pb2.Explanation:
+    status = row.get("status") or "unknown"
+    out = jobs_pb2.Explanation(
+        job_id=row["entity_key"],
+        status=status,
+        waiting_ms=row.get("waiting_ms") or 0,
+        runs=row.get("runs") or 0,
+        decision_type=row.get("last_decision_type") or "",
+    )
+    out.preemptions.extend(timeline_entry(e) for e in row.get("timeline") or () if e[2] in _PREEMPTION_EVENTS)
+    body = row.get("last_decision")
+    decision = _decision(out.decision_type, body)
+    if body is not None:
+        out.decision_json = json.dumps(body, sort_keys=True)
+    summary: list[str] = []
+    if isinstance(decision, JobQueued):
+        out.question = "finished" if status in _FINAL else "waiting"
+        out.cycle_id = decision.cycle_id
+        out.wait.CopyFrom(_wait(decision))
+        summary += _wait_lines(decision, row)
+    elif isinstance(decision, JobPlaced):
+        out.question = "finished" if status in _FINAL else "placed"
+        out.cycle_id = decision.cycle_id
+        out.placement.CopyFrom(_placement(decision))
+        summary += _placement_lines(decision)
+    elif isinstance(decision, JobPreemptionRequested | JobReclaimRequested):
+        out.question = "finished" if status in _FINAL else "preempted"
+        out.cycle_id = decision.cycle_id
+        out.preemption.CopyFrom(_preemption(decision))
+        summary += _preemption_lines(decision)
+    else:
+        out.question = "finished" if status in _FINAL else "unknown"
+        summary.append(_no_decision(status, body is not None))
+    summary += _history_lines(out.preemptions)
+    if status in _FINAL:
+        summary.insert(0, f"The job has ended: {status} ({row.get('last_reason') or 'no reason given'}).")
+    out.summary.extend(summary)
+    return out
+
+
+def _decision(kind: str, body: object) -> JobQueued | JobPlaced | JobPreemptionRequested | JobReclaimRequested | None:
+    cls = _DECISIONS.get(kind)
+    if cls is None or body is None:
+        return None
+    try:
+        return cls.model_validate_json(json.dumps(body))
+    except ValidationError:
+        return None
+
+
+def _no_decision(status: str, unreadable: bool) -> str:
+    if unreadable:
+        return "The scheduler's latest decision is in a form this server cannot read; see decision_json."
+    return f"The scheduler has made no decision about this job yet (status {status})."
+
+
+def _wait(d: JobQueued) -> jobs_pb2.WaitExplanation:
+    wait = jobs_pb2.WaitExplanation(reasons=[reason_text(r.value) for r in d.reasons], message=d.message)
+    for w in d.why_not:
+        wait.why_not.append(
+            jobs_pb2.ClusterWhyNot(
+                cluster=w.cluster, reasons=[reason_text(r.value) for r in w.reasons], detail=w.detail
+            )
+        )
+    if d.binding is not None:
+        b = d.binding
+        wait.binding.CopyFrom(
+            jobs_pb2.BindingConstraint(
+                reason=reason_text(b.reason.value),
+                resource=b.resource.value if b.resource else "",
+                gpu_model=b.gpu_model or "",
+                cluster=b.cluster or "",
+                requested=b.requested,
+                available=b.available,
+            )
+        )
+    if d.smallest_change is not None:
+        c = d.smallest_change
+        wait.smallest_change.CopyFrom(
+            jobs_pb2.SuggestedChange(field=c.field, current=c.current, suggested=c.suggested, message=c.message)
+        )
+    if d.queue_position is not None:
+        wait.queue_position = d.queue_position
+    if d.estimated_start_ms is not None:
+        wait.estimated_start_ms = d.estimated_start_ms
+    return wait
+
+
+def _wait_lines(d: JobQueued, row: Mapping[str, Any]) -> list[str]:
+    reasons = ", ".join(f"{r.value} ({describe(r.value)})" for r in d.reasons)
+    lines = [f"Waiting: {reasons}.", d.message] if d.message else [f"Waiting: {reasons}."]
+    if d.queue_position is not None:
+        lines.append(f"Position {d.queue_position} in its queue.")
+    if d.binding is not None:
+        b = d.binding
+        where = " ".join(
+            part
+            for part in (
+                f"{b.resource.value}" if b.resource else "",
+                f"of model {b.gpu_model}" if b.gpu_model else "",
+                f"in cluster {b.cluster}" if b.cluster else "across the federation",
+            )
+            if part
+        )
+        unit = UNITS.get(b.resource, "") if b.resource else ""
+        lines.append(
+            f"Binding constraint: {b.reason.value} ({describe(b.reason.value)}) on {where}: "
+            f"requested {b.requested} {unit}, available {b.available} {unit}".rstrip()
+            + "."
+        )
+    if d.smallest_change is not None:
+        c = d.smallest_change
+        tail = f" ({c.message})" if c.message else ""
+        lines.append(f"Smallest change that would help: {c.field} from {c.current} to {c.suggested}{tail}.")
+    if d.estimated_start_ms is not None:
+        lines.append(f"Estimated start: {format_time(d.estimated_start_ms)}.")
+    for w in d.why_not:
+        detail = f" - {w.detail}" if w.detail else ""
+        lines.append(f"  {w.cluster}: " + ", ".join(r.value for r in w.reasons) + detail)
+    return lines
+
+
+def _score(c: CandidateScore) -> jobs_pb2.CandidateScore:
+    return jobs_pb2.CandidateScore(
+        cluster=c.cluster,
+        node=c.node or "",
+        total=c.total,
+        components=[jobs_pb2.ScoreComponent(name=p.name, points=p.points) for p in c.components],
+    )
+
+
+def _placement(d: JobPlaced) -> jobs_pb2.PlacementExplanation:
+    return jobs_pb2.PlacementExplanation(
+        cluster=d.cluster,
+        run=d.run,
+        reason=reason_text(d.reason.value),
+        replicas=slots([[r.node, list(r.gpu_indices), r.gpu_milli_each] for r in d.replicas]),
+        chosen=_score(d.chosen),
+        runner_up=[_score(c) for c in d.runner_up],
+        explanation=d.explanation,
+    )
+
+
+def _score_line(c: CandidateScore) -> str:
+    where = f"{c.cluster}/{c.node}" if c.node else c.cluster
+    parts = " + ".join(f"{p.name} {p.points}" for p in c.components)
+    return f"{where}: total {c.total}" + (f" = {parts}" if parts else "")
+
+
+def _placement_lines(d: JobPlaced) -> list[str]:
+    lines = [f"Placed on cluster {d.cluster} (run {d.run}, {d.reason.value}): {d.explanation}"]
+    lines.append("Chosen " + _score_line(d.chosen) + " (milli-points).")
+    lines += ["Runner-up " + _score_line(c) for c in d.runner_up]
+    for r in d.replicas:
+        gpus = f", GPUs {list(r.gpu_indices)} x {r.gpu_milli_each} milli-GPU" if r.gpu_indices else ""
+        lines.append(f"  replica {r.replica} on node {r.node}{gpus}")
+    return lines
+
+
+def _preemption(d: JobPreemptionRequested | JobReclaimRequested) -> jobs_pb2.PreemptionExplanation:
+    out = jobs_pb2.PreemptionExplanation(
+        cluster=d.cluster,
+        run=d.run,
+        reason=reason_text(d.reason.value),
+        rule=d.rule,
+        grace_period_s=d.grace_period_s,
+        message=d.message,
+    )
+    if isinstance(d, JobPreemptionRequested):
+        out.preemptor = d.preemptor or ""
+    else:
+        out.preemptor = d.figures.lender
+        out.figures_json = d.figures.model_dump_json()
+    return out
+
+
+def _preemption_lines(d: JobPreemptionRequested | JobReclaimRequested) -> list[str]:
+    what = "Preemption" if isinstance(d, JobPreemptionRequested) else "Reclaim"
+    lines = [
+        f"{what} requested on cluster {d.cluster} (run {d.run}) under rule {d.rule}: "
+        f"{d.reason.value} ({describe(d.reason.value)}); grace period {d.grace_period_s} s."
+    ]
+    if isinstance(d, JobPreemptionRequested) and d.preemptor:
+        lines.append(f"To make room for job {d.preemptor}.")
+    if isinstance(d, JobReclaimRequested):
+        f = d.figures
+        model = f" of {f.gpu_model}" if f.gpu_model else ""
+        lines.append(
+            f"Borrowed quota{model}: this tenant uses {f.borrower_used_milli} of {f.borrower_guaranteed_milli} "
+            f"milli-GPU guaranteed; lender {f.lender} uses {f.lender_used_milli} of {f.lender_guaranteed_milli} "
+            f"and waits for {f.lender_pending_milli}; stopping this job gives back {f.reclaimed_milli}."
+        )
+    if d.message:
+        lines.append(d.message)
+    return lines
+
+
+def _history_lines(entries: Sequence[jobs_pb2.TimelineEntry]) -> list[str]:
+    stopped = [e for e in entries if e.event in ("JobPreempted", "JobReclaimed")]
+    if not stopped:
+        return []
+    last = stopped[-1]
+    return [
+        f"Stopped {len(stopped)} time(s) to make room; the latest at {format_time(last.time_ms)}: "
+        f"{last.reason}" + (f" - {last.message}" if last.message else "")
+    ]

@@ -1,0 +1,129 @@
+"""``fedsched.v1.JobService``: submit, cancel, get, list, watch and explain jobs.
+
+Called by the gRPC server through ``services.api.handlers`` (which maps errors to status codes and
+sets the caller's principal). Writes go through ``JobCommands`` (shared with the intake); reads come
+from the read models, with the API's own submission record as a fallback for a job accepted a moment
+ago that the job view has not folded yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from events.log.contract import EventLog
+from events.topics import JOBS
+from services.api import convert, validation, watch
+from services.api.auth import check_scope, current_principal
+from services.api.commands import JobCommands
+from services.api.errors import NotFound
+from services.api.explain import explain
+from services.api.handlers import Context
+from services.api.pb import jobs_pb2
+from services.api.queries import JobFilter, ReadModels, Row
+from services.api.store import ApiStore
+
+STATUSES = ("submitted", "queued", "placed", "running", "succeeded", "failed", "cancelled", "rejected", "unknown")
+PRIORITY_CLASSES = ("production_inference", "critical_training", "standard", "best_effort")
+
+
+class JobService:
+    def __init__(self, commands: JobCommands, reads: ReadModels, store: ApiStore, log: EventLog) -> None:
+        self._commands = commands
+        self._reads = reads
+        self._store = store
+        self._log = log
+
+    async def SubmitJob(self, request: jobs_pb2.SubmitJobRequest, context: Context) -> jobs_pb2.SubmitJobResponse:
+        principal = current_principal()
+        request_id = validation.request_id("client_request_id", request.client_request_id)
+        spec = validation.job_spec_body(request.spec)
+        done = await self._commands.submit(principal, spec, request_id)
+        return jobs_pb2.SubmitJobResponse(
+            job_id=done.job_id, created=done.created, client_request_id=done.client_request_id
+        )
+
+    async def CancelJob(self, request: jobs_pb2.CancelJobRequest, context: Context) -> jobs_pb2.CancelJobResponse:
+        request_id = validation.request_id("client_request_id", request.client_request_id)
+        ref = await self._commands.cancel(current_principal(), request.job_id, request.reason, request_id)
+        return jobs_pb2.CancelJobResponse(job_id=ref.job_id, status=ref.status)
+
+    async def _visible_row(self, job_id: str) -> Row | None:
+        """The job's row if the caller may see it; ``NotFound`` for another tenant's job."""
+        job_id = validation.identifier("job_id", job_id)
+        await self._commands.find(current_principal(), job_id)
+        row = await self._reads.job(job_id)
+        return row if row is not None and not row["orphan"] else None
+
+    async def GetJob(self, request: jobs_pb2.GetJobRequest, context: Context) -> jobs_pb2.Job:
+        row = await self._visible_row(request.job_id)
+        if row is not None:
+            return convert.job(row, with_timeline=True)
+        entry = await self._store.submission(request.job_id)
+        if entry is None:  # pragma: no cover - find() saw it a moment ago
+            raise NotFound(f"no job {request.job_id}", field="job_id")
+        return convert.accepted_job(entry, with_timeline=True)
+
+    async def ListJobs(self, request: jobs_pb2.ListJobsRequest, context: Context) -> jobs_pb2.ListJobsResponse:
+        principal = current_principal()
+        where = JobFilter(
+            tenant=validation.optional_identifier("tenant", request.tenant),
+            project=validation.optional_identifier("project", request.project),
+            queue=validation.optional_identifier("queue", request.queue),
+            statuses=tuple(validation.one_of("statuses", s, STATUSES) for s in request.statuses),
+            priority_class=validation.one_of("priority_class", request.priority_class, PRIORITY_CLASSES)
+            if request.priority_class
+            else None,
+            cluster=validation.optional_identifier("cluster", request.cluster),
+        )
+        if len(request.statuses) > len(STATUSES):
+            validation.one_of("statuses", "(too many)", STATUSES)
+        check_scope(principal, where.tenant or "")
+        size = validation.page_size(request.page_size)
+        query = {**where.as_query(), "scope": principal.tenant_scope()}
+        after = validation.decode_page_token(request.page_token, query, 2)
+        rows = await self._reads.jobs(where, principal.tenant_scope(), size + 1, after)
+        out = jobs_pb2.ListJobsResponse(jobs=[convert.job(r) for r in rows[:size]])
+        if len(rows) > size:
+            last = rows[size - 1]
+            out.next_page_token = validation.encode_page_token(query, [last["submitted_ms"] or 0, last["entity_key"]])
+        return out
+
+    async def WatchJob(self, request: jobs_pb2.WatchJobRequest, context: Context) -> AsyncIterator[jobs_pb2.JobEvent]:
+        job_id = validation.identifier("job_id", request.job_id)
+        ref = await self._commands.find(current_principal(), job_id)
+        row, positions = await self._reads.job_and_positions(job_id)
+        if row is not None and row["orphan"]:
+            row = None
+        status = row["status"] if row is not None else ref.status
+        if row is not None and not request.skip_history:
+            for item in watch.history(row):
+                yield item
+        elif row is None and not request.skip_history and not any(k[0] == JOBS.name for k in positions):
+            # Accepted, not folded, and no positions to read it from: show the acceptance itself.
+            entry = await self._store.submission(job_id)
+            if entry is not None:
+                yield jobs_pb2.JobEvent(
+                    job_id=job_id, time_ms=entry.created_ms, event="JobSubmitted", status="submitted", history=True
+                )
+        if status in watch.FINAL and not request.follow_after_end:
+            return
+        reader = await self._log.reader()
+        try:
+            starts = await watch.start_positions(self._log, reader, job_id, positions, request.skip_history)
+            async for item in watch.live(reader, job_id, starts, status, request.follow_after_end):
+                yield item
+        finally:
+            await reader.close()
+
+    async def ExplainJob(self, request: jobs_pb2.ExplainJobRequest, context: Context) -> jobs_pb2.Explanation:
+        row = await self._visible_row(request.job_id)
+        if row is None:
+            entry = await self._store.submission(request.job_id)
+            status = "submitted" if entry is not None else "unknown"
+            return jobs_pb2.Explanation(
+                job_id=request.job_id,
+                status=status,
+                question="unknown",
+                summary=[f"The scheduler has made no decision about this job yet (status {status})."],
+            )
+        return explain(row)

@@ -1,0 +1,45 @@
+"""``fedsched.v1.ResourceService``: the unified resource view (clusters, nodes, GPU capacity).
+
+Called by the gRPC server through ``services.api.handlers``. Reads the read models only. The fleet is
+not tenant data: any authenticated role may read it.
+"""
+
+from __future__ import annotations
+
+from services.api import convert, validation
+from services.api.errors import InvalidArgument
+from services.api.handlers import Context
+from services.api.pb import resources_pb2
+from services.api.queries import ReadModels
+
+
+class ResourceService:
+    def __init__(self, reads: ReadModels) -> None:
+        self._reads = reads
+
+    async def ListClusters(
+        self, request: resources_pb2.ListClustersRequest, context: Context
+    ) -> resources_pb2.ListClustersResponse:
+        return resources_pb2.ListClustersResponse(clusters=[convert.cluster(r) for r in await self._reads.clusters()])
+
+    async def ListNodes(
+        self, request: resources_pb2.ListNodesRequest, context: Context
+    ) -> resources_pb2.ListNodesResponse:
+        cluster = validation.optional_identifier("cluster", request.cluster)
+        model = request.gpu_model
+        if len(model) > 64:
+            raise InvalidArgument("gpu_model", "longer than 64 characters")
+        size = validation.page_size(request.page_size)
+        query = {"cluster": cluster, "gpu_model": model}
+        after = validation.decode_page_token(request.page_token, query, 2)
+        rows = await self._reads.nodes(cluster, model or None, size + 1, after)
+        out = resources_pb2.ListNodesResponse(nodes=[convert.node(r) for r in rows[:size]])
+        if len(rows) > size:
+            last = rows[size - 1]
+            out.next_page_token = validation.encode_page_token(query, [last["cluster"], last["node"]])
+        return out
+
+    async def GetCapacity(self, request: resources_pb2.GetCapacityRequest, context: Context) -> resources_pb2.Capacity:
+        cluster = validation.optional_identifier("cluster", request.cluster)
+        per_cluster = await self._reads.capacity(cluster)
+        return convert.capacity(per_cluster, await self._reads.fleet_models())

@@ -1,0 +1,153 @@
+"""The API process: the gRPC server (jobs, resources, quota, audit, health, reflection) and the intake.
+
+Called by ``fedsched api`` and, in embedded mode, by ``fedsched up``: ``api = await serve(config)``
+(or ``serve(config, log=..., pool=...)`` to share an open log and pool), then ``await api.stop()``.
+Composition root: opens the log and the database unless given, creates the topics and the API's
+tables, wires the servicers and starts the intake task.
+
+The server refuses messages over ``max_message_bytes`` (4 MiB) before parsing them, serves TLS when a
+certificate is configured (mutual TLS when a client CA is), and authenticates every call but health.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+
+import asyncpg
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from events.log import EventLog, open_log
+from events.publisher import Publisher
+from events.topics import TOPICS
+from projections import readmodels
+from services.api.audit import AuditService
+from services.api.auth import AuthInterceptor
+from services.api.commands import JobCommands, QuotaCommands
+from services.api.config import ApiConfig
+from services.api.handlers import generic_handler
+from services.api.intake import Intake
+from services.api.jobs import JobService
+from services.api.pb import SERVICES
+from services.api.queries import ReadModels
+from services.api.quota import QuotaService
+from services.api.resources import ResourceService
+from services.api.store import ApiStore
+
+logger = logging.getLogger("fedsched.api")
+
+
+@dataclass
+class ApiServer:
+    """A running API: ``port`` is the bound port (useful with ``listen="127.0.0.1:0"``)."""
+
+    server: grpc.aio.Server
+    port: int
+    config: ApiConfig
+    health: health.aio.HealthServicer
+    publisher: Publisher
+    intake: Intake | None = None
+    _intake_task: asyncio.Task[None] | None = None
+    _owned: list[object] = field(default_factory=list)
+
+    @property
+    def address(self) -> str:
+        host = self.config.listen.rsplit(":", 1)[0]
+        return f"{host}:{self.port}"
+
+    async def stop(self, grace_s: float = 2.0) -> None:
+        await self.health.enter_graceful_shutdown()
+        if self.intake is not None:
+            self.intake.stop()
+        if self._intake_task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(self._intake_task, timeout=10)
+        await self.server.stop(grace_s)
+        if self.intake is not None:
+            await self.intake.close()
+        await self.publisher.close()
+        for resource in reversed(self._owned):
+            with contextlib.suppress(Exception):
+                await resource.close()  # type: ignore[attr-defined]
+
+    async def wait(self) -> None:
+        await self.server.wait_for_termination()
+
+
+async def serve(config: ApiConfig, *, log: EventLog | None = None, pool: asyncpg.Pool | None = None) -> ApiServer:
+    """Start the API (and the intake, if configured). Pass ``log`` and ``pool`` to share open ones;
+    otherwise they are opened from ``config`` and closed by ``stop``."""
+    owned: list[object] = []
+    if log is None:
+        log = open_log(config.log_url)
+        await log.start()
+        owned.append(log)
+    if pool is None:
+        pool = await asyncpg.create_pool(config.dsn, min_size=1, max_size=16)
+        owned.append(pool)
+    if config.create_topics:
+        await log.create_topics(TOPICS)
+    await readmodels.ensure_schema(pool, config.read_schema)
+    store = ApiStore(pool, config.api_schema)
+    await store.ensure_schema()
+    reads = ReadModels(pool, config.read_schema)
+    publisher = Publisher(log, config.source)
+    await publisher.start()
+    jobs = JobCommands(publisher, store, reads)
+    quotas = QuotaCommands(publisher, store)
+    servicers = {
+        "fedsched.v1.JobService": JobService(jobs, reads, store, log),
+        "fedsched.v1.ResourceService": ResourceService(reads),
+        "fedsched.v1.QuotaService": QuotaService(quotas, reads),
+        "fedsched.v1.AuditService": AuditService(jobs, reads, store),
+    }
+    limit = config.max_message_bytes
+    server = grpc.aio.server(
+        interceptors=[AuthInterceptor(config.auth)],
+        options=[
+            ("grpc.max_receive_message_length", limit),
+            ("grpc.max_send_message_length", limit),
+            ("grpc.max_metadata_size", 16 * 1024),
+        ],
+    )
+    server.add_generic_rpc_handlers([generic_handler(SERVICES[name], impl) for name, impl in servicers.items()])
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection([*SERVICES, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    port = _bind(server, config)
+    await server.start()
+    for name in ("", *SERVICES):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    api = ApiServer(server, port, config, health_servicer, publisher, _owned=owned)
+    if config.intake:
+        api.intake = Intake(log, jobs, config)
+        await api.intake.start()
+        api._intake_task = asyncio.create_task(api.intake.run(), name="fedsched-intake")
+    mode = "mTLS" if config.tls and config.tls.client_ca else "TLS" if config.tls else "plaintext"
+    logger.info(
+        "event=api_started address=%s transport=%s intake=%s auth=%s",
+        api.address,
+        mode,
+        config.intake,
+        ",".join(config.auth.algorithms),
+    )
+    return api
+
+
+def _bind(server: grpc.aio.Server, config: ApiConfig) -> int:
+    if config.tls is None:
+        port = server.add_insecure_port(config.listen)
+    else:
+        credentials = grpc.ssl_server_credentials(
+            [(config.tls.private_key, config.tls.cert_chain)],
+            root_certificates=config.tls.client_ca,
+            require_client_auth=config.tls.client_ca is not None,
+        )
+        port = server.add_secure_port(config.listen, credentials)
+    if not port:
+        raise OSError(f"cannot listen on {config.listen}")
+    return int(port)

@@ -1,0 +1,174 @@
+"""The API's own PostgreSQL tables: idempotency keys of submissions, and the quota requests it took.
+
+Called by ``services.api.commands``. Calls asyncpg. Both tables live in their own schema (default
+``fedsched_api``) beside the read models, so every API replica shares them.
+
+A submission is recorded and published in one database transaction: the row is inserted (``ON CONFLICT
+DO NOTHING``), the ``JobSubmitted`` is appended to the log, then the transaction commits. A concurrent
+retry with the same key waits on the uncommitted row, then finds it committed and answers with its job;
+if the first attempt died before its commit, the row is gone and the retry publishes again, with the
+same derived event id, which the projections and the scheduler recognise as a duplicate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+from services.api.errors import AlreadyExists
+
+_LOCK = 7_215_101
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    job_id: str
+    tenant: str
+    client_request_id: str
+    spec_sha256: str
+    event_json: str
+    submitted_by: str
+    created_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaRequest:
+    request_id: str
+    tenant: str
+    queue: str
+    resource: str
+    gpu_model: str | None
+    amount: int
+    period_start_ms: int
+    period_end_ms: int
+    decision: str | None
+
+
+class ApiStore:
+    def __init__(self, pool: asyncpg.Pool, schema: str = "fedsched_api") -> None:
+        self._pool = pool
+        self.schema = schema
+
+    async def ensure_schema(self) -> None:
+        s = self.schema
+        async with self._pool.acquire() as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK)
+            await conn.execute(
+                f"""
+                CREATE SCHEMA IF NOT EXISTS {s};
+                CREATE TABLE IF NOT EXISTS {s}.submissions (
+                    tenant text NOT NULL,
+                    client_request_id text NOT NULL,
+                    job_id text NOT NULL UNIQUE,
+                    spec_sha256 text NOT NULL,
+                    event_json text NOT NULL,
+                    submitted_by text NOT NULL,
+                    created_ms bigint NOT NULL,
+                    PRIMARY KEY (tenant, client_request_id));
+                CREATE TABLE IF NOT EXISTS {s}.quota_requests (
+                    request_id text PRIMARY KEY,
+                    tenant text NOT NULL,
+                    queue text NOT NULL,
+                    resource text NOT NULL,
+                    gpu_model text,
+                    amount bigint NOT NULL,
+                    period_start_ms bigint NOT NULL,
+                    period_end_ms bigint NOT NULL,
+                    spec_sha256 text NOT NULL,
+                    decision text);
+                """
+            )
+
+    async def submit(self, entry: Submission, publish: Callable[[], Awaitable[object]]) -> tuple[str, bool]:
+        """Record ``entry`` and run ``publish`` once per key; returns ``(job_id, created)``.
+
+        The same key with another spec raises ``AlreadyExists``."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            inserted = await conn.fetchval(
+                f"INSERT INTO {self.schema}.submissions (tenant, client_request_id, job_id, spec_sha256, event_json,"
+                " submitted_by, created_ms) VALUES ($1, $2, $3, $4, $5, $6, $7)"
+                " ON CONFLICT (tenant, client_request_id) DO NOTHING RETURNING job_id",
+                entry.tenant,
+                entry.client_request_id,
+                entry.job_id,
+                entry.spec_sha256,
+                entry.event_json,
+                entry.submitted_by,
+                entry.created_ms,
+            )
+            if inserted is None:
+                row = await conn.fetchrow(
+                    f"SELECT job_id, spec_sha256 FROM {self.schema}.submissions"
+                    " WHERE tenant = $1 AND client_request_id = $2",
+                    entry.tenant,
+                    entry.client_request_id,
+                )
+                assert row is not None  # the conflicting row committed before DO NOTHING returned
+                if row["spec_sha256"] != entry.spec_sha256:
+                    raise AlreadyExists(
+                        "was already used for a different job spec; use a new client_request_id",
+                        field="client_request_id",
+                    )
+                return str(row["job_id"]), False
+            await publish()
+            return entry.job_id, True
+
+    async def submission(self, job_id: str) -> Submission | None:
+        row = await self._pool.fetchrow(f"SELECT * FROM {self.schema}.submissions WHERE job_id = $1", job_id)
+        return None if row is None else Submission(**dict(row))
+
+    async def record_quota_request(
+        self, request: QuotaRequest, spec_sha256: str, publish: Callable[[], Awaitable[object]]
+    ) -> bool:
+        """Record and publish a quota request once; ``False`` for a retry of the same request."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            inserted = await conn.fetchval(
+                f"INSERT INTO {self.schema}.quota_requests (request_id, tenant, queue, resource, gpu_model, amount,"
+                " period_start_ms, period_end_ms, spec_sha256) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+                " ON CONFLICT (request_id) DO NOTHING RETURNING request_id",
+                request.request_id,
+                request.tenant,
+                request.queue,
+                request.resource,
+                request.gpu_model,
+                request.amount,
+                request.period_start_ms,
+                request.period_end_ms,
+                spec_sha256,
+            )
+            if inserted is None:
+                existing = await conn.fetchval(
+                    f"SELECT spec_sha256 FROM {self.schema}.quota_requests WHERE request_id = $1", request.request_id
+                )
+                if existing != spec_sha256:
+                    raise AlreadyExists("was already used for a different quota request", field="client_request_id")
+                return False
+            await publish()
+            return True
+
+    async def quota_request(self, request_id: str) -> QuotaRequest | None:
+        row = await self._pool.fetchrow(
+            f"SELECT request_id, tenant, queue, resource, gpu_model, amount, period_start_ms, period_end_ms, decision"
+            f" FROM {self.schema}.quota_requests WHERE request_id = $1",
+            request_id,
+        )
+        return None if row is None else QuotaRequest(**dict(row))
+
+    async def decide_quota_request(
+        self, request_id: str, decision: str, publish: Callable[[], Awaitable[object]]
+    ) -> str | None:
+        """Mark the request decided and publish, once; returns the earlier decision if there was one."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            row: Any = await conn.fetchrow(
+                f"SELECT decision FROM {self.schema}.quota_requests WHERE request_id = $1 FOR UPDATE", request_id
+            )
+            if row is not None and row["decision"] is not None:
+                return str(row["decision"])
+            await conn.execute(
+                f"UPDATE {self.schema}.quota_requests SET decision = $2 WHERE request_id = $1", request_id, decision
+            )
+            await publish()
+            return None

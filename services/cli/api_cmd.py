@@ -1,0 +1,194 @@
+"""Sub-commands: ``fedsched api`` (the gRPC API, with the intake) and ``fedsched intake`` (the intake alone).
+
+Composition roots: read flags, then the environment (``FEDSCHED_LOG``, ``FEDSCHED_POSTGRES_DSN``,
+``FEDSCHED_JWT_SECRET``, ``FEDSCHED_JWT_PUBLIC_KEY``, ``FEDSCHED_JWT_ISSUER``, ``FEDSCHED_JWT_AUDIENCE``,
+``FEDSCHED_TLS_CERT``, ``FEDSCHED_TLS_KEY``, ``FEDSCHED_CLIENT_CA``), run until SIGINT or SIGTERM.
+Without a key, ``--dev DIR`` makes a local development key in DIR and prints an admin token; without
+either the command refuses to start (deny by default). Heavy imports stay inside the handlers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from services.cli.main import CliError
+
+if TYPE_CHECKING:
+    from services.api.auth import AuthConfig
+    from services.api.config import ApiConfig
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    api = sub.add_parser(
+        "api",
+        help="serve the gRPC API (jobs, resources, quota, audit) and the event intake",
+        description="Serve the fedsched.v1 gRPC API with bearer-JWT auth, TLS when configured, and the "
+        "event intake for MLOps tools (fedsched.intake).",
+    )
+    api.add_argument("--listen", default=os.environ.get("FEDSCHED_API_LISTEN", "127.0.0.1:50051"), help="host:port")
+    _common(api)
+    api.add_argument("--tls-cert", type=Path, default=_env_path("FEDSCHED_TLS_CERT"), help="server certificate (PEM)")
+    api.add_argument("--tls-key", type=Path, default=_env_path("FEDSCHED_TLS_KEY"), help="server private key (PEM)")
+    api.add_argument(
+        "--client-ca", type=Path, default=_env_path("FEDSCHED_CLIENT_CA"), help="require client certificates of this CA"
+    )
+    api.add_argument("--no-intake", action="store_true", help="do not run the event intake in this process")
+    api.set_defaults(handler=run_api)
+
+    intake = sub.add_parser("intake", help="run only the event intake for MLOps tools (fedsched.intake)")
+    _common(intake)
+    intake.set_defaults(handler=run_intake)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--log", help="log URL: kafka://host:port or a PostgreSQL DSN (default: FEDSCHED_LOG)")
+    parser.add_argument("--dsn", help="PostgreSQL of the read models (default: FEDSCHED_POSTGRES_DSN)")
+    parser.add_argument("--jwt-secret", help="HS256 secret (default: FEDSCHED_JWT_SECRET); prefer --jwt-secret-file")
+    parser.add_argument("--jwt-secret-file", type=Path, help="file holding the HS256 secret")
+    parser.add_argument(
+        "--jwt-public-key", type=Path, default=_env_path("FEDSCHED_JWT_PUBLIC_KEY"), help="RS256 public key (PEM)"
+    )
+    parser.add_argument("--issuer", default=os.environ.get("FEDSCHED_JWT_ISSUER"), help="required token issuer")
+    parser.add_argument("--audience", default=os.environ.get("FEDSCHED_JWT_AUDIENCE"), help="required token audience")
+    parser.add_argument(
+        "--dev", type=Path, metavar="DIR", help="no keys: make a development key in DIR and print an admin token"
+    )
+    parser.add_argument("--read-schema", default="fedsched_rm", help="schema of the read models")
+    parser.add_argument("--instance", default="", help="name of this replica (default: host name and pid)")
+
+
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value) if value else None
+
+
+def auth_config(args: argparse.Namespace) -> tuple[AuthConfig, bool]:
+    """The auth settings from flags and environment; ``True`` when it is the development key."""
+    from services.api.auth import DEV_AUDIENCE, DEV_ISSUER, AuthConfig, dev_auth
+
+    secret: bytes | None = None
+    if args.jwt_secret_file:
+        secret = args.jwt_secret_file.read_bytes().strip()
+    elif args.jwt_secret or os.environ.get("FEDSCHED_JWT_SECRET"):
+        secret = (args.jwt_secret or os.environ["FEDSCHED_JWT_SECRET"]).encode()
+    public_key = args.jwt_public_key.read_bytes() if args.jwt_public_key else None
+    if secret is None and public_key is None:
+        if args.dev is None:
+            raise CliError(
+                "no token key: pass --jwt-secret(-file) or --jwt-public-key, or --dev DIR for development", 2
+            )
+        return dev_auth(args.dev), True
+    try:
+        config = AuthConfig(
+            issuer=args.issuer or DEV_ISSUER,
+            audience=args.audience or DEV_AUDIENCE,
+            hs256_secret=secret,
+            rs256_public_key=public_key,
+        )
+    except ValueError as error:
+        raise CliError(f"token key: {error}", 2) from None
+    return config, False
+
+
+def api_config(args: argparse.Namespace, *, intake: bool) -> tuple[ApiConfig, bool]:
+    from services.api.config import ApiConfig, TlsConfig
+    from services.config import log_url, postgres_dsn
+
+    auth, dev = auth_config(args)
+    tls = None
+    if getattr(args, "tls_cert", None) or getattr(args, "tls_key", None):
+        if not (args.tls_cert and args.tls_key):
+            raise CliError("TLS needs both --tls-cert and --tls-key", 2)
+        tls = TlsConfig.from_files(args.tls_cert, args.tls_key, args.client_ca)
+    elif getattr(args, "client_ca", None):
+        raise CliError("--client-ca (mutual TLS) needs --tls-cert and --tls-key", 2)
+    config = ApiConfig(
+        log_url=log_url(args.log),
+        dsn=postgres_dsn(args.dsn),
+        auth=auth,
+        listen=getattr(args, "listen", "127.0.0.1:50051"),
+        tls=tls,
+        read_schema=args.read_schema,
+        intake=intake,
+        instance=args.instance,
+    )
+    return config, dev
+
+
+async def _until_signalled() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+async def run_api(args: argparse.Namespace) -> int:
+    import logging
+
+    from services.api.auth import dev_token, write_dev_token
+    from services.api.server import serve
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    config, dev = api_config(args, intake=not args.no_intake)
+    api = await serve(config)
+    print(f"fedsched api: listening on {api.address}", flush=True)
+    if dev:
+        token = dev_token(config.auth)
+        path = write_dev_token(args.dev, token)
+        print(f"fedsched api: development token (admin, every tenant; also in {path}):\n{token}", flush=True)
+    try:
+        await _until_signalled()
+    finally:
+        await api.stop()
+    return 0
+
+
+async def run_intake(args: argparse.Namespace) -> int:
+    import logging
+
+    import asyncpg
+
+    from events.log import open_log
+    from events.publisher import Publisher
+    from events.topics import TOPICS
+    from projections import readmodels
+    from services.api.commands import JobCommands
+    from services.api.intake import Intake
+    from services.api.queries import ReadModels
+    from services.api.store import ApiStore
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    config, _ = api_config(args, intake=True)
+    log = open_log(config.log_url)
+    await log.start()
+    pool = await asyncpg.create_pool(config.dsn, min_size=1, max_size=4)
+    publisher = Publisher(log, config.source)
+    intake: Intake | None = None
+    try:
+        await log.create_topics(TOPICS)
+        await readmodels.ensure_schema(pool, config.read_schema)
+        store = ApiStore(pool, config.api_schema)
+        await store.ensure_schema()
+        await publisher.start()
+        intake = Intake(log, JobCommands(publisher, store, ReadModels(pool, config.read_schema)), config)
+        await intake.start()
+        print("fedsched intake: consuming fedsched.intake", flush=True)
+        task = asyncio.create_task(intake.run())
+        await _until_signalled()
+        intake.stop()
+        await task
+    finally:
+        if intake is not None:
+            await intake.close()
+        await publisher.close()
+        await pool.close()
+        await log.close()
+    print(f"fedsched intake: stopped ({intake.stats if intake else ''})", file=sys.stderr)
+    return 0

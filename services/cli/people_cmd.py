@@ -1,0 +1,465 @@
+"""Sub-commands for people: ``fedsched submit | jobs | job | watch | explain | cancel | resources | quota``.
+
+Each is a gRPC client of the API (``services.api.client``): ``--server`` (``FEDSCHED_SERVER``, default
+127.0.0.1:50051) and ``--token`` (``FEDSCHED_TOKEN``, else the file ``FEDSCHED_TOKEN_FILE``, else the
+development token ``fedsched up`` leaves in ``.fedsched/dev-token``); TLS with ``--ca-cert`` and, for
+mutual TLS, ``--client-cert`` and ``--client-key``. Human tables by default, ``--json`` everywhere.
+
+Exit codes: 0 done; 1 another failure; 2 invalid input (a bad job file, or INVALID_ARGUMENT, with the
+field); 3 not found; 4 not authenticated or not allowed; 5 conflict (ALREADY_EXISTS,
+FAILED_PRECONDITION); 6 the server cannot be reached or did not answer in time. With ``--json`` an error
+is one JSON object on stderr: ``{"error": {"code", "message", "field", "reason"}}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from services.cli import jobfile
+from services.cli.main import CliError
+
+if TYPE_CHECKING:
+    from services.api.client import CallError, Client
+
+EXIT_CODES = {
+    "INVALID_ARGUMENT": 2,
+    "OUT_OF_RANGE": 2,
+    "NOT_FOUND": 3,
+    "UNAUTHENTICATED": 4,
+    "PERMISSION_DENIED": 4,
+    "ALREADY_EXISTS": 5,
+    "FAILED_PRECONDITION": 5,
+    "ABORTED": 5,
+    "UNAVAILABLE": 6,
+    "DEADLINE_EXCEEDED": 6,
+}
+STATUSES = ("submitted", "queued", "placed", "running", "succeeded", "failed", "cancelled", "rejected")
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--server", default=None, help="API address host:port (default: FEDSCHED_SERVER or local)")
+    common.add_argument("--token", default=None, help="bearer token (default: FEDSCHED_TOKEN or the dev token)")
+    common.add_argument("--ca-cert", type=Path, default=None, help="use TLS, trusting this CA (PEM)")
+    common.add_argument("--client-cert", type=Path, default=None, help="client certificate for mutual TLS (PEM)")
+    common.add_argument("--client-key", type=Path, default=None, help="client key for mutual TLS (PEM)")
+    common.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for an answer (default 30)")
+    common.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    submit = sub.add_parser("submit", parents=[common], help="submit a job from a YAML file")
+    submit.add_argument("file", type=Path, help="job YAML (the fields of JobSubmitted; '-' for stdin)")
+    submit.add_argument("--request-id", help="idempotency key (default: the file's client_request_id, else new)")
+    submit.set_defaults(handler=_handler(submit_job))
+
+    jobs = sub.add_parser("jobs", parents=[common], help="list jobs, newest first")
+    jobs.add_argument("--tenant", default="")
+    jobs.add_argument("--project", default="")
+    jobs.add_argument("--queue", default="")
+    jobs.add_argument("--status", action="append", default=[], choices=STATUSES, help="repeat for several")
+    jobs.add_argument("--priority-class", default="")
+    jobs.add_argument("--cluster", default="")
+    jobs.add_argument("--limit", type=int, default=50, help="at most this many jobs (default 50)")
+    jobs.set_defaults(handler=_handler(list_jobs))
+
+    job = sub.add_parser("job", parents=[common], help="one job: status, placement and timeline")
+    job.add_argument("job_id")
+    job.set_defaults(handler=_handler(show_job))
+
+    watch = sub.add_parser("watch", parents=[common], help="follow a job's events until it ends")
+    watch.add_argument("job_id")
+    watch.add_argument("--skip-history", action="store_true", help="only what happens from now on")
+    watch.set_defaults(handler=_handler(watch_job))
+
+    explain = sub.add_parser("explain", parents=[common], help="why a job waits, was preempted, or went where it is")
+    explain.add_argument("job_id")
+    explain.set_defaults(handler=_handler(explain_job))
+
+    cancel = sub.add_parser("cancel", parents=[common], help="ask for a job to be cancelled")
+    cancel.add_argument("job_id")
+    cancel.add_argument("--reason", default="", help="why, for the job's history")
+    cancel.add_argument("--request-id", default=None, help="idempotency key")
+    cancel.set_defaults(handler=_handler(cancel_job))
+
+    resources = sub.add_parser("resources", parents=[common], help="GPU capacity: clusters x GPU models")
+    resources.add_argument("--cluster", default="", help="only this cluster")
+    what = resources.add_mutually_exclusive_group()
+    what.add_argument("--clusters", action="store_true", help="list clusters instead")
+    what.add_argument("--nodes", action="store_true", help="list nodes instead")
+    resources.add_argument("--limit", type=int, default=200, help="with --nodes: at most this many (default 200)")
+    resources.set_defaults(handler=_handler(show_resources))
+
+    quota = sub.add_parser("quota", parents=[common], help="quota and usage of tenant queues")
+    quota.add_argument("--tenant", default="")
+    quota.add_argument("--queue", default="")
+    quota.set_defaults(handler=_handler(show_quota))
+
+
+Command = Callable[[argparse.Namespace, "Client"], Awaitable[int]]
+
+
+def _handler(command: Command) -> Callable[[argparse.Namespace], Awaitable[int]]:
+    async def run(args: argparse.Namespace) -> int:
+        from services.api.client import CallError, Client
+
+        client = Client(client_config(args))
+        try:
+            return await command(args, client)
+        except CallError as error:
+            return _failed(args, error)
+        finally:
+            await client.close()
+
+    return run
+
+
+def client_config(args: argparse.Namespace) -> Any:
+    from services.api.client import DEFAULT_SERVER, ClientConfig, resolve_token
+
+    def read(path: Path | None) -> bytes | None:
+        try:
+            return path.read_bytes() if path else None
+        except OSError as error:
+            raise CliError(f"{path}: {error.strerror}", 2) from None
+
+    if bool(args.client_cert) != bool(args.client_key):
+        raise CliError("mutual TLS needs both --client-cert and --client-key", 2)
+    return ClientConfig(
+        server=args.server or os.environ.get("FEDSCHED_SERVER") or DEFAULT_SERVER,
+        token=resolve_token(args.token),
+        ca_cert=read(args.ca_cert),
+        client_cert=read(args.client_cert),
+        client_key=read(args.client_key),
+        timeout_s=args.timeout,
+    )
+
+
+def _failed(args: argparse.Namespace, error: CallError) -> int:
+    code = EXIT_CODES.get(error.code, 1)
+    if args.json:
+        print(json.dumps({"error": error.as_json()}), file=sys.stderr)
+        return code
+    where = f" (field {error.field})" if error.field and error.field not in error.message else ""
+    hint = ""
+    if error.code == "UNAVAILABLE":
+        hint = f"; is the API running at {args.server or os.environ.get('FEDSCHED_SERVER') or '127.0.0.1:50051'}?"
+    elif error.code == "UNAUTHENTICATED":
+        hint = "; pass --token or set FEDSCHED_TOKEN"
+    raise CliError(f"{error.code.lower().replace('_', ' ')}: {error.message}{where}{hint}", code)
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, sort_keys=True))
+
+
+def to_dict(message: Any) -> dict[str, Any]:
+    from google.protobuf.json_format import MessageToDict
+
+    out: dict[str, Any] = MessageToDict(
+        message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
+    return out
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(h) for h in headers], *[["" if c is None else str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells)
+
+
+def gpus(milli: int) -> str:
+    return f"{milli / 1000:g}"
+
+
+def duration(ms: int) -> str:
+    seconds = ms // 1000
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
+
+
+def when(ms: int) -> str:
+    from events.envelope import format_time
+
+    return format_time(ms)
+
+
+# -- commands ------------------------------------------------------------------------------------------
+
+
+async def submit_job(args: argparse.Namespace, client: Client) -> int:
+    from services.api.pb import jobs_pb2
+
+    try:
+        text = sys.stdin.read() if str(args.file) == "-" else args.file.read_text()
+    except OSError as error:
+        raise CliError(f"{args.file}: {error.strerror}", 2) from None
+    try:
+        spec, file_request_id = jobfile.parse(text)
+    except jobfile.JobFileError as error:
+        if args.json:
+            print(json.dumps({"error": {"code": "INVALID_ARGUMENT", "message": str(error), "field": error.field}}))
+            return 2
+        raise CliError(f"{args.file}: {error}", 2) from None
+    request_id = args.request_id or file_request_id or f"cli-{uuid.uuid4().hex}"
+    request = jobs_pb2.SubmitJobRequest(spec=spec, client_request_id=request_id)
+    response = await client.call(client.jobs.SubmitJob, request)
+    if args.json:
+        print(json.dumps({"job_id": response.job_id, "created": response.created, "client_request_id": request_id}))
+    elif response.created:
+        print(f"submitted {response.job_id} ({spec.tenant}/{spec.name})")
+    else:
+        print(f"{response.job_id} was already submitted with request id {request_id}: nothing new")
+    return 0
+
+
+async def list_jobs(args: argparse.Namespace, client: Client) -> int:
+    from services.api.pb import jobs_pb2
+
+    if args.limit < 1:
+        raise CliError("--limit must be at least 1", 2)
+    found: list[Any] = []
+    token = ""
+    while len(found) < args.limit:
+        request = jobs_pb2.ListJobsRequest(
+            tenant=args.tenant,
+            project=args.project,
+            queue=args.queue,
+            statuses=args.status,
+            priority_class=args.priority_class,
+            cluster=args.cluster,
+            page_size=min(1000, args.limit - len(found)),
+            page_token=token,
+        )
+        page = await client.call(client.jobs.ListJobs, request)
+        found += list(page.jobs)
+        token = page.next_page_token
+        if not token:
+            break
+    if args.json:
+        _print_json({"jobs": [to_dict(j) for j in found], "more": bool(token)})
+        return 0
+    rows = [
+        [
+            j.job_id,
+            j.name[:40],
+            j.tenant,
+            j.status,
+            j.priority_class,
+            gpus(j.gpu_milli * j.replicas),
+            j.cluster or "-",
+            duration(j.waiting_ms),
+            j.last_reason,
+        ]
+        for j in found
+    ]
+    print(table(["JOB", "NAME", "TENANT", "STATUS", "PRIORITY", "GPUS", "CLUSTER", "WAITED", "REASON"], rows))
+    if token:
+        print(f"(more than {len(found)} jobs; raise --limit or filter)")
+    return 0
+
+
+async def show_job(args: argparse.Namespace, client: Client) -> int:
+    from services.api.pb import jobs_pb2
+
+    job = await client.call(client.jobs.GetJob, jobs_pb2.GetJobRequest(job_id=args.job_id))
+    if args.json:
+        _print_json(to_dict(job))
+        return 0
+    fields = [
+        ("job", job.job_id),
+        ("name", job.name),
+        ("tenant", f"{job.tenant} / project {job.project} / queue {job.queue}"),
+        ("kind", f"{job.kind}, {job.priority_class}, {job.replicas} replica(s) x {gpus(job.gpu_milli)} GPU"),
+        ("status", job.status + (f" on {job.cluster}" if job.cluster else "")),
+        ("reason", f"{job.last_reason} {job.last_message}".strip() or "-"),
+        ("runs", f"{job.runs} (preempted {job.preemptions} times), waited {duration(job.waiting_ms)}"),
+    ]
+    for name in ("submitted_ms", "placed_ms", "started_ms", "ended_ms"):
+        if job.HasField(name):
+            fields.append((name.removesuffix("_ms"), when(getattr(job, name))))
+    for slot in job.placement:
+        fields.append((f"replica {slot.replica}", f"{slot.node} GPUs {list(slot.gpu_indices)} x {slot.gpu_milli_each}"))
+    width = max(len(k) for k, _ in fields)
+    print("\n".join(f"{k.ljust(width)}  {v}" for k, v in fields))
+    if job.timeline:
+        print()
+        rows = [[when(e.time_ms), e.event, e.status, e.reason, e.message[:80]] for e in job.timeline]
+        print(table(["TIME", "EVENT", "STATUS", "REASON", "MESSAGE"], rows))
+    return 0
+
+
+async def watch_job(args: argparse.Namespace, client: Client) -> int:
+    import grpc
+
+    from services.api.client import call_error
+    from services.api.pb import jobs_pb2
+
+    request = jobs_pb2.WatchJobRequest(job_id=args.job_id, skip_history=args.skip_history)
+    try:
+        async for event in client.stream(client.jobs.WatchJob, request):
+            if args.json:
+                print(json.dumps(to_dict(event)), flush=True)
+            else:
+                text = f"{when(event.time_ms)}  {event.event:<24} {event.status:<10} {event.reason}"
+                print((text + (f"  {event.message[:100]}" if event.message else "")).rstrip(), flush=True)
+    except grpc.aio.AioRpcError as error:
+        raise call_error(error) from None
+    return 0
+
+
+async def explain_job(args: argparse.Namespace, client: Client) -> int:
+    from services.api.pb import jobs_pb2
+
+    answer = await client.call(client.jobs.ExplainJob, jobs_pb2.ExplainJobRequest(job_id=args.job_id))
+    if args.json:
+        _print_json(to_dict(answer))
+        return 0
+    print(f"{answer.job_id}: {answer.status}")
+    for line in answer.summary:
+        print(line)
+    return 0
+
+
+async def cancel_job(args: argparse.Namespace, client: Client) -> int:
+    from services.api.pb import jobs_pb2
+
+    request = jobs_pb2.CancelJobRequest(
+        job_id=args.job_id, reason=args.reason, client_request_id=args.request_id or f"cli-{uuid.uuid4().hex}"
+    )
+    response = await client.call(client.jobs.CancelJob, request)
+    if args.json:
+        print(json.dumps({"job_id": response.job_id, "status": response.status, "cancel_requested": True}))
+    else:
+        print(f"cancellation of {response.job_id} requested (it was {response.status})")
+    return 0
+
+
+async def show_resources(args: argparse.Namespace, client: Client) -> int:
+    from services.api.pb import resources_pb2
+
+    if args.clusters:
+        clusters = await client.call(client.resources.ListClusters, resources_pb2.ListClustersRequest())
+        if args.json:
+            _print_json(to_dict(clusters))
+            return 0
+        rows = [
+            [c.cluster, c.status, c.kind, c.region, c.nodes, c.gpus, gpus(c.gpu_capacity_milli), gpus(c.gpu_free_milli)]
+            for c in clusters.clusters
+        ]
+        print(table(["CLUSTER", "STATUS", "KIND", "REGION", "NODES", "GPUS", "HEALTHY", "FREE"], rows))
+        return 0
+    if args.nodes:
+        return await _show_nodes(args, client)
+    capacity = await client.call(client.resources.GetCapacity, resources_pb2.GetCapacityRequest(cluster=args.cluster))
+    if args.json:
+        _print_json(to_dict(capacity))
+        return 0
+    rows = [
+        [
+            c.cluster,
+            c.gpu_model or "-",
+            c.nodes,
+            gpus(c.total_milli),
+            gpus(c.healthy_milli),
+            gpus(c.free_milli),
+            gpus(c.allocated_milli),
+            "",
+        ]
+        for c in capacity.clusters
+    ]
+    for m in capacity.models:
+        hot = " (hot)" if m.hot else ""
+        rows.append(
+            [
+                "ALL",
+                m.gpu_model or "-",
+                "",
+                gpus(m.total_milli),
+                gpus(m.healthy_milli),
+                gpus(m.free_milli),
+                "",
+                gpus(m.pending_milli) + hot,
+            ]
+        )
+    print(table(["CLUSTER", "GPU MODEL", "NODES", "TOTAL", "HEALTHY", "FREE", "ALLOCATED", "PENDING"], rows))
+    print("(GPUs; pending demand is federation-wide per model: a job that accepts several models counts for each)")
+    return 0
+
+
+async def _show_nodes(args: argparse.Namespace, client: Client) -> int:
+    from services.api.pb import resources_pb2
+
+    nodes: list[Any] = []
+    token = ""
+    while len(nodes) < args.limit:
+        request = resources_pb2.ListNodesRequest(
+            cluster=args.cluster, page_size=min(1000, args.limit - len(nodes)), page_token=token
+        )
+        page = await client.call(client.resources.ListNodes, request)
+        nodes += list(page.nodes)
+        token = page.next_page_token
+        if not token:
+            break
+    if args.json:
+        _print_json({"nodes": [to_dict(n) for n in nodes], "more": bool(token)})
+        return 0
+    rows = [
+        [
+            n.cluster,
+            n.node,
+            "yes" if n.present and n.schedulable else "no",
+            n.gpu_model or "-",
+            n.gpus,
+            gpus(n.gpu_free_milli),
+            f"{n.health_milli / 10:g}%",
+            n.jobs,
+        ]
+        for n in nodes
+    ]
+    print(table(["CLUSTER", "NODE", "SCHEDULABLE", "GPU MODEL", "GPUS", "FREE", "HEALTH", "JOBS"], rows))
+    return 0
+
+
+async def show_quota(args: argparse.Namespace, client: Client) -> int:
+    from services.api.pb import quota_pb2
+
+    answer = await client.call(client.quota.GetQuota, quota_pb2.GetQuotaRequest(tenant=args.tenant, queue=args.queue))
+    if args.json:
+        _print_json(to_dict(answer))
+        return 0
+    units = {"cpu": 1000, "gpu": 1000, "memory": 1, "npu": 1}
+    rows = []
+    for q in answer.queues:
+        for line in q.lines:
+            scale = units.get(line.resource, 1)
+            limit = f"{line.limit / scale:g}" if line.HasField("limit") else "-"
+            rows.append(
+                [
+                    q.tenant,
+                    q.queue,
+                    line.resource + (f":{line.gpu_model}" if line.gpu_model else ""),
+                    f"{line.used / scale:g}",
+                    f"{line.guaranteed / scale:g}",
+                    limit,
+                    f"{line.borrowed / scale:g}",
+                    q.running_jobs,
+                    f"{q.gpu_hours_milli / 1000:g}",
+                ]
+            )
+        if not q.lines:
+            rows.append(
+                [q.tenant, q.queue, "(no quota)", "", "", "", "", q.running_jobs, f"{q.gpu_hours_milli / 1000:g}"]
+            )
+    headers = ["TENANT", "QUEUE", "RESOURCE", "USED", "GUARANTEED", "LIMIT", "BORROWED", "RUNNING", "GPU-HOURS"]
+    print(table(headers, rows))
+    print("(cpu in CPUs, gpu in GPUs, memory in MiB)")
+    return 0
