@@ -1,0 +1,137 @@
+"""The connector as deployed: the least-privilege RBAC manifest is enough, and the CLI runs it."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from connectors.kubernetes import KubeApi, KubeError
+from events.catalog.decisions import JobPreemptionRequested
+from events.catalog.inventory import ClusterRegistered, NodeObserved
+from events.catalog.jobs import JobPreempted, JobStarted
+from events.catalog.types import ClusterId, CycleId, JobId
+from events.publisher import Publisher
+
+from .builders import a_job, a_node, a_placement, container_status, pod_status, running
+from .support import Kube, Running, Tap, config, delete_nodes, unique, wait_until
+
+pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.kube, pytest.mark.timeout(120)]
+
+RBAC = Path(__file__).resolve().parents[3] / "deploy" / "kubernetes" / "rbac.yaml"
+COLLECTIONS = {
+    "Namespace": "/api/v1/namespaces",
+    "ServiceAccount": "/api/v1/namespaces/{namespace}/serviceaccounts",
+    "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+}
+
+
+async def apply(kube: Kube, manifest: dict[str, Any]) -> None:
+    path = COLLECTIONS[manifest["kind"]].format(namespace=manifest["metadata"].get("namespace", ""))
+    try:
+        await kube.api.request("POST", path, body=manifest)
+    except KubeError as error:
+        if error.status != 409:
+            raise
+
+
+async def test_the_rbac_manifest_is_all_the_connector_needs(
+    kube: Kube, tap: Tap, scheduler: Publisher, connectors: Running, kube_config: str
+) -> None:
+    manifests = [m for m in yaml.safe_load_all(RBAC.read_text()) if m]
+    assert [m["kind"] for m in manifests] == ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"]
+    for manifest in manifests:
+        await apply(kube, manifest)  # the real API server accepts every object
+    # The test's connector user gets the same ClusterRole the service account has.
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "fedsched-connector-test-user"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "fedsched-connector"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "fedsched-connector"}],
+    }
+    await apply(kube, binding)
+    user_config = str(Path(kube_config).parent / "connector.kubeconfig")
+    user = await KubeApi.from_kubeconfig(user_config)
+    try:
+        with pytest.raises(KubeError) as refused:
+            await user.request("GET", "/api/v1/secrets")
+        assert refused.value.status == 403  # least privilege: not an admin
+    finally:
+        await user.close()
+
+    cluster = unique("rbac")
+    node = f"{cluster}-n"
+    try:
+        await kube.node(a_node(node).gpus(8).build())
+        await connectors.start(config(cluster), kubeconfig=user_config)
+        await tap.wait(NodeObserved, node=node)
+        job = unique("train")
+        await scheduler.publish([a_job(job, tenant=unique("tenant")), a_placement(job, (node,), cluster=cluster)])
+        (pod,) = await wait_until(lambda: kube.job_pods(cluster, job), 30, "the pod")
+        await kube.set_pod_status(pod, pod_status("Running", container_status(**running())))
+        await tap.wait(JobStarted, job_id=job)
+        await scheduler.publish(
+            [JobPreemptionRequested(job_id=JobId(job), cycle_id=CycleId("c"), cluster=ClusterId(cluster), rule="r")]
+        )
+        await wait_until(lambda: _deleting(kube, cluster, job), 30, "the pod being deleted")
+        await kube.delete_pod(pod, 0)  # the kubelet's final delete
+        await tap.wait(JobPreempted, job_id=job)
+        await wait_until(lambda: _none(kube, cluster, job), 30, "the pod gone (finalizer removed by the connector)")
+    finally:
+        await delete_nodes(kube, (node,))
+
+
+async def _deleting(kube: Kube, cluster: str, job: str) -> bool:
+    pods = await kube.job_pods(cluster, job)
+    return bool(pods) and all(p["metadata"].get("deletionTimestamp") for p in pods)
+
+
+async def _none(kube: Kube, cluster: str, job: str) -> bool:
+    return not await kube.job_pods(cluster, job)
+
+
+async def test_fedsched_connector_kubernetes_runs_until_sigterm(
+    kube: Kube, tap: Tap, kube_config: str, log_url: str
+) -> None:
+    cluster = unique("cli")
+    node = f"{cluster}-n"
+    await kube.node(a_node(node).gpus(2).build())
+    url = log_url  # kafka://host:port or the PostgreSQL DSN, as the operator would pass it
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "services.cli.main",
+        "connector",
+        "kubernetes",
+        "--cluster",
+        cluster,
+        "--kubeconfig",
+        kube_config,
+        "--log",
+        url,
+        "--site",
+        "lab",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        (registered,) = await tap.wait(ClusterRegistered, cluster=cluster, timeout_s=60)
+        assert registered.site == "lab"
+        await tap.wait(NodeObserved, cluster=cluster, node=node)
+        process.send_signal(signal.SIGTERM)
+        out, err = await asyncio.wait_for(process.communicate(), 30)
+        assert process.returncode == 0, err.decode()[-2000:]
+        assert f"kubernetes connector {cluster}" in out.decode()
+        assert "event=connector_stopped" in err.decode()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        await delete_nodes(kube, (node,))
