@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import signal
+from dataclasses import asdict
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -25,6 +26,25 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     verify.add_argument("--until", help="only cycles at or before this time (RFC 3339)")
     verify.add_argument("--json", action="store_true", help="print one JSON object")
     verify.set_defaults(handler=run_verify)
+
+    timeline = audit_sub.add_parser("timeline", help="every event of a job, with reasons, from the archive")
+    timeline.add_argument("job_id")
+    timeline.add_argument("--dsn", help="PostgreSQL DSN of the archive (default: FEDSCHED_POSTGRES_DSN)")
+    timeline.add_argument("--json", action="store_true", help="print one JSON object")
+    timeline.set_defaults(handler=run_timeline)
+
+    export = audit_sub.add_parser("export", help="the whole archive as JSON lines or CSV")
+    export.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
+    export.add_argument("--out", help="file to write (default: standard output)")
+    export.add_argument("--dsn", help="PostgreSQL DSN of the archive (default: FEDSCHED_POSTGRES_DSN)")
+    export.set_defaults(handler=run_export)
+
+    at = audit_sub.add_parser("at", help="the fleet, queues and quotas as they stood at a moment")
+    at.add_argument("time", help="RFC 3339, e.g. 2026-12-01T09:00:00Z")
+    at.add_argument("--log", help="log URL (default: FEDSCHED_LOG)")
+    at.add_argument("--namespace", default="")
+    at.add_argument("--json", action="store_true", help="print one JSON object")
+    at.set_defaults(handler=run_at)
 
     archive = audit_sub.add_parser("archive", help="copy every event of every topic into the archive")
     archive.add_argument("--log", help="log URL (default: FEDSCHED_LOG)")
@@ -135,3 +155,124 @@ async def run_verify(args: argparse.Namespace) -> int:
         for diff in report.differences[:20]:
             print(f"  {diff.cycle_id} {diff.decision_id}: recorded {diff.recorded!r} replayed {diff.replayed!r}")
     return 0 if not report.differences else 1
+
+
+async def run_timeline(args: argparse.Namespace) -> int:
+    import asyncpg
+
+    from events.envelope import format_time
+    from services.audit.queries import timeline
+    from services.cli.main import CliError
+    from services.config import postgres_dsn
+
+    pool = await asyncpg.create_pool(postgres_dsn(args.dsn), min_size=1, max_size=2)
+    try:
+        events = await timeline(pool, args.job_id)
+    finally:
+        await pool.close()
+    if not events:
+        raise CliError(f"no archived event for job {args.job_id!r}", 3)
+    if args.json:
+        print(json.dumps({"job_id": args.job_id, "events": [asdict(e) for e in events]}, default=str))
+        return 0
+    for e in events:
+        detail = " ".join(x for x in (e.reason, e.message) if x)
+        print(f"{format_time(e.time_ms)}  {e.type:<24} {e.topic}[{e.partition}]@{e.offset}  {detail}")
+    return 0
+
+
+async def run_export(args: argparse.Namespace) -> int:
+    import sys
+
+    import asyncpg
+
+    from services.audit.queries import export
+    from services.config import postgres_dsn
+
+    pool = await asyncpg.create_pool(postgres_dsn(args.dsn), min_size=1, max_size=2)
+    out = open(args.out, "w", encoding="utf-8") if args.out else sys.stdout  # noqa: SIM115, ASYNC230
+    count = 0
+    try:
+        async for line in export(pool, args.format):
+            out.write(line)
+            count += 1
+    finally:
+        await pool.close()
+        if args.out:
+            out.close()
+    if args.out:
+        print(f"wrote {count} lines to {args.out}", file=sys.stderr)
+    return 0
+
+
+async def run_at(args: argparse.Namespace) -> int:
+    from events.envelope import parse_time
+    from events.log import open_log
+    from services.audit.queries import state_at
+    from services.cli.main import CliError
+    from services.config import log_url
+
+    try:
+        moment = parse_time(args.time)
+    except ValueError as error:
+        raise CliError(f"time: not an RFC 3339 time: {error}", 2) from None
+    log = open_log(log_url(args.log))
+    await log.start()
+    try:
+        state = await state_at(log, moment, namespace=args.namespace)
+    finally:
+        await log.close()
+    snapshot = state.snapshot(moment)
+    fleet: dict[tuple[str, str], list[int]] = {}
+    for node in snapshot.nodes:
+        entry = fleet.setdefault((node.cluster, node.gpu_model or "-"), [0, 0, 0, 0])
+        entry[0] += 1
+        entry[1] += len(node.gpus)
+        entry[2] += sum(g.free_milli for g in node.gpus) // 1000
+        entry[3] += sum(1 for g in node.gpus if g.health.value == "ok")
+    queues: dict[str, int] = {}
+    for job in snapshot.pending:
+        queues[job.priority_class.value] = queues.get(job.priority_class.value, 0) + 1
+    quotas = [
+        {
+            "tenant": t.tenant_id,
+            "resource": q.resource,
+            "queue": q.queue or "default",
+            "guaranteed": q.guaranteed,
+            "limit": q.limit,
+        }
+        for t in snapshot.tenants
+        for q in t.quotas
+    ]
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "time_ms": moment,
+                    "fleet": [
+                        {
+                            "cluster": c,
+                            "gpu_model": m,
+                            "nodes": v[0],
+                            "gpus": v[1],
+                            "free_gpus": v[2],
+                            "healthy_gpus": v[3],
+                        }
+                        for (c, m), v in sorted(fleet.items())
+                    ],
+                    "running": len(snapshot.running),
+                    "pending_by_priority": queues,
+                    "quotas": quotas,
+                }
+            )
+        )
+        return 0
+    print(f"as of {args.time}: {len(snapshot.running)} jobs running, {len(snapshot.pending)} waiting")
+    print(f"{'cluster':<16}{'gpu model':<16}{'nodes':>7}{'gpus':>7}{'free':>7}{'healthy':>9}")
+    for (cluster, model), (nodes, gpus, free, healthy) in sorted(fleet.items()):
+        print(f"{cluster:<16}{model:<16}{nodes:>7}{gpus:>7}{free:>7}{healthy:>9}")
+    for priority, count in sorted(queues.items()):
+        print(f"waiting {priority}: {count}")
+    for q in quotas:
+        print(f"quota {q['tenant']}/{q['queue']} {q['resource']}: guaranteed {q['guaranteed']} limit {q['limit']}")
+    return 0

@@ -7,12 +7,16 @@ shows it done with its reason, and ``audit verify`` re-executes every cycle iden
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
 
 from events.catalog.jobs import JobSubmitted
 from events.catalog.types import Resources
+from events.envelope import format_time
 from events.publisher import Publisher
 from services.audit.verify import verify
 from services.runtime import up
@@ -94,3 +98,39 @@ async def test_a_submitted_job_runs_to_completion_and_every_cycle_verifies(fresh
         await log.close()
     assert report.cycles >= 1
     assert report.identical_pct == 100.0, report.differences
+
+    # What a compliance team runs afterwards, from the command line.
+    code, out = await fedsched("audit", "archive", "--once", dsn=fresh_database)
+    assert code == 0, out
+    code, out = await fedsched("audit", "timeline", "e2e-0", "--json", dsn=fresh_database)
+    assert code == 0, out
+    kinds = [e["type"] for e in json.loads(out)["events"]]
+    assert kinds[0] == "JobSubmitted" and "JobPlaced" in kinds and kinds[-1] == "JobSucceeded"
+    code, out = await fedsched("audit", "export", "--format", "jsonl", dsn=fresh_database)
+    assert code == 0
+    exported = [json.loads(line) for line in out.splitlines()]
+    assert {"JobSubmitted", "JobPlaced", "NodeObserved", "SchedulingCycleCompleted"} <= {e["type"] for e in exported}
+    code, out = await fedsched("audit", "verify", "--json", dsn=fresh_database)
+    assert code == 0, out
+    assert json.loads(out)["identical_pct"] == 100.0
+    code, out = await fedsched("audit", "at", format_time(10**13), "--json", dsn=fresh_database)
+    assert code == 0, out
+    state = json.loads(out)
+    assert state["pending_by_priority"] == {"standard": 1}
+    assert sum(row["nodes"] for row in state["fleet"]) == 40
+
+
+async def fedsched(*args: str, dsn: str) -> tuple[int, str]:
+    env = {**os.environ, "FEDSCHED_POSTGRES_DSN": dsn, "FEDSCHED_LOG": dsn}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "services.cli.main",
+        *args,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout=120)
+    assert process.returncode is not None
+    return process.returncode, out.decode() + (err.decode() if process.returncode else "")
