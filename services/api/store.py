@@ -3,6 +3,9 @@
 Called by ``services.api.commands``. Calls asyncpg. Both tables live in their own schema (default
 ``fedsched_api``) beside the read models, so every API replica shares them.
 
+The job id is derived from the key, so the key alone (the primary key) decides a conflict: a second
+unique index would make a concurrent retry fail on it instead of waiting on the key.
+
 A submission is recorded and published in one database transaction: the row is inserted (``ON CONFLICT
 DO NOTHING``), the ``JobSubmitted`` is appended to the log, then the transaction commits. A concurrent
 retry with the same key waits on the uncommitted row, then finds it committed and answers with its job;
@@ -62,12 +65,13 @@ class ApiStore:
                 CREATE TABLE IF NOT EXISTS {s}.submissions (
                     tenant text NOT NULL,
                     client_request_id text NOT NULL,
-                    job_id text NOT NULL UNIQUE,
+                    job_id text NOT NULL,
                     spec_sha256 text NOT NULL,
                     event_json text NOT NULL,
                     submitted_by text NOT NULL,
                     created_ms bigint NOT NULL,
                     PRIMARY KEY (tenant, client_request_id));
+                CREATE INDEX IF NOT EXISTS submissions_job_id ON {s}.submissions (job_id);
                 CREATE TABLE IF NOT EXISTS {s}.quota_requests (
                     request_id text PRIMARY KEY,
                     tenant text NOT NULL,
