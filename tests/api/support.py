@@ -30,9 +30,7 @@ SECRET = b"test-secret-of-at-least-32-bytes-long!!"
 
 def rsa_pair() -> tuple[Any, bytes]:
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    public = key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
+    public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     return key, public
 
 
@@ -164,7 +162,9 @@ async def append(log: EventLog, events: Sequence[Event | Envelope], *, time_ms: 
     producer = await log.producer()
     try:
         envelopes = [
-            e if isinstance(e, Envelope) else Envelope(id=uuid.uuid4().hex, time_ms=time_ms or int(time.time() * 1000), data=e)
+            e
+            if isinstance(e, Envelope)
+            else Envelope(id=uuid.uuid4().hex, time_ms=time_ms or int(time.time() * 1000), data=e)
             for e in events
         ]
         await producer.append([to_record(e) for e in envelopes])

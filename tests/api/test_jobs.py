@@ -105,9 +105,7 @@ async def test_sixteen_concurrent_retries_on_two_replicas_make_one_job(stack: St
     other = Client(ClientConfig(server=second.address, token=token))
     request = jobs_pb2.SubmitJobRequest(spec=spec(name="retried"), client_request_id=request_id)
     try:
-        answers = await asyncio.gather(
-            *[c.call(c.jobs.SubmitJob, request) for c in [first, other] * 8]
-        )
+        answers = await asyncio.gather(*[c.call(c.jobs.SubmitJob, request) for c in [first, other] * 8])
     finally:
         await other.close()
         await second.stop()
@@ -263,7 +261,11 @@ async def test_explain_gives_why_it_waits_where_it_went_and_why_it_was_preempted
     await append(stack.log, [preempt])
     await stack.fold()
     answer = await client.call(client.jobs.ExplainJob, jobs_pb2.ExplainJobRequest(job_id=job_id))
-    assert (answer.question, answer.preemption.preemptor, answer.preemption.rule) == ("preempted", "j-important", "priority")
+    assert (answer.question, answer.preemption.preemptor, answer.preemption.rule) == (
+        "preempted",
+        "j-important",
+        "priority",
+    )
     assert [p.event for p in answer.preemptions] == ["JobPreemptionRequested"]
 
 
@@ -304,7 +306,13 @@ async def test_watch_streams_history_then_live_events_until_the_job_ends(stack: 
 
     await stack.fold()
     timeline = await client.call(client.audit.GetJobTimeline, audit_pb2.GetJobTimelineRequest(job_id=job_id))
-    assert [e.event for e in timeline.entries] == ["JobSubmitted", "JobQueued", "JobPlaced", "JobStarted", "JobSucceeded"]
+    assert [e.event for e in timeline.entries] == [
+        "JobSubmitted",
+        "JobQueued",
+        "JobPlaced",
+        "JobStarted",
+        "JobSucceeded",
+    ]
     assert timeline.entries[1].reason_description.startswith("not enough free whole GPUs")
 
 
