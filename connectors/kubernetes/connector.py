@@ -167,5 +167,6 @@ class KubernetesConnector:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             await self.consumer.close()
+            await self.reporter.close()
             await self.publisher.close()
             log.info("event=connector_stopped cluster=%s", self.config.cluster)

@@ -15,6 +15,7 @@ restart, a relist) is a recognisable duplicate. Lists publish in batches of ``ba
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 
@@ -81,9 +82,13 @@ class NodeWatcher:
         )
         return [(event, self._id("removed", node_id, generation))]
 
-    async def _publish(self, items: Sequence[Item]) -> None:
-        for start in range(0, len(items), self._batch):
-            await self._reporter.publish(items[start : start + self._batch])
+    async def _publish(self, items: Sequence[Item], *, wait: bool) -> None:
+        """Hand events to the reporter; after a list, wait until they are in the log."""
+        futures = [self._reporter.submit(items[s : s + self._batch]) for s in range(0, len(items), self._batch)]
+        if wait:
+            await asyncio.gather(*futures)
+        else:
+            await self._reporter.room()
 
     async def synced(self, objects: list[Obj]) -> None:
         items: list[Item] = []
@@ -95,7 +100,7 @@ class NodeWatcher:
         for name in sorted(set(self._ids) - seen):
             # Deleted while no watch was open: its deletion came after every version we hold.
             items.extend(self._removed(name, max(top, self.generations.get(name, 0)) + 1))
-        await self._publish(items)
+        await self._publish(items, wait=True)
 
     async def changed(self, kind: str, obj: Obj) -> None:
         if kind == "DELETED":
@@ -103,4 +108,5 @@ class NodeWatcher:
             items = self._removed(name, max(nodes.generation(obj), self.generations.get(name, 0) + 1))
         else:
             items = self._observed(obj)
-        await self._publish(items)
+        # Watch events are not awaited one by one: the reporter groups a burst into a few appends.
+        await self._publish(items, wait=False)

@@ -1,9 +1,10 @@
 """Publishing the connector's events, and following whether the cluster can be reached.
 
 Called by every part of the connector that reports something. ``Reporter`` wraps a ``Publisher``:
-each event gets the id its caller derived (so a duplicate after a restart is recognisable) and
-publishing retries with backoff while the log is down; publishes are serialised, because the
-connector's producer is transactional (one connector per cluster: a second instance fences the first).
+each event gets the id its caller derived (so a duplicate after a restart is recognisable); appends
+are serialised, because the connector's producer is transactional (one connector per cluster: a
+second instance fences the first), and grouped: whatever was submitted while one append was in flight
+goes out in the next, so a burst of watch events costs a few transactions, not one each.
 
 ``Reachability`` takes the result of every API request. When requests keep failing for
 ``unreachable_after_s`` it logs one clear error and publishes ``ClusterStatusChanged(unreachable)``;
@@ -24,6 +25,7 @@ from events.catalog.base import Event
 from events.catalog.inventory import ClusterStatus, ClusterStatusChanged
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import ClusterId
+from events.envelope import Envelope
 from events.log import LogError, ProducerFenced
 from events.publisher import Publisher
 
@@ -31,34 +33,108 @@ log = logging.getLogger("fedsched.connector.kubernetes")
 
 
 class Reporter:
-    def __init__(self, publisher: Publisher, *, backoff: Backoff | None = None) -> None:
+    """Group commit: events submitted while an append is in flight go out together in the next one.
+
+    ``submit`` queues and returns at once (a future for the caller who needs to know, e.g. before
+    annotating a pod); ``publish`` waits for the commit. Order is kept: batches go out in the order
+    their events were submitted. One flusher task appends; it retries while the log is down and stops
+    for good on ``ProducerFenced``, which every waiting and later caller then gets.
+    """
+
+    def __init__(
+        self, publisher: Publisher, *, backoff: Backoff | None = None, max_batch: int = 500, max_pending: int = 20_000
+    ) -> None:
         self.publisher = publisher
         self._backoff = backoff or Backoff(0.2, 10.0)
-        self._lock = asyncio.Lock()
+        self.max_batch = max_batch
+        self.max_pending = max_pending
+        self._queue: list[tuple[list[Envelope], asyncio.Future[None]]] = []
+        self._pending = 0
+        self._wakeup = asyncio.Event()
+        self._room = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._failure: BaseException | None = None
         self.published = 0
+        self.appends = 0
+
+    def submit(self, items: Sequence[tuple[Event, str | None]]) -> asyncio.Future[None]:
+        """Queue events, each with its id (None: a fresh one); the future resolves once they are in the log."""
+        if self._failure is not None:
+            raise self._failure
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        envelopes = [self.publisher.envelope(event, id=ident) for event, ident in items]
+        if not envelopes:
+            future.set_result(None)
+            return future
+        self._queue.append((envelopes, future))
+        self._pending += len(envelopes)
+        self._wakeup.set()
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._flush_forever())
+        return future
 
     async def publish(self, items: Sequence[tuple[Event, str | None]]) -> None:
-        """Publish events, each with its id (None: a fresh one), as one atomic append; retry until done."""
-        if not items:
-            return
-        envelopes = [self.publisher.envelope(event, id=ident) for event, ident in items]
-        async with self._lock:
-            while True:
-                try:
-                    await self.publisher.publish(envelopes)
-                    self._backoff.reset()
-                    self.published += len(envelopes)
-                    return
-                except ProducerFenced:
-                    log.error("event=producer_fenced reason=another connector for this cluster took over")
-                    raise
-                except (TimeoutError, LogError, OSError) as error:
-                    delay = self._backoff.next_delay()
-                    log.warning("event=publish_retry error=%r retry_in_s=%.1f", str(error), delay)
-                    await asyncio.sleep(delay)
+        await self.submit(items)
 
     async def publish_one(self, event: Event, ident: str | None = None) -> None:
         await self.publish([(event, ident)])
+
+    async def room(self) -> None:
+        """Wait while more than ``max_pending`` events are queued (back pressure for the watchers)."""
+        while self._pending > self.max_pending:
+            self._room.clear()
+            await self._room.wait()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    def _take(self) -> list[tuple[list[Envelope], asyncio.Future[None]]]:
+        batch: list[tuple[list[Envelope], asyncio.Future[None]]] = []
+        size = 0
+        while self._queue and (not batch or size + len(self._queue[0][0]) <= self.max_batch):
+            entry = self._queue.pop(0)
+            batch.append(entry)
+            size += len(entry[0])
+        return batch
+
+    async def _flush_forever(self) -> None:
+        try:
+            while True:
+                if not self._queue:
+                    self._wakeup.clear()
+                    await self._wakeup.wait()
+                batch = self._take()
+                await self._append([e for envelopes, _ in batch for e in envelopes])
+                for envelopes, future in batch:
+                    self._pending -= len(envelopes)
+                    if not future.done():
+                        future.set_result(None)
+                self._room.set()
+        except BaseException as error:
+            self._failure = error if isinstance(error, ProducerFenced) else RuntimeError("the reporter stopped")
+            for _, future in self._queue:
+                if not future.done():
+                    future.set_exception(self._failure)
+            raise
+
+    async def _append(self, envelopes: list[Envelope]) -> None:
+        while True:
+            try:
+                await self.publisher.publish(envelopes)
+                self._backoff.reset()
+                self.published += len(envelopes)
+                self.appends += 1
+                return
+            except ProducerFenced:
+                log.error("event=producer_fenced reason=another connector for this cluster took over")
+                raise
+            except (TimeoutError, LogError, OSError) as error:
+                delay = self._backoff.next_delay()
+                log.warning("event=publish_retry error=%r retry_in_s=%.1f", str(error), delay)
+                await asyncio.sleep(delay)
 
 
 class Reachability:

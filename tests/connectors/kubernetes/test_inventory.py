@@ -110,7 +110,8 @@ async def test_a_relist_after_410_reports_the_deletions_the_watch_missed(
     keep, lose = f"{cluster}-keep", f"{cluster}-lose"
     publisher = Publisher(event_log, "urn:test", transactional_id=f"test-{cluster}")
     await publisher.start()
-    watcher = NodeWatcher(ClusterId(cluster), Reporter(publisher))
+    reporter = Reporter(publisher)
+    watcher = NodeWatcher(ClusterId(cluster), reporter)
     reflector = Reflector(kube.api, "/api/v1/nodes", name="nodes")
     try:
         await kube.node(a_node(keep).build())
@@ -128,6 +129,7 @@ async def test_a_relist_after_410_reports_the_deletions_the_watch_missed(
         assert tap.events(NodeObserved, node=keep) and len(tap.events(NodeObserved, node=keep)) == 1
         assert removed.generation > tap.events(NodeObserved, node=lose)[0].generation
     finally:
+        await reporter.close()
         await publisher.close()
         await delete_nodes(kube, (keep, lose))
 
