@@ -96,9 +96,9 @@ class ReadModels:
     async def clusters(self) -> list[Row]:
         sql = f"""
             WITH n AS (
-                SELECT cluster, count(*) AS nodes, coalesce(sum(gpus), 0) AS gpus,
-                       coalesce(sum(gpu_capacity_milli), 0) AS gpu_capacity_milli,
-                       coalesce(sum(CASE WHEN schedulable THEN gpu_free_milli ELSE 0 END), 0) AS gpu_free_milli
+                SELECT cluster, count(*)::int AS nodes, coalesce(sum(gpus), 0)::bigint AS gpus,
+                       coalesce(sum(gpu_capacity_milli), 0)::bigint AS gpu_capacity_milli,
+                       coalesce(sum(CASE WHEN schedulable THEN gpu_free_milli ELSE 0 END), 0)::bigint AS gpu_free_milli
                 FROM {self.schema}.read_nodes WHERE present GROUP BY cluster)
             SELECT coalesce(c.entity_key, n.cluster) AS cluster, coalesce(c.registered, false) AS registered,
                    coalesce(c.kind, '') AS kind, coalesce(c.site, '') AS site, coalesce(c.region, '') AS region,
@@ -133,11 +133,11 @@ class ReadModels:
 
     async def capacity(self, cluster: str | None) -> list[Row]:
         sql = f"""
-            SELECT cluster, coalesce(gpu_model, '') AS gpu_model, count(*) AS nodes,
-                   coalesce(sum(gpus), 0) * 1000 AS total_milli,
-                   coalesce(sum(gpu_capacity_milli), 0) AS healthy_milli,
-                   coalesce(sum(CASE WHEN schedulable THEN gpu_free_milli ELSE 0 END), 0) AS free_milli,
-                   coalesce(sum(gpu_allocated_milli), 0) AS allocated_milli
+            SELECT cluster, coalesce(gpu_model, '') AS gpu_model, count(*)::int AS nodes,
+                   coalesce(sum(gpus), 0)::bigint * 1000 AS total_milli,
+                   coalesce(sum(gpu_capacity_milli), 0)::bigint AS healthy_milli,
+                   coalesce(sum(CASE WHEN schedulable THEN gpu_free_milli ELSE 0 END), 0)::bigint AS free_milli,
+                   coalesce(sum(gpu_allocated_milli), 0)::bigint AS allocated_milli
             FROM {self.schema}.read_nodes
             WHERE present AND gpus > 0 AND ($1::text IS NULL OR cluster = $1)
             GROUP BY 1, 2 ORDER BY 1, 2"""

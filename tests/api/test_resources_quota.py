@@ -1,0 +1,164 @@
+"""The unified resource view and quotas over gRPC: inventory events folded by the projections become
+capacity per cluster x GPU model; quotas are set, requested and decided through governance events."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from events.catalog.inventory import ClusterKind, ClusterRegistered, GpuDevice, NodeObserved
+from events.catalog.types import Health
+from events.topics import GOVERNANCE
+from services.api.client import CallError
+from services.api.pb import jobs_pb2, quota_pb2, resources_pb2
+from tests.api.conftest import Stack
+from tests.api.support import LogTail, append, envelope_of, new_request_id, spec
+
+pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.postgres]
+
+
+def node(cluster: str, name: str, model: str, gpus: int, failed: int = 0, schedulable: bool = True) -> NodeObserved:
+    devices = tuple(
+        GpuDevice(index=i, model=model, memory_mib=81920, health=Health.FAILED if i < failed else Health.OK)
+        for i in range(gpus)
+    )
+    return NodeObserved(
+        cluster=cluster,
+        node=name,
+        generation=1,
+        cpu_milli=64000,
+        memory_mib=512000,
+        gpus=devices,
+        schedulable=schedulable,
+    )
+
+
+async def test_capacity_per_cluster_and_model_with_pending_demand(stack: Stack) -> None:
+    tag = uuid.uuid4().hex[:8]
+    east, west, model = f"east-{tag}", f"west-{tag}", f"A100-{tag}"
+    await append(
+        stack.log,
+        [
+            ClusterRegistered(cluster=east, kind=ClusterKind.KUBERNETES, site="dc1", region="eu", currency="EUR"),
+            node(east, "n1", model, 8, failed=1),
+            node(east, "n2", model, 8, schedulable=False),
+            node(west, "n1", model, 4),
+            node(west, "n2", f"H100-{tag}", 8),
+        ],
+    )
+    client = stack.client(stack.keys.hs(roles=["viewer"]))
+    submitter = stack.client(stack.keys.hs())
+    await submitter.call(
+        submitter.jobs.SubmitJob,
+        jobs_pb2.SubmitJobRequest(
+            spec=spec(replicas=2, resources=jobs_pb2.Resources(gpus=4, gpu_models=[model])),
+            client_request_id=new_request_id(),
+        ),
+    )
+    await stack.fold()
+
+    capacity = await client.call(client.resources.GetCapacity, resources_pb2.GetCapacityRequest())
+    rows = {
+        (c.cluster, c.gpu_model): (c.total_milli, c.healthy_milli, c.free_milli, c.nodes)
+        for c in capacity.clusters
+        if c.cluster in (east, west)
+    }
+    assert rows == {
+        (east, model): (16000, 15000, 7000, 2),
+        (west, model): (4000, 4000, 4000, 1),
+        (west, f"H100-{tag}"): (8000, 8000, 8000, 1),
+    }
+    [a100] = [m for m in capacity.models if m.gpu_model == model]
+    assert (a100.total_milli, a100.healthy_milli, a100.free_milli, a100.pending_milli) == (20000, 19000, 11000, 8000)
+
+    only_west = await client.call(client.resources.GetCapacity, resources_pb2.GetCapacityRequest(cluster=west))
+    assert {c.cluster for c in only_west.clusters} == {west}
+    clusters = await client.call(client.resources.ListClusters, resources_pb2.ListClustersRequest())
+    by_name = {c.cluster: c for c in clusters.clusters}
+    assert (by_name[east].registered, by_name[east].region, by_name[east].nodes) == (True, "eu", 2)
+    assert (by_name[west].registered, by_name[west].gpus) == (False, 12)
+    first = await client.call(client.resources.ListNodes, resources_pb2.ListNodesRequest(cluster=east, page_size=1))
+    second = await client.call(
+        client.resources.ListNodes,
+        resources_pb2.ListNodesRequest(cluster=east, page_size=1, page_token=first.next_page_token),
+    )
+    assert [n.node for n in first.nodes] + [n.node for n in second.nodes] == ["n1", "n2"]
+    assert not second.next_page_token and first.nodes[0].gpu_capacity_milli == 7000
+
+
+async def test_quota_is_set_by_an_admin_requested_by_a_submitter_and_decided_once(stack: Stack) -> None:
+    tenant = f"quota-{uuid.uuid4().hex[:8]}"
+    governance = await LogTail.of(stack.log, GOVERNANCE.name)
+    admin = stack.client(stack.keys.admin())
+    lines = [
+        quota_pb2.QuotaLine(resource="gpu", guaranteed=8000, limit=16000),
+        quota_pb2.QuotaLine(resource="gpu", gpu_model="H100", guaranteed=2000),
+    ]
+    await admin.call(admin.quota.SetQuota, quota_pb2.SetQuotaRequest(tenant=tenant, queue="research", lines=lines))
+    with pytest.raises(CallError) as caught:
+        await admin.call(
+            admin.quota.SetQuota,
+            quota_pb2.SetQuotaRequest(
+                tenant=tenant, lines=[quota_pb2.QuotaLine(resource="gpu", guaranteed=5, limit=1)]
+            ),
+        )
+    assert (caught.value.code, caught.value.field) == ("INVALID_ARGUMENT", "lines.0")
+    await stack.fold()
+
+    viewer = stack.client(stack.keys.hs(tenants=[tenant], roles=["viewer"]))
+    answer = await viewer.call(viewer.quota.GetQuota, quota_pb2.GetQuotaRequest())
+    [queue] = answer.queues
+    assert (queue.tenant, queue.queue) == (tenant, "research")
+    assert {(line.gpu_model, line.guaranteed) for line in queue.lines} == {("", 8000), ("H100", 2000)}
+    with pytest.raises(CallError) as caught:
+        await viewer.call(viewer.quota.GetQuota, quota_pb2.GetQuotaRequest(tenant="team-a"))
+    assert caught.value.code == "PERMISSION_DENIED"
+
+    submitter = stack.client(stack.keys.hs(tenants=[tenant]))
+    ask = quota_pb2.RequestQuotaRequest(
+        tenant=tenant,
+        queue="research",
+        resource="gpu",
+        amount=4000,
+        period_start_ms=1_900_000_000_000,
+        period_end_ms=1_900_086_400_000,
+        justification="paper deadline",
+        client_request_id="ask-1",
+    )
+    made = await submitter.call(submitter.quota.RequestQuota, ask)
+    again = await submitter.call(submitter.quota.RequestQuota, ask)
+    assert made.created and not again.created and made.request_id == again.request_id
+    with pytest.raises(CallError) as caught:
+        await submitter.call(
+            submitter.quota.DecideQuotaRequest,
+            quota_pb2.DecideQuotaRequestRequest(request_id=made.request_id, approve=True),
+        )
+    assert caught.value.code == "PERMISSION_DENIED"
+    with pytest.raises(CallError) as caught:
+        await admin.call(
+            admin.quota.DecideQuotaRequest,
+            quota_pb2.DecideQuotaRequestRequest(request_id=made.request_id, approve=True, approved_amount=9000),
+        )
+    assert (caught.value.code, caught.value.field) == ("INVALID_ARGUMENT", "approved_amount")
+    decided = await admin.call(
+        admin.quota.DecideQuotaRequest,
+        quota_pb2.DecideQuotaRequestRequest(request_id=made.request_id, approve=True, approved_amount=3000),
+    )
+    assert decided.decision == "approved"
+    with pytest.raises(CallError) as caught:
+        await admin.call(
+            admin.quota.DecideQuotaRequest,
+            quota_pb2.DecideQuotaRequestRequest(request_id=made.request_id, approve=False),
+        )
+    assert caught.value.code == "FAILED_PRECONDITION"
+
+    events = [envelope_of(r) for r in await governance.read_all()]
+    ours = [e for e in events if e is not None and getattr(e.data, "tenant", None) == tenant]
+    assert [e.type.rsplit(".", 1)[-1] for e in ours] == ["QuotaSet", "QuotaRequestSubmitted", "QuotaRequestApproved"]
+    approved = ours[-1].data
+    assert (approved.approved_amount, approved.decided_by, approved.expires_ms) == (  # type: ignore[attr-defined]
+        3000,
+        "root@example.com",
+        1_900_086_400_000,
+    )
