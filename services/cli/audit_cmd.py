@@ -46,6 +46,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     at.add_argument("--json", action="store_true", help="print one JSON object")
     at.set_defaults(handler=run_at)
 
+    whatif = audit_sub.add_parser("whatif", help="replay recorded history under another policy, beside what happened")
+    whatif.add_argument("--policy", required=True, help="policy document (YAML or JSON, as PolicyConfigured carries)")
+    whatif.add_argument("--log", help="log URL (default: FEDSCHED_LOG)")
+    whatif.add_argument("--namespace", default="")
+    whatif.add_argument("--since", help="only submissions at or after this time (RFC 3339)")
+    whatif.add_argument("--until", help="only submissions at or before this time (RFC 3339)")
+    whatif.add_argument("--json", action="store_true", help="print one JSON object")
+    whatif.set_defaults(handler=run_whatif)
+
     archive = audit_sub.add_parser("archive", help="copy every event of every topic into the archive")
     archive.add_argument("--log", help="log URL (default: FEDSCHED_LOG)")
     archive.add_argument("--dsn", help="PostgreSQL DSN of the archive (default: FEDSCHED_POSTGRES_DSN)")
@@ -275,4 +284,58 @@ async def run_at(args: argparse.Namespace) -> int:
         print(f"waiting {priority}: {count}")
     for q in quotas:
         print(f"quota {q['tenant']}/{q['queue']} {q['resource']}: guaranteed {q['guaranteed']} limit {q['limit']}")
+    return 0
+
+
+async def run_whatif(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    import yaml
+
+    from events.envelope import parse_time
+    from events.log import open_log
+    from services.audit.whatif import load_history, simulate
+    from services.cli.main import CliError
+    from services.config import log_url
+    from services.scheduler.state import policy_from_document
+
+    try:
+        document = yaml.safe_load(Path(args.policy).read_text(encoding="utf-8")) or {}  # noqa: ASYNC240
+        candidate = policy_from_document(f"whatif:{Path(args.policy).name}", document)
+    except (OSError, yaml.YAMLError, ValueError, TypeError) as error:
+        raise CliError(f"--policy {args.policy}: {error}", 2) from None
+    try:
+        since = parse_time(args.since) if args.since else None
+        until = parse_time(args.until) if args.until else None
+    except ValueError as error:
+        raise CliError(f"--since/--until: not an RFC 3339 time: {error}", 2) from None
+    log = open_log(log_url(args.log))
+    await log.start()
+    try:
+        history = await load_history(log, namespace=args.namespace, since_ms=since, until_ms=until)
+    finally:
+        await log.close()
+    current = history.state.policy_config()
+    columns = {
+        "recorded": history.actual.summary(),
+        f"simulated ({current.version})": simulate(history, current).summary(),
+        f"simulated ({candidate.version})": simulate(history, candidate).summary(),
+    }
+    if args.json:
+        print(json.dumps({"jobs": len(history.arrivals), "columns": columns}))
+        return 0
+    names = list(columns)
+    print(f"{len(history.arrivals)} recorded submissions replayed; policy in force: {current.version}")
+    print(f"{'':<34}" + "".join(f"{n:>28}" for n in names))
+    priorities = sorted({p for c in columns.values() for p in c["wait_by_priority"]})  # type: ignore[attr-defined]
+    for priority in priorities:
+        for stat in ("p50_s", "p95_s"):
+            cells = [c["wait_by_priority"].get(priority, {}).get(stat, 0) for c in columns.values()]  # type: ignore[attr-defined]
+            print(f"{'wait ' + priority + ' ' + stat:<34}" + "".join(f"{v:>28.1f}" for v in cells))
+    for key in ("preemptions", "gpu_allocation_pct", "never_started"):
+        print(f"{key:<34}" + "".join(f"{c[key]:>28}" for c in columns.values()))
+    tenants = sorted({t for c in columns.values() for t in c["cost_micro_by_tenant"]})  # type: ignore[attr-defined]
+    for tenant in tenants:
+        cells = [c["cost_micro_by_tenant"].get(tenant, 0) / 1e6 for c in columns.values()]  # type: ignore[attr-defined]
+        print(f"{'cost ' + tenant:<34}" + "".join(f"{v:>28.2f}" for v in cells))
     return 0

@@ -139,7 +139,7 @@ class SchedulerState:
             placed = facts.running_placement()
             if placed is None or facts.spec is None:
                 continue
-            job = _job(job_id, facts)
+            job = job_model(job_id, facts)
             replicas = tuple(
                 m.ReplicaPlacement(NodeId(r.node), tuple(r.gpu_indices), r.gpu_milli_each) for r in placed.replicas
             )
@@ -155,7 +155,7 @@ class SchedulerState:
             self._node(key, facts, used_gpu.get(key, {}), used_cpu.get(key, (0, 0)))
             for key, facts in sorted(self.nodes.items())
         ]
-        pending = tuple(_job(job_id, facts) for job_id, facts in sorted(self.jobs.items()) if facts.pending())
+        pending = tuple(job_model(job_id, facts) for job_id, facts in sorted(self.jobs.items()) if facts.pending())
         return m.FleetSnapshot(
             now_ms=now_ms,
             clusters=tuple(self._cluster(c) for c in sorted(self.clusters)),
@@ -238,7 +238,7 @@ class SchedulerState:
         return tuple(out)
 
 
-def _job(job_id: str, facts: JobFacts) -> m.Job:
+def job_model(job_id: str, facts: JobFacts) -> m.Job:
     spec = facts.spec
     assert spec is not None
     r = spec.resources

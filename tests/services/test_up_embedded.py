@@ -119,6 +119,17 @@ async def test_a_submitted_job_runs_to_completion_and_every_cycle_verifies(fresh
     assert state["pending_by_priority"] == {"standard": 1}
     assert sum(row["nodes"] for row in state["fleet"]) == 40
 
+    policy = tmp_path / "bestfit.yaml"
+    policy.write_text("node_policy: bestfit\nbackfill: false\n")
+    code, out = await fedsched("audit", "whatif", "--policy", str(policy), "--json", dsn=fresh_database)
+    assert code == 0, out
+    whatif = json.loads(out)
+    assert whatif["jobs"] == 6
+    recorded, *simulated = whatif["columns"].values()
+    assert recorded["wait_by_priority"]["standard"]["jobs"] == 5
+    for column in simulated:
+        assert column["wait_by_priority"]["standard"]["jobs"] == 5 and column["never_started"] == 1
+
 
 async def fedsched(*args: str, dsn: str) -> tuple[int, str]:
     env = {**os.environ, "FEDSCHED_POSTGRES_DSN": dsn, "FEDSCHED_LOG": dsn}

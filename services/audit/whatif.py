@@ -1,0 +1,284 @@
+"""``fedsched audit whatif``: recorded history replayed through the timed simulator under another policy.
+
+Called by the audit CLI. The recorded submissions (with their real arrival times and the runtimes
+they really had), the recorded fleet and the tenants' quotas are fed through the same ``schedule``
+core the service runs, under the candidate policy, and the outcome is printed beside what really
+happened: waiting-time percentiles per priority class, preemptions, GPU allocation and cost per tenant.
+A policy change can be tried on real history before it goes live.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+
+from events.catalog.decisions import JobPlaced, JobPreemptionRequested
+from events.catalog.jobs import JobFailed, JobStarted, JobSucceeded
+from events.codec import decode
+from events.envelope import Envelope
+from events.errors import EventError
+from events.log.contract import EventLog, TopicPartition
+from events.log.reading import read_to_end
+from services.scheduler.host import INPUT_TOPICS
+from services.scheduler.policy import FleetSnapshot, Job, Place, PolicyConfig, Preempt, RunningJob, schedule
+from services.scheduler.policy import model as m
+from services.scheduler.state import SchedulerState, job_model
+
+_HOUR_MS = 3_600_000
+
+
+@dataclass
+class Outcome:
+    """What happened (or would have): per job its wait, and totals."""
+
+    waits_ms: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))  # priority -> waits
+    preemptions: int = 0
+    gpu_milli_ms: int = 0
+    capacity_milli: int = 0
+    span_ms: int = 0
+    cost_micro: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    never_started: int = 0
+
+    def allocation_pct(self) -> float:
+        if not self.capacity_milli or not self.span_ms:
+            return 0.0
+        return 100.0 * self.gpu_milli_ms / (self.capacity_milli * self.span_ms)
+
+    def summary(self) -> dict[str, object]:
+        waits = {}
+        for priority, values in sorted(self.waits_ms.items()):
+            ordered = sorted(values)
+            waits[priority] = {
+                "jobs": len(ordered),
+                "p50_s": _pct(ordered, 50) / 1000,
+                "p95_s": _pct(ordered, 95) / 1000,
+                "max_s": (ordered[-1] if ordered else 0) / 1000,
+            }
+        return {
+            "wait_by_priority": waits,
+            "preemptions": self.preemptions,
+            "gpu_allocation_pct": round(self.allocation_pct(), 2),
+            "cost_micro_by_tenant": dict(sorted(self.cost_micro.items())),
+            "never_started": self.never_started,
+        }
+
+
+def _pct(ordered: list[int], q: int) -> int:
+    if not ordered:
+        return 0
+    return ordered[min(len(ordered) - 1, (len(ordered) * q) // 100)]
+
+
+@dataclass
+class History:
+    state: SchedulerState
+    arrivals: list[tuple[Job, int, int]]  # job, arrival ms, runtime ms
+    actual: Outcome
+    start_ms: int
+    end_ms: int
+
+
+async def load_history(
+    event_log: EventLog, *, namespace: str = "", since_ms: int | None = None, until_ms: int | None = None
+) -> History:
+    prefix = f"{namespace}." if namespace else ""
+    state = SchedulerState()
+    envelopes: list[Envelope] = []
+    reader = await event_log.reader()
+    try:
+        for topic in INPUT_TOPICS:
+            for partition in range(await event_log.partitions(prefix + topic)):
+                async for batch in read_to_end(reader, TopicPartition(prefix + topic, partition), max_records=5000):
+                    for record in batch:
+                        try:
+                            envelopes.append(decode(record.headers, record.value))
+                        except EventError:
+                            continue
+    finally:
+        await reader.close()
+    envelopes.sort(key=lambda e: e.time_ms)
+    started: dict[tuple[str, int], int] = {}
+    ended: dict[tuple[str, int], int] = {}
+    preemptions = 0
+    for envelope in envelopes:
+        state.fold(envelope)
+        data = envelope.data
+        if isinstance(data, JobStarted):
+            started.setdefault((data.job_id, data.run), envelope.time_ms)
+        elif isinstance(data, JobSucceeded | JobFailed):
+            ended[(data.job_id, data.run)] = envelope.time_ms
+        elif isinstance(data, JobPreemptionRequested):
+            preemptions += 1
+    start = max(since_ms or 0, min((e.time_ms for e in envelopes), default=0))
+    end = min(until_ms or 2**62, max((e.time_ms for e in envelopes), default=0))
+    snapshot = state.snapshot(end)
+    capacity = sum(len(n.gpus) for n in snapshot.nodes) * 1000
+    actual = Outcome(preemptions=preemptions, capacity_milli=capacity, span_ms=max(1, end - start))
+    arrivals: list[tuple[Job, int, int]] = []
+    rates = _rates(state)
+    for job_id, facts in sorted(state.jobs.items()):
+        if facts.spec is None or not (start <= facts.submitted_ms <= end):
+            continue
+        job = replace(_job_of(state, job_id), times_preempted=0)
+        first = min(facts.placements, default=None)
+        runtime = 0
+        if first is not None:
+            placed: JobPlaced = facts.placements[first]
+            wait = facts.placed_at[first] - facts.submitted_ms
+            actual.waits_ms[job.priority_class.value].append(max(0, wait))
+            for run, placement in facts.placements.items():
+                begin = started.get((job_id, run), facts.placed_at[run])
+                finish = ended.get((job_id, run), facts.ended_at.get(run, end))
+                milli = sum(len(r.gpu_indices) * r.gpu_milli_each for r in placement.replicas)
+                actual.gpu_milli_ms += milli * max(0, min(finish, end) - max(begin, start))
+                actual.cost_micro[job.tenant] += (
+                    rates.get((placement.cluster, _model(state, placement)), 0)
+                    * milli
+                    * max(0, finish - begin)
+                    // (1000 * _HOUR_MS)
+                )
+            last = max(facts.placements)
+            if (job_id, last) in ended:
+                runtime = ended[(job_id, last)] - started.get((job_id, last), facts.placed_at[last])
+            del placed
+        else:
+            actual.never_started += 1
+        runtime = runtime or (job.expected_runtime_s or 3600) * 1000
+        arrivals.append((job, facts.submitted_ms, max(1, runtime)))
+    return History(state, arrivals, actual, start, end)
+
+
+def simulate(history: History, config: PolicyConfig) -> Outcome:
+    """Replay the arrivals through ``schedule`` on the recorded fleet, jobs running their real runtimes."""
+    base = history.state.snapshot(history.start_ms)
+    nodes: dict[tuple[str, str], m.Node] = {
+        (n.cluster, n.node_id): replace(
+            n,
+            gpus=tuple(replace(g, free_milli=1000) for g in n.gpus),
+            schedulable=True,  # the recorded fleet; a cluster that went away when recording stopped counts
+            cpu_free_milli=n.cpu_milli,
+            memory_free_mib=n.memory_mib,
+        )
+        for n in base.nodes
+    }
+    rates = _rates(history.state)
+    models: dict[tuple[str, str], str] = {(n.cluster, n.node_id): n.gpu_model for n in base.nodes}
+    outcome = Outcome(
+        capacity_milli=sum(len(n.gpus) for n in nodes.values()) * 1000,
+        span_ms=max(1, history.end_ms - history.start_ms),
+    )
+    arrivals = sorted(history.arrivals, key=lambda a: (a[1], a[0].job_id))
+    runtime = {job.job_id: r for job, _, r in arrivals}
+    arrived = {job.job_id: a for job, a, _ in arrivals}
+    pending: dict[str, Job] = {}
+    running: dict[str, tuple[RunningJob, int]] = {}
+    ends: list[tuple[int, str]] = []
+    index = 0
+    now = history.start_ms
+    while index < len(arrivals) or ends:
+        upcoming = [
+            t
+            for t in (arrivals[index][1] if index < len(arrivals) else None, ends[0][0] if ends else None)
+            if t is not None
+        ]
+        now = min(upcoming)
+        while ends and ends[0][0] <= now:
+            _, job_id = heapq.heappop(ends)
+            entry = running.pop(job_id, None)
+            if entry is not None:
+                _account(outcome, entry, now, rates, models)
+                _release(nodes, entry[0])
+        while index < len(arrivals) and arrivals[index][1] <= now:
+            pending[arrivals[index][0].job_id] = arrivals[index][0]
+            index += 1
+        if not pending:
+            continue
+        snapshot = FleetSnapshot(
+            now_ms=now,
+            clusters=base.clusters,
+            nodes=tuple(nodes[k] for k in sorted(nodes)),
+            tenants=base.tenants,
+            running=tuple(r for r, _ in (running[j] for j in sorted(running))),
+            pending=tuple(pending[j] for j in sorted(pending)),
+        )
+        for decision in schedule(snapshot, config).decisions:
+            if isinstance(decision, Place) and decision.job_id in pending:
+                job = pending.pop(decision.job_id)
+                placed = RunningJob(job, decision.cluster, decision.replicas, now)
+                _take(nodes, placed)
+                running[job.job_id] = (placed, now)
+                if job.times_preempted == 0:
+                    outcome.waits_ms[job.priority_class.value].append(now - arrived[job.job_id])
+                heapq.heappush(ends, (now + runtime[job.job_id], job.job_id))
+            elif isinstance(decision, Preempt) and decision.victim in running:
+                entry = running.pop(decision.victim)
+                _account(outcome, entry, now, rates, models)
+                _release(nodes, entry[0])
+                outcome.preemptions += 1
+                victim = entry[0].job
+                pending[victim.job_id] = replace(victim, times_preempted=victim.times_preempted + 1)
+        if not ends and index >= len(arrivals):
+            break  # what is left can never start on this fleet
+    outcome.never_started = len(pending)
+    return outcome
+
+
+def _account(
+    outcome: Outcome,
+    entry: tuple[RunningJob, int],
+    now: int,
+    rates: dict[tuple[str, str], int],
+    models: dict[tuple[str, str], str],
+) -> None:
+    placed, began = entry
+    milli = sum(len(r.gpu_indices) * r.gpu_milli_each for r in placed.placements)
+    outcome.gpu_milli_ms += milli * (now - began)
+    model = models.get((placed.cluster, placed.placements[0].node_id), "") if placed.placements else ""
+    outcome.cost_micro[placed.job.tenant] += (
+        rates.get((placed.cluster, model), 0) * milli * (now - began) // (1000 * _HOUR_MS)
+    )
+
+
+def _take(nodes: dict[tuple[str, str], m.Node], placed: RunningJob) -> None:
+    _adjust(nodes, placed, -1)
+
+
+def _release(nodes: dict[tuple[str, str], m.Node], placed: RunningJob) -> None:
+    _adjust(nodes, placed, +1)
+
+
+def _adjust(nodes: dict[tuple[str, str], m.Node], placed: RunningJob, sign: int) -> None:
+    job = placed.job
+    for replica in placed.placements:
+        key = (placed.cluster, replica.node_id)
+        node = nodes[key]
+        gpus = tuple(
+            replace(g, free_milli=g.free_milli + sign * replica.gpu_milli_each) if g.index in replica.gpu_indices else g
+            for g in node.gpus
+        )
+        nodes[key] = replace(
+            node,
+            gpus=gpus,
+            cpu_free_milli=node.cpu_free_milli + sign * job.cpu_milli,
+            memory_free_mib=node.memory_free_mib + sign * job.memory_mib,
+        )
+
+
+def _rates(state: SchedulerState) -> dict[tuple[str, str], int]:
+    return {
+        (cluster, rate.model): rate.micro_per_gpu_hour
+        for cluster, registered in state.clusters.items()
+        for rate in registered.gpu_rates
+    }
+
+
+def _model(state: SchedulerState, placed: JobPlaced) -> str:
+    facts = state.nodes.get((placed.cluster, placed.replicas[0].node))
+    if facts is None or facts.observed is None or not facts.observed.gpus:
+        return ""
+    return facts.observed.gpus[0].model
+
+
+def _job_of(state: SchedulerState, job_id: str) -> Job:
+    return job_model(job_id, state.jobs[job_id])
