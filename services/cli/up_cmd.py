@@ -22,6 +22,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sim-speed", type=float, default=1.0, help="simulated seconds per second")
     parser.add_argument("--sim-nodes", type=Path, help="node list CSV of the simulated fleet (default: openb)")
     parser.add_argument("--no-sim", action="store_true", help="do not start the simulated fleet")
+    parser.add_argument(
+        "--config", type=Path, help="distributed mode: run each component as its own process (see docs in supervisor)"
+    )
 
 
 def config_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -40,9 +43,19 @@ def config_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 async def run_up(args: argparse.Namespace) -> int:
+    import os
+
+    from services.cli.main import CliError
+    from services.runtime.supervisor import ConfigError, SupervisorConfig, supervise
     from services.runtime.up import Running, run
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if args.config is not None or os.environ.get("FEDSCHED_LOG", "").startswith("kafka://"):
+        try:
+            config = SupervisorConfig.load(args.config)
+        except ConfigError as error:
+            raise CliError(f"--config: {error}", 2) from None
+        return await supervise(config)
 
     def ready(running: Running) -> None:
         print(f"fedsched is up: log and read models on {running.dsn}", flush=True)
