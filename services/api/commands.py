@@ -149,7 +149,7 @@ class JobCommands:
             "reason": reason,
             "client_request_id": client_request_id,
         }
-        event = validation.event_from(JobCancelRequested, body)
+        event = validation.event_from(JobCancelRequested, body, whole="request")
         request_key = client_request_id or new_request_id()
         envelope = self._publisher.envelope(
             event,
@@ -180,7 +180,7 @@ class QuotaCommands:
 
     async def set_quota(self, principal: Principal, body: Mapping[str, Any]) -> str:
         authorize_on(principal, Action.SET_QUOTA, body.get("tenant"))
-        event = validation.event_from(QuotaSet, {**body, "set_by": principal.subject})
+        event = validation.event_from(QuotaSet, {**body, "set_by": principal.subject}, whole="request")
         envelope = self._publisher.envelope(event, tenant=event.tenant)
         await self._publisher.publish([envelope])
         return envelope.id
@@ -193,7 +193,7 @@ class QuotaCommands:
         key = client_request_id or new_request_id()
         request_id = derived_id("q", str(tenant), key)
         event = validation.event_from(
-            QuotaRequestSubmitted, {**body, "request_id": request_id, "requester": principal.subject}
+            QuotaRequestSubmitted, {**body, "request_id": request_id, "requester": principal.subject}, whole="request"
         )
         envelope = self._publisher.envelope(event, id=f"quota-request-{request_id}", tenant=event.tenant)
         request = QuotaRequest(
@@ -244,9 +244,9 @@ class QuotaCommands:
                 "effective_from_ms": effective_from_ms or request.period_start_ms,
                 "expires_ms": request.period_end_ms if expires_ms is None else (expires_ms or None),
             }
-            event = validation.event_from(QuotaRequestApproved, body)
+            event = validation.event_from(QuotaRequestApproved, body, whole="request")
         else:
-            event = validation.event_from(QuotaRequestRejected, common)
+            event = validation.event_from(QuotaRequestRejected, common, whole="request")
         decision = "approved" if approve else "rejected"
         envelope = self._publisher.envelope(event, id=f"quota-decision-{request_id}", tenant=request.tenant)
         earlier = await self._store.decide_quota_request(

@@ -29,29 +29,30 @@ DEFAULT_PAGE = 100
 MAX_PAGE = 1000
 MAX_TEMPLATE_JSON = 65_536 * 2
 #: Catalogue field names that the protobuf API spells differently.
-_PROTO_NAMES = {"template": "template_json", "data": "spec"}
+_PROTO_NAMES = {"template": "template_json"}
 _ID = TypeAdapter(Id)
 _REQUEST_ID = TypeAdapter(RequestId)
 
 
-def event_from(cls: type[E], body: Mapping[str, Any]) -> E:
-    """Validate ``body`` as the JSON of a ``cls`` event; ``InvalidArgument`` names the first bad field."""
+def event_from(cls: type[E], body: Mapping[str, Any], *, whole: str = "spec") -> E:
+    """Validate ``body`` as the JSON of a ``cls`` event; ``InvalidArgument`` names the first bad field
+    (``whole`` when a rule spans several fields, such as a period whose end is before its start)."""
     try:
         raw = json.dumps(body, allow_nan=False)
     except (TypeError, ValueError) as error:
-        raise InvalidArgument("spec", f"not representable as JSON: {error}") from None
+        raise InvalidArgument(whole, f"not representable as JSON: {error}") from None
     try:
         return cls.model_validate_json(raw)
     except ValidationError as error:
-        raise _invalid(invalid_event(cls.event_type, error)) from None
+        raise _invalid(invalid_event(cls.event_type, error), whole) from None
 
 
-def _invalid(error: EventError) -> InvalidArgument:
+def _invalid(error: EventError, whole: str) -> InvalidArgument:
     if isinstance(error, InvalidEvent):
         head, _, rest = error.field.partition(".")
-        field = _PROTO_NAMES.get(head, head) + (f".{rest}" if rest else "")
+        field = whole if head == "data" else _PROTO_NAMES.get(head, head) + (f".{rest}" if rest else "")
         return InvalidArgument(field, error.reason)
-    return InvalidArgument("spec", str(error))
+    return InvalidArgument(whole, str(error))
 
 
 def job_spec_body(spec: jobs_pb2.JobSpec) -> dict[str, Any]:

@@ -7,10 +7,17 @@ read models and API tables in a database of its own, the projection runner foldi
 
 from __future__ import annotations
 
+import asyncio
 import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -23,7 +30,7 @@ from services.api.client import Client, ClientConfig
 from services.api.config import ApiConfig
 from services.api.server import ApiServer, serve
 from tests.api.prefixed import PrefixedLog
-from tests.api.support import Keys
+from tests.api.support import AUDIENCE, ISSUER, Keys
 
 
 @pytest.fixture(scope="session")
@@ -93,3 +100,88 @@ async def stack(event_log: EventLog, log_url: str, api_database: str, keys: Keys
     await runner.close()
     await api.stop()
     await pool.close()
+
+
+@dataclass
+class RunningApi:
+    """``fedsched api`` running as its own process on the embedded log, in a database of its own."""
+
+    address: str
+    dsn: str
+    process: subprocess.Popen[str]
+    keys: Keys
+
+
+def _create_database(postgres_dsn: str, name: str, drop: bool = False) -> str:
+    async def run() -> None:
+        admin = await asyncpg.connect(postgres_dsn)
+        try:
+            if drop:
+                await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            else:
+                await admin.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await admin.close()
+
+    asyncio.run(run())
+    parts = urlsplit(postgres_dsn)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, parts.fragment))
+
+
+def start_api(args: list[str], env: dict[str, str], log_path: Path) -> tuple[subprocess.Popen[str], list[str]]:
+    """Start ``fedsched api ...``; returns the process and its first stdout lines up to the address."""
+    log_file = log_path.open("w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "services.cli.main", "api", *args],
+        stdout=subprocess.PIPE,
+        stderr=log_file,
+        text=True,
+        env={**os.environ, **env},
+    )
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.put(line.rstrip("\n"))
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    wanted = 3 if "--dev" in args else 1  # the address, then the dev token's two lines
+    seen: list[str] = []
+    while len(seen) < wanted:
+        try:
+            line = lines.get(timeout=60)
+        except queue.Empty:
+            process.kill()
+            raise AssertionError(f"fedsched api did not start in 60 s; see {log_path}") from None
+        if line is None:
+            raise AssertionError(f"fedsched api exited with {process.wait()}: {log_path.read_text()[-2000:]}")
+        if seen or line.startswith("fedsched api: listening on"):
+            seen.append(line)
+    return process, seen
+
+
+def stop_api(process: subprocess.Popen[str]) -> int:
+    process.send_signal(signal.SIGTERM)
+    try:
+        return process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.wait()
+
+
+@pytest.fixture(scope="session")
+def api_process(postgres_dsn: str, keys: Keys, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningApi]:
+    name = f"apiproc_{uuid.uuid4().hex[:12]}"
+    dsn = _create_database(postgres_dsn, name)
+    folder = tmp_path_factory.mktemp("api-process")
+    secret = folder / "jwt-secret"
+    secret.write_bytes(keys.secret)
+    args = ["--listen", "127.0.0.1:0", "--log", dsn, "--dsn", dsn, "--jwt-secret-file", str(secret)]
+    args += ["--issuer", ISSUER, "--audience", AUDIENCE]
+    process, lines = start_api(args, {}, folder / "api.log")
+    address = lines[0].rsplit(" ", 1)[-1]
+    yield RunningApi(address, dsn, process, keys)
+    stop_api(process)
+    _create_database(postgres_dsn, name, drop=True)
