@@ -20,6 +20,8 @@ from events.catalog.decisions import (
     SchedulingCycleCompleted,
 )
 from events.catalog.governance import (
+    GovernanceFinding,
+    JobIdleWarning,
     PolicyConfigured,
     QuotaRequestApproved,
     QuotaRequestRejected,
@@ -55,10 +57,12 @@ __all__ = [
     "ClusterRegistered",
     "ClusterStatusChanged",
     "Event",
+    "GovernanceFinding",
     "GpuHealthReported",
     "JobCancelRequested",
     "JobCancelled",
     "JobFailed",
+    "JobIdleWarning",
     "JobPlaced",
     "JobPreempted",
     "JobPreemptionRequested",

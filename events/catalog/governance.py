@@ -13,6 +13,7 @@ Retired fields stay reserved (never reused with another meaning): none yet.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated, ClassVar
 
 from pydantic import Field, model_validator
@@ -20,13 +21,18 @@ from pydantic import Field, model_validator
 from events.catalog.base import Event
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import (
+    ClusterIdField,
     EpochMillis,
     Frozen,
     GpuModel,
     Id,
+    JobIdField,
     Labels,
     Name,
+    NodeIdField,
     NonNegInt,
+    Percent,
+    Permille,
     PolicyDocument,
     PolicyVersion,
     PosInt,
@@ -35,6 +41,7 @@ from events.catalog.types import (
     QueueIdField,
     QuotaRequestIdField,
     ResourceKind,
+    SignedInt,
     TenantIdField,
     Text,
     Unique,
@@ -187,7 +194,82 @@ class QuotaRequestRejected(_Decided):
     reason: ReasonCode = ReasonCode.QUOTA_REQUEST_DENIED
 
 
+class FindingKind(StrEnum):
+    """What a governance rule found or did."""
+
+    CRASH_LOOP = "crash_loop"
+    STUCK_PENDING = "stuck_pending"
+    SUSPECT_NODE = "suspect_node"
+    STRAGGLING_GANG = "straggling_gang"
+    IDLE_RECLAIM = "idle_reclaim"
+    RUNTIME_EXCEEDED = "runtime_exceeded"
+    LEASE_EXPIRED = "lease_expired"
+
+
+class Figure(Frozen):
+    """One number behind a finding, as an integer in the unit its name ends with (``_ms``, ``_pct``...)."""
+
+    name: Id
+    value: SignedInt
+
+
+class GovernanceFinding(Event):
+    """A governance rule found an abnormal job or node, or acted on one: the rule and the figures behind it.
+
+    Findings about a tenant's job are keyed by tenant; findings about a node carry no tenant.
+    ``profile_penalty_milli`` is what the scheduler may take off a suspect node's profile score.
+    """
+
+    event_type: ClassVar[str] = "io.fedsched.GovernanceFinding"
+    schema_version: ClassVar[int] = 1
+    key_field: ClassVar[str | None] = "tenant"
+    topic: ClassVar[str] = GOVERNANCE.name
+
+    finding_id: Id
+    """Derived from the facts that triggered it, so a replay finds the same finding under the same id."""
+    kind: FindingKind
+    rule: Id
+    reason: ReasonCode
+    tenant: TenantIdField | None = None
+    job_id: JobIdField | None = None
+    cluster: ClusterIdField | None = None
+    node: NodeIdField | None = None
+    figures: Annotated[tuple[Figure, ...], Field(max_length=16), Unique(("name",))] = ()
+    profile_penalty_milli: Permille = 0
+    observed_ms: EpochMillis
+    """Log time at which the rule's condition was met."""
+    message: Text
+
+
+class JobIdleWarning(Event):
+    """A job's GPUs stayed idle past the rule's threshold: it will be reclaimed at ``reclaim_at_ms`` unless
+    it becomes busy again."""
+
+    event_type: ClassVar[str] = "io.fedsched.JobIdleWarning"
+    schema_version: ClassVar[int] = 1
+    key_field: ClassVar[str | None] = "tenant"
+    topic: ClassVar[str] = GOVERNANCE.name
+
+    job_id: JobIdField
+    tenant: TenantIdField
+    cluster: ClusterIdField
+    run: PosInt = 1
+    rule: Id
+    idle_since_ms: EpochMillis
+    threshold_pct: Percent
+    """Utilisation under this counts as idle."""
+    mean_utilisation_pct: Percent
+    """Mean GPU utilisation of the job over the idle stretch."""
+    idle_ms: NonNegInt
+    reclaim_at_ms: EpochMillis
+    message: Text = ""
+
+
 __all__ = [
+    "Figure",
+    "FindingKind",
+    "GovernanceFinding",
+    "JobIdleWarning",
     "PolicyConfigured",
     "QuotaLine",
     "QuotaRequestApproved",

@@ -71,6 +71,13 @@ class ReasonCode(StrEnum):
     OPERATOR_REQUEST = "OperatorRequest"
     RECOVERED = "Recovered"
     UNKNOWN = "Unknown"
+    # Governance: why a rule stopped, released or flagged a job (JobReclaimRequested, GovernanceFinding).
+    IDLE_GPU = "IdleGpu"
+    ALLOCATION_LEASE_EXPIRED = "AllocationLeaseExpired"
+    CRASH_LOOP = "CrashLoop"
+    STUCK_PENDING = "StuckPending"
+    SUSPECT_NODE = "SuspectNode"
+    STRAGGLING_GANG = "StragglingGang"
     # The event layer (a dead-lettered record's reason; see ``events.errors``).
     INVALID_EVENT = "InvalidEvent"
     UNKNOWN_EVENT_TYPE = "UnknownEventType"
@@ -132,6 +139,12 @@ DESCRIPTIONS = MappingProxyType(
         _R.OPERATOR_REQUEST: "an operator asked for it",
         _R.RECOVERED: "back to normal",
         _R.UNKNOWN: "the cause is not known",
+        _R.IDLE_GPU: "its GPUs stayed idle longer than the governance policy allows",
+        _R.ALLOCATION_LEASE_EXPIRED: "its allocation was released: the run never started or the cluster lost it",
+        _R.CRASH_LOOP: "it failed repeatedly within a short window",
+        _R.STUCK_PENDING: "it has waited longer than the governance threshold",
+        _R.SUSPECT_NODE: "jobs keep failing soon after starting on the same node",
+        _R.STRAGGLING_GANG: "one replica of a gang runs much slower than the others",
         _R.INVALID_EVENT: "a record failed validation against its schema",
         _R.UNKNOWN_EVENT_TYPE: "a record's type is not in the catalogue",
         _R.UNSUPPORTED_SCHEMA_VERSION: "a record's schema version is newer than this reader knows",

@@ -29,6 +29,10 @@ from events.catalog.decisions import (
     TopicOffset,
 )
 from events.catalog.governance import (
+    Figure,
+    FindingKind,
+    GovernanceFinding,
+    JobIdleWarning,
     PolicyConfigured,
     QuotaLine,
     QuotaRequestApproved,
@@ -401,6 +405,32 @@ def _governance() -> list[Event]:
             tenant=ML,
             decided_by="bob@example.com",
             comment="no H100 capacity left this quarter",
+        ),
+        GovernanceFinding(
+            finding_id="crash-loop.ml-research.llama-ft.3",
+            kind=FindingKind.CRASH_LOOP,
+            rule="crash-loop",
+            reason=R.CRASH_LOOP,
+            tenant=ML,
+            job_id=JOB,
+            cluster=C1,
+            node=N1,
+            figures=(Figure(name="failures", value=3), Figure(name="window_ms", value=600_000)),
+            observed_ms=T0,
+            message="llama-ft failed 3 times within 10 minutes",
+        ),
+        JobIdleWarning(
+            job_id=JOB_2,
+            tenant=ML,
+            cluster=C2,
+            run=1,
+            rule="idle-notebook",
+            idle_since_ms=T0 - 1_800_000,
+            threshold_pct=5,
+            mean_utilisation_pct=1,
+            idle_ms=1_800_000,
+            reclaim_at_ms=T0 + 900_000,
+            message="GPUs idle for 30 minutes; reclaimed in 15 minutes unless used",
         ),
     ]
 

@@ -36,10 +36,12 @@ pytestmark = pytest.mark.timeout(30)
 CATALOGUE = {
     "io.fedsched.ClusterRegistered": 1,
     "io.fedsched.ClusterStatusChanged": 1,
+    "io.fedsched.GovernanceFinding": 1,
     "io.fedsched.GpuHealthReported": 2,
     "io.fedsched.JobCancelRequested": 1,
     "io.fedsched.JobCancelled": 1,
     "io.fedsched.JobFailed": 1,
+    "io.fedsched.JobIdleWarning": 1,
     "io.fedsched.JobPlaced": 1,
     "io.fedsched.JobPreempted": 1,
     "io.fedsched.JobPreemptionRequested": 1,
