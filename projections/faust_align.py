@@ -39,6 +39,9 @@ class Aligner(Generic[T]):
         self._last_time[tp] = time_ms
         self._queues.setdefault(tp, deque()).append(((time_ms, self._rank(topic), partition, offset), payload))
 
+    def holds(self, tp: TP) -> bool:
+        return bool(self._queues.get(tp))
+
     @property
     def held(self) -> int:
         return sum(len(queue) for queue in self._queues.values())

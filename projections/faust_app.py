@@ -33,13 +33,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import pickle
-import time
 import weakref
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
 import faust
+from aiokafka import TopicPartition
 from faust.serializers import codecs
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
@@ -50,6 +50,7 @@ from events.topics import DEAD_LETTERS, Cleanup, TopicSpec, partition_for, topic
 from projections.core import Output, Stage
 from projections.faust_config import WorkerConfig
 from projections.faust_fold import Record, fold
+from projections.faust_progress import SourceProgress
 from projections.faust_router import Router
 from projections.faust_sink import Sink
 from projections.faust_wire import pack, split, unpack
@@ -157,7 +158,8 @@ class ProjectionsHost:
         self._lock = asyncio.Lock()
         self._router_stream: Any = None
         self._revoking = False
-        self._received: dict[tuple[str, int], tuple[int, float]] = {}
+        self._received: dict[tuple[str, int], int] = {}
+        self.progress = SourceProgress(config.broker, f"{config.app_id}-router")
         self.tables: dict[str, Any] = {}
         self.folded = 0
         self._install()
@@ -176,6 +178,7 @@ class ProjectionsHost:
         await self.sink.start()
 
     async def close(self) -> None:
+        await self.progress.close()
         await self.sink.close()
 
     def _internal_specs(self) -> list[TopicSpec]:
@@ -184,9 +187,13 @@ class ProjectionsHost:
             partitions = self.partitions[name]
             retention = int(INTERNAL_RETENTION.total_seconds() * 1000)
             purpose = f"inputs of the {name} stage"
-            specs.append(TopicSpec(self.config.stage_topic(name), partitions, "entity", Cleanup.DELETE, retention, purpose))
+            specs.append(
+                TopicSpec(self.config.stage_topic(name), partitions, "entity", Cleanup.DELETE, retention, purpose)
+            )
             purpose = f"entities of the {name} stage"
-            specs.append(TopicSpec(self.config.changelog_topic(name), partitions, "entity", Cleanup.COMPACT, -1, purpose))
+            specs.append(
+                TopicSpec(self.config.changelog_topic(name), partitions, "entity", Cleanup.COMPACT, -1, purpose)
+            )
         return specs
 
     # -- wiring ------------------------------------------------------------------------------------
@@ -195,7 +202,7 @@ class ProjectionsHost:
         app, config = self.app, self.config
         sources = app.topic(*config.source_topics, key_serializer="raw", value_serializer="raw")
         app.agent(sources, name="router")(self._route)
-        app.timer(interval=max(0.01, config.idle_s / 5), name="router-tick")(self._tick)
+        app.timer(interval=config.tick_s, name="router-tick")(self._tick)
         for name, stage in self.stages.items():
             partitions = self.partitions[name]
             channel = app.topic(
@@ -223,7 +230,6 @@ class ProjectionsHost:
         self._router_stream = stream
         async for events in stream.noack_take(self.config.batch, within=self.config.linger_s):
             async with self._lock:
-                now = time.monotonic()
                 for event in events:
                     message = event.message
                     if self._revoking or message.generation_id != self.app.consumer_generation_id:
@@ -233,7 +239,7 @@ class ProjectionsHost:
                     self.router.receive(
                         event, message.topic, message.partition, message.offset, message.key, message.value, headers
                     )
-                    self._received[(message.topic, message.partition)] = (message.offset + 1, now)
+                    self._received[(message.topic, message.partition)] = message.offset + 1
                 await self._release()
 
     async def _tick(self) -> None:
@@ -243,10 +249,13 @@ class ProjectionsHost:
             await self._release()
 
     async def _release(self) -> None:
-        if self.config.align:
-            await self.router.release(self._owned(), self._caught_up, self._router_stream.ack)
-        else:
+        if not self.config.align:
             await self.router.release((), lambda tp: True, self._router_stream.ack)
+            return
+        owned = self._owned()
+        empty = [tp for tp in owned if not self.router.aligner.holds(tp)]
+        done = await self.progress.caught_up(empty, self._next_offset, self._fetched_to) if empty else set()
+        await self.router.release(owned, done.__contains__, self._router_stream.ack)
 
     async def on_revoked(self) -> None:
         self._revoking = True
@@ -266,21 +275,18 @@ class ProjectionsHost:
         sources = set(self.config.source_topics)
         return [(tp.topic, tp.partition) for tp in self.app.consumer.assignment() if tp.topic in sources]
 
-    def _caught_up(self, tp: tuple[str, int]) -> bool:
-        """Nothing more to read now on a source partition: the next offset we would receive is its end
-        (the last stable offset: we read committed), or it was read to its end and delivered nothing
-        for ``idle_s`` (only transaction markers were left)."""
+    def _next_offset(self, tp: tuple[str, int]) -> int | None:
+        """The next offset the router would receive: after the last it received, else where faust reads
+        from (its committed offset; or, once it handed a record on, that record's offset: not caught up)."""
+        received = self._received.get(tp)
+        if received is not None:
+            return received
+        offset = self.app.consumer._read_offset.get(tp)  # type: ignore[attr-defined]
+        return offset if isinstance(offset, int) else None
+
+    def _fetched_to(self, tp: tuple[str, int]) -> int | None:
         state = _partition_state(self.app, tp)
-        if state is None:
-            return True  # no fetch state to go by: do not hold anything back
-        end = state.lso if state.lso is not None else state.highwater
-        if end is None:
-            return False  # no fetch response yet
-        received, at = self._received.get(tp, (None, 0.0))
-        if received is not None and received >= end:
-            return True
-        position = state.position if state.has_valid_position else None
-        return position is not None and position >= end and time.monotonic() - at >= self.config.idle_s
+        return state.position if state is not None and state.has_valid_position else None
 
     # -- stages ----------------------------------------------------------------------------------------
 
@@ -307,12 +313,12 @@ class ProjectionsHost:
         await self.outbox.deliver(out)
         if folded.entities:
             await self.sink.write(stage.name, folded.entities)
-            for key, entity in folded.entities.items():
-                _set_current_event(events[folded.owner[key]])
-                if entity is None:
-                    table.pop(key, None)
-                else:
-                    table[key] = entity
+        for key, entity in folded.entities.items():
+            _set_current_event(events[folded.owner[key]])
+            if entity is None:
+                table.pop(key, None)
+            else:
+                table[key] = entity
         self.folded += folded.inputs
 
     def _output(self, output: Output, time_ms: int) -> OutRecord:
@@ -337,11 +343,9 @@ def _set_current_event(event: Any) -> None:
 
 
 def _partition_state(app: faust.App, tp: tuple[str, int]) -> Any:
-    """aiokafka's fetch state of a partition (end offsets, position), or None where there is none."""
+    """aiokafka's fetch state of a partition of the worker's consumer (its position), or None."""
     try:
         consumer = app.consumer._thread._consumer  # type: ignore[attr-defined]
-        from aiokafka import TopicPartition
-
         return consumer._subscription.subscription.assignment.state_value(TopicPartition(*tp))
     except Exception:
         return None
@@ -362,6 +366,9 @@ def build_app(config: WorkerConfig, *, sink: Sink | None = None) -> ProjectionsA
         "broker_heartbeat_interval": heartbeat,
         "broker_commit_interval": config.commit_interval_s,
         "stream_buffer_maxsize": 16384,
+        "producer_max_batch_size": 1024 * 1024,
+        "producer_max_request_size": 8 * 1024 * 1024,
+        "producer_linger": 0.002,
         "web_enabled": config.web_port is not None,
         "autodiscover": False,
     }

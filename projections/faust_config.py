@@ -45,9 +45,8 @@ class WorkerConfig:
     pack_size: int = 500
     session_timeout_s: float = 10.0
     commit_interval_s: float = 1.0
-    idle_s: float = 0.25
-    """A partition read to its end that has delivered nothing for this long is taken as caught up even
-    if transaction markers keep its next offset below the end (see ``faust_align``)."""
+    tick_s: float = 0.05
+    """How often the router retries what alignment holds back when nothing new arrives."""
     align: bool = True
 
     def source(self, name: str) -> str:

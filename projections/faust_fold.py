@@ -38,9 +38,7 @@ class Record:
     items: list[Item]
 
 
-def fold(
-    stage: Stage[Any], records: list[Record], get: Callable[[str], Any], partitions: Mapping[str, int]
-) -> Folded:
+def fold(stage: Stage[Any], records: list[Record], get: Callable[[str], Any], partitions: Mapping[str, int]) -> Folded:
     out = Folded()
     entities = out.entities
     reduce = stage.reduce

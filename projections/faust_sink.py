@@ -1,11 +1,12 @@
 """The faust host's PostgreSQL sink: one transaction of read-model rows per stage batch.
 
-Called by the stage agents of ``projections.faust_app``. Calls asyncpg through
-``projections.readmodels`` (the same tables and row converters as the in-process runner).
+Called by the stage agents of ``projections.faust_app``. Calls asyncpg, with the tables and row
+converters of ``projections.rows`` (the same read models as the in-process runner writes).
 
-No log positions are written: in this host the positions an entity has applied live in the entity
-itself (its faust table), and the rows written are a pure function of the entity, replaced whole,
-so writing the same entity again writes the same rows.
+Only rows are written. In this host the positions an entity has applied, and the entity itself,
+live in the stage's faust table (its changelog), not in ``projection_state``/``projection_positions``;
+the rows are a pure function of the entity and replaced whole, so writing an entity again writes
+the same rows.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import asyncpg
 
 from projections import readmodels
+from projections.rows import TABLES
 
 
 class Sink:
@@ -37,8 +39,16 @@ class Sink:
             self._pool = None
 
     async def write(self, stage: str, entities: Mapping[str, Any]) -> None:
+        """Replace the rows of these entities of one stage (None: the entity is gone)."""
         if self._pool is None:
             raise RuntimeError("the read-model sink is not started")
-        changed = [(stage, key) for key in entities]
-        await readmodels.flush(self._pool, self.schema, changed, {stage: entities}, {})
+        table = TABLES[stage]
+        keys = sorted(entities)
+        rows = [row for key in keys if entities[key] is not None for row in table.rows(key, entities[key])]
+        async with self._pool.acquire() as conn, conn.transaction():
+            await conn.execute(f"DELETE FROM {self.schema}.{table.name} WHERE entity_key = ANY($1::text[])", keys)
+            if rows:
+                await conn.copy_records_to_table(
+                    table.name, schema_name=self.schema, records=rows, columns=[c for c, _ in table.columns]
+                )
         self.writes += 1

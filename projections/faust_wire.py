@@ -51,14 +51,20 @@ class Item:
 
 
 def pack(items: list[Item]) -> bytes:
-    rows = [(i.key, i.time_ms, i.position.topic, i.position.partition, i.position.offset, i.item, i.envelope_id) for i in items]
+    rows = [
+        (i.key, i.time_ms, i.position.topic, i.position.partition, i.position.offset, i.item, i.envelope_id)
+        for i in items
+    ]
     return pickle.dumps(rows, protocol=5)
 
 
 def unpack(value: bytes) -> list[Item]:
     # Our own records on our own internal topics (see the module docstring).
     rows = pickle.loads(value)
-    return [Item(key, time_ms, Position(topic, part, offset), item, env) for key, time_ms, topic, part, offset, item, env in rows]
+    return [
+        Item(key, time_ms, Position(topic, part, offset), item, env)
+        for key, time_ms, topic, part, offset, item, env in rows
+    ]
 
 
 def delta_position(topic: str, partition: int, offset: int, index: int, emitted: int) -> Position:

@@ -23,6 +23,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
+from events.envelope import Envelope
+from events.log import EventLog, OutRecord
+from events.publisher import to_record
 from projections.faust_config import WorkerConfig
 from projections.topology import default_stages
 
@@ -136,7 +139,8 @@ async def wait_quiet(config: WorkerConfig, *, timeout_s: float, workers: Sequenc
             except KafkaError:  # the group's coordinator may not be elected yet
                 before, committed, after = {}, {}, {tp: -1 for tp in tps}
             done = all(
-                before.get(tp) == after[tp] and (before[tp] == 0 or (tp in committed and committed[tp].offset == before[tp]))
+                before.get(tp) == after[tp]
+                and (before[tp] == 0 or (tp in committed and committed[tp].offset == before[tp]))
                 for tp in tps
             )
             if done and created:
@@ -175,3 +179,24 @@ async def wait_members(config: WorkerConfig, count: int, *, timeout_s: float) ->
 async def _partitions(admin: AIOKafkaAdminClient, topics: list[str]) -> list[TopicPartition]:
     described = await admin.describe_topics(topics)
     return [TopicPartition(item["topic"], p["partition"]) for item in described for p in item.get("partitions", [])]
+
+
+async def append_causally(event_log: EventLog, names: dict[str, str], envelopes: Sequence[Envelope]) -> None:
+    """Append in event-time slices, each acknowledged before the next is sent: a cause is in the log
+    before its effect is produced, as when the scheduler and connectors react to what they read.
+    (One append of records for several partitions makes no promise of which becomes visible first.)"""
+    producer = await event_log.producer()
+    try:
+        slice_: list[OutRecord] = []
+        slice_time: int | None = None
+        for envelope in envelopes:
+            if slice_ and envelope.time_ms != slice_time:
+                await producer.append(slice_)
+                slice_ = []
+            slice_time = envelope.time_ms
+            record = to_record(envelope)
+            slice_.append(OutRecord(names[record.topic], record.value, record.key, record.headers))
+        if slice_:
+            await producer.append(slice_)
+    finally:
+        await producer.close()
