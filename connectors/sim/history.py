@@ -42,6 +42,8 @@ class History:
     submitted: dict[JobId, JobSubmitted] = field(default_factory=dict)
     cancels: dict[JobId, tuple[JobCancelRequested, str]] = field(default_factory=dict)
     placements: list[tuple[JobPlaced, str]] = field(default_factory=list)
+    placed_jobs: dict[str, None] = field(default_factory=dict)
+    """Jobs ever placed here (their lifecycle records matter; others' may be skipped undecoded)."""
     stops: dict[RunKey, tuple[StopRequest, str]] = field(default_factory=dict)
     started: dict[RunKey, int] = field(default_factory=dict)
     finished: dict[RunKey, None] = field(default_factory=dict)
@@ -66,6 +68,7 @@ class History:
             return
         elif isinstance(event, JobPlaced):
             self.placements.append((event, envelope.id))
+            self.placed_jobs[event.job_id] = None
         elif isinstance(event, JobPreemptionRequested | JobReclaimRequested):
             self.stops.setdefault((event.job_id, event.run), (event, envelope.id))
         elif isinstance(event, JobStarted):

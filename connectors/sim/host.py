@@ -14,8 +14,8 @@ transaction it left open, and every step's events (all timers due up to ``now`` 
 records just consumed) go out in one transaction, in time order; so "everything the clock drives up to
 the last event published was published" holds, and the fault schedule and usage reports resume right
 after it. The consumer group's committed offsets only spare re-reading: a record delivered again is
-recognised (by job and run) and ignored. Event ids are derived from the facts, so even a consumer that
-reads a record twice can tell.
+recognised (by job and run) and ignored, and at start the group is moved past what the restore read.
+Event ids are derived from the facts, so even a consumer that reads a record twice can tell.
 
 Errors: a fenced publisher stops the cluster (another instance owns it); any other error closes the
 consumer and publisher, waits a little, and starts over from the log.
@@ -42,7 +42,7 @@ from connectors.sim.restore import read_history
 from connectors.sim.spec import ClusterSpec
 from events.consumer import EventConsumer
 from events.envelope import Envelope
-from events.log import EventLog, LogRecord, ProducerFenced
+from events.log import EventLog, GroupOffsets, LogRecord, ProducerFenced, TopicPartition
 from events.publisher import Publisher
 from events.topics import DECISIONS, JOBS
 
@@ -89,6 +89,8 @@ class SimCluster:
         self._poll_s = poll_s
         self._publisher: Publisher | None = None
         self._consumer: EventConsumer | None = None
+        self._joining: asyncio.Task[None] | None = None
+        self._restored_to: dict[TopicPartition, int] = {}
         self._inbox: list[Envelope] = []
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -112,13 +114,18 @@ class SimCluster:
             self._log, self.source, transactional_id=self.group_id, clock=self.clock.now_ms, ids=_no_random_ids
         )
         await self._publisher.start()
-        history = await read_history(self._log, History(self.cluster, self.source))
+        log.info("event=sim_publisher_ready cluster=%s elapsed_s=%.3f", self.cluster, time.perf_counter() - began)
+        history = History(self.cluster, self.source)
+        self._restored_to = await read_history(self._log, history)
         model = ClusterModel(self.spec, self.config, source=self.source)
         model.restore(history)
         self.model = model
         self.stats.restored_records += history.records
         self.stats.restore_s += time.perf_counter() - began
-        log.info("event=sim_restored cluster=%s records=%d runs=%d", self.cluster, history.records, len(model.runs))
+        log.info(
+            "event=sim_restored cluster=%s records=%d runs=%d elapsed_s=%.3f",
+            self.cluster, history.records, len(model.runs), time.perf_counter() - began,
+        )  # fmt: skip
         return history.resume_ms
 
     async def run(self) -> None:
@@ -151,13 +158,32 @@ class SimCluster:
     async def _open(self) -> None:
         assert self.model is not None
         await self._publish(self.model.begin(self.clock.now_ms()))
+        await self._skip_restored()
         self._inbox.clear()
         self._consumer = EventConsumer(self._log, self.group_id, (JOBS.name, DECISIONS.name), self._on_record)
-        await self._consumer.start()
+        # Joining the group can take a while (after a SIGKILL, Kafka waits out the dead member's session);
+        # the clock keeps driving starts, ends and faults meanwhile, and the restore already holds
+        # everything published before this start.
+        self._joining = asyncio.create_task(self._consumer.start(), name=f"sim-{self.cluster}-join")
+
+    async def _skip_restored(self) -> None:
+        """Move the consumer group past what the restore has read: it would only be ignored again."""
+        if not self._restored_to or self._publisher is None:
+            return
+        try:
+            await self._publisher.publish([], offsets=GroupOffsets(self.group_id, self._restored_to))
+        except ProducerFenced:
+            raise
+        except Exception as error:  # only a cost: the consumer re-reads and ignores
+            log.warning("event=sim_skip_failed cluster=%s reason=%r", self.cluster, str(error))
 
     async def _close(self) -> None:
-        consumer, publisher = self._consumer, self._publisher
-        self._consumer = self._publisher = None
+        consumer, publisher, joining = self._consumer, self._publisher, self._joining
+        self._consumer = self._publisher = self._joining = None
+        if joining is not None and not joining.done():
+            joining.cancel()
+            with contextlib.suppress(BaseException):
+                await joining
         for closing in (consumer, publisher):
             if closing is not None:
                 with contextlib.suppress(Exception):
@@ -192,7 +218,13 @@ class SimCluster:
         assert self.model is not None and self._consumer is not None
         due = self.model.next_due_ms()
         wait = self._poll_s if due is None else min(self._poll_s, self.clock.wall_seconds_until(due))
-        await self._consumer.poll_once(max_records=1000, timeout_s=wait)
+        joining = self._joining
+        if joining is not None and not joining.done():
+            await asyncio.wait([joining], timeout=wait)
+            if joining.done():
+                joining.result()  # raises what the join raised
+        else:
+            await self._consumer.poll_once(max_records=1000, timeout_s=wait)
         now = self.clock.now_ms()
         emits = self.model.advance(now)
         for envelope in self._inbox:

@@ -1,7 +1,7 @@
 """Reading back what the log holds about a simulated cluster, at start-up (``History``).
 
 Called by the host before it publishes anything. Calls the ``EventLog`` reader: every partition of the
-jobs, decisions and inventory topics, from the beginning to the end as of the call. Records are picked
+decisions, jobs and inventory topics, from the beginning to the end as of the call. Records are picked
 by their CloudEvents headers and key before any is decoded, so other clusters' inventory and other
 events' bodies cost little; this connector's own inventory records are decoded only when they carry a
 node snapshot or a status, the rest give only their time.
@@ -9,6 +9,7 @@ node snapshot or a status, the rest give only their time.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from connectors.sim.history import History
@@ -21,18 +22,10 @@ from events.topics import DECISIONS, INVENTORY, JOBS
 
 log = logging.getLogger("fedsched.connector.sim")
 
-_JOB_TYPES = frozenset(
+_REQUEST_TYPES = frozenset(f"io.fedsched.{name}".encode() for name in ("JobSubmitted", "JobCancelRequested"))
+_LIFECYCLE_TYPES = frozenset(
     f"io.fedsched.{name}".encode()
-    for name in (
-        "JobSubmitted",
-        "JobCancelRequested",
-        "JobStarted",
-        "JobSucceeded",
-        "JobFailed",
-        "JobCancelled",
-        "JobPreempted",
-        "JobReclaimed",
-    )
+    for name in ("JobStarted", "JobSucceeded", "JobFailed", "JobCancelled", "JobPreempted", "JobReclaimed")
 )
 _DECISION_TYPES = frozenset(
     f"io.fedsched.{name}".encode() for name in ("JobPlaced", "JobPreemptionRequested", "JobReclaimRequested")
@@ -42,24 +35,54 @@ _SNAPSHOT_TYPES = frozenset(
 )
 
 
-async def read_history(event_log: EventLog, history: History) -> History:
-    """Fold every relevant record into ``history`` and return it."""
+_CONCURRENCY = 4
+"""Partitions read at once. More is slower on Kafka: every open reader keeps prefetching."""
+
+
+async def read_history(event_log: EventLog, history: History) -> dict[TopicPartition, int]:
+    """Fold every relevant record into ``history``: the decisions first (so the jobs placed here are
+    known before the jobs topic is read, and other jobs' lifecycle records can be skipped undecoded),
+    then the jobs and inventory partitions, a few at a time. The fold depends only on the order within
+    a partition.
+
+    Returns, for the jobs and decisions partitions, an offset up to which everything has been folded:
+    the host's consumer group may start there instead of re-reading what the restore already covered."""
+    ends: dict[TopicPartition, int] = {}
+    for partition in range(await event_log.partitions(DECISIONS.name)):
+        await _read_partition(event_log, TopicPartition(DECISIONS.name, partition), history, ends)
+    rest = [
+        TopicPartition(topic, partition)
+        for topic in (JOBS.name, INVENTORY.name)
+        for partition in range(await event_log.partitions(topic))
+    ]
+    gate = asyncio.Semaphore(_CONCURRENCY)
+
+    async def read(tp: TopicPartition) -> None:
+        async with gate:
+            await _read_partition(event_log, tp, history, ends)
+
+    await asyncio.gather(*(read(tp) for tp in rest))
+    return {tp: offset for tp, offset in sorted(ends.items()) if tp.topic in (JOBS.name, DECISIONS.name)}
+
+
+async def _read_partition(
+    event_log: EventLog, tp: TopicPartition, history: History, ends: dict[TopicPartition, int]
+) -> None:
+    # A reader per partition, closed when done: a Kafka reader keeps fetching what it has open.
     reader = await event_log.reader()
     try:
-        for topic in (JOBS.name, DECISIONS.name, INVENTORY.name):
-            for partition in range(await event_log.partitions(topic)):
-                async for batch in read_to_end(reader, TopicPartition(topic, partition)):
-                    for record in batch:
-                        _fold(history, record)
+        ends[tp] = await reader.end_offset(tp)  # read_to_end reads at least this far
+        async for batch in read_to_end(reader, tp):
+            for record in batch:
+                _fold(history, record)
     finally:
         await reader.close()
-    return history
 
 
 def _fold(history: History, record: LogRecord) -> None:
     kind = record.header("ce_type")
     if record.topic == JOBS.name:
-        wanted = kind in _JOB_TYPES
+        wanted = kind in _REQUEST_TYPES or (kind in _LIFECYCLE_TYPES and _placed_here(history, record))
     elif record.topic == DECISIONS.name:
         wanted = kind in _DECISION_TYPES
     else:
@@ -70,6 +93,10 @@ def _fold(history: History, record: LogRecord) -> None:
         history.add(decode(record.headers, record.value))
     except EventError as error:
         log.warning("event=restore_skipped topic=%s offset=%d reason=%r", record.topic, record.offset, str(error))
+
+
+def _placed_here(history: History, record: LogRecord) -> bool:
+    return record.key is not None and record.key.decode(errors="replace") in history.placed_jobs
 
 
 def _own_inventory(history: History, record: LogRecord) -> bool:

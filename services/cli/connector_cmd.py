@@ -15,6 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     connector = sub.add_parser("connector", help="run a cluster connector (simulated, Kubernetes)")
     kinds = connector.add_subparsers(dest="connector", metavar="KIND", required=True)
     _register_sim(kinds)
+    _register_sim_bench(kinds)
     _register_kubernetes(kinds)
 
 
@@ -55,6 +56,7 @@ def _register_sim(kinds: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 async def run_sim(args: argparse.Namespace) -> int:
     import asyncio
+    import logging
     import signal
 
     from connectors.sim import ClusterSpec, NodeListError, SimCluster, SimConfig, load_nodes, parse_split
@@ -88,6 +90,8 @@ async def run_sim(args: argparse.Namespace) -> int:
         )
     except (NodeListError, ValueError) as error:
         raise CliError(str(error), exit_code=2) from None
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("aiokafka").setLevel(logging.WARNING)
     log = open_log(log_url(args.log))
     await log.start()
     try:
@@ -177,6 +181,8 @@ async def run_kubernetes(args: argparse.Namespace) -> int:
             api = await KubeApi.from_kubeconfig(args.kubeconfig, args.context, limiter=limiter)
     except Exception as error:  # configuration errors of every kind end here, for a person to read
         raise CliError(f"cannot set up the Kubernetes connector: {error}", exit_code=2) from None
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("aiokafka").setLevel(logging.WARNING)
     log = open_log(log_url(args.log))
     await log.start()
     try:
@@ -192,4 +198,35 @@ async def run_kubernetes(args: argparse.Namespace) -> int:
     finally:
         await api.close()
         await log.close()
+    return 0
+
+
+def _register_sim_bench(kinds: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    bench = kinds.add_parser(
+        "sim-bench",
+        help="measure how fast a simulated cluster publishes (registration, then a burst of jobs)",
+    )
+    bench.add_argument("--log", help="log URL: kafka://host:port or a PostgreSQL DSN (default: FEDSCHED_LOG)")
+    bench.add_argument("--nodes", type=Path, help="node list (default: the openb GPU node list, 1,213 nodes)")
+    bench.add_argument("--jobs", type=int, default=2000, help="one-GPU jobs in the burst (default 2000)")
+    bench.add_argument("--speed", type=float, default=1000.0, help="simulated seconds per wall second")
+    bench.set_defaults(handler=run_sim_bench)
+
+
+async def run_sim_bench(args: argparse.Namespace) -> int:
+    import json
+
+    from connectors.sim.bench import run_bench
+    from events.log import open_log
+    from events.topics import TOPICS
+    from services.config import log_url
+
+    log = open_log(log_url(args.log))
+    await log.start()
+    try:
+        await log.create_topics(TOPICS)
+        result = await run_bench(log, args.nodes, jobs=args.jobs, speed=args.speed)
+    finally:
+        await log.close()
+    print(json.dumps(result.as_dict()))
     return 0
