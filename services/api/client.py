@@ -16,7 +16,7 @@ from typing import Any
 import grpc
 from google.rpc import error_details_pb2, status_pb2
 
-from services.api.errors import FIELD_HEADER, REASON_HEADER
+from services.api.metadata import FIELD_HEADER, REASON_HEADER
 from services.api.pb import audit_pb2_grpc, jobs_pb2_grpc, quota_pb2_grpc, resources_pb2_grpc
 
 DEFAULT_SERVER = "127.0.0.1:50051"

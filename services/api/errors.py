@@ -24,12 +24,11 @@ from google.rpc import error_details_pb2, status_pb2
 from events.catalog.reasons import ReasonCode
 from events.errors import EventError, InvalidEvent
 from events.log.contract import LogError
+from services.api.metadata import FIELD_HEADER, REASON_HEADER
 
 log = logging.getLogger("fedsched.api")
 
 DOMAIN = "fedsched.io"
-FIELD_HEADER = "fedsched-field"
-REASON_HEADER = "fedsched-reason"
 _MESSAGE_LIMIT = 1024
 _FIELD_PATH = re.compile(r"^[A-Za-z0-9_.\[\]-]{1,256}$")
 

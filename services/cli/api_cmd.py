@@ -14,6 +14,7 @@ import asyncio
 import os
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,11 +40,26 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--client-ca", type=Path, default=_env_path("FEDSCHED_CLIENT_CA"), help="require client certificates of this CA"
     )
     api.add_argument("--no-intake", action="store_true", help="do not run the event intake in this process")
-    api.set_defaults(handler=run_api)
+    api.set_defaults(handler=_reported(run_api))
 
     intake = sub.add_parser("intake", help="run only the event intake for MLOps tools (fedsched.intake)")
     _common(intake)
-    intake.set_defaults(handler=run_intake)
+    intake.set_defaults(handler=_reported(run_intake))
+
+
+def _reported(
+    handler: Callable[[argparse.Namespace], Awaitable[int]],
+) -> Callable[[argparse.Namespace], Awaitable[int]]:
+    """Report a ``CliError`` here, so it reads the same however the CLI was started."""
+
+    async def run(args: argparse.Namespace) -> int:
+        try:
+            return await handler(args)
+        except CliError as error:
+            print(f"fedsched: {error}", file=sys.stderr)
+            return error.exit_code
+
+    return run
 
 
 def _common(parser: argparse.ArgumentParser) -> None:

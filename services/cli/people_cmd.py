@@ -108,13 +108,17 @@ def _handler(command: Command) -> Callable[[argparse.Namespace], Awaitable[int]]
     async def run(args: argparse.Namespace) -> int:
         from services.api.client import CallError, Client
 
-        client = Client(client_config(args))
         try:
-            return await command(args, client)
-        except CallError as error:
-            return _failed(args, error)
-        finally:
-            await client.close()
+            client = Client(client_config(args))
+            try:
+                return await command(args, client)
+            except CallError as error:
+                return _failed(args, error)
+            finally:
+                await client.close()
+        except CliError as error:  # reported here, so it reads the same however the CLI was started
+            print(f"fedsched: {error}", file=sys.stderr)
+            return error.exit_code
 
     return run
 
@@ -187,9 +191,10 @@ def duration(ms: int) -> str:
 
 
 def when(ms: int) -> str:
-    from events.envelope import format_time
+    """RFC 3339 in UTC with milliseconds, as the events write time."""
+    from datetime import UTC, datetime
 
-    return format_time(ms)
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
 # -- commands ------------------------------------------------------------------------------------------
