@@ -1,0 +1,120 @@
+"""Pure parts of the API and the CLI: the job file, edge validation with field paths, page tokens,
+field-path sanitising, explanations without a decision, and stub generation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from events.catalog.jobs import JobSubmitted
+from services.api import codegen, validation
+from services.api.errors import InvalidArgument, field_path
+from services.api.explain import explain
+from services.api.pb import jobs_pb2
+from services.cli import jobfile
+from tests.api.support import spec
+
+
+def test_a_job_file_becomes_a_spec_with_durations_template_and_labels() -> None:
+    parsed, request_id = jobfile.parse(
+        """
+name: n
+tenant: t
+resources: {gpus: 1, gpu_models: [A100-80G, H100]}
+expected_runtime: 1h30m
+max_runtime_s: 7200
+template: {image: "x:1", args: [1, 2]}
+labels: {team: nlp, tier: 2}
+tolerations: [{key: gpu, effect: NoSchedule}]
+client_request_id: run-7
+"""
+    )
+    assert (parsed.name, parsed.tenant, request_id) == ("n", "t", "run-7")
+    assert (parsed.expected_runtime_s, parsed.max_runtime_s) == (5400, 7200)
+    assert list(parsed.resources.gpu_models) == ["A100-80G", "H100"]
+    assert json.loads(parsed.template_json) == {"image": "x:1", "args": [1, 2]}
+    assert dict(parsed.labels) == {"team": "nlp", "tier": "2"}
+    assert parsed.tolerations[0].effect == "NoSchedule" and not parsed.tolerations[0].HasField("value")
+    assert not parsed.HasField("replicas") and not parsed.HasField("preemptible")
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("name: n\ngpu: 1", "gpu"),
+        ("name: n\nresources: {gpu: 1}", "resources.gpu"),
+        ("name: n\nreplicas: two", "replicas"),
+        ("name: n\ngang: 'yes'", "gang"),
+        ("name: n\nexpected_runtime: soon", "expected_runtime"),
+        ("name: n\ndatasets: c4", "datasets"),
+        ("- a list", "(file)"),
+        ("name: [unclosed", "(file)"),
+        ("name: n\nreplicas: 99999999999", "replicas"),
+    ],
+)
+def test_a_bad_job_file_names_the_field(text: str, field: str) -> None:
+    with pytest.raises(jobfile.JobFileError) as caught:
+        jobfile.parse(text)
+    assert caught.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("bad", "field"),
+    [
+        (spec(resources=jobs_pb2.Resources(gpus=65)), "resources.gpus"),
+        (spec(resources=jobs_pb2.Resources(gpus=1, gpu_models=["bad model!"])), "resources.gpu_models.0"),
+        (spec(replicas=0), "replicas"),
+        (spec(template_json="{"), "template_json"),
+        (spec(template_json=json.dumps({"n": 2**60})), "template_json"),
+        (spec(labels={"bad key!": "v"}), "labels.bad key!.[key]"),
+        (spec(expected_runtime_s=10, max_runtime_s=5), "spec"),
+        (jobs_pb2.JobSpec(name="n", tenant="t"), "resources"),
+    ],
+)
+def test_edge_validation_names_the_field_as_the_catalogue_does(bad: jobs_pb2.JobSpec, field: str) -> None:
+    with pytest.raises(InvalidArgument) as caught:
+        body = validation.job_spec_body(bad)
+        validation.event_from(JobSubmitted, {**body, "job_id": "j-1"})
+    assert caught.value.field == field
+
+
+def test_defaults_come_from_the_catalogue() -> None:
+    event = validation.event_from(JobSubmitted, {**validation.job_spec_body(spec()), "job_id": "j-1"})
+    assert (event.replicas, event.preemptible, event.queue, event.kind.value) == (1, True, "default", "batch")
+
+
+def test_page_tokens_continue_only_the_query_they_came_from() -> None:
+    query = {"tenant": "a", "statuses": ["queued"]}
+    token = validation.encode_page_token(query, [123, "j-9"])
+    assert validation.decode_page_token(token, query, 2) == [123, "j-9"]
+    assert validation.decode_page_token("", query, 2) is None
+    for bad, other in ((token, {"tenant": "b"}), ("garbage!", query), (token[:-3], query), (token + "x" * 3000, query)):
+        with pytest.raises(InvalidArgument) as caught:
+            validation.decode_page_token(bad, other, 2)
+        assert caught.value.field == "page_token"
+
+
+def test_field_paths_are_cut_to_what_a_job_rejected_may_carry() -> None:
+    assert field_path("resources.gpus") == "resources.gpus"
+    assert field_path("labels.bad key!.[key]") == "labels"
+    assert field_path("é") is None
+
+
+def test_an_explanation_without_a_decision_says_so() -> None:
+    row = {"entity_key": "j-1", "status": "submitted", "timeline": [], "last_decision": None, "last_decision_type": ""}
+    answer = explain(row)
+    assert answer.question == "unknown" and "no decision" in answer.summary[0]
+    row.update(last_decision={"job_id": "j-1", "from": "the future"}, last_decision_type="JobQueued")
+    assert "cannot read" in explain(row).summary[0]
+
+
+def test_stubs_are_generated_with_package_imports_and_not_twice(tmp_path: Path) -> None:
+    written = codegen.generate(tmp_path)
+    names = {path.name for path in written}
+    assert {"jobs_pb2.py", "jobs_pb2.pyi", "jobs_pb2_grpc.py", "audit_pb2.py"} <= names
+    audit = (tmp_path / "fedsched" / "v1" / "audit_pb2.py").read_text()
+    assert "from services.api.gen.fedsched.v1 import jobs_pb2" in audit
+    assert "from fedsched.v1" not in audit and audit.startswith("# Generated by services.api.codegen")
+    assert codegen.up_to_date(tmp_path) and codegen.generate(tmp_path) == []
