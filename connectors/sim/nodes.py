@@ -261,7 +261,7 @@ def _yaml_nodes(where: str, entry: dict[str, Any]) -> list[NodeSpec]:
     model = str(entry.get("model", ""))
     gpus = _yaml_int(where, entry, "gpus", 0)
     try:
-        taints = tuple(Taint(**t) for t in entry.get("taints") or ())
+        taints = tuple(Taint.model_validate(t, strict=False) for t in entry.get("taints") or ())
     except (TypeError, ValueError) as error:
         raise NodeListError(f"{where}: bad taints: {error}") from None
     labels = dict(_gpu_labels(model, gpus)) if gpus else {}

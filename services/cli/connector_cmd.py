@@ -94,9 +94,9 @@ async def run_sim(args: argparse.Namespace) -> int:
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
     log = open_log(log_url(args.log))
     await log.start()
+    cluster = SimCluster(log, spec, config)
     try:
         await log.create_topics(TOPICS)
-        cluster = SimCluster(log, spec, config)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -114,6 +114,8 @@ async def run_sim(args: argparse.Namespace) -> int:
         done.cancel()
     finally:
         await log.close()
+    if cluster.error is not None:
+        raise CliError(f"sim cluster {spec.cluster} stopped: {cluster.error}")
     return 0
 
 
