@@ -1,0 +1,81 @@
+"""People's quota commands as events: request more quota, approve or reject a request.
+
+Called by ``fedsched gov quota ...`` and meant for the API's ``RequestQuota`` / ``DecideQuotaRequest``.
+Calls the log (to read the governance topic and append) and the pure ``services.governance.quota.decide``.
+The governance host does the rest: it approves small requests by rule, and publishes the ``QuotaSet``
+when an approved grant starts and when it expires.
+"""
+
+from __future__ import annotations
+
+from events.catalog.governance import QuotaRequestApproved, QuotaRequestRejected, QuotaRequestSubmitted
+from events.codec import decode
+from events.envelope import Envelope
+from events.errors import EventError
+from events.log.contract import EventLog, TopicPartition
+from events.log.reading import read_to_end
+from events.publisher import Publisher
+from events.topics import GOVERNANCE
+from services.governance.quota import DecisionError, decide
+from services.governance.state import GovState, Request
+
+
+async def governance_state(event_log: EventLog, *, namespace: str = "") -> GovState:
+    """The quota requests and their decisions, read from the governance topic up to its end now."""
+    state = GovState()
+    reader = await event_log.reader()
+    try:
+        tp = TopicPartition((f"{namespace}." if namespace else "") + GOVERNANCE.name, 0)
+        async for batch in read_to_end(reader, tp):
+            for record in batch:
+                try:
+                    state.fold(decode(record.headers, record.value))
+                except EventError:
+                    continue
+    finally:
+        await reader.close()
+    return state
+
+
+async def request_quota(publisher: Publisher, request: QuotaRequestSubmitted) -> Envelope:
+    """Publish a tenant's request (the id is the request's own, so a retried call is recognisable)."""
+    envelope = publisher.envelope(request, id=f"quota-request:{request.request_id}", tenant=request.tenant)
+    await publisher.publish([envelope])
+    return envelope
+
+
+async def decide_request(
+    event_log: EventLog,
+    publisher: Publisher,
+    request_id: str,
+    *,
+    approve: bool,
+    by: str,
+    comment: str = "",
+    approved_amount: int | None = None,
+    effective_from_ms: int | None = None,
+    expires_ms: int | None = None,
+) -> QuotaRequestApproved | QuotaRequestRejected:
+    """Check and publish a person's decision on a pending request; ``DecisionError`` if it cannot be."""
+    state = await governance_state(event_log)
+    request = find_request(state, request_id)
+    decision = decide(
+        request.submitted,
+        approve=approve,
+        by=by,
+        comment=comment,
+        approved_amount=approved_amount,
+        effective_from_ms=effective_from_ms,
+        expires_ms=expires_ms,
+        already_decided=request.decision is not None,
+    )
+    envelope = publisher.envelope(decision, id=f"quota-decision:{request_id}", tenant=request.submitted.tenant)
+    await publisher.publish([envelope])
+    return decision
+
+
+def find_request(state: GovState, request_id: str) -> Request:
+    request = state.requests.get(request_id)
+    if request is None:
+        raise DecisionError(f"no quota request {request_id}")
+    return request

@@ -1,0 +1,142 @@
+"""The governance service: follows the log, runs the pure rules, publishes what they decide.
+
+Called by ``fedsched gov run`` and by ``fedsched up``. Calls the log ports and the pure rules
+(``services.governance.rules``); never reads the clock: time is the latest event time in the log.
+
+Recipe of one step:
+ 1. Fold every committed record of the inventory, jobs, decisions and governance topics into
+    ``GovState`` (governance's own earlier outputs included: their ids mark what was done already).
+ 2. ``evaluate(state, config)``: auto-approvals, quota changes at grant start and expiry, idle warnings
+    and reclaims, runtime stops, lease releases, findings; each under an id derived from its cause.
+ 3. Publish them in one transaction (a transactional id per deployment fences a second instance), each
+    envelope at the log time of step 1 and under its derived id; remember the ids.
+
+A restarted host re-reads the log from the start, so it never repeats an action it published.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, replace
+
+from events.codec import decode
+from events.envelope import Envelope
+from events.errors import EventError
+from events.log.contract import EventLog, LogProducer, LogReader, ProducerFenced, TopicPartition
+from events.publisher import to_record
+from events.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS
+from services.governance.config import GovConfig
+from services.governance.rules import evaluate
+from services.governance.state import SOURCE, GovState, Output
+
+log = logging.getLogger("fedsched.governance")
+
+INPUT_TOPICS = (DECISIONS.name, GOVERNANCE.name, INVENTORY.name, JOBS.name)
+TRANSACTIONAL_ID = "fedsched-governance"
+
+
+@dataclass
+class GovMetrics:
+    folded: int = 0
+    published: int = 0
+    steps: int = 0
+    unreadable: int = 0
+
+
+class GovernanceHost:
+    def __init__(
+        self,
+        event_log: EventLog,
+        config: GovConfig | None = None,
+        *,
+        namespace: str = "",
+        transactional_id: str = TRANSACTIONAL_ID,
+    ) -> None:
+        self._log = event_log
+        self.config = config or GovConfig()
+        self._ns = f"{namespace}." if namespace else ""
+        self._transactional_id = self._ns + transactional_id
+        self.state = GovState()
+        self.metrics = GovMetrics()
+        self.positions: dict[TopicPartition, int] = {}
+        self._reader: LogReader | None = None
+        self._producer: LogProducer | None = None
+
+    async def start(self) -> None:
+        self._reader = await self._log.reader()
+        for topic in INPUT_TOPICS:
+            name = self._ns + topic
+            for partition in range(await self._log.partitions(name)):
+                self.positions.setdefault(TopicPartition(name, partition), 0)
+        self._producer = await self._log.producer(self._transactional_id)
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            await self._reader.close()
+        if self._producer is not None:
+            await self._producer.close()
+        self._reader, self._producer = None, None
+
+    async def follow(self) -> int:
+        """Fold every record committed now; returns how many were read."""
+        assert self._reader is not None
+        folded = 0
+        for tp in sorted(self.positions):
+            position = self.positions[tp]
+            while position < await self._reader.end_offset(tp):
+                records = await self._reader.read(tp, position, max_records=5000, timeout_s=0.5)
+                if not records:
+                    if await self._reader.caught_up(tp, position):
+                        break
+                    continue
+                for record in records:
+                    try:
+                        self.state.fold(decode(record.headers, record.value))
+                    except EventError:
+                        self.metrics.unreadable += 1
+                folded += len(records)
+                position = self.positions[tp] = records[-1].offset + 1
+        self.metrics.folded += folded
+        return folded
+
+    async def step(self) -> list[Output]:
+        """Fold what is new, evaluate the rules, publish their outputs; returns what was published."""
+        assert self._producer is not None
+        await self.follow()
+        outputs = evaluate(self.state, self.config)
+        if not outputs:
+            return []
+        envelopes = [self._envelope(o) for o in outputs]
+        records = [to_record(e) for e in envelopes]
+        if self._ns:
+            records = [replace(r, topic=self._ns + r.topic) for r in records]
+        await self._producer.append(records)
+        self.state.emitted.update(o.id for o in outputs)
+        self.metrics.published += len(outputs)
+        self.metrics.steps += 1
+        for output in outputs:
+            log.info("event=governance_output id=%s type=%s", output.id, output.event.event_type)
+        return outputs
+
+    def _envelope(self, output: Output) -> Envelope:
+        tenant = getattr(output.event, "tenant", None)
+        return Envelope(
+            id=output.id,
+            time_ms=output.time_ms,
+            data=output.event,
+            source=SOURCE,
+            subject=output.event.partition_key(),
+            tenant=None if tenant is None else str(tenant),
+        )
+
+    async def run(self, stop: asyncio.Event, *, poll_s: float = 0.1) -> None:
+        while not stop.is_set():
+            try:
+                await self.step()
+            except ProducerFenced:
+                log.warning("event=fenced reason='another governance instance took over'")
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), poll_s)

@@ -1,0 +1,166 @@
+"""Quota requests: approval by rule or by a person, and the quota in force while a grant lasts.
+
+Called by the governance host (``auto_decide`` for each new request, ``quota_changes`` on every tick),
+by ``fedsched gov quota ...`` and by the API (``decide`` checks and builds an operator's answer). Pure:
+time comes in as ``now_ms``.
+
+A grant adds ``approved_amount`` to the guaranteed amount (and the limit, when bounded) of the matching
+line of the tenant queue's base quota (the last ``QuotaSet`` an operator published) from
+``effective_from_ms`` until ``expires_ms``. Governance publishes the whole resulting ``QuotaSet`` when a
+grant starts and again when it expires, so the scheduler, which applies each ``QuotaSet`` it reads, holds
+the larger quota exactly for the granted period.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from events.catalog.governance import (
+    QuotaLine,
+    QuotaRequestApproved,
+    QuotaRequestRejected,
+    QuotaRequestSubmitted,
+    QuotaSet,
+)
+from events.catalog.types import QueueId, TenantId
+from services.governance.config import GovConfig
+from services.governance.state import GovState, Output, Request
+
+
+class DecisionError(ValueError):
+    """An operator's decision that cannot be applied (already decided, more than asked, bad window)."""
+
+
+def auto_decide(request: QuotaRequestSubmitted, config: GovConfig) -> QuotaRequestApproved | None:
+    """The approval by the most specific matching auto-approve rule, or ``None``: a person decides."""
+    period = request.period_end_ms - request.period_start_ms
+    model = request.gpu_model or "*"
+    candidates = [
+        rule
+        for rule in config.auto_approve
+        if rule.resource == request.resource.value
+        and rule.tenant in ("*", request.tenant)
+        and rule.gpu_model in ("*", model)
+    ]
+    if not candidates:
+        return None
+    rule = max(candidates, key=lambda r: (r.specificity(), r.name))
+    if request.amount > rule.max_amount or period > rule.max_period_ms:
+        return None
+    return QuotaRequestApproved(
+        request_id=request.request_id,
+        tenant=request.tenant,
+        rule=rule.name,
+        approved_amount=request.amount,
+        effective_from_ms=request.period_start_ms,
+        expires_ms=request.period_end_ms,
+        comment=f"amount {request.amount} <= {rule.max_amount}, period {period // 60_000} min"
+        f" <= {rule.max_period_ms // 60_000} min",
+    )
+
+
+def decide(
+    request: QuotaRequestSubmitted,
+    *,
+    approve: bool,
+    by: str,
+    comment: str = "",
+    approved_amount: int | None = None,
+    effective_from_ms: int | None = None,
+    expires_ms: int | None = None,
+    already_decided: bool = False,
+) -> QuotaRequestApproved | QuotaRequestRejected:
+    """A person's answer to a request; defaults: the amount asked, for the period asked."""
+    if already_decided:
+        raise DecisionError(f"quota request {request.request_id} is already decided")
+    if not approve:
+        return QuotaRequestRejected(
+            request_id=request.request_id, tenant=request.tenant, decided_by=by, comment=comment
+        )
+    amount = approved_amount or request.amount
+    if amount > request.amount:
+        raise DecisionError(f"approved amount {amount} is more than the {request.amount} asked")
+    start = effective_from_ms or request.period_start_ms
+    end = request.period_end_ms if expires_ms is None else expires_ms
+    if end <= start:
+        raise DecisionError("the grant would expire before it starts")
+    return QuotaRequestApproved(
+        request_id=request.request_id,
+        tenant=request.tenant,
+        decided_by=by,
+        comment=comment,
+        approved_amount=amount,
+        effective_from_ms=start,
+        expires_ms=end,
+    )
+
+
+def effective_lines(
+    base: tuple[QuotaLine, ...], request: QuotaRequestSubmitted, grants: Iterable[QuotaRequestApproved]
+) -> tuple[QuotaLine, ...]:
+    """The base quota plus the grants (all of ``request``'s resource and model), line order kept."""
+    extra = sum(g.approved_amount for g in grants)
+    lines = list(base)
+    for i, line in enumerate(lines):
+        if line.resource == request.resource and line.gpu_model == request.gpu_model:
+            limit = None if line.limit is None else line.limit + extra
+            lines[i] = QuotaLine(
+                resource=line.resource, gpu_model=line.gpu_model, guaranteed=line.guaranteed + extra, limit=limit
+            )
+            return tuple(lines)
+    if extra:
+        lines.append(QuotaLine(resource=request.resource, gpu_model=request.gpu_model, guaranteed=extra, limit=extra))
+    return tuple(lines)
+
+
+def quota_changes(state: GovState, config: GovConfig) -> list[Output]:
+    """Auto-approvals of undecided requests, and the ``QuotaSet`` of each grant that started or expired."""
+    out: list[Output] = []
+    for request_id in sorted(state.requests):
+        request = state.requests[request_id]
+        if request.decision is None:
+            approved = auto_decide(request.submitted, config)
+            if approved is not None:
+                out.append(Output(f"gov:quota-approve:{request_id}", state.now_ms, approved))
+            continue
+        out += _grant_edges(state, request)
+    return [o for o in out if o.id not in state.emitted]
+
+
+def _grant_edges(state: GovState, request: Request) -> list[Output]:
+    decision = request.decision
+    if not isinstance(decision, QuotaRequestApproved):
+        return []
+    out: list[Output] = []
+    edges = [("start", decision.effective_from_ms)]
+    if decision.expires_ms is not None:
+        edges.append(("end", decision.expires_ms))
+    for edge, at in edges:
+        if at > state.now_ms:
+            continue
+        active = [g for g in _grants_like(state, request.submitted) if _active(g, at)]
+        submitted = request.submitted
+        lines = effective_lines(state.base_quota.get((submitted.tenant, submitted.queue), ()), submitted, active)
+        event = QuotaSet(
+            tenant=TenantId(submitted.tenant),
+            queue=QueueId(submitted.queue),
+            lines=lines,
+            set_by="governance",
+            request_id=submitted.request_id,
+        )
+        out.append(Output(f"gov:quota-{edge}:{submitted.request_id}", state.now_ms, event))
+    return out
+
+
+def _grants_like(state: GovState, like: QuotaRequestSubmitted) -> list[QuotaRequestApproved]:
+    grants = []
+    for request in state.requests.values():
+        s = request.submitted
+        same = (s.tenant, s.queue, s.resource, s.gpu_model) == (like.tenant, like.queue, like.resource, like.gpu_model)
+        if same and isinstance(request.decision, QuotaRequestApproved):
+            grants.append(request.decision)
+    return sorted(grants, key=lambda g: g.request_id)
+
+
+def _active(grant: QuotaRequestApproved, at: int) -> bool:
+    return grant.effective_from_ms <= at and (grant.expires_ms is None or at < grant.expires_ms)

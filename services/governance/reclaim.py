@@ -1,0 +1,209 @@
+"""Reclamation rules: idle jobs (warn, then reclaim), jobs past their maximum runtime, stale allocations.
+
+Called by ``services.governance.rules.evaluate``. Pure: every time is log time from ``GovState`` and
+every output id is derived from the facts, so the same log gives the same actions.
+
+- Idle (per job kind, ``IdleRule``): the trailing stretch of usage samples under ``threshold_pct``; once
+  it is ``idle_after_ms`` long a ``JobIdleWarning`` says when the reclaim comes; a sample at or after that
+  moment still idle brings ``JobReclaimRequested`` (and a finding with the figures). When the cluster
+  reports ``JobReclaimed``, a ``JobCancelRequested`` keeps the scheduler from placing the job again.
+- Runtime (``RuntimeRule``, or the job's own ``max_runtime_s``): a ``JobCancelRequested`` and a finding.
+- Lease (``LeaseRule``): a run placed but never started within the start lease, or on a node removed or a
+  cluster unreachable for the lost lease, gets a ``JobFailed`` (``AllocationLeaseExpired``) published on
+  the cluster's behalf, which releases its allocation everywhere; and a finding.
+"""
+
+from __future__ import annotations
+
+from events.catalog.decisions import JobReclaimRequested, ReclaimFigures
+from events.catalog.governance import Figure, FindingKind, GovernanceFinding, JobIdleWarning
+from events.catalog.jobs import JobCancelRequested, JobFailed
+from events.catalog.reasons import ReasonCode
+from events.catalog.types import ClusterId, CycleId, JobId, NodeId, TenantId
+from services.governance.config import GovConfig, IdleRule
+from services.governance.state import GovState, JobFacts, Output, RunFacts, derived_id
+
+
+def reclaim_actions(state: GovState, config: GovConfig) -> list[Output]:
+    out: list[Output] = []
+    for job_id in sorted(state.jobs):
+        facts = state.jobs[job_id]
+        if facts.spec is None:
+            continue
+        for rule in config.idle:
+            if facts.spec.kind.value == rule.kind:
+                out += idle(state, facts, rule, config.principal)
+        out += runtime(state, facts, config)
+        out += lease(state, facts, config)
+    return [o for o in out if o.id not in state.emitted]
+
+
+def idle_stretch(run: RunFacts, threshold_pct: int) -> tuple[int, int, int] | None:
+    """(idle since, last sample end, mean utilisation %) of the trailing samples under the threshold."""
+    stretch = []
+    for sample in reversed(run.samples):
+        if sample.utilisation_pct >= threshold_pct:
+            break
+        stretch.append(sample)
+    if not stretch:
+        return None
+    since = max(stretch[-1].end_ms - stretch[-1].window_ms, run.started_ms or 0)
+    weight = sum(s.window_ms for s in stretch)
+    mean = sum(s.utilisation_pct * s.window_ms for s in stretch) // max(1, weight)
+    return since, stretch[0].end_ms, mean
+
+
+def idle(state: GovState, facts: JobFacts, rule: IdleRule, principal: str) -> list[Output]:
+    assert facts.spec is not None
+    spec, now = facts.spec, state.now_ms
+    out: list[Output] = []
+    for ended in sorted(facts.runs.values(), key=lambda r: r.run):
+        if ended.ended_how == "reclaimed" and ended.reclaim_rule == rule.name and facts.terminal is None:
+            cancel = JobCancelRequested(
+                job_id=JobId(facts.job_id), requester=principal, reason=f"{rule.name}: reclaimed while idle"
+            )
+            out.append(Output(f"gov:idle-cancel:{facts.job_id}:{ended.run}", now, cancel))
+    run = facts.live_run()
+    if run is None or run.started_ms is None or facts.cancel_requested:
+        return out
+    stretch = idle_stretch(run, rule.threshold_pct)
+    if stretch is None:
+        return out
+    since, last, mean = stretch
+    warn_at = since + rule.idle_after_ms
+    if last < warn_at:
+        return out
+    reclaim_at = warn_at + rule.grace_ms
+    tenant, cluster = TenantId(spec.tenant), ClusterId(run.cluster)
+    warning = JobIdleWarning(
+        job_id=JobId(facts.job_id),
+        tenant=tenant,
+        cluster=cluster,
+        run=run.run,
+        rule=rule.name,
+        idle_since_ms=since,
+        threshold_pct=rule.threshold_pct,
+        mean_utilisation_pct=mean,
+        idle_ms=last - since,
+        reclaim_at_ms=reclaim_at,
+        message=f"GPUs under {rule.threshold_pct}% for {(last - since) // 60_000} min; "
+        f"reclaimed in {rule.grace_ms // 60_000} min unless used",
+    )
+    out.append(Output(f"gov:idle-warn:{facts.job_id}:{run.run}:{since}", now, warning))
+    if last < reclaim_at:
+        return out
+    figures = (
+        Figure(name="idle_ms", value=last - since),
+        Figure(name="mean_utilisation_pct", value=mean),
+        Figure(name="threshold_pct", value=rule.threshold_pct),
+        Figure(name="grace_ms", value=rule.grace_ms),
+        Figure(name="gpu_milli", value=run.gpu_milli),
+    )
+    reclaim = JobReclaimRequested(
+        job_id=JobId(facts.job_id),
+        cycle_id=CycleId(f"governance-{rule.name}"),
+        cluster=cluster,
+        run=run.run,
+        tenant=tenant,
+        rule=rule.name,
+        reason=ReasonCode.IDLE_GPU,
+        figures=ReclaimFigures(
+            borrower_guaranteed_milli=0,
+            borrower_used_milli=run.gpu_milli,
+            lender=tenant,
+            lender_guaranteed_milli=0,
+            lender_used_milli=0,
+            lender_pending_milli=0,
+            reclaimed_milli=run.gpu_milli,
+        ),
+        message=f"idle for {(last - since) // 60_000} min at {mean}% mean utilisation (rule {rule.name})",
+    )
+    finding = _finding(
+        FindingKind.IDLE_RECLAIM, rule.name, ReasonCode.IDLE_GPU, facts, run, figures, now, reclaim.message
+    )
+    key = f"{facts.job_id}:{run.run}"
+    return [*out, Output(f"gov:idle-reclaim:{key}", now, reclaim), Output(f"gov:finding:idle:{key}", now, finding)]
+
+
+def runtime(state: GovState, facts: JobFacts, config: GovConfig) -> list[Output]:
+    assert facts.spec is not None
+    run = facts.live_run()
+    if run is None or run.started_ms is None or facts.cancel_requested:
+        return []
+    limits = [(r.max_runtime_ms, r.name) for r in config.runtime if r.kind == facts.spec.kind.value]
+    if facts.spec.max_runtime_s is not None:
+        limits.append((facts.spec.max_runtime_s * 1000, "job-max-runtime"))
+    if not limits:
+        return []
+    limit, name = min(limits)
+    ran = state.now_ms - run.started_ms
+    if ran < limit:
+        return []
+    message = f"ran {ran // 60_000} min, past the maximum of {limit // 60_000} min (rule {name})"
+    cancel = JobCancelRequested(job_id=JobId(facts.job_id), requester=config.principal, reason=message)
+    figures = (Figure(name="ran_ms", value=ran), Figure(name="max_runtime_ms", value=limit))
+    finding = _finding(
+        FindingKind.RUNTIME_EXCEEDED, name, ReasonCode.RUNTIME_EXCEEDED, facts, run, figures, state.now_ms, message
+    )
+    key = f"{facts.job_id}:{run.run}"
+    now = state.now_ms
+    return [Output(f"gov:runtime:{key}", now, cancel), Output(f"gov:finding:runtime:{key}", now, finding)]
+
+
+def lease(state: GovState, facts: JobFacts, config: GovConfig) -> list[Output]:
+    rule, now = config.lease, state.now_ms
+    run = facts.live_run()
+    if run is None:
+        return []
+    figures: tuple[Figure, ...]
+    if run.started_ms is None and now - run.placed_ms >= rule.start_lease_ms:
+        figures = (
+            Figure(name="placed_ago_ms", value=now - run.placed_ms),
+            Figure(name="lease_ms", value=rule.start_lease_ms),
+        )
+        message = f"placed {(now - run.placed_ms) // 60_000} min ago and never started; allocation released"
+    else:
+        lost = [state.lost_nodes.get((run.cluster, n)) for n in run.nodes] + [state.unreachable.get(run.cluster)]
+        since = min((t for t in lost if t is not None), default=None)
+        if since is None or now - since < rule.lost_lease_ms:
+            return []
+        figures = (Figure(name="lost_ago_ms", value=now - since), Figure(name="lease_ms", value=rule.lost_lease_ms))
+        message = f"its node or cluster was lost {(now - since) // 60_000} min ago; allocation released"
+    failed = JobFailed(
+        job_id=JobId(facts.job_id),
+        cluster=ClusterId(run.cluster),
+        run=run.run,
+        reason=ReasonCode.ALLOCATION_LEASE_EXPIRED,
+        message=f"{message} (rule {rule.name})",
+    )
+    finding = _finding(
+        FindingKind.LEASE_EXPIRED, rule.name, ReasonCode.ALLOCATION_LEASE_EXPIRED, facts, run, figures, now, message
+    )
+    key = f"{facts.job_id}:{run.run}"
+    return [Output(f"gov:lease:{key}", now, failed), Output(f"gov:finding:lease:{key}", now, finding)]
+
+
+def _finding(
+    kind: FindingKind,
+    rule: str,
+    reason: ReasonCode,
+    facts: JobFacts,
+    run: RunFacts,
+    figures: tuple[Figure, ...],
+    now: int,
+    message: str,
+) -> GovernanceFinding:
+    assert facts.spec is not None
+    return GovernanceFinding(
+        finding_id=derived_id(kind.value.replace("_", "-"), facts.job_id, run.run),
+        kind=kind,
+        rule=rule,
+        reason=reason,
+        tenant=TenantId(facts.spec.tenant),
+        job_id=JobId(facts.job_id),
+        cluster=ClusterId(run.cluster),
+        node=NodeId(run.nodes[0]) if run.nodes else None,
+        figures=figures,
+        observed_ms=now,
+        message=message,
+    )

@@ -1,0 +1,25 @@
+"""Every governance rule over the state at once: what governance publishes now.
+
+Called by the governance host after each batch of records it folds, and by tests. Pure: the state
+carries log time; the outputs come sorted by the order the rules run (quota, reclamation, findings),
+each under an id derived from its cause and not yet in the log.
+"""
+
+from __future__ import annotations
+
+from services.governance.abnormal import findings
+from services.governance.config import GovConfig
+from services.governance.quota import quota_changes
+from services.governance.reclaim import reclaim_actions
+from services.governance.state import GovState, Output
+
+
+def evaluate(state: GovState, config: GovConfig) -> list[Output]:
+    out = quota_changes(state, config) + reclaim_actions(state, config) + findings(state, config)
+    seen: set[str] = set()
+    unique = []
+    for output in out:
+        if output.id not in seen:
+            seen.add(output.id)
+            unique.append(output)
+    return unique

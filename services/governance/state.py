@@ -1,0 +1,274 @@
+"""What governance knows: jobs and their runs, usage samples, lost nodes and clusters, quota requests.
+
+Called by the governance host (``fold`` every record of the inventory, jobs, decisions and governance
+topics) and by the pure rules, which read it. Pure: no I/O, no clock; time is the log's (``now_ms`` is the
+latest event time folded). Governance's own outputs are folded too (``emitted`` holds their ids), so a
+restarted host that re-reads the log never emits an action twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from events.catalog.base import Event
+from events.catalog.decisions import JobPlaced, JobQueued, JobReclaimRequested
+from events.catalog.governance import (
+    GovernanceFinding,
+    QuotaLine,
+    QuotaRequestApproved,
+    QuotaRequestRejected,
+    QuotaRequestSubmitted,
+    QuotaSet,
+)
+from events.catalog.inventory import ClusterStatus, ClusterStatusChanged, NodeObserved, NodeRemoved, NodeUsageReported
+from events.catalog.jobs import (
+    JobCancelled,
+    JobCancelRequested,
+    JobFailed,
+    JobPreempted,
+    JobReclaimed,
+    JobStarted,
+    JobSubmitted,
+    JobSucceeded,
+)
+from events.envelope import Envelope
+
+SOURCE = "urn:fedsched:governance"
+#: Usage samples kept per run (the idle rule needs the recent stretch only).
+MAX_SAMPLES = 64
+
+Ended = JobSucceeded | JobFailed | JobPreempted | JobReclaimed | JobCancelled
+
+
+def derived_id(*parts: object) -> str:
+    """An identifier (lowercase, at most 128 characters) derived from facts: readable when short, hashed
+    when long."""
+    text = ".".join(str(p) for p in parts)
+    if len(text) <= 128:
+        return text
+    return f"{text[:60].rstrip('.-_')}.{hashlib.sha256(text.encode()).hexdigest()[:40]}"
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """An event governance publishes, under an id derived from what caused it, at a log time."""
+
+    id: str
+    time_ms: int
+    event: Event
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    end_ms: int
+    window_ms: int
+    node: str
+    utilisation_pct: int
+
+
+@dataclass(slots=True)
+class RunFacts:
+    run: int
+    cluster: str
+    nodes: tuple[str, ...]
+    gpu_milli: int
+    placed_ms: int
+    started_ms: int | None = None
+    ended_ms: int | None = None
+    ended_how: str | None = None
+    fail_reason: str | None = None
+    fail_node: str | None = None
+    reclaim_rule: str | None = None
+    samples: list[Sample] = field(default_factory=list)
+
+    @property
+    def live(self) -> bool:
+        return self.ended_ms is None
+
+
+@dataclass(slots=True)
+class JobFacts:
+    job_id: str
+    spec: JobSubmitted | None = None
+    submitted_ms: int = 0
+    queued_reasons: tuple[str, ...] = ()
+    queued_message: str = ""
+    runs: dict[int, RunFacts] = field(default_factory=dict)
+    cancel_requested: bool = False
+    terminal: str | None = None
+
+    def live_run(self) -> RunFacts | None:
+        live = [r for r in self.runs.values() if r.live]
+        return max(live, key=lambda r: r.run) if live else None
+
+    def pending(self) -> bool:
+        return self.spec is not None and self.terminal is None and not self.cancel_requested and not self.live_run()
+
+
+@dataclass(slots=True)
+class Request:
+    submitted: QuotaRequestSubmitted
+    submitted_ms: int
+    decision: QuotaRequestApproved | QuotaRequestRejected | None = None
+
+
+@dataclass(slots=True)
+class GovState:
+    now_ms: int = 0
+    jobs: dict[str, JobFacts] = field(default_factory=dict)
+    lost_nodes: dict[tuple[str, str], int] = field(default_factory=dict)
+    """(cluster, node) -> when it was removed (cleared when it is observed again)."""
+    unreachable: dict[str, int] = field(default_factory=dict)
+    """cluster -> since when it is unreachable."""
+    requests: dict[str, Request] = field(default_factory=dict)
+    base_quota: dict[tuple[str, str], tuple[QuotaLine, ...]] = field(default_factory=dict)
+    """(tenant, queue) -> the quota an operator set (not one governance derived from a request)."""
+    emitted: set[str] = field(default_factory=set)
+    findings: list[tuple[int, GovernanceFinding]] = field(default_factory=list)
+
+    def job(self, job_id: str) -> JobFacts:
+        facts = self.jobs.get(job_id)
+        if facts is None:
+            facts = self.jobs[job_id] = JobFacts(job_id)
+        return facts
+
+    def fold(self, envelope: Envelope) -> None:
+        self.now_ms = max(self.now_ms, envelope.time_ms)
+        if envelope.source == SOURCE:
+            self.emitted.add(envelope.id)
+        data = envelope.data
+        handler = _HANDLERS.get(type(data))
+        if handler is not None:
+            handler(self, data, envelope.time_ms)
+        elif isinstance(data, Ended):
+            _ended(self, data, envelope.time_ms)
+
+
+def _submitted(state: GovState, e: Event, t: int) -> None:
+    assert isinstance(e, JobSubmitted)
+    facts = state.job(e.job_id)
+    if facts.spec is None:
+        facts.spec, facts.submitted_ms = e, t
+
+
+def _queued(state: GovState, e: Event, _: int) -> None:
+    assert isinstance(e, JobQueued)
+    facts = state.job(e.job_id)
+    facts.queued_reasons, facts.queued_message = tuple(r.value for r in e.reasons), e.message
+
+
+def _placed(state: GovState, e: Event, t: int) -> None:
+    assert isinstance(e, JobPlaced)
+    facts = state.job(e.job_id)
+    if e.run in facts.runs:
+        return
+    nodes = tuple(dict.fromkeys(r.node for r in e.replicas))
+    milli = sum(len(r.gpu_indices) * r.gpu_milli_each for r in e.replicas)
+    facts.runs[e.run] = RunFacts(e.run, e.cluster, nodes, milli, t)
+
+
+def _started(state: GovState, e: Event, t: int) -> None:
+    assert isinstance(e, JobStarted)
+    run = state.job(e.job_id).runs.get(e.run)
+    if run is not None and run.started_ms is None:
+        run.started_ms = t
+
+
+def _ended(state: GovState, e: Ended, t: int) -> None:
+    facts = state.job(e.job_id)
+    if isinstance(e, JobCancelled) and e.run == 0:
+        facts.terminal = "cancelled"
+        return
+    how = type(e).__name__.removeprefix("Job").lower()
+    if how in ("succeeded", "failed", "cancelled"):
+        facts.terminal = how
+    run = facts.runs.get(e.run)
+    if run is None or run.ended_ms is not None:
+        return
+    run.ended_ms, run.ended_how = t, how
+    if isinstance(e, JobFailed):
+        run.fail_reason = e.reason.value
+        run.fail_node = e.node or (run.nodes[0] if run.nodes else None)
+
+
+def _cancel_requested(state: GovState, e: Event, _: int) -> None:
+    state.job(e.job_id).cancel_requested = True  # type: ignore[attr-defined]
+
+
+def _reclaim_requested(state: GovState, e: Event, _: int) -> None:
+    assert isinstance(e, JobReclaimRequested)
+    run = state.job(e.job_id).runs.get(e.run)
+    if run is not None:
+        run.reclaim_rule = e.rule
+
+
+def _usage(state: GovState, e: Event, t: int) -> None:
+    assert isinstance(e, NodeUsageReported)
+    for usage in e.jobs:
+        facts = state.jobs.get(usage.job_id)
+        run = facts.live_run() if facts is not None else None
+        if run is None or run.cluster != e.cluster:
+            continue
+        run.samples.append(Sample(t, e.window_ms, e.node, usage.utilisation_pct))
+        del run.samples[:-MAX_SAMPLES]
+
+
+def _node_observed(state: GovState, e: Event, _: int) -> None:
+    assert isinstance(e, NodeObserved)
+    state.lost_nodes.pop((e.cluster, e.node), None)
+
+
+def _node_removed(state: GovState, e: Event, t: int) -> None:
+    assert isinstance(e, NodeRemoved)
+    state.lost_nodes.setdefault((e.cluster, e.node), t)
+
+
+def _cluster_status(state: GovState, e: Event, t: int) -> None:
+    assert isinstance(e, ClusterStatusChanged)
+    if e.status is ClusterStatus.UNREACHABLE:
+        state.unreachable.setdefault(e.cluster, t)
+    else:
+        state.unreachable.pop(e.cluster, None)
+
+
+def _quota_set(state: GovState, e: Event, _: int) -> None:
+    assert isinstance(e, QuotaSet)
+    if e.request_id is None:
+        state.base_quota[(e.tenant, e.queue)] = e.lines
+
+
+def _request(state: GovState, e: Event, t: int) -> None:
+    assert isinstance(e, QuotaRequestSubmitted)
+    state.requests.setdefault(e.request_id, Request(e, t))
+
+
+def _decided(state: GovState, e: Event, _: int) -> None:
+    assert isinstance(e, QuotaRequestApproved | QuotaRequestRejected)
+    request = state.requests.get(e.request_id)
+    if request is not None and request.decision is None:
+        request.decision = e
+
+
+def _finding(state: GovState, e: Event, t: int) -> None:
+    assert isinstance(e, GovernanceFinding)
+    state.findings.append((t, e))
+
+
+_HANDLERS = {
+    JobSubmitted: _submitted,
+    JobQueued: _queued,
+    JobPlaced: _placed,
+    JobStarted: _started,
+    JobCancelRequested: _cancel_requested,
+    JobReclaimRequested: _reclaim_requested,
+    NodeUsageReported: _usage,
+    NodeObserved: _node_observed,
+    NodeRemoved: _node_removed,
+    ClusterStatusChanged: _cluster_status,
+    QuotaSet: _quota_set,
+    QuotaRequestSubmitted: _request,
+    QuotaRequestApproved: _decided,
+    QuotaRequestRejected: _decided,
+    GovernanceFinding: _finding,
+}
