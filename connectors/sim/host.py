@@ -66,7 +66,12 @@ class SimStats:
 
 class SimCluster:
     """One simulated cluster on the log. ``start()``, then ``stop()``; or ``prepare()`` + ``run()`` when
-    a ``SimFleet`` starts several on one clock."""
+    a ``SimFleet`` starts several on one clock.
+
+    The log must already have the catalogue's topics (``await log.create_topics(TOPICS)``). Events carry
+    simulated time (``clock.now_ms()``); give other components the same ``clock`` if their times must
+    line up with the cluster's. A shared clock's speed wins over ``config.speed``.
+    """
 
     def __init__(
         self,
@@ -259,7 +264,13 @@ def _no_random_ids() -> str:
 
 
 class SimFleet:
-    """Several simulated clusters in one process, on one clock (what ``fedsched up`` runs)."""
+    """Several simulated clusters in one process, on one clock (what ``fedsched up`` runs)::
+
+    fleet = SimFleet.from_node_list(log, config=SimConfig(speed=10))  # sim-1, sim-2, sim-3 from openb
+    await fleet.start()
+    ...
+    await fleet.stop()
+    """
 
     def __init__(
         self,
