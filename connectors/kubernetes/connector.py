@@ -99,6 +99,7 @@ class KubernetesConnector:
             options,
             cancel_grace_s=config.cancel_grace_s,
             backoff=Backoff(0.2, config.max_backoff_s),
+            has_pods=self.pods.has_job,
         )
         self.node_reflector = self._reflector("/api/v1/nodes", "nodes", None)
         self.pod_reflector = self._reflector("/api/v1/pods", "pods", self.pods.label_selector)
@@ -129,6 +130,7 @@ class KubernetesConnector:
 
     async def _consume(self) -> None:
         backoff = Backoff(0.2, self.config.max_backoff_s)
+        await self.pod_reflector.synced.wait()  # know our pods before acting on decisions
         await self.consumer.start()
         while True:
             try:

@@ -10,7 +10,8 @@ time, in log order. Calls the API server and the ``Reporter``; reads the ``JobBo
   deleted. A placement of a run that already ended here, or of a job whose cancellation was asked
   for, creates nothing.
 - ``JobPreemptionRequested`` / ``JobReclaimRequested`` for this cluster, and ``JobCancelRequested``
-  for a job with pods here: annotate each pod with why (``fedsched.io/stop``), then delete it with
+  for a job with pods here (the pod watcher's view, which the consumer waits for at start, plus the
+  jobs this process placed): annotate each pod with why (``fedsched.io/stop``), then delete it with
   the grace period. The pod watcher reports ``JobPreempted`` / ``JobReclaimed`` / ``JobCancelled``
   once every pod has stopped.
 - While the API server is unreachable, a decision is retried with backoff and the consumer waits:
@@ -59,6 +60,7 @@ class Executor:
         *,
         cancel_grace_s: int = 30,
         backoff: Backoff | None = None,
+        has_pods: Callable[[JobId], bool] = lambda job_id: True,
     ) -> None:
         self.api = api
         self.book = book
@@ -68,6 +70,9 @@ class Executor:
         self.cancel_grace_s = cancel_grace_s
         self._backoff = backoff or Backoff(0.2, 10.0)
         self._namespaces: set[str] = set()
+        self._has_pods = has_pods
+        self._placed: set[JobId] = set()
+        """Jobs this process placed pods for (the pod watch may not have shown them yet)."""
         self.created = 0
 
     async def handle(self, record: LogRecord, envelope: Envelope) -> None:
@@ -81,7 +86,7 @@ class Executor:
                 await self.stop(event.job_id, event.run, "preempted", event.grace_period_s, None)
             elif isinstance(event, JobReclaimRequested) and event.cluster == self.cluster:
                 await self.stop(event.job_id, event.run, "reclaimed", event.grace_period_s, None)
-            elif isinstance(event, JobCancelRequested):
+            elif isinstance(event, JobCancelRequested) and self._ours(event.job_id):
                 await self.stop(event.job_id, None, "cancelled", self.cancel_grace_s, event.requester)
         except ProducerFenced:
             raise
@@ -89,6 +94,10 @@ class Executor:
             log.exception("event=decision_error type=%s id=%s", envelope.type, envelope.id)
             if isinstance(event, JobPlaced) and event.cluster == self.cluster:
                 await self._failed(event, "the connector could not carry out the placement (see its log)")
+
+    def _ours(self, job_id: JobId) -> bool:
+        """Whether the job may have pods here: cancel requests for every other job need no API call."""
+        return job_id in self._placed or self._has_pods(job_id)
 
     async def _retrying(self, call: Callable[[], Awaitable[T]]) -> T:
         """Run an API call, retrying transient failures (unreachable, 429, 5xx) with backoff forever."""
@@ -149,6 +158,7 @@ class Executor:
         try:
             manifests = pods.render_pods(placed, job, self.options)
             namespace = await self._namespace(job)
+            self._placed.add(job_id)
             for manifest in manifests:
                 await self._create(namespace, manifest)
         except (pods.RenderError, LaunchFailed) as error:

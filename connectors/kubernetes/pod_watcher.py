@@ -28,7 +28,7 @@ from connectors.kubernetes import lifecycle, names
 from connectors.kubernetes.kubeapi import JSON_PATCH, KubeApi, KubeError, Obj
 from connectors.kubernetes.lifecycle import ReplicaState, RunKey, Transition
 from connectors.kubernetes.reporting import Reporter
-from events.catalog.types import ClusterId
+from events.catalog.types import ClusterId, JobId
 
 log = logging.getLogger("fedsched.connector.kubernetes")
 
@@ -71,6 +71,9 @@ class PodWatcher:
     @property
     def label_selector(self) -> str:
         return f"{names.MANAGED_BY}={names.MANAGED_BY_VALUE},{names.LABEL_CLUSTER}={names.label_value(self.cluster)}"
+
+    def has_job(self, job_id: JobId) -> bool:
+        return any(key.job_id == job_id for key in self.runs)
 
     def _track(self, pod: Obj) -> RunKey | None:
         ident = lifecycle.identify(pod)
