@@ -16,7 +16,7 @@ from typing import Any
 
 from events.codec import decode
 from events.errors import EventError
-from events.log.contract import EventLog, LogReader, TopicPartition
+from events.log.contract import EventLog, LogReader, LogRecord, TopicPartition
 from events.topics import DECISIONS, JOBS, partition_for
 from services.api.pb import jobs_pb2
 
@@ -66,9 +66,14 @@ async def start_positions(
 async def live(
     reader: LogReader, job_id: str, starts: Sequence[tuple[TopicPartition, int]], status: str, follow: bool
 ) -> AsyncIterator[jobs_pb2.JobEvent]:
-    """Events of the job from ``starts`` on, as they come; ends after a final status unless ``follow``."""
+    """Events of the job from ``starts`` on, as they come; ends after a final status unless ``follow``.
+
+    One task tails each partition. Before the stream ends on a final event, everything the other
+    partitions hold up to their current end is delivered first (a decision read late from the decisions
+    topic is not lost behind the connector's report of the end)."""
     queue: asyncio.Queue[jobs_pb2.JobEvent | BaseException] = asyncio.Queue(maxsize=256)
-    tasks = [asyncio.create_task(_tail(reader, tp, offset, job_id, queue)) for tp, offset in starts]
+    positions = dict(starts)
+    tasks = [asyncio.create_task(_tail(reader, tp, positions, job_id, queue)) for tp, _ in starts]
     try:
         while True:
             item = await queue.get()
@@ -76,57 +81,96 @@ async def live(
                 raise item
             status = item.status or status
             item.status = status
-            yield item
             if status in FINAL and not follow:
+                for task in tasks:
+                    task.cancel()
+                await _finish(tasks)
+                while not queue.empty():
+                    earlier = queue.get_nowait()
+                    if isinstance(earlier, jobs_pb2.JobEvent):
+                        earlier.status = earlier.status or status
+                        yield earlier
+                async for earlier in _rest(reader, positions, job_id):
+                    yield earlier
+                yield item
                 return
+            yield item
     finally:
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await _finish(tasks)
+
+
+async def _finish(tasks: Sequence[asyncio.Task[None]]) -> None:
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
 
 
 async def _tail(
     reader: LogReader,
     tp: TopicPartition,
-    offset: int,
+    positions: dict[TopicPartition, int],
     job_id: str,
     queue: asyncio.Queue[jobs_pb2.JobEvent | BaseException],
 ) -> None:
-    key = job_id.encode()
     try:
         while True:
-            records = await reader.read(tp, offset, max_records=500, timeout_s=_POLL_S)
+            records = await reader.read(tp, positions[tp], max_records=500, timeout_s=_POLL_S)
             for record in records:
-                offset = record.offset + 1
-                if record.key != key:
-                    continue
-                try:
-                    envelope = decode(record.headers, record.value)
-                except EventError:
-                    continue  # the consumers dead-letter it; a watcher just skips it
-                short = envelope.type.rsplit(".", 1)[-1]
-                reason = str(getattr(envelope.data, "reason", "") or "")
-                if not reason and hasattr(envelope.data, "reasons"):
-                    reason = ",".join(r.value for r in envelope.data.reasons)
-                await queue.put(
-                    jobs_pb2.JobEvent(
-                        job_id=job_id,
-                        time_ms=envelope.time_ms,
-                        event=short,
-                        status=_STATUS_AFTER.get(short, ""),
-                        reason=reason,
-                        message=str(getattr(envelope.data, "message", "") or getattr(envelope.data, "explanation", "")),
-                        history=False,
-                        event_id=envelope.id,
-                        data_json=envelope.data.model_dump_json(),
-                    )
-                )
+                event = _event(record, job_id)
+                if event is not None:
+                    await queue.put(event)
+                positions[tp] = record.offset + 1  # after the put: a position never skips an event
     except asyncio.CancelledError:
         raise
     except BaseException as error:  # hand it to the stream, which ends with its status
         await queue.put(error)
+
+
+async def _rest(
+    reader: LogReader, positions: dict[TopicPartition, int], job_id: str
+) -> AsyncIterator[jobs_pb2.JobEvent]:
+    """The job's events between each partition's position and its current end."""
+    for tp, offset in positions.items():
+        end = await reader.end_offset(tp)
+        while offset < end:
+            records = await reader.read(tp, offset, max_records=500, timeout_s=_POLL_S)
+            if not records:
+                if await reader.caught_up(tp, offset):
+                    break
+                continue
+            for record in records:
+                event = _event(record, job_id)
+                if event is not None:
+                    yield event
+            offset = records[-1].offset + 1
+
+
+def _event(record: LogRecord, job_id: str) -> jobs_pb2.JobEvent | None:
+    if record.key != job_id.encode():
+        return None
+    try:
+        envelope = decode(record.headers, record.value)
+    except EventError:
+        return None  # the consumers dead-letter it; a watcher just skips it
+    data = envelope.data
+    short = envelope.type.rsplit(".", 1)[-1]
+    reason = str(getattr(data, "reason", "") or "")
+    reasons = getattr(data, "reasons", None)
+    if not reason and reasons:
+        reason = ",".join(r.value for r in reasons)
+    return jobs_pb2.JobEvent(
+        job_id=job_id,
+        time_ms=envelope.time_ms,
+        event=short,
+        status=_STATUS_AFTER.get(short, ""),
+        reason=reason,
+        message=str(getattr(data, "message", "") or getattr(data, "explanation", "")),
+        history=False,
+        event_id=envelope.id,
+        data_json=data.model_dump_json(),
+    )
 
 
 __all__ = ["history", "live", "start_positions"]

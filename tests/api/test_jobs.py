@@ -280,7 +280,7 @@ async def test_watch_streams_history_then_live_events_until_the_job_ends(stack: 
     async def consume() -> None:
         async for event in stream:
             seen.append(event)
-            if len(seen) == 2:  # the history is there: now the job moves on
+            if len(seen) == 2:  # the history is there: the scheduler places the job
                 placed = JobPlaced(
                     job_id=job_id,
                     cycle_id="c-1",
@@ -289,9 +289,10 @@ async def test_watch_streams_history_then_live_events_until_the_job_ends(stack: 
                     chosen=CandidateScore(cluster="east", total=1),
                     explanation="there",
                 )
+                await append(stack.log, [placed])
+            elif len(seen) == 3:  # placed: its cluster runs it to the end
                 await append(
-                    stack.log,
-                    [placed, JobStarted(job_id=job_id, cluster="east"), JobSucceeded(job_id=job_id, cluster="east")],
+                    stack.log, [JobStarted(job_id=job_id, cluster="east"), JobSucceeded(job_id=job_id, cluster="east")]
                 )
 
     await asyncio.wait_for(consume(), timeout=60)
@@ -338,3 +339,36 @@ async def test_cancel_publishes_the_request_and_refuses_an_ended_job(stack: Stac
     with pytest.raises(CallError) as caught:
         await viewer.call(viewer.jobs.CancelJob, jobs_pb2.CancelJobRequest(job_id=job_id))
     assert caught.value.code == "PERMISSION_DENIED"
+
+
+async def test_watch_never_ends_before_a_decision_read_late_from_the_other_topic(stack: Stack) -> None:
+    job_id = await submit(stack, stack.keys.hs(), name="watched-late")
+    await stack.fold()
+    client = stack.client(stack.keys.hs())
+    stream = client.stream(client.jobs.WatchJob, jobs_pb2.WatchJobRequest(job_id=job_id))
+    placed = JobPlaced(
+        job_id=job_id,
+        cycle_id="c-2",
+        cluster="east",
+        replicas=(ReplicaPlacement(replica=0, node="n1", gpu_indices=(0,), gpu_milli_each=1000),),
+        chosen=CandidateScore(cluster="east", total=1),
+        explanation="there",
+    )
+    seen: list[str] = []
+
+    async def consume() -> None:
+        async for event in stream:
+            seen.append(event.event)
+            if event.history:
+                # The decision and the end arrive together, on two topics: whichever the stream reads
+                # first, it must deliver both before it ends.
+                events = [
+                    placed,
+                    JobStarted(job_id=job_id, cluster="east"),
+                    JobSucceeded(job_id=job_id, cluster="east"),
+                ]
+                await append(stack.log, events)
+
+    await asyncio.wait_for(consume(), timeout=60)
+    assert seen[0] == "JobSubmitted" and seen[-1] == "JobSucceeded"
+    assert sorted(seen[1:]) == ["JobPlaced", "JobStarted", "JobSucceeded"]
