@@ -34,7 +34,7 @@ from connectors.kubernetes.kubeapi import KubeApi, KubeError, Obj
 from connectors.kubernetes.reporting import Reporter
 from connectors.kubernetes.throttle import Backoff
 from events.catalog.decisions import JobPlaced, JobPreemptionRequested, JobReclaimRequested
-from events.catalog.jobs import JobCancelled, JobCancelRequested, JobFailed, JobSubmitted
+from events.catalog.jobs import JobCancelled, JobCancelRequested, JobFailed, JobRejected, JobSubmitted, JobSucceeded
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import JobId
 from events.envelope import Envelope
@@ -80,6 +80,8 @@ class Executor:
         try:
             if event.topic == JOBS.name:
                 self.book.apply(event)
+                if isinstance(event, JobSucceeded | JobFailed | JobCancelled | JobRejected):
+                    self._placed.discard(event.job_id)
             if isinstance(event, JobPlaced) and event.cluster == self.cluster:
                 await self.place(event)
             elif isinstance(event, JobPreemptionRequested) and event.cluster == self.cluster:

@@ -97,6 +97,7 @@ async def _none(kube: Kube, cluster: str, job: str) -> bool:
     return not await kube.job_pods(cluster, job)
 
 
+@pytest.mark.slow
 async def test_fedsched_connector_kubernetes_runs_until_sigterm(
     kube: Kube, tap: Tap, kube_config: str, log_url: str
 ) -> None:
