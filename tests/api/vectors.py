@@ -28,6 +28,25 @@ def hs256_with_key(claims: dict[str, object], key: bytes) -> str:
     return f"{signing}.{b64(hmac.new(key, signing.encode(), hashlib.sha256).digest())}"
 
 
+NAMES = (
+    "no token",
+    "garbage",
+    "expired",
+    "wrong issuer",
+    "wrong audience",
+    "alg none",
+    "alg none uppercase",
+    "HS256 signed with the RS256 public key",
+    "RS256 by another key",
+    "HS256 by another secret",
+    "HS512",
+    "no expiry",
+    "no subject",
+    "tenants not a list",
+    "tampered payload",
+)
+
+
 def negative_vectors(keys: Keys) -> dict[str, str | None]:
     stranger, _ = rsa_pair()
     rs_only = Keys(keys.rsa_private, keys.rsa_public_pem, secret=b"another-secret-of-at-least-32-bytes-long")
