@@ -17,20 +17,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from events.catalog.governance import (
-    QuotaRequestApproved,
-    QuotaRequestRejected,
-    QuotaRequestSubmitted,
-    QuotaSet,
-)
+from pydantic import ValidationError
+
+from events.catalog.governance import QuotaRequestApproved, QuotaRequestSubmitted, QuotaSet
 from events.catalog.jobs import JobCancelRequested, JobSubmitted
-from events.catalog.types import TenantId
+from events.log.contract import EventLog
 from events.publisher import Publisher
 from services.api import validation
 from services.api.auth import Action, Principal, authorize
 from services.api.errors import FailedPrecondition, InvalidArgument, NotFound
 from services.api.queries import ReadModels
-from services.api.store import ApiStore, QuotaRequest, Submission
+from services.api.store import ApiStore, Submission
+from services.governance import commands as governance
+from services.governance.quota import DecisionError, decide
 
 FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled", "rejected"})
 
@@ -174,9 +173,14 @@ def spec_digest(event: JobSubmitted) -> str:
 
 
 class QuotaCommands:
-    def __init__(self, publisher: Publisher, store: ApiStore) -> None:
+    """Quota writes. Requests and decisions follow the governance service's own rules and event ids
+    (``services.governance``): a decision is checked against the request as the governance topic has it
+    (a request the governance host already approved by rule is decided), one decider at a time."""
+
+    def __init__(self, publisher: Publisher, store: ApiStore, log: EventLog) -> None:
         self._publisher = publisher
         self._store = store
+        self._log = log
 
     async def set_quota(self, principal: Principal, body: Mapping[str, Any]) -> str:
         authorize_on(principal, Action.SET_QUOTA, body.get("tenant"))
@@ -195,20 +199,10 @@ class QuotaCommands:
         event = validation.event_from(
             QuotaRequestSubmitted, {**body, "request_id": request_id, "requester": principal.subject}, whole="request"
         )
-        envelope = self._publisher.envelope(event, id=f"quota-request-{request_id}", tenant=event.tenant)
-        request = QuotaRequest(
-            request_id=request_id,
-            tenant=event.tenant,
-            queue=event.queue,
-            resource=event.resource.value,
-            gpu_model=event.gpu_model,
-            amount=event.amount,
-            period_start_ms=event.period_start_ms,
-            period_end_ms=event.period_end_ms,
-            decision=None,
-        )
         digest = hashlib.sha256(event.model_dump_json(exclude={"requester"}).encode()).hexdigest()
-        created = await self._store.record_quota_request(request, digest, lambda: self._publisher.publish([envelope]))
+        created = await self._store.record_quota_request(
+            request_id, event.tenant, digest, lambda: governance.request_quota(self._publisher, event)
+        )
         return request_id, created
 
     async def decide(
@@ -223,38 +217,40 @@ class QuotaCommands:
         comment: str,
     ) -> str:
         request_id = validation.identifier("request_id", request_id)
-        request = await self._store.quota_request(request_id)
-        if request is None or not principal.sees(request.tenant):
-            raise NotFound(f"no quota request {request_id}", field="request_id")
-        authorize(principal, Action.DECIDE_QUOTA, request.tenant)
-        common = {
-            "request_id": request_id,
-            "tenant": TenantId(request.tenant),
-            "decided_by": principal.subject,
-            "comment": comment,
-        }
-        event: QuotaRequestApproved | QuotaRequestRejected
-        if approve:
-            amount = approved_amount or request.amount
-            if amount > request.amount:
-                raise InvalidArgument("approved_amount", f"is more than the {request.amount} that was asked")
-            body = {
-                **common,
-                "approved_amount": amount,
-                "effective_from_ms": effective_from_ms or request.period_start_ms,
-                "expires_ms": request.period_end_ms if expires_ms is None else (expires_ms or None),
-            }
-            event = validation.event_from(QuotaRequestApproved, body, whole="request")
-        else:
-            event = validation.event_from(QuotaRequestRejected, common, whole="request")
-        decision = "approved" if approve else "rejected"
-        envelope = self._publisher.envelope(event, id=f"quota-decision-{request_id}", tenant=request.tenant)
-        earlier = await self._store.decide_quota_request(
-            request_id, decision, lambda: self._publisher.publish([envelope])
-        )
-        if earlier is not None:
-            raise FailedPrecondition(f"quota request {request_id} was already {earlier}", field="request_id")
-        return decision
+        async with self._store.decision_lock(request_id):
+            state = await governance.governance_state(self._log)
+            found = state.requests.get(request_id)
+            if found is None or not principal.sees(found.submitted.tenant):
+                raise NotFound(f"no quota request {request_id}", field="request_id")
+            asked = found.submitted
+            authorize(principal, Action.DECIDE_QUOTA, asked.tenant)
+            if found.decision is not None:
+                earlier = "approved" if isinstance(found.decision, QuotaRequestApproved) else "rejected"
+                raise FailedPrecondition(f"quota request {request_id} was already {earlier}", field="request_id")
+            if approve and approved_amount > asked.amount:
+                raise InvalidArgument("approved_amount", f"is more than the {asked.amount} that was asked")
+            try:
+                decision = decide(
+                    asked,
+                    approve=approve,
+                    by=principal.subject,
+                    comment=comment,
+                    approved_amount=approved_amount or None,
+                    effective_from_ms=effective_from_ms or None,
+                    expires_ms=expires_ms,
+                )
+            except DecisionError as error:
+                raise InvalidArgument("expires_ms", str(error)) from None
+            except ValidationError as error:
+                raise InvalidArgument(*_first_error(error)) from None
+            envelope = self._publisher.envelope(decision, id=f"quota-decision:{request_id}", tenant=asked.tenant)
+            await self._publisher.publish([envelope])
+        return "approved" if approve else "rejected"
+
+
+def _first_error(error: ValidationError) -> tuple[str, str]:
+    first = error.errors(include_url=False)[0]
+    return ".".join(str(part) for part in first["loc"]) or "request", str(first["msg"])
 
 
 __all__ = ["FINAL_STATUSES", "JobCommands", "JobRef", "QuotaCommands", "Submitted", "job_id_for"]

@@ -98,7 +98,7 @@ async def serve(config: ApiConfig, *, log: EventLog | None = None, pool: asyncpg
     publisher = Publisher(log, config.source)
     await publisher.start()
     jobs = JobCommands(publisher, store, reads)
-    quotas = QuotaCommands(publisher, store)
+    quotas = QuotaCommands(publisher, store, log)
     servicers = {
         "fedsched.v1.JobService": JobService(jobs, reads, store, log),
         "fedsched.v1.ResourceService": ResourceService(reads),

@@ -1,4 +1,4 @@
-"""The API's own PostgreSQL tables: idempotency keys of submissions, and the quota requests it took.
+"""The API's own PostgreSQL tables: idempotency keys of submissions and of quota requests.
 
 Called by ``services.api.commands``. Calls asyncpg. Both tables live in their own schema (default
 ``fedsched_api``) beside the read models, so every API replica shares them.
@@ -15,9 +15,9 @@ same derived event id, which the projections and the scheduler recognise as a du
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
 
 import asyncpg
 
@@ -35,19 +35,6 @@ class Submission:
     event_json: str
     submitted_by: str
     created_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class QuotaRequest:
-    request_id: str
-    tenant: str
-    queue: str
-    resource: str
-    gpu_model: str | None
-    amount: int
-    period_start_ms: int
-    period_end_ms: int
-    decision: str | None
 
 
 class ApiStore:
@@ -72,17 +59,10 @@ class ApiStore:
                     created_ms bigint NOT NULL,
                     PRIMARY KEY (tenant, client_request_id));
                 CREATE INDEX IF NOT EXISTS submissions_job_id ON {s}.submissions (job_id);
-                CREATE TABLE IF NOT EXISTS {s}.quota_requests (
+                CREATE TABLE IF NOT EXISTS {s}.quota_request_keys (
                     request_id text PRIMARY KEY,
                     tenant text NOT NULL,
-                    queue text NOT NULL,
-                    resource text NOT NULL,
-                    gpu_model text,
-                    amount bigint NOT NULL,
-                    period_start_ms bigint NOT NULL,
-                    period_end_ms bigint NOT NULL,
-                    spec_sha256 text NOT NULL,
-                    decision text);
+                    spec_sha256 text NOT NULL);
                 """
             )
 
@@ -125,27 +105,20 @@ class ApiStore:
         return None if row is None else Submission(**dict(row))
 
     async def record_quota_request(
-        self, request: QuotaRequest, spec_sha256: str, publish: Callable[[], Awaitable[object]]
+        self, request_id: str, tenant: str, spec_sha256: str, publish: Callable[[], Awaitable[object]]
     ) -> bool:
         """Record and publish a quota request once; ``False`` for a retry of the same request."""
         async with self._pool.acquire() as conn, conn.transaction():
             inserted = await conn.fetchval(
-                f"INSERT INTO {self.schema}.quota_requests (request_id, tenant, queue, resource, gpu_model, amount,"
-                " period_start_ms, period_end_ms, spec_sha256) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+                f"INSERT INTO {self.schema}.quota_request_keys (request_id, tenant, spec_sha256) VALUES ($1, $2, $3)"
                 " ON CONFLICT (request_id) DO NOTHING RETURNING request_id",
-                request.request_id,
-                request.tenant,
-                request.queue,
-                request.resource,
-                request.gpu_model,
-                request.amount,
-                request.period_start_ms,
-                request.period_end_ms,
+                request_id,
+                tenant,
                 spec_sha256,
             )
             if inserted is None:
                 existing = await conn.fetchval(
-                    f"SELECT spec_sha256 FROM {self.schema}.quota_requests WHERE request_id = $1", request.request_id
+                    f"SELECT spec_sha256 FROM {self.schema}.quota_request_keys WHERE request_id = $1", request_id
                 )
                 if existing != spec_sha256:
                     raise AlreadyExists("was already used for a different quota request", field="client_request_id")
@@ -153,26 +126,9 @@ class ApiStore:
             await publish()
             return True
 
-    async def quota_request(self, request_id: str) -> QuotaRequest | None:
-        row = await self._pool.fetchrow(
-            f"SELECT request_id, tenant, queue, resource, gpu_model, amount, period_start_ms, period_end_ms, decision"
-            f" FROM {self.schema}.quota_requests WHERE request_id = $1",
-            request_id,
-        )
-        return None if row is None else QuotaRequest(**dict(row))
-
-    async def decide_quota_request(
-        self, request_id: str, decision: str, publish: Callable[[], Awaitable[object]]
-    ) -> str | None:
-        """Mark the request decided and publish, once; returns the earlier decision if there was one."""
+    @asynccontextmanager
+    async def decision_lock(self, request_id: str) -> AsyncIterator[None]:
+        """Held while one replica decides a quota request (a transaction-scoped advisory lock)."""
         async with self._pool.acquire() as conn, conn.transaction():
-            row: Any = await conn.fetchrow(
-                f"SELECT decision FROM {self.schema}.quota_requests WHERE request_id = $1 FOR UPDATE", request_id
-            )
-            if row is not None and row["decision"] is not None:
-                return str(row["decision"])
-            await conn.execute(
-                f"UPDATE {self.schema}.quota_requests SET decision = $2 WHERE request_id = $1", request_id, decision
-            )
-            await publish()
-            return None
+            await conn.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))", _LOCK, request_id)
+            yield

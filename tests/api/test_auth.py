@@ -4,6 +4,7 @@ health open, reflection behind a token; TLS and mutual TLS."""
 from __future__ import annotations
 
 import datetime
+from pathlib import Path
 
 import grpc
 import pytest
@@ -153,3 +154,22 @@ async def test_mutual_tls_admits_only_clients_with_a_certificate_of_the_ca(stack
         for client in (trusted, anonymous, plaintext):
             await client.close()
         await api.stop()
+
+
+async def test_the_embedded_api_of_fedsched_up_admits_its_development_token(stack: Stack, tmp_path: Path) -> None:
+    from services.api.embedded import start_embedded
+
+    api = await start_embedded(stack.log, stack.pool, "127.0.0.1:0", state_dir=tmp_path, intake=False)  # type: ignore[arg-type]
+    client = Client(ClientConfig(api.server.address, api.dev_token))
+    try:
+        assert api.token_file.read_text().strip() == api.dev_token
+        answer = await client.call(client.jobs.ListJobs, jobs_pb2.ListJobsRequest(page_size=1))
+        assert answer is not None
+        stale = Client(ClientConfig(api.server.address, stack.keys.admin()))
+        with pytest.raises(CallError) as caught:
+            await stale.call(stale.jobs.ListJobs, jobs_pb2.ListJobsRequest())
+        assert caught.value.code == "UNAUTHENTICATED"
+        await stale.close()
+    finally:
+        await client.close()
+        await api.server.stop()

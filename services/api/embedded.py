@@ -1,0 +1,50 @@
+"""The API inside ``fedsched up`` (embedded mode): the same server, a local development key and token.
+
+Called by ``services.runtime.up``. The key is kept in ``state_dir/dev-jwt-secret`` (so tokens survive a
+restart) and the admin token in ``state_dir/dev-token``, where the people CLI finds it by itself when
+run from the same folder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import asyncpg
+
+from events.log import EventLog
+from services.api.auth import dev_auth, dev_token, write_dev_token
+from services.api.config import DEFAULT_LISTEN, ApiConfig
+from services.api.server import ApiServer, serve
+
+
+async def start_api(
+    log: EventLog,
+    pool: asyncpg.Pool,
+    listen: str = DEFAULT_LISTEN,
+    *,
+    state_dir: Path = Path(".fedsched"),
+    intake: bool = True,
+) -> tuple[str, Callable[[], Awaitable[None]]]:
+    """Serve the API on ``listen`` over the open ``log`` and ``pool``; returns the development token
+    (admin over every tenant, to print) and a coroutine function that stops the API."""
+    api = await start_embedded(log, pool, listen, state_dir=state_dir, intake=intake)
+    return api.dev_token, api.server.stop
+
+
+class EmbeddedApi:
+    def __init__(self, server: ApiServer, token: str, token_file: Path) -> None:
+        self.server = server
+        self.dev_token = token
+        self.token_file = token_file
+
+
+async def start_embedded(
+    log: EventLog, pool: asyncpg.Pool, listen: str = DEFAULT_LISTEN, *, state_dir: Path, intake: bool = True
+) -> EmbeddedApi:
+    auth = dev_auth(state_dir)
+    token = dev_token(auth)
+    token_file = write_dev_token(state_dir, token)
+    config = ApiConfig(log_url="embedded", dsn="embedded", auth=auth, listen=listen, intake=intake)
+    server = await serve(config, log=log, pool=pool)
+    return EmbeddedApi(server, token, token_file)
