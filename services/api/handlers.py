@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeAlias
 
@@ -24,6 +25,10 @@ from google.protobuf.message import DecodeError, Message
 from services.api.errors import InvalidArgument, abort, classify
 
 log = logging.getLogger("fedsched.api")
+
+#: Calls answered by this process, by (method, status code name): the ``fedsched_api_requests_total``
+#: counter (``request_samples``).
+REQUESTS: Counter[tuple[str, str]] = Counter()
 #: ``grpc.aio.ServicerContext`` (grpc ships no type information).
 Context: TypeAlias = Any
 
@@ -112,5 +117,14 @@ def _is_abort(error: BaseException) -> bool:
     return isinstance(error, grpc.aio.AbortError)
 
 
+def request_samples() -> list[tuple[str, dict[str, str], float]]:
+    """Prometheus samples of the calls answered so far (for ``services.runtime.metrics``)."""
+    return [
+        ("fedsched_api_requests_total", {"method": method, "code": code}, float(count))
+        for (method, code), count in sorted(REQUESTS.items())
+    ]
+
+
 def _log_call(method: str, code: grpc.StatusCode, started: float) -> None:
+    REQUESTS[(method, code.name)] += 1
     log.info("event=rpc method=%s code=%s ms=%.1f", method, code.name, (time.monotonic() - started) * 1000)

@@ -29,7 +29,7 @@ from services.api.audit import AuditService
 from services.api.auth import AuthInterceptor
 from services.api.commands import JobCommands, QuotaCommands
 from services.api.config import ApiConfig
-from services.api.handlers import generic_handler
+from services.api.handlers import generic_handler, request_samples
 from services.api.intake import Intake
 from services.api.jobs import JobService
 from services.api.pb import SERVICES
@@ -73,6 +73,15 @@ class ApiServer:
         for resource in reversed(self._owned):
             with contextlib.suppress(Exception):
                 await resource.close()  # type: ignore[attr-defined]
+
+    def samples(self) -> list[tuple[str, dict[str, str], float]]:
+        """Prometheus samples: API requests by method and code, intake requests by outcome."""
+        out = request_samples()
+        if self.intake is not None:
+            stats = self.intake.stats
+            for outcome in ("accepted", "rejected", "dead_lettered"):
+                out.append(("fedsched_intake_requests_total", {"outcome": outcome}, float(getattr(stats, outcome))))
+        return out
 
     async def wait(self) -> None:
         await self.server.wait_for_termination()

@@ -40,6 +40,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--client-ca", type=Path, default=_env_path("FEDSCHED_CLIENT_CA"), help="require client certificates of this CA"
     )
     api.add_argument("--no-intake", action="store_true", help="do not run the event intake in this process")
+    api.add_argument(
+        "--metrics-listen",
+        default=os.environ.get("FEDSCHED_METRICS_LISTEN"),
+        metavar="HOST:PORT",
+        help="serve /metrics (Prometheus) and /healthz here",
+    )
     api.set_defaults(handler=_reported(run_api))
 
     intake = sub.add_parser("intake", help="run only the event intake for MLOps tools (fedsched.intake)")
@@ -155,6 +161,16 @@ async def run_api(args: argparse.Namespace) -> int:
     config, dev = api_config(args, intake=not args.no_intake)
     api = await serve(config)
     print(f"fedsched api: listening on {api.address}", flush=True)
+    metrics_server = None
+    if args.metrics_listen:
+        from services.runtime.metrics import Metrics
+
+        metrics = Metrics()
+        metrics.add_source(api.samples)
+        metrics.add_check("api", lambda: True)
+        host, _, port = args.metrics_listen.rpartition(":")
+        metrics_server = await metrics.serve(host or "127.0.0.1", int(port))
+        print(f"fedsched api: metrics on {args.metrics_listen}", flush=True)
     if dev:
         token = dev_token(config.auth)
         path = write_dev_token(args.dev, token)
@@ -162,6 +178,8 @@ async def run_api(args: argparse.Namespace) -> int:
     try:
         await _until_signalled()
     finally:
+        if metrics_server is not None:
+            metrics_server.close()
         await api.stop()
     return 0
 

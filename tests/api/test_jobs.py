@@ -73,6 +73,9 @@ async def test_a_submission_lands_on_the_log_and_the_job_view_shows_it(stack: St
     job = await client.call(client.jobs.GetJob, jobs_pb2.GetJobRequest(job_id=response.job_id))
     assert (job.status, job.name, job.tenant, job.gpu_milli) == ("submitted", "resnet-50", "team-a", 2000)
     assert [e.event for e in job.timeline] == ["JobSubmitted"]
+    samples = {(name, tuple(sorted(labels.items()))): value for name, labels, value in stack.api.samples()}
+    ok = ("fedsched_api_requests_total", (("code", "OK"), ("method", "/fedsched.v1.JobService/SubmitJob")))
+    assert samples[ok] >= 1 and ("fedsched_intake_requests_total", (("outcome", "accepted"),)) in samples
 
 
 async def test_a_job_not_yet_folded_is_already_visible_as_submitted(stack: Stack) -> None:
