@@ -108,6 +108,7 @@ class ProjectionsApp(faust.App):
         await super().on_start()
 
     async def on_stop(self) -> None:
+        await self.host.on_revoked()  # before faust waits for every record taken to be acknowledged
         await super().on_stop()
         await self.host.close()
 
@@ -117,19 +118,25 @@ class ProjectionsApp(faust.App):
         await self.host.on_revoked()
         await super()._on_partitions_revoked(revoked)
 
-    async def _on_partitions_assigned(self, assigned: Any, generation_id: int = 0) -> None:
-        await super()._on_partitions_assigned(assigned, generation_id)
-        self.host.on_assigned()
-
 
 class FaustOutbox:
     def __init__(self, app: faust.App) -> None:
         self._app = app
 
-    async def deliver(self, records: Sequence[OutRecord]) -> None:
+    async def deliver(self, records: Sequence[OutRecord], *, tombstones: bool = False) -> None:
+        """Send and wait until the broker has every record. ``tombstones``: an empty value is sent as none
+        (a deletion in a compacted changelog)."""
         producer = self._app.producer
         futures = [
-            await producer.send(r.topic, r.key, r.value, r.partition, None, list(r.headers) or None) for r in records
+            await producer.send(
+                r.topic,
+                r.key,
+                None if tombstones and not r.value else r.value,
+                r.partition,
+                None,
+                list(r.headers) or None,
+            )
+            for r in records
         ]
         if futures:
             await asyncio.gather(*futures)
@@ -157,7 +164,7 @@ class ProjectionsHost:
         )
         self._lock = asyncio.Lock()
         self._router_stream: Any = None
-        self._revoking = False
+        self._stale_generation = -1
         self._received: dict[tuple[str, int], int] = {}
         self.progress = SourceProgress(config.broker, f"{config.app_id}-router")
         self.tables: dict[str, Any] = {}
@@ -214,13 +221,22 @@ class ProjectionsHost:
                 retention=INTERNAL_RETENTION,
                 deleting=True,
             )
-            table = app.Table(
-                config.table_name(name),
+            changelog = app.topic(
+                config.changelog_topic(name),
                 partitions=partitions,
+                internal=True,
                 key_type=str,
-                extra_topic_configs={"retention.ms": "-1"},  # compacted, never expired by time
+                key_serializer="json",
+                value_serializer=STATE_CODEC,
+                compacting=True,
+                deleting=False,
+                config={"retention.ms": "-1"},  # compacted, never expired by time (faust #597)
+                acks=False,
+                maxsize=131_072,
+                allow_empty=True,
             )
-            table.value_serializer = STATE_CODEC
+            table = app.Table(config.table_name(name), partitions=partitions, key_type=str, changelog_topic=changelog)
+            table.key_serializer, table.value_serializer = "json", STATE_CODEC
             self.tables[name] = table
             app.agent(channel, name=f"stage-{name}")(self._stage_agent(stage, table))
 
@@ -232,7 +248,10 @@ class ProjectionsHost:
             async with self._lock:
                 for event in events:
                     message = event.message
-                    if self._revoking or message.generation_id != self.app.consumer_generation_id:
+                    if (
+                        message.generation_id <= self._stale_generation
+                        or message.generation_id != self.app.consumer_generation_id
+                    ):
                         self._forget(event)
                         continue
                     headers = tuple(message.headers or ())
@@ -243,7 +262,7 @@ class ProjectionsHost:
                 await self._release()
 
     async def _tick(self) -> None:
-        if self._router_stream is None or not self.router.aligner.held or self._revoking:
+        if self._router_stream is None or not self.router.aligner.held:
             return
         async with self._lock:
             await self._release()
@@ -258,14 +277,14 @@ class ProjectionsHost:
         await self.router.release(owned, done.__contains__, self._router_stream.ack)
 
     async def on_revoked(self) -> None:
-        self._revoking = True
+        """A rebalance (or a stop) begins: let go of what alignment holds, and of whatever of this
+        generation still arrives. All of it is read again from the committed offsets: faust seeks there
+        once the partitions are assigned."""
+        self._stale_generation = max(self._stale_generation, self.app.consumer_generation_id)
         async with self._lock:
             for held in self.router.drop():
                 self._forget(held.event)
             self._received.clear()
-
-    def on_assigned(self) -> None:
-        self._revoking = False
 
     def _forget(self, event: Any) -> None:
         """Neither processed nor acknowledged: faust must not wait for it; it is read again."""
@@ -293,7 +312,14 @@ class ProjectionsHost:
     def _stage_agent(self, stage: Stage[Any], table: Any) -> Any:
         async def agent(stream: Any) -> None:
             async for events in stream.noack_take(self.config.batch, within=self.config.linger_s):
-                await self.fold_batch(stage, table, events)
+                try:
+                    await self.fold_batch(stage, table, events)
+                except Exception as error:
+                    # Half a batch must not be acknowledged, nor the agent restarted over a table that
+                    # may be ahead of its changelog: stop the worker; a restart recovers consistently.
+                    log.exception("event=stage_failed stage=%s", stage.name)
+                    await self.app.crash(error)
+                    raise
                 for event in events:
                     await stream.ack(event)
 
@@ -301,6 +327,7 @@ class ProjectionsHost:
         return agent
 
     async def fold_batch(self, stage: Stage[Any], table: Any, events: list[Any]) -> None:
+        """Steps 1 to 4 of the module docstring for one batch (the agent acknowledges it after)."""
         records = [
             Record(e.message.topic, e.message.partition, e.message.offset, unpack(e.message.value)) for e in events
         ]
@@ -311,14 +338,32 @@ class ProjectionsHost:
                 out.append(OutRecord(self.config.stage_topic(target), pack(chunk), None, (), partition))
         out.extend(self._output(output, time_ms) for output, time_ms in folded.outputs)
         await self.outbox.deliver(out)
-        if folded.entities:
-            await self.sink.write(stage.name, folded.entities)
+        if not folded.entities:
+            return
+        await self.sink.write(stage.name, folded.entities)
+        # The changelog is written by us and waited for (faust's own table writes are buffered and
+        # flushed best-effort at commit time); only then does the local store change.
+        changelog = self.config.changelog_topic(stage.name)
+        owners = {key: events[index] for key, index in folded.owner.items()}
+        await self.outbox.deliver(
+            [
+                OutRecord(
+                    changelog,
+                    b"" if entity is None else codecs.dumps(table.value_serializer, entity),
+                    codecs.dumps(table.key_serializer, key),
+                    (),
+                    owners[key].message.partition,
+                )
+                for key, entity in folded.entities.items()
+            ],
+            tombstones=True,
+        )
         for key, entity in folded.entities.items():
-            _set_current_event(events[folded.owner[key]])
+            _set_current_event(owners[key])  # a store on disk keeps each partition apart
             if entity is None:
-                table.pop(key, None)
+                table.data.pop(key, None)
             else:
-                table[key] = entity
+                table.data[key] = entity
         self.folded += folded.inputs
 
     def _output(self, output: Output, time_ms: int) -> OutRecord:

@@ -43,8 +43,8 @@ class SourceProgress:
         next_offset: Callable[[TP], int | None],
         fetched_to: Callable[[TP], int | None],
     ) -> set[TP]:
-        """The partitions among ``partitions`` with nothing to read at or after ``next_offset`` (None:
-        unknown, not caught up). ``fetched_to``: where the worker's consumer has fetched to."""
+        """The partitions among ``partitions`` with nothing to read at or after ``next_offset`` (None: the
+        start of the log). ``fetched_to``: where the worker's consumer has fetched to."""
         tps = list(partitions)
         if not tps:
             return set()
@@ -55,10 +55,18 @@ class SourceProgress:
             log.warning("event=end_offsets_failed error=%r", error)
             return set()
         done: set[TP] = set()
+        unknown = [TopicPartition(*tp) for tp in tps if next_offset(tp) is None]
+        try:
+            # Nothing received or committed: faust reads from the start of the log.
+            beginnings = await consumer.beginning_offsets(unknown) if unknown else {}
+        except KafkaError as error:
+            log.warning("event=beginning_offsets_failed error=%r", error)
+            return set()
         for tp in tps:
-            end, start = ends[TopicPartition(*tp)], next_offset(tp)
+            end = ends[TopicPartition(*tp)]
+            start = next_offset(tp)
             if start is None:
-                continue
+                start = beginnings[TopicPartition(*tp)]
             if start >= end:
                 done.add(tp)
                 continue

@@ -50,4 +50,7 @@ class ShapeStage:
             return entity, []
         key, cpu, memory, gpu, model = shape_of(seen)
         shape = entity or ShapeCount(key, cpu, memory, gpu, model)
-        return replace(shape, count=shape.count + 1, replicas=shape.replicas + seen.replicas), []
+        if shape.applied.seen(item):  # a host that gives deltas positions redelivered this one
+            return entity, []
+        shape = replace(shape, count=shape.count + 1, replicas=shape.replicas + seen.replicas)
+        return replace(shape, applied=shape.applied.after(item)), []

@@ -1,0 +1,234 @@
+"""The distributed projection host on real Kafka and PostgreSQL: `fedsched projections worker` processes
+fed the recorded openb stream, checked against the independently computed answers and against a clean
+rebuild by the in-process runner; crashed with SIGKILL mid-stream; two of them sharing and handing over
+partitions; every event delivered twice."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import asyncpg
+import pytest
+import pytest_asyncio
+
+from events.codec import decode
+from events.deadletter import REASON
+from events.envelope import Envelope
+from events.log.contract import LogRecord, OutRecord, TopicPartition
+from events.log.kafka import KafkaEventLog
+from events.log.reading import read_to_end
+from events.topics import DEAD_LETTERS, PROFILES, QUOTA_USAGE, TOPICS
+from projections import readmodels
+from projections.faust_config import WorkerConfig
+from projections.runner import ProjectionRunner
+from tests.projections.faust_harness import WorkerProcess, append_causally, wait_members, wait_quiet
+from tests.projections.recorded import build
+from tests.projections.test_recorded_stream import check, isolated_topics, read_models
+
+pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
+
+QUIET_S = 120.0
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def kafka_log(kafka_bootstrap: str) -> AsyncIterator[KafkaEventLog]:
+    log = KafkaEventLog(kafka_bootstrap)
+    await log.start()
+    yield log
+    await log.close()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def pool(fresh_database: str) -> AsyncIterator[asyncpg.Pool]:
+    pool = await asyncpg.create_pool(fresh_database, min_size=1, max_size=4)
+    yield pool
+    await pool.close()
+
+
+class Deployment:
+    """One isolated deployment: its own topics under a prefix, app id (consumer group) and schema."""
+
+    def __init__(self, bootstrap: str, dsn: str, log: KafkaEventLog, tmp_path: Path) -> None:
+        tag = uuid.uuid4().hex[:10]
+        self.log = log
+        self.tmp_path = tmp_path
+        self.config = WorkerConfig(
+            broker=bootstrap,
+            dsn=dsn,
+            app_id=f"fw-{tag}",
+            topic_prefix=f"fw{tag}",
+            schema="live",
+            partitions=4,
+            session_timeout_s=6.0,
+        )
+        self.names: dict[str, str] = {}
+        self.workers: list[WorkerProcess] = []
+
+    async def create_topics(self) -> None:
+        self.names = await isolated_topics(self.log, self.config.topic_prefix)
+
+    def worker(self, name: str) -> WorkerProcess:
+        data_dir = self.tmp_path / name
+        data_dir.mkdir(exist_ok=True)
+        config = WorkerConfig(**{**self.config.__dict__, "data_dir": data_dir})
+        worker = WorkerProcess(config, self.tmp_path / f"{name}.log")
+        worker.start()
+        self.workers.append(worker)
+        return worker
+
+    async def append(self, envelopes: list[Envelope]) -> None:
+        await append_causally(self.log, self.names, envelopes)
+
+    async def quiet(self) -> None:
+        await wait_quiet(self.config, timeout_s=QUIET_S, workers=[w for w in self.workers if w.alive])
+
+    async def rebuild(self, pool: asyncpg.Pool, schema: str = "rebuild") -> dict[str, str]:
+        """A clean rebuild from offset 0 by the in-process runner, into another schema."""
+        sources = [self.names[spec] for spec in ("fedsched.inventory", "fedsched.jobs", "fedsched.decisions")]
+        sources.append(self.names["fedsched.governance"])
+        runner = ProjectionRunner(self.log, pool, schema=schema, topics=sources, publish=False)
+        await runner.start()
+        await runner.catch_up()
+        await runner.close()
+        return await readmodels.checksums(pool, schema)
+
+    def stop_all(self) -> None:
+        for worker in self.workers:
+            if worker.alive:
+                worker.kill()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def deployment(
+    kafka_bootstrap: str, fresh_database: str, kafka_log: KafkaEventLog, tmp_path: Path
+) -> AsyncIterator[Deployment]:
+    deployment = Deployment(kafka_bootstrap, fresh_database, kafka_log, tmp_path)
+    await deployment.create_topics()
+    yield deployment
+    deployment.stop_all()
+
+
+async def wait_for(condition: Callable[[], object], what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not await condition():  # type: ignore[misc]
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+async def jobs_projected(pool: asyncpg.Pool) -> int:
+    try:
+        return int(await pool.fetchval("SELECT count(*) FROM live.read_jobs"))
+    except asyncpg.UndefinedTableError:
+        return 0
+
+
+async def read_topic(log: KafkaEventLog, topic: str) -> list[LogRecord]:
+    reader = await log.reader()
+    try:
+        out: list[LogRecord] = []
+        for partition in range(await log.partitions(topic)):
+            async for batch in read_to_end(reader, TopicPartition(topic, partition), max_records=5000):
+                out.extend(batch)
+        return out
+    finally:
+        await reader.close()
+
+
+@pytest.mark.timeout(240)
+async def test_one_worker_gives_the_computed_read_models_publishes_versioned_outputs_and_dead_letters_junk(
+    deployment: Deployment, pool: asyncpg.Pool
+) -> None:
+    envelopes, expected = build()
+    producer = await deployment.log.producer()
+    junk = OutRecord(deployment.names["fedsched.jobs"], b"{not json", b"job-junk", (("ce_specversion", b"1.0"),))
+    await producer.append([junk])
+    await producer.close()
+    deployment.worker("w1")
+    await deployment.append(envelopes)
+    await deployment.quiet()
+
+    check(await read_models(pool, "live"), expected)
+
+    # The unreadable record went to the dead letters, whole and with the reason; the rest went on.
+    dead = await read_topic(deployment.log, deployment.names[DEAD_LETTERS.name])
+    assert [record.value for record in dead] == [b"{not json"]
+    assert b"ce_id" in (dead[0].header(REASON) or b"")
+    # Profiles and quota usage were published once each, versioned, in the CloudEvents binding.
+    for spec in (PROFILES, QUOTA_USAGE):
+        published = [decode(r.headers, r.value) for r in await read_topic(deployment.log, deployment.names[spec.name])]
+        assert published and len({e.id for e in published}) == len(published)
+        assert all(getattr(e.data, "version", 0) >= 1 for e in published)
+
+
+@pytest.mark.chaos
+@pytest.mark.timeout(240)
+async def test_a_worker_killed_mid_stream_and_restarted_ends_equal_to_a_clean_rebuild(
+    deployment: Deployment, pool: asyncpg.Pool
+) -> None:
+    envelopes, expected = build()
+    half = len(envelopes) // 2
+    first = deployment.worker("w1")
+    await deployment.append(envelopes[:half])
+    await wait_for(lambda: _more_than(pool, 40), "the worker to project some jobs")
+    first.kill()  # mid-stream: records taken, some folded, sent or written, offsets not all committed
+    await deployment.append(envelopes[half:])
+    deployment.worker("w1-again")
+    await deployment.quiet()
+
+    check(await read_models(pool, "live"), expected)
+    assert await readmodels.checksums(pool, "live") == await deployment.rebuild(pool)
+
+
+async def _more_than(pool: asyncpg.Pool, jobs: int) -> bool:
+    return await jobs_projected(pool) > jobs
+
+
+@pytest.mark.timeout(240)
+async def test_two_workers_share_the_partitions_and_one_takes_over_when_the_other_stops(
+    deployment: Deployment, pool: asyncpg.Pool
+) -> None:
+    envelopes, expected = build()
+    setup = [e for e in envelopes if e.time_ms < envelopes[0].time_ms + 60_000]  # clusters, quotas, nodes
+    rest = envelopes[len(setup) :]
+    deployment.worker("w1")
+    second = deployment.worker("w2")
+    await wait_members(deployment.config, 2, timeout_s=60)
+    await deployment.append(setup)
+    await deployment.quiet()
+    await deployment.append(rest[: len(rest) // 2])
+    await wait_for(lambda: _more_than(pool, 40), "the workers to project some jobs")
+    second.stop()  # graceful: it commits what it acknowledged and leaves; the other takes its partitions
+    await deployment.append(rest[len(rest) // 2 :])
+    await deployment.quiet()
+
+    models = await read_models(pool, "live")
+    check(models, expected)
+    rebuilt = await deployment.rebuild(pool)
+    live = await readmodels.checksums(pool, "live")
+    # Nothing lost or counted twice: the totals (usage and cost, shapes, clusters) equal a rebuild's.
+    for table in ("read_usage", "read_shapes", "read_clusters", "read_fleet_models"):
+        assert live[table] == rebuilt[table], table
+
+
+@pytest.mark.timeout(240)
+async def test_every_event_delivered_twice_changes_nothing(deployment: Deployment, pool: asyncpg.Pool) -> None:
+    envelopes, expected = build()
+    deployment.worker("w1")
+    await deployment.append(envelopes)
+    await deployment.quiet()
+    once = await readmodels.checksums(pool, "live")
+
+    await deployment.append(envelopes)  # the same events (same ids) at new offsets
+    await deployment.quiet()
+    assert await readmodels.checksums(pool, "live") == once
+    check(await read_models(pool, "live"), expected)
+
+
+def test_the_catalogue_topics_are_all_created_under_the_prefix() -> None:
+    config = WorkerConfig(broker="x:1", dsn="postgresql://x", topic_prefix="p")
+    assert [spec.name for spec in config.public_specs()] == [f"p.{spec.name}" for spec in TOPICS]
