@@ -6,9 +6,11 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help install lint typecheck imports unit test bench-log clean
+.PHONY: help install run demo lint typecheck imports unit test bench-log clean
 
 help:
+	@echo "make run        the whole service on its embedded default (no Kafka needed): fedsched up"
+	@echo "make demo       fedsched up plus a replay of a real trace through the API, then audit verify"
 	@echo "make test       set up (venv, Kafka, PostgreSQL) and run lint, types, import contracts and all tests"
 	@echo "make lint       ruff check and format check"
 	@echo "make bench-log  fedsched bench log against a real Kafka and PostgreSQL"
@@ -17,9 +19,16 @@ $(STAMP): pyproject.toml
 	$(PYTHON_BOOT) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,lint,plot]'
+	$(PY) -m services.api.codegen
 	touch $(STAMP)
 
 install: $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/fedsched up
+
+demo: $(STAMP)
+	$(VENV)/bin/fedsched demo
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

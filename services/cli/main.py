@@ -67,4 +67,8 @@ class CliError(Exception):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as a module, this file is ``__main__``; handlers raise ``services.cli.main.CliError``, so
+    # call the main of that module, not this copy of it.
+    from services.cli.main import main as package_main
+
+    sys.exit(package_main())

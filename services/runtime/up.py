@@ -166,7 +166,9 @@ async def _start_fleet(running: Running) -> None:
 async def _start_api(running: Running) -> None:
     from services.api.embedded import start_api
 
-    token, close = await start_api(running.log, running.pool, running.config.api_listen)
+    token, close = await start_api(
+        running.log, running.pool, running.config.api_listen, state_dir=running.config.data_dir
+    )
     running.api_token = token
     running.closers.append(close)
 
