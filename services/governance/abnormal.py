@@ -7,8 +7,9 @@ outputs whose ids are derived from the facts that triggered them, so each is rep
   pipeline resubmitting it) within ``crash_loop_window_ms``; flagged again only after a quiet window.
 - ``stuck-pending``: a job waiting longer than ``stuck_pending_ms``, with the reasons of its last
   ``JobQueued``.
-- ``suspect-node``: ``suspect_node_failures`` distinct jobs that failed within ``suspect_node_fast_fail_ms``
-  of their start (or placement) on the same node within ``suspect_node_window_ms``; carries the
+- ``suspect-node``: ``suspect_node_failures`` distinct workloads (tenant and job name) that failed within
+  ``suspect_node_fast_fail_ms`` of their start (or placement) on the same node within
+  ``suspect_node_window_ms``; carries the
   ``profile_penalty_milli`` the scheduler may take off the node's score.
 - ``straggling-gang``: a running gang whose least busy node's utilisation is under
   ``straggler_ratio_pct`` of its busiest's, in the latest round of usage samples.
@@ -24,7 +25,7 @@ from events.catalog.types import ClusterId, JobId, NodeId, TenantId
 from services.governance.config import AbnormalRules, GovConfig
 from services.governance.state import GovState, JobFacts, Output, derived_id
 
-Failure = tuple[int, str, int, str, str]  # (ended ms, job id, run, cluster, node)
+Failure = tuple[int, str, int, str, str]  # (ended ms, job id or workload, run, cluster, node)
 
 
 def findings(state: GovState, config: GovConfig) -> list[Output]:
@@ -115,9 +116,14 @@ def suspect_nodes(state: GovState, rules: AbnormalRules) -> list[Output]:
         for run in facts.runs.values():
             if run.ended_how != "failed" or run.ended_ms is None or not run.fail_node:
                 continue
-            if run.ended_ms - (run.started_ms or run.placed_ms) <= rules.suspect_node_fast_fail_ms:
+            if (
+                facts.spec is not None
+                and run.ended_ms - (run.started_ms or run.placed_ms) <= rules.suspect_node_fast_fail_ms
+            ):
+                # Counted by workload (tenant and name): one job crash-looping on a node blames the job.
+                workload = f"{facts.spec.tenant}/{facts.spec.name}"
                 by_node[(run.cluster, run.fail_node)].append(
-                    (run.ended_ms, facts.job_id, run.run, run.cluster, run.fail_node)
+                    (run.ended_ms, workload, run.run, run.cluster, run.fail_node)
                 )
     out = []
     for (cluster, node), failures in sorted(by_node.items()):

@@ -63,6 +63,7 @@ class GovernanceHost:
         self.positions: dict[TopicPartition, int] = {}
         self._reader: LogReader | None = None
         self._producer: LogProducer | None = None
+        self._stepping = asyncio.Lock()  # one step at a time: a caller's step and the run loop's never interleave
 
     async def start(self) -> None:
         self._reader = await self._log.reader()
@@ -103,6 +104,10 @@ class GovernanceHost:
 
     async def step(self) -> list[Output]:
         """Fold what is new, evaluate the rules, publish their outputs; returns what was published."""
+        async with self._stepping:
+            return await self._step()
+
+    async def _step(self) -> list[Output]:
         assert self._producer is not None
         await self.follow()
         outputs = evaluate(self.state, self.config)
@@ -131,12 +136,21 @@ class GovernanceHost:
             tenant=None if tenant is None else str(tenant),
         )
 
-    async def run(self, stop: asyncio.Event, *, poll_s: float = 0.1) -> None:
+    async def run(self, stop: asyncio.Event, *, poll_s: float = 0.5) -> None:
         while not stop.is_set():
             try:
                 await self.step()
             except ProducerFenced:
                 log.warning("event=fenced reason='another governance instance took over'")
                 return
+            await self._wait_for_input(stop, poll_s)
+
+    async def _wait_for_input(self, stop: asyncio.Event, timeout_s: float) -> None:
+        # Tail the jobs topic's first partition for a wake-up; on the embedded log any commit wakes it.
+        assert self._reader is not None
+        tp = TopicPartition(self._ns + JOBS.name, 0)
+        if tp in self.positions:
+            await self._reader.read(tp, self.positions[tp], max_records=1, timeout_s=timeout_s)
+        else:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), poll_s)
+                await asyncio.wait_for(stop.wait(), timeout_s)

@@ -2,8 +2,8 @@
 
 Called by the governance host (``fold`` every record of the inventory, jobs, decisions and governance
 topics) and by the pure rules, which read it. Pure: no I/O, no clock; time is the log's (``now_ms`` is the
-latest event time folded). Governance's own outputs are folded too (``emitted`` holds their ids), so a
-restarted host that re-reads the log never emits an action twice.
+latest event time folded, a monotone log clock). Governance's own outputs are folded too (``emitted``
+holds their ids), so a restarted host that re-reads the log never emits an action twice.
 """
 
 from __future__ import annotations
@@ -137,12 +137,15 @@ class GovState:
         self.now_ms = max(self.now_ms, envelope.time_ms)
         if envelope.source == SOURCE:
             self.emitted.add(envelope.id)
+        # Handlers get the log clock (the latest event time so far), not the event's own time: producers
+        # on different clocks (a simulated fleet runs ahead of the scheduler) then never make a fact
+        # look older than what was already seen.
         data = envelope.data
         handler = _HANDLERS.get(type(data))
         if handler is not None:
-            handler(self, data, envelope.time_ms)
+            handler(self, data, self.now_ms)
         elif isinstance(data, Ended):
-            _ended(self, data, envelope.time_ms)
+            _ended(self, data, self.now_ms)
 
 
 def _submitted(state: GovState, e: Event, t: int) -> None:

@@ -7,7 +7,8 @@ anything here. Started in order, stopped in reverse:
  2. the event log on it (``fedsched_log_*`` tables) with every catalogue topic;
  3. the projections (in-process runner: read models and profile/quota events);
  4. the scheduler (leader through an advisory lock; a second ``up`` on the same data waits as standby);
- 5. the audit archiver (hash-chained copy of every event);
+ 5. the audit archiver (hash-chained copy of every event) and the governance service (quota approvals,
+    reclamation, findings);
  6. a simulated fleet of three clusters built from the openb node list, so it does something at once;
  7. the gRPC API on 127.0.0.1:50051 with a development token printed at start;
  8. health and Prometheus metrics on 127.0.0.1:9464.
@@ -29,6 +30,8 @@ from events.audit.archive import AuditArchiver
 from events.log.postgres import PostgresEventLog
 from events.topics import TOPICS
 from projections.runner import ProjectionRunner
+from services.governance.config import GovConfig
+from services.governance.host import GovernanceHost
 from services.runtime import embedded_pg
 from services.runtime.metrics import Metrics
 from services.scheduler.host import SchedulerHost
@@ -46,6 +49,8 @@ class UpConfig:
     sim_nodes: Path | None = None
     sim_speed: float = 1.0
     with_api: bool = True
+    governance: GovConfig | None = None
+    """Governance settings (``None``: the defaults)."""
 
 
 @dataclass
@@ -65,6 +70,7 @@ class Running:
     closers: list[Callable[[], Awaitable[object]]] = field(default_factory=list)
     api_token: str | None = None
     started_pg: bool = False
+    governance: GovernanceHost | None = None
 
 
 async def start(config: UpConfig) -> Running:
@@ -84,12 +90,16 @@ async def start(config: UpConfig) -> Running:
     await scheduler.start()
     archiver = AuditArchiver(event_log, pool, [spec.name for spec in TOPICS])
     metrics = Metrics()
+    governance = GovernanceHost(event_log, config.governance)
+    await governance.start()
     running = Running(config, dsn, event_log, pool, projections, scheduler, archiver, metrics, started_pg=started_pg)
+    running.governance = governance
     stop = running.stop_event
     running.tasks += [
         asyncio.create_task(_guard("projections", projections.run(stop)), name="projections"),
         asyncio.create_task(_guard("scheduler", scheduler.run(stop)), name="scheduler"),
         asyncio.create_task(_guard("archiver", archiver.run(stop)), name="archiver"),
+        asyncio.create_task(_guard("governance", governance.run(stop)), name="governance"),
     ]
     await _start_fleet(running)
     if config.with_api:
@@ -112,6 +122,8 @@ async def stop(running: Running) -> None:
     await running.scheduler.close()
     await running.projections.close()
     await running.archiver.close()
+    if running.governance is not None:
+        await running.governance.close()
     await running.pool.close()
     await running.log.close()
     if running.started_pg:
@@ -199,6 +211,7 @@ def _register_metrics(running: Running) -> None:
     metrics.add_check("scheduler", lambda: not _failed(running, "scheduler"))
     metrics.add_check("projections", lambda: not _failed(running, "projections"))
     metrics.add_check("archiver", lambda: not _failed(running, "archiver"))
+    metrics.add_check("governance", lambda: not _failed(running, "governance"))
 
 
 def _failed(running: Running, name: str) -> bool:

@@ -221,6 +221,15 @@ def test_distinct_jobs_failing_right_after_starting_on_one_node_make_it_suspect(
     assert suspect.profile_penalty_milli == 300 and suspect.tenant is None
 
 
+def test_one_workload_crash_looping_on_a_node_blames_the_workload_not_the_node() -> None:
+    history = a_history()
+    for i in range(3):
+        job = f"j{i}"
+        history.submit(job, name="same-etl", at=i).place(job, at=i, nodes=("n1",)).start(job, at=i + 0.5)
+        history.fail(job, at=i + 1, node="n1")
+    assert [f.kind for f in findings(history.evaluate())] == [FindingKind.CRASH_LOOP]
+
+
 def test_a_gang_with_one_replica_far_slower_than_the_others_straggles() -> None:
     history = a_history().submit("g", kind="training", gang=True, replicas=2).place("g", at=0, nodes=("a", "b"))
     history.start("g", at=1).usage("g", 90, at=10, node="a").usage("g", 20, at=10, node="b")

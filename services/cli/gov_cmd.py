@@ -1,0 +1,256 @@
+"""Sub-commands: ``fedsched gov ...`` (run governance, quota requests and decisions, findings, reports)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import signal
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from services.cli.main import CliError
+
+_PERIOD = re.compile(r"^(\d+)([mhdw])$")
+_UNIT_MS = {"m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 7 * 86_400_000}
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    gov = sub.add_parser("gov", help="governance: quota approval, reclamation, findings, reports")
+    gov_sub = gov.add_subparsers(dest="gov", metavar="WHAT")
+
+    run = gov_sub.add_parser("run", help="run the governance service (follows the log, applies the rules)")
+    run.add_argument("--log", help="log URL (default: FEDSCHED_LOG)")
+    run.add_argument("--config", help="governance settings (YAML or JSON)")
+    run.add_argument("--namespace", default="")
+    run.set_defaults(handler=run_service)
+
+    quota = gov_sub.add_parser("quota", help="quota requests: request, approve, reject, list")
+    quota_sub = quota.add_subparsers(dest="quota", metavar="ACTION")
+    request = quota_sub.add_parser("request", help="ask for more quota for a period")
+    request.add_argument("--id", required=True, help="the request id (lowercase letters, digits, -._)")
+    request.add_argument("--tenant", required=True)
+    request.add_argument("--queue", default="default")
+    request.add_argument("--resource", default="gpu", choices=("cpu", "memory", "gpu", "npu"))
+    request.add_argument("--gpu-model")
+    request.add_argument("--amount", type=int, required=True, help="in the resource's unit (milli-GPU for gpu)")
+    request.add_argument("--from", dest="start", help="RFC 3339 start (default: now)")
+    request.add_argument("--hours", type=float, default=24.0, help="length of the period")
+    request.add_argument("--justification", required=True)
+    request.add_argument("--by", default="cli", help="who asks")
+    request.add_argument("--log", help="log URL (default: FEDSCHED_LOG)")
+    request.set_defaults(handler=run_request)
+    for action in ("approve", "reject"):
+        decide = quota_sub.add_parser(action, help=f"{action} a pending quota request")
+        decide.add_argument("request_id")
+        decide.add_argument("--comment", default="")
+        decide.add_argument("--by", default="operator", help="who decides")
+        if action == "approve":
+            decide.add_argument("--amount", type=int, help="approve less than asked")
+            decide.add_argument("--until", help="RFC 3339 expiry (default: the end of the period asked)")
+        decide.add_argument("--log", help="log URL (default: FEDSCHED_LOG)")
+        decide.set_defaults(handler=run_decide, approve=action == "approve")
+    listing = quota_sub.add_parser("list", help="quota requests and their state")
+    listing.add_argument("--log", help="log URL (default: FEDSCHED_LOG)")
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(handler=run_list)
+
+    findings = gov_sub.add_parser("findings", help="governance findings from the log")
+    findings.add_argument("--log", help="log URL (default: FEDSCHED_LOG)")
+    findings.add_argument("--json", action="store_true")
+    findings.set_defaults(handler=run_findings)
+
+    report = gov_sub.add_parser("report", help="utilisation, cost, waiting, interruptions, quota and findings")
+    report.add_argument("--period", default="7d", help="how far back: 90m, 12h, 7d, 2w (default 7d)")
+    report.add_argument("--until", help="end of the period, RFC 3339 (default: the latest event time)")
+    report.add_argument("--format", choices=("table", "csv", "json", "html"), default="table")
+    report.add_argument("--out", help="file to write (default: standard output)")
+    report.add_argument("--dsn", help="PostgreSQL DSN of the read models (default: FEDSCHED_POSTGRES_DSN)")
+    report.add_argument("--log", help="log URL for findings (default: FEDSCHED_LOG; '-' to leave findings out)")
+    report.set_defaults(handler=run_report)
+
+
+def period_ms(text: str) -> int:
+    match = _PERIOD.match(text)
+    if match is None:
+        raise CliError(f"period must look like 90m, 12h, 7d or 2w, not {text!r}", exit_code=2)
+    return int(match.group(1)) * _UNIT_MS[match.group(2)]
+
+
+async def _open(flag: str | None) -> Any:
+    from events.log import open_log
+    from events.topics import TOPICS
+    from services.config import log_url
+
+    event_log = open_log(log_url(flag))
+    await event_log.start()
+    await event_log.create_topics(TOPICS)
+    return event_log
+
+
+async def run_service(args: argparse.Namespace) -> int:
+    from services.governance.config import GovConfig, from_document
+    from services.governance.host import GovernanceHost
+
+    config = GovConfig()
+    if args.config:
+        import yaml
+
+        config = from_document(yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) or {})  # noqa: ASYNC240
+    event_log = await _open(args.log)
+    host = GovernanceHost(event_log, config, namespace=args.namespace)
+    await host.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await host.run(stop)
+    finally:
+        await host.close()
+        await event_log.close()
+    return 0
+
+
+async def run_request(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from events.catalog.governance import QuotaRequestSubmitted
+    from events.envelope import parse_time
+    from events.publisher import Publisher, wall_clock_ms
+    from services.governance.commands import request_quota
+
+    start = parse_time(args.start) if args.start else wall_clock_ms()
+    try:
+        submitted = QuotaRequestSubmitted(
+            request_id=args.id,
+            tenant=args.tenant,
+            queue=args.queue,
+            resource=args.resource,
+            gpu_model=args.gpu_model,
+            amount=args.amount,
+            period_start_ms=start,
+            period_end_ms=start + int(args.hours * 3_600_000),
+            justification=args.justification,
+            requester=args.by,
+        )
+    except ValidationError as error:
+        raise CliError(f"invalid request: {error.errors()[0]['loc']}: {error.errors()[0]['msg']}", 2) from None
+    event_log = await _open(args.log)
+    publisher = Publisher(event_log, "urn:fedsched:cli")
+    await publisher.start()
+    try:
+        await request_quota(publisher, submitted)
+    finally:
+        await publisher.close()
+        await event_log.close()
+    print(f"requested {submitted.request_id}: {submitted.amount} {submitted.resource.value} for {args.hours} h")
+    return 0
+
+
+async def run_decide(args: argparse.Namespace) -> int:
+    from events.envelope import parse_time
+    from events.publisher import Publisher
+    from services.governance.commands import decide_request
+    from services.governance.quota import DecisionError
+
+    event_log = await _open(args.log)
+    publisher = Publisher(event_log, "urn:fedsched:cli")
+    await publisher.start()
+    try:
+        decision = await decide_request(
+            event_log,
+            publisher,
+            args.request_id,
+            approve=args.approve,
+            by=args.by,
+            comment=args.comment,
+            approved_amount=getattr(args, "amount", None),
+            expires_ms=parse_time(args.until) if getattr(args, "until", None) else None,
+        )
+    except DecisionError as error:
+        raise CliError(str(error), exit_code=1) from None
+    finally:
+        await publisher.close()
+        await event_log.close()
+    print(f"{decision.event_type.rsplit('.', 1)[1]} {args.request_id}")
+    return 0
+
+
+async def run_list(args: argparse.Namespace) -> int:
+    from services.governance.commands import governance_state
+
+    event_log = await _open(args.log)
+    try:
+        state = await governance_state(event_log)
+    finally:
+        await event_log.close()
+    rows = []
+    for request_id in sorted(state.requests):
+        request = state.requests[request_id]
+        s, d = request.submitted, request.decision
+        status = "pending" if d is None else d.event_type.rsplit("Request", 1)[1].lower()
+        decider = "" if d is None else (d.rule and f"rule {d.rule}") or f"{d.decided_by}"
+        rows.append(
+            {
+                "request_id": request_id,
+                "tenant": s.tenant,
+                "resource": s.resource.value,
+                "amount": s.amount,
+                "status": status,
+                "by": decider,
+            }
+        )
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        for row in rows:
+            print("  ".join(str(v) for v in row.values()))
+    return 0
+
+
+async def run_findings(args: argparse.Namespace) -> int:
+    from events.envelope import format_time
+    from services.governance.report import finding_rows
+
+    event_log = await _open(args.log)
+    try:
+        rows = await finding_rows(event_log)
+    finally:
+        await event_log.close()
+    if args.json:
+        print(json.dumps([asdict(r) for r in rows], indent=2))
+    else:
+        for r in rows:
+            print(f"{format_time(r.time_ms)}  {r.kind:<16} {r.rule:<18} {r.subject}  {r.message}")
+    return 0
+
+
+async def run_report(args: argparse.Namespace) -> int:
+    import asyncpg
+
+    from events.envelope import parse_time
+    from services.config import postgres_dsn
+    from services.governance.render import render
+    from services.governance.report import gather, latest_time
+
+    span = period_ms(args.period)
+    pool = await asyncpg.create_pool(postgres_dsn(args.dsn), min_size=1, max_size=2)
+    event_log = None if args.log == "-" else await _open(args.log)
+    try:
+        until = parse_time(args.until) if args.until else await latest_time(pool)
+        report = await gather(pool, event_log, until - span, until)
+    finally:
+        await pool.close()
+        if event_log is not None:
+            await event_log.close()
+    text = render(report, args.format)
+    if args.out:
+        Path(args.out).write_text(text, encoding="utf-8")  # noqa: ASYNC240
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0

@@ -1,0 +1,386 @@
+"""The figures of the governance report, computed from read-model rows and findings. Pure.
+
+Called by ``services.governance.report`` (which fetches the rows and renders the result). Every sum is
+over integers (milli-GPU-milliseconds, micro-currency, milliseconds) in a fixed order; conversion to
+GPU-hours, money and minutes happens at rendering.
+
+Sources: utilisation, idle time and cost from ``read_usage`` (allocated time of finished runs, priced
+per hour bucket; used time from usage reports); waiting, reasons, interruptions and inference
+disruption from ``read_jobs`` (status, timeline); quota from ``read_quota``; findings from the log.
+
+Inference disruption is derived at job level: the reported facts start and stop an inference job's
+replicas together, so "below minimum replicas" is counted as the minutes an inference job in the period
+was not running (waiting, restarting after a preemption or failure). Partial replica loss inside a
+running job is not reported by connectors and is not counted.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+HOUR_MS = 3_600_000
+#: Ends of a run that interrupt the work (not the job's own success or failure of its code).
+INTERRUPTIONS = frozenset({"Preempted", "Reclaimed", "NodeFailure", "GpuFailure", "NodeLost", "AllocationLeaseExpired"})
+TRAINING_KINDS = frozenset({"training", "fine_tune"})
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    tenant: str
+    cluster: str
+    gpu_model: str
+    hour_ms: int
+    allocated_milli_ms: int
+    used_milli_ms: int
+    idle_milli_ms: int
+    cost_micro: int
+    currency: str
+    projects: tuple[tuple[str, int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    job_id: str
+    tenant: str
+    project: str
+    kind: str
+    priority_class: str
+    status: str
+    submitted_ms: int | None
+    placed_ms: int | None
+    waiting_ms: int | None
+    timeline: tuple[tuple[int, str, str, str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaRow:
+    tenant: str
+    queue: str
+    resource: str
+    gpu_model: str | None
+    used: int
+    guaranteed: int
+    limit: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class FindingRow:
+    time_ms: int
+    kind: str
+    rule: str
+    tenant: str | None
+    subject: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Money:
+    micro: int
+    currency: str
+
+
+@dataclass
+class Report:
+    since_ms: int
+    until_ms: int
+    utilisation: list[dict[str, object]] = field(default_factory=list)
+    cost_by_tenant: list[dict[str, object]] = field(default_factory=list)
+    cost_by_project: list[dict[str, object]] = field(default_factory=list)
+    idle: list[dict[str, object]] = field(default_factory=list)
+    waiting: list[dict[str, object]] = field(default_factory=list)
+    wait_reasons: list[dict[str, object]] = field(default_factory=list)
+    interruptions: list[dict[str, object]] = field(default_factory=list)
+    inference: list[dict[str, object]] = field(default_factory=list)
+    quota: list[dict[str, object]] = field(default_factory=list)
+    impact: list[dict[str, object]] = field(default_factory=list)
+    findings: list[dict[str, object]] = field(default_factory=list)
+    hourly: list[dict[str, object]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def gpu_hours(milli_ms: int) -> float:
+    return round(milli_ms / 1000 / HOUR_MS, 3)
+
+
+def build(
+    since_ms: int,
+    until_ms: int,
+    usage: Sequence[UsageRow],
+    jobs: Sequence[JobRow],
+    quota: Sequence[QuotaRow],
+    findings: Sequence[FindingRow],
+) -> Report:
+    usage = sorted((u for u in usage if since_ms <= u.hour_ms < until_ms), key=_usage_key)
+    jobs = sorted((j for j in jobs if _in_period(j, since_ms, until_ms)), key=lambda j: j.job_id)
+    report = Report(since_ms, until_ms)
+    report.utilisation = utilisation(usage)
+    report.cost_by_tenant, report.cost_by_project = cost(usage)
+    report.idle = idle(usage)
+    report.hourly = hourly(usage)
+    report.waiting = waiting(jobs, until_ms)
+    report.wait_reasons = wait_reasons(jobs)
+    report.interruptions = interruptions(jobs, since_ms, until_ms)
+    report.inference = inference(jobs, since_ms, until_ms)
+    report.quota = [_quota(q) for q in sorted(quota, key=lambda q: (q.tenant, q.queue, q.resource, q.gpu_model or ""))]
+    kept = sorted((f for f in findings if since_ms <= f.time_ms < until_ms), key=lambda f: (f.time_ms, f.subject))
+    report.findings = [_finding(f) for f in kept]
+    report.impact = impact(report, usage, jobs, kept)
+    report.notes = [
+        "Allocated GPU time and cost count finished runs; running jobs are counted when they end.",
+        "Inference disruption is per job: minutes an inference job was not running while it should have "
+        "(replicas start and stop together in the reported facts; partial replica loss is not reported).",
+    ]
+    return report
+
+
+def _usage_key(u: UsageRow) -> tuple[str, str, str, int]:
+    return (u.tenant, u.cluster, u.gpu_model, u.hour_ms)
+
+
+def _in_period(job: JobRow, since_ms: int, until_ms: int) -> bool:
+    submitted = job.submitted_ms or 0
+    last = max((e[0] for e in job.timeline), default=submitted)
+    return submitted < until_ms and last >= since_ms
+
+
+def utilisation(usage: Iterable[UsageRow]) -> list[dict[str, object]]:
+    sums: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+    for u in usage:
+        row = sums[(u.cluster, u.gpu_model)]
+        row[0] += u.allocated_milli_ms
+        row[1] += u.used_milli_ms
+        row[2] += u.idle_milli_ms
+    return [
+        {
+            "cluster": cluster,
+            "gpu_model": model,
+            "allocated_gpu_h": gpu_hours(a),
+            "used_gpu_h": gpu_hours(used),
+            "idle_gpu_h": gpu_hours(i),
+            "used_pct": _pct(used, a),
+        }
+        for (cluster, model), (a, used, i) in sorted(sums.items())
+    ]
+
+
+def cost(usage: Iterable[UsageRow]) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    tenants: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    projects: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for u in usage:
+        tenants[(u.tenant, u.currency)][0] += u.allocated_milli_ms
+        tenants[(u.tenant, u.currency)][1] += u.cost_micro
+        for project, allocated, micro in u.projects:
+            projects[(u.tenant, project, u.currency)][0] += allocated
+            projects[(u.tenant, project, u.currency)][1] += micro
+    by_tenant = [
+        {"tenant": t, "gpu_h": gpu_hours(a), "cost_micro": c, "cost": c / 1e6, "currency": cur}
+        for (t, cur), (a, c) in sorted(tenants.items())
+    ]
+    by_project = [
+        {"tenant": t, "project": p, "gpu_h": gpu_hours(a), "cost_micro": c, "cost": c / 1e6, "currency": cur}
+        for (t, p, cur), (a, c) in sorted(projects.items())
+    ]
+    return by_tenant, by_project
+
+
+def idle(usage: Iterable[UsageRow]) -> list[dict[str, object]]:
+    sums: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for u in usage:
+        sums[u.tenant][0] += u.idle_milli_ms
+        sums[u.tenant][1] += u.allocated_milli_ms
+    return [
+        {"tenant": t, "idle_gpu_h": gpu_hours(i), "allocated_gpu_h": gpu_hours(a), "idle_pct": _pct(i, a)}
+        for t, (i, a) in sorted(sums.items())
+    ]
+
+
+def hourly(usage: Iterable[UsageRow]) -> list[dict[str, object]]:
+    sums: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    for u in usage:
+        sums[u.hour_ms][0] += u.allocated_milli_ms
+        sums[u.hour_ms][1] += u.used_milli_ms
+    return [
+        {"hour_ms": h, "allocated_gpu_h": gpu_hours(a), "used_gpu_h": gpu_hours(u)}
+        for h, (a, u) in sorted(sums.items())
+    ]
+
+
+def percentile(values: Sequence[int], pct: int) -> int:
+    """Nearest-rank percentile of integers (0 for no values)."""
+    if not values:
+        return 0
+    ordered = sorted(values)
+    rank = max(1, -(-pct * len(ordered) // 100))
+    return ordered[rank - 1]
+
+
+def _waits(jobs: Iterable[JobRow], until_ms: int) -> dict[str, list[int]]:
+    waits: dict[str, list[int]] = defaultdict(list)
+    for job in jobs:
+        if job.submitted_ms is None or job.status == "rejected":
+            continue
+        if job.waiting_ms is not None and job.placed_ms is not None:
+            waits[job.priority_class].append(job.waiting_ms)
+        elif job.status == "queued":
+            waits[job.priority_class].append(max(0, until_ms - job.submitted_ms))
+    return waits
+
+
+def waiting(jobs: Iterable[JobRow], until_ms: int) -> list[dict[str, object]]:
+    return [
+        {
+            "priority_class": pc,
+            "jobs": len(w),
+            "p50_min": _minutes(percentile(w, 50)),
+            "p90_min": _minutes(percentile(w, 90)),
+            "p99_min": _minutes(percentile(w, 99)),
+            "max_min": _minutes(max(w)),
+        }
+        for pc, w in sorted(_waits(jobs, until_ms).items())
+    ]
+
+
+def wait_reasons(jobs: Iterable[JobRow], top: int = 10) -> list[dict[str, object]]:
+    counts: Counter[str] = Counter()
+    for job in jobs:
+        reasons = {r for e in job.timeline if e[2] == "JobQueued" for r in e[3].split(",") if r}
+        counts.update(reasons)
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
+    return [{"reason": reason, "jobs": n} for reason, n in ranked]
+
+
+def _run_ends(job: JobRow, since_ms: int, until_ms: int) -> list[str]:
+    return [
+        e[3]
+        for e in job.timeline
+        if since_ms <= e[0] < until_ms and e[2] in ("JobPreempted", "JobReclaimed", "JobFailed")
+    ]
+
+
+def interruptions(jobs: Iterable[JobRow], since_ms: int, until_ms: int) -> list[dict[str, object]]:
+    sums: dict[str, Counter[str]] = defaultdict(Counter)
+    for job in jobs:
+        counter = sums[job.tenant]
+        for reason in _run_ends(job, since_ms, until_ms):
+            if reason == "Preempted":
+                counter["preemptions"] += 1
+            elif reason == "Reclaimed":
+                counter["reclaims"] += 1
+            elif reason in INTERRUPTIONS:
+                counter["other"] += 1
+            else:
+                counter["failures"] += 1
+            if reason in INTERRUPTIONS and job.kind in TRAINING_KINDS:
+                counter["training_interruptions"] += 1
+    return [
+        {
+            "tenant": t,
+            "preemptions": c["preemptions"],
+            "reclaims": c["reclaims"],
+            "infrastructure": c["other"],
+            "training_interruptions": c["training_interruptions"],
+            "job_failures": c["failures"],
+        }
+        for t, c in sorted(sums.items())
+    ]
+
+
+def not_running_ms(job: JobRow, since_ms: int, until_ms: int) -> int:
+    """Time in the period after submission that the job was not running (until it ended)."""
+    start = max(since_ms, job.submitted_ms or since_ms)
+    down, running_since, end = 0, None, until_ms
+    cursor = start
+    for time_ms, status, *_ in job.timeline:
+        time_ms = min(max(time_ms, start), until_ms)
+        if status == "running" and running_since is None:
+            down += time_ms - cursor
+            running_since = time_ms
+        elif status != "running" and running_since is not None:
+            running_since, cursor = None, time_ms
+        if status in ("succeeded", "failed", "cancelled", "rejected"):
+            end = time_ms
+            break
+    if running_since is None:
+        down += max(0, end - cursor)
+    return down
+
+
+def inference(jobs: Iterable[JobRow], since_ms: int, until_ms: int) -> list[dict[str, object]]:
+    sums: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for job in jobs:
+        if job.kind == "inference":
+            sums[job.tenant][0] += 1
+            sums[job.tenant][1] += not_running_ms(job, since_ms, until_ms)
+    return [
+        {"tenant": t, "inference_jobs": n, "minutes_below_min_replicas": _minutes(ms)}
+        for t, (n, ms) in sorted(sums.items())
+    ]
+
+
+def _quota(q: QuotaRow) -> dict[str, object]:
+    cap = q.limit if q.limit is not None else q.guaranteed
+    return {
+        "tenant": q.tenant,
+        "queue": q.queue,
+        "resource": q.resource + (f":{q.gpu_model}" if q.gpu_model else ""),
+        "used": q.used,
+        "guaranteed": q.guaranteed,
+        "limit": "unbounded" if q.limit is None else q.limit,
+        "used_pct_of_limit": _pct(q.used, cap) if cap else None,
+    }
+
+
+def _finding(f: FindingRow) -> dict[str, object]:
+    return {
+        "time_ms": f.time_ms,
+        "kind": f.kind,
+        "rule": f.rule,
+        "tenant": f.tenant or "",
+        "subject": f.subject,
+        "message": f.message[:160],
+    }
+
+
+def impact(
+    report: Report, usage: Sequence[UsageRow], jobs: Sequence[JobRow], kept: Sequence[FindingRow]
+) -> list[dict[str, object]]:
+    """Per tenant: how full (used share of allocation) beside how it felt (waiting, interruptions, outages)."""
+    waits: dict[str, list[int]] = defaultdict(list)
+    for job in jobs:
+        for values in _waits([job], report.until_ms).values():
+            waits[job.tenant] += values
+    alloc: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for u in usage:
+        alloc[u.tenant][0] += u.allocated_milli_ms
+        alloc[u.tenant][1] += u.used_milli_ms
+    breaks = {str(r["tenant"]): r for r in report.interruptions}
+    outage = {str(r["tenant"]): r["minutes_below_min_replicas"] for r in report.inference}
+    found = Counter(f.tenant or "" for f in kept)
+    tenants = sorted(set(waits) | set(alloc) | set(breaks) | set(outage))
+    rows: list[dict[str, object]] = []
+    for t in tenants:
+        a, used = alloc.get(t, [0, 0])
+        row = breaks.get(t, {})
+        rows.append(
+            {
+                "tenant": t,
+                "allocated_gpu_h": gpu_hours(a),
+                "used_pct": _pct(used, a),
+                "wait_p90_min": _minutes(percentile(waits.get(t, []), 90)),
+                "training_interruptions": row.get("training_interruptions", 0),
+                "preemptions": row.get("preemptions", 0),
+                "inference_down_min": outage.get(t, 0),
+                "findings": found.get(t, 0),
+            }
+        )
+    return rows
+
+
+def _pct(part: int, whole: int) -> float:
+    return round(100 * part / whole, 1) if whole else 0.0
+
+
+def _minutes(ms: int) -> float:
+    return round(ms / 60_000, 1)
