@@ -22,7 +22,7 @@ from events.catalog.governance import (
     QuotaRequestSubmitted,
     QuotaSet,
 )
-from events.catalog.types import QueueId, TenantId
+from events.catalog.types import QueueId, QuotaRequestId, TenantId
 from services.governance.config import GovConfig
 from services.governance.state import GovState, Output, Request
 
@@ -95,26 +95,32 @@ def decide(
     )
 
 
-def effective_lines(
-    base: tuple[QuotaLine, ...], request: QuotaRequestSubmitted, grants: Iterable[QuotaRequestApproved]
-) -> tuple[QuotaLine, ...]:
-    """The base quota plus the grants (all of ``request``'s resource and model), line order kept."""
-    extra = sum(g.approved_amount for g in grants)
+Grant = tuple[QuotaRequestSubmitted, QuotaRequestApproved]
+
+
+def effective_lines(base: tuple[QuotaLine, ...], grants: Iterable[Grant]) -> tuple[QuotaLine, ...]:
+    """The base quota plus each grant on the line of its resource and model (a new line if there is none);
+    line order kept, new lines in grant order."""
     lines = list(base)
-    for i, line in enumerate(lines):
-        if line.resource == request.resource and line.gpu_model == request.gpu_model:
-            limit = None if line.limit is None else line.limit + extra
-            lines[i] = QuotaLine(
-                resource=line.resource, gpu_model=line.gpu_model, guaranteed=line.guaranteed + extra, limit=limit
+    for submitted, approved in grants:
+        amount = approved.approved_amount
+        for i, line in enumerate(lines):
+            if (line.resource, line.gpu_model) == (submitted.resource, submitted.gpu_model):
+                limit = None if line.limit is None else line.limit + amount
+                lines[i] = QuotaLine(
+                    resource=line.resource, gpu_model=line.gpu_model, guaranteed=line.guaranteed + amount, limit=limit
+                )
+                break
+        else:
+            lines.append(
+                QuotaLine(resource=submitted.resource, gpu_model=submitted.gpu_model, guaranteed=amount, limit=amount)
             )
-            return tuple(lines)
-    if extra:
-        lines.append(QuotaLine(resource=request.resource, gpu_model=request.gpu_model, guaranteed=extra, limit=extra))
     return tuple(lines)
 
 
 def quota_changes(state: GovState, config: GovConfig) -> list[Output]:
-    """Auto-approvals of undecided requests, and the ``QuotaSet`` of each grant that started or expired."""
+    """Auto-approvals of undecided requests; the ``QuotaSet`` of a queue when one of its grants starts or
+    expires, and again when an operator replaced the queue's base quota while a grant was in force."""
     out: list[Output] = []
     for request_id in sorted(state.requests):
         request = state.requests[request_id]
@@ -124,42 +130,61 @@ def quota_changes(state: GovState, config: GovConfig) -> list[Output]:
                 out.append(Output(f"gov:quota-approve:{request_id}", state.now_ms, approved))
             continue
         out += _grant_edges(state, request)
+    out += _reapply(state)
     return [o for o in out if o.id not in state.emitted]
 
 
 def _grant_edges(state: GovState, request: Request) -> list[Output]:
-    decision = request.decision
+    decision, submitted = request.decision, request.submitted
     if not isinstance(decision, QuotaRequestApproved):
         return []
-    out: list[Output] = []
     edges = [("start", decision.effective_from_ms)]
     if decision.expires_ms is not None:
         edges.append(("end", decision.expires_ms))
-    for edge, at in edges:
-        if at > state.now_ms:
-            continue
-        active = [g for g in _grants_like(state, request.submitted) if _active(g, at)]
-        submitted = request.submitted
-        lines = effective_lines(state.base_quota.get((submitted.tenant, submitted.queue), ()), submitted, active)
-        event = QuotaSet(
-            tenant=TenantId(submitted.tenant),
-            queue=QueueId(submitted.queue),
-            lines=lines,
-            set_by="governance",
-            request_id=submitted.request_id,
+    return [
+        Output(
+            f"gov:quota-{edge}:{submitted.request_id}",
+            state.now_ms,
+            _quota_set(state, submitted.tenant, submitted.queue, at, submitted.request_id),
         )
-        out.append(Output(f"gov:quota-{edge}:{submitted.request_id}", state.now_ms, event))
+        for edge, at in edges
+        if at <= state.now_ms
+    ]
+
+
+def _reapply(state: GovState) -> list[Output]:
+    out = []
+    for (tenant, queue), (version, set_ms) in sorted(state.base_versions.items()):
+        granted = state.granted_ms.get((tenant, queue))
+        if granted is None or set_ms <= granted:
+            continue  # no grant applied yet (its start will), or the grants' quota is the latest
+        active = [g for g in grants_of(state, tenant, queue) if _active(g[1], state.now_ms)]
+        if active:
+            event = _quota_set(state, tenant, queue, state.now_ms, active[0][0].request_id)
+            out.append(Output(f"gov:quota-reapply:{tenant}.{queue}.{version}", state.now_ms, event))
     return out
 
 
-def _grants_like(state: GovState, like: QuotaRequestSubmitted) -> list[QuotaRequestApproved]:
+def _quota_set(state: GovState, tenant: str, queue: str, at: int, request_id: str) -> QuotaSet:
+    active = [g for g in grants_of(state, tenant, queue) if _active(g[1], at)]
+    return QuotaSet(
+        tenant=TenantId(tenant),
+        queue=QueueId(queue),
+        lines=effective_lines(state.base_quota.get((tenant, queue), ()), active),
+        set_by="governance",
+        request_id=QuotaRequestId(request_id),
+    )
+
+
+def grants_of(state: GovState, tenant: str, queue: str) -> list[Grant]:
+    """Every approved request of a tenant's queue, by request id."""
     grants = []
-    for request in state.requests.values():
+    for request_id in sorted(state.requests):
+        request = state.requests[request_id]
         s = request.submitted
-        same = (s.tenant, s.queue, s.resource, s.gpu_model) == (like.tenant, like.queue, like.resource, like.gpu_model)
-        if same and isinstance(request.decision, QuotaRequestApproved):
-            grants.append(request.decision)
-    return sorted(grants, key=lambda g: g.request_id)
+        if (s.tenant, s.queue) == (tenant, queue) and isinstance(request.decision, QuotaRequestApproved):
+            grants.append((s, request.decision))
+    return grants
 
 
 def _active(grant: QuotaRequestApproved, at: int) -> bool:

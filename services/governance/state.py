@@ -124,6 +124,10 @@ class GovState:
     requests: dict[str, Request] = field(default_factory=dict)
     base_quota: dict[tuple[str, str], tuple[QuotaLine, ...]] = field(default_factory=dict)
     """(tenant, queue) -> the quota an operator set (not one governance derived from a request)."""
+    base_versions: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+    """(tenant, queue) -> (how many base quotas were set, log time of the latest)."""
+    granted_ms: dict[tuple[str, str], int] = field(default_factory=dict)
+    """(tenant, queue) -> log time of the latest quota governance derived from grants."""
     emitted: set[str] = field(default_factory=set)
     findings: list[tuple[int, GovernanceFinding]] = field(default_factory=list)
 
@@ -235,10 +239,14 @@ def _cluster_status(state: GovState, e: Event, t: int) -> None:
         state.unreachable.pop(e.cluster, None)
 
 
-def _quota_set(state: GovState, e: Event, _: int) -> None:
+def _quota_set(state: GovState, e: Event, t: int) -> None:
     assert isinstance(e, QuotaSet)
     if e.request_id is None:
-        state.base_quota[(e.tenant, e.queue)] = e.lines
+        key = (e.tenant, e.queue)
+        state.base_quota[key] = e.lines
+        state.base_versions[key] = (state.base_versions.get(key, (0, 0))[0] + 1, t)
+    else:
+        state.granted_ms[(e.tenant, e.queue)] = t
 
 
 def _request(state: GovState, e: Event, t: int) -> None:

@@ -85,6 +85,16 @@ def test_an_approved_grant_raises_the_quota_from_its_start_and_restores_it_at_ex
     assert isinstance(restored, QuotaSet) and restored.lines[0].guaranteed == 1000
 
 
+def test_grants_of_two_resources_stack_and_an_operators_new_base_keeps_the_grant_in_force() -> None:
+    history = a_history().quota("team-a", 1000).request("qr-1", 2000, at=1)  # auto-approved (<= 2000)
+    history.then_publish(history.evaluate()).tick(2)
+    history.then_publish(history.evaluate())
+    history.quota("team-a", 3000, at=5).tick(6)  # an operator replaces the base while qr-1 is in force
+    (reapplied,) = history.evaluate()
+    assert reapplied.id == "gov:quota-reapply:team-a.default.2"
+    assert isinstance(reapplied.event, QuotaSet) and reapplied.event.lines[0].guaranteed == 5000
+
+
 def test_a_person_cannot_approve_more_than_asked_nor_decide_twice() -> None:
     request = a_history().request("qr-1", 1000).state().requests["qr-1"].submitted
     with pytest.raises(DecisionError, match="more than"):
