@@ -256,3 +256,31 @@ def test_the_same_history_gives_the_same_outputs_and_published_ones_are_not_repe
     assert [o.id for o in first] == [o.id for o in history.evaluate(IDLE)]
     assert history.then_publish(first).evaluate(IDLE) == []
     assert replace(IDLE) == IDLE
+
+
+def test_the_public_names_of_the_package_are_pinned_and_pure() -> None:
+    import subprocess
+    import sys
+
+    import services.governance as governance
+
+    assert sorted(governance.__all__) == [
+        "AutoApproveRule",
+        "DecisionError",
+        "GovConfig",
+        "GovState",
+        "IdleRule",
+        "LeaseRule",
+        "Output",
+        "RuntimeRule",
+        "SOURCE",
+        "auto_decide",
+        "decide",
+        "effective_lines",
+        "evaluate",
+        "from_document",
+    ]
+    assert all(getattr(governance, name) is not None for name in governance.__all__)
+    probe = "import sys, services.governance; print(sorted({'asyncpg', 'aiokafka', 'matplotlib'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=30)
+    assert out.stdout.strip() == "[]", "importing the package pulls in no I/O library"
