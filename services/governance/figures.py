@@ -22,7 +22,19 @@ from dataclasses import dataclass, field
 
 HOUR_MS = 3_600_000
 #: Ends of a run that interrupt the work (not the job's own success or failure of its code).
-INTERRUPTIONS = frozenset({"Preempted", "Reclaimed", "NodeFailure", "GpuFailure", "NodeLost", "AllocationLeaseExpired"})
+INTERRUPTIONS = frozenset(
+    {
+        "Preempted",
+        "Reclaimed",
+        "NodeFailure",
+        "GpuFailure",
+        "GpuUnhealthy",
+        "NodeLost",
+        "NodeDeleted",
+        "ClusterUnreachable",
+        "AllocationLeaseExpired",
+    }
+)
 TRAINING_KINDS = frozenset({"training", "fine_tune"})
 
 
@@ -166,23 +178,38 @@ def utilisation(usage: Iterable[UsageRow]) -> list[dict[str, object]]:
 
 
 def cost(usage: Iterable[UsageRow]) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
-    tenants: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
-    projects: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
+    tenants: dict[str, dict[str, list[int]]] = defaultdict(dict)
+    projects: dict[tuple[str, str], dict[str, list[int]]] = defaultdict(dict)
     for u in usage:
-        tenants[(u.tenant, u.currency)][0] += u.allocated_milli_ms
-        tenants[(u.tenant, u.currency)][1] += u.cost_micro
+        _add(tenants[u.tenant], u.currency, u.allocated_milli_ms, u.cost_micro)
         for project, allocated, micro in u.projects:
-            projects[(u.tenant, project, u.currency)][0] += allocated
-            projects[(u.tenant, project, u.currency)][1] += micro
+            _add(projects[(u.tenant, project)], u.currency, allocated, micro)
     by_tenant = [
         {"tenant": t, "gpu_h": gpu_hours(a), "cost_micro": c, "cost": c / 1e6, "currency": cur}
-        for (t, cur), (a, c) in sorted(tenants.items())
+        for t, money in sorted(tenants.items())
+        for cur, (a, c) in sorted(_merged(money).items())
     ]
     by_project = [
         {"tenant": t, "project": p, "gpu_h": gpu_hours(a), "cost_micro": c, "cost": c / 1e6, "currency": cur}
-        for (t, p, cur), (a, c) in sorted(projects.items())
+        for (t, p), money in sorted(projects.items())
+        for cur, (a, c) in sorted(_merged(money).items())
     ]
     return by_tenant, by_project
+
+
+def _add(money: dict[str, list[int]], currency: str, allocated: int, micro: int) -> None:
+    sums = money.setdefault(currency, [0, 0])
+    sums[0] += allocated
+    sums[1] += micro
+
+
+def _merged(money: dict[str, list[int]]) -> dict[str, list[int]]:
+    """Buckets with no price yet (usage samples only: no currency) join the tenant's one currency."""
+    priced = sorted(c for c in money if c)
+    if "" not in money or len(priced) != 1:
+        return money
+    a, c = money[priced[0]]
+    return {priced[0]: [a + money[""][0], c + money[""][1]]}
 
 
 def idle(usage: Iterable[UsageRow]) -> list[dict[str, object]]:

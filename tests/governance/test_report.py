@@ -123,6 +123,12 @@ def test_cost_utilisation_idle_waiting_and_interruptions_add_up() -> None:
     assert report.quota[0]["used_pct_of_limit"] == 75.0
 
 
+def test_usage_not_priced_yet_joins_the_tenants_currency() -> None:
+    unpriced = UsageRow("team-b", "sim-1", "A100", T0 + HOUR_MS, 0, GPU_HOUR, 0, 0, "", ())
+    report = build(T0, T0 + 3 * HOUR_MS, [usage("team-b", 0, 1, 1, 500), unpriced], [], [], [])
+    assert [(r["tenant"], r["currency"], r["cost_micro"]) for r in report.cost_by_tenant] == [("team-b", "USD", 500)]
+
+
 def test_business_impact_sits_beside_utilisation_per_tenant() -> None:
     impact = {r["tenant"]: r for r in a_report().impact}
     assert impact["team-a"]["used_pct"] == 66.7 and impact["team-a"]["training_interruptions"] == 1
