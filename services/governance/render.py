@@ -192,18 +192,26 @@ def _cost_chart(report: Report) -> str:
 
 
 def _impact_chart(report: Report) -> str:
+    """One small panel per measure, tenants on the same rows: fuller is not better if users wait or break."""
     rows = report.impact
     if not rows:
         return "<p>(no jobs in the period)</p>"
-    fig, ax = _figure(8.0, 3.0)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     tenants = [str(r["tenant"]) for r in rows]
-    positions = list(range(len(tenants)))
-    used = [float(str(r["used_pct"])) for r in rows]
-    wait = [float(str(r["wait_p90_min"])) for r in rows]
-    breaks = [float(str(r["training_interruptions"])) + float(str(r["inference_down_min"])) for r in rows]
-    ax.bar([p - 0.25 for p in positions], used, width=0.25, label="used % of allocation")
-    ax.bar(positions, wait, width=0.25, label="p90 wait (min)")
-    ax.bar([p + 0.25 for p in positions], breaks, width=0.25, label="interruptions + inference down (min)")
-    ax.set_xticks(positions, tenants)
-    ax.legend(fontsize=8)
+    panels = (
+        ("Used % of allocated GPU", [float(str(r["used_pct"])) for r in rows], "#3182bd"),
+        ("p90 wait (minutes)", [float(str(r["wait_p90_min"])) for r in rows], "#e6550d"),
+        ("Training interruptions", [float(str(r["training_interruptions"])) for r in rows], "#756bb1"),
+        ("Inference below minimum (minutes)", [float(str(r["inference_down_min"])) for r in rows], "#de2d26"),
+    )
+    fig, axes = plt.subplots(1, len(panels), figsize=(11.0, 0.6 + 0.35 * len(rows)), sharey=True)
+    for ax, (title, values, colour) in zip(axes, panels, strict=True):
+        ax.barh(tenants, values, color=colour)
+        ax.set_title(title, fontsize=9)
+        ax.tick_params(labelsize=8)
+    axes[0].invert_yaxis()
     return _svg(fig)
