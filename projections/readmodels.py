@@ -26,21 +26,25 @@ def _qualified(schema: str, table: str) -> str:
 
 
 async def ensure_schema(pool: asyncpg.Pool, schema: str) -> None:
+    """Create what is missing. Existing tables are left untouched: even ``IF NOT EXISTS`` DDL takes
+    locks that would deadlock against a running writer, so the check comes first."""
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
         await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
         for table in TABLES.values():
-            await conn.execute(table.ddl(schema))
-        await conn.execute(
-            f"""
-            CREATE TABLE IF NOT EXISTS {schema}.projection_positions (
-                topic text NOT NULL, partition int NOT NULL, next_offset bigint NOT NULL,
-                PRIMARY KEY (topic, partition));
-            CREATE TABLE IF NOT EXISTS {schema}.projection_state (
-                stage text NOT NULL, entity_key text NOT NULL, state bytea NOT NULL,
-                PRIMARY KEY (stage, entity_key));
-            """
-        )
+            if await conn.fetchval("SELECT to_regclass($1)", f"{schema}.{table.name}") is None:
+                await conn.execute(table.ddl(schema))
+        if await conn.fetchval("SELECT to_regclass($1)", f"{schema}.projection_state") is None:
+            await conn.execute(
+                f"""
+                CREATE TABLE IF NOT EXISTS {schema}.projection_positions (
+                    topic text NOT NULL, partition int NOT NULL, next_offset bigint NOT NULL,
+                    PRIMARY KEY (topic, partition));
+                CREATE TABLE IF NOT EXISTS {schema}.projection_state (
+                    stage text NOT NULL, entity_key text NOT NULL, state bytea NOT NULL,
+                    PRIMARY KEY (stage, entity_key));
+                """
+            )
 
 
 async def drop_schema(pool: asyncpg.Pool, schema: str) -> None:

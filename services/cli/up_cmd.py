@@ -12,6 +12,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     _common(up)
     up.set_defaults(handler=run_up)
 
+    demo = sub.add_parser("demo", help="fedsched up, a real trace replayed through the API, then audit verify")
+    _common(demo)
+    demo.add_argument("--pods", type=Path, help="pod list CSV (default: the openb default trace)")
+    demo.add_argument("--count", type=int, default=500, help="how many GPU pods to replay (default 500)")
+    demo.add_argument("--rate", type=float, default=50.0, help="submissions per second (default 50)")
+    demo.add_argument("--speed", type=float, default=60.0, help="simulated seconds per second (default 60)")
+    demo.set_defaults(handler=run_demo)
+
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", type=Path, default=Path(".fedsched"), help="where embedded data lives")
@@ -19,7 +27,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api", default="127.0.0.1:50051", help="gRPC API address (default 127.0.0.1:50051)")
     parser.add_argument("--metrics", default="127.0.0.1:9464", help="health and metrics address")
     parser.add_argument("--no-api", action="store_true", help="do not start the gRPC API")
-    parser.add_argument("--sim-speed", type=float, default=1.0, help="simulated seconds per second")
+    parser.add_argument("--sim-speed", type=float, default=1.0, help="simulated seconds per second (up)")
     parser.add_argument("--sim-nodes", type=Path, help="node list CSV of the simulated fleet (default: openb)")
     parser.add_argument("--no-sim", action="store_true", help="do not start the simulated fleet")
     parser.add_argument(
@@ -65,3 +73,14 @@ async def run_up(args: argparse.Namespace) -> int:
         print("  press Ctrl-C to stop", flush=True)
 
     return await run(config_from(args), on_ready=ready)
+
+
+async def run_demo(args: argparse.Namespace) -> int:
+    from services.cli.main import CliError
+    from services.runtime.demo import DemoConfig, run
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if args.count < 1 or args.speed <= 0 or args.rate <= 0:
+        raise CliError("--count must be at least 1, --speed and --rate positive", 2)
+    config = DemoConfig(up=config_from(args), pods=args.pods, count=args.count, rate=args.rate, speed=args.speed)
+    return await run(config)

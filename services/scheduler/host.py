@@ -40,6 +40,7 @@ from events.log.contract import (
     ProducerFenced,
     TopicPartition,
 )
+from events.log.reading import read_to_end
 from events.publisher import to_record, wall_clock_ms
 from events.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS, PROFILES
 from services.scheduler.outputs import SOURCE, cycle_record, decision_events
@@ -118,15 +119,7 @@ class SchedulerHost:
         assert self._reader is not None
         folded = 0
         for tp in sorted(self.positions):
-            position = self.positions[tp]
-            if position >= await self._reader.end_offset(tp):
-                continue
-            while True:
-                records = await self._reader.read(tp, position, max_records=5000, timeout_s=1.0)
-                if not records:
-                    if await self._reader.caught_up(tp, position):
-                        break
-                    continue
+            async for records in read_to_end(self._reader, tp, self.positions[tp], max_records=5000):
                 for record in records:
                     try:
                         envelope = decode(record.headers, record.value)
@@ -137,8 +130,7 @@ class SchedulerHost:
                     if envelope.source != SOURCE:
                         self._dirty = True
                 folded += len(records)
-                position = records[-1].offset + 1
-                self.positions[tp] = position
+                self.positions[tp] = records[-1].offset + 1
         self.metrics.folded += folded
         return folded
 
