@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help install run demo lint typecheck imports unit test bench-log clean
+.PHONY: help install run demo lint typecheck imports unit test bench-log bench-e2e clean
 
 help:
 	@echo "make run        the whole service on its embedded default (no Kafka needed): fedsched up"
@@ -47,6 +47,10 @@ test: lint typecheck imports
 bench-log: $(STAMP)
 	PYTHON=$(abspath $(PY)) deploy/local/with-services.sh sh -c \
 		'$(VENV)/bin/fedsched bench log --kafka "$$FEDSCHED_TEST_KAFKA" --postgres "$$FEDSCHED_TEST_POSTGRES"'
+
+bench-e2e: $(STAMP)
+	PYTHON=$(abspath $(PY)) deploy/local/with-services.sh sh -c \
+		'$(VENV)/bin/fedsched bench e2e --kafka "$$FEDSCHED_TEST_KAFKA" --postgres "$$FEDSCHED_TEST_POSTGRES"'
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

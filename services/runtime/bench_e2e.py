@@ -1,0 +1,253 @@
+"""``fedsched bench e2e``: submissions over gRPC into Kafka, and how long until their placement is visible.
+
+Called by ``fedsched bench e2e``. Prints figures, asserts nothing. Needs a dedicated Kafka broker and
+PostgreSQL (it writes the standard topics): ``make bench-e2e`` starts both.
+
+The scheduler and the API run as their own processes (``fedsched scheduler``, ``fedsched api``), as in
+production; this process publishes a fleet, submits jobs at a fixed rate through gRPC and tails the
+decisions topic: latency = the moment a job's ``JobPlaced`` is read minus the moment its ``SubmitJob``
+was sent. Then ``audit verify`` runs over the whole log and its rate is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from events.catalog.decisions import JobPlaced
+from events.catalog.inventory import ClusterKind, ClusterRegistered, GpuDevice, NodeObserved
+from events.catalog.types import ClusterId, NodeId
+from events.codec import decode
+from events.log import EventLog, TopicPartition, open_log
+from events.publisher import Publisher
+from events.topics import DECISIONS, TOPICS
+
+if TYPE_CHECKING:
+    from services.api.client import Client
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = sub.add_parser("e2e", help="gRPC submit -> Kafka -> scheduler -> JobPlaced latency, and verify rate")
+    parser.add_argument("--kafka", required=True, help="bootstrap host:port of a dedicated broker")
+    parser.add_argument("--postgres", required=True, help="PostgreSQL DSN")
+    parser.add_argument("--rate", type=float, default=200.0, help="submissions per second (default 200)")
+    parser.add_argument("--seconds", type=float, default=20.0, help="how long to submit (default 20)")
+    parser.add_argument("--nodes", type=int, default=300, help="8-GPU nodes in the fleet (default 300)")
+    parser.add_argument("--listen", default="127.0.0.1:50599", help="where the benchmark's API listens")
+    parser.add_argument("--json", action="store_true")
+    parser.set_defaults(handler=run)
+
+
+async def run(args: argparse.Namespace) -> int:
+    from services.api.auth import AuthConfig, issue_token
+    from services.api.client import Client, ClientConfig
+    from services.api.pb import jobs_pb2
+
+    log_url = f"kafka://{args.kafka}"
+    event_log = open_log(log_url)
+    await event_log.start()
+    await event_log.create_topics(TOPICS)
+    run_id = secrets.token_hex(3)
+    publisher = Publisher(event_log, "urn:fedsched:bench")
+    await publisher.start()
+    await publisher.publish(
+        [
+            ClusterRegistered(
+                cluster=ClusterId(f"bench-{run_id}"),
+                kind=ClusterKind.SIMULATED,
+                site="bench",
+                region="local",
+                currency="EUR",
+            )
+        ]
+    )
+    for start in range(0, args.nodes, 100):
+        await publisher.publish(
+            [
+                NodeObserved(
+                    cluster=ClusterId(f"bench-{run_id}"),
+                    node=NodeId(f"n{i:05d}"),
+                    generation=1,
+                    cpu_milli=128_000,
+                    memory_mib=1_048_576,
+                    gpus=tuple(GpuDevice(index=g, model="A100", memory_mib=81_920) for g in range(8)),
+                )
+                for i in range(start, min(args.nodes, start + 100))
+            ]
+        )
+    await publisher.close()
+
+    secret = secrets.token_hex(32)
+    auth = AuthConfig("fedsched-bench", "fedsched", hs256_secret=secret.encode())
+    token = issue_token(auth, subject="bench", tenants=["*"], roles=["admin"])
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "FEDSCHED_JWT_SECRET": secret}
+    scheduler = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "services.cli.main",
+        "scheduler",
+        "--log",
+        log_url,
+        "--idle-cycle-ms",
+        "1000",
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    api = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "services.cli.main",
+        "api",
+        "--log",
+        log_url,
+        "--dsn",
+        args.postgres,
+        "--listen",
+        args.listen,
+        "--issuer",
+        "fedsched-bench",
+        "--audience",
+        "fedsched",
+        "--no-intake",
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    client = Client(ClientConfig(server=args.listen, token=token, timeout_s=30))
+    sent: dict[str, float] = {}
+    placed: dict[str, float] = {}
+    try:
+        await _wait_for_api(client)
+        tail = asyncio.create_task(_tail_placements(event_log, placed, run_id))
+        total = int(args.rate * args.seconds)
+        started = time.perf_counter()
+        pending: set[asyncio.Task[None]] = set()
+
+        async def submit(index: int) -> None:
+            spec = jobs_pb2.JobSpec(
+                name=f"bench-{index}",
+                tenant=f"team-{index % 4}",
+                resources=jobs_pb2.Resources(cpu_milli=500, memory_mib=1024, gpu_milli=100),
+                expected_runtime_s=600,
+            )
+            request = jobs_pb2.SubmitJobRequest(spec=spec, client_request_id=f"bench-{run_id}-{index}")
+            began = time.perf_counter()
+            response = await client.call(client.jobs.SubmitJob, request)
+            sent[response.job_id] = began
+
+        for index in range(total):
+            delay = started + index / args.rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            task = asyncio.create_task(submit(index))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+        await asyncio.gather(*pending)
+        submit_s = time.perf_counter() - started
+        deadline = time.perf_counter() + 60
+        while len([j for j in sent if j in placed]) < len(sent) and time.perf_counter() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.2)
+        tail.cancel()
+    finally:
+        await client.close()
+        for process in (api, scheduler):
+            if process.returncode is None:
+                process.send_signal(signal.SIGTERM)
+        for process in (api, scheduler):
+            await process.wait()
+    latencies = sorted((placed[j] - sent[j]) * 1000 for j in sent if j in placed)
+    from services.audit.verify import verify
+
+    report = await verify(event_log)
+    await event_log.close()
+    figures = {
+        "submitted": len(sent),
+        "placed": len(latencies),
+        "offered_rate_per_s": args.rate,
+        "achieved_submit_rate_per_s": round(len(sent) / submit_s, 1),
+        "placement_latency_ms": {
+            "p50": _q(latencies, 50),
+            "p95": _q(latencies, 95),
+            "p99": _q(latencies, 99),
+            "max": round(latencies[-1], 1) if latencies else None,
+        },
+        "verify": {
+            "cycles": report.cycles,
+            "identical_pct": report.identical_pct,
+            "events": report.events_read,
+            "events_per_s": round(report.events_read / report.seconds) if report.seconds else None,
+        },
+    }
+    if args.json:
+        print(json.dumps(figures))
+    else:
+        lat = figures["placement_latency_ms"]
+        print(
+            f"submitted {len(sent)} at {figures['achieved_submit_rate_per_s']}/s (offered {args.rate}/s), "
+            f"placed {len(latencies)}"
+        )
+        print(
+            f"submit -> JobPlaced visible: p50 {lat['p50']} ms, p95 {lat['p95']} ms, p99 {lat['p99']} ms, "
+            f"max {lat['max']} ms"
+        )
+        print(
+            f"audit verify: {report.cycles} cycles, {report.identical_pct:.2f}% identical, "
+            f"{report.events_read} events at {figures['verify']['events_per_s']} events/s"
+        )
+    return 0
+
+
+def _q(values: list[float], q: int) -> float | None:
+    if not values:
+        return None
+    return round(values[min(len(values) - 1, len(values) * q // 100)], 1)
+
+
+async def _wait_for_api(client: Client, timeout_s: float = 60) -> None:
+    import grpc
+
+    from services.api.pb import jobs_pb2
+
+    deadline = time.perf_counter() + timeout_s
+    while True:
+        try:
+            await client.jobs.ListJobs(
+                jobs_pb2.ListJobsRequest(page_size=1),
+                metadata=client.metadata,
+                timeout=2,
+            )
+            return
+        except grpc.aio.AioRpcError:
+            if time.perf_counter() > deadline:
+                raise
+            await asyncio.sleep(0.3)
+
+
+async def _tail_placements(event_log: EventLog, placed: dict[str, float], run_id: str) -> None:
+    reader = await event_log.reader()
+    tp = TopicPartition(DECISIONS.name, 0)
+    position = await reader.end_offset(tp)
+    try:
+        while True:
+            for record in await reader.read(tp, position, max_records=2000, timeout_s=0.5):
+                position = record.offset + 1
+                seen = time.perf_counter()
+                try:
+                    event = decode(record.headers, record.value).data
+                except Exception:
+                    continue
+                if isinstance(event, JobPlaced):
+                    placed.setdefault(event.job_id, seen)
+    finally:
+        await reader.close()
