@@ -100,11 +100,13 @@ def _reason(code: CoreReason | str) -> ReasonCode:
 
 
 def _score(candidate: core.CandidateScore) -> CandidateScore:
-    components = tuple(ScoreComponent(name=_id(name), points=points) for name, points in candidate.breakdown)
+    # The core's breakdown may carry its own "total": the event's total is the sum of the terms.
+    terms = [(name, points) for name, points in candidate.breakdown if name != "total"]
+    components = tuple(ScoreComponent(name=_id(name), points=points) for name, points in terms)
     return CandidateScore(
         cluster=ClusterId(candidate.cluster),
         node=NodeId(candidate.nodes[0]) if candidate.nodes else None,
-        total=sum(points for _, points in candidate.breakdown),
+        total=sum(points for _, points in terms),
         components=components,
     )
 
