@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
 
 import asyncpg
 import pytest
@@ -15,24 +12,9 @@ from events.catalog.jobs import JobStarted
 from events.envelope import Envelope
 from events.log import OutRecord, open_log
 from events.topics import JOBS, TOPICS
+from tests.cli import fedsched
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.postgres]
-
-
-async def fedsched(*args: str, dsn: str) -> tuple[int, str]:
-    env = {**os.environ, "FEDSCHED_POSTGRES_DSN": dsn, "FEDSCHED_LOG": dsn}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "services.cli.main",
-        *args,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    out, _ = await asyncio.wait_for(process.communicate(), timeout=60)
-    assert process.returncode is not None
-    return process.returncode, out.decode()
 
 
 async def test_operator_archives_the_log_verifies_it_and_sees_tampering(fresh_database: str) -> None:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ from events.envelope import format_time
 from events.publisher import Publisher
 from services.audit.verify import verify
 from services.runtime import up
+from tests.cli import fedsched
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.postgres, pytest.mark.slow]
 
@@ -129,19 +128,3 @@ async def test_a_submitted_job_runs_to_completion_and_every_cycle_verifies(fresh
     assert recorded["wait_by_priority"]["standard"]["jobs"] == 5
     for column in simulated:
         assert column["wait_by_priority"]["standard"]["jobs"] == 5 and column["never_started"] == 1
-
-
-async def fedsched(*args: str, dsn: str) -> tuple[int, str]:
-    env = {**os.environ, "FEDSCHED_POSTGRES_DSN": dsn, "FEDSCHED_LOG": dsn}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "services.cli.main",
-        *args,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), timeout=120)
-    assert process.returncode is not None
-    return process.returncode, out.decode() + (err.decode() if process.returncode else "")
