@@ -1,6 +1,6 @@
 """End to end on the embedded default: ``fedsched up``'s components in one process on real PostgreSQL.
 
-A job is submitted, the scheduler places it, a simulated cluster runs it to completion, the job view
+Jobs are submitted over gRPC, the scheduler places them, a simulated cluster runs it to completion, the job view
 shows it done with its reason, and ``audit verify`` re-executes every cycle identically.
 """
 
@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from pathlib import Path
 
 import pytest
 
-from events.catalog.jobs import JobSubmitted
-from events.catalog.types import Resources
 from events.envelope import format_time
-from events.publisher import Publisher
+from services.api.client import Client, ClientConfig
+from services.api.pb import jobs_pb2
 from services.audit.verify import verify
 from services.runtime import up
 from tests.cli import fedsched
@@ -23,6 +23,12 @@ from tests.cli import fedsched
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.postgres, pytest.mark.slow]
 
 NODES = Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "proj_nodes.csv"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 async def wait_for(predicate, timeout_s: float = 60.0) -> None:  # type: ignore[no-untyped-def]
@@ -34,57 +40,58 @@ async def wait_for(predicate, timeout_s: float = 60.0) -> None:  # type: ignore[
 
 
 async def test_a_submitted_job_runs_to_completion_and_every_cycle_verifies(fresh_database: str, tmp_path: Path) -> None:
+    api = f"127.0.0.1:{free_port()}"
     config = up.UpConfig(
         data_dir=tmp_path,
         dsn=fresh_database,
         metrics_listen="127.0.0.1:0",
         sim_nodes=NODES,
         sim_speed=200.0,
-        with_api=False,
+        api_listen=api,
     )
     running = await up.start(config)
+    client = Client(ClientConfig(server=api, token=running.api_token))
     try:
-        publisher = Publisher(running.log, "urn:test:portal")
-        await publisher.start()
-        jobs = [
-            JobSubmitted(
-                job_id=f"e2e-{i}",
+        ids = []
+        for i in range(5):
+            spec = jobs_pb2.JobSpec(
                 name=f"train-{i}",
                 tenant="team-a",
-                resources=Resources(cpu_milli=4000, memory_mib=8192, gpus=1),
                 expected_runtime_s=60,
+                resources=jobs_pb2.Resources(cpu_milli=4000, memory_mib=8192, gpus=1),
             )
-            for i in range(5)
-        ] + [
-            JobSubmitted(
-                job_id="e2e-huge",
-                name="too-big",
-                tenant="team-b",
-                resources=Resources(cpu_milli=4000, memory_mib=8192, gpus=64),
+            response = await client.call(
+                client.jobs.SubmitJob, jobs_pb2.SubmitJobRequest(spec=spec, client_request_id=f"e2e-{i}")
             )
-        ]
-        await publisher.publish(jobs)
-        await publisher.close()
+            ids.append(response.job_id)
+        huge = jobs_pb2.JobSpec(
+            name="too-big", tenant="team-b", resources=jobs_pb2.Resources(cpu_milli=4000, memory_mib=8192, gpus=64)
+        )
+        huge_id = (
+            await client.call(client.jobs.SubmitJob, jobs_pb2.SubmitJobRequest(spec=huge, client_request_id="e2e-huge"))
+        ).job_id
 
         async def done() -> bool:
-            rows = await running.pool.fetch(
-                "SELECT entity_key, status FROM fedsched_rm.read_jobs WHERE entity_key LIKE 'e2e-%'"
-            )
+            rows = await running.pool.fetch("SELECT entity_key, status FROM fedsched_rm.read_jobs")
             statuses = {r["entity_key"]: r["status"] for r in rows}
-            return (
-                all(statuses.get(f"e2e-{i}") == "succeeded" for i in range(5)) and statuses.get("e2e-huge") == "queued"
-            )
+            return all(statuses.get(job) == "succeeded" for job in ids) and statuses.get(huge_id) == "queued"
 
         await wait_for(done, timeout_s=90)
+        job = await client.call(client.jobs.GetJob, jobs_pb2.GetJobRequest(job_id=ids[0]))
+        assert job.status == "succeeded"
+        explanation = await client.call(client.jobs.ExplainJob, jobs_pb2.ExplainJobRequest(job_id=huge_id))
+        assert "64" in str(explanation)
         row = await running.pool.fetchrow(
-            "SELECT last_decision_type, last_decision->>'message' AS message, last_reason FROM fedsched_rm.read_jobs"
-            " WHERE entity_key = 'e2e-huge'"
+            "SELECT last_decision_type, timeline::text AS timeline FROM fedsched_rm.read_jobs WHERE entity_key = $1",
+            huge_id,
         )
         assert row["last_decision_type"] == "JobQueued"
-        assert "64" in row["message"]
-        timeline = await running.pool.fetchval("SELECT timeline FROM fedsched_rm.read_jobs WHERE entity_key = 'e2e-0'")
+        timeline = await running.pool.fetchval(
+            "SELECT timeline::text FROM fedsched_rm.read_jobs WHERE entity_key = $1", ids[0]
+        )
         assert '"succeeded"' in timeline and '"placed"' in timeline and '"running"' in timeline
     finally:
+        await client.close()
         await up.stop(running)
 
     from events.log.postgres import PostgresEventLog
@@ -101,7 +108,7 @@ async def test_a_submitted_job_runs_to_completion_and_every_cycle_verifies(fresh
     # What a compliance team runs afterwards, from the command line.
     code, out = await fedsched("audit", "archive", "--once", dsn=fresh_database)
     assert code == 0, out
-    code, out = await fedsched("audit", "timeline", "e2e-0", "--json", dsn=fresh_database)
+    code, out = await fedsched("audit", "timeline", ids[0], "--json", dsn=fresh_database)
     assert code == 0, out
     kinds = [e["type"] for e in json.loads(out)["events"]]
     assert kinds[0] == "JobSubmitted" and "JobPlaced" in kinds and kinds[-1] == "JobSucceeded"
