@@ -13,6 +13,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.add_argument("--log", help="log URL (default: FEDSCHED_LOG)")
     parser.add_argument("--namespace", default="", help="prefix of every topic and group (default: none)")
     parser.add_argument("--idle-cycle-ms", type=int, default=5_000, help="cycle at least this often while jobs wait")
+    parser.add_argument("--metrics", default="", help="serve /healthz and /metrics here (host:port; default: off)")
     parser.set_defaults(handler=run)
 
 
@@ -29,6 +30,14 @@ async def run(args: argparse.Namespace) -> int:
         await log.create_topics(TOPICS)
     host = SchedulerHost(log, namespace=args.namespace, idle_cycle_ms=args.idle_cycle_ms)
     await host.start()
+    server = None
+    if args.metrics:
+        from services.runtime.metrics import Metrics, scheduler_samples
+
+        metrics = Metrics()
+        metrics.add_source(lambda: scheduler_samples(host))
+        bind, _, port = args.metrics.rpartition(":")
+        server = await metrics.serve(bind, int(port))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -36,6 +45,8 @@ async def run(args: argparse.Namespace) -> int:
     try:
         await host.run(stop)
     finally:
+        if server is not None:
+            server.close()
         await host.close()
         await log.close()
     return 0

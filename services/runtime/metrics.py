@@ -12,6 +12,10 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from services.scheduler.host import SchedulerHost
 
 log = logging.getLogger("fedsched.metrics")
 
@@ -115,3 +119,23 @@ class Metrics:
 
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def scheduler_samples(scheduler: SchedulerHost) -> list[Sample]:
+    """The scheduler's counters and its queue depth per priority class."""
+    m = scheduler.metrics
+    samples: list[Sample] = [
+        ("fedsched_scheduler_cycles_total", {}, m.cycles),
+        ("fedsched_scheduler_decisions_total", {}, m.decisions),
+        ("fedsched_scheduler_placements_total", {}, m.placements),
+        ("fedsched_scheduler_cycle_seconds", {}, m.last_cycle_ms / 1000),
+        ("fedsched_scheduler_leader", {}, 1.0 if m.leader else 0.0),
+        ("fedsched_events_folded_total", {"component": "scheduler"}, m.folded),
+    ]
+    depth: dict[str, int] = {}
+    for facts in scheduler.state.jobs.values():
+        if facts.pending() and facts.spec is not None:
+            key = facts.spec.priority_class.value
+            depth[key] = depth.get(key, 0) + 1
+    samples += [("fedsched_queue_depth", {"priority_class": k}, v) for k, v in sorted(depth.items())]
+    return samples

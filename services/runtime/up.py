@@ -33,7 +33,7 @@ from projections.runner import ProjectionRunner
 from services.governance.config import GovConfig
 from services.governance.host import GovernanceHost
 from services.runtime import embedded_pg
-from services.runtime.metrics import Metrics
+from services.runtime.metrics import Metrics, scheduler_samples
 from services.scheduler.host import SchedulerHost
 
 log = logging.getLogger("fedsched.up")
@@ -189,25 +189,7 @@ def _register_metrics(running: Running) -> None:
     scheduler = running.scheduler
     metrics = running.metrics
 
-    def scheduler_samples() -> list[tuple[str, dict[str, str], float]]:
-        m = scheduler.metrics
-        samples: list[tuple[str, dict[str, str], float]] = [
-            ("fedsched_scheduler_cycles_total", {}, m.cycles),
-            ("fedsched_scheduler_decisions_total", {}, m.decisions),
-            ("fedsched_scheduler_placements_total", {}, m.placements),
-            ("fedsched_scheduler_cycle_seconds", {}, m.last_cycle_ms / 1000),
-            ("fedsched_scheduler_leader", {}, 1.0 if m.leader else 0.0),
-            ("fedsched_events_folded_total", {"component": "scheduler"}, m.folded),
-        ]
-        depth: dict[str, int] = {}
-        for facts in scheduler.state.jobs.values():
-            if facts.pending() and facts.spec is not None:
-                key = facts.spec.priority_class.value
-                depth[key] = depth.get(key, 0) + 1
-        samples += [("fedsched_queue_depth", {"priority_class": k}, v) for k, v in sorted(depth.items())]
-        return samples
-
-    metrics.add_source(scheduler_samples)
+    metrics.add_source(lambda: scheduler_samples(scheduler))
     metrics.add_check("scheduler", lambda: not _failed(running, "scheduler"))
     metrics.add_check("projections", lambda: not _failed(running, "projections"))
     metrics.add_check("archiver", lambda: not _failed(running, "archiver"))

@@ -1,0 +1,47 @@
+"""Health and Prometheus metrics as a scraper and a load balancer see them, over real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from services.runtime.metrics import Metrics
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+async def get(port: int, path: str) -> tuple[int, str]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    await writer.drain()
+    data = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    head, _, body = data.decode().partition("\r\n\r\n")
+    return int(head.split()[1]), body
+
+
+async def test_metrics_are_exposed_in_prometheus_text_and_health_names_what_fails() -> None:
+    metrics = Metrics()
+    healthy = {"scheduler": True}
+    metrics.add_source(
+        lambda: [("fedsched_queue_depth", {"priority_class": 'st"d'}, 3), ("fedsched_scheduler_leader", {}, 1)]
+    )
+    metrics.add_source(lambda: 1 / 0)  # a broken source does not take the scrape down
+    metrics.add_check("scheduler", lambda: healthy["scheduler"])
+    server = await metrics.serve("127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        code, body = await get(port, "/metrics")
+        assert code == 200
+        assert "# TYPE fedsched_queue_depth gauge" in body
+        assert 'fedsched_queue_depth{priority_class="st\\"d"} 3' in body
+        assert "fedsched_scheduler_leader 1" in body
+        assert await get(port, "/healthz") == (200, "ok\n")
+        healthy["scheduler"] = False
+        code, body = await get(port, "/healthz")
+        assert (code, body) == (503, "failing: scheduler\n")
+        assert (await get(port, "/nope"))[0] == 404
+    finally:
+        server.close()
+        await server.wait_closed()
