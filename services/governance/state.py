@@ -97,6 +97,8 @@ class JobFacts:
     runs: dict[int, RunFacts] = field(default_factory=dict)
     cancel_requested: bool = False
     terminal: str | None = None
+    early: dict[int, list[tuple[Event, int]]] = field(default_factory=dict)
+    """Facts about a run read before its placement (topics are read one after another), kept for it."""
 
     def live_run(self) -> RunFacts | None:
         live = [r for r in self.runs.values() if r.live]
@@ -173,12 +175,20 @@ def _placed(state: GovState, e: Event, t: int) -> None:
     nodes = tuple(dict.fromkeys(r.node for r in e.replicas))
     milli = sum(len(r.gpu_indices) * r.gpu_milli_each for r in e.replicas)
     facts.runs[e.run] = RunFacts(e.run, e.cluster, nodes, milli, t)
+    for early, at in facts.early.pop(e.run, []):
+        if isinstance(early, JobStarted):
+            _started(state, early, at)
+        elif isinstance(early, Ended):
+            _ended(state, early, at)
 
 
 def _started(state: GovState, e: Event, t: int) -> None:
     assert isinstance(e, JobStarted)
-    run = state.job(e.job_id).runs.get(e.run)
-    if run is not None and run.started_ms is None:
+    facts = state.job(e.job_id)
+    run = facts.runs.get(e.run)
+    if run is None:
+        facts.early.setdefault(e.run, []).append((e, t))
+    elif run.started_ms is None:
         run.started_ms = t
 
 
@@ -191,7 +201,10 @@ def _ended(state: GovState, e: Ended, t: int) -> None:
     if how in ("succeeded", "failed", "cancelled"):
         facts.terminal = how
     run = facts.runs.get(e.run)
-    if run is None or run.ended_ms is not None:
+    if run is None:
+        facts.early.setdefault(e.run, []).append((e, t))
+        return
+    if run.ended_ms is not None:
         return
     run.ended_ms, run.ended_how = t, how
     if isinstance(e, JobFailed):

@@ -185,6 +185,13 @@ def test_a_placement_that_never_started_is_released_after_the_lease() -> None:
     assert {f.name: f.value for f in findings(outputs)[0].figures}["lease_ms"] == 15 * MIN
 
 
+def test_a_start_read_before_its_placement_still_counts() -> None:
+    # The host reads the decisions topic, then the jobs topic: a start can be read before its placement.
+    history = a_history().submit("j").start("j", at=1).place("j", at=0.5).tick(30)
+    assert history.evaluate() == []
+    assert history.state().jobs["j"].runs[1].started_ms is not None
+
+
 def test_a_run_on_a_lost_node_is_released_after_the_lease() -> None:
     history = a_history().submit("j").place("j", at=0, nodes=("n7",)).start("j", at=1).node_removed("n7", at=5)
     assert history.tick(14).evaluate() == []
