@@ -10,8 +10,9 @@ disruption from ``read_jobs`` (status, timeline); quota from ``read_quota``; fin
 
 Inference disruption is derived at job level: the reported facts start and stop an inference job's
 replicas together, so "below minimum replicas" is counted as the minutes an inference job in the period
-was not running (waiting, restarting after a preemption or failure). Partial replica loss inside a
-running job is not reported by connectors and is not counted.
+was not running after it first started (restarting after a preemption, reclaim or infrastructure
+failure); its first wait is queueing delay. Partial replica loss inside a running job is not reported
+by connectors and is not counted.
 """
 
 from __future__ import annotations
@@ -141,8 +142,8 @@ def build(
     report.impact = impact(report, usage, jobs, kept)
     report.notes = [
         "Allocated GPU time and cost count finished runs; running jobs are counted when they end.",
-        "Inference disruption is per job: minutes an inference job was not running while it should have "
-        "(replicas start and stop together in the reported facts; partial replica loss is not reported).",
+        "Inference disruption is per job: minutes an inference job was down after it first started (replicas "
+        "start and stop together in the reported facts; partial replica loss is not reported).",
     ]
     return report
 
@@ -315,22 +316,24 @@ def interruptions(jobs: Iterable[JobRow], since_ms: int, until_ms: int) -> list[
 
 
 def not_running_ms(job: JobRow, since_ms: int, until_ms: int) -> int:
-    """Time in the period after submission that the job was not running (until it ended)."""
-    start = max(since_ms, job.submitted_ms or since_ms)
-    down, running_since, end = 0, None, until_ms
-    cursor = start
+    """Time in the period the job was not running after it first started, until it ended: restarts after
+    a preemption, reclaim or failure. The wait before the first start is counted as queueing delay."""
+    down, stopped_at = 0, None
+    started = False
     for time_ms, status, *_ in job.timeline:
-        time_ms = min(max(time_ms, start), until_ms)
-        if status == "running" and running_since is None:
-            down += time_ms - cursor
-            running_since = time_ms
-        elif status != "running" and running_since is not None:
-            running_since, cursor = None, time_ms
-        if status in ("succeeded", "failed", "cancelled", "rejected"):
-            end = time_ms
-            break
-    if running_since is None:
-        down += max(0, end - cursor)
+        at = min(max(time_ms, since_ms), until_ms)
+        if status == "running":
+            if stopped_at is not None:
+                down += at - stopped_at
+            started, stopped_at = True, None
+        elif status in ("succeeded", "failed", "cancelled", "rejected"):
+            if stopped_at is not None:
+                down += at - stopped_at
+            return down
+        elif started and stopped_at is None:
+            stopped_at = at
+    if stopped_at is not None:
+        down += until_ms - stopped_at
     return down
 
 

@@ -96,8 +96,10 @@ def test_nearest_rank_percentiles_of_integers() -> None:
     assert percentile([], 90) == 0
 
 
-def test_an_inference_job_is_down_from_submission_to_start_and_while_restarting() -> None:
-    assert not_running_ms(FLAKY_INFERENCE, T0, T0 + 3 * HOUR_MS) == 2 * MIN + 15 * MIN
+def test_an_inference_job_is_down_while_restarting_after_it_first_started() -> None:
+    assert not_running_ms(FLAKY_INFERENCE, T0, T0 + 3 * HOUR_MS) == 15 * MIN
+    ended = a_job("x", "t", (1, "running", "JobStarted", ""), (10, "queued", "JobPreempted", "Preempted"))
+    assert not_running_ms(ended, T0, T0 + HOUR_MS) == 50 * MIN, "still down at the end of the period"
 
 
 def test_cost_utilisation_idle_waiting_and_interruptions_add_up() -> None:
@@ -119,7 +121,7 @@ def test_cost_utilisation_idle_waiting_and_interruptions_add_up() -> None:
     interruptions = {r["tenant"]: r for r in report.interruptions}
     assert interruptions["team-a"]["preemptions"] == 1 and interruptions["team-a"]["training_interruptions"] == 1
     assert interruptions["team-b"]["infrastructure"] == 1
-    assert report.inference == [{"tenant": "team-b", "inference_jobs": 1, "minutes_below_min_replicas": 17.0}]
+    assert report.inference == [{"tenant": "team-b", "inference_jobs": 1, "minutes_below_min_replicas": 15.0}]
     assert report.quota[0]["used_pct_of_limit"] == 75.0
 
 
@@ -133,7 +135,7 @@ def test_business_impact_sits_beside_utilisation_per_tenant() -> None:
     impact = {r["tenant"]: r for r in a_report().impact}
     assert impact["team-a"]["used_pct"] == 66.7 and impact["team-a"]["training_interruptions"] == 1
     assert impact["team-a"]["findings"] == 1 and impact["team-a"]["wait_p90_min"] == 4.0
-    assert impact["team-b"]["used_pct"] == 100.0 and impact["team-b"]["inference_down_min"] == 17.0
+    assert impact["team-b"]["used_pct"] == 100.0 and impact["team-b"]["inference_down_min"] == 15.0
 
 
 def test_the_report_renders_as_table_csv_json_and_html_with_charts() -> None:
