@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import pickle
+import time
 import weakref
 from collections.abc import Sequence
 from datetime import timedelta
@@ -89,6 +90,17 @@ class _ReadCommittedThread(faust_aiokafka.AIOKafkaConsumerThread):
 class _ReadCommittedConsumer(faust_aiokafka.Consumer):
     def _new_consumer_thread(self) -> Any:
         return _ReadCommittedThread(self, loop=self.loop, beacon=self.beacon)
+
+    async def perform_seek(self) -> None:
+        """After a rebalance faust seeks every partition to its committed offset, having dropped what it
+        had fetched beyond it. aiokafka only seeks to a committed offset above 0, so a partition with
+        nothing committed yet kept its position past the dropped records: start those over."""
+        await super().perform_seek()
+        fresh = [tp for tp in self.assignment() if not self._is_changelog_tp(tp) and not self._committed_offset.get(tp)]
+        if fresh:
+            await self._thread.seek_to_beginning(*(TopicPartition(tp.topic, tp.partition) for tp in fresh))
+            for tp in fresh:
+                self._read_offset.pop(tp, None)
 
 
 class _Transport(faust_aiokafka.Transport):
@@ -165,6 +177,7 @@ class ProjectionsHost:
         self._lock = asyncio.Lock()
         self._router_stream: Any = None
         self._stale_generation = -1
+        self._waiting_since: float | None = None
         self._received: dict[tuple[str, int], int] = {}
         self.progress = SourceProgress(config.broker, f"{config.app_id}-router")
         self.tables: dict[str, Any] = {}
@@ -268,13 +281,22 @@ class ProjectionsHost:
             await self._release()
 
     async def _release(self) -> None:
+        if self.app.should_stop:
+            return
         if not self.config.align:
             await self.router.release((), lambda tp: True, self._router_stream.ack)
             return
         owned = self._owned()
         empty = [tp for tp in owned if not self.router.aligner.holds(tp)]
         done = await self.progress.caught_up(empty, self._next_offset, self._fetched_to) if empty else set()
-        await self.router.release(owned, done.__contains__, self._router_stream.ack)
+        if await self.router.release(owned, done.__contains__, self._router_stream.ack) or not self.router.aligner.held:
+            self._waiting_since = None
+        elif self._waiting_since is None:
+            self._waiting_since = time.monotonic()
+        elif time.monotonic() - self._waiting_since > 10.0:
+            self._waiting_since = time.monotonic()
+            waiting = [(tp, self._next_offset(tp), self._fetched_to(tp)) for tp in empty if tp not in done]
+            log.warning("event=router_waiting held=%d for=%s", self.router.aligner.held, waiting)
 
     async def on_revoked(self) -> None:
         """A rebalance (or a stop) begins: let go of what alignment holds, and of whatever of this
