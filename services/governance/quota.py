@@ -99,8 +99,8 @@ Grant = tuple[QuotaRequestSubmitted, QuotaRequestApproved]
 
 
 def effective_lines(base: tuple[QuotaLine, ...], grants: Iterable[Grant]) -> tuple[QuotaLine, ...]:
-    """The base quota plus each grant on the line of its resource and model (a new line if there is none);
-    line order kept, new lines in grant order."""
+    """The base quota plus each grant on the line of its resource and model (a new, unbounded line with
+    the grant as its guarantee if there is none); line order kept, new lines in grant order."""
     lines = list(base)
     for submitted, approved in grants:
         amount = approved.approved_amount
@@ -112,9 +112,8 @@ def effective_lines(base: tuple[QuotaLine, ...], grants: Iterable[Grant]) -> tup
                 )
                 break
         else:
-            lines.append(
-                QuotaLine(resource=submitted.resource, gpu_model=submitted.gpu_model, guaranteed=amount, limit=amount)
-            )
+            # No line: the resource was unbounded; the grant adds a guarantee and keeps it unbounded.
+            lines.append(QuotaLine(resource=submitted.resource, gpu_model=submitted.gpu_model, guaranteed=amount))
     return tuple(lines)
 
 

@@ -95,6 +95,14 @@ def test_grants_of_two_resources_stack_and_an_operators_new_base_keeps_the_grant
     assert isinstance(reapplied.event, QuotaSet) and reapplied.event.lines[0].guaranteed == 5000
 
 
+def test_a_grant_for_a_resource_without_a_quota_line_adds_a_guarantee_and_no_limit() -> None:
+    history = a_history().request("qr-1", 1000)
+    history.then_publish(history.evaluate())
+    (started,) = history.tick(1).evaluate()
+    assert isinstance(started.event, QuotaSet)
+    assert [(line.guaranteed, line.limit) for line in started.event.lines] == [(1000, None)]
+
+
 def test_a_person_cannot_approve_more_than_asked_nor_decide_twice() -> None:
     request = a_history().request("qr-1", 1000).state().requests["qr-1"].submitted
     with pytest.raises(DecisionError, match="more than"):
