@@ -1,7 +1,7 @@
 """``fedsched up`` with a configuration: each component as its own process, supervised.
 
 Called by ``fedsched up --config FILE`` (or when ``FEDSCHED_LOG`` names Kafka). Starts the scheduler,
-the projections worker, the audit archiver and the gRPC API as child processes of the same
+the projections worker, the audit archiver, governance and the gRPC API as child processes of the same
 ``fedsched`` command, restarts a child that dies (with backoff), and stops them all on SIGINT/SIGTERM.
 In production each would run under the cluster's own supervisor (the Helm chart); this is the same
 layout on one machine.
@@ -99,6 +99,7 @@ class SupervisorConfig:
             "scheduler": ["scheduler", "--log", self.log, *ns],
             "projections": projections,
             "archiver": ["audit", "archive", "--log", self.log, "--dsn", self.postgres_dsn],
+            "governance": ["gov", "run", "--log", self.log, *ns],
             "api": api,
         }
 

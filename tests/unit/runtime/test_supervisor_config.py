@@ -17,7 +17,7 @@ def test_a_configuration_becomes_one_command_per_component(tmp_path: Path, monke
         "api: {listen: 0.0.0.0:50051, issuer: https://sso, tls_cert: cert.pem}\nprojections: {store: rocksdb}\n"
     )
     commands = SupervisorConfig.load(path).commands()
-    assert sorted(commands) == ["api", "archiver", "projections", "scheduler"]
+    assert sorted(commands) == ["api", "archiver", "governance", "projections", "scheduler"]
     assert commands["scheduler"] == ["scheduler", "--log", "kafka://10.0.0.5:9092", "--namespace", "prod"]
     assert commands["api"][:5] == ["api", "--log", "kafka://10.0.0.5:9092", "--dsn", "postgresql://pg/fedsched"]
     assert "--tls-cert" in commands["api"] and "--issuer" in commands["api"]
