@@ -12,6 +12,7 @@ BENCH_MODULES = (
     "events.log.bench",
     "services.scheduler.bench",
     "services.runtime.bench_e2e",
+    "projections.bench",
 )
 
 
