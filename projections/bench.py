@@ -22,12 +22,12 @@ from events.catalog.decisions import CandidateScore, JobPlaced, ReplicaPlacement
 from events.catalog.governance import QuotaLine, QuotaSet
 from events.catalog.inventory import ClusterKind, ClusterRegistered, GpuDevice, GpuRate, NodeObserved
 from events.catalog.jobs import JobStarted, JobSubmitted, JobSucceeded
-from events.catalog.types import ResourceKind, Resources
+from events.catalog.types import ClusterId, CycleId, JobId, NodeId, ResourceKind, Resources, TenantId
 from events.envelope import Envelope
 
 BASE_MS = 1_767_225_600_000
 GPUS_PER_NODE = 8
-TENANTS = ("t0", "t1", "t2")
+TENANTS = (TenantId("t0"), TenantId("t1"), TenantId("t2"))
 
 
 @dataclass
@@ -61,7 +61,7 @@ def synthetic(nodes: int, jobs: int) -> list[Envelope]:
         out.append((time_ms, len(out), envelope))
 
     rates = (GpuRate(model="A100", micro_per_gpu_hour=3_000_000),)
-    for cluster in ("c-a", "c-b"):
+    for cluster in (ClusterId("c-a"), ClusterId("c-b")):
         emit(
             -10_000,
             ClusterRegistered(
@@ -71,7 +71,7 @@ def synthetic(nodes: int, jobs: int) -> list[Envelope]:
     for tenant in TENANTS:
         line = QuotaLine(resource=ResourceKind.GPU, guaranteed=64_000, limit=512_000)
         emit(-9_000, QuotaSet(tenant=tenant, lines=(line,), set_by="bench"))
-    names = [("c-a" if i % 2 == 0 else "c-b", f"node-{i:05d}") for i in range(nodes)]
+    names = [(ClusterId("c-a" if i % 2 == 0 else "c-b"), NodeId(f"node-{i:05d}")) for i in range(nodes)]
     for cluster, node in names:
         gpus = tuple(GpuDevice(index=g, model="A100", memory_mib=81920) for g in range(GPUS_PER_NODE))
         emit(
@@ -81,7 +81,7 @@ def synthetic(nodes: int, jobs: int) -> list[Envelope]:
     slots = nodes * GPUS_PER_NODE
     step_ms = 100
     for i in range(jobs):
-        job, tenant = f"job-{i:07d}", TENANTS[i % len(TENANTS)]
+        job, tenant = JobId(f"job-{i:07d}"), TENANTS[i % len(TENANTS)]
         cluster, node = names[i % nodes]
         gpu = (i // nodes) % GPUS_PER_NODE
         start = i * step_ms
@@ -92,7 +92,12 @@ def synthetic(nodes: int, jobs: int) -> list[Envelope]:
         emit(
             start + 1,
             JobPlaced(
-                job_id=job, cycle_id=f"cy-{i}", cluster=cluster, replicas=(replica,), chosen=chosen, explanation="bench"
+                job_id=job,
+                cycle_id=CycleId(f"cy-{i}"),
+                cluster=cluster,
+                replicas=(replica,),
+                chosen=chosen,
+                explanation="bench",
             ),
         )
         emit(start + 2, JobStarted(job_id=job, cluster=cluster))

@@ -52,7 +52,7 @@ from projections.core import Output, Stage
 from projections.faust_config import WorkerConfig
 from projections.faust_fold import Record, fold
 from projections.faust_progress import SourceProgress
-from projections.faust_router import Router
+from projections.faust_router import Outbox, Router
 from projections.faust_sink import Sink
 from projections.faust_wire import pack, split, unpack
 from projections.topology import default_stages
@@ -157,12 +157,15 @@ class FaustOutbox:
 class ProjectionsHost:
     """The agents, tables and sinks of one worker."""
 
-    def __init__(self, app: ProjectionsApp, config: WorkerConfig, *, sink: Sink | None = None) -> None:
+    def __init__(
+        self, app: ProjectionsApp, config: WorkerConfig, *, sink: Sink | None = None, outbox: Outbox | None = None
+    ) -> None:
         self.app = app
         self.config = config
         self.stages: dict[str, Stage[Any]] = {stage.name: stage for stage in default_stages()}
         self.partitions = {name: config.stage_partitions(name) for name in self.stages}
-        self.outbox = FaustOutbox(app)
+        self.outbox: Outbox = outbox or FaustOutbox(app)
+        self.agents: dict[str, Any] = {}
         self.sink = sink or Sink(config.dsn, config.schema)
         self.router = Router(
             self.stages.values(),
@@ -221,7 +224,7 @@ class ProjectionsHost:
     def _install(self) -> None:
         app, config = self.app, self.config
         sources = app.topic(*config.source_topics, key_serializer="raw", value_serializer="raw")
-        app.agent(sources, name="router")(self._route)
+        self.agents["router"] = app.agent(sources, name="router")(self._route)
         app.timer(interval=config.tick_s, name="router-tick")(self._tick)
         for name, stage in self.stages.items():
             partitions = self.partitions[name]
@@ -248,10 +251,12 @@ class ProjectionsHost:
                 maxsize=131_072,
                 allow_empty=True,
             )
-            table = app.Table(config.table_name(name), partitions=partitions, key_type=str, changelog_topic=changelog)
+            table: Any = app.Table(
+                config.table_name(name), partitions=partitions, key_type=str, changelog_topic=changelog
+            )
             table.key_serializer, table.value_serializer = "json", STATE_CODEC
             self.tables[name] = table
-            app.agent(channel, name=f"stage-{name}")(self._stage_agent(stage, table))
+            self.agents[name] = app.agent(channel, name=f"stage-{name}")(self._stage_agent(stage, table))
 
     # -- router --------------------------------------------------------------------------------------
 
@@ -360,6 +365,7 @@ class ProjectionsHost:
                 out.append(OutRecord(self.config.stage_topic(target), pack(chunk), None, (), partition))
         out.extend(self._output(output, time_ms) for output, time_ms in folded.outputs)
         await self.outbox.deliver(out)
+        self.folded += folded.inputs
         if not folded.entities:
             return
         await self.sink.write(stage.name, folded.entities)
@@ -386,7 +392,6 @@ class ProjectionsHost:
                 table.data.pop(key, None)
             else:
                 table.data[key] = entity
-        self.folded += folded.inputs
 
     def _output(self, output: Output, time_ms: int) -> OutRecord:
         event = output.event
@@ -418,7 +423,8 @@ def _partition_state(app: faust.App, tp: tuple[str, int]) -> Any:
         return None
 
 
-def build_app(config: WorkerConfig, *, sink: Sink | None = None) -> ProjectionsApp:
+def build_app(config: WorkerConfig, *, sink: Sink | None = None, outbox: Outbox | None = None) -> ProjectionsApp:
+    """The app of one worker. ``sink`` and ``outbox`` replace PostgreSQL and the Kafka producer in tests."""
     heartbeat = min(3.0, config.session_timeout_s / 4)
     settings: dict[str, Any] = {
         "broker": [f"kafka://{server}" for server in config.broker.split(",")],
@@ -444,5 +450,5 @@ def build_app(config: WorkerConfig, *, sink: Sink | None = None) -> ProjectionsA
     if config.data_dir is not None:
         settings["datadir"] = str(config.data_dir)
     app = ProjectionsApp(config.app_id, **settings)
-    app.host = ProjectionsHost(app, config, sink=sink)
+    app.host = ProjectionsHost(app, config, sink=sink, outbox=outbox)
     return app

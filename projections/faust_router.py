@@ -33,8 +33,8 @@ log = logging.getLogger("fedsched.projections.router")
 
 
 class Outbox(Protocol):
-    async def deliver(self, records: Sequence[OutRecord]) -> None:
-        """Send and wait until the broker has every record."""
+    async def deliver(self, records: Sequence[OutRecord], *, tombstones: bool = False) -> None:
+        """Send and wait until the broker has every record (``tombstones``: an empty value is none)."""
         ...
 
 

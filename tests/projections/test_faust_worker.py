@@ -21,7 +21,7 @@ from events.envelope import Envelope
 from events.log.contract import LogRecord, OutRecord, TopicPartition
 from events.log.kafka import KafkaEventLog
 from events.log.reading import read_to_end
-from events.topics import DEAD_LETTERS, PROFILES, QUOTA_USAGE, TOPICS
+from events.topics import DEAD_LETTERS, PROFILES, QUOTA_USAGE
 from projections import readmodels
 from projections.faust_config import WorkerConfig
 from projections.runner import ProjectionRunner
@@ -227,8 +227,3 @@ async def test_every_event_delivered_twice_changes_nothing(deployment: Deploymen
     await deployment.quiet()
     assert await readmodels.checksums(pool, "live") == once
     check(await read_models(pool, "live"), expected)
-
-
-def test_the_catalogue_topics_are_all_created_under_the_prefix() -> None:
-    config = WorkerConfig(broker="x:1", dsn="postgresql://x", topic_prefix="p")
-    assert [spec.name for spec in config.public_specs()] == [f"p.{spec.name}" for spec in TOPICS]

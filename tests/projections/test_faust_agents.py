@@ -1,0 +1,195 @@
+"""The faust host's parts without a broker: event-time alignment, positions of derived deltas, the router's
+packs and dead letters, and a stage agent in faust's agent test context (a redelivered pack changes
+nothing)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from events.catalog.jobs import JobSubmitted
+from events.catalog.types import JobId, Resources, TenantId
+from events.deadletter import REASON
+from events.envelope import Envelope
+from events.log.contract import OutRecord
+from events.publisher import to_record
+from events.topics import TOPICS
+from projections.core import Input, Position
+from projections.deltas import ShapeSeen
+from projections.faust_align import Aligner
+from projections.faust_app import build_app
+from projections.faust_config import WorkerConfig
+from projections.faust_fold import Record, fold
+from projections.faust_router import Router
+from projections.faust_wire import Item, delta_position, pack, partition_of, unpack
+from projections.shapes import ShapeStage
+from projections.topology import default_stages
+
+CONFIG = WorkerConfig(broker="127.0.0.1:1", dsn="postgresql://unused", app_id="unit", topic_prefix="u", align=False)
+PARTITIONS = {stage.name: CONFIG.stage_partitions(stage.name) for stage in default_stages()}
+
+
+def submitted(job: str, time_ms: int = 1_000) -> Envelope:
+    resources = Resources(cpu_milli=1000, memory_mib=1024, gpus=1)
+    event = JobSubmitted(job_id=JobId(job), name=job, tenant=TenantId("t0"), resources=resources)
+    return Envelope(id=f"env-{job}", time_ms=time_ms, data=event)
+
+
+class TestAligner:
+    def test_releases_across_partitions_in_event_time_then_rank_order(self) -> None:
+        aligner: Aligner[str] = Aligner({"jobs": 2, "decisions": 3}.__getitem__)
+        aligner.add("decisions", 0, 0, 20, "placed")
+        aligner.add("jobs", 0, 0, 10, "submitted")
+        aligner.add("jobs", 1, 0, 20, "other submitted")
+        owned = [("jobs", 0), ("jobs", 1), ("decisions", 0)]
+        assert aligner.release(owned, lambda tp: True) == ["submitted", "other submitted", "placed"]
+
+    def test_holds_everything_while_an_owned_partition_may_still_have_an_earlier_record(self) -> None:
+        aligner: Aligner[str] = Aligner(lambda topic: 0)
+        aligner.add("decisions", 0, 0, 20, "placed")
+        owned = [("jobs", 0), ("decisions", 0)]
+        assert aligner.release(owned, lambda tp: tp != ("jobs", 0)) == []
+        aligner.add("jobs", 0, 0, 10, "submitted")
+        assert aligner.release(owned, lambda tp: tp != ("jobs", 0)) == ["submitted"]  # then jobs may hold more
+        assert aligner.release(owned, lambda tp: True) == ["placed"]
+
+    def test_an_unreadable_record_keeps_its_place_in_its_partition(self) -> None:
+        aligner: Aligner[str] = Aligner(lambda topic: 0)
+        aligner.add("jobs", 0, 0, 50, "first")
+        aligner.add("jobs", 0, 1, None, "junk")
+        aligner.add("jobs", 1, 0, 60, "later")
+        assert aligner.release([("jobs", 0), ("jobs", 1)], lambda tp: True) == ["first", "junk", "later"]
+
+    def test_drop_forgets_what_is_held(self) -> None:
+        aligner: Aligner[str] = Aligner(lambda topic: 0)
+        aligner.add("jobs", 0, 0, 1, "a")
+        assert aligner.drop() == ["a"] and aligner.held == 0
+
+
+class TestPositions:
+    def test_a_delta_position_grows_with_offset_item_and_emission(self) -> None:
+        positions = [delta_position("t", 0, o, i, e) for o in (5, 6) for i in (0, 1) for e in (0, 1)]
+        assert [p.offset for p in positions] == sorted(p.offset for p in positions)
+        assert len({p.offset for p in positions}) == len(positions)
+
+    def test_folding_a_record_again_emits_nothing_and_changes_nothing(self) -> None:
+        stage = next(s for s in default_stages() if s.name == "jobs")
+        envelope = submitted("job-1")
+        item = Item("job-1", envelope.time_ms, Position("u.fedsched.jobs", 0, 7), envelope.data, envelope.id)
+        record = Record("unit.stage.jobs", 0, 3, [item])
+        table: dict[str, Any] = {}
+        first = fold(stage, [record], table.get, PARTITIONS)
+        assert set(first.entities) == {"job-1"} and first.packs
+        table.update(first.entities)
+        again = fold(stage, [record], table.get, PARTITIONS)
+        assert again.entities == {} and again.packs == {} and again.outputs == []
+
+    def test_a_parent_folded_again_from_scratch_derives_the_same_positions(self) -> None:
+        stage = next(s for s in default_stages() if s.name == "jobs")
+        envelope = submitted("job-1")
+        item = Item("job-1", envelope.time_ms, Position("u.fedsched.jobs", 0, 7), envelope.data, envelope.id)
+        record = Record("unit.stage.jobs", 0, 3, [item])
+        once = fold(stage, [record], {}.get, PARTITIONS)
+        twice = fold(stage, [record], {}.get, PARTITIONS)
+        assert [(i.key, i.position) for items in once.packs.values() for i in items] == [
+            (i.key, i.position) for items in twice.packs.values() for i in items
+        ]
+
+    def test_a_redelivered_shape_is_counted_once(self) -> None:
+        seen = ShapeSeen("job-1", 1000, 1024, 1000, (), 1)
+        delta = Input("1000:1024:1000:any", 1, Position("unit.stage.shapes", 0, 99), seen)
+        shape, _ = ShapeStage().reduce(None, delta)
+        again, _ = ShapeStage().reduce(shape, delta)
+        assert again is shape and shape is not None and shape.count == 1
+
+
+class Capture:
+    def __init__(self) -> None:
+        self.records: list[OutRecord] = []
+
+    async def deliver(self, records: Sequence[OutRecord], *, tombstones: bool = False) -> None:
+        self.records.extend(records)
+
+
+class FakeSink:
+    def __init__(self) -> None:
+        self.writes: list[tuple[str, dict[str, Any]]] = []
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def write(self, stage: str, entities: Mapping[str, Any]) -> None:
+        self.writes.append((stage, dict(entities)))
+
+
+class TestRouter:
+    def router(self, outbox: Capture) -> Router:
+        return Router(
+            default_stages(),
+            stage_topics={name: CONFIG.stage_topic(name) for name in PARTITIONS},
+            partitions=PARTITIONS,
+            rank=CONFIG.rank,
+            dead_letters=CONFIG.source("fedsched.deadletter"),
+            group=CONFIG.app_id,
+            outbox=outbox,
+        )
+
+    @pytest.mark.asyncio(loop_scope="session")
+    async def test_an_event_goes_to_its_stage_partition_and_junk_to_the_dead_letters(self) -> None:
+        outbox = Capture()
+        router = self.router(outbox)
+        good = to_record(submitted("job-7"))
+        router.receive("e1", "u.fedsched.jobs", 0, 0, good.key, good.value, good.headers)
+        router.receive("e2", "u.fedsched.jobs", 0, 1, b"k", b"{not json", (("ce_specversion", b"1.0"),))
+        acked: list[object] = []
+
+        async def ack(event: object) -> None:
+            acked.append(event)
+
+        assert await router.release([("u.fedsched.jobs", 0)], lambda tp: True, ack) == 2
+        assert acked == ["e1", "e2"]
+        by_topic = {record.topic: record for record in outbox.records}
+        dead = by_topic["u.fedsched.deadletter"]
+        assert dead.value == b"{not json" and b"ce_id" in dict(dead.headers)[REASON]
+        jobs = by_topic["unit.stage.jobs"]
+        assert jobs.partition == partition_of("job-7", PARTITIONS["jobs"])
+        [item] = unpack(jobs.value)
+        assert item.key == "job-7" and item.position == Position("u.fedsched.jobs", 0, 0)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_stage_agent_folds_a_pack_once_even_when_it_is_delivered_again() -> None:
+    outbox, sink = Capture(), FakeSink()
+    app = build_app(CONFIG, sink=sink, outbox=outbox)  # type: ignore[arg-type]
+    app.finalize()
+    app.conf.store = "memory://"
+    app.flow_control.resume()
+    envelope = submitted("job-9")
+    value = pack([Item("job-9", envelope.time_ms, Position("u.fedsched.jobs", 0, 4), envelope.data, envelope.id)])
+    async with app.host.agents["jobs"].test_context() as agent:
+        await agent.put(value=value, key=None, wait=False)
+        await _until(lambda: len(sink.writes) == 1)
+        await agent.put(value=value, key=None, wait=False)  # redelivered: same positions inside
+        await _until(lambda: agent.sent_offset == 2 and app.host.folded == 2)
+    assert [stage for stage, _ in sink.writes] == ["jobs"]
+    assert sink.writes[0][1]["job-9"].status == "submitted"
+    topics = [record.topic for record in outbox.records]
+    assert CONFIG.changelog_topic("jobs") in topics and CONFIG.stage_topic("shapes") in topics
+
+
+async def _until(condition: Any, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail("timed out")
+        await asyncio.sleep(0.01)
+
+
+def test_the_catalogue_topics_are_all_created_under_the_prefix() -> None:
+    assert [spec.name for spec in CONFIG.public_specs()] == [f"u.{spec.name}" for spec in TOPICS]
