@@ -54,7 +54,7 @@ from projections.faust_fold import Record, fold
 from projections.faust_progress import SourceProgress
 from projections.faust_router import Outbox, Router
 from projections.faust_sink import Sink
-from projections.faust_wire import pack, split, unpack
+from projections.faust_wire import pack, partition_of, split, unpack
 from projections.topology import default_stages
 
 log = logging.getLogger("fedsched.projections.faust")
@@ -358,7 +358,14 @@ class ProjectionsHost:
         records = [
             Record(e.message.topic, e.message.partition, e.message.offset, unpack(e.message.value)) for e in events
         ]
-        folded = fold(stage, records, table.get, self.partitions)
+        by_partition = {e.message.partition: e for e in events}
+        partitions = self.partitions[stage.name]
+
+        def get(key: str) -> Any:
+            _set_current_event(by_partition[partition_of(key, partitions)])  # a store on disk reads by partition
+            return table.get(key)
+
+        folded = fold(stage, records, get, self.partitions)
         out: list[OutRecord] = []
         for (target, partition), items in folded.packs.items():
             for chunk in split(items, self.config.pack_size):
