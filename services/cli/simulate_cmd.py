@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-DEFAULT_POLICIES = "fgd,fgd-paper,bestfit,packing,spread,random,dotprod"
+DEFAULT_POLICIES = "fgd,fgd-paper,bestfit,packing,clustering,spread,random,dotprod"
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -49,6 +49,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--seeds", type=parse_seeds, default=parse_seeds("42-51"), help="e.g. 42-51 or 42,43")
     p.add_argument("--clusters", type=int, default=1, help="split the fleet into K clusters (federation)")
     p.add_argument("--workers", type=int, default=1, help="runs in parallel processes")
+    p.add_argument(
+        "--tiebreak",
+        choices=["seeded", "name"],
+        default="seeded",
+        help="order among equally good nodes: a permutation seeded per run (default), or the node name "
+        "order the FGD authors' simulator uses",
+    )
     p.add_argument("--plot", help="write unallocated GPU %% against arrived %% to this PNG")
     p.add_argument("--placements-out", help="write every placement as CSV")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")

@@ -75,3 +75,47 @@ def test_a_node_that_can_host_every_shape_has_no_fragment():
     assert int(fm.frag(fs.gpu_free, fs.cpu_free, fs.model_of)[0]) == 0
     fs.gpu_free[0] = np.array([300, 0])  # 300m left: too small for both shapes
     assert int(fm.frag(fs.gpu_free, fs.cpu_free, fs.model_of)[0]) == 300 * fm.total_weight
+
+
+def restricted(shapes: list[Shape], model: str) -> list[Shape]:
+    """The shapes that can run on ``model`` (CPU-only and model-free ones included)."""
+    return [s for s in shapes if not (s.gpus and s.models and model not in s.models)]
+
+
+@pytest.mark.property
+@settings(max_examples=60, deadline=None)
+@given(
+    free=st.lists(st.integers(0, 1000), min_size=1, max_size=8),
+    cpu=st.integers(8000, 64000),
+    model=st.sampled_from(["A100", "T4"]),
+    shapes=st.lists(shape_st, min_size=1, max_size=6),
+    take=st.sampled_from([(0, 0), (0, 250), (1, 0), (2, 0)]),
+)
+def test_the_model_aware_increase_is_the_increase_against_the_shapes_that_can_run_there(free, cpu, model, shapes, take):
+    """dF_m * W / W_m (floored), from the brute-force definition restricted to the node's model."""
+    shapes = [Shape(s.cpu_milli, s.gpu_milli if s.gpus else 0, s.gpus, s.models, s.weight) for s in shapes]
+    gpus, share = take
+    free = sorted(free, reverse=True)
+    if (gpus and sum(1 for f in free if f == 1000) < gpus) or (share and free[0] < share):
+        return
+    after = list(free)
+    if gpus:
+        after[:gpus] = [0] * gpus
+    elif share:
+        after[0] -= share
+    node = a_node("n").model(model).gpus(len(free), tuple(free)).cpu(64000, cpu).build()
+    fs = FleetState([node])
+    fm = FragModel(shapes, fs.models)
+    total = fm.total_weight
+    inc = int(fm.frag(np.array([after]), fs.cpu_free - 4000, fs.model_of)[0]) - int(
+        fm.frag(fs.gpu_free, fs.cpu_free, fs.model_of)[0]
+    )
+    got = int(fm.model_aware_increase(np.array([inc]), fs.model_of, gpus * 1000 + share)[0])
+    mine = restricted(shapes, model)
+    w_m = sum(s.weight for s in mine)
+    if not w_m:
+        return
+    want = (brute_force(after, cpu - 4000, model, mine) - brute_force(free, cpu, model, mine)) * w_m
+    assert got == (round(want) * total) // w_m
+    if len(mine) == len(shapes):  # nothing excluded: the paper's increase, unchanged
+        assert got == inc

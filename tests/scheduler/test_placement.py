@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from services.scheduler.policy import Health, NodePolicy, Place, Queue, ReasonCode, schedule
+from services.scheduler.policy import (
+    Demand,
+    FleetState,
+    FragModel,
+    Health,
+    NodePolicy,
+    Place,
+    Placer,
+    Queue,
+    ReasonCode,
+    Shape,
+    schedule,
+    scoring,
+)
 from tests.scheduler.builders import a_job, a_node, config, snapshot
 
 pytestmark = pytest.mark.timeout(30)
@@ -121,3 +137,86 @@ def test_a_placement_carries_the_score_of_the_chosen_and_the_runner_up_cluster()
     assert p.runner_up is not None and p.runner_up.cluster != p.cluster
     assert dict(p.chosen.breakdown)["total"] <= dict(p.runner_up.breakdown)["total"]
     assert "placement cost" in p.message
+
+
+def test_fgd_puts_a_cpu_only_job_where_the_gpus_are_already_taken():
+    nodes = [a_node("a-idle").build(), a_node("b-gpus-taken").gpus(8, (0,) * 8).build()]
+    r = schedule(snapshot(nodes, [a_job("cpu").cpu(8000).build()]))
+    assert placed(r, "cpu").replicas[0].node_id == "b-gpus-taken"
+
+
+def test_gpu_clustering_keeps_shares_with_shares_and_whole_gpus_apart():
+    nodes = [a_node(f"n{i}").gpus(4).build() for i in range(3)]
+    fs = FleetState(nodes)
+    placer = Placer(fs, NodePolicy.CLUSTERING)
+    share, whole = Demand(cpu_milli=1000, gpu_milli=300), Demand(cpu_milli=1000, gpus=1)
+    first = placer.choose(share)
+    assert first is not None
+    placer.place(share, first)
+    again = placer.choose(share)
+    assert again is not None and again.node == first.node  # with the other shares
+    other = placer.choose(whole)
+    assert other is not None and other.node != first.node  # a whole GPU avoids the node of shares
+    placer.place(whole, other)
+    nxt = placer.choose(whole)
+    assert nxt is not None and nxt.node == other.node
+
+
+def test_authors_packing_shares_a_used_gpu_and_leaves_cpu_only_jobs_to_the_stable_rank():
+    nodes = [a_node("a").build(), a_node("b").gpus(8, (1000,) * 7 + (600,)).build()]
+    fs = FleetState(nodes)
+    placer = Placer(fs, NodePolicy.PACKING)
+    c = placer.choose(Demand(cpu_milli=1000, gpu_milli=500))
+    assert c is not None and fs.node_ids[c.node] == "b" and c.slots == (7,)
+    cpu = placer.choose(Demand(cpu_milli=1000))
+    assert cpu is not None and cpu.node == 0  # every node scores 0: the rank decides
+
+
+node_st = st.tuples(
+    st.lists(st.sampled_from([0, 100, 190, 300, 530, 1000]), min_size=1, max_size=8),
+    st.sampled_from([4000, 16000, 64000]),
+    st.sampled_from(["A100", "T4"]),
+)
+demand_st = st.sampled_from([
+    Demand(cpu_milli=2000), Demand(cpu_milli=4000, gpu_milli=470), Demand(cpu_milli=8000, gpu_milli=810),
+    Demand(cpu_milli=8000, gpus=1), Demand(cpu_milli=16000, gpus=2), Demand(cpu_milli=4000, gpus=1, models=("T4",)),
+])  # fmt: skip
+TYPICAL = [
+    Shape(2000, 0, 0, (), 10), Shape(4000, 470, 1, (), 20), Shape(8000, 810, 1, (), 30),
+    Shape(8000, 1000, 1, (), 30), Shape(16000, 1000, 2, (), 5), Shape(4000, 1000, 1, ("T4",), 5),
+]  # fmt: skip
+
+
+@pytest.mark.property
+@settings(max_examples=80, deadline=None)
+@given(specs=st.lists(node_st, min_size=1, max_size=12), d=demand_st)
+def test_fgd_takes_the_least_increase_exactly_for_shares_and_within_its_window_otherwise(specs, d):
+    nodes = [
+        a_node(f"n{i:02d}").model(m).gpus(len(free), tuple(free)).cpu(64000, cpu).build()
+        for i, (free, cpu, m) in enumerate(specs)
+    ]
+    fs = FleetState(nodes)
+    fm = FragModel(TYPICAL, fs.models)
+    placer = Placer(fs, NodePolicy.FRAGMENTATION, fm, frag_window_milli=60, frag_share_window_milli=0)
+    ok = np.flatnonzero(fs.feasible(d))
+    c = placer.choose(d)
+    if not ok.size:
+        assert c is None
+        return
+    assert c is not None and c.node in ok
+    cost, _ = scoring.fragmentation_model_aware(fs, ok, d, fm)
+    mine = int(cost[list(ok).index(c.node)])
+    window = 0 if d.is_share else 60 * fm.total_weight
+    assert mine <= int(cost.min()) + window
+    if not (d.gpus or d.gpu_milli):  # CPU-only: the least free GPU among the equally good nodes
+        near = ok[cost <= int(cost.min()) + window]
+        assert int(fs.gpu_free[c.node].sum()) == int(fs.gpu_free[near].sum(axis=1).min())
+
+
+def test_fgd_scores_gpu_shares_exactly_even_inside_the_whole_gpu_window():
+    """470m on a GPU with 480m free strands 10m, with 530m free 60m: a few expected milli-GPU apart (less
+    than the 60m window of whole-GPU replicas), yet the share takes the tighter GPU over the better rank."""
+    nodes = [a_node("a-loose").gpus(2, (0, 530)).build(), a_node("b-tight").gpus(2, (0, 480)).build()]
+    job = a_job("s").share(470).cpu(4000).build()
+    r = schedule(snapshot(nodes, [job]), config(typical_shapes=tuple(TYPICAL)))
+    assert placed(r, "s").replicas[0].node_id == "b-tight"

@@ -77,6 +77,7 @@ def _context(snap: FleetSnapshot, config: PolicyConfig) -> Ctx:
         seed=config.seed,
         degraded_penalty=config.degraded_gpu_penalty,
         frag_window_milli=config.frag_window_milli,
+        frag_share_window_milli=config.frag_share_window_milli,
     )
     running = sorted(snap.running, key=lambda r: r.job.job_id)
     book = book_from(snap.tenants)

@@ -99,6 +99,9 @@ class FleetState:
         self.gpu_mem: I64 = np.array([x.gpu_memory_mib for x in ordered], dtype=np.int64)
         self.schedulable: B = np.array([x.schedulable for x in ordered], dtype=np.bool_)
         self.version: I64 = np.zeros(n, dtype=np.int64)
+        # GPU replicas placed through this fleet, per node and class (column 0: GPU shares, k: k whole GPUs),
+        # for the GPU-clustering baseline. Replicas already running in a snapshot are not known by class.
+        self.pod_class: I64 = np.zeros((n, g + 1), dtype=np.int64)
         # Tie-break rank: node order unless a caller installs a (seeded) permutation.
         self.tiebreak: I64 = np.arange(n, dtype=np.int64)
 
@@ -149,11 +152,18 @@ class FleetState:
         self.cpu_free[i] -= d.cpu_milli
         self.mem_free[i] -= d.memory_mib
         self.version[i] += 1
+        if slots:
+            self.pod_class[i, 0 if d.is_share else len(slots)] += 1
         return ReplicaPlacement(
             node_id=self.node_ids[i],
             gpu_indices=tuple(int(self.gpu_index[i, j]) for j in slots),
             gpu_milli_each=each if slots else 0,
         )
+
+    def _count_class(self, i: int, p: ReplicaPlacement, delta: int) -> None:
+        if p.gpu_indices:
+            k = 0 if len(p.gpu_indices) == 1 and p.gpu_milli_each < MILLI else min(len(p.gpu_indices), self.gpu_slots)
+            self.pod_class[i, k] = max(0, int(self.pod_class[i, k]) + delta)
 
     def give(self, p: ReplicaPlacement, cpu_milli: int, memory_mib: int) -> None:
         """Return what ``p`` took (a departure, a preemption or a rolled-back trial placement)."""
@@ -164,6 +174,7 @@ class FleetState:
         self.cpu_free[i] += cpu_milli
         self.mem_free[i] += memory_mib
         self.version[i] += 1
+        self._count_class(i, p, -1)
 
     def retake(self, p: ReplicaPlacement, cpu_milli: int, memory_mib: int) -> None:
         """Take exactly what ``p`` describes again (undo of ``give`` after a what-if)."""
@@ -174,6 +185,7 @@ class FleetState:
         self.cpu_free[i] -= cpu_milli
         self.mem_free[i] -= memory_mib
         self.version[i] += 1
+        self._count_class(i, p, 1)
 
     def allocated_gpu_milli(self) -> int:
         return int((self.gpu_count * MILLI).sum() - (self.gpu_free * self.gpu_usable).sum())

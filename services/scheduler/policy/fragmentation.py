@@ -10,6 +10,16 @@ A node's fragmentation is the shape-weighted sum. With integer weights ``w_k`` (
     F(node) = W * free_gpu(node) - sum_k w_k * fits_k(node) * free_on_gpus_at_least(share_k)
 
 in milli-GPU x weight units (divide by W = sum of weights for expected milli-GPU). No floats.
+
+Model-aware variant (used by our placement policy ``fgd``; the reported measure stays the paper's): on a
+node of GPU model m, the shapes that can never run there (their model list excludes m) are left out and
+the others renormalised, so that a placement is judged against the work that could actually use the node:
+
+    F_m(node) = W_m * free_gpu(node) - sum_k w_k * fits_k(node) * free_on_gpus_at_least(share_k)
+
+with W_m = W - (weight of the shapes excluded on m). A node's model never changes, so F_m = F - (W - W_m)
+* free_gpu, and the increase follows from the paper's in O(1): dF_m = dF + (W - W_m) * taken_milli, scaled
+by W / W_m to stay comparable across models.
 """
 
 from __future__ import annotations
@@ -67,6 +77,9 @@ class FragModel:
             for m, name in enumerate(models):
                 access[m, k] = not s.models or name in s.models
         self.access: B = access
+        # W_m per model row (last row: nodes without GPUs); at least 1 so that it can divide.
+        excluded = ((~access).astype(np.int64) * self.weight).sum(axis=1)
+        self.model_weight: I64 = np.maximum(1, self.total_weight - excluded).astype(np.int64)
 
     def features(self, gpu_free: I64) -> tuple[I64, I64, I64]:
         """Per state: GPUs with at least each threshold free, milli-GPU on them, total free."""
@@ -80,6 +93,16 @@ class FragModel:
         fits = self.access[model_of] & (cnt[:, self.t_idx] >= self.num) & (cpu_free[:, None] >= self.cpu)
         usable = (on[:, self.t_idx] * fits) @ self.weight
         return self.total_weight * total - usable
+
+    def model_aware_increase(self, inc: I64, model_of: I64, taken_milli: int) -> I64:
+        """The paper's increase ``inc`` of nodes of models ``model_of`` turned into the model-aware one.
+
+        ``taken_milli`` is the GPU the placement takes from the node. Integer, in the same W units as ``inc``
+        (floor division by W_m; exact when every shape can run on every model, as then W_m = W).
+        """
+        wm = self.model_weight[model_of]
+        out: I64 = (inc + (self.total_weight - wm) * taken_milli) * self.total_weight // wm
+        return out
 
     def frag(self, gpu_free: I64, cpu_free: I64, model_of: I64) -> I64:
         cnt, on, total = self.features(gpu_free)

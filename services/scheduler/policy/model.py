@@ -34,13 +34,16 @@ class Health(StrEnum):
 class NodePolicy(StrEnum):
     """How a node (and the GPUs inside it) is chosen for one replica."""
 
-    FRAGMENTATION = "fgd"  # ours: least increase of expected fragmentation, within a window (see placer)
+    # Ours: least increase of the model-aware expected fragmentation, within a window per replica kind,
+    # then a secondary key for CPU-only replicas, then the stable rank (see placer and scoring).
+    FRAGMENTATION = "fgd"
     FGD_PAPER = "fgd-paper"  # the FGD authors' scoring: sigmoid-quantised fragmentation increase
     BEST_FIT = "bestfit"
-    PACKING = "packing"
+    PACKING = "packing"  # the FGD paper's GPU Packing baseline (the authors' score)
+    CLUSTERING = "clustering"  # the FGD paper's GPU Clustering baseline (the authors' score)
     SPREAD = "spread"
     RANDOM = "random"  # seeded, deterministic baseline
-    DOT_PRODUCT = "dotprod"  # Tetris-style alignment, a baseline of the FGD paper
+    DOT_PRODUCT = "dotprod"  # the FGD paper's DotProd baseline (Tetris alignment, the authors' score)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,8 +191,10 @@ class PolicyConfig:
     cluster_weights: ClusterWeights = field(default_factory=ClusterWeights)
     degraded_gpu_penalty: int = 1_000_000
     # Fragmentation policy: nodes whose fragmentation increase is within this many expected milli-GPU
-    # of the best are equally good; among them the stable rank decides (it consolidates load).
+    # of the best are equally good; among them the stable rank decides (it consolidates load). One window
+    # for whole-GPU and CPU-only replicas, one for GPU shares (exact: 0).
     frag_window_milli: int = 60
+    frag_share_window_milli: int = 0
     cross_domain_penalty: int = 500_000
     # Fair share.
     usage_half_life_ms: int = 7 * 24 * 3600 * 1000

@@ -5,6 +5,11 @@ same code everywhere. Scores of a node depend only on that node's state and the 
 placer keeps, per distinct ``Demand``, an array of keys over all nodes and recomputes only the nodes
 whose version changed since (a placement touches one node). A key is ``cost * N + tie-break rank``: one
 ``argmin`` finds the lowest cost and breaks ties by a stable rank, never by chance or array accident.
+
+Our fragmentation policy (``fgd``) chooses in three steps: the nodes whose model-aware fragmentation
+increase is within a window of the best (60 expected milli-GPU for whole-GPU and CPU-only replicas, exact
+for GPU shares) are equally good; among them a CPU-only replica prefers the node with the least free GPU
+(``scoring.cpu_only_tie``, cached like the keys); then the stable rank decides, which consolidates load.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ class _Entry:
     key: I64
     slot: I64
     seen: I64  # node versions the keys were computed at
+    tie: I64 | None = None  # secondary key (before the rank) inside the window, where the policy has one
 
 
 class Placer:
@@ -50,6 +56,7 @@ class Placer:
         seed: int = 0,
         degraded_penalty: int = 1_000_000,
         frag_window_milli: int = 60,
+        frag_share_window_milli: int = 0,
     ) -> None:
         if policy in (NodePolicy.FRAGMENTATION, NodePolicy.FGD_PAPER) and frag is None:
             raise ValueError("the fragmentation policy needs typical shapes")
@@ -58,8 +65,12 @@ class Placer:
         self.frag = frag
         self.degraded_penalty = degraded_penalty
         self.rng = np.random.Generator(np.random.PCG64(seed))
-        # Window (in cost units) within which candidates count as equally good; 0: plain argmin.
-        self.window = frag_window_milli * frag.total_weight if policy is NodePolicy.FRAGMENTATION and frag else 0
+        # Windows (in cost units) within which candidates count as equally good; 0: plain argmin.
+        ours = policy is NodePolicy.FRAGMENTATION and frag is not None
+        weight = frag.total_weight if frag is not None else 0
+        self.window = frag_window_milli * weight if ours else 0
+        self.share_window = frag_share_window_milli * weight if ours else 0
+        self._cpu_tie = ours
         self._cache: dict[Demand, _Entry] = {}
         self._score: ScoreFn = self._score_fn()
 
@@ -68,7 +79,7 @@ class Placer:
         if p is NodePolicy.FRAGMENTATION:
             fm = self.frag
             assert fm is not None
-            return lambda fs, idx, d: scoring.fragmentation(fs, idx, d, fm)
+            return lambda fs, idx, d: scoring.fragmentation_model_aware(fs, idx, d, fm)
         if p is NodePolicy.FGD_PAPER:
             fmp = self.frag
             assert fmp is not None
@@ -76,6 +87,7 @@ class Placer:
         table: dict[NodePolicy, ScoreFn] = {
             NodePolicy.BEST_FIT: scoring.best_fit,
             NodePolicy.PACKING: scoring.packing,
+            NodePolicy.CLUSTERING: scoring.clustering,
             NodePolicy.SPREAD: scoring.spread,
             NodePolicy.DOT_PRODUCT: scoring.dot_product,
             NodePolicy.RANDOM: lambda fs, idx, d: (
@@ -100,6 +112,7 @@ class Placer:
                 key=np.full(n, INF, dtype=np.int64),
                 slot=np.full(n, -1, dtype=np.int64),
                 seen=np.full(n, -1, dtype=np.int64),
+                tie=np.zeros(n, dtype=np.int64) if self._cpu_tie and not (d.gpus or d.gpu_milli) else None,
             )
             self._cache[d] = e
         dirty = np.flatnonzero(e.seen != fs.version)
@@ -118,6 +131,8 @@ class Placer:
         cost = cost + self._degraded_cost(cand, d, slot)
         e.key[cand] = cost * fs.size + fs.tiebreak[cand]
         e.slot[cand] = slot
+        if e.tie is not None:
+            e.tie[cand] = scoring.cpu_only_tie(fs, cand)
 
     def _degraded_cost(self, cand: I64, d: Demand, slot: I64) -> I64:
         fs = self.fleet
@@ -148,10 +163,13 @@ class Placer:
         if not key.size or key[j] >= INF:
             return None
         n = self.fleet.size
-        if self.window:
-            cost = key // n
-            near = cost <= int(key[j]) // n + self.window
-            j = int(np.where(near, self.fleet.tiebreak[lo:hi], INF).argmin())
+        window = self.share_window if d.is_share else self.window
+        if window or e.tie is not None:
+            near = key // n <= int(key[j]) // n + window
+            rank = self.fleet.tiebreak[lo:hi]
+            if e.tie is not None:
+                rank = e.tie[lo:hi] * n + rank
+            j = int(np.where(near, rank, INF).argmin())
         return self._choice(d, lo + j, int(key[j]) // n)
 
     def ranked(self, d: Demand, lo: int, hi: int, k: int) -> list[Choice]:

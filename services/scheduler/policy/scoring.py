@@ -3,7 +3,8 @@
 Called by the ``Placer``. Every policy returns, for the candidate nodes it is given (all feasible), an
 integer cost (lower is better) and, for a GPU-share replica, the GPU slot it would use (-1 otherwise;
 whole GPUs are taken from the lowest free slots). One implementation per policy, shared by the cycle, the
-simulator and the benchmark.
+simulator and the benchmark. ``fragmentation_model_aware`` (with ``cpu_only_tie``) is our policy;
+``fragmentation_paper``, ``packing``, ``dot_product`` and ``clustering`` follow the FGD authors' plugins.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from services.scheduler.policy.model import MILLI
 
 I64 = npt.NDArray[np.int64]
 INF = np.int64(2**62)
-TIER = 10_000_000
 # Best-fit weighs free CPU against free GPU as the FGD paper's baseline does: each normalised by the
 # largest node (128 CPUs, 8 GPUs), equal weights. In integers: cpu_milli + 16 * gpu_milli.
 GPU_TO_CPU = 16
@@ -52,71 +52,142 @@ def spread(fs: FleetState, idx: I64, d: Demand) -> tuple[I64, I64]:
     return -(cpu_left + GPU_TO_CPU * gpu_left), slot
 
 
+# The FGD authors' baselines (their Kubernetes score plugins, github.com/hkust-adsl/kubernetes-scheduler-
+# simulator, pkg/simulator/plugin) score 0..100, higher is better, in integer steps; equal scores are then
+# broken by a fixed node order. We return cost = -score and let the placer's stable rank break the ties:
+# the coarse integer steps are part of those policies' behaviour (ties spread or consolidate load).
+MAX_SCORE = 100
+MAX_SPEC_CPU = 128_000  # the authors' normalisation constants (largest node: 128 CPUs, 8 GPUs)
+MAX_SPEC_GPU = 8_000
+
+
+def _none(n: int) -> I64:
+    return np.full(n, -1, dtype=np.int64)
+
+
 def dot_product(fs: FleetState, idx: I64, d: Demand) -> tuple[I64, I64]:
-    """Tetris alignment (smaller free . demand is better), normalised by the largest node."""
+    """The authors' DotProd (Tetris alignment, "merge" GPU dimension, "max" normalisation).
+
+    score = floor(100 * (1 - (cpu_free/128k * cpu/128k + gpu_free/8k * gpu/8k) / 2)): the smaller the
+    alignment of free capacity with the demand, the higher; GPU shares take the tightest GPU that fits.
+    """
     gpu_free = fs.gpu_free[idx].sum(axis=1)
-    cost = fs.cpu_free[idx] * d.cpu_milli + GPU_TO_CPU * GPU_TO_CPU * gpu_free * d.total_gpu_milli
-    slot = _share_slot(fs, idx, d, True) if d.is_share else np.full(len(idx), -1, dtype=np.int64)
-    return cost, slot
+    num = fs.cpu_free[idx] * d.cpu_milli + GPU_TO_CPU * GPU_TO_CPU * gpu_free * d.total_gpu_milli
+    den = MAX_SPEC_CPU * MAX_SPEC_CPU
+    score = (MAX_SCORE * den - MAX_SCORE // 2 * num) // den
+    slot = _share_slot(fs, idx, d, True) if d.is_share else _none(len(idx))
+    return -score.astype(np.int64), slot
 
 
 def packing(fs: FleetState, idx: I64, d: Demand) -> tuple[I64, I64]:
-    """GPU packing: share an already used GPU, else use free GPUs of a used node, else open a node."""
+    """The authors' GPU Packing: share a used GPU, else use free GPUs of a used node, else open a node.
+
+    Scores: sharing a used GPU 100 - (its free milli // 100) (at least 50); whole free GPUs of a used node
+    50 - GPUs taken (at least 33); a node with every GPU free max(33 - its GPUs, its GPUs); CPU-only replicas
+    score 0 everywhere (the stable rank decides). Shares take the tightest GPU that fits.
+    """
+    n = len(idx)
+    slot = _none(n)
+    if not (d.gpus or d.gpu_milli):
+        return np.zeros(n, dtype=np.int64), slot
     free = fs.gpu_free[idx]
-    usable = fs.gpu_usable[idx]
-    full = ((free == MILLI) & usable).sum(axis=1)
-    node_unused = full == fs.gpu_count[idx]
-    cpu_left, _ = _left_after(fs, idx, d)
-    slot = np.full(len(idx), -1, dtype=np.int64)
-    if d.is_share:
-        partial = (free >= d.gpu_milli) & (free < MILLI)
-        g = fs.gpu_slots
-        key = np.where(partial, free * g + np.arange(g), INF)
-        best = key.argmin(axis=1)
-        has_partial = partial.any(axis=1)
-        part_free = np.take_along_axis(free, best[:, None], axis=1)[:, 0]
-        slot = np.where(has_partial, best, _share_slot(fs, idx, d, True)).astype(np.int64)
-        tier = np.where(has_partial, 0, np.where(node_unused, 2, 1))
-        cost = tier * TIER + np.where(has_partial, part_free, full) * 10_000 + cpu_left // 100
-    elif d.gpus:
-        tier = np.where(node_unused, 2, 1)
-        cost = tier * TIER + (full - d.gpus) * 10_000 + cpu_left // 100
+    full = ((free == MILLI) & fs.gpu_usable[idx]).sum(axis=1)
+    fresh = full == fs.gpu_count[idx]
+    open_node = np.maximum(MAX_SCORE // 3 - full, full)
+    if d.gpus:
+        used_node = np.full(n, max(MAX_SCORE // 2 - d.gpus, MAX_SCORE // 3), dtype=np.int64)
     else:
-        cost = cpu_left
-    return cost.astype(np.int64), slot
+        slot = _share_slot(fs, idx, d, True)
+        left = np.take_along_axis(free, slot[:, None], axis=1)[:, 0]
+        shared = np.maximum(MAX_SCORE - left * 100 // MILLI // 10, MAX_SCORE // 2)
+        used_node = np.where(left == MILLI, max(MAX_SCORE // 2 - 1, MAX_SCORE // 3), shared)
+    score = np.where(fresh, open_node, used_node)
+    return -score.astype(np.int64), slot
+
+
+def clustering(fs: FleetState, idx: I64, d: Demand) -> tuple[I64, I64]:
+    """The authors' GPU Clustering: keep replicas of one GPU class (share, 1, 2, 4, 8 GPUs) together.
+
+    Per node, the classes of the GPU replicas placed on it (``FleetState.pod_class``) and its allocated GPU
+    (0..25 points, the fuller the more): +75 if the node holds only this class, +50 if this class among
+    others, +25 if it holds no GPU replica, +0 if only other classes. CPU-only replicas score 0 everywhere.
+    """
+    n = len(idx)
+    slot = _none(n)
+    if not (d.gpus or d.gpu_milli):
+        return np.zeros(n, dtype=np.int64), slot
+    if d.is_share:
+        slot = _share_slot(fs, idx, d, True)
+    classes = fs.pod_class[idx]
+    mine = classes[:, min(d.gpus, classes.shape[1] - 1)] > 0
+    kinds = (classes > 0).sum(axis=1)
+    quarter = MAX_SCORE // 4
+    fill = np.maximum(0, quarter * (MAX_SPEC_GPU - fs.gpu_free[idx].sum(axis=1)) // MAX_SPEC_GPU)
+    band = np.where(mine, np.where(kinds == 1, 3, 2), np.where(kinds == 0, 1, 0))
+    return -(fill + band * quarter).astype(np.int64), slot
+
+
+def _share_after(fs: FleetState, idx: I64, d: Demand, fm: FragModel) -> tuple[I64, I64]:
+    """For a GPU share: F before, and F after the share goes to each GPU slot (``INF`` where it cannot)."""
+    g = fs.gpu_free[idx]
+    cpu = fs.cpu_free[idx]
+    model = fs.model_of[idx]
+    cnt, on, total = fm.features(g)
+    before = fm.frag_from(cnt, on, total, cpu, model)
+    c, slots = g.shape
+    u = d.gpu_milli
+    a2 = g - u
+    thr = fm.thresholds
+    d_cnt = (a2[..., None] >= thr).astype(np.int64) - (g[..., None] >= thr)
+    d_on = a2[..., None] * (a2[..., None] >= thr) - g[..., None] * (g[..., None] >= thr)
+    cnt_after = (cnt[:, None, :] + d_cnt).reshape(c * slots, -1)
+    on_after = (on[:, None, :] + d_on).reshape(c * slots, -1)
+    total_after = np.repeat(total - u, slots)
+    after = fm.frag_from(
+        cnt_after, on_after, total_after, np.repeat(cpu - d.cpu_milli, slots), np.repeat(model, slots)
+    ).reshape(c, slots)
+    return before, np.where(g >= u, after, INF)
 
 
 def fragmentation(fs: FleetState, idx: I64, d: Demand, fm: FragModel) -> tuple[I64, I64]:
-    """FGD: the increase of the node's expected fragmentation if the replica goes there."""
+    """FGD: the increase of the node's expected fragmentation if the replica goes there.
+
+    A share takes the GPU that gives the lowest fragmentation after (ties: the lowest slot).
+    """
+    if d.is_share:
+        before, after = _share_after(fs, idx, d, fm)
+        best = after.argmin(axis=1).astype(np.int64)
+        cost = np.take_along_axis(after, best[:, None], axis=1)[:, 0] - before
+        return cost, best
     g = fs.gpu_free[idx]
     cpu = fs.cpu_free[idx]
     model = fs.model_of[idx]
     cnt, on, total = fm.features(g)
     before = fm.frag_from(cnt, on, total, cpu, model)
     cpu_after = cpu - d.cpu_milli
-    if d.is_share:
-        c, slots = g.shape
-        u = d.gpu_milli
-        a2 = g - u
-        thr = fm.thresholds
-        d_cnt = (a2[..., None] >= thr).astype(np.int64) - (g[..., None] >= thr)
-        d_on = a2[..., None] * (a2[..., None] >= thr) - g[..., None] * (g[..., None] >= thr)
-        cnt_after = (cnt[:, None, :] + d_cnt).reshape(c * slots, -1)
-        on_after = (on[:, None, :] + d_on).reshape(c * slots, -1)
-        total_after = np.repeat(total - u, slots)
-        after = fm.frag_from(
-            cnt_after, on_after, total_after, np.repeat(cpu_after, slots), np.repeat(model, slots)
-        ).reshape(c, slots)
-        after = np.where(g >= u, after, INF)
-        best = after.argmin(axis=1).astype(np.int64)
-        cost = np.take_along_axis(after, best[:, None], axis=1)[:, 0] - before
-        return cost, best
     if d.gpus:
         n = d.gpus
         after = fm.frag_from(cnt - n, on - n * MILLI, total - n * MILLI, cpu_after, model)
     else:
         after = fm.frag_from(cnt, on, total, cpu_after, model)
-    return after - before, np.full(len(idx), -1, dtype=np.int64)
+    return after - before, _none(len(idx))
+
+
+def fragmentation_model_aware(fs: FleetState, idx: I64, d: Demand, fm: FragModel) -> tuple[I64, I64]:
+    """Our FGD's primary cost: the increase measured against the shapes that can run on each node's model
+    (see ``fragmentation``'s module); identical to the paper's increase when no shape names a model."""
+    inc, slot = fragmentation(fs, idx, d, fm)
+    return fm.model_aware_increase(inc, fs.model_of[idx], d.total_gpu_milli), slot
+
+
+def cpu_only_tie(fs: FleetState, idx: I64) -> I64:
+    """Secondary key of our FGD for CPU-only replicas: the node's free GPU (milli), the fewer the better.
+
+    Among nodes about equally good for fragmentation, a CPU-only replica goes where its CPU is least needed
+    by GPU work: nodes without GPUs, then nodes whose GPUs are all taken, then the least free.
+    """
+    out: I64 = fs.gpu_free[idx].sum(axis=1)
+    return out
 
 
 # Boundaries of the FGD authors' score floor(100 * sigmoid(-increase / 1000 milli-GPU)): score >= k
@@ -132,11 +203,34 @@ SIGMOID_BOUNDS = (
 _BOUNDS_ASC = np.array(SIGMOID_BOUNDS[::-1], dtype=np.int64)
 
 
+def _paper_score(inc: I64, fm: FragModel) -> I64:
+    out: I64 = (len(_BOUNDS_ASC) - np.searchsorted(_BOUNDS_ASC * fm.total_weight, inc, side="left")).astype(np.int64)
+    return out
+
+
 def fragmentation_paper(fs: FleetState, idx: I64, d: Demand, fm: FragModel) -> tuple[I64, I64]:
-    """The authors' FGD: the same increase, quantised to their 0..100 score (cost = -score)."""
+    """The authors' FGD: the same increase, quantised to their 0..100 score (cost = -score).
+
+    As in their plugin, a share takes the first GPU (lowest slot) with the highest quantised score.
+    """
+    if d.is_share:
+        before, after = _share_after(fs, idx, d, fm)
+        score = np.where(after < INF, _paper_score(after - before[:, None], fm), -1)
+        best = score.argmax(axis=1).astype(np.int64)
+        return -np.take_along_axis(score, best[:, None], axis=1)[:, 0], best
     inc, slot = fragmentation(fs, idx, d, fm)
-    score = len(_BOUNDS_ASC) - np.searchsorted(_BOUNDS_ASC * fm.total_weight, inc, side="left")
-    return -score.astype(np.int64), slot
+    return -_paper_score(inc, fm), slot
 
 
-__all__ = ["INF", "best_fit", "dot_product", "fragmentation", "fragmentation_paper", "packing", "spread"]
+__all__ = [
+    "INF",
+    "best_fit",
+    "clustering",
+    "cpu_only_tie",
+    "dot_product",
+    "fragmentation",
+    "fragmentation_model_aware",
+    "fragmentation_paper",
+    "packing",
+    "spread",
+]

@@ -11,8 +11,10 @@ Called by ``fedsched simulate --mode arrival``. Procedure, as in the authors' si
    arrived and is dropped. After every pod we record arrived and allocated milli-GPU.
 4. Per integer "arrived % of GPU capacity", allocation % is the mean within the bucket (a bucket with no
    sample borrows its neighbours'); "unallocated GPU %" = 100 - allocation at arrived = 100%.
-Ties between equally good nodes are broken by a seeded permutation of the nodes (the authors' scheduler
-breaks them at random).
+Ties between equally good nodes are broken by a stable rank of the nodes. The authors' simulator patches
+the Kubernetes scheduler to take the smallest node name among equal scores ("for reproducibility"), one
+fixed order for every seed; by default we rank the nodes by a permutation seeded with the run's seed, so
+that the ten seeds also vary the tie order (``tiebreak="name"`` reproduces the authors' rule).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from services.scheduler.policy.placer import Placer
 from services.scheduler.sim.traces import TracePod
 
 TUNE_RATIO_PCT = 130
+TIEBREAKS = ("seeded", "name")
 
 
 @dataclass(slots=True)
@@ -108,11 +111,15 @@ def run_arrival(
     policy: NodePolicy,
     seed: int,
     keep_placements: bool = False,
+    tiebreak: str = "seeded",
 ) -> ArrivalRun:
+    if tiebreak not in TIEBREAKS:
+        raise ValueError(f"tiebreak must be one of {TIEBREAKS}")
     t0 = time.perf_counter()
     fleet = FleetState(nodes)
-    rng = np.random.Generator(np.random.PCG64([seed, 1]))
-    fleet.tiebreak = rng.permutation(fleet.size).astype(np.int64)
+    if tiebreak == "seeded":
+        rng = np.random.Generator(np.random.PCG64([seed, 1]))
+        fleet.tiebreak = rng.permutation(fleet.size).astype(np.int64)
     capacity = fleet.capacity_gpu_milli()
     shapes = typical_shapes((p.shape() for p in workload), 95)
     fm = FragModel(shapes, fleet.models)
@@ -163,4 +170,4 @@ def run_arrival(
     )
 
 
-__all__ = ["ArrivalRun", "PlacementRow", "inflate", "run_arrival"]
+__all__ = ["TIEBREAKS", "ArrivalRun", "PlacementRow", "inflate", "run_arrival"]

@@ -45,11 +45,11 @@ def _policies(spec: str) -> list[NodePolicy]:
     return [valid[n] for n in names]
 
 
-def _one(job: tuple[str, str, int, str, int, bool]) -> ArrivalRun:
-    nodes_csv, pods_path, clusters, policy, seed, keep = job
+def _one(job: tuple[str, str, int, str, int, bool, str]) -> ArrivalRun:
+    nodes_csv, pods_path, clusters, policy, seed, keep, tiebreak = job
     nodes = load_openb_nodes(Path(nodes_csv), clusters)
     pods = load_pods(Path(pods_path))
-    return run_arrival(nodes, pods, NodePolicy(policy), seed, keep_placements=keep)
+    return run_arrival(nodes, pods, NodePolicy(policy), seed, keep_placements=keep, tiebreak=tiebreak)
 
 
 def _progress(done: int, total: int, run: ArrivalRun, trace: str) -> None:
@@ -78,7 +78,7 @@ def run_arrival_cli(args: argparse.Namespace) -> int:
     keep = bool(args.placements_out)
     node_count = len(load_openb_nodes(nodes_csv))
     jobs = [
-        (trace, (str(nodes_csv), str(path), args.clusters, p.value, seed, keep))
+        (trace, (str(nodes_csv), str(path), args.clusters, p.value, seed, keep, args.tiebreak))
         for trace, path in traces
         for p in policies
         for seed in args.seeds
@@ -114,6 +114,7 @@ def run_arrival_cli(args: argparse.Namespace) -> int:
             "nodes": node_count,
             "clusters": args.clusters,
             "seeds": args.seeds,
+            "tiebreak": args.tiebreak,
         }
         if len(per_trace) > 1:
             doc["traces"] = {t: {"policies": s} for t, s in per_trace.items()}
@@ -122,7 +123,7 @@ def run_arrival_cli(args: argparse.Namespace) -> int:
         for t, s in per_trace.items():
             print(report.table(t, s, node_count, args.clusters))
             print()
-        print(f"{len(jobs)} runs in {time.perf_counter() - t0:.1f} s")
+        print(f"{len(jobs)} runs in {time.perf_counter() - t0:.1f} s (ties between equal nodes: {args.tiebreak} order)")
     return 0
 
 
