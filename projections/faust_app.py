@@ -362,7 +362,8 @@ class ProjectionsHost:
         partitions = self.partitions[stage.name]
 
         def get(key: str) -> Any:
-            _set_current_event(by_partition[partition_of(key, partitions)])  # a store on disk reads by partition
+            # A store on disk reads the key's partition: the one its records arrive on.
+            _set_current_event(by_partition.get(partition_of(key, partitions), events[-1]))
             return table.get(key)
 
         folded = fold(stage, records, get, self.partitions)

@@ -14,6 +14,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 import pytest_asyncio
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from events.codec import decode
 from events.deadletter import REASON
@@ -24,6 +26,7 @@ from events.log.reading import read_to_end
 from events.topics import DEAD_LETTERS, PROFILES, QUOTA_USAGE
 from projections import readmodels
 from projections.faust_config import WorkerConfig
+from projections.faust_probe import STAGES
 from projections.runner import ProjectionRunner
 from tests.projections.faust_harness import WorkerProcess, append_causally, wait_members, wait_quiet
 from tests.projections.recorded import build
@@ -158,6 +161,25 @@ async def test_one_worker_gives_the_computed_read_models_publishes_versioned_out
     dead = await read_topic(deployment.log, deployment.names[DEAD_LETTERS.name])
     assert [record.value for record in dead] == [b"{not json"]
     assert b"ce_id" in (dead[0].header(REASON) or b"")
+    # Every changelog is compacted and never expires by time; every internal topic has its partitions.
+    admin = AIOKafkaAdminClient(bootstrap_servers=deployment.config.broker)
+    await admin.start()
+    try:
+        config = deployment.config
+        changelogs = [config.changelog_topic(stage) for stage in STAGES]
+        described = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, t) for t in changelogs])
+        for response in described:
+            for _, _, _, topic, entries in response.resources:
+                settings = {entry[0]: entry[1] for entry in entries}
+                assert (settings["cleanup.policy"], settings["retention.ms"]) == ("compact", "-1"), topic
+        topics = {
+            t["topic"]: len(t["partitions"])
+            for t in await admin.describe_topics([*changelogs, config.stage_topic("nodes")])
+        }
+        assert topics[config.stage_topic("nodes")] == topics[config.changelog_topic("nodes")] == config.partitions
+        assert topics[config.changelog_topic("fleet")] == 1
+    finally:
+        await admin.close()
     # Profiles and quota usage were published once each, versioned, in the CloudEvents binding.
     for spec in (PROFILES, QUOTA_USAGE):
         published = [decode(r.headers, r.value) for r in await read_topic(deployment.log, deployment.names[spec.name])]
