@@ -53,7 +53,9 @@ from events.catalog.jobs import (
 )
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import JobId, NodeId
+from events.codec import Headers, decode
 from events.envelope import Envelope
+from events.errors import EventError
 
 _USAGE_CATCH_UP = 12
 """After a gap (the connector was down), report usage for at most this many of the windows missed."""
@@ -102,6 +104,7 @@ class ClusterModel:
         self._reported: dict[NodeId, None] = {}
         self._last_status: ClusterStatus | None = None
         self._dropped: dict[NodeId, int] = {}
+        self._unread: dict[str, tuple[Headers, bytes]] = {}
         self.begun = False
 
     # -- 1. restore --------------------------------------------------------------------------------
@@ -117,6 +120,7 @@ class ClusterModel:
                 self._dropped[node_id] = generation  # in the log, no longer in the node list
         for submitted in history.submitted.values():
             self.jobs.setdefault(submitted.job_id, JobSpec.from_submitted(submitted, self.config))
+        self._unread = history.unread
         for job_id, (request, request_id) in history.cancels.items():
             self._cancels[job_id] = (request.requester, request_id)
         self._stops.update(history.stops)
@@ -125,9 +129,9 @@ class ClusterModel:
         for placed, placed_id in history.placements:
             key = (placed.job_id, placed.run)
             self._last_run[placed.job_id] = max(self._last_run.get(placed.job_id, 0), placed.run)
-            job = self.jobs.get(placed.job_id)
             if key in history.finished:
                 continue
+            job = self.jobs.get(placed.job_id)
             if job is None:
                 self._pending[placed.job_id] = (placed, placed_id)
             elif key in history.started:
@@ -229,6 +233,20 @@ class ClusterModel:
         if pending is not None:
             self._place(out, now_ms, *pending)
 
+    def _read_submission(self, job_id: JobId) -> bool:
+        """Decode a submission the restore kept as bytes, now that a placement needs it."""
+        raw = self._unread.pop(job_id, None)
+        if raw is None:
+            return False
+        try:
+            submitted = decode(*raw).data
+        except EventError:
+            return False
+        if not isinstance(submitted, JobSubmitted):
+            return False
+        self.jobs[job_id] = JobSpec.from_submitted(submitted, self.config)
+        return True
+
     def _on_cancel(self, out: list[Emit], now_ms: int, event: JobCancelRequested, request_id: str) -> None:
         if event.job_id in self._cancels:
             return
@@ -239,7 +257,7 @@ class ClusterModel:
     def _on_placed(self, out: list[Emit], now_ms: int, placed: JobPlaced, placed_id: str) -> None:
         if placed.run <= self._last_run.get(placed.job_id, 0):
             return  # seen before (a redelivery) or stale
-        if placed.job_id not in self.jobs:
+        if placed.job_id not in self.jobs and not self._read_submission(placed.job_id):
             known = self._pending.get(placed.job_id)
             if known is None or known[0].run < placed.run:
                 self._pending[placed.job_id] = (placed, placed_id)

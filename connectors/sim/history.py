@@ -29,6 +29,7 @@ from events.catalog.jobs import (
     JobSucceeded,
 )
 from events.catalog.types import ClusterId, JobId, NodeId
+from events.codec import Headers
 from events.envelope import Envelope
 
 TERMINAL = (JobSucceeded, JobFailed, JobCancelled, JobPreempted, JobReclaimed)
@@ -40,6 +41,9 @@ class History:
     cluster: ClusterId
     source: str
     submitted: dict[JobId, JobSubmitted] = field(default_factory=dict)
+    unread: dict[str, tuple[Headers, bytes]] = field(default_factory=dict)
+    """Submissions of jobs not placed here (yet), kept as the log's bytes and decoded only if a placement
+    for them arrives: smaller than decoded, and most never are."""
     cancels: dict[JobId, tuple[JobCancelRequested, str]] = field(default_factory=dict)
     placements: list[tuple[JobPlaced, str]] = field(default_factory=list)
     placed_jobs: dict[str, None] = field(default_factory=dict)
@@ -77,6 +81,11 @@ class History:
             self.finished[(event.job_id, event.run)] = None
         elif own:
             self._own_inventory(event)
+
+    def add_unread(self, job_id: str, headers: Headers, value: bytes) -> None:
+        """A ``JobSubmitted`` left undecoded (see ``unread``)."""
+        self.records += 1
+        self.unread.setdefault(job_id, (headers, value))
 
     def note_own_time(self, time_ms: int) -> None:
         """An event this connector published at ``time_ms`` (also for records not worth decoding)."""

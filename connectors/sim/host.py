@@ -113,23 +113,33 @@ class SimCluster:
         """Fence any earlier instance, then rebuild the model from the log. Returns the time the clock
         must not start before (the last event this cluster published), ``None`` on a first start."""
         began = time.perf_counter()
-        # Starting the transactional producer first fences a predecessor and aborts the transaction it
-        # left open, so the read below is not held back by it (read_committed stops at open ones).
+        await self.fence()
+        history = self.new_history()
+        ends = await read_history(self._log, history)
+        return self.restore(history, ends, time.perf_counter() - began)
+
+    async def fence(self) -> None:
+        """Start the transactional publisher: it fences a predecessor and aborts the transaction that one
+        left open, so the restore's read is not held back by it (read_committed stops at open ones)."""
         self._publisher = Publisher(
             self._log, self.source, transactional_id=self.group_id, clock=self.clock.now_ms, ids=_no_random_ids
         )
         await self._publisher.start()
-        log.info("event=sim_publisher_ready cluster=%s elapsed_s=%.3f", self.cluster, time.perf_counter() - began)
-        history = History(self.cluster, self.source)
-        self._restored_to = await read_history(self._log, history)
+
+    def new_history(self) -> History:
+        return History(self.cluster, self.source)
+
+    def restore(self, history: History, ends: dict[TopicPartition, int], elapsed_s: float = 0.0) -> int | None:
+        """Rebuild the model from a history read after ``fence()``; see ``prepare``."""
         model = ClusterModel(self.spec, self.config, source=self.source)
         model.restore(history)
         self.model = model
+        self._restored_to = ends
         self.stats.restored_records += history.records
-        self.stats.restore_s += time.perf_counter() - began
+        self.stats.restore_s += elapsed_s
         log.info(
             "event=sim_restored cluster=%s records=%d runs=%d elapsed_s=%.3f",
-            self.cluster, history.records, len(model.runs), time.perf_counter() - began,
+            self.cluster, history.records, len(model.runs), elapsed_s,
         )  # fmt: skip
         return history.resume_ms
 
@@ -223,6 +233,7 @@ class SimCluster:
         assert self.model is not None and self._consumer is not None
         due = self.model.next_due_ms()
         wait = self._poll_s if due is None else min(self._poll_s, self.clock.wall_seconds_until(due))
+        wait = max(wait, 0.001)  # a poll with no timeout may return without ever yielding to other tasks
         joining = self._joining
         if joining is not None and not joining.done():
             await asyncio.wait([joining], timeout=wait)
@@ -237,6 +248,7 @@ class SimCluster:
         self._inbox.clear()
         emits.extend(self.model.advance(now))
         await self._publish(emits)
+        await asyncio.sleep(0)  # let the other clusters of a fleet (and everything else) run
 
     async def _on_record(self, record: LogRecord, envelope: Envelope) -> None:
         self._inbox.append(envelope)
@@ -282,6 +294,7 @@ class SimFleet:
     ) -> None:
         self.config = config or SimConfig()
         self.clock = clock or SimClock(self.config.speed)
+        self._log = event_log
         self.clusters = [SimCluster(event_log, spec, self.config, clock=self.clock) for spec in specs]
 
     @classmethod
@@ -291,20 +304,31 @@ class SimFleet:
         path: Path | None = None,
         *,
         names: Sequence[str] = ("sim-1", "sim-2", "sim-3"),
+        regions: Sequence[str] | None = None,
         config: SimConfig | None = None,
         clock: SimClock | None = None,
     ) -> SimFleet:
         """One cluster per name, the node list (default: the openb GPU nodes) dealt round-robin among
-        them, so each gets a similar mix of GPU models."""
+        them, so each gets a similar mix of GPU models. Each cluster is its own site; ``regions`` (one
+        per name) default to ``sim``."""
         source = path or default_nodes_path()
+        where = list(regions) if regions is not None else ["sim"] * len(names)
+        if len(where) != len(names):
+            raise ValueError("give one region per cluster name")
         specs = [
-            ClusterSpec.build(name, load_nodes(source, split=(len(names), index)).nodes, site=name)
-            for index, name in enumerate(names)
+            ClusterSpec.build(name, load_nodes(source, split=(len(names), index)).nodes, site=name, region=region)
+            for index, (name, region) in enumerate(zip(names, where, strict=True))
         ]
         return cls(event_log, specs, config, clock=clock)
 
     async def start(self) -> None:
-        resumes = await asyncio.gather(*(c.prepare() for c in self.clusters))
+        began = time.perf_counter()
+        for cluster in self.clusters:
+            await cluster.fence()
+        histories = [cluster.new_history() for cluster in self.clusters]
+        ends = await read_history(self._log, *histories)  # one read of the log for every cluster
+        elapsed = time.perf_counter() - began
+        resumes = [c.restore(h, ends, elapsed) for c, h in zip(self.clusters, histories, strict=True)]
         self.clock.start(max((r for r in resumes if r is not None), default=None))
         await asyncio.gather(*(c.run() for c in self.clusters))
 

@@ -9,7 +9,6 @@ node snapshot or a status, the rest give only their time.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from connectors.sim.history import History
@@ -22,6 +21,7 @@ from events.topics import DECISIONS, INVENTORY, JOBS
 
 log = logging.getLogger("fedsched.connector.sim")
 
+_SUBMITTED = b"io.fedsched.JobSubmitted"
 _REQUEST_TYPES = frozenset(f"io.fedsched.{name}".encode() for name in ("JobSubmitted", "JobCancelRequested"))
 _LIFECYCLE_TYPES = frozenset(
     f"io.fedsched.{name}".encode()
@@ -35,38 +35,27 @@ _SNAPSHOT_TYPES = frozenset(
 )
 
 
-_CONCURRENCY = 4
-"""Partitions read at once. More is slower on Kafka: every open reader keeps prefetching."""
-
-
-async def read_history(event_log: EventLog, history: History) -> dict[TopicPartition, int]:
-    """Fold every relevant record into ``history``: the decisions first (so the jobs placed here are
+async def read_history(event_log: EventLog, *histories: History) -> dict[TopicPartition, int]:
+    """Fold every relevant record into each of ``histories`` (one read serves every cluster of a fleet):
+    the decisions first (so the jobs placed here are
     known before the jobs topic is read, and other jobs' lifecycle records can be skipped undecoded),
-    then the jobs and inventory partitions, a few at a time. The fold depends only on the order within
-    a partition.
+    then the jobs and inventory partitions; submissions of jobs not placed here are kept undecoded.
+
+    Partitions are read one after the other: reading several at once through Kafka readers (each one
+    prefetching up to 8 MiB per partition) made a loaded broker crawl, and the fold depends only on the
+    order within a partition anyway.
 
     Returns, for the jobs and decisions partitions, an offset up to which everything has been folded:
     the host's consumer group may start there instead of re-reading what the restore already covered."""
     ends: dict[TopicPartition, int] = {}
-    for partition in range(await event_log.partitions(DECISIONS.name)):
-        await _read_partition(event_log, TopicPartition(DECISIONS.name, partition), history, ends)
-    rest = [
-        TopicPartition(topic, partition)
-        for topic in (JOBS.name, INVENTORY.name)
-        for partition in range(await event_log.partitions(topic))
-    ]
-    gate = asyncio.Semaphore(_CONCURRENCY)
-
-    async def read(tp: TopicPartition) -> None:
-        async with gate:
-            await _read_partition(event_log, tp, history, ends)
-
-    await asyncio.gather(*(read(tp) for tp in rest))
+    for topic in (DECISIONS.name, JOBS.name, INVENTORY.name):
+        for partition in range(await event_log.partitions(topic)):
+            await _read_partition(event_log, TopicPartition(topic, partition), histories, ends)
     return {tp: offset for tp, offset in sorted(ends.items()) if tp.topic in (JOBS.name, DECISIONS.name)}
 
 
 async def _read_partition(
-    event_log: EventLog, tp: TopicPartition, history: History, ends: dict[TopicPartition, int]
+    event_log: EventLog, tp: TopicPartition, histories: tuple[History, ...], ends: dict[TopicPartition, int]
 ) -> None:
     # A reader per partition, closed when done: a Kafka reader keeps fetching what it has open.
     reader = await event_log.reader()
@@ -74,7 +63,8 @@ async def _read_partition(
         ends[tp] = await reader.end_offset(tp)  # read_to_end reads at least this far
         async for batch in read_to_end(reader, tp):
             for record in batch:
-                _fold(history, record)
+                for history in histories:
+                    _fold(history, record)
     finally:
         await reader.close()
 
@@ -82,6 +72,9 @@ async def _read_partition(
 def _fold(history: History, record: LogRecord) -> None:
     kind = record.header("ce_type")
     if record.topic == JOBS.name:
+        if kind == _SUBMITTED and record.key is not None and not _placed_here(history, record):
+            history.add_unread(record.key.decode(errors="replace"), record.headers, record.value)
+            return
         wanted = kind in _REQUEST_TYPES or (kind in _LIFECYCLE_TYPES and _placed_here(history, record))
     elif record.topic == DECISIONS.name:
         wanted = kind in _DECISION_TYPES

@@ -72,8 +72,7 @@ class Tail:
                             self.envelopes.append(envelope)
             if got:
                 self._changed.set()
-            else:
-                await asyncio.sleep(0.02)
+            await asyncio.sleep(0 if got else 0.02)
 
     def of(self, kind: type[E], job: str | None = None) -> list[Envelope]:
         return [e for e in self.envelopes if isinstance(e.data, kind) and (job is None or _job_of(e) == job)]

@@ -58,7 +58,7 @@ async def test_a_killed_connector_restarts_without_losing_or_doubling_lifecycle_
         try:
             await client.send(*(a_job(job).gpus(1).runtime(runtimes[job]).submitted() for job in jobs))
             child = await spawn(log_url, cluster, stderr)
-            await tail.wait_for(lambda: len(tail.of(NodeObserved)) >= 24, "the first registration", timeout_s=30)
+            await tail.wait_for(lambda: len(tail.of(NodeObserved)) >= 24, "the first registration", timeout_s=60)
             await client.send(*(p.placed() for p in placements[:10]))
 
             def finished() -> set[str]:

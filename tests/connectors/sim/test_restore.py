@@ -13,6 +13,7 @@ from events.catalog.inventory import GpuHealthReported, NodeObserved, NodeRemove
 from events.catalog.jobs import JobCancelled, JobFailed, JobPreempted, JobStarted, JobSucceeded
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import ClusterId
+from events.codec import encode
 
 from .builders import (
     SOURCE,
@@ -125,3 +126,18 @@ def test_a_restart_republishes_only_nodes_that_changed() -> None:
     [_, gone] = smaller.begin(T0 + 30_000)
     assert isinstance(gone.event, NodeRemoved)
     assert (gone.event.node, gone.event.generation, gone.event.reason) == ("node-5", 2, ReasonCode.NODE_DELETED)
+
+
+def test_a_submission_the_restore_left_undecoded_is_read_when_its_placement_arrives() -> None:
+    wire = encode(envelope(a_job("later").gpus(1).runtime(60).submitted()))
+    history = History(ClusterId("sim-test"), SOURCE)
+    history.add_unread("later", wire.headers, wire.value)
+    model = ClusterModel(spec(), SimConfig(start_delay_s=0), source=SOURCE)
+    model.restore(history)
+    model.begin(T0)
+    emitted = model.handle(envelope(a_placement("later").on("node-0", 0).placed()), T0 + 1000)
+    emitted += model.advance(T0 + 100_000)
+    assert [type(e.event).__name__ for e in emitted if not isinstance(e.event, NodeObserved)] == [
+        "JobStarted",
+        "JobSucceeded",
+    ]
