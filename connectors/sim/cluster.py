@@ -131,6 +131,8 @@ class ClusterModel:
             self._last_run[placed.job_id] = max(self._last_run.get(placed.job_id, 0), placed.run)
             if key in history.finished:
                 continue
+            if placed.job_id not in self.jobs:
+                self._read_submission(placed.job_id)
             job = self.jobs.get(placed.job_id)
             if job is None:
                 self._pending[placed.job_id] = (placed, placed_id)
