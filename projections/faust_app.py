@@ -91,6 +91,28 @@ class _ReadCommittedConsumer(faust_aiokafka.Consumer):
     def _new_consumer_thread(self) -> Any:
         return _ReadCommittedThread(self, loop=self.loop, beacon=self.beacon)
 
+    _processed: set[tuple[str, int, int]]
+
+    def processed(self, message: Any) -> None:
+        """Mark a record of ours as processed: only such a record's acknowledgement counts."""
+        if not hasattr(self, "_processed"):
+            self._processed = set()
+        self._processed.add((message.topic, message.partition, message.offset))
+
+    def ack(self, message: Any) -> bool:
+        """faust acknowledges the records its streams skip around a rebalance or a stop (flow suspended,
+        old generation), and would commit past them unprocessed. A record of our topics counts only
+        when our agent processed it; a skipped one is let go (read again from the committed offset)."""
+        gated: frozenset[str] = getattr(self.app, "gated_topics", frozenset())
+        if message.topic in gated:
+            key = (message.topic, message.partition, message.offset)
+            processed: set[tuple[str, int, int]] = getattr(self, "_processed", set())
+            if key not in processed:
+                self._unacked_messages.discard(message)
+                return False
+            processed.discard(key)
+        return bool(super().ack(message))
+
     async def perform_seek(self) -> None:
         """After a rebalance faust seeks every partition to its committed offset, having dropped what it
         had fetched beyond it. aiokafka only seeks to a committed offset above 0, so a partition with
@@ -289,12 +311,12 @@ class ProjectionsHost:
         if self.app.should_stop:
             return
         if not self.config.align:
-            await self.router.release((), lambda tp: True, self._router_stream.ack)
+            await self.router.release((), lambda tp: True, self._ack_routed)
             return
         owned = self._owned()
         empty = [tp for tp in owned if not self.router.aligner.holds(tp)]
         done = await self.progress.caught_up(empty, self._next_offset, self._fetched_to) if empty else set()
-        if await self.router.release(owned, done.__contains__, self._router_stream.ack) or not self.router.aligner.held:
+        if await self.router.release(owned, done.__contains__, self._ack_routed) or not self.router.aligner.held:
             self._waiting_since = None
         elif self._waiting_since is None:
             self._waiting_since = time.monotonic()
@@ -302,6 +324,9 @@ class ProjectionsHost:
             self._waiting_since = time.monotonic()
             waiting = [(tp, self._next_offset(tp), self._fetched_to(tp)) for tp in empty if tp not in done]
             log.warning("event=router_waiting held=%d for=%s", self.router.aligner.held, waiting)
+
+    async def _ack_routed(self, event: Any) -> None:
+        await self._ack(self._router_stream, event)
 
     async def on_revoked(self) -> None:
         """A rebalance (or a stop) begins: let go of what alignment holds, and of whatever of this
@@ -316,6 +341,10 @@ class ProjectionsHost:
     def _forget(self, event: Any) -> None:
         """Neither processed nor acknowledged: faust must not wait for it; it is read again."""
         self.app.consumer.unacked.discard(event.message)
+
+    async def _ack(self, stream: Any, event: Any) -> None:
+        self.app.consumer.processed(event.message)  # type: ignore[attr-defined]
+        await stream.ack(event)
 
     def _owned(self) -> list[tuple[str, int]]:
         sources = set(self.config.source_topics)
@@ -348,7 +377,7 @@ class ProjectionsHost:
                     await self.app.crash(error)
                     raise
                 for event in events:
-                    await stream.ack(event)
+                    await self._ack(stream, event)
 
         agent.__name__ = f"stage_{stage.name}"
         return agent
@@ -459,4 +488,7 @@ def build_app(config: WorkerConfig, *, sink: Sink | None = None, outbox: Outbox 
         settings["datadir"] = str(config.data_dir)
     app = ProjectionsApp(config.app_id, **settings)
     app.host = ProjectionsHost(app, config, sink=sink, outbox=outbox)
+    app.gated_topics = frozenset(  # type: ignore[attr-defined]
+        [*config.source_topics, *(config.stage_topic(name) for name in app.host.stages)]
+    )
     return app
