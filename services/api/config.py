@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from events.publisher import wall_clock_ms
 from services.api.auth import AuthConfig
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
@@ -49,6 +51,9 @@ class ApiConfig:
     source: str = "urn:fedsched:api"
     max_message_bytes: int = MAX_MESSAGE_BYTES
     create_topics: bool = True
+    clock: Callable[[], int] = wall_clock_ms
+    """Time stamped on the events the API publishes; ``fedsched up`` gives the simulated fleet's clock so
+    every component of the embedded service tells the same time."""
 
     @property
     def instance_name(self) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 import asyncpg
 
 from events.log import EventLog
+from events.publisher import wall_clock_ms
 from services.api.auth import dev_auth, dev_token, write_dev_token
 from services.api.config import DEFAULT_LISTEN, ApiConfig
 from services.api.server import ApiServer, serve
@@ -25,10 +26,11 @@ async def start_api(
     *,
     state_dir: Path = Path(".fedsched"),
     intake: bool = True,
+    clock: Callable[[], int] = wall_clock_ms,
 ) -> tuple[str, Callable[[], Awaitable[None]]]:
     """Serve the API on ``listen`` over the open ``log`` and ``pool``; returns the development token
     (admin over every tenant, to print) and a coroutine function that stops the API."""
-    api = await start_embedded(log, pool, listen, state_dir=state_dir, intake=intake)
+    api = await start_embedded(log, pool, listen, state_dir=state_dir, intake=intake, clock=clock)
     return api.dev_token, api.server.stop
 
 
@@ -40,11 +42,17 @@ class EmbeddedApi:
 
 
 async def start_embedded(
-    log: EventLog, pool: asyncpg.Pool, listen: str = DEFAULT_LISTEN, *, state_dir: Path, intake: bool = True
+    log: EventLog,
+    pool: asyncpg.Pool,
+    listen: str = DEFAULT_LISTEN,
+    *,
+    state_dir: Path,
+    intake: bool = True,
+    clock: Callable[[], int] = wall_clock_ms,
 ) -> EmbeddedApi:
     auth = dev_auth(state_dir)
     token = dev_token(auth)
     token_file = write_dev_token(state_dir, token)
-    config = ApiConfig(log_url="embedded", dsn="embedded", auth=auth, listen=listen, intake=intake)
+    config = ApiConfig(log_url="embedded", dsn="embedded", auth=auth, listen=listen, intake=intake, clock=clock)
     server = await serve(config, log=log, pool=pool)
     return EmbeddedApi(server, token, token_file)

@@ -95,7 +95,7 @@ class Intake:
         self._jobs = jobs
         self._auth = config.auth
         self._instance = config.instance_name
-        self._answers = Publisher(log, "urn:fedsched:intake")
+        self._answers = Publisher(log, "urn:fedsched:intake", clock=config.clock)
         self._consumer: GroupConsumer | None = None
         self._producer: LogProducer | None = None
         self._stop = asyncio.Event()

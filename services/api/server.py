@@ -104,7 +104,7 @@ async def serve(config: ApiConfig, *, log: EventLog | None = None, pool: asyncpg
     store = ApiStore(pool, config.api_schema)
     await store.ensure_schema()
     reads = ReadModels(pool, config.read_schema)
-    publisher = Publisher(log, config.source)
+    publisher = Publisher(log, config.source, clock=config.clock)
     await publisher.start()
     jobs = JobCommands(publisher, store, reads)
     quotas = QuotaCommands(publisher, store, log)

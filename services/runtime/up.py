@@ -26,8 +26,10 @@ from pathlib import Path
 
 import asyncpg
 
+from connectors.sim.clock import SimClock
 from events.audit.archive import AuditArchiver
 from events.log.postgres import PostgresEventLog
+from events.publisher import wall_clock_ms
 from events.topics import TOPICS
 from projections.runner import ProjectionRunner
 from services.governance.config import GovConfig
@@ -69,6 +71,7 @@ class Running:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     closers: list[Callable[[], Awaitable[object]]] = field(default_factory=list)
     api_token: str | None = None
+    clock: SimClock | None = None
     started_pg: bool = False
     governance: GovernanceHost | None = None
 
@@ -86,13 +89,18 @@ async def start(config: UpConfig) -> Running:
     pool = await asyncpg.create_pool(dsn, min_size=1, max_size=8)
     projections = ProjectionRunner(event_log, pool)
     await projections.start()
-    scheduler = SchedulerHost(event_log)
+    # One clock for every component: the simulated fleet's (wall time x speed) when there is one, so
+    # submissions, decisions and the clusters' reports tell the same time.
+    clock = SimClock(config.sim_speed) if config.sim_clusters else None
+    now = clock.now_ms if clock is not None else wall_clock_ms
+    scheduler = SchedulerHost(event_log, clock=now)
     await scheduler.start()
     archiver = AuditArchiver(event_log, pool, [spec.name for spec in TOPICS])
     metrics = Metrics()
     governance = GovernanceHost(event_log, config.governance)
     await governance.start()
     running = Running(config, dsn, event_log, pool, projections, scheduler, archiver, metrics, started_pg=started_pg)
+    running.clock = clock
     running.governance = governance
     stop = running.stop_event
     running.tasks += [
@@ -169,7 +177,11 @@ async def _start_fleet(running: Running) -> None:
     if not config.sim_clusters:
         return
     fleet = SimFleet.from_node_list(
-        running.log, config.sim_nodes, names=config.sim_clusters, config=SimConfig(speed=config.sim_speed)
+        running.log,
+        config.sim_nodes,
+        names=config.sim_clusters,
+        config=SimConfig(speed=config.sim_speed),
+        clock=running.clock,
     )
     await fleet.start()
     running.closers.append(fleet.stop)
@@ -179,7 +191,11 @@ async def _start_api(running: Running) -> None:
     from services.api.embedded import start_api
 
     token, close = await start_api(
-        running.log, running.pool, running.config.api_listen, state_dir=running.config.data_dir
+        running.log,
+        running.pool,
+        running.config.api_listen,
+        state_dir=running.config.data_dir,
+        clock=running.clock.now_ms if running.clock is not None else wall_clock_ms,
     )
     running.api_token = token
     running.closers.append(close)
