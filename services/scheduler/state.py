@@ -25,7 +25,7 @@ from events.catalog.decisions import (
     JobReclaimRequested,
     SchedulingCycleCompleted,
 )
-from events.catalog.governance import PolicyConfigured, QuotaSet, TenantRegistered
+from events.catalog.governance import GovernanceFinding, PolicyConfigured, QuotaSet, TenantRegistered
 from events.catalog.inventory import (
     ClusterRegistered,
     ClusterStatus,
@@ -85,11 +85,17 @@ class JobFacts:
         return sum(1 for how in self.ended.values() if how in ("preempted", "reclaimed"))
 
 
+SUSPECT_FOR_MS = 24 * 3600 * 1000
+
+
 @dataclass(slots=True)
 class NodeFacts:
     observed: NodeObserved | None = None
     removed_generation: int = -1
     gpu_health: dict[int, str] = field(default_factory=dict)
+    suspect_until_ms: int = 0
+    """Governance found jobs failing on this node: until then its healthy GPUs count as degraded, so
+    placement steers work elsewhere while the node stays usable."""
 
 
 @dataclass(slots=True)
@@ -104,6 +110,7 @@ class SchedulerState:
     jobs: dict[str, JobFacts] = field(default_factory=dict)
     cycles: int = 0
     events: int = 0
+    _now_ms: int = 0
 
     # -- fold ------------------------------------------------------------------------------------
 
@@ -131,6 +138,7 @@ class SchedulerState:
         return sum(1 for facts in self.jobs.values() if facts.pending())
 
     def snapshot(self, now_ms: int) -> m.FleetSnapshot:
+        self._now_ms = now_ms
         running = []
         used_gpu: dict[tuple[str, str], dict[int, int]] = {}
         used_cpu: dict[tuple[str, str], tuple[int, int]] = {}
@@ -172,8 +180,11 @@ class SchedulerState:
         if observed is None or facts.removed_generation >= observed.generation:
             return None
         gpus = []
+        suspect = self._now_ms < facts.suspect_until_ms
         for device in observed.gpus:
             health = facts.gpu_health.get(device.index, device.health.value)
+            if suspect and health == m.Health.OK.value:
+                health = m.Health.DEGRADED.value
             gpus.append(m.Gpu(device.index, max(0, _MILLI - used.get(device.index, 0)), m.Health(health)))
         schedulable = observed.schedulable and not self.unreachable.get(key[0], False)
         return m.Node(
@@ -379,6 +390,13 @@ def _stop_requested(state: SchedulerState, e: JobPreemptionRequested | JobReclai
     state.job(e.job_id).stop_requested.add(e.run)
 
 
+def _finding(state: SchedulerState, e: GovernanceFinding, _: int) -> None:
+    if e.node is None or e.cluster is None or e.profile_penalty_milli <= 0:
+        return
+    facts = state.nodes.setdefault((e.cluster, e.node), NodeFacts())
+    facts.suspect_until_ms = max(facts.suspect_until_ms, e.observed_ms + SUSPECT_FOR_MS)
+
+
 def _cycle(state: SchedulerState, e: SchedulingCycleCompleted, _: int) -> None:
     state.cycles = max(state.cycles, e.sequence + 1)
 
@@ -406,4 +424,5 @@ _HANDLERS: dict[type, Any] = {
     JobPreemptionRequested: _stop_requested,
     JobReclaimRequested: _stop_requested,
     SchedulingCycleCompleted: _cycle,
+    GovernanceFinding: _finding,
 }

@@ -1,0 +1,57 @@
+"""The scheduler's folded state: order-independent, and it honours governance's suspect-node findings."""
+
+from __future__ import annotations
+
+from events.catalog.governance import FindingKind, GovernanceFinding
+from events.catalog.inventory import ClusterKind, ClusterRegistered
+from events.catalog.reasons import ReasonCode
+from events.envelope import Envelope
+from services.scheduler.outputs import decision_events
+from services.scheduler.policy import Place, schedule
+from services.scheduler.state import SUSPECT_FOR_MS, SchedulerState
+from tests.unit.projections.builders import a_job, a_node
+
+T0 = 1_800_000_000_000
+
+
+def fleet_with_a_suspect(observed_ms: int) -> SchedulerState:
+    state = SchedulerState()
+    events = [
+        ClusterRegistered(cluster="c1", kind=ClusterKind.SIMULATED, site="s", region="r", currency="EUR"),
+        a_node(node="n1", gpus=8),
+        a_node(node="n2", gpus=8),
+        GovernanceFinding(
+            finding_id="suspect-n1",
+            kind=FindingKind.SUSPECT_NODE,
+            rule="suspect-node",
+            reason=ReasonCode.SUSPECT_NODE,
+            cluster="c1",
+            node="n1",
+            profile_penalty_milli=300,
+            observed_ms=observed_ms,
+            message="3 jobs failed on n1",
+        ),
+        a_job("j1", gpus=1),
+    ]
+    for i, event in enumerate(events):
+        state.fold(Envelope(id=f"e{i}", time_ms=T0 + i, data=event))
+    return state
+
+
+def test_a_suspect_node_counts_as_degraded_and_work_goes_elsewhere() -> None:
+    state = fleet_with_a_suspect(T0)
+    snapshot = state.snapshot(T0 + 1000)
+    health = {n.node_id: {g.health.value for g in n.gpus} for n in snapshot.nodes}
+    assert health == {"n1": {"degraded"}, "n2": {"ok"}}
+    placed = [d for d in schedule(snapshot, state.policy_config()).decisions if isinstance(d, Place)]
+    assert [p.replicas[0].node_id for p in placed] == ["n2"]
+    assert decision_events(state, schedule(snapshot, state.policy_config()), 0)[0].type == "io.fedsched.JobPlaced"
+
+
+def test_the_suspicion_lapses_after_its_period() -> None:
+    state = fleet_with_a_suspect(T0)
+    snapshot = state.snapshot(T0 + SUSPECT_FOR_MS + 1)
+    assert {g.health.value for n in snapshot.nodes for g in n.gpus} == {"ok"}
+    # With nothing between them, the stable order picks n1: the suspicion above is what moved the job.
+    placed = [d for d in schedule(snapshot, state.policy_config()).decisions if isinstance(d, Place)]
+    assert [p.replicas[0].node_id for p in placed] == ["n1"]
