@@ -105,6 +105,25 @@ async def test_a_submitted_job_runs_to_completion_and_every_cycle_verifies(fresh
     assert report.cycles >= 1
     assert report.identical_pct == 100.0, report.differences
 
+    # The live read models, brought up to the end of the log, equal a rebuild from offset 0.
+    import asyncpg
+
+    from projections.runner import ProjectionRunner
+
+    log = PostgresEventLog(fresh_database)
+    await log.start()
+    pool = await asyncpg.create_pool(fresh_database, min_size=1, max_size=2)
+    live = ProjectionRunner(log, pool)
+    await live.start()
+    await live.catch_up()
+    await live.close()
+    await pool.close()
+    await log.close()
+    code, out = await fedsched("projections", "rebuild", "--json", dsn=fresh_database)
+    assert code == 0, out
+    rebuilt = json.loads(out)
+    assert rebuilt["equal"] and rebuilt["events"] >= 60
+
     # What a compliance team runs afterwards, from the command line.
     code, out = await fedsched("audit", "archive", "--once", dsn=fresh_database)
     assert code == 0, out
