@@ -220,3 +220,19 @@ def test_fgd_scores_gpu_shares_exactly_even_inside_the_whole_gpu_window():
     job = a_job("s").share(470).cpu(4000).build()
     r = schedule(snapshot(nodes, [job]), config(typical_shapes=tuple(TYPICAL)))
     assert placed(r, "s").replicas[0].node_id == "b-tight"
+
+
+def test_the_authors_fgd_gives_a_share_the_first_gpu_with_the_best_quantised_score():
+    """Their plugin keeps the first GPU with the highest 0..100 score; exact increases may differ below it."""
+    node = a_node("n").gpus(4, (1000, 530, 480, 1000)).build()
+    fs = FleetState([node])
+    fm = FragModel(TYPICAL, fs.models)
+    d = Demand(cpu_milli=4000, gpu_milli=470)
+    cost, slot = scoring.fragmentation_paper(fs, np.array([0]), d, fm)
+    scores = []
+    for j in range(4):
+        after = fs.gpu_free.copy()
+        after[0, j] -= 470
+        inc = fm.frag(after, fs.cpu_free - 4000, fs.model_of) - fm.frag(fs.gpu_free, fs.cpu_free, fs.model_of)
+        scores.append(int(-scoring.paper_score(inc, fm)[0]))
+    assert int(cost[0]) == min(scores) and int(slot[0]) == scores.index(min(scores))

@@ -107,3 +107,19 @@ def test_bench_scheduler_prints_fleets_as_json(capsys, monkeypatch):
     doc = json.loads(capsys.readouterr().out)
     assert [f["nodes"] for f in doc["fleets"]] == [61, 30, 60]
     assert all(set(f) >= {"name", "nodes", "clusters", "placements_per_s", "p50_ms", "p99_ms"} for f in doc["fleets"])
+
+
+def test_the_tie_order_is_seeded_per_run_or_the_authors_node_name_order():
+    nodes, pods = load_openb_nodes(NODES), load_pods(PODS)
+    by_name = [run_arrival(nodes, pods, NodePolicy.PACKING, s, keep_placements=True, tiebreak="name") for s in (42, 43)]
+    seeded = run_arrival(nodes, pods, NodePolicy.PACKING, 42, keep_placements=True)
+    again = run_arrival(nodes, pods, NodePolicy.PACKING, 42, keep_placements=True, tiebreak="name")
+    assert [p.node for p in again.placements] == [p.node for p in by_name[0].placements]
+    assert [p.node for p in seeded.placements] != [p.node for p in by_name[0].placements]
+    # under the name order, the first CPU-only pod of every seed lands on the first node by name
+    first = sorted(n.node_id for n in nodes)[0]
+    for run in by_name:
+        cpu_only = [p for p in run.placements if not p.gpu_indices]
+        assert cpu_only and cpu_only[0].node == first
+    with pytest.raises(ValueError, match="tiebreak"):
+        run_arrival(nodes, pods, NodePolicy.PACKING, 42, tiebreak="random")

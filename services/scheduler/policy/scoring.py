@@ -203,7 +203,8 @@ SIGMOID_BOUNDS = (
 _BOUNDS_ASC = np.array(SIGMOID_BOUNDS[::-1], dtype=np.int64)
 
 
-def _paper_score(inc: I64, fm: FragModel) -> I64:
+def paper_score(inc: I64, fm: FragModel) -> I64:
+    """The authors' score floor(100 * sigmoid(-increase / 1000 milli-GPU)) of increases in W units."""
     out: I64 = (len(_BOUNDS_ASC) - np.searchsorted(_BOUNDS_ASC * fm.total_weight, inc, side="left")).astype(np.int64)
     return out
 
@@ -215,11 +216,11 @@ def fragmentation_paper(fs: FleetState, idx: I64, d: Demand, fm: FragModel) -> t
     """
     if d.is_share:
         before, after = _share_after(fs, idx, d, fm)
-        score = np.where(after < INF, _paper_score(after - before[:, None], fm), -1)
+        score = np.where(after < INF, paper_score(after - before[:, None], fm), -1)
         best = score.argmax(axis=1).astype(np.int64)
         return -np.take_along_axis(score, best[:, None], axis=1)[:, 0], best
     inc, slot = fragmentation(fs, idx, d, fm)
-    return -_paper_score(inc, fm), slot
+    return -paper_score(inc, fm), slot
 
 
 __all__ = [
@@ -232,5 +233,6 @@ __all__ = [
     "fragmentation_model_aware",
     "fragmentation_paper",
     "packing",
+    "paper_score",
     "spread",
 ]
