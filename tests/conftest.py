@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import uuid
@@ -80,24 +81,33 @@ def make_topic(event_log: EventLog) -> Callable[..., Awaitable[str]]:
     return make
 
 
-@pytest_asyncio.fixture(loop_scope="session")
-async def fresh_database(postgres_dsn: str) -> AsyncIterator[str]:
-    """A new, empty database on the real PostgreSQL, dropped after the test."""
+@contextlib.asynccontextmanager
+async def temporary_database(postgres_dsn: str, prefix: str = "t") -> AsyncIterator[str]:
+    """A new, empty database on the real PostgreSQL for the block, dropped afterwards."""
     import asyncpg
 
-    name = f"t_{uuid.uuid4().hex[:16]}"
+    name = f"{prefix}_{uuid.uuid4().hex[:16]}"
     admin = await asyncpg.connect(postgres_dsn)
     try:
         await admin.execute(f'CREATE DATABASE "{name}"')
     finally:
         await admin.close()
     parts = urlsplit(postgres_dsn)
-    yield urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, parts.fragment))
-    admin = await asyncpg.connect(postgres_dsn)
     try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        yield urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, parts.fragment))
     finally:
-        await admin.close()
+        admin = await asyncpg.connect(postgres_dsn)
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await admin.close()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def fresh_database(postgres_dsn: str) -> AsyncIterator[str]:
+    """A new, empty database on the real PostgreSQL, dropped after the test."""
+    async with temporary_database(postgres_dsn) as dsn:
+        yield dsn
 
 
 _REAL_SERVICE_MARKERS = ("kafka", "postgres", "kube")

@@ -31,6 +31,7 @@ from services.api.config import ApiConfig
 from services.api.server import ApiServer, serve
 from tests.api.prefixed import PrefixedLog
 from tests.api.support import AUDIENCE, ISSUER, Keys
+from tests.conftest import temporary_database
 
 
 @pytest.fixture(scope="session")
@@ -40,19 +41,8 @@ def keys() -> Keys:
 
 @pytest_asyncio.fixture(loop_scope="session", scope="session")
 async def api_database(postgres_dsn: str) -> AsyncIterator[str]:
-    name = f"api_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(postgres_dsn)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    parts = urlsplit(postgres_dsn)
-    yield urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, parts.fragment))
-    admin = await asyncpg.connect(postgres_dsn)
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await admin.close()
+    async with temporary_database(postgres_dsn, "api") as dsn:
+        yield dsn
 
 
 @dataclass
