@@ -156,6 +156,14 @@ async def test_a_restarted_connector_reports_what_happened_while_it_was_away_onc
         await kube.set_pod_status(victim_pod, RUNNING)
         await tap.wait(JobStarted, job_id=done)
         await tap.wait(JobStarted, job_id=victim)
+
+        async def recorded_on_the_pods() -> bool:
+            # The connector records a report on the pods right after publishing it; stop it only once
+            # both are recorded, so this test is about what happens while it is away.
+            pods = await kube.job_pods(cluster, done) + await kube.job_pods(cluster, victim)
+            return all("started" in p["metadata"].get("annotations", {}).get(names.ANN_REPORTED, "") for p in pods)
+
+        await wait_until(recorded_on_the_pods, 30, "the reports recorded on the pods")
         await wait_until(lambda: first.book.entry(JobId(later)), 30, "the later job's submission read")
         await connectors.stop(first)
 
