@@ -178,13 +178,23 @@ async def _start_fleet(running: Running) -> None:
         return
     fleet = SimFleet.from_node_list(
         running.log,
-        config.sim_nodes,
+        config.sim_nodes or _default_nodes(),
         names=config.sim_clusters,
         config=SimConfig(speed=config.sim_speed),
         clock=running.clock,
     )
     await fleet.start()
     running.closers.append(fleet.stop)
+
+
+def _default_nodes() -> Path:
+    """The openb GPU node list when the traces are on this machine, else the sample shipped with fedsched."""
+    from connectors.sim import default_nodes_path
+
+    full: Path = default_nodes_path()
+    if full.is_file():
+        return full
+    return Path(__file__).resolve().parents[2] / "connectors" / "sim" / "data" / "openb_gpu_nodes_sample.csv"
 
 
 async def _start_api(running: Running) -> None:
