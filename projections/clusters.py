@@ -8,11 +8,11 @@ split at hour boundaries, and go on to the usage stage keyed ``tenant|cluster|mo
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from events.catalog.inventory import ClusterRegistered, ClusterStatusChanged
 from events.envelope import Envelope
-from projections.core import Applied, Delta, Emitted, Input, Routed
+from projections.core import Applied, Delta, Emitted, Input, Routed, Silent, evolve
 from projections.deltas import UsageInterval, UsageSample
 
 STAGE = "clusters"
@@ -60,7 +60,7 @@ def usage_key(tenant: str, cluster: str, model: str, hour_ms: int) -> str:
     return f"{tenant or 'unknown'}|{cluster}|{model or 'none'}|{hour_ms}"
 
 
-class ClusterStage:
+class ClusterStage(Silent[ClusterView]):
     name = STAGE
 
     def keys(self, envelope: Envelope) -> Sequence[str]:
@@ -76,7 +76,7 @@ class ClusterStage:
         data = item.item
         emitted: list[Emitted] = []
         if isinstance(data, ClusterRegistered):
-            view = replace(
+            view = evolve(
                 view,
                 registered=True,
                 kind=data.kind.value,
@@ -90,12 +90,12 @@ class ClusterStage:
                 status="reachable" if view.status == "unknown" else view.status,
             )
         elif isinstance(data, ClusterStatusChanged):
-            view = replace(view, status=data.status.value, status_reason=data.reason.value)
+            view = evolve(view, status=data.status.value, status_reason=data.reason.value)
         elif isinstance(data, UsageInterval):
             emitted = _price_interval(view, data)
         elif isinstance(data, UsageSample):
             emitted = _price_sample(view, data)
-        return replace(view, applied=view.applied.after(item)), emitted
+        return evolve(view, applied=view.applied.after(item)), emitted
 
 
 def _price_interval(view: ClusterView, interval: UsageInterval) -> list[Emitted]:

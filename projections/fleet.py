@@ -5,12 +5,16 @@ Called by the projection hosts. Pure. Congestion of a model is pending demand ov
 thousandths; 1000 means the queue would take every free card). A model is hot when its congestion
 reaches ``HOT_MILLI``. A job that accepts several models counts against each (it could go to any), and
 a job that accepts any model counts against every model, so demand is an upper bound.
+
+Totals are kept as running sums (per model, per cluster and model, pending demand per model), so a
+delta costs the size of what it changes, not of the fleet. A roll-up's version grows with every input
+that changes it (anything but ``last_seen_ms``); its event is built only when published.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from events.catalog.profiles import GpuModelProfile, Quantities, ResourceProfileUpdated
 from events.catalog.types import ClusterId
@@ -21,30 +25,41 @@ from projections.deltas import NodeCapacity, PendingDemand
 STAGE = "fleet"
 HOT_MILLI = 800
 
+Totals = Mapping[str, tuple[int, int, int]]
+"""GPU model -> (capacity milli, free milli, node entries naming the model)."""
+RollupFacts = tuple[tuple[tuple[str, int, int], ...], int, tuple[str, ...]]
+"""What a cluster's roll-up says but its time: (model, capacity, free) by model, congestion, hot models."""
+
 
 @dataclass(frozen=True, slots=True)
 class FleetState:
-    nodes: tuple[NodeCapacity, ...] = ()
-    pending: tuple[PendingDemand, ...] = ()
-    versions: tuple[tuple[str, int], ...] = ()  # cluster -> roll-up version
-    last_rollups: tuple[ResourceProfileUpdated, ...] = ()
+    """Copy-on-write: the mappings are never changed once the state is built."""
+
+    nodes: Mapping[tuple[str, str], NodeCapacity] = field(default_factory=dict)
+    """Present nodes, by (cluster, node)."""
+    pending: Mapping[str, PendingDemand] = field(default_factory=dict)
+    """Pending demand, by job."""
+    models: Totals = field(default_factory=dict)
+    clusters: Mapping[str, Totals] = field(default_factory=dict)
+    demand_any: int = 0
+    """Pending milli-GPU of jobs that accept any model."""
+    demand_by_model: Mapping[str, int] = field(default_factory=dict)
+    versions: Mapping[str, int] = field(default_factory=dict)
+    """Cluster -> roll-up version."""
+    rollups: Mapping[str, tuple[RollupFacts, int]] = field(default_factory=dict)
+    """Cluster -> what its latest roll-up version says, and its ``last_seen_ms``."""
     applied: Applied = field(default_factory=Applied)
 
     def demand(self, model: str) -> int:
-        return sum(p.gpu_milli for p in self.pending if not p.gpu_models or model in p.gpu_models)
+        return self.demand_any + self.demand_by_model.get(model, 0)
 
     def per_model(self) -> dict[str, tuple[int, int]]:
-        out: dict[str, tuple[int, int]] = {}
-        for node in self.nodes:
-            for model, capacity, free in node.per_model:
-                cap, fr = out.get(model, (0, 0))
-                out[model] = (cap + capacity, fr + free)
-        return out
+        return {model: (capacity, free) for model, (capacity, free, _) in self.models.items()}
 
     def congestion(self) -> dict[str, int]:
         return {
-            model: min(1_000_000, self.demand(model) * 1000 // max(1, free))
-            for model, (_, free) in sorted(self.per_model().items())
+            model: min(1_000_000, self.demand(model) * 1000 // max(1, self.models[model][1]))
+            for model in sorted(self.models)
         }
 
     def hot_models(self) -> tuple[str, ...]:
@@ -58,35 +73,105 @@ class FleetStage:
         return ()
 
     def reduce(self, entity: FleetState | None, item: Input) -> tuple[FleetState | None, list[Emitted]]:
+        after, _ = self.fold(entity, item)
+        return after, list(self.publish(entity, after))
+
+    def fold(self, entity: FleetState | None, item: Input) -> tuple[FleetState | None, list[Emitted]]:
         fleet = entity or FleetState()
         if fleet.applied.seen(item):
             return entity, []
         delta = item.item
+        changed: FleetState | None = None
         if isinstance(delta, NodeCapacity):
-            others = tuple(n for n in fleet.nodes if (n.cluster, n.node) != (delta.cluster, delta.node))
-            nodes = (*others, delta) if delta.present else others
-            fleet = replace(fleet, nodes=tuple(sorted(nodes, key=lambda n: (n.cluster, n.node))))
+            changed = _capacity(fleet, delta)
         elif isinstance(delta, PendingDemand):
-            rest = tuple(p for p in fleet.pending if p.job_id != delta.job_id)
-            pending = (*rest, delta) if delta.pending else rest
-            fleet = replace(fleet, pending=tuple(sorted(pending, key=lambda p: p.job_id)))
-        fleet = replace(fleet, applied=fleet.applied.after(item))
-        return _rollups(fleet, item.time_ms)
+            changed = _demand(fleet, delta)
+        applied = fleet.applied.after(item)
+        if changed is None and applied is fleet.applied and entity is not None:
+            return entity, []  # nothing to fold: the roll-ups cannot change either
+        fleet = changed or fleet
+        clusters = set(fleet.rollups)
+        if isinstance(delta, NodeCapacity) and delta.present:
+            clusters.add(delta.cluster)
+        return _rollups(fleet, sorted(clusters), applied, item.time_ms), []
+
+    def publish(self, before: FleetState | None, after: FleetState | None) -> list[Output]:
+        if after is None:
+            return []
+        old = before.versions if before is not None else {}
+        outputs = []
+        for cluster, version in sorted(after.versions.items()):
+            if version > old.get(cluster, 0):
+                facts, seen_ms = after.rollups[cluster]
+                outputs.append(Output(rollup_event(cluster, facts, version, seen_ms), f"profile:{cluster}:v{version}"))
+        return outputs
 
 
-def rollup(fleet: FleetState, cluster: str, version: int, now: int) -> ResourceProfileUpdated:
-    congestion = fleet.congestion()
-    models: dict[str, tuple[int, int]] = {}
-    for node in fleet.nodes:
-        if node.cluster != cluster:
+def _capacity(fleet: FleetState, delta: NodeCapacity) -> FleetState | None:
+    key = (delta.cluster, delta.node)
+    old = fleet.nodes.get(key)
+    if old is None and not delta.present:
+        return None
+    nodes = dict(fleet.nodes)
+    models = dict(fleet.models)
+    clusters = dict(fleet.clusters)
+    in_cluster = dict(clusters.get(delta.cluster, {}))
+    if old is not None:
+        del nodes[key]
+        for model, capacity, free in old.per_model:
+            _add(models, model, -capacity, -free, -1)
+            _add(in_cluster, model, -capacity, -free, -1)
+    if delta.present:
+        nodes[key] = delta
+        for model, capacity, free in delta.per_model:
+            _add(models, model, capacity, free, 1)
+            _add(in_cluster, model, capacity, free, 1)
+    clusters[delta.cluster] = in_cluster
+    return FleetState(
+        nodes, fleet.pending, models, clusters, fleet.demand_any, fleet.demand_by_model, fleet.versions, fleet.rollups
+    )
+
+
+def _add(totals: dict[str, tuple[int, int, int]], model: str, capacity: int, free: int, entries: int) -> None:
+    cap, fr, count = totals.get(model, (0, 0, 0))
+    if count + entries == 0:
+        totals.pop(model, None)
+    else:
+        totals[model] = (cap + capacity, fr + free, count + entries)
+
+
+def _demand(fleet: FleetState, delta: PendingDemand) -> FleetState:
+    pending = dict(fleet.pending)
+    demand_any = fleet.demand_any
+    by_model = dict(fleet.demand_by_model)
+    for demand, sign in ((pending.pop(delta.job_id, None), -1), (delta if delta.pending else None, 1)):
+        if demand is None:
             continue
-        for model, capacity, free in node.per_model:
-            cap, fr = models.get(model, (0, 0))
-            models[model] = (cap + capacity, fr + free)
-    capacity = sum(cap for cap, _ in models.values())
-    free = sum(fr for _, fr in models.values())
+        if not demand.gpu_models:
+            demand_any += sign * demand.gpu_milli
+        for model in set(demand.gpu_models):
+            by_model[model] = by_model.get(model, 0) + sign * demand.gpu_milli
+    if delta.pending:
+        pending[delta.job_id] = delta
+    return FleetState(
+        fleet.nodes, pending, fleet.models, fleet.clusters, demand_any, by_model, fleet.versions, fleet.rollups
+    )
+
+
+def rollup_facts(fleet: FleetState, cluster: str, congestion: Mapping[str, int], hot: Sequence[str]) -> RollupFacts:
+    models = fleet.clusters.get(cluster, {})
     worst = max((congestion.get(model, 0) for model in models), default=0)
-    hot = tuple(model for model in fleet.hot_models() if model in models)
+    return (
+        tuple(sorted((model, capacity, free) for model, (capacity, free, _) in models.items())),
+        min(1000, worst),
+        tuple(model for model in hot if model in models),
+    )
+
+
+def rollup_event(cluster: str, facts: RollupFacts, version: int, now: int) -> ResourceProfileUpdated:
+    models, congestion, hot = facts
+    capacity = sum(cap for _, cap, _ in models)
+    free = sum(fr for _, _, fr in models)
     return ResourceProfileUpdated(
         cluster=ClusterId(cluster),
         node=None,
@@ -103,11 +188,11 @@ def rollup(fleet: FleetState, cluster: str, version: int, now: int) -> ResourceP
                 allocated_milli=cap - fr,
                 free_milli=fr,
             )
-            for model, (cap, fr) in sorted(models.items())
+            for model, cap, fr in models
         ),
         health_milli=1000,
         failures_per_kgpu_hour_milli=0,
-        congestion_milli=min(1000, worst),
+        congestion_milli=congestion,
         hot_models=hot,
         fit_training=True,
         fit_inference=True,
@@ -115,23 +200,33 @@ def rollup(fleet: FleetState, cluster: str, version: int, now: int) -> ResourceP
     )
 
 
-def _rollups(fleet: FleetState, now: int) -> tuple[FleetState, list[Emitted]]:
-    clusters = sorted({n.cluster for n in fleet.nodes} | {r.cluster for r in fleet.last_rollups})
-    versions = dict(fleet.versions)
-    previous: dict[str, ResourceProfileUpdated] = {r.cluster: r for r in fleet.last_rollups}
-    emitted: list[Emitted] = []
-    latest = []
+def rollup(fleet: FleetState, cluster: str, version: int, now: int) -> ResourceProfileUpdated:
+    return rollup_event(cluster, rollup_facts(fleet, cluster, fleet.congestion(), fleet.hot_models()), version, now)
+
+
+def _rollups(fleet: FleetState, clusters: Sequence[str], applied: Applied, now: int) -> FleetState:
+    """A new roll-up version for each cluster whose roll-up says something new."""
+    congestion = fleet.congestion()
+    hot = tuple(model for model, value in congestion.items() if value >= HOT_MILLI)
+    versions: dict[str, int] | None = None
+    rollups: dict[str, tuple[RollupFacts, int]] | None = None
     for cluster in clusters:
-        version = versions.get(cluster, 0)
-        candidate = rollup(fleet, cluster, version + 1, now)
-        old = previous.get(cluster)
-        if (
-            old is not None
-            and candidate.model_copy(update={"version": old.version, "last_seen_ms": old.last_seen_ms}) == old
-        ):
-            latest.append(old)
+        facts = rollup_facts(fleet, cluster, congestion, hot)
+        old = fleet.rollups.get(cluster)
+        if old is not None and old[0] == facts:
             continue
-        versions[cluster] = version + 1
-        latest.append(candidate)
-        emitted.append(Output(candidate, f"profile:{cluster}:v{version + 1}"))
-    return replace(fleet, versions=tuple(sorted(versions.items())), last_rollups=tuple(latest)), emitted
+        versions = versions or dict(fleet.versions)
+        rollups = rollups or dict(fleet.rollups)
+        versions[cluster] = versions.get(cluster, 0) + 1
+        rollups[cluster] = (facts, now)
+    return FleetState(
+        fleet.nodes,
+        fleet.pending,
+        fleet.models,
+        fleet.clusters,
+        fleet.demand_any,
+        fleet.demand_by_model,
+        fleet.versions if versions is None else versions,
+        fleet.rollups if rollups is None else rollups,
+        applied,
+    )

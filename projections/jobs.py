@@ -12,7 +12,7 @@ another partition) creates a view marked ``orphan`` rather than failing.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from events.catalog.base import Event
 from events.catalog.decisions import JobPlaced, JobPreemptionRequested, JobQueued, JobReclaimRequested
@@ -28,7 +28,7 @@ from events.catalog.jobs import (
     JobSucceeded,
 )
 from events.envelope import Envelope
-from projections.core import Applied, Emitted, Input, Routed
+from projections.core import Applied, Emitted, Input, Routed, Silent, evolve
 from projections.deltas import NodeAllocation, PendingDemand, QueueAllocation, ShapeSeen, UsageInterval
 from projections.shapes import shape_of
 
@@ -103,7 +103,7 @@ class JobView:
         return self.cluster is not None and bool(self.placement) and self.status in ("placed", "running")
 
 
-class JobStage:
+class JobStage(Silent[JobView]):
     name = STAGE
 
     def keys(self, envelope: Envelope) -> Sequence[str]:
@@ -121,10 +121,10 @@ class JobStage:
             return entity, []
         view, emitted = _apply(view, event, item.time_ms)
         if isinstance(event, _DECISIONS):
-            view = replace(
+            view = evolve(
                 view, last_decision=event.model_dump_json(), last_decision_type=event.event_type.rsplit(".", 1)[-1]
             )
-        return replace(view, applied=view.applied.after(item)), emitted
+        return evolve(view, applied=view.applied.after(item)), emitted
 
 
 def _apply(view: JobView, event: Event, now: int) -> tuple[JobView, list[Emitted]]:
@@ -134,16 +134,16 @@ def _apply(view: JobView, event: Event, now: int) -> tuple[JobView, list[Emitted
         reasons = ",".join(r.value for r in event.reasons)
         if view.status in _TERMINAL or view.allocated:
             return _log(view, now, view.status, event, reasons, event.message), []
-        view = replace(view, status="queued", queued_since_ms=_since(view, now))
+        view = evolve(view, status="queued", queued_since_ms=_since(view, now))
         return _log(view, now, "queued", event, reasons, event.message), _demand(view, True)
     if isinstance(event, JobPlaced):
         return _placed(view, event, now)
     if isinstance(event, (JobStarted, *_ENDS_RUN)) and getattr(event, "run", 0) > view.run:
-        return replace(view, early=(*view.early, (now, getattr(event, "run", 0), event))), []
+        return evolve(view, early=(*view.early, (now, getattr(event, "run", 0), event))), []
     if isinstance(event, JobStarted):
         if event.run != view.run or view.status in _TERMINAL:
             return _log(view, now, view.status, event, "StaleRun", f"run {event.run} is not the current run"), []
-        view = replace(view, status="running", started_ms=view.started_ms or now)
+        view = evolve(view, status="running", started_ms=view.started_ms or now)
         return _log(view, now, "running", event, "", event.message), []
     if isinstance(event, _ENDS_RUN):
         return _run_ended(view, event, now)
@@ -152,7 +152,7 @@ def _apply(view: JobView, event: Event, now: int) -> tuple[JobView, list[Emitted
     if isinstance(event, JobCancelRequested):
         return _log(view, now, view.status, event, "CancelRequested", event.reason), []
     if isinstance(event, JobRejected):
-        view = replace(view, status="rejected", tenant=view.tenant or event.tenant, ended_ms=now)
+        view = evolve(view, status="rejected", tenant=view.tenant or event.tenant, ended_ms=now)
         return _log(view, now, "rejected", event, event.reason.value, event.message), []
     return view, []
 
@@ -168,7 +168,7 @@ def _submitted(view: JobView, event: JobSubmitted, now: int) -> tuple[JobView, l
     if view.orphan and view.allocated:
         # Its placement was read first and held quota of an unknown queue: give that back.
         emitted.append(_via_node(view, _queue_delta(view, False, view.placed_ms or now)))
-    view = replace(
+    view = evolve(
         view,
         orphan=False,
         name=event.name,
@@ -188,7 +188,7 @@ def _submitted(view: JobView, event: JobSubmitted, now: int) -> tuple[JobView, l
     if view.allocated and len(emitted) > 1:
         emitted += _hold(view, view.placed_ms or now)
     if view.status == "unknown":
-        view = replace(view, status="submitted", queued_since_ms=now)
+        view = evolve(view, status="submitted", queued_since_ms=now)
         emitted += _demand(view, True)
     return _log(view, now, view.status, event, "Submitted", ""), emitted
 
@@ -199,7 +199,7 @@ def _placed(view: JobView, event: JobPlaced, now: int) -> tuple[JobView, list[Em
         emitted += _release(view, now)
     waited = view.waiting_ms + (now - view.queued_since_ms if view.queued_since_ms is not None else 0)
     slots = tuple(ReplicaSlot(r.node, tuple(r.gpu_indices), r.gpu_milli_each) for r in event.replicas)
-    view = replace(
+    view = evolve(
         view,
         status="placed",
         cluster=event.cluster,
@@ -214,7 +214,7 @@ def _placed(view: JobView, event: JobPlaced, now: int) -> tuple[JobView, list[Em
     emitted += _hold(view, now)
     view = _log(view, now, "placed", event, event.reason.value, event.explanation)
     due = [fact for fact in view.early if fact[1] == event.run]
-    view = replace(view, early=tuple(fact for fact in view.early if fact[1] > event.run))
+    view = evolve(view, early=tuple(fact for fact in view.early if fact[1] > event.run))
     for when, _, fact in due:
         view, more = _apply(view, fact, max(when, now))
         emitted += more
@@ -237,12 +237,12 @@ def _run_ended(view: JobView, event: Event, now: int) -> tuple[JobView, list[Emi
     }[type(event)]
     if isinstance(event, JobFailed):
         reason = event.reason.value
-    view = replace(view, status=status, placement=())
+    view = evolve(view, status=status, placement=())
     if status == "queued":
-        view = replace(view, preemptions=view.preemptions + 1, queued_since_ms=now)
+        view = evolve(view, preemptions=view.preemptions + 1, queued_since_ms=now)
         emitted += _demand(view, True)
     else:
-        view = replace(view, ended_ms=now, queued_since_ms=None)
+        view = evolve(view, ended_ms=now, queued_since_ms=None)
         emitted += _demand(view, False)
     return _log(view, now, status, event, reason, getattr(event, "message", "")), emitted
 
@@ -259,7 +259,7 @@ def _log(view: JobView, now: int, status: str, event: Event, reason: str, messag
         # Keep the first entries (how it started) and the latest ones (where it is now).
         timeline = timeline[:20] + timeline[-(TIMELINE_LIMIT - 20) :]
         dropped += 1
-    return replace(
+    return evolve(
         view,
         timeline=timeline,
         timeline_dropped=dropped,

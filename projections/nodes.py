@@ -14,14 +14,14 @@ failures per 1,000 GPU-hours observed.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from events.catalog.base import Event
 from events.catalog.inventory import GpuHealthReported, NodeObserved, NodeRemoved, NodeUsageReported
 from events.catalog.profiles import GpuModelProfile, Quantities, ResourceProfileUpdated
 from events.catalog.types import ClusterId, Health, NodeId
 from events.envelope import Envelope
-from projections.core import Applied, Emitted, Input, Output, Routed, split_key
+from projections.core import Applied, Emitted, Input, Output, Routed, evolve, split_key
 from projections.deltas import NodeAllocation, NodeCapacity, QueueAllocation, UsageInterval, UsageSample
 
 STAGE = "nodes"
@@ -30,6 +30,14 @@ FAILURE_PENALTY = 200
 RECENT_FAILURES = 16
 _HEALTH_POINTS = {Health.OK: 1000, Health.DEGRADED: 500, Health.FAILED: 0}
 _HOUR_MS = 3_600_000
+
+ModelFacts = tuple[str, int, int, int, int, int, int]
+"""(model, GPUs, memory MiB, capacity milli, allocated milli, free milli, largest free block milli)."""
+Quantity4 = tuple[int, int, int, int]
+"""(milli-CPU, MiB, milli-GPU, NPUs)."""
+ProfileFacts = tuple[Quantity4, tuple[int, int, int], Quantity4, tuple[ModelFacts, ...], int, int, bool, bool, bool]
+"""What a node's profile event says but its version and time, as plain values: capacity, allocated
+and free quantities, GPU models, health, stability, fit for training, fit for inference, stale."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +81,8 @@ class NodeProfile:
     recent_failures_ms: tuple[int, ...] = ()
     gpu_utilisation_pct: int = 0
     version: int = 0
-    last_output: ResourceProfileUpdated | None = None
+    published: tuple[ProfileFacts, int] | None = None
+    """What version ``version`` of the profile says, and its ``last_seen_ms``."""
     applied: Applied = field(default_factory=Applied)
 
     def model_of(self, index: int) -> str:
@@ -93,15 +102,27 @@ class NodeStage:
         return ()
 
     def reduce(self, entity: NodeProfile | None, item: Input) -> tuple[NodeProfile | None, list[Emitted]]:
+        after, emitted = self.fold(entity, item)
+        return after, [*emitted, *self.publish(entity, after)]
+
+    def fold(self, entity: NodeProfile | None, item: Input) -> tuple[NodeProfile | None, list[Emitted]]:
         cluster, node = split_key(item.key)
         profile = entity or NodeProfile(cluster=cluster, node=node)
         if profile.applied.seen(item):
             return entity, []
         before = profile
         profile, emitted = _apply(profile, item.item, item.time_ms)
-        profile = replace(profile, applied=profile.applied.after(item))
-        profile, outputs = _outputs(before, profile)
-        return profile, emitted + outputs
+        applied = profile.applied.after(item)
+        if profile is before and applied is before.applied and entity is not None:
+            return entity, emitted  # passed through, or changed nothing: the profile says what it said
+        return _versioned(before, evolve(profile, applied=applied), emitted)
+
+    def publish(self, before: NodeProfile | None, after: NodeProfile | None) -> list[Output]:
+        if after is None or after.published is None or after.version <= (before.version if before else 0):
+            return []
+        facts, seen_ms = after.published
+        event = profile_event_of(after, facts, after.version, seen_ms)
+        return [Output(event, f"profile:{after.cluster}/{after.node}:v{after.version}")]
 
 
 def _apply(profile: NodeProfile, item: Event | object, now: int) -> tuple[NodeProfile, list[Emitted]]:
@@ -112,7 +133,7 @@ def _apply(profile: NodeProfile, item: Event | object, now: int) -> tuple[NodePr
     if isinstance(item, NodeRemoved):
         if item.generation < profile.generation:
             return profile, []
-        return replace(_seen(profile, now), present=False, schedulable=False, generation=item.generation), []
+        return evolve(_seen(profile, now), present=False, schedulable=False, generation=item.generation), []
     if isinstance(item, GpuHealthReported):
         return _health(_seen(profile, now), item, now), []
     if isinstance(item, NodeUsageReported):
@@ -121,9 +142,9 @@ def _apply(profile: NodeProfile, item: Event | object, now: int) -> tuple[NodePr
         return _allocation(profile, item), []
     if isinstance(item, QueueAllocation):
         model = profile.gpus[0].model if (profile.gpus and item.gpu_milli) else None
-        return profile, [Routed("quota", item.queue_key, replace(item, gpu_model=model))]
+        return profile, [Routed("quota", item.queue_key, evolve(item, gpu_model=model))]
     if isinstance(item, UsageInterval):
-        return profile, [Routed("clusters", profile.cluster, replace(item, gpu_model=_main_model(profile)))]
+        return profile, [Routed("clusters", profile.cluster, evolve(item, gpu_model=_main_model(profile)))]
     return profile, []
 
 
@@ -132,7 +153,7 @@ def _seen(profile: NodeProfile, now: int) -> NodeProfile:
     observed = profile.observed_gpu_ms
     if profile.first_seen_ms is not None and now > profile.last_seen_ms:
         observed += gpus * (now - profile.last_seen_ms)
-    return replace(
+    return evolve(
         profile,
         first_seen_ms=profile.first_seen_ms if profile.first_seen_ms is not None else now,
         last_seen_ms=max(profile.last_seen_ms, now),
@@ -156,7 +177,7 @@ def _observed(profile: NodeProfile, event: NodeObserved) -> NodeProfile:
             )
         )
     failures, recent = _count_failures(profile, gpus, profile.last_seen_ms)
-    return replace(
+    return evolve(
         profile,
         present=True,
         generation=event.generation,
@@ -185,7 +206,7 @@ def _health(profile: NodeProfile, event: GpuHealthReported, now: int) -> NodePro
         new_ecc = max(0, (sample.ecc_uncorrected or 0) - gpu.ecc_uncorrected)
         extra_failures += 1 if (new_xid or new_ecc) and sample.health is not Health.FAILED else 0
         gpus.append(
-            replace(
+            evolve(
                 gpu,
                 health=sample.health,
                 xid_errors=max(gpu.xid_errors, sample.xid_errors),
@@ -194,7 +215,7 @@ def _health(profile: NodeProfile, event: GpuHealthReported, now: int) -> NodePro
         )
     failures, recent = _count_failures(profile, gpus, now)
     recent = (recent + (now,) * extra_failures)[-RECENT_FAILURES:]
-    return replace(profile, gpus=tuple(gpus), failures=failures + extra_failures, recent_failures_ms=recent)
+    return evolve(profile, gpus=tuple(gpus), failures=failures + extra_failures, recent_failures_ms=recent)
 
 
 def _count_failures(profile: NodeProfile, gpus: Sequence[Gpu], now: int) -> tuple[int, tuple[int, ...]]:
@@ -227,7 +248,7 @@ def _usage(profile: NodeProfile, event: NodeUsageReported, now: int) -> tuple[No
             now,
         )
         emitted.append(Routed("clusters", profile.cluster, sample))
-    return replace(profile, gpu_utilisation_pct=pct), emitted
+    return evolve(profile, gpu_utilisation_pct=pct), emitted
 
 
 def _allocation(profile: NodeProfile, delta: NodeAllocation) -> NodeProfile:
@@ -237,9 +258,9 @@ def _allocation(profile: NodeProfile, delta: NodeAllocation) -> NodeProfile:
         if current is not None and current.run > delta.run:
             return profile
         new = Allocation(delta.job_id, delta.run, delta.tenant, delta.cpu_milli, delta.memory_mib, delta.gpu_milli)
-        return replace(profile, allocations=tuple(sorted((*others, new), key=lambda a: a.job_id)))
+        return evolve(profile, allocations=tuple(sorted((*others, new), key=lambda a: a.job_id)))
     if current is not None and current.run == delta.run:
-        return replace(profile, allocations=others)
+        return evolve(profile, allocations=others)
     return profile
 
 
@@ -273,94 +294,102 @@ def allocated_by_gpu(profile: NodeProfile) -> dict[int, int]:
     return used
 
 
-def profile_event(profile: NodeProfile, version: int) -> ResourceProfileUpdated:
+def profile_facts(profile: NodeProfile) -> ProfileFacts:
     used = allocated_by_gpu(profile)
-    usable = [g for g in profile.gpus if g.health is not Health.FAILED] if profile.present else []
-    capacity_gpu = 1000 * len(usable)
-    allocated_gpu = sum(used.values())
-    free_gpu = sum(max(0, 1000 - used.get(g.index, 0)) for g in usable)
-    models = []
-    for model in sorted({g.model for g in profile.gpus}):
-        of_model = [g for g in usable if g.model == model]
-        free_each = [max(0, 1000 - used.get(g.index, 0)) for g in of_model]
-        models.append(
-            GpuModelProfile(
-                model=model,
-                gpus=sum(1 for g in profile.gpus if g.model == model),
-                memory_mib=max((g.memory_mib for g in profile.gpus if g.model == model), default=0),
-                capacity_milli=1000 * len(of_model),
-                allocated_milli=sum(used.get(g.index, 0) for g in profile.gpus if g.model == model),
-                free_milli=sum(free_each),
-                largest_free_block_milli=1000 * sum(1 for f in free_each if f == 1000),
-            )
-        )
+    present = profile.present
+    models: dict[str, list[int]] = {}
+    capacity_gpu = free_gpu = 0
+    for gpu in profile.gpus:
+        taken = used.get(gpu.index, 0)
+        entry = models.get(gpu.model)
+        if entry is None:
+            entry = models[gpu.model] = [0, 0, 0, 0, 0, 0]
+        entry[0] += 1
+        entry[1] = max(entry[1], gpu.memory_mib)
+        entry[3] += taken
+        if present and gpu.health is not Health.FAILED:
+            free = max(0, 1000 - taken)
+            entry[2] += 1000
+            entry[4] += free
+            entry[5] += 1000 if free == 1000 else 0
+            capacity_gpu += 1000
+            free_gpu += free
     cpu_alloc = sum(a.cpu_milli for a in profile.allocations)
     mem_alloc = sum(a.memory_mib for a in profile.allocations)
-    capacity = Quantities(
-        cpu_milli=profile.cpu_milli if profile.present else 0,
-        memory_mib=profile.memory_mib if profile.present else 0,
-        gpu_milli=capacity_gpu,
-        npus=profile.npus if profile.present else 0,
-    )
-    allocated = Quantities(cpu_milli=cpu_alloc, memory_mib=mem_alloc, gpu_milli=allocated_gpu)
-    free = Quantities(
-        cpu_milli=max(0, capacity.cpu_milli - cpu_alloc),
-        memory_mib=max(0, capacity.memory_mib - mem_alloc),
-        gpu_milli=free_gpu,
-        npus=capacity.npus,
-    )
+    cpu, memory, npus = (profile.cpu_milli, profile.memory_mib, profile.npus) if present else (0, 0, 0)
     health = health_milli(profile)
     stability = failures_per_kgpu_hour_milli(profile)
+    return (
+        (cpu, memory, capacity_gpu, npus),
+        (cpu_alloc, mem_alloc, sum(used.values())),
+        (max(0, cpu - cpu_alloc), max(0, memory - mem_alloc), free_gpu, npus),
+        tuple((model, *models[model]) for model in sorted(models)),  # type: ignore[misc]
+        health,
+        stability,
+        present
+        and health >= 900
+        and (len(profile.gpus) >= 8 or profile.nvlink_domain is not None or profile.rdma_fabric is not None),
+        present and health >= 800 and stability < 5000,
+        not present,
+    )
+
+
+def profile_event_of(profile: NodeProfile, facts: ProfileFacts, version: int, seen_ms: int) -> ResourceProfileUpdated:
+    capacity, allocated, free, models, health, stability, training, inference, stale = facts
     return ResourceProfileUpdated(
         cluster=ClusterId(profile.cluster),
         node=NodeId(profile.node),
         version=version,
-        capacity=capacity,
-        allocated=allocated,
-        free=free,
-        gpu_models=tuple(models),
+        capacity=Quantities(cpu_milli=capacity[0], memory_mib=capacity[1], gpu_milli=capacity[2], npus=capacity[3]),
+        allocated=Quantities(cpu_milli=allocated[0], memory_mib=allocated[1], gpu_milli=allocated[2]),
+        free=Quantities(cpu_milli=free[0], memory_mib=free[1], gpu_milli=free[2], npus=free[3]),
+        gpu_models=tuple(
+            GpuModelProfile(
+                model=model,
+                gpus=gpus,
+                memory_mib=memory,
+                capacity_milli=cap,
+                allocated_milli=alloc,
+                free_milli=fr,
+                largest_free_block_milli=largest,
+            )
+            for model, gpus, memory, cap, alloc, fr, largest in models
+        ),
         health_milli=health,
         failures_per_kgpu_hour_milli=stability,
         congestion_milli=0,
-        fit_training=profile.present
-        and health >= 900
-        and (len(profile.gpus) >= 8 or profile.nvlink_domain is not None or profile.rdma_fabric is not None),
-        fit_inference=profile.present and health >= 800 and stability < 5000,
-        last_seen_ms=profile.last_seen_ms,
-        stale=not profile.present,
+        fit_training=training,
+        fit_inference=inference,
+        last_seen_ms=seen_ms,
+        stale=stale,
     )
 
 
-def capacity_delta(profile: NodeProfile) -> NodeCapacity:
+def profile_event(profile: NodeProfile, version: int) -> ResourceProfileUpdated:
+    return profile_event_of(profile, profile_facts(profile), version, profile.last_seen_ms)
+
+
+def capacity_delta(profile: NodeProfile, facts: ProfileFacts | None = None) -> NodeCapacity:
     if not profile.present:
         return NodeCapacity(profile.cluster, profile.node, False)
-    event = profile_event(profile, 1)
-    return NodeCapacity(
-        profile.cluster,
-        profile.node,
-        True,
-        tuple((m.model, m.capacity_milli, m.free_milli) for m in event.gpu_models),
-    )
+    models = (facts or profile_facts(profile))[3]
+    return NodeCapacity(profile.cluster, profile.node, True, tuple((m[0], m[3], m[5]) for m in models))
 
 
-def _outputs(before: NodeProfile, after: NodeProfile) -> tuple[NodeProfile, list[Emitted]]:
+def _versioned(before: NodeProfile, after: NodeProfile, emitted: list[Emitted]) -> tuple[NodeProfile, list[Emitted]]:
+    """A new version when the profile says something new, or a heartbeat so readers can tell a node
+    is alive; and the node's capacity for the fleet when that changed."""
     if after.first_seen_ms is None:  # only deltas so far, no sight of the node: nothing to publish
-        return after, []
-    candidate = profile_event(after, after.version + 1)
-    previous = after.last_output
-    if previous is not None and not _worth_publishing(previous, candidate):
-        return after, []
-    after = replace(after, version=after.version + 1, last_output=candidate)
-    emitted: list[Emitted] = [Output(candidate, f"profile:{after.cluster}/{after.node}:v{after.version}")]
-    if previous is None or capacity_delta(before) != capacity_delta(after):
-        emitted.append(Routed("fleet", "fleet", capacity_delta(after)))
+        return after, emitted
+    facts = profile_facts(after)
+    previous = after.published
+    if previous is not None and previous[0] == facts and after.last_seen_ms - previous[1] < HEARTBEAT_MS:
+        return after, emitted
+    after = evolve(after, version=after.version + 1, published=(facts, after.last_seen_ms))
+    # A stored profile says what its latest version says (but the time): ``previous`` is ``before``'s.
+    if previous is None or capacity_delta(before, previous[0]) != capacity_delta(after, facts):
+        emitted = [*emitted, Routed("fleet", "fleet", capacity_delta(after, facts))]
     return after, emitted
 
 
 HEARTBEAT_MS = 300_000
-
-
-def _worth_publishing(previous: ResourceProfileUpdated, candidate: ResourceProfileUpdated) -> bool:
-    """A change of anything but the time seen, or a heartbeat so readers can tell a node is alive."""
-    same = candidate.model_copy(update={"version": previous.version, "last_seen_ms": previous.last_seen_ms})
-    return same != previous or candidate.last_seen_ms - previous.last_seen_ms >= HEARTBEAT_MS

@@ -5,22 +5,33 @@ queue's quota), and the allocations of its jobs' runs (via the node stage, which
 Holdings are kept per job, so a duplicate or a release before its hold cannot skew a total. GPU-hours
 consumed (the input of fair share) grow when a run is released, by its GPU milli x its duration.
 Borrowed is what is used above the guarantee (within the limit): capacity lent by the cohort.
+
+Used amounts are running totals kept beside the holdings, so a delta costs the size of what it
+changes. The version grows with every input that changes what the usage event says; the event is
+built only when published.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from bisect import bisect_left
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from events.catalog.governance import QuotaSet
 from events.catalog.profiles import QuotaUsage, QuotaUsageUpdated
 from events.catalog.types import QueueId, ResourceKind, TenantId
 from events.envelope import Envelope
-from projections.core import Applied, Emitted, Input, Output
+from projections.core import Applied, Emitted, Input, Output, evolve
 from projections.deltas import QueueAllocation
 
 STAGE = "quota"
 _HOUR_MS = 3_600_000
+RELEASED_RUNS = 10_000
+_CPU, _MEMORY, _GPU = ResourceKind.CPU.value, ResourceKind.MEMORY.value, ResourceKind.GPU.value
+
+UsageFacts = tuple[tuple[tuple[str, str | None, int, int, int | None, int], ...], int, int]
+"""What a usage event says but its version: (resource, GPU model, used, guaranteed, limit, borrowed)
+per line, GPU-hours in thousandths, start of the period."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,28 +53,59 @@ class QuotaLineState:
 
 
 @dataclass(frozen=True, slots=True)
+class Used:
+    """Running totals of a queue's holdings: CPU, memory, GPU, and GPU by model (with the number of
+    holdings of GPUs of each model, so a model leaves when its last holding does)."""
+
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    gpu_milli: int = 0
+    gpu_by_model: Mapping[str | None, tuple[int, int]] = field(default_factory=dict)
+
+    def plus(self, holding: Holding, sign: int) -> Used:
+        by_model = self.gpu_by_model
+        if holding.gpu_milli:
+            by_model = dict(by_model)
+            milli, count = by_model.get(holding.gpu_model, (0, 0))
+            if count + sign == 0:
+                del by_model[holding.gpu_model]
+            else:
+                by_model[holding.gpu_model] = (milli + sign * holding.gpu_milli, count + sign)
+        return Used(
+            self.cpu_milli + sign * holding.cpu_milli,
+            self.memory_mib + sign * holding.memory_mib,
+            self.gpu_milli + sign * holding.gpu_milli,
+            by_model,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class QueueQuota:
     tenant: str
     queue: str
     lines: tuple[QuotaLineState, ...] = ()
     holdings: tuple[Holding, ...] = ()
+    """Sorted by job."""
     released_runs: tuple[tuple[str, int], ...] = ()
+    """Sorted; the latest ``RELEASED_RUNS`` in that order."""
     gpu_milli_ms_consumed: int = 0
     period_start_ms: int = 0
     version: int = 0
-    last_output: QuotaUsageUpdated | None = None
+    published: UsageFacts | None = None
+    """What version ``version`` of the usage event says."""
     applied: Applied = field(default_factory=Applied)
+    totals: Used = field(default_factory=Used)
 
     def used(self, resource: str, gpu_model: str | None) -> int:
-        total = 0
-        for h in self.holdings:
-            if resource == ResourceKind.CPU:
-                total += h.cpu_milli
-            elif resource == ResourceKind.MEMORY:
-                total += h.memory_mib
-            elif resource == ResourceKind.GPU and (gpu_model is None or h.gpu_model == gpu_model):
-                total += h.gpu_milli
-        return total
+        if resource == _CPU:
+            return self.totals.cpu_milli
+        if resource == _MEMORY:
+            return self.totals.memory_mib
+        if resource == _GPU:
+            if gpu_model is None:
+                return self.totals.gpu_milli
+            return self.totals.gpu_by_model.get(gpu_model, (0, 0))[0]
+        return 0
 
 
 class QuotaStage:
@@ -76,11 +118,16 @@ class QuotaStage:
         return ()
 
     def reduce(self, entity: QueueQuota | None, item: Input) -> tuple[QueueQuota | None, list[Emitted]]:
+        after, emitted = self.fold(entity, item)
+        return after, [*emitted, *self.publish(entity, after)]
+
+    def fold(self, entity: QueueQuota | None, item: Input) -> tuple[QueueQuota | None, list[Emitted]]:
         tenant, _, queue = item.key.partition("/")
         quota = entity or QueueQuota(tenant, queue, period_start_ms=item.time_ms)
         if quota.applied.seen(item):
             return entity, []
         data = item.item
+        before = quota
         if isinstance(data, QuotaSet):
             lines = tuple(
                 sorted(
@@ -91,72 +138,114 @@ class QuotaStage:
                     key=lambda line: (line.resource, line.gpu_model or ""),
                 )
             )
-            quota = replace(quota, lines=lines)
+            quota = evolve(quota, lines=lines)
         elif isinstance(data, QueueAllocation):
             quota = _allocation(quota, data, item.time_ms)
-        quota = replace(quota, applied=quota.applied.after(item))
+        applied = quota.applied.after(item)
+        if quota is before and applied is before.applied and entity is not None:
+            return entity, []  # changed nothing
+        if applied is not quota.applied:
+            quota = evolve(quota, applied=applied)
         if quota.tenant == "unknown" and not quota.holdings and not quota.gpu_milli_ms_consumed:
             # Held only while a placement waited for its submission to be read: nothing to keep.
             return None, []
-        return _output(quota)
+        return _versioned(quota), []
+
+    def publish(self, before: QueueQuota | None, after: QueueQuota | None) -> list[Output]:
+        if after is None or after.published is None or after.version <= (before.version if before else 0):
+            return []
+        event = usage_event_of(after, after.published, after.version)
+        return [Output(event, f"quota:{after.tenant}/{after.queue}:v{after.version}")]
 
 
 def _allocation(quota: QueueQuota, delta: QueueAllocation, now: int) -> QueueQuota:
-    others = tuple(h for h in quota.holdings if h.job_id != delta.job_id)
-    current = next((h for h in quota.holdings if h.job_id == delta.job_id), None)
+    holdings = quota.holdings
+    at = bisect_left(holdings, delta.job_id, key=_job_of)
+    current = holdings[at] if at < len(holdings) and holdings[at].job_id == delta.job_id else None
+    released = quota.released_runs
+    run = (delta.job_id, delta.run)
+    where = bisect_left(released, run)
+    was_released = where < len(released) and released[where] == run
     if delta.held:
-        if (delta.job_id, delta.run) in quota.released_runs or (current is not None and current.run > delta.run):
+        if was_released or (current is not None and current.run > delta.run):
             return quota
         holding = Holding(delta.job_id, delta.run, delta.cpu_milli, delta.memory_mib, delta.gpu_milli, delta.gpu_model)
-        return replace(quota, holdings=tuple(sorted((*others, holding), key=lambda h: h.job_id)))
-    if (delta.job_id, delta.run) in quota.released_runs:
+        totals = quota.totals if current is None else quota.totals.plus(current, -1)
+        rest = holdings[at + 1 :] if current is not None else holdings[at:]
+        return evolve(quota, holdings=(*holdings[:at], holding, *rest), totals=totals.plus(holding, 1))
+    if was_released:
         return quota
     consumed = delta.gpu_milli * max(0, (delta.at_ms or now) - delta.since_ms)
-    kept = others if current is not None and current.run == delta.run else quota.holdings
-    return replace(
+    totals = quota.totals
+    if current is not None and current.run == delta.run:
+        holdings = (*holdings[:at], *holdings[at + 1 :])
+        totals = totals.plus(current, -1)
+    released = (*released[:where], run, *released[where:])[-RELEASED_RUNS:]
+    return evolve(
         quota,
-        holdings=kept,
-        released_runs=tuple(sorted((*quota.released_runs, (delta.job_id, delta.run))))[-10_000:],
+        holdings=holdings,
+        released_runs=released,
         gpu_milli_ms_consumed=quota.gpu_milli_ms_consumed + consumed,
+        totals=totals,
     )
 
 
-def usage_event(quota: QueueQuota, version: int) -> QuotaUsageUpdated:
+def _job_of(holding: Holding) -> str:
+    return holding.job_id
+
+
+def usage_facts(quota: QueueQuota) -> UsageFacts:
     keys: dict[tuple[str, str | None], QuotaLineState | None] = {
         (line.resource, line.gpu_model): line for line in quota.lines
     }
-    for holding in quota.holdings:
-        if holding.gpu_milli and (ResourceKind.GPU.value, holding.gpu_model) not in keys:
-            keys[(ResourceKind.GPU.value, holding.gpu_model)] = None
+    for model in quota.totals.gpu_by_model:
+        if (_GPU, model) not in keys:
+            keys[(_GPU, model)] = None
     usage = []
     for (resource, model), line in sorted(keys.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
         used = quota.used(resource, model)
         guaranteed = line.guaranteed if line else 0
-        limit = line.limit if line else None
         usage.append(
+            (
+                resource,
+                model,
+                used,
+                guaranteed,
+                line.limit if line else None,
+                max(0, used - guaranteed) if line else 0,
+            )
+        )
+    return tuple(usage), quota.gpu_milli_ms_consumed // _HOUR_MS, quota.period_start_ms
+
+
+def usage_event_of(quota: QueueQuota, facts: UsageFacts, version: int) -> QuotaUsageUpdated:
+    usage, gpu_hours_milli, period_start_ms = facts
+    return QuotaUsageUpdated(
+        tenant=TenantId(quota.tenant),
+        queue=QueueId(quota.queue),
+        version=version,
+        usage=tuple(
             QuotaUsage(
                 resource=ResourceKind(resource),
                 gpu_model=model,
                 used=used,
                 guaranteed=guaranteed,
                 limit=limit,
-                borrowed=max(0, used - guaranteed) if line else 0,
+                borrowed=borrowed,
             )
-        )
-    return QuotaUsageUpdated(
-        tenant=TenantId(quota.tenant),
-        queue=QueueId(quota.queue),
-        version=version,
-        usage=tuple(usage),
-        gpu_hours_milli=quota.gpu_milli_ms_consumed // _HOUR_MS,
-        period_start_ms=quota.period_start_ms,
+            for resource, model, used, guaranteed, limit, borrowed in usage
+        ),
+        gpu_hours_milli=gpu_hours_milli,
+        period_start_ms=period_start_ms,
     )
 
 
-def _output(quota: QueueQuota) -> tuple[QueueQuota, list[Emitted]]:
-    candidate = usage_event(quota, quota.version + 1)
-    previous = quota.last_output
-    if previous is not None and candidate.model_copy(update={"version": previous.version}) == previous:
-        return quota, []
-    quota = replace(quota, version=quota.version + 1, last_output=candidate)
-    return quota, [Output(candidate, f"quota:{quota.tenant}/{quota.queue}:v{quota.version}")]
+def usage_event(quota: QueueQuota, version: int) -> QuotaUsageUpdated:
+    return usage_event_of(quota, usage_facts(quota), version)
+
+
+def _versioned(quota: QueueQuota) -> QueueQuota:
+    facts = usage_facts(quota)
+    if facts == quota.published:
+        return quota
+    return evolve(quota, version=quota.version + 1, published=facts)

@@ -5,9 +5,10 @@ Called by ``fedsched up`` and the projections CLI. Calls the log ports and the r
 Each step reads what is committed on every source partition from the positions stored with the read
 models, merges it in log-time order (ties by topic, partition, offset: the order the live system saw
 causes before effects), folds it through the topology, publishes the outputs (profile and quota
-events; their ids and versions make a re-publication harmless), and then writes the read models,
-entity states and positions in one transaction. A crash between the two re-runs the step from the
-stored positions: same outputs, same rows.
+events: the latest version of each entity the step changed), and then writes the read models, entity
+states and positions in one transaction. A crash between the two re-runs the step from the stored
+positions: the same rows, and outputs whose ids and versions make a re-publication harmless (a
+version's content depends only on the events folded, never on how they were batched).
 """
 
 from __future__ import annotations
@@ -118,8 +119,9 @@ class ProjectionRunner:
                 dead.append(dead_letter(record, problem, GROUP))
                 continue
             position = Position(record.topic, record.partition, record.offset)
-            self.topology.process(self.store, envelope, position, processed)
+            self.topology.fold(self.store, envelope, position, processed)
             folded += 1
+        self.topology.flush(self.store, processed)
         latest = max((item[0] for part in decoded for item in part), default=0)
         outputs = [to_record(_envelope(out, latest)) for out in processed.outputs] if self._publish else []
         if self._producer is not None and (dead or outputs):

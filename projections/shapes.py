@@ -7,10 +7,10 @@ Called by the projection hosts; keyed by shape (``cpu_milli:memory_mib:gpu_milli
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from events.envelope import Envelope
-from projections.core import Applied, Emitted, Input
+from projections.core import Applied, Emitted, Input, Silent, evolve
 from projections.deltas import ShapeSeen
 
 STAGE = "shapes"
@@ -38,7 +38,7 @@ def shape_of(seen: ShapeSeen) -> tuple[str, int, int, int, str]:
     return f"{cpu}:{memory}:{seen.gpu_milli}:{model}", cpu, memory, seen.gpu_milli, model
 
 
-class ShapeStage:
+class ShapeStage(Silent[ShapeCount]):
     name = STAGE
 
     def keys(self, envelope: Envelope) -> Sequence[str]:
@@ -52,5 +52,5 @@ class ShapeStage:
         shape = entity or ShapeCount(key, cpu, memory, gpu, model)
         if shape.applied.seen(item):  # a host that gives deltas positions redelivered this one
             return entity, []
-        shape = replace(shape, count=shape.count + 1, replicas=shape.replicas + seen.replicas)
-        return replace(shape, applied=shape.applied.after(item)), []
+        shape = evolve(shape, count=shape.count + 1, replicas=shape.replicas + seen.replicas)
+        return evolve(shape, applied=shape.applied.after(item)), []

@@ -5,6 +5,9 @@ repartition topics between them. Pure: entities live in a store the host provide
 
 ``process`` folds one event into the stages that own it, then the deltas they emit into their target
 entities, breadth first, in emission order; outputs (events to publish) are collected in that order.
+A host that works in batches calls ``fold`` for each event and ``flush`` once at the end of the batch
+instead: the same entities, and one output per changed entity (its latest version) rather than one per
+input (see ``projections.core.Stage``).
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ class MemoryStore:
     tables: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def get(self, stage: str, key: str) -> Any:
-        return self.tables.get(stage, {}).get(key)
+        table = self.tables.get(stage)
+        return None if table is None else table.get(key)
 
     def put(self, stage: str, key: str, entity: Any) -> None:
         table = self.tables.setdefault(stage, {})
@@ -54,6 +58,8 @@ class MemoryStore:
 class Processed:
     outputs: list[Output] = field(default_factory=list)
     changed: set[Key] = field(default_factory=set)
+    before: dict[Key, Any] = field(default_factory=dict)
+    """For ``fold``: each entity the batch changed, as it stood before (None: absent), in order."""
 
 
 def default_stages() -> tuple[Stage[Any], ...]:
@@ -82,3 +88,37 @@ class Topology:
                     queue.append((out.stage, Input(out.key, item.time_ms, None, out.delta, item.envelope_id)))
                 elif isinstance(out, Output):
                     into.outputs.append(out)
+
+    def fold(self, store: EntityStore, envelope: Envelope, position: Position, into: Processed) -> None:
+        """``process`` without building outputs; ``flush`` builds them for the whole batch."""
+        queue: deque[tuple[str, Input]] = deque()
+        for name, stage in self.stages.items():
+            for key in stage.keys(envelope):
+                queue.append((name, Input(key, envelope.time_ms, position, envelope.data, envelope.id)))
+        before_batch = into.before
+        while queue:
+            name, item = queue.popleft()
+            stage = self.stages[name]
+            before = store.get(name, item.key)
+            after, emitted = stage.fold(before, item)
+            if after is not before:
+                entity = (name, item.key)
+                if entity not in before_batch:
+                    before_batch[entity] = before
+                if after is None:
+                    # Gone: publish what it reached first, as ``process`` would have; a new one starts afresh.
+                    into.outputs += stage.publish(before_batch[entity], before)
+                    before_batch[entity] = None
+                store.put(name, item.key, after)
+                into.changed.add(entity)
+            for out in emitted:
+                if isinstance(out, Routed):
+                    queue.append((out.stage, Input(out.key, item.time_ms, None, out.delta, item.envelope_id)))
+                else:
+                    into.outputs.append(out)
+
+    def flush(self, store: EntityStore, into: Processed) -> None:
+        """The outputs of every entity the batch changed, in the order they first changed."""
+        for (name, key), before in into.before.items():
+            into.outputs += self.stages[name].publish(before, store.get(name, key))
+        into.before.clear()

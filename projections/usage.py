@@ -9,11 +9,11 @@ replayed delta cannot count twice.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from events.envelope import Envelope
 from projections.clusters import PricedUsage
-from projections.core import Applied, Emitted, Input
+from projections.core import Applied, Emitted, Input, Silent, evolve
 
 STAGE = "usage"
 
@@ -41,7 +41,7 @@ class UsageBucket:
         return max(0, self.allocated_milli_ms - self.used_milli_ms)
 
 
-class UsageStage:
+class UsageStage(Silent[UsageBucket]):
     name = STAGE
 
     def keys(self, envelope: Envelope) -> Sequence[str]:
@@ -54,7 +54,7 @@ class UsageStage:
         if bucket.applied.seen(item) or not isinstance(piece, PricedUsage):
             return entity, []
         if piece.sample:
-            bucket = replace(bucket, used_milli_ms=bucket.used_milli_ms + piece.used_milli_ms)
+            bucket = evolve(bucket, used_milli_ms=bucket.used_milli_ms + piece.used_milli_ms)
         else:
             run = (piece.job_id, piece.run)
             if run in bucket.runs:
@@ -62,7 +62,7 @@ class UsageStage:
             projects = {name: (alloc, cost) for name, alloc, cost in bucket.projects}
             alloc, cost = projects.get(piece.project, (0, 0))
             projects[piece.project] = (alloc + piece.allocated_milli_ms, cost + piece.cost_micro)
-            bucket = replace(
+            bucket = evolve(
                 bucket,
                 allocated_milli_ms=bucket.allocated_milli_ms + piece.allocated_milli_ms,
                 cost_micro=bucket.cost_micro + piece.cost_micro,
@@ -70,4 +70,4 @@ class UsageStage:
                 runs=tuple(sorted((*bucket.runs, run))),
                 projects=tuple(sorted((name, a, c) for name, (a, c) in projects.items())),
             )
-        return replace(bucket, applied=bucket.applied.after(item)), []
+        return evolve(bucket, applied=bucket.applied.after(item)), []
