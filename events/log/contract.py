@@ -137,6 +137,22 @@ class LogReader(Protocol):
     async def close(self) -> None: ...
 
 
+class LogTail(Protocol):
+    """Follows several partitions at once from given offsets, for a service that folds what arrives
+    (the scheduler's loop): no per-partition round trips, one wait for the next commit on any of them.
+    Records come in offset order within a partition; partitions interleave as they arrive."""
+
+    async def poll(self, *, max_records: int = 5000, timeout_s: float = 0.0) -> list[LogRecord]:
+        """Committed records past each partition's position; waits up to ``timeout_s`` for one."""
+        ...
+
+    def position(self, tp: TopicPartition) -> int:
+        """The next offset this tail returns for ``tp``."""
+        ...
+
+    async def close(self) -> None: ...
+
+
 class GroupConsumer(Protocol):
     async def poll(self, *, max_records: int = 500, timeout_s: float = 1.0) -> list[LogRecord]:
         """Committed records of the partitions assigned to this member, from the group's positions."""
@@ -171,6 +187,10 @@ class EventLog(Protocol):
         ...
 
     async def reader(self) -> LogReader: ...
+
+    async def tail(self, positions: Mapping[TopicPartition, int]) -> LogTail:
+        """A started tail of these partitions, each from its given offset."""
+        ...
 
     async def group_consumer(
         self, group_id: str, topics: Sequence[str], *, member_name: str | None = None

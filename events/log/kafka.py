@@ -117,6 +117,11 @@ class KafkaEventLog:
     async def reader(self) -> KafkaReader:
         return KafkaReader(self)
 
+    async def tail(self, positions: Mapping[TopicPartition, int]) -> KafkaTail:
+        tail = KafkaTail(self, positions)
+        await tail.start()
+        return tail
+
     async def group_consumer(
         self, group_id: str, topics: Sequence[str], *, member_name: str | None = None
     ) -> KafkaGroupConsumer:
@@ -319,6 +324,40 @@ class KafkaReader:
             with contextlib.suppress(KafkaError):
                 await consumer.stop()
         self._consumers.clear()
+
+
+class KafkaTail:
+    """One consumer assigned every partition of the tail: the broker answers one fetch for all of them
+    as soon as any has data, so following N partitions costs no more round trips than following one."""
+
+    def __init__(self, log: KafkaEventLog, positions: Mapping[TopicPartition, int]) -> None:
+        self._positions = dict(positions)
+        self._consumer = log.consumer()
+
+    async def start(self) -> None:
+        await self._consumer.start()
+        self._consumer.assign([KafkaTP(tp.topic, tp.partition) for tp in self._positions])
+        for tp, offset in self._positions.items():
+            self._consumer.seek(KafkaTP(tp.topic, tp.partition), offset)
+
+    async def poll(self, *, max_records: int = 5000, timeout_s: float = 0.0) -> list[LogRecord]:
+        batches = await self._consumer.getmany(timeout_ms=int(timeout_s * 1000), max_records=max_records)
+        out: list[LogRecord] = []
+        for ktp, messages in batches.items():
+            tp = TopicPartition(ktp.topic, ktp.partition)
+            position = self._positions[tp]
+            records = [_to_record(m) for m in messages if m.offset >= position]
+            if records:
+                self._positions[tp] = records[-1].offset + 1
+                out.extend(records)
+        return out
+
+    def position(self, tp: TopicPartition) -> int:
+        return self._positions[tp]
+
+    async def close(self) -> None:
+        with contextlib.suppress(KafkaError):
+            await self._consumer.stop()
 
 
 class KafkaGroupConsumer:

@@ -105,6 +105,21 @@ WHERE topic = $1 AND partition = $2 AND "offset" >= $3
 ORDER BY "offset" LIMIT $4
 """
 
+# Per partition, the records from its position on (the LATERAL keeps each partition an index range scan);
+# ordered by distance from the position, so a cut by the limit leaves every partition a contiguous prefix
+# and a busy partition cannot starve the others.
+_READ_MANY = """
+SELECT p.topic, p.partition, r."offset", r.key, r.value, r.headers, r.timestamp_ms
+FROM unnest($1::text[], $2::int[], $3::bigint[]) AS p(topic, partition, position)
+CROSS JOIN LATERAL (
+    SELECT "offset", key, value, headers, timestamp_ms FROM fedsched_log_records
+    WHERE topic = p.topic AND partition = p.partition AND "offset" >= p.position
+    ORDER BY "offset" LIMIT $4
+) AS r
+ORDER BY r."offset" - p.position, p.topic, p.partition
+LIMIT $4
+"""
+
 
 class PostgresEventLog:
     """``EventLog`` on PostgreSQL. One pool for appends and reads, one connection listening for commits."""
@@ -190,6 +205,9 @@ class PostgresEventLog:
         producer = PostgresProducer(self, transactional_id)
         await producer.start()
         return producer
+
+    async def tail(self, positions: Mapping[TopicPartition, int]) -> PostgresTail:
+        return PostgresTail(self, positions)
 
     async def reader(self) -> PostgresReader:
         return PostgresReader(self)
@@ -369,6 +387,41 @@ class PostgresReader:
 
     async def caught_up(self, tp: TopicPartition, offset: int) -> bool:
         return offset >= await self._log.end_offset(tp)
+
+    async def close(self) -> None:
+        return None
+
+
+class PostgresTail:
+    """Reads every partition of the tail in one query and sleeps on the commit signal in between."""
+
+    def __init__(self, log: PostgresEventLog, positions: Mapping[TopicPartition, int]) -> None:
+        self._log = log
+        self._positions = dict(positions)
+        self._order = sorted(self._positions)
+
+    async def poll(self, *, max_records: int = 5000, timeout_s: float = 0.0) -> list[LogRecord]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            signal = self._log.commit_signal()
+            rows = await self._log.pool.fetch(
+                _READ_MANY,
+                [tp.topic for tp in self._order],
+                [tp.partition for tp in self._order],
+                [self._positions[tp] for tp in self._order],
+                max_records,
+            )
+            out = [LogRecord(r[0], r[1], r[2], r[3], r[4], unpack_headers(r[5]), r[6]) for r in rows]
+            for record in out:
+                self._positions[TopicPartition(record.topic, record.partition)] = record.offset + 1
+            remaining = deadline - time.monotonic()
+            if out or remaining <= 0:
+                return out
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(signal.wait(), remaining)
+
+    def position(self, tp: TopicPartition) -> int:
+        return self._positions[tp]
 
     async def close(self) -> None:
         return None

@@ -22,7 +22,6 @@ transactional id, which fences the old one: a deposed leader's next append fails
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import time
@@ -37,6 +36,8 @@ from events.log.contract import (
     GroupOffsets,
     LogProducer,
     LogReader,
+    LogRecord,
+    LogTail,
     ProducerFenced,
     TopicPartition,
 )
@@ -90,6 +91,7 @@ class SchedulerHost:
         self.metrics = Metrics()
         self.positions: dict[TopicPartition, int] = {}
         self._reader: LogReader | None = None
+        self._tail: LogTail | None = None
         self._leadership: GroupConsumer | None = None
         self._producer: LogProducer | None = None
         self._dirty = True
@@ -107,10 +109,10 @@ class SchedulerHost:
         )
 
     async def close(self) -> None:
-        for closeable in (self._reader, self._leadership, self._producer):
+        for closeable in (self._reader, self._tail, self._leadership, self._producer):
             if closeable is not None:
                 await closeable.close()
-        self._reader = self._leadership = self._producer = None
+        self._reader = self._tail = self._leadership = self._producer = None
 
     # -- following the log -----------------------------------------------------------------------
 
@@ -120,18 +122,33 @@ class SchedulerHost:
         folded = 0
         for tp in sorted(self.positions):
             async for records in read_to_end(self._reader, tp, self.positions[tp], max_records=5000):
-                for record in records:
-                    try:
-                        envelope = decode(record.headers, record.value)
-                    except EventError:
-                        self.metrics.unreadable += 1  # the projections' dead-letter copy keeps it
-                        continue
-                    self.state.fold(envelope)
-                    if envelope.source != SOURCE:
-                        self._dirty = True
-                folded += len(records)
-                self.positions[tp] = records[-1].offset + 1
+                folded += self._fold(records)
         self.metrics.folded += folded
+        return folded
+
+    async def _follow_tail(self, timeout_s: float) -> int:
+        """Fold what has arrived on any input partition, waiting up to ``timeout_s`` for something."""
+        assert self._tail is not None
+        folded = self._fold(await self._tail.poll(max_records=5000, timeout_s=timeout_s))
+        self.metrics.folded += folded
+        return folded
+
+    def _fold(self, records: list[LogRecord]) -> int:
+        folded = 0
+        for record in records:
+            tp = record.tp
+            if record.offset < self.positions[tp]:
+                continue  # already folded by a catch-up read
+            try:
+                envelope = decode(record.headers, record.value)
+            except EventError:
+                self.metrics.unreadable += 1  # the projections' dead-letter copy keeps it
+            else:
+                self.state.fold(envelope)
+                if envelope.source != SOURCE:
+                    self._dirty = True
+            self.positions[tp] = record.offset + 1
+            folded += 1
         return folded
 
     # -- leading ---------------------------------------------------------------------------------
@@ -159,9 +176,7 @@ class SchedulerHost:
         self.metrics.leader = False
 
     def needs_cycle(self, now_ms: int) -> bool:
-        if self.state.pending_count() == 0 and not any(
-            f.cancel_requested and not f.terminal for f in self.state.jobs.values()
-        ):
+        if self.state.pending_count() == 0 and not self.state.open_cancellations():
             return False
         return self._dirty or now_ms - self._last_cycle_at >= self._idle_cycle_ms
 
@@ -185,7 +200,7 @@ class SchedulerHost:
             records = [to_record(e) for e in [*events, record]]
             if self._ns:
                 records = [replace(r, topic=self._ns + r.topic) for r in records]
-            await self._producer.append(records, offsets=GroupOffsets(self._group, offsets))
+            appended = await self._producer.append(records, offsets=GroupOffsets(self._group, offsets))
         except ProducerFenced:
             await self._step_down("fenced by a newer leader")
             return 0
@@ -197,23 +212,28 @@ class SchedulerHost:
         self.metrics.last_cycle_ms = (asyncio.get_running_loop().time() - started) * 1000
         # Our own output is an input of the next cycle: fold it before deciding again (anything else
         # folded with it marks the state dirty again).
-        await self.follow()
+        await self._fold_through({TopicPartition(a.topic, a.partition): a.offset for a in appended})
         return len(events)
 
-    async def run(self, stop: asyncio.Event, *, poll_s: float = 0.05) -> None:
-        while not stop.is_set():
+    async def _fold_through(self, appended: dict[TopicPartition, int]) -> None:
+        if self._tail is None:
             await self.follow()
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30.0
+        while any(self.positions.get(tp, 0) <= offset for tp, offset in appended.items()):
+            if loop.time() > deadline:
+                # Committed yet not readable for this long: read it the slow, certain way.
+                await self.follow()
+                return
+            await self._follow_tail(0.05)
+
+    async def run(self, stop: asyncio.Event, *, poll_s: float = 0.05) -> None:
+        await self.follow()
+        self._tail = await self._log.tail(self.positions)
+        while not stop.is_set():
             if await self.is_leader() and self.needs_cycle(self._clock()):
                 await self.cycle()
                 continue
-            await self._wait_for_input(stop, poll_s)
-
-    async def _wait_for_input(self, stop: asyncio.Event, timeout_s: float) -> None:
-        assert self._reader is not None
-        # Tail the jobs partitions' first one for a wake-up; on the embedded log any commit wakes it.
-        tp = TopicPartition(self._ns + JOBS.name, 0)
-        if tp in self.positions:
-            await self._reader.read(tp, self.positions[tp], max_records=1, timeout_s=timeout_s)
-        else:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout_s)
+            # Wakes as soon as anything is committed on any input partition.
+            await self._follow_tail(poll_s)

@@ -261,3 +261,51 @@ async def test_group_members_share_partitions_and_resume_from_committed_offsets(
     assert not members[0].assignment() & members[1].assignment()
     for member in members:
         await member.close()
+
+
+async def test_a_tail_follows_many_partitions_from_given_offsets_and_wakes_on_a_commit(
+    event_log: EventLog, make_topic: MakeTopic
+) -> None:
+    first, second = await make_topic(3), await make_topic(1)
+    producer = await event_log.producer(txn_id("tail"))
+    written = await producer.append(
+        [OutRecord(first, value=f"a{i}".encode(), key=f"k{i}".encode()) for i in range(60)]
+        + [OutRecord(second, value=f"b{i}".encode()) for i in range(10)]
+    )
+    by_tp: dict[TopicPartition, list[int]] = defaultdict(list)
+    for position in written:
+        by_tp[TopicPartition(position.topic, position.partition)].append(position.offset)
+    # Start each partition after its first two records: those must never come back.
+    start = {tp: sorted(offsets)[2] for tp, offsets in by_tp.items()}
+    tail = await event_log.tail(start)
+    loop = asyncio.get_running_loop()
+    got: list[LogRecord] = []
+    try:
+        deadline = loop.time() + 20
+        while len(got) < 70 - 2 * len(start) and loop.time() < deadline:
+            got += await tail.poll(max_records=7, timeout_s=0.5)
+        expected = {(tp, o) for tp, offsets in by_tp.items() for o in sorted(offsets)[2:]}
+        assert {(r.tp, r.offset) for r in got} == expected
+        for tp in by_tp:
+            mine = [r.offset for r in got if r.tp == tp]
+            assert mine == sorted(mine)
+            assert tail.position(tp) == max(by_tp[tp]) + 1
+
+        class Abort(Exception):
+            pass
+
+        with pytest.raises(Abort):
+            async with producer.transaction() as tx:
+                await tx.append([OutRecord(second, value=b"aborted")])
+                raise Abort
+        # A poll that waits returns as soon as a commit lands on any partition of the tail.
+        waiting = asyncio.ensure_future(tail.poll(timeout_s=20))
+        await producer.append([OutRecord(first, value=b"late", key=b"k-late")])
+        late: list[LogRecord] = await waiting
+        deadline = loop.time() + 20
+        while not any(r.value == b"late" for r in late) and loop.time() < deadline:
+            late += await tail.poll(timeout_s=0.5)
+        assert [r.value for r in late] == [b"late"]
+    finally:
+        await tail.close()
+        await producer.close()
