@@ -133,9 +133,8 @@ def scheduler_samples(scheduler: SchedulerHost) -> list[Sample]:
         ("fedsched_events_folded_total", {"component": "scheduler"}, m.folded),
     ]
     depth: dict[str, int] = {}
-    for facts in scheduler.state.jobs.values():
-        if facts.pending() and facts.spec is not None:
-            key = facts.spec.priority_class.value
-            depth[key] = depth.get(key, 0) + 1
+    for job in scheduler.state.pending_jobs():
+        key = job.priority_class.value
+        depth[key] = depth.get(key, 0) + 1
     samples += [("fedsched_queue_depth", {"priority_class": k}, v) for k, v in sorted(depth.items())]
     return samples

@@ -50,9 +50,8 @@ def decision_events(state: SchedulerState, result: core.CycleResult, sequence: i
     cid = cycle_id(sequence)
     out: list[Event] = []
     ids: list[str] = []
-    for job_id in sorted(state.jobs):
-        facts = state.jobs[job_id]
-        if facts.cancel_requested and not facts.terminal and facts.running_placement() is None:
+    for job_id in state.open_cancellations():
+        if state.jobs[job_id].running_placement() is None:
             out.append(JobCancelled(job_id=JobId(job_id), run=0, message="cancelled while waiting in the queue"))
             ids.append(f"{cid}:cancel:{job_id}")
     for decision in result.decisions:

@@ -13,6 +13,7 @@ what makes every recorded cycle re-executable.
 
 from __future__ import annotations
 
+import bisect
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -99,6 +100,29 @@ class NodeFacts:
 
 
 @dataclass(slots=True)
+class _Derived:
+    """What snapshots are made of, kept up to date from the entities each fold touched, so a cycle costs
+    in proportion to what changed since the last one, not to the history. Derived only: it is a cache
+    of what ``SchedulerState`` holds, rebuilt per touched entity exactly as a full rebuild would."""
+
+    pending: dict[str, m.Job] = field(default_factory=dict)
+    running: dict[str, m.RunningJob] = field(default_factory=dict)
+    cancel_open: set[str] = field(default_factory=set)  # cancel requested, not terminal
+    # What each running job holds, per node: (node key, [(gpu index, milli)], cpu, memory).
+    holds: dict[str, list[tuple[tuple[str, str], list[tuple[int, int]], int, int]]] = field(default_factory=dict)
+    used_gpu: dict[tuple[str, str], dict[int, int]] = field(default_factory=dict)
+    used_cpu: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    node_models: dict[tuple[str, str], m.Node | None] = field(default_factory=dict)
+    node_order: list[tuple[str, str]] = field(default_factory=list)
+    suspects: set[tuple[str, str]] = field(default_factory=set)
+    usage: dict[str, list[m.UsageRecord]] = field(default_factory=dict)  # tenant -> records, sorted
+    usage_of: dict[str, tuple[str, list[m.UsageRecord]]] = field(default_factory=dict)  # job -> its records
+    tenants: tuple[m.Tenant, ...] | None = None
+    jobs: set[str] = field(default_factory=set)  # touched since the last refresh
+    nodes: set[tuple[str, str]] = field(default_factory=set)
+
+
+@dataclass(slots=True)
 class SchedulerState:
     nodes: dict[tuple[str, str], NodeFacts] = field(default_factory=dict)
     clusters: dict[str, ClusterRegistered] = field(default_factory=dict)
@@ -111,6 +135,7 @@ class SchedulerState:
     cycles: int = 0
     events: int = 0
     _now_ms: int = 0
+    _derived: _Derived = field(default_factory=_Derived)
 
     # -- fold ------------------------------------------------------------------------------------
 
@@ -118,8 +143,20 @@ class SchedulerState:
         self.events += 1
         data = envelope.data
         handler = _HANDLERS.get(type(data))
-        if handler is not None:
-            handler(self, data, envelope.time_ms)
+        if handler is None:
+            return
+        handler(self, data, envelope.time_ms)
+        derived = self._derived
+        job_id = getattr(data, "job_id", None)
+        if job_id is not None:
+            derived.jobs.add(job_id)
+        node, cluster = getattr(data, "node", None), getattr(data, "cluster", None)
+        if node is not None and cluster is not None:
+            derived.nodes.add((cluster, node))
+        elif isinstance(data, ClusterStatusChanged):
+            derived.nodes.update(key for key in self.nodes if key[0] == data.cluster)
+        if isinstance(data, (TenantRegistered, QuotaSet)):
+            derived.tenants = None
 
     def job(self, job_id: str) -> JobFacts:
         facts = self.jobs.get(job_id)
@@ -135,50 +172,128 @@ class SchedulerState:
         return policy_from_document(self.policy.policy_version, self.policy.document)
 
     def pending_count(self) -> int:
-        return sum(1 for facts in self.jobs.values() if facts.pending())
+        self._refresh()
+        return len(self._derived.pending)
+
+    def pending_jobs(self) -> list[m.Job]:
+        self._refresh()
+        return list(self._derived.pending.values())
+
+    def open_cancellations(self) -> list[str]:
+        """Jobs asked to be cancelled and not ended yet, in id order."""
+        self._refresh()
+        return sorted(self._derived.cancel_open)
 
     def snapshot(self, now_ms: int) -> m.FleetSnapshot:
         self._now_ms = now_ms
-        running = []
-        used_gpu: dict[tuple[str, str], dict[int, int]] = {}
-        used_cpu: dict[tuple[str, str], tuple[int, int]] = {}
-        for job_id in sorted(self.jobs):
-            facts = self.jobs[job_id]
-            placed = facts.running_placement()
-            if placed is None or facts.spec is None:
-                continue
-            job = job_model(job_id, facts)
-            replicas = tuple(
-                m.ReplicaPlacement(NodeId(r.node), tuple(r.gpu_indices), r.gpu_milli_each) for r in placed.replicas
-            )
-            running.append(m.RunningJob(job, ClusterId(placed.cluster), replicas, facts.submitted_ms))
-            for replica in placed.replicas:
-                key = (placed.cluster, replica.node)
-                gpus = used_gpu.setdefault(key, {})
-                for index in replica.gpu_indices:
-                    gpus[index] = gpus.get(index, 0) + replica.gpu_milli_each
-                cpu, mem = used_cpu.get(key, (0, 0))
-                used_cpu[key] = (cpu + job.cpu_milli, mem + job.memory_mib)
-        nodes = [
-            self._node(key, facts, used_gpu.get(key, {}), used_cpu.get(key, (0, 0)))
-            for key, facts in sorted(self.nodes.items())
-        ]
-        pending = tuple(job_model(job_id, facts) for job_id, facts in sorted(self.jobs.items()) if facts.pending())
+        self._refresh()
+        derived = self._derived
+        for key in derived.suspects:  # their penalty ends with time, not with an event
+            derived.node_models[key] = self._node(key)
+        running = tuple(derived.running[job_id] for job_id in sorted(derived.running))
+        pending = tuple(derived.pending[job_id] for job_id in sorted(derived.pending))
+        models = derived.node_models
+        nodes = tuple(node for node in (models[key] for key in derived.node_order) if node is not None)
+        if derived.tenants is None:
+            derived.tenants = self._tenants()
         return m.FleetSnapshot(
             now_ms=now_ms,
             clusters=tuple(self._cluster(c) for c in sorted(self.clusters)),
-            nodes=tuple(n for n in nodes if n is not None),
-            tenants=self._tenants(now_ms),
-            running=tuple(running),
+            nodes=nodes,
+            tenants=derived.tenants,
+            running=running,
             pending=pending,
         )
 
-    def _node(
-        self, key: tuple[str, str], facts: NodeFacts, used: dict[int, int], cpu_mem: tuple[int, int]
-    ) -> m.Node | None:
+    def _refresh(self) -> None:
+        derived = self._derived
+        touched_nodes = derived.nodes
+        for job_id in sorted(derived.jobs):
+            self._refresh_job(job_id, touched_nodes)
+        derived.jobs = set()
+        if touched_nodes:
+            fresh = [key for key in touched_nodes if key not in derived.node_models]
+            for key in sorted(touched_nodes):
+                derived.node_models[key] = self._node(key)
+                if key in self.nodes and self.nodes[key].suspect_until_ms:
+                    derived.suspects.add(key)
+            if fresh:
+                derived.node_order = sorted(derived.node_models)
+            derived.nodes = set()
+
+    def _refresh_job(self, job_id: str, touched_nodes: set[tuple[str, str]]) -> None:
+        derived = self._derived
+        facts = self.jobs[job_id]
+        for held, gpus, cpu, mem in derived.holds.pop(job_id, ()):
+            used = derived.used_gpu[held]
+            for index, milli in gpus:
+                used[index] -= milli
+            derived.used_cpu[held][0] -= cpu
+            derived.used_cpu[held][1] -= mem
+            touched_nodes.add(held)
+        derived.running.pop(job_id, None)
+        derived.pending.pop(job_id, None)
+        derived.cancel_open.discard(job_id)
+        if facts.cancel_requested and not facts.terminal:
+            derived.cancel_open.add(job_id)
+        if facts.spec is None:
+            return
+        self._refresh_usage(job_id, facts)
+        placed = facts.running_placement()
+        if facts.pending():
+            derived.pending[job_id] = job_model(job_id, facts)
+        if placed is None:
+            return
+        job = job_model(job_id, facts)
+        replicas = tuple(
+            m.ReplicaPlacement(NodeId(r.node), tuple(r.gpu_indices), r.gpu_milli_each) for r in placed.replicas
+        )
+        derived.running[job_id] = m.RunningJob(job, ClusterId(placed.cluster), replicas, facts.submitted_ms)
+        holds = []
+        for replica in placed.replicas:
+            key: tuple[str, str] = (placed.cluster, replica.node)
+            gpus = [(index, replica.gpu_milli_each) for index in replica.gpu_indices]
+            used = derived.used_gpu.setdefault(key, {})
+            for index, milli in gpus:
+                used[index] = used.get(index, 0) + milli
+            cpu_mem = derived.used_cpu.setdefault(key, [0, 0])
+            cpu_mem[0] += job.cpu_milli
+            cpu_mem[1] += job.memory_mib
+            holds.append((key, gpus, job.cpu_milli, job.memory_mib))
+            touched_nodes.add(key)
+        derived.holds[job_id] = holds
+
+    def _refresh_usage(self, job_id: str, facts: JobFacts) -> None:
+        assert facts.spec is not None
+        records = []
+        for run in sorted(facts.ended):
+            placed = facts.placements.get(run)
+            if placed is None:
+                continue
+            milli = sum(len(r.gpu_indices) * r.gpu_milli_each for r in placed.replicas)
+            start, end = facts.placed_at.get(run, 0), facts.ended_at.get(run, 0)
+            records.append(m.UsageRecord(end, milli * max(0, end - start)))
+        derived = self._derived
+        tenant, before = derived.usage_of.get(job_id, (facts.spec.tenant, []))
+        if before == records:
+            return
+        mine = derived.usage.setdefault(tenant, [])
+        for record in before:
+            mine.remove(record)
+        for record in records:
+            bisect.insort(mine, record, key=_usage_order)
+        derived.usage_of[job_id] = (tenant, records)
+        derived.tenants = None
+
+    def _node(self, key: tuple[str, str]) -> m.Node | None:
+        facts = self.nodes.get(key)
+        if facts is None:
+            return None
         observed = facts.observed
         if observed is None or facts.removed_generation >= observed.generation:
             return None
+        used = self._derived.used_gpu.get(key, {})
+        cpu_mem = self._derived.used_cpu.get(key, (0, 0))
         gpus = []
         suspect = self._now_ms < facts.suspect_until_ms
         for device in observed.gpus:
@@ -211,19 +326,9 @@ class SchedulerState:
             cost_milli_per_gpu_hour=(sum(rates) // len(rates) // 1000) if rates else 0,
         )
 
-    def _tenants(self, now_ms: int) -> tuple[m.Tenant, ...]:
+    def _tenants(self) -> tuple[m.Tenant, ...]:
+        usage = self._derived.usage
         names = sorted(set(self.tenants) | {tenant for tenant, _ in self.quotas})
-        usage: dict[str, list[m.UsageRecord]] = {}
-        for facts in self.jobs.values():
-            if facts.spec is None:
-                continue
-            for run in sorted(facts.ended):
-                placed = facts.placements.get(run)
-                if placed is None:
-                    continue
-                milli = sum(len(r.gpu_indices) * r.gpu_milli_each for r in placed.replicas)
-                start, end = facts.placed_at.get(run, 0), facts.ended_at.get(run, 0)
-                usage.setdefault(facts.spec.tenant, []).append(m.UsageRecord(end, milli * max(0, end - start)))
         out = []
         for name in names:
             registered = self.tenants.get(name)
@@ -243,10 +348,14 @@ class SchedulerState:
                     weight=registered.weight if registered else 1,
                     cohort=(registered.cohort or "") if registered else "",
                     quotas=tuple(quotas),
-                    usage=tuple(sorted(usage.get(name, []), key=lambda u: (u.at_ms, u.gpu_milli_ms))),
+                    usage=tuple(usage.get(name, ())),
                 )
             )
         return tuple(out)
+
+
+def _usage_order(record: m.UsageRecord) -> tuple[int, int]:
+    return (record.at_ms, record.gpu_milli_ms)
 
 
 def job_model(job_id: str, facts: JobFacts) -> m.Job:

@@ -1,0 +1,201 @@
+"""The scheduler keeps its snapshot up to date per touched entity; it must equal a rebuild from scratch.
+
+``full_snapshot`` below is the straightforward rebuild (every job, node and ended run, each cycle) that
+the incremental one replaced; Hypothesis drives random histories through both, taking snapshots at
+random moments so that the incremental caches see every kind of change between two cycles.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from events.catalog.base import Event
+from events.catalog.governance import FindingKind, GovernanceFinding, QuotaLine, QuotaSet
+from events.catalog.inventory import (
+    ClusterKind,
+    ClusterRegistered,
+    ClusterStatus,
+    ClusterStatusChanged,
+    GpuHealthReported,
+    GpuHealthSample,
+    NodeRemoved,
+)
+from events.catalog.jobs import JobCancelRequested, JobFailed, JobPreempted, JobSucceeded
+from events.catalog.reasons import ReasonCode
+from events.catalog.types import Health, ResourceKind
+from events.envelope import Envelope
+from services.scheduler.policy import model as m
+from services.scheduler.state import SchedulerState, job_model
+from tests.unit.projections.builders import a_job, a_node, placed
+
+T0 = 1_800_000_000_000
+NODES = ("n1", "n2", "n3")
+
+
+def full_snapshot(state: SchedulerState, now_ms: int) -> m.FleetSnapshot:
+    """Everything recomputed from the facts (the reference)."""
+    running = []
+    used_gpu: dict[tuple[str, str], dict[int, int]] = {}
+    used_cpu: dict[tuple[str, str], tuple[int, int]] = {}
+    usage: dict[str, list[m.UsageRecord]] = {}
+    pending = []
+    for job_id in sorted(state.jobs):
+        facts = state.jobs[job_id]
+        if facts.spec is None:
+            continue
+        for run in sorted(facts.ended):
+            done = facts.placements.get(run)
+            if done is not None:
+                milli = sum(len(r.gpu_indices) * r.gpu_milli_each for r in done.replicas)
+                span = max(0, facts.ended_at.get(run, 0) - facts.placed_at.get(run, 0))
+                usage.setdefault(facts.spec.tenant, []).append(m.UsageRecord(facts.ended_at.get(run, 0), milli * span))
+        if facts.pending():
+            pending.append(job_model(job_id, facts))
+        now = facts.running_placement()
+        if now is None:
+            continue
+        job = job_model(job_id, facts)
+        replicas = tuple(m.ReplicaPlacement(r.node, tuple(r.gpu_indices), r.gpu_milli_each) for r in now.replicas)
+        running.append(m.RunningJob(job, now.cluster, replicas, facts.submitted_ms))
+        for r in now.replicas:
+            key = (now.cluster, r.node)
+            gpus = used_gpu.setdefault(key, {})
+            for index in r.gpu_indices:
+                gpus[index] = gpus.get(index, 0) + r.gpu_milli_each
+            cpu, mem = used_cpu.get(key, (0, 0))
+            used_cpu[key] = (cpu + job.cpu_milli, mem + job.memory_mib)
+    nodes = []
+    for key, facts in sorted(state.nodes.items()):
+        seen = facts.observed
+        if seen is None or facts.removed_generation >= seen.generation:
+            continue
+        suspect = now_ms < facts.suspect_until_ms
+        gpus = []
+        for device in seen.gpus:
+            health = facts.gpu_health.get(device.index, device.health.value)
+            if suspect and health == "ok":
+                health = "degraded"
+            gpus.append(
+                m.Gpu(device.index, max(0, 1000 - used_gpu.get(key, {}).get(device.index, 0)), m.Health(health))
+            )
+        cpu, mem = used_cpu.get(key, (0, 0))
+        nodes.append(
+            m.Node(
+                node_id=key[1],
+                cluster=key[0],
+                cpu_milli=seen.cpu_milli,
+                memory_mib=seen.memory_mib,
+                cpu_free_milli=max(0, seen.cpu_milli - cpu),
+                memory_free_mib=max(0, seen.memory_mib - mem),
+                gpu_model=seen.gpus[0].model if seen.gpus else "",
+                gpu_memory_mib=seen.gpus[0].memory_mib if seen.gpus else 0,
+                gpus=tuple(gpus),
+                schedulable=seen.schedulable and not state.unreachable.get(key[0], False),
+                domain=seen.nvlink_domain or seen.rdma_fabric or "",
+            )
+        )
+    incremental = state.snapshot(now_ms)
+    tenants = tuple(
+        m.Tenant(
+            tenant_id=t.tenant_id,
+            weight=t.weight,
+            cohort=t.cohort,
+            quotas=t.quotas,
+            usage=tuple(sorted(usage.get(t.tenant_id, []), key=lambda u: (u.at_ms, u.gpu_milli_ms))),
+        )
+        for t in incremental.tenants
+    )
+    return m.FleetSnapshot(
+        now_ms=now_ms,
+        clusters=incremental.clusters,
+        nodes=tuple(nodes),
+        tenants=tenants,
+        running=tuple(running),
+        pending=tuple(pending),
+    )
+
+
+def _job_event(kind: int, job: str, node: str, run: int, gpu: int) -> Event:
+    if kind == 0:
+        return a_job(job, tenant=f"team-{int(job[1:]) % 2}", gpus=1)
+    if kind == 1:
+        return placed(job, node=node, gpus=(gpu,), run=run)
+    if kind == 2:
+        return JobSucceeded(job_id=job, cluster="c1", run=run)
+    if kind == 3:
+        return JobPreempted(job_id=job, cluster="c1", run=run)
+    if kind == 4:
+        return JobFailed(job_id=job, cluster="c1", run=run, reason=ReasonCode.NODE_FAILURE, node=node)
+    return JobCancelRequested(job_id=job, requester="someone")
+
+
+def _fleet_event(kind: int, node: str, gpu: int) -> Event:
+    if kind == 0:
+        return a_node(node=node, gpus=4, generation=1 + gpu)
+    if kind == 1:
+        return NodeRemoved(cluster="c1", node=node, generation=1 + gpu, reason=ReasonCode.NODE_DELETED)
+    if kind == 2:
+        sample = GpuHealthSample(index=gpu, health=Health.FAILED if gpu % 2 else Health.OK, xid_errors=0)
+        return GpuHealthReported(cluster="c1", node=node, gpus=(sample,))
+    if kind == 3:
+        status = ClusterStatus.UNREACHABLE if gpu % 2 else ClusterStatus.REACHABLE
+        return ClusterStatusChanged(cluster="c1", status=status, reason=ReasonCode.CLUSTER_UNREACHABLE)
+    if kind == 4:
+        return QuotaSet(
+            tenant="team-0", lines=(QuotaLine(resource=ResourceKind.GPU, guaranteed=gpu * 1000),), set_by="admin"
+        )
+    return GovernanceFinding(
+        finding_id=f"f-{node}-{gpu}",
+        kind=FindingKind.SUSPECT_NODE,
+        rule="suspect-node",
+        reason=ReasonCode.SUSPECT_NODE,
+        cluster="c1",
+        node=node,
+        profile_penalty_milli=300,
+        observed_ms=T0 + gpu * 1000,
+        message="test",
+    )
+
+
+step = st.one_of(
+    st.tuples(
+        st.just("job"),
+        st.integers(0, 5),
+        st.integers(0, 5),
+        st.sampled_from(NODES),
+        st.integers(1, 3),
+        st.integers(0, 3),
+    ),
+    st.tuples(st.just("fleet"), st.integers(0, 5), st.just(0), st.sampled_from(NODES), st.just(0), st.integers(0, 3)),
+    st.tuples(st.just("snapshot"), st.integers(0, 5), st.just(0), st.just(""), st.just(0), st.integers(0, 3)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(step, max_size=60))
+def test_the_incremental_snapshot_equals_a_rebuild_at_every_moment(
+    steps: list[tuple[str, int, int, str, int, int]],
+) -> None:
+    state = SchedulerState()
+    state.fold(
+        Envelope(
+            id="c",
+            time_ms=T0,
+            data=ClusterRegistered(cluster="c1", kind=ClusterKind.SIMULATED, site="s", region="r", currency="EUR"),
+        )
+    )
+    for node in NODES:
+        state.fold(Envelope(id=f"o-{node}", time_ms=T0, data=a_node(node=node, gpus=4)))
+    for i, (what, kind, job, node, run, gpu) in enumerate(steps):
+        now = T0 + (i + 1) * 60_000 * (1 + gpu)
+        if what == "snapshot":
+            assert state.snapshot(now) == full_snapshot(state, now)
+            continue
+        event = _job_event(kind, f"j{job}", node, run, gpu) if what == "job" else _fleet_event(kind, node, gpu)
+        state.fold(Envelope(id=f"e{i}", time_ms=now, data=event))
+    end = T0 + 10**9
+    assert state.snapshot(end) == full_snapshot(state, end)
+    assert state.open_cancellations() == sorted(
+        j for j, f in state.jobs.items() if f.cancel_requested and not f.terminal
+    )
