@@ -13,6 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from services.scheduler.policy.capacity import per_node
+from services.scheduler.policy.fairshare import Held
 from services.scheduler.policy.federation import ClusterScore, score_clusters
 from services.scheduler.policy.fleet import Demand, FleetState
 from services.scheduler.policy.model import (
@@ -60,6 +61,7 @@ class Ctx:
     running: list[RunningJob]
     pressure: dict[str, int]
     hot_usage: dict[TenantId, int] = field(default_factory=dict)
+    held: dict[TenantId, Held] = field(default_factory=dict)  # what running jobs hold, per tenant
     reservation: Reservation | None = None
 
     @property

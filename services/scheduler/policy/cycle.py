@@ -22,7 +22,9 @@ tests. The recipe:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from services.scheduler.policy.backfill import may_backfill, reserve
 from services.scheduler.policy.capacity import model_pressure
@@ -32,11 +34,13 @@ from services.scheduler.policy.explain import describe, explain
 from services.scheduler.policy.fairshare import Capacity, FairShare, Held
 from services.scheduler.policy.federation import ClusterScore
 from services.scheduler.policy.fleet import Demand, FleetState
-from services.scheduler.policy.fragmentation import FragModel, typical_shapes
+from services.scheduler.policy.fragmentation import FragModel, typical_shapes_from_counts
 from services.scheduler.policy.model import (
     MILLI,
     FleetSnapshot,
     Job,
+    JobId,
+    NodeId,
     PolicyConfig,
     ReplicaPlacement,
     Shape,
@@ -50,26 +54,62 @@ from services.scheduler.policy.reasons import ReasonCode
 FALLBACK_SHAPES = (Shape(cpu_milli=8000, gpu_milli=MILLI, gpus=1, weight=1),)
 
 
-def _shapes(snap: FleetSnapshot, config: PolicyConfig) -> tuple[Shape, ...]:
+def _shapes(snap: FleetSnapshot, config: PolicyConfig, running: Counter[_Group]) -> tuple[Shape, ...]:
     if config.typical_shapes:
         return config.typical_shapes
-    jobs = [r.job for r in snap.running] + list(snap.pending)
-    samples = [
-        Shape(
-            cpu_milli=j.cpu_milli,
-            gpu_milli=MILLI if j.gpus else j.gpu_milli,
-            gpus=j.gpus or (1 if j.gpu_milli else 0),
-            models=tuple(sorted(j.gpu_models)),
-            weight=j.replicas,
-        )
-        for j in sorted(jobs, key=lambda j: j.job_id)
-    ]
-    return typical_shapes(samples, config.typical_coverage_pct) or FALLBACK_SHAPES
+    counts: Counter[tuple[int, int, int, tuple[str, ...]]] = Counter()
+    for group, n in running.items():
+        counts[group.shape] += n * group.replicas
+    for j in snap.pending:
+        counts[_Group.of(j, None).shape] += j.replicas
+    return typical_shapes_from_counts(counts, config.typical_coverage_pct) or FALLBACK_SHAPES
+
+
+@dataclass(frozen=True, slots=True)
+class _Group:
+    """What the quota book, fair share, hot-model usage and typical shapes need of a running job: jobs
+    alike in these are counted together, so a cycle's set-up costs one step per running job, not one
+    book entry per resource per job."""
+
+    tenant: TenantId
+    queue: str
+    replicas: int
+    cpu_milli: int
+    memory_mib: int
+    gpus: int
+    gpu_milli: int
+    models: tuple[str, ...]
+    model: str | None  # the GPU model it runs on
+
+    @staticmethod
+    def of(job: Job, model: str | None) -> _Group:
+        return _Group(
+            job.tenant, job.queue, job.replicas, job.cpu_milli, job.memory_mib, job.gpus, job.gpu_milli,
+            job.gpu_models, model,
+        )  # fmt: skip
+
+    @property
+    def shape(self) -> tuple[int, int, int, tuple[str, ...]]:
+        gpus = self.gpus or (1 if self.gpu_milli else 0)
+        gpu_milli = MILLI if self.gpus else self.gpu_milli
+        return (self.cpu_milli, gpu_milli if gpus else 0, gpus, tuple(sorted(self.models)))
+
+    def job(self) -> Job:
+        """A stand-in job with these amounts (for the book and fair share, which read only amounts)."""
+        return Job(
+            job_id=JobId(""), tenant=self.tenant, queue=self.queue, replicas=self.replicas,
+            cpu_milli=self.cpu_milli, memory_mib=self.memory_mib, gpus=self.gpus, gpu_milli=self.gpu_milli,
+        )  # fmt: skip
 
 
 def _context(snap: FleetSnapshot, config: PolicyConfig) -> Ctx:
     fleet = FleetState(snap.nodes)
-    frag = FragModel(_shapes(snap, config), fleet.models)
+    running = sorted(snap.running, key=lambda r: r.job.job_id)
+    models = [fleet.models[m] if m >= 0 else "" for m in fleet.model_of.tolist()]
+    groups: Counter[_Group] = Counter()
+    for r in running:
+        groups[_Group.of(r.job, _model_at(fleet.index, models, r.placements))] += 1
+    frag = FragModel(_shapes(snap, config, groups), fleet.models)
     placer = Placer(
         fleet,
         config.node_policy,
@@ -79,7 +119,6 @@ def _context(snap: FleetSnapshot, config: PolicyConfig) -> Ctx:
         frag_window_milli=config.frag_window_milli,
         frag_share_window_milli=config.frag_share_window_milli,
     )
-    running = sorted(snap.running, key=lambda r: r.job.job_id)
     book = book_from(snap.tenants)
     ctx = Ctx(
         snap=snap,
@@ -91,34 +130,38 @@ def _context(snap: FleetSnapshot, config: PolicyConfig) -> Ctx:
         running=running,
         pressure={},
     )
-    for r in running:
-        book.add(r.job, _model_of(ctx, r.placements))
+    for group, n in sorted(groups.items(), key=_group_order):
+        book.add(group.job(), group.model, n)
     ctx.pressure = model_pressure(fleet)
     for c in ctx.profiles.values():
         for m, p in c.gpu_model_pressure_milli:
             ctx.pressure[m] = max(ctx.pressure.get(m, 0), p)
     hot = ctx.hot
-    for r in running:
-        if _model_of(ctx, r.placements) in hot:
-            ctx.hot_usage[r.job.tenant] = ctx.hot_usage.get(r.job.tenant, 0) + r.job.total_gpu_milli()
+    for group, n in sorted(groups.items(), key=_group_order):
+        if group.model in hot:
+            ctx.hot_usage[group.tenant] = ctx.hot_usage.get(group.tenant, 0) + n * group.job().total_gpu_milli()
+    for group, n in sorted(groups.items(), key=_group_order):
+        ctx.held.setdefault(group.tenant, Held()).add(group.job(), n)
     return ctx
 
 
-def _model_of(ctx: Ctx, placements: Sequence[ReplicaPlacement]) -> str | None:
+def _group_order(item: tuple[_Group, int]) -> tuple[str, str, str, int, int, int, int, int]:
+    g = item[0]
+    return (g.tenant, g.queue, g.model or "", g.replicas, g.cpu_milli, g.memory_mib, g.gpus, g.gpu_milli)
+
+
+def _model_at(index: Mapping[NodeId, int], models: Sequence[str], placements: Sequence[ReplicaPlacement]) -> str | None:
     for p in placements:
-        i = ctx.fleet.index.get(p.node_id)
+        i = index.get(p.node_id)
         if i is not None and p.gpu_indices:
-            return ctx.model_at(i) or None
+            return models[i] or None
     return None
 
 
 def _fair(ctx: Ctx) -> FairShare:
-    held: dict[TenantId, Held] = {}
-    for r in ctx.running:
-        held.setdefault(r.job.tenant, Held()).add(r.job)
     fs = ctx.fleet
     cap = Capacity(int(fs.cpu_cap.sum()), int(fs.mem_cap.sum()), fs.capacity_gpu_milli())
-    return FairShare(ctx.book.tenants, held, cap, ctx.snap.now_ms, ctx.config)
+    return FairShare(ctx.book.tenants, ctx.held, cap, ctx.snap.now_ms, ctx.config)
 
 
 def _candidate(ctx: Ctx, s: ClusterScore, nodes: Sequence[str]) -> CandidateScore:

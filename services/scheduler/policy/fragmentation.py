@@ -25,7 +25,7 @@ by W / W_m to stay comparable across models.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -44,6 +44,13 @@ def typical_shapes(samples: Iterable[Shape], coverage_pct: int = 95) -> tuple[Sh
     counts: Counter[tuple[int, int, int, tuple[str, ...]]] = Counter()
     for s in samples:
         counts[(s.cpu_milli, s.gpu_milli if s.gpus else 0, s.gpus, tuple(sorted(s.models)))] += s.weight
+    return typical_shapes_from_counts(counts, coverage_pct)
+
+
+def typical_shapes_from_counts(
+    counts: Mapping[tuple[int, int, int, tuple[str, ...]], int], coverage_pct: int = 95
+) -> tuple[Shape, ...]:
+    """``typical_shapes`` from weights already summed per (cpu, milli-GPU, GPUs, models)."""
     total = sum(counts.values())
     ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
     out: list[Shape] = []
