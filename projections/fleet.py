@@ -140,7 +140,9 @@ def _add(totals: dict[str, tuple[int, int, int]], model: str, capacity: int, fre
         totals[model] = (cap + capacity, fr + free, count + entries)
 
 
-def _demand(fleet: FleetState, delta: PendingDemand) -> FleetState:
+def _demand(fleet: FleetState, delta: PendingDemand) -> FleetState | None:
+    if not delta.pending and delta.job_id not in fleet.pending:
+        return None
     pending = dict(fleet.pending)
     demand_any = fleet.demand_any
     by_model = dict(fleet.demand_by_model)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from events.catalog.base import Event
 from events.catalog.decisions import JobPlaced, JobPreemptionRequested, JobQueued, JobReclaimRequested
@@ -121,9 +122,11 @@ class JobStage(Silent[JobView]):
             return entity, []
         view, emitted = _apply(view, event, item.time_ms)
         if isinstance(event, _DECISIONS):
-            view = evolve(
-                view, last_decision=event.model_dump_json(), last_decision_type=event.event_type.rsplit(".", 1)[-1]
-            )
+            decision = event.model_dump_json()
+            kind = event.event_type.rsplit(".", 1)[-1]
+            return evolve(
+                view, last_decision=decision, last_decision_type=kind, applied=view.applied.after(item)
+            ), emitted
         return evolve(view, applied=view.applied.after(item)), emitted
 
 
@@ -134,8 +137,10 @@ def _apply(view: JobView, event: Event, now: int) -> tuple[JobView, list[Emitted
         reasons = ",".join(r.value for r in event.reasons)
         if view.status in _TERMINAL or view.allocated:
             return _log(view, now, view.status, event, reasons, event.message), []
-        view = evolve(view, status="queued", queued_since_ms=_since(view, now))
-        return _log(view, now, "queued", event, reasons, event.message), _demand(view, True)
+        demand = _demand(view, True)  # of fields the status does not change
+        return _log(
+            view, now, "queued", event, reasons, event.message, status="queued", queued_since_ms=_since(view, now)
+        ), demand
     if isinstance(event, JobPlaced):
         return _placed(view, event, now)
     if isinstance(event, (JobStarted, *_ENDS_RUN)) and getattr(event, "run", 0) > view.run:
@@ -143,8 +148,8 @@ def _apply(view: JobView, event: Event, now: int) -> tuple[JobView, list[Emitted
     if isinstance(event, JobStarted):
         if event.run != view.run or view.status in _TERMINAL:
             return _log(view, now, view.status, event, "StaleRun", f"run {event.run} is not the current run"), []
-        view = evolve(view, status="running", started_ms=view.started_ms or now)
-        return _log(view, now, "running", event, "", event.message), []
+        started = view.started_ms or now
+        return _log(view, now, "running", event, "", event.message, status="running", started_ms=started), []
     if isinstance(event, _ENDS_RUN):
         return _run_ended(view, event, now)
     if isinstance(event, JobPreemptionRequested | JobReclaimRequested):
@@ -152,8 +157,11 @@ def _apply(view: JobView, event: Event, now: int) -> tuple[JobView, list[Emitted
     if isinstance(event, JobCancelRequested):
         return _log(view, now, view.status, event, "CancelRequested", event.reason), []
     if isinstance(event, JobRejected):
-        view = evolve(view, status="rejected", tenant=view.tenant or event.tenant, ended_ms=now)
-        return _log(view, now, "rejected", event, event.reason.value, event.message), []
+        tenant = view.tenant or event.tenant
+        reason = event.reason.value
+        return _log(
+            view, now, "rejected", event, reason, event.message, status="rejected", tenant=tenant, ended_ms=now
+        ), []
     return view, []
 
 
@@ -237,22 +245,23 @@ def _run_ended(view: JobView, event: Event, now: int) -> tuple[JobView, list[Emi
     }[type(event)]
     if isinstance(event, JobFailed):
         reason = event.reason.value
-    view = evolve(view, status=status, placement=())
+    message = getattr(event, "message", "")
+    emitted += _demand(view, status == "queued")  # of fields the end of a run does not change
+    changes: dict[str, int | None]
     if status == "queued":
-        view = evolve(view, preemptions=view.preemptions + 1, queued_since_ms=now)
-        emitted += _demand(view, True)
+        changes = {"preemptions": view.preemptions + 1, "queued_since_ms": now}
     else:
-        view = evolve(view, ended_ms=now, queued_since_ms=None)
-        emitted += _demand(view, False)
-    return _log(view, now, status, event, reason, getattr(event, "message", "")), emitted
+        changes = {"ended_ms": now, "queued_since_ms": None}
+    return _log(view, now, status, event, reason, message, status=status, placement=(), **changes), emitted
 
 
 def _since(view: JobView, now: int) -> int:
     return now if view.queued_since_ms is None else view.queued_since_ms
 
 
-def _log(view: JobView, now: int, status: str, event: Event, reason: str, message: str) -> JobView:
-    entry = TimelineEntry(now, status, event.event_type.rsplit(".", 1)[-1], reason, message[:512])
+def _log(view: JobView, now: int, logged: str, event: Event, reason: str, message: str, **changes: Any) -> JobView:
+    """Add a timeline entry (the job is ``logged`` there), with any ``changes`` of the view at once."""
+    entry = TimelineEntry(now, logged, event.event_type.rsplit(".", 1)[-1], reason, message[:512])
     timeline = (*view.timeline, entry)
     dropped = view.timeline_dropped
     if len(timeline) > TIMELINE_LIMIT:
@@ -265,6 +274,7 @@ def _log(view: JobView, now: int, status: str, event: Event, reason: str, messag
         timeline_dropped=dropped,
         last_reason=reason or view.last_reason,
         last_message=message or view.last_message,
+        **changes,
     )
 
 

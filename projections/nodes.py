@@ -271,7 +271,11 @@ def _main_model(profile: NodeProfile) -> str:
 def health_milli(profile: NodeProfile) -> int:
     if not profile.gpus:
         return 1000 if profile.present else 0
-    base = sum(_HEALTH_POINTS[gpu.health] for gpu in profile.gpus) // len(profile.gpus)
+    points = 0
+    for gpu in profile.gpus:
+        health = gpu.health
+        points += 1000 if health is Health.OK else _HEALTH_POINTS[health]  # most are OK: no enum hashing
+    base = points // len(profile.gpus)
     penalty = 0
     for moment in profile.recent_failures_ms:
         age = max(0, profile.last_seen_ms - moment)

@@ -8,6 +8,7 @@ replayed delta cannot count twice.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -57,7 +58,8 @@ class UsageStage(Silent[UsageBucket]):
             bucket = evolve(bucket, used_milli_ms=bucket.used_milli_ms + piece.used_milli_ms)
         else:
             run = (piece.job_id, piece.run)
-            if run in bucket.runs:
+            at = bisect_left(bucket.runs, run)
+            if at < len(bucket.runs) and bucket.runs[at] == run:
                 return entity, []
             projects = {name: (alloc, cost) for name, alloc, cost in bucket.projects}
             alloc, cost = projects.get(piece.project, (0, 0))
@@ -67,7 +69,8 @@ class UsageStage(Silent[UsageBucket]):
                 allocated_milli_ms=bucket.allocated_milli_ms + piece.allocated_milli_ms,
                 cost_micro=bucket.cost_micro + piece.cost_micro,
                 currency=piece.currency or bucket.currency,
-                runs=tuple(sorted((*bucket.runs, run))),
+                runs=(*bucket.runs[:at], run, *bucket.runs[at:]),
                 projects=tuple(sorted((name, a, c) for name, (a, c) in projects.items())),
             )
-        return evolve(bucket, applied=bucket.applied.after(item)), []
+        applied = bucket.applied.after(item)
+        return (bucket if applied is bucket.applied else evolve(bucket, applied=applied)), []
