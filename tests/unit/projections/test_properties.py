@@ -1,7 +1,10 @@
 """Properties of the projection topology: the answer does not depend on how the partitions of
-different topics interleave, and a redelivered prefix changes nothing."""
+different topics interleave, a redelivered prefix changes nothing, and folding in batches gives the
+same entities and the same latest outputs as folding one event at a time."""
 
 from __future__ import annotations
+
+import itertools
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -9,7 +12,9 @@ from hypothesis import strategies as st
 from events.catalog.base import Event
 from events.catalog.jobs import JobFailed, JobStarted, JobSucceeded
 from events.catalog.reasons import ReasonCode
-from projections.core import Position
+from events.envelope import Envelope
+from projections.core import Output, Position
+from projections.topology import MemoryStore, Processed, Topology
 from tests.unit.projections.builders import Fold, a_job, a_node, placed
 
 JOBS = 6
@@ -92,3 +97,45 @@ def test_a_redelivered_prefix_changes_nothing(outcomes: list[int], cut: int) -> 
         for index, (event, at) in enumerate(events[:cut]):
             f.feed(event, at_s=at, event_id=f"{topic}-{index}", replay=Position(event.topic, 0, index))
     assert summary(f) == before
+
+
+def _envelopes(outcomes: list[int]) -> list[tuple[Envelope, Position]]:
+    merged = sorted(
+        (at, 0 if topic == "jobs" else 1, i, topic, e)
+        for topic, evs in per_topic_streams(outcomes).items()
+        for i, (e, at) in enumerate(evs)
+    )
+    fed = [(Envelope(id="node", time_ms=0, data=a_node(gpus=8)), Position("inventory", 0, 0))]
+    for at, _, i, topic, event in merged:
+        fed.append((Envelope(id=f"{topic}-{i}", time_ms=1_000_000 + at * 1000, data=event), Position(topic, 0, i)))
+    return fed
+
+
+def _latest(outputs: list[Output]) -> dict[str, str]:
+    return {out.id.rsplit(":v", 1)[0]: out.event.model_dump_json() for out in outputs}
+
+
+@settings(max_examples=40, deadline=None)
+@given(outcomes=st.lists(st.integers(0, 3), min_size=JOBS, max_size=JOBS), cuts=st.sets(st.integers(1, 30)))
+def test_folding_in_batches_gives_the_same_entities_and_latest_outputs(outcomes: list[int], cuts: set[int]) -> None:
+    fed = _envelopes(outcomes)
+    one_by_one, store = Topology(), MemoryStore()
+    each = Processed()
+    for envelope, position in fed:
+        one_by_one.process(store, envelope, position, each)
+
+    batched, batched_store = Topology(), MemoryStore()
+    outputs: list[Output] = []
+    bounds = [0, *sorted(cut for cut in cuts if cut < len(fed)), len(fed)]
+    for start, end in itertools.pairwise(bounds):
+        batch = Processed()
+        for envelope, position in fed[start:end]:
+            batched.fold(batched_store, envelope, position, batch)
+        batched.flush(batched_store, batch)
+        outputs += batch.outputs
+
+    assert batched_store.tables == store.tables
+    published = {(out.id, out.event.model_dump_json()) for out in each.outputs}
+    assert all((out.id, out.event.model_dump_json()) in published for out in outputs)  # every version as it was
+    assert _latest(outputs) == _latest(each.outputs)
+    assert len(outputs) <= len(each.outputs)
