@@ -162,7 +162,11 @@ def _demand(fleet: FleetState, delta: PendingDemand) -> FleetState | None:
 
 def rollup_facts(fleet: FleetState, cluster: str, congestion: Mapping[str, int], hot: Sequence[str]) -> RollupFacts:
     models = fleet.clusters.get(cluster, {})
-    worst = max((congestion.get(model, 0) for model in models), default=0)
+    worst = 0
+    for model in models:
+        value = congestion.get(model, 0)
+        if value > worst:
+            worst = value
     return (
         tuple(sorted((model, capacity, free) for model, (capacity, free, _) in models.items())),
         min(1000, worst),

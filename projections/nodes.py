@@ -115,7 +115,9 @@ class NodeStage:
         applied = profile.applied.after(item)
         if profile is before and applied is before.applied and entity is not None:
             return entity, emitted  # passed through, or changed nothing: the profile says what it said
-        return _versioned(before, evolve(profile, applied=applied), emitted)
+        if applied is not profile.applied:
+            profile = evolve(profile, applied=applied)
+        return _versioned(before, profile, emitted)
 
     def publish(self, before: NodeProfile | None, after: NodeProfile | None) -> list[Output]:
         if after is None or after.published is None or after.version <= (before.version if before else 0):
@@ -309,10 +311,11 @@ def profile_facts(profile: NodeProfile) -> ProfileFacts:
         if entry is None:
             entry = models[gpu.model] = [0, 0, 0, 0, 0, 0]
         entry[0] += 1
-        entry[1] = max(entry[1], gpu.memory_mib)
+        if gpu.memory_mib > entry[1]:
+            entry[1] = gpu.memory_mib
         entry[3] += taken
         if present and gpu.health is not Health.FAILED:
-            free = max(0, 1000 - taken)
+            free = 1000 - taken if taken < 1000 else 0
             entry[2] += 1000
             entry[4] += free
             entry[5] += 1000 if free == 1000 else 0

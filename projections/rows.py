@@ -15,8 +15,8 @@ from typing import Any
 from projections.clusters import ClusterView
 from projections.fleet import FleetState
 from projections.jobs import JobView
-from projections.nodes import NodeProfile, failures_per_kgpu_hour_milli, health_milli, profile_event
-from projections.quota import QueueQuota, usage_event
+from projections.nodes import NodeProfile, profile_facts
+from projections.quota import QueueQuota, usage_facts
 from projections.shapes import ShapeCount
 from projections.usage import UsageBucket
 
@@ -77,7 +77,7 @@ def _job_rows(key: str, job: JobView) -> Sequence[Row]:
 
 
 def _node_rows(key: str, node: NodeProfile) -> Sequence[Row]:
-    event = profile_event(node, max(1, node.version))
+    capacity, allocated, free, _, health, stability, fit_training, fit_inference, _ = profile_facts(node)
     model = node.gpus[0].model if node.gpus else None
     return [
         (
@@ -91,14 +91,14 @@ def _node_rows(key: str, node: NodeProfile) -> Sequence[Row]:
             len(node.gpus),
             node.cpu_milli,
             node.memory_mib,
-            event.capacity.gpu_milli,
-            event.allocated.gpu_milli,
-            event.free.gpu_milli,
-            health_milli(node),
+            capacity[2],
+            allocated[2],
+            free[2],
+            health,
             node.failures,
-            failures_per_kgpu_hour_milli(node),
-            event.fit_training,
-            event.fit_inference,
+            stability,
+            fit_training,
+            fit_inference,
             node.gpu_utilisation_pct,
             len(node.allocations),
             node.last_seen_ms,
@@ -125,9 +125,12 @@ def _cluster_rows(key: str, cluster: ClusterView) -> Sequence[Row]:
 
 
 def _quota_rows(key: str, quota: QueueQuota) -> Sequence[Row]:
-    event = usage_event(quota, max(1, quota.version))
-    usage = [u.model_dump(mode="json") for u in event.usage]
-    return [(key, quota.tenant, quota.queue, _json(usage), event.gpu_hours_milli, len(quota.holdings), quota.version)]
+    lines, gpu_hours_milli, _ = usage_facts(quota)
+    usage = [
+        {"resource": r, "gpu_model": m, "used": u, "guaranteed": g, "limit": limit, "borrowed": b}
+        for r, m, u, g, limit, b in lines
+    ]  # what the published QuotaUsage lines say, as JSON
+    return [(key, quota.tenant, quota.queue, _json(usage), gpu_hours_milli, len(quota.holdings), quota.version)]
 
 
 def _usage_rows(key: str, bucket: UsageBucket) -> Sequence[Row]:
