@@ -56,13 +56,39 @@ async def load_positions(pool: asyncpg.Pool, schema: str) -> dict[tuple[str, int
     return {(row["topic"], row["partition"]): row["next_offset"] for row in rows}
 
 
-async def load_state(pool: asyncpg.Pool, schema: str) -> dict[str, dict[str, Any]]:
+STATE_FORMAT = 2
+"""The layout of the pickled entities: raise it whenever a stage's entity class changes its fields.
+1: up to the batch folding of the projections; 2: running totals and plain published facts."""
+_FORMAT_KEY = ("_format", "")
+
+
+async def load_state(pool: asyncpg.Pool, schema: str) -> dict[str, dict[str, Any]] | None:
+    """The stored entities, by stage and key; None when they were written in another ``STATE_FORMAT``
+    (the caller then replays the log into fresh read models: see ``reset``)."""
+    stored = await pool.fetchval(
+        f"SELECT state FROM {schema}.projection_state WHERE stage = $1 AND entity_key = $2", *_FORMAT_KEY
+    )
+    if stored is None and await pool.fetchval(f"SELECT count(*) FROM {schema}.projection_state") == 0:
+        return {}
+    if stored is None or pickle.loads(stored) != STATE_FORMAT:
+        return None
     tables: dict[str, dict[str, Any]] = {}
     async with pool.acquire() as conn, conn.transaction():
-        async for row in conn.cursor(f"SELECT stage, entity_key, state FROM {schema}.projection_state"):
+        async for row in conn.cursor(
+            f"SELECT stage, entity_key, state FROM {schema}.projection_state WHERE stage <> $1", _FORMAT_KEY[0]
+        ):
             # Our own pickles, written by this code into our own database; never from outside.
             tables.setdefault(row["stage"], {})[row["entity_key"]] = pickle.loads(row["state"])
     return tables
+
+
+async def reset(pool: asyncpg.Pool, schema: str) -> None:
+    """Forget every entity, row and position, so the host folds the log again from its start."""
+    async with pool.acquire() as conn, conn.transaction():
+        for table in TABLES.values():
+            await conn.execute(f"DELETE FROM {_qualified(schema, table.name)}")
+        await conn.execute(f"DELETE FROM {schema}.projection_state")
+        await conn.execute(f"DELETE FROM {schema}.projection_positions")
 
 
 async def flush(
@@ -106,6 +132,12 @@ async def flush(
                     stage,
                     gone,
                 )
+        await conn.execute(
+            f"INSERT INTO {schema}.projection_state (stage, entity_key, state) VALUES ($1, $2, $3)"
+            " ON CONFLICT (stage, entity_key) DO UPDATE SET state = EXCLUDED.state",
+            *_FORMAT_KEY,
+            pickle.dumps(STATE_FORMAT, protocol=5),
+        )
         if positions:
             items = sorted(positions.items())
             await conn.execute(

@@ -73,8 +73,13 @@ class ProjectionRunner:
 
     async def start(self) -> None:
         await readmodels.ensure_schema(self._pool, self.schema)
+        tables = await readmodels.load_state(self._pool, self.schema)
+        if tables is None:
+            log.warning("event=projections_replay schema=%s reason=entity_format_changed", self.schema)
+            await readmodels.reset(self._pool, self.schema)
+            tables = {}
         self._positions = await readmodels.load_positions(self._pool, self.schema)
-        self.store.tables = await readmodels.load_state(self._pool, self.schema)
+        self.store.tables = tables
         self._partitions = [
             TopicPartition(topic, p) for topic in self._topics for p in range(await self._log.partitions(topic))
         ]
