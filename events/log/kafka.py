@@ -38,6 +38,7 @@ from events.log.contract import (
 from events.topics import TopicSpec, partition_for
 
 _FETCH_WAIT_MS = 20
+_TAIL_FETCH_WAIT_MS = 5
 
 
 class KafkaEventLog:
@@ -138,9 +139,8 @@ class KafkaEventLog:
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             isolation_level="read_committed",
-            fetch_max_wait_ms=_FETCH_WAIT_MS,
             max_partition_fetch_bytes=8 * 1024 * 1024,
-            **config,
+            **{"fetch_max_wait_ms": _FETCH_WAIT_MS, **config},
         )
 
 
@@ -332,7 +332,9 @@ class KafkaTail:
 
     def __init__(self, log: KafkaEventLog, positions: Mapping[TopicPartition, int]) -> None:
         self._positions = dict(positions)
-        self._consumer = log.consumer()
+        # A follower waits on the broker, not on a timer: a short fetch wait bounds how late a commit
+        # marker is noticed (the broker does not always answer a waiting fetch when only the LSO moves).
+        self._consumer = log.consumer(fetch_max_wait_ms=_TAIL_FETCH_WAIT_MS)
 
     async def start(self) -> None:
         await self._consumer.start()

@@ -29,12 +29,12 @@ from events.catalog.decisions import (
 )
 from events.catalog.jobs import JobCancelled
 from events.catalog.reasons import ReasonCode
-from events.catalog.types import ClusterId, CycleId, JobId, NodeId
+from events.catalog.types import ClusterId, CycleId, JobId
 from events.codec import encode
 from events.envelope import Envelope
 from services.scheduler.policy import decisions as core
 from services.scheduler.policy.reasons import ReasonCode as CoreReason
-from services.scheduler.state import SchedulerState
+from services.scheduler.state import SchedulerState, event_node
 
 SOURCE = "urn:fedsched:scheduler"
 _SHORT = 256
@@ -104,7 +104,7 @@ def _score(candidate: core.CandidateScore) -> CandidateScore:
     components = tuple(ScoreComponent(name=_id(name), points=points) for name, points in terms)
     return CandidateScore(
         cluster=ClusterId(candidate.cluster),
-        node=NodeId(candidate.nodes[0]) if candidate.nodes else None,
+        node=event_node(candidate.nodes[0]) if candidate.nodes else None,
         total=sum(points for _, points in terms),
         components=components,
     )
@@ -127,7 +127,10 @@ def _event(state: SchedulerState, decision: core.Decision, cid: CycleId) -> Even
             reason=reason,
             replicas=tuple(
                 ReplicaPlacement(
-                    replica=i, node=r.node_id, gpu_indices=tuple(r.gpu_indices), gpu_milli_each=r.gpu_milli_each
+                    replica=i,
+                    node=event_node(r.node_id),
+                    gpu_indices=tuple(r.gpu_indices),
+                    gpu_milli_each=r.gpu_milli_each,
                 )
                 for i, r in enumerate(decision.replicas)
             ),

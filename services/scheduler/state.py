@@ -246,7 +246,8 @@ class SchedulerState:
             return
         job = job_model(job_id, facts)
         replicas = tuple(
-            m.ReplicaPlacement(NodeId(r.node), tuple(r.gpu_indices), r.gpu_milli_each) for r in placed.replicas
+            m.ReplicaPlacement(core_node_id(placed.cluster, r.node), tuple(r.gpu_indices), r.gpu_milli_each)
+            for r in placed.replicas
         )
         derived.running[job_id] = m.RunningJob(job, ClusterId(placed.cluster), replicas, facts.submitted_ms)
         holds = []
@@ -303,7 +304,7 @@ class SchedulerState:
             gpus.append(m.Gpu(device.index, max(0, _MILLI - used.get(device.index, 0)), m.Health(health)))
         schedulable = observed.schedulable and not self.unreachable.get(key[0], False)
         return m.Node(
-            node_id=NodeId(key[1]),
+            node_id=core_node_id(*key),
             cluster=ClusterId(key[0]),
             cpu_milli=observed.cpu_milli,
             memory_mib=observed.memory_mib,
@@ -352,6 +353,17 @@ class SchedulerState:
                 )
             )
         return tuple(out)
+
+
+def core_node_id(cluster: str, node: str) -> NodeId:
+    """The core's id of a node: node names are unique only within a cluster (two clusters may well
+    both have a ``gpu-node-1``), and ids have no ``/``, so ``cluster/node`` is unique and reversible."""
+    return NodeId(f"{cluster}/{node}")
+
+
+def event_node(node_id: str) -> NodeId:
+    """The node's own name, as events carry it (beside their cluster field)."""
+    return NodeId(node_id.partition("/")[2] or node_id)
 
 
 def _usage_order(record: m.UsageRecord) -> tuple[int, int]:

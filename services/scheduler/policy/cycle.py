@@ -106,9 +106,12 @@ def _context(snap: FleetSnapshot, config: PolicyConfig) -> Ctx:
     fleet = FleetState(snap.nodes)
     running = sorted(snap.running, key=lambda r: r.job.job_id)
     models = [fleet.models[m] if m >= 0 else "" for m in fleet.model_of.tolist()]
-    groups: Counter[_Group] = Counter()
+    keys: Counter[tuple[TenantId, str, int, int, int, int, int, tuple[str, ...], str | None]] = Counter()
     for r in running:
-        groups[_Group.of(r.job, _model_at(fleet.index, models, r.placements))] += 1
+        j = r.job
+        model = _model_at(fleet.index, models, r.placements)
+        keys[(j.tenant, j.queue, j.replicas, j.cpu_milli, j.memory_mib, j.gpus, j.gpu_milli, j.gpu_models, model)] += 1
+    groups = Counter({_Group(*key): n for key, n in keys.items()})
     frag = FragModel(_shapes(snap, config, groups), fleet.models)
     placer = Placer(
         fleet,

@@ -26,7 +26,7 @@ from events.catalog.reasons import ReasonCode
 from events.catalog.types import Health, ResourceKind
 from events.envelope import Envelope
 from services.scheduler.policy import model as m
-from services.scheduler.state import SchedulerState, job_model
+from services.scheduler.state import SchedulerState, core_node_id, job_model
 from tests.unit.projections.builders import a_job, a_node, placed
 
 T0 = 1_800_000_000_000
@@ -56,7 +56,10 @@ def full_snapshot(state: SchedulerState, now_ms: int) -> m.FleetSnapshot:
         if now is None:
             continue
         job = job_model(job_id, facts)
-        replicas = tuple(m.ReplicaPlacement(r.node, tuple(r.gpu_indices), r.gpu_milli_each) for r in now.replicas)
+        replicas = tuple(
+            m.ReplicaPlacement(core_node_id(now.cluster, r.node), tuple(r.gpu_indices), r.gpu_milli_each)
+            for r in now.replicas
+        )
         running.append(m.RunningJob(job, now.cluster, replicas, facts.submitted_ms))
         for r in now.replicas:
             key = (now.cluster, r.node)
@@ -82,7 +85,7 @@ def full_snapshot(state: SchedulerState, now_ms: int) -> m.FleetSnapshot:
         cpu, mem = used_cpu.get(key, (0, 0))
         nodes.append(
             m.Node(
-                node_id=key[1],
+                node_id=core_node_id(*key),
                 cluster=key[0],
                 cpu_milli=seen.cpu_milli,
                 memory_mib=seen.memory_mib,

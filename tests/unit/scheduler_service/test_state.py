@@ -42,9 +42,9 @@ def test_a_suspect_node_counts_as_degraded_and_work_goes_elsewhere() -> None:
     state = fleet_with_a_suspect(T0)
     snapshot = state.snapshot(T0 + 1000)
     health = {n.node_id: {g.health.value for g in n.gpus} for n in snapshot.nodes}
-    assert health == {"n1": {"degraded"}, "n2": {"ok"}}
+    assert health == {"c1/n1": {"degraded"}, "c1/n2": {"ok"}}
     placed = [d for d in schedule(snapshot, state.policy_config()).decisions if isinstance(d, Place)]
-    assert [p.replicas[0].node_id for p in placed] == ["n2"]
+    assert [p.replicas[0].node_id for p in placed] == ["c1/n2"]
     assert decision_events(state, schedule(snapshot, state.policy_config()), 0)[0].type == "io.fedsched.JobPlaced"
 
 
@@ -54,4 +54,21 @@ def test_the_suspicion_lapses_after_its_period() -> None:
     assert {g.health.value for n in snapshot.nodes for g in n.gpus} == {"ok"}
     # With nothing between them, the stable order picks n1: the suspicion above is what moved the job.
     placed = [d for d in schedule(snapshot, state.policy_config()).decisions if isinstance(d, Place)]
-    assert [p.replicas[0].node_id for p in placed] == ["n1"]
+    assert [p.replicas[0].node_id for p in placed] == ["c1/n1"]
+
+
+def test_nodes_of_the_same_name_in_two_clusters_are_two_nodes() -> None:
+    state = SchedulerState()
+    events = [
+        ClusterRegistered(cluster="c1", kind=ClusterKind.SIMULATED, site="s", region="r", currency="EUR"),
+        ClusterRegistered(cluster="c2", kind=ClusterKind.SIMULATED, site="s", region="r", currency="EUR"),
+        a_node(cluster="c1", node="gpu-node-1", gpus=1),
+        a_node(cluster="c2", node="gpu-node-1", gpus=1),
+        a_job("j1", gpus=1),
+        a_job("j2", gpus=1),
+    ]
+    for i, event in enumerate(events):
+        state.fold(Envelope(id=f"e{i}", time_ms=T0 + i, data=event))
+    result = schedule(state.snapshot(T0 + 1000), state.policy_config())
+    placed = [e.data for e in decision_events(state, result, 0) if e.type == "io.fedsched.JobPlaced"]
+    assert sorted((p.cluster, p.replicas[0].node) for p in placed) == [("c1", "gpu-node-1"), ("c2", "gpu-node-1")]
