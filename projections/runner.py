@@ -126,7 +126,7 @@ class ProjectionRunner:
             position = Position(record.topic, record.partition, record.offset)
             self.topology.fold(self.store, envelope, position, processed)
             folded += 1
-        self.topology.flush(self.store, processed)
+        self.topology.flush(self.store, processed, publish=self._publish)
         latest = max((item[0] for part in decoded for item in part), default=0)
         outputs = [to_record(_envelope(out, latest)) for out in processed.outputs] if self._publish else []
         if self._producer is not None and (dead or outputs):
@@ -153,10 +153,20 @@ class ProjectionRunner:
         per_partition: list[list[LogRecord]] = []
         for tp in self._partitions:
             offset = self._positions.get((tp.topic, tp.partition), 0)
-            if offset >= await self._reader.end_offset(tp):
+            end = await self._reader.end_offset(tp)
+            if offset >= end:
                 continue
             # Something is committed there: wait for it (a Kafka fetch takes a round trip).
             records = await self._reader.read(tp, offset, max_records=self._batch, timeout_s=1.0)
+            while records and len(records) < self._batch and records[-1].offset + 1 < end:
+                # A Kafka read returns what one fetch brought: take what else is already at hand, so a
+                # step folds (and writes, and publishes) more at once. No waiting: the rest may be markers.
+                more = await self._reader.read(
+                    tp, records[-1].offset + 1, max_records=self._batch - len(records), timeout_s=0.0
+                )
+                if not more:
+                    break
+                records += more
             if records:
                 per_partition.append(records)
             elif await self._reader.caught_up(tp, offset):

@@ -91,34 +91,38 @@ class Topology:
 
     def fold(self, store: EntityStore, envelope: Envelope, position: Position, into: Processed) -> None:
         """``process`` without building outputs; ``flush`` builds them for the whole batch."""
-        queue: deque[tuple[str, Input]] = deque()
-        for name, stage in self.stages.items():
-            for key in stage.keys(envelope):
-                queue.append((name, Input(key, envelope.time_ms, position, envelope.data, envelope.id)))
-        before_batch = into.before
-        while queue:
-            name, item = queue.popleft()
-            stage = self.stages[name]
-            before = store.get(name, item.key)
+        queue: list[tuple[str, Input]] = [
+            (name, Input(key, envelope.time_ms, position, envelope.data, envelope.id))
+            for name, stage in self.stages.items()
+            for key in stage.keys(envelope)
+        ]
+        stages, before_batch, changed = self.stages, into.before, into.changed
+        get, put = store.get, store.put
+        for name, item in queue:  # grows while it is read: breadth first
+            stage = stages[name]
+            key = item.key
+            before = get(name, key)
             after, emitted = stage.fold(before, item)
             if after is not before:
-                entity = (name, item.key)
+                entity = (name, key)
                 if entity not in before_batch:
                     before_batch[entity] = before
                 if after is None:
                     # Gone: publish what it reached first, as ``process`` would have; a new one starts afresh.
                     into.outputs += stage.publish(before_batch[entity], before)
                     before_batch[entity] = None
-                store.put(name, item.key, after)
-                into.changed.add(entity)
+                put(name, key, after)
+                changed.add(entity)
             for out in emitted:
                 if isinstance(out, Routed):
                     queue.append((out.stage, Input(out.key, item.time_ms, None, out.delta, item.envelope_id)))
                 else:
                     into.outputs.append(out)
 
-    def flush(self, store: EntityStore, into: Processed) -> None:
-        """The outputs of every entity the batch changed, in the order they first changed."""
-        for (name, key), before in into.before.items():
-            into.outputs += self.stages[name].publish(before, store.get(name, key))
+    def flush(self, store: EntityStore, into: Processed, *, publish: bool = True) -> None:
+        """The outputs of every entity the batch changed, in the order they first changed (none are
+        built if they would not be published)."""
+        if publish:
+            for (name, key), before in into.before.items():
+                into.outputs += self.stages[name].publish(before, store.get(name, key))
         into.before.clear()
