@@ -13,6 +13,7 @@ limit). Mappings are re-ordered by key on validation, so equal events always enc
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from dataclasses import dataclass
@@ -113,6 +114,30 @@ class Unique:
         return tuple(getattr(item, name) for name in self.keys)
 
     def check(self, items: tuple[T, ...]) -> tuple[T, ...]:
+        if len(items) < 2:
+            return items
+        if self.ordered and len(self.keys) == 1:
+            # The common case, on every decode: one int or str key, strictly increasing (which also
+            # means unique). Anything else takes the full check below, which names the problem.
+            name = self.keys[0]
+            values = [getattr(item, name) for item in items]
+            kind = type(values[0])
+            if (
+                (kind is int or kind is str)
+                and all(type(v) is kind for v in values)
+                and all(a < b for a, b in itertools.pairwise(values))
+            ):
+                return items
+        elif (
+            not self.keys
+            and not self.ordered
+            and all(type(item) is str for item in items)
+            and len(set(items)) == len(items)
+        ):
+            return items
+        return self._check_fully(items)
+
+    def _check_fully(self, items: tuple[T, ...]) -> tuple[T, ...]:
         keys = [self.key_of(item) for item in items]
         if len(set(keys)) != len(keys):
             what = "items" if not self.keys else "values of " + "+".join(self.keys)
