@@ -163,15 +163,14 @@ def _demand(fleet: FleetState, delta: PendingDemand) -> FleetState | None:
 def rollup_facts(fleet: FleetState, cluster: str, congestion: Mapping[str, int], hot: Sequence[str]) -> RollupFacts:
     models = fleet.clusters.get(cluster, {})
     worst = 0
-    for model in models:
+    totals = []
+    for model, (capacity, free, _) in models.items():
+        totals.append((model, capacity, free))
         value = congestion.get(model, 0)
         if value > worst:
             worst = value
-    return (
-        tuple(sorted((model, capacity, free) for model, (capacity, free, _) in models.items())),
-        min(1000, worst),
-        tuple(model for model in hot if model in models),
-    )
+    totals.sort()
+    return tuple(totals), min(1000, worst), tuple(model for model in hot if model in models)
 
 
 def rollup_event(cluster: str, facts: RollupFacts, version: int, now: int) -> ResourceProfileUpdated:
@@ -213,7 +212,7 @@ def rollup(fleet: FleetState, cluster: str, version: int, now: int) -> ResourceP
 def _rollups(fleet: FleetState, clusters: Sequence[str], applied: Applied, now: int) -> FleetState:
     """A new roll-up version for each cluster whose roll-up says something new."""
     congestion = fleet.congestion()
-    hot = tuple(model for model, value in congestion.items() if value >= HOT_MILLI)
+    hot = [model for model, value in congestion.items() if value >= HOT_MILLI]
     versions: dict[str, int] | None = None
     rollups: dict[str, tuple[RollupFacts, int]] | None = None
     for cluster in clusters:
