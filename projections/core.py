@@ -140,6 +140,39 @@ class Applied:
         return Applied(offsets, ids)
 
 
+class Batch(Generic[E]):
+    """One stage's inputs folded a batch at a time, for a host that keeps the entities itself (the faust
+    stage agents): ``fold`` each input in order (deltas are emitted as they are folded), then ``publish``
+    once with the entities as the batch left them. Outputs come with the time of the last input that
+    changed their entity."""
+
+    def __init__(self, stage: Stage[E]) -> None:
+        self.stage = stage
+        self.before: dict[str, E | None] = {}
+        self.times: dict[str, int] = {}
+        self.gone: list[tuple[Output, int]] = []
+
+    def fold(self, entity: E | None, item: Input) -> tuple[E | None, list[Emitted]]:
+        after, emitted = self.stage.fold(entity, item)
+        if after is not entity:
+            key = item.key
+            if key not in self.before:
+                self.before[key] = entity
+            self.times[key] = item.time_ms
+            if after is None:  # gone: publish what it reached first; a new one starts afresh
+                self.gone += [(out, item.time_ms) for out in self.stage.publish(self.before[key], entity)]
+                self.before[key] = None
+        return after, emitted
+
+    def publish(self, entities: Callable[[str], E | None]) -> list[tuple[Output, int]]:
+        """The outputs of every entity the batch changed; ``entities`` gives each one's latest state."""
+        outputs = self.gone
+        for key, before in self.before.items():
+            outputs += [(out, self.times[key]) for out in self.stage.publish(before, entities(key))]
+        self.before, self.times, self.gone = {}, {}, []
+        return outputs
+
+
 class Silent(Generic[E]):
     """Folding and publishing for a stage that emits no outputs: its ``reduce`` already folds."""
 

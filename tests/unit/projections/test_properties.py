@@ -13,7 +13,8 @@ from events.catalog.base import Event
 from events.catalog.jobs import JobFailed, JobStarted, JobSucceeded
 from events.catalog.reasons import ReasonCode
 from events.envelope import Envelope
-from projections.core import Output, Position
+from projections.core import Batch, Input, Output, Position
+from projections.nodes import NodeStage
 from projections.topology import MemoryStore, Processed, Topology
 from tests.unit.projections.builders import Fold, a_job, a_node, placed
 
@@ -139,3 +140,16 @@ def test_folding_in_batches_gives_the_same_entities_and_latest_outputs(outcomes:
     assert all((out.id, out.event.model_dump_json()) in published for out in outputs)  # every version as it was
     assert _latest(outputs) == _latest(each.outputs)
     assert len(outputs) <= len(each.outputs)
+
+
+def test_a_stage_folded_in_a_batch_publishes_the_latest_version_of_each_entity() -> None:
+    stage = NodeStage()
+    batch = Batch(stage)
+    entity = None
+    for at, event in enumerate([a_node(gpus=8), a_node(gpus=8, generation=2), a_node(gpus=4, generation=3)]):
+        position = Position("inventory", 0, at)
+        entity, _ = batch.fold(entity, Input("c1/n1", 1000 * at, position, event, f"e{at}"))
+    outputs = batch.publish(lambda key: entity)
+    assert [(out.id, time_ms) for out, time_ms in outputs] == [("profile:c1/n1:v2", 2000)]
+    assert outputs[0][0].event.capacity.gpu_milli == 4000
+    assert batch.publish(lambda key: entity) == []
