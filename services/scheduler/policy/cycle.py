@@ -287,6 +287,12 @@ def _place(
         f"{p.node_id}[{','.join(map(str, p.gpu_indices))}]" if p.gpu_indices else p.node_id for p in replicas
     )
     alt = f"; runner-up {runner.cluster} scored {ranked[1].total} vs {ranked[0].total}" if runner is not None else ""
+    if runner is not None and ranked[1].total == ranked[0].total:
+        # Equal scores: say what decided, so "why there" never reads as chance.
+        if ranked[1].placement_cost != ranked[0].placement_cost:
+            alt += f", a tie won on placement cost ({ranked[0].placement_cost} vs {ranked[1].placement_cost})"
+        else:
+            alt += f", a tie decided by the stable cluster order ({cid} before {runner.cluster})"
     share = f" ({d.gpu_milli}m each)" if d.is_share else ""
     msg = (
         f"{job.job_id} placed in {cid} on {gpus}{share} by {ctx.config.node_policy.value}: placement cost "

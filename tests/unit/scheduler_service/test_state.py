@@ -72,3 +72,19 @@ def test_nodes_of_the_same_name_in_two_clusters_are_two_nodes() -> None:
     result = schedule(state.snapshot(T0 + 1000), state.policy_config())
     placed = [e.data for e in decision_events(state, result, 0) if e.type == "io.fedsched.JobPlaced"]
     assert sorted((p.cluster, p.replicas[0].node) for p in placed) == [("c1", "gpu-node-1"), ("c2", "gpu-node-1")]
+
+
+def test_a_placement_between_equal_clusters_says_what_decided() -> None:
+    state = SchedulerState()
+    events = [
+        ClusterRegistered(cluster="c1", kind=ClusterKind.SIMULATED, site="s", region="r", currency="EUR"),
+        ClusterRegistered(cluster="c2", kind=ClusterKind.SIMULATED, site="s", region="r", currency="EUR"),
+        a_node(cluster="c1", node="n1", gpus=8),
+        a_node(cluster="c2", node="n2", gpus=8),
+        a_job("j1", gpus=2),
+    ]
+    for i, event in enumerate(events):
+        state.fold(Envelope(id=f"e{i}", time_ms=T0 + i, data=event))
+    [placed] = decision_events(state, schedule(state.snapshot(T0 + 1000), state.policy_config()), 0)
+    assert placed.data.cluster == "c1"  # type: ignore[attr-defined]
+    assert "a tie decided by the stable cluster order (c1 before c2)" in placed.data.explanation  # type: ignore[attr-defined]
