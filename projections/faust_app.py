@@ -86,6 +86,15 @@ class _ReadCommittedThread(faust_aiokafka.AIOKafkaConsumerThread):
         consumer._isolation_level = "read_committed"
         return consumer
 
+    def verify_event_path(self, now: float, tp: Any) -> None:
+        """faust's livelock check reads each partition's position, which aiokafka asserts is set: skip a
+        partition whose position is being reset (``perform_seek`` sends fresh ones to their beginning)."""
+        state = self._ensure_consumer()._fetcher._subscriptions.subscription.assignment.state_value(
+            TopicPartition(tp.topic, tp.partition)
+        )
+        if state is not None and state.has_valid_position:
+            super().verify_event_path(now, tp)
+
 
 class _ReadCommittedConsumer(faust_aiokafka.Consumer):
     def _new_consumer_thread(self) -> Any:
@@ -115,14 +124,47 @@ class _ReadCommittedConsumer(faust_aiokafka.Consumer):
 
     async def perform_seek(self) -> None:
         """After a rebalance faust seeks every partition to its committed offset, having dropped what it
-        had fetched beyond it. aiokafka only seeks to a committed offset above 0, so a partition with
-        nothing committed yet kept its position past the dropped records: start those over."""
+        had fetched beyond it.
+
+        Delivery stops first, until faust resumes the flow. faust's recovery (``_resume_streams`` and
+        ``on_recovery_completed`` in faust-streaming 0.15) resumes the stream partitions, awaits this
+        seek, and only then calls ``app.flow_control.resume()``, which empties every agent's queue; the
+        consumer's flow is already active, so records fetched from the committed offset during and
+        after the seek were queued and then thrown away, with faust's read offset already past them.
+        faust then committed past the first of them (it accepts a commit whose lowest acknowledged
+        offset is one above the committed one, for transaction markers) or never committed again (two
+        or more). With the flow stopped nothing is delivered until the queues are emptied: recovery
+        calls ``resume_flow`` right after that, and reading goes on from the offsets sought here.
+
+        aiokafka only seeks to a committed offset above 0, so a partition with nothing committed yet
+        kept its position past the dropped records: start those over."""
+        self.stop_flow()
         await super().perform_seek()
         fresh = [tp for tp in self.assignment() if not self._is_changelog_tp(tp) and not self._committed_offset.get(tp)]
         if fresh:
             await self._thread.seek_to_beginning(*(TopicPartition(tp.topic, tp.partition) for tp in fresh))
             for tp in fresh:
                 self._read_offset.pop(tp, None)
+
+    def _new_offset(self, tp: Any) -> int | None:
+        """faust's next offset to commit, but never past an internal record that was not acknowledged:
+        our stage topics have no transaction markers, so the lowest acknowledged offset must be the
+        committed one (faust accepts one above it). A hole there is a record lost on its way to the
+        agent: hold the commit (it is read again after the next rebalance) and say so."""
+        committed = self._committed_offset.get(tp)
+        acked = self._acked.get(tp)
+        internal: frozenset[str] = getattr(self.app, "internal_topics", frozenset())
+        if tp.topic in internal and committed and acked and min(acked) != committed:
+            log.error(
+                "event=commit_hole topic=%s partition=%d committed=%d acked_from=%d",
+                tp.topic,
+                tp.partition,
+                committed,
+                min(acked),
+            )
+            return None
+        offset: int | None = super()._new_offset(tp)
+        return offset
 
 
 class _Transport(faust_aiokafka.Transport):
@@ -488,7 +530,6 @@ def build_app(config: WorkerConfig, *, sink: Sink | None = None, outbox: Outbox 
         settings["datadir"] = str(config.data_dir)
     app = ProjectionsApp(config.app_id, **settings)
     app.host = ProjectionsHost(app, config, sink=sink, outbox=outbox)
-    app.gated_topics = frozenset(  # type: ignore[attr-defined]
-        [*config.source_topics, *(config.stage_topic(name) for name in app.host.stages)]
-    )
+    app.internal_topics = frozenset(config.stage_topic(name) for name in app.host.stages)  # type: ignore[attr-defined]
+    app.gated_topics = frozenset([*config.source_topics, *app.internal_topics])  # type: ignore[attr-defined]
     return app

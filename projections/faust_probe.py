@@ -162,7 +162,10 @@ async def wait_members(config: WorkerConfig, count: int, *, timeout_s: float) ->
     started = time.monotonic()
     try:
         while True:
-            described = await admin.describe_consumer_groups([config.app_id])
+            try:
+                described = await admin.describe_consumer_groups([config.app_id])
+            except KafkaError:  # the group's coordinator may not be elected yet (a fresh broker)
+                described = []
             group = described[0].groups[0] if described and described[0].groups else None
             if group is not None and group[2] == "Stable" and len(group[5]) == count:
                 return

@@ -210,7 +210,6 @@ async def _more_than(pool: asyncpg.Pool, jobs: int) -> bool:
     return await jobs_projected(pool) > jobs
 
 
-@pytest.mark.known_defect  # open: on a takeover under load some job events are not folded (issue 4 notes)
 @pytest.mark.timeout(240)
 async def test_two_workers_share_the_partitions_and_one_takes_over_when_the_other_stops(
     deployment: Deployment, pool: asyncpg.Pool
