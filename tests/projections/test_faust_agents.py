@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
+from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP
 
 from events.catalog.jobs import JobSubmitted
 from events.catalog.types import JobId, Resources, TenantId
@@ -193,3 +195,39 @@ async def _until(condition: Any, timeout_s: float = 10.0) -> None:
 
 def test_the_catalogue_topics_are_all_created_under_the_prefix() -> None:
     assert [spec.name for spec in CONFIG.public_specs()] == [f"u.{spec.name}" for spec in TOPICS]
+
+
+class TestConsumer:
+    """The worker's consumer around a rebalance (faust's recovery and commit bookkeeping, no broker)."""
+
+    @pytest.mark.timeout(30)
+    @pytest.mark.asyncio(loop_scope="session")
+    async def test_seeking_to_the_committed_offsets_stops_delivery_until_faust_resumes_the_flow(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # faust empties the agents' queues only after this seek: nothing may be delivered in between.
+        consumer: Any = build_app(CONFIG).consumer
+        seen: list[bool] = []
+
+        async def seek(self: Any) -> None:
+            seen.append(self.flow_active)
+
+        monkeypatch.setattr(faust_aiokafka.Consumer, "perform_seek", seek)
+        monkeypatch.setattr(type(consumer), "assignment", lambda self: set())
+        consumer.resume_flow()
+        await consumer.perform_seek()
+        assert seen == [False] and not consumer.flow_active
+        consumer.resume_flow()  # what faust's recovery does once the queues are empty
+        assert consumer.flow_active
+
+    @pytest.mark.parametrize(
+        ("topic", "expected"),
+        [(CONFIG.stage_topic("jobs"), None), ("u.fedsched.jobs", 8)],
+        ids=["an internal record never acknowledged holds the commit", "a source topic may skip a marker"],
+    )
+    def test_a_commit_never_passes_an_unacknowledged_internal_record(self, topic: str, expected: int | None) -> None:
+        consumer: Any = build_app(CONFIG).consumer
+        tp = TP(topic, 0)
+        consumer._committed_offset[tp] = 5
+        consumer._acked[tp] = [6, 7]  # offset 5 never acknowledged
+        assert consumer._new_offset(tp) == expected
