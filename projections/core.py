@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from operator import attrgetter
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from events.catalog.base import Event
 from events.envelope import Envelope
@@ -42,11 +42,12 @@ class Delta:
     __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Input:
+class Input(NamedTuple):
     """One thing a stage folds into one entity. ``position`` is the log position of an event read from
     the log, and None for a delta: deltas are idempotent by construction (stated per job and run, or
-    per node), and a duplicated event is already stopped at the first stage it reaches."""
+    per node), and a duplicated event is already stopped at the first stage it reaches. (Inputs,
+    ``Routed`` and ``Output`` are named tuples: several are made per event, and a tuple is the
+    cheapest immutable record to make.)"""
 
     key: str
     time_ms: int
@@ -55,8 +56,7 @@ class Input:
     envelope_id: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class Routed:
+class Routed(NamedTuple):
     """A delta for another stage's entity."""
 
     stage: str
@@ -64,8 +64,7 @@ class Routed:
     delta: Delta
 
 
-@dataclass(frozen=True, slots=True)
-class Output:
+class Output(NamedTuple):
     """An event to publish, with an id derived from its inputs (so a duplicate is recognisable)."""
 
     event: Event

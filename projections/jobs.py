@@ -222,7 +222,8 @@ def _placed(view: JobView, event: JobPlaced, now: int) -> tuple[JobView, list[Em
     emitted += _hold(view, now)
     view = _log(view, now, "placed", event, event.reason.value, event.explanation)
     due = [fact for fact in view.early if fact[1] == event.run]
-    view = evolve(view, early=tuple(fact for fact in view.early if fact[1] > event.run))
+    if view.early:
+        view = evolve(view, early=tuple(fact for fact in view.early if fact[1] > event.run))
     for when, _, fact in due:
         view, more = _apply(view, fact, max(when, now))
         emitted += more
