@@ -176,6 +176,7 @@ def _submitted(view: JobView, event: JobSubmitted, now: int) -> tuple[JobView, l
     if view.orphan and view.allocated:
         # Its placement was read first and held quota of an unknown queue: give that back.
         emitted.append(_via_node(view, _queue_delta(view, False, view.placed_ms or now)))
+    first = view.status == "unknown"  # neither placed nor read before: it waits from now
     view = evolve(
         view,
         orphan=False,
@@ -192,11 +193,12 @@ def _submitted(view: JobView, event: JobSubmitted, now: int) -> tuple[JobView, l
         gpu_models=tuple(r.gpu_models),
         preemptible=event.preemptible,
         submitted_ms=now,
+        status="submitted" if first else view.status,
+        queued_since_ms=now if first else view.queued_since_ms,
     )
     if view.allocated and len(emitted) > 1:
         emitted += _hold(view, view.placed_ms or now)
-    if view.status == "unknown":
-        view = evolve(view, status="submitted", queued_since_ms=now)
+    if first:
         emitted += _demand(view, True)
     return _log(view, now, view.status, event, "Submitted", ""), emitted
 
