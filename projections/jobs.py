@@ -120,52 +120,50 @@ class JobStage(Silent[JobView]):
         view = entity or JobView(job_id=item.key)
         if view.applied.seen(item):
             return entity, []
-        view, emitted = _apply(view, event, item.time_ms)
+        extra: dict[str, Any] = {"applied": view.applied.after(item)}
         if isinstance(event, _DECISIONS):
-            decision = event.model_dump_json()
-            kind = event.event_type.rsplit(".", 1)[-1]
-            return evolve(
-                view, last_decision=decision, last_decision_type=kind, applied=view.applied.after(item)
-            ), emitted
-        return evolve(view, applied=view.applied.after(item)), emitted
+            extra["last_decision"] = event.model_dump_json()
+            extra["last_decision_type"] = event.event_type.rsplit(".", 1)[-1]
+        return _apply(view, event, item.time_ms, **extra)
 
 
-def _apply(view: JobView, event: Event, now: int) -> tuple[JobView, list[Emitted]]:
+def _apply(view: JobView, event: Event, now: int, **extra: Any) -> tuple[JobView, list[Emitted]]:
+    """Fold ``event``; ``extra`` are changes of the view to make in the same copy."""
     if isinstance(event, JobSubmitted):
-        return _submitted(view, event, now)
+        return _submitted(view, event, now, **extra)
     if isinstance(event, JobQueued):
         reasons = ",".join(r.value for r in event.reasons)
         if view.status in _TERMINAL or view.allocated:
-            return _log(view, now, view.status, event, reasons, event.message), []
+            return _log(view, now, view.status, event, reasons, event.message, **extra), []
         demand = _demand(view, True)  # of fields the status does not change
-        return _log(
-            view, now, "queued", event, reasons, event.message, status="queued", queued_since_ms=_since(view, now)
-        ), demand
+        changes = {"status": "queued", "queued_since_ms": _since(view, now)}
+        return _log(view, now, "queued", event, reasons, event.message, **changes, **extra), demand
     if isinstance(event, JobPlaced):
-        return _placed(view, event, now)
+        return _placed(view, event, now, **extra)
     if isinstance(event, (JobStarted, *_ENDS_RUN)) and getattr(event, "run", 0) > view.run:
-        return evolve(view, early=(*view.early, (now, getattr(event, "run", 0), event))), []
+        return evolve(view, early=(*view.early, (now, getattr(event, "run", 0), event)), **extra), []
     if isinstance(event, JobStarted):
         if event.run != view.run or view.status in _TERMINAL:
-            return _log(view, now, view.status, event, "StaleRun", f"run {event.run} is not the current run"), []
+            stale = f"run {event.run} is not the current run"
+            return _log(view, now, view.status, event, "StaleRun", stale, **extra), []
         started = view.started_ms or now
-        return _log(view, now, "running", event, "", event.message, status="running", started_ms=started), []
+        changes = {"status": "running", "started_ms": started}
+        return _log(view, now, "running", event, "", event.message, **changes, **extra), []
     if isinstance(event, _ENDS_RUN):
-        return _run_ended(view, event, now)
+        return _run_ended(view, event, now, **extra)
     if isinstance(event, JobPreemptionRequested | JobReclaimRequested):
-        return _log(view, now, view.status, event, event.reason.value, event.message), []
+        return _log(view, now, view.status, event, event.reason.value, event.message, **extra), []
     if isinstance(event, JobCancelRequested):
-        return _log(view, now, view.status, event, "CancelRequested", event.reason), []
+        return _log(view, now, view.status, event, "CancelRequested", event.reason, **extra), []
     if isinstance(event, JobRejected):
         tenant = view.tenant or event.tenant
         reason = event.reason.value
-        return _log(
-            view, now, "rejected", event, reason, event.message, status="rejected", tenant=tenant, ended_ms=now
-        ), []
-    return view, []
+        changes = {"status": "rejected", "tenant": tenant, "ended_ms": now}
+        return _log(view, now, "rejected", event, reason, event.message, **changes, **extra), []
+    return (evolve(view, **extra) if extra else view), []
 
 
-def _submitted(view: JobView, event: JobSubmitted, now: int) -> tuple[JobView, list[Emitted]]:
+def _submitted(view: JobView, event: JobSubmitted, now: int, **extra: Any) -> tuple[JobView, list[Emitted]]:
     r = event.resources
     emitted: list[Emitted] = []
     if view.orphan:
@@ -200,10 +198,10 @@ def _submitted(view: JobView, event: JobSubmitted, now: int) -> tuple[JobView, l
         emitted += _hold(view, view.placed_ms or now)
     if first:
         emitted += _demand(view, True)
-    return _log(view, now, view.status, event, "Submitted", ""), emitted
+    return _log(view, now, view.status, event, "Submitted", "", **extra), emitted
 
 
-def _placed(view: JobView, event: JobPlaced, now: int) -> tuple[JobView, list[Emitted]]:
+def _placed(view: JobView, event: JobPlaced, now: int, **extra: Any) -> tuple[JobView, list[Emitted]]:
     emitted: list[Emitted] = []
     if view.allocated:  # a new placement replaces an older one still held (should not happen; stay exact)
         emitted += _release(view, now)
@@ -222,7 +220,7 @@ def _placed(view: JobView, event: JobPlaced, now: int) -> tuple[JobView, list[Em
     )
     emitted += _demand(view, False)
     emitted += _hold(view, now)
-    view = _log(view, now, "placed", event, event.reason.value, event.explanation)
+    view = _log(view, now, "placed", event, event.reason.value, event.explanation, **extra)
     due = [fact for fact in view.early if fact[1] == event.run]
     if view.early:
         view = evolve(view, early=tuple(fact for fact in view.early if fact[1] > event.run))
@@ -232,12 +230,13 @@ def _placed(view: JobView, event: JobPlaced, now: int) -> tuple[JobView, list[Em
     return view, emitted
 
 
-def _run_ended(view: JobView, event: Event, now: int) -> tuple[JobView, list[Emitted]]:
+def _run_ended(view: JobView, event: Event, now: int, **extra: Any) -> tuple[JobView, list[Emitted]]:
     run = getattr(event, "run", 0)
     if isinstance(event, JobCancelled) and run == 0:
         run = view.run
     if run != view.run and view.run != 0:
-        return _log(view, now, view.status, event, "StaleRun", f"run {run} is not the current run {view.run}"), []
+        stale = f"run {run} is not the current run {view.run}"
+        return _log(view, now, view.status, event, "StaleRun", stale, **extra), []
     emitted = _release(view, now) if view.allocated else []
     status, reason = {
         JobSucceeded: ("succeeded", "Succeeded"),
@@ -255,7 +254,7 @@ def _run_ended(view: JobView, event: Event, now: int) -> tuple[JobView, list[Emi
         changes = {"preemptions": view.preemptions + 1, "queued_since_ms": now}
     else:
         changes = {"ended_ms": now, "queued_since_ms": None}
-    return _log(view, now, status, event, reason, message, status=status, placement=(), **changes), emitted
+    return _log(view, now, status, event, reason, message, status=status, placement=(), **changes, **extra), emitted
 
 
 def _since(view: JobView, now: int) -> int:
