@@ -49,6 +49,8 @@ class FleetState:
     rollups: Mapping[str, tuple[RollupFacts, int]] = field(default_factory=dict)
     """Cluster -> what its latest roll-up version says, and its ``last_seen_ms``."""
     applied: Applied = field(default_factory=Applied)
+    congestion_milli: Mapping[str, int] = field(default_factory=dict)
+    """``congestion()`` when the roll-ups were last brought up to date."""
 
     def demand(self, model: str) -> int:
         return self.demand_any + self.demand_by_model.get(model, 0)
@@ -89,11 +91,14 @@ class FleetStage:
         applied = fleet.applied.after(item)
         if changed is None and applied is fleet.applied and entity is not None:
             return entity, []  # nothing to fold: the roll-ups cannot change either
+        previous = fleet.congestion_milli
         fleet = changed or fleet
-        clusters = set(fleet.rollups)
-        if isinstance(delta, NodeCapacity) and delta.present:
+        congestion = fleet.congestion()
+        # A roll-up changes with its cluster's totals, or with the congestion of the models in it.
+        clusters = set(fleet.rollups) if congestion != previous else set()
+        if isinstance(delta, NodeCapacity) and (delta.present or delta.cluster in fleet.rollups):
             clusters.add(delta.cluster)
-        return _rollups(fleet, sorted(clusters), applied, item.time_ms), []
+        return _rollups(fleet, sorted(clusters), applied, item.time_ms, congestion), []
 
     def publish(self, before: FleetState | None, after: FleetState | None) -> list[Output]:
         if after is None:
@@ -209,9 +214,10 @@ def rollup(fleet: FleetState, cluster: str, version: int, now: int) -> ResourceP
     return rollup_event(cluster, rollup_facts(fleet, cluster, fleet.congestion(), fleet.hot_models()), version, now)
 
 
-def _rollups(fleet: FleetState, clusters: Sequence[str], applied: Applied, now: int) -> FleetState:
-    """A new roll-up version for each cluster whose roll-up says something new."""
-    congestion = fleet.congestion()
+def _rollups(
+    fleet: FleetState, clusters: Sequence[str], applied: Applied, now: int, congestion: Mapping[str, int]
+) -> FleetState:
+    """A new roll-up version for each of these clusters whose roll-up says something new."""
     hot = [model for model, value in congestion.items() if value >= HOT_MILLI]
     versions: dict[str, int] | None = None
     rollups: dict[str, tuple[RollupFacts, int]] | None = None
@@ -234,4 +240,5 @@ def _rollups(fleet: FleetState, clusters: Sequence[str], applied: Applied, now: 
         fleet.versions if versions is None else versions,
         fleet.rollups if rollups is None else rollups,
         applied,
+        congestion,
     )
