@@ -59,10 +59,12 @@ class FleetState:
         return {model: (capacity, free) for model, (capacity, free, _) in self.models.items()}
 
     def congestion(self) -> dict[str, int]:
-        return {
-            model: min(1_000_000, self.demand(model) * 1000 // max(1, self.models[model][1]))
-            for model in sorted(self.models)
-        }
+        out = {}
+        demand_any, by_model, models = self.demand_any, self.demand_by_model, self.models
+        for model in sorted(models):
+            free = models[model][1]
+            out[model] = min(1_000_000, (demand_any + by_model.get(model, 0)) * 1000 // (free if free > 1 else 1))
+        return out
 
     def hot_models(self) -> tuple[str, ...]:
         return tuple(model for model, value in self.congestion().items() if value >= HOT_MILLI)

@@ -394,9 +394,14 @@ def _versioned(before: NodeProfile, after: NodeProfile, emitted: list[Emitted]) 
         return after, emitted
     after = evolve(after, version=after.version + 1, published=(facts, after.last_seen_ms))
     # A stored profile says what its latest version says (but the time): ``previous`` is ``before``'s.
-    if previous is None or capacity_delta(before, previous[0]) != capacity_delta(after, facts):
+    if previous is None or _capacity(before.present, previous[0]) != _capacity(after.present, facts):
         emitted = [*emitted, Routed("fleet", "fleet", capacity_delta(after, facts))]
     return after, emitted
+
+
+def _capacity(present: bool, facts: ProfileFacts) -> tuple[tuple[str, int, int], ...] | None:
+    """What ``capacity_delta`` says, to compare (None: not present)."""
+    return tuple((m[0], m[3], m[5]) for m in facts[3]) if present else None
 
 
 HEARTBEAT_MS = 300_000
