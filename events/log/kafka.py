@@ -39,6 +39,7 @@ from events.topics import TopicSpec, partition_for
 
 _FETCH_WAIT_MS = 20
 _TAIL_FETCH_WAIT_MS = 5
+_RETRY_BACKOFF_MS = 20
 
 
 class KafkaEventLog:
@@ -155,6 +156,10 @@ class KafkaProducer:
             acks="all",
             transactional_id=transactional_id,
             linger_ms=0,
+            # Right after a commit the coordinator still writes its markers and answers the next
+            # transaction's first requests with CONCURRENT_TRANSACTIONS; aiokafka then waits this long
+            # (its 100 ms default is what a scheduler cycle would pay, the Java client waits 20 ms).
+            retry_backoff_ms=_RETRY_BACKOFF_MS,
             max_batch_size=1024 * 1024,
             max_request_size=4 * 1024 * 1024,
         )

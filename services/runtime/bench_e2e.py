@@ -18,6 +18,7 @@ import os
 import secrets
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -91,6 +92,9 @@ async def run(args: argparse.Namespace) -> int:
     auth = AuthConfig("fedsched-bench", "fedsched", hs256_secret=secret.encode())
     token = issue_token(auth, subject="bench", tenants=["*"], roles=["admin"])
     env = {**os.environ, "PYTHONPATH": str(ROOT), "FEDSCHED_JWT_SECRET": secret}
+    logs = Path(tempfile.mkdtemp(prefix="fedsched-bench-e2e-"))
+    scheduler_log = (logs / "scheduler.log").open("wb")
+    api_log = (logs / "api.log").open("wb")
     scheduler = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -102,7 +106,7 @@ async def run(args: argparse.Namespace) -> int:
         "1000",
         env=env,
         stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
+        stderr=scheduler_log,
     )
     api = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -122,7 +126,7 @@ async def run(args: argparse.Namespace) -> int:
         "--no-intake",
         env=env,
         stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
+        stderr=api_log,
     )
     client = Client(ClientConfig(server=args.listen, token=token, timeout_s=30))
     sent: dict[str, float] = {}
@@ -184,6 +188,8 @@ async def run(args: argparse.Namespace) -> int:
                 process.send_signal(signal.SIGTERM)
         for process in (api, scheduler):
             await process.wait()
+        scheduler_log.close()
+        api_log.close()
     latencies = sorted((placed[j] - sent[j]) * 1000 for j in sent if j in placed)
     from services.audit.verify import verify
 
@@ -225,6 +231,12 @@ async def run(args: argparse.Namespace) -> int:
             f"audit verify: {report.cycles} cycles, {report.identical_pct:.2f}% identical, "
             f"{report.events_read} events at {figures['verify']['events_per_s']} events/s"
         )
+        summaries = [line for line in (logs / "scheduler.log").read_text().splitlines() if "cycles_summary" in line]
+        if summaries:
+            print(
+                f"scheduler, its last cycles (startup excluded when there are several summaries): {summaries[-1].split('event=cycles_summary ', 1)[1]}"
+            )
+        print(f"process logs: {logs}")
     return 0
 
 

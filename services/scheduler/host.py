@@ -64,6 +64,12 @@ class Metrics:
     folded: int = 0
     unreadable: int = 0
     last_cycle_ms: float = 0.0
+    # Where cycle time goes, summed since the last summary line (milliseconds): decide is snapshot +
+    # policy + decision events, append the transaction, fold reading our own output back.
+    decide_ms: float = 0.0
+    append_ms: float = 0.0
+    fold_ms: float = 0.0
+    summed: int = 0  # cycles in those sums
     leader: bool = False
     queue_depth: dict[str, int] = field(default_factory=dict)
 
@@ -109,6 +115,7 @@ class SchedulerHost:
         )
 
     async def close(self) -> None:
+        self._summary()
         for closeable in (self._reader, self._tail, self._leadership, self._producer):
             if closeable is not None:
                 await closeable.close()
@@ -183,7 +190,8 @@ class SchedulerHost:
     async def cycle(self) -> int:
         """Run one cycle now (the caller checked leadership); returns the number of decision events."""
         assert self._producer is not None
-        started = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         now = self._clock()
         config = self.state.policy_config()
         result = schedule(self.state.snapshot(now), config)
@@ -194,6 +202,7 @@ class SchedulerHost:
             self._dirty = False
             self._last_cycle_at = now
             return 0
+        decided = loop.time()
         offsets = dict(self.positions)
         record = cycle_record(sequence, [(tp.topic, tp.partition, o) for tp, o in offsets.items()], result, events)
         try:
@@ -204,16 +213,37 @@ class SchedulerHost:
         except ProducerFenced:
             await self._step_down("fenced by a newer leader")
             return 0
+        appended_at = loop.time()
         self._dirty = False
         self._last_cycle_at = now
         self.metrics.cycles += 1
         self.metrics.decisions += len(events)
         self.metrics.placements += sum(1 for e in events if e.type == "io.fedsched.JobPlaced")
-        self.metrics.last_cycle_ms = (asyncio.get_running_loop().time() - started) * 1000
         # Our own output is an input of the next cycle: fold it before deciding again (anything else
         # folded with it marks the state dirty again).
         await self._fold_through({TopicPartition(a.topic, a.partition): a.offset for a in appended})
+        m = self.metrics
+        m.last_cycle_ms = (loop.time() - started) * 1000
+        m.decide_ms += (decided - started) * 1000
+        m.append_ms += (appended_at - decided) * 1000
+        m.fold_ms += (loop.time() - appended_at) * 1000
+        m.summed += 1
+        if m.summed >= 50:
+            self._summary()
         return len(events)
+
+    def _summary(self) -> None:
+        m = self.metrics
+        if not m.summed:
+            return
+        log.info(
+            "event=cycles_summary cycles=%d decisions=%d decide_ms_avg=%.1f append_ms_avg=%.1f fold_ms_avg=%.1f"
+            " pending=%d running=%d",
+            m.summed, m.decisions, m.decide_ms / m.summed, m.append_ms / m.summed, m.fold_ms / m.summed,
+            self.state.pending_count(), self.state.running_count(),
+        )  # fmt: skip
+        m.decide_ms = m.append_ms = m.fold_ms = 0.0
+        m.summed = 0
 
     async def _fold_through(self, appended: dict[TopicPartition, int]) -> None:
         if self._tail is None:

@@ -175,6 +175,10 @@ class SchedulerState:
         self._refresh()
         return len(self._derived.pending)
 
+    def running_count(self) -> int:
+        self._refresh()
+        return len(self._derived.running)
+
     def pending_jobs(self) -> list[m.Job]:
         self._refresh()
         return list(self._derived.pending.values())
