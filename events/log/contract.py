@@ -172,6 +172,10 @@ class GroupConsumer(Protocol):
 class EventLog(Protocol):
     """A connection to one log (a Kafka cluster or the embedded PostgreSQL log)."""
 
+    commit_markers: bool
+    """Whether a committed transaction leaves a marker that takes one offset after its records (Kafka
+    does; the embedded log's offsets are dense)."""
+
     async def start(self) -> None: ...
 
     async def close(self) -> None: ...

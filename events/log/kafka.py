@@ -43,6 +43,8 @@ _RETRY_BACKOFF_MS = 20
 
 
 class KafkaEventLog:
+    commit_markers = True
+
     def __init__(self, bootstrap_servers: str, *, client_id: str = "fedsched", replication_factor: int = 1) -> None:
         self.bootstrap_servers = bootstrap_servers
         self._client_id = client_id

@@ -124,6 +124,8 @@ LIMIT $4
 class PostgresEventLog:
     """``EventLog`` on PostgreSQL. One pool for appends and reads, one connection listening for commits."""
 
+    commit_markers = False
+
     def __init__(self, dsn: str, *, pool_size: int = 10) -> None:
         self._dsn = dsn
         self._pool_size = pool_size

@@ -233,9 +233,8 @@ async def run(args: argparse.Namespace) -> int:
         )
         summaries = [line for line in (logs / "scheduler.log").read_text().splitlines() if "cycles_summary" in line]
         if summaries:
-            print(
-                f"scheduler, its last cycles (startup excluded when there are several summaries): {summaries[-1].split('event=cycles_summary ', 1)[1]}"
-            )
+            last = summaries[-1].split("event=cycles_summary ", 1)[1]
+            print(f"scheduler, its last cycles: {last}")
         print(f"process logs: {logs}")
     return 0
 
@@ -267,13 +266,16 @@ async def _wait_for_api(client: Client, timeout_s: float = 60) -> None:
 
 
 async def _tail_placements(event_log: EventLog, placed: dict[str, float], run_id: str) -> None:
-    reader = await event_log.reader()
     tp = TopicPartition(DECISIONS.name, 0)
-    position = await reader.end_offset(tp)
+    reader = await event_log.reader()
+    try:
+        start = await reader.end_offset(tp)
+    finally:
+        await reader.close()
+    tail = await event_log.tail({tp: start})
     try:
         while True:
-            for record in await reader.read(tp, position, max_records=2000, timeout_s=0.5):
-                position = record.offset + 1
+            for record in await tail.poll(max_records=2000, timeout_s=0.5):
                 seen = time.perf_counter()
                 try:
                     event = decode(record.headers, record.value).data
@@ -282,4 +284,4 @@ async def _tail_placements(event_log: EventLog, placed: dict[str, float], run_id
                 if isinstance(event, JobPlaced):
                     placed.setdefault(event.job_id, seen)
     finally:
-        await reader.close()
+        await tail.close()

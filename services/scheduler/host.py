@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from events.codec import decode
 from events.errors import EventError
 from events.log.contract import (
+    Appended,
     EventLog,
     GroupConsumer,
     GroupOffsets,
@@ -38,6 +39,7 @@ from events.log.contract import (
     LogReader,
     LogRecord,
     LogTail,
+    OutRecord,
     ProducerFenced,
     TopicPartition,
 )
@@ -70,6 +72,8 @@ class Metrics:
     append_ms: float = 0.0
     fold_ms: float = 0.0
     summed: int = 0  # cycles in those sums
+    own_direct: int = 0  # partitions of our own output folded as appended
+    own_read_back: int = 0  # ... and read back from the log (something else could lie between)
     leader: bool = False
     queue_depth: dict[str, int] = field(default_factory=dict)
 
@@ -98,6 +102,7 @@ class SchedulerHost:
         self.positions: dict[TopicPartition, int] = {}
         self._reader: LogReader | None = None
         self._tail: LogTail | None = None
+        self._own_end: dict[TopicPartition, int] = {}  # where our last directly folded records ended
         self._leadership: GroupConsumer | None = None
         self._producer: LogProducer | None = None
         self._dirty = True
@@ -221,7 +226,7 @@ class SchedulerHost:
         self.metrics.placements += sum(1 for e in events if e.type == "io.fedsched.JobPlaced")
         # Our own output is an input of the next cycle: fold it before deciding again (anything else
         # folded with it marks the state dirty again).
-        await self._fold_through({TopicPartition(a.topic, a.partition): a.offset for a in appended})
+        await self._fold_through(self._fold_own(records, appended))
         m = self.metrics
         m.last_cycle_ms = (loop.time() - started) * 1000
         m.decide_ms += (decided - started) * 1000
@@ -244,6 +249,29 @@ class SchedulerHost:
         )  # fmt: skip
         m.decide_ms = m.append_ms = m.fold_ms = 0.0
         m.summed = 0
+
+    def _fold_own(self, records: list[OutRecord], appended: list[Appended]) -> dict[TopicPartition, int]:
+        """Fold what we just appended without waiting to read it back, on every partition where nothing
+        else can lie between what we folded last and it: our records come right after our position, or,
+        on a log with commit markers, right after the one marker of our own previous transaction. The
+        rest is left to read back (returned: partition -> last offset of ours there)."""
+        by_tp: dict[TopicPartition, list[tuple[OutRecord, int]]] = {}
+        for out, at in zip(records, appended, strict=True):
+            by_tp.setdefault(TopicPartition(at.topic, at.partition), []).append((out, at.offset))
+        remaining: dict[TopicPartition, int] = {}
+        for tp, ours in by_tp.items():
+            offsets = [offset for _, offset in ours]
+            position = self.positions.get(tp, 0)
+            gap = offsets[0] - position
+            adjacent = gap == 0 or (gap == 1 and self._log.commit_markers and self._own_end.get(tp) == position)
+            if not adjacent or offsets != list(range(offsets[0], offsets[0] + len(offsets))):
+                remaining[tp] = offsets[-1]
+                self.metrics.own_read_back += 1
+                continue
+            self.metrics.own_direct += 1
+            self._fold([LogRecord(tp.topic, tp.partition, o, r.key, r.value, tuple(r.headers), 0) for r, o in ours])
+            self._own_end[tp] = self.positions[tp]
+        return remaining
 
     async def _fold_through(self, appended: dict[TopicPartition, int]) -> None:
         if self._tail is None:

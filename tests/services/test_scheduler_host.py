@@ -126,6 +126,40 @@ async def test_a_cycle_places_what_fits_explains_what_waits_and_verifies_identic
     assert report.identical_pct == 100.0, report.differences
 
 
+async def test_the_leader_folds_its_own_output_as_appended_and_never_places_a_job_twice(
+    event_log: EventLog, make_topic: Callable[..., Awaitable[str]]
+) -> None:
+    topics = await private_topics(event_log, make_topic)
+    pub = Renaming(event_log, topics)
+    await pub.start()
+    await pub.send(ClusterRegistered(cluster="c1", kind=ClusterKind.SIMULATED, site="s1", region="eu", currency="EUR"))
+    await pub.send(*(a_node(node=f"n{i}", gpus=8) for i in range(4)))
+    host = host_for(event_log, topics, f"{topics.prefix}-sched")
+    await host.start()
+    stop = asyncio.Event()
+    task = asyncio.create_task(host.run(stop))
+    for batch in range(8):
+        await pub.send(*(a_job(f"j{batch}-{k}", gpus=1) for k in range(3)))
+
+        async def batch_placed(batch: int = batch) -> bool:
+            placed = {e.job_id for e in await decisions(event_log, topics) if isinstance(e, JobPlaced)}
+            return all(f"j{batch}-{k}" in placed for k in range(3))
+
+        await wait_for(batch_placed)
+    stop.set()
+    await task
+    await host.close()
+    await pub.close()
+
+    placements = [e.job_id for e in await decisions(event_log, topics) if isinstance(e, JobPlaced)]
+    assert sorted(placements) == sorted(f"j{b}-{k}" for b in range(8) for k in range(3))
+    # Cycles after the first follow their predecessor directly on the decisions partition.
+    assert host.metrics.own_direct >= 1, (host.metrics.own_direct, host.metrics.own_read_back)
+    report = await verify(event_log, topics=tuple(topics.name(t) for t in host_topics()))
+    assert report.cycles >= 2
+    assert report.identical_pct == 100.0, report.differences
+
+
 def host_topics() -> tuple[str, ...]:
     from services.scheduler.host import INPUT_TOPICS
 
