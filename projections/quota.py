@@ -146,9 +146,8 @@ class QuotaStage:
             return entity, []  # changed nothing
         if applied is not quota.applied:
             quota = evolve(quota, applied=applied)
-        if quota.tenant == "unknown" and not quota.holdings and not quota.gpu_milli_ms_consumed:
-            # Held only while a placement waited for its submission to be read: nothing to keep.
-            return None, []
+        # An "unknown" queue (placements read before their submission) is kept when it empties: dropping
+        # it would restart its versions, and a reader that saw v5 ignores a new v1 (same id, new content).
         return _versioned(quota), []
 
     def publish(self, before: QueueQuota | None, after: QueueQuota | None) -> list[Output]:

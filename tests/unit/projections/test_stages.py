@@ -70,9 +70,21 @@ def test_a_placement_read_before_its_submission_moves_quota_to_the_right_queue()
     fold.feed(placed(), at_s=2)
     assert fold.get("quota", "unknown/default").holdings != ()
     fold.feed(a_job(tenant="team-b"), at_s=1)
-    assert fold.get("quota", "unknown/default") is None
+    unknown = fold.get("quota", "unknown/default")
+    assert unknown is not None and unknown.holdings == ()  # kept, so its versions never restart
     assert [h.job_id for h in fold.get("quota", "team-b/default").holdings] == ["j1"]
     assert fold.get("nodes", "c1/n1").allocations[0].tenant == "team-b"
+
+
+def test_the_unknown_queue_never_publishes_two_versions_with_one_id() -> None:
+    fold = Fold()
+    fold.feed(a_node())
+    for n in range(3):  # each placement read before its submission, then the submission
+        fold.feed(placed(job_id=f"j{n}", gpus=(n,)), at_s=10 * n)
+        fold.feed(a_job(job_id=f"j{n}", tenant="team-b"), at_s=10 * n + 1)
+    ids: dict[str, object] = {}
+    for out in fold.outputs:
+        assert ids.setdefault(out.id, out.event) == out.event, f"{out.id} published with two contents"
 
 
 def test_an_older_node_snapshot_is_ignored() -> None:
