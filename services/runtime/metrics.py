@@ -130,6 +130,10 @@ def scheduler_samples(scheduler: SchedulerHost) -> list[Sample]:
         ("fedsched_scheduler_placements_total", {}, m.placements),
         ("fedsched_scheduler_cycle_seconds", {}, m.last_cycle_ms / 1000),
         ("fedsched_scheduler_leader", {}, 1.0 if m.leader else 0.0),
+        *(
+            ("fedsched_scheduler_cycle_phase_seconds", {"phase": phase}, ms / 1000)
+            for phase, ms in sorted(m.last_phases_ms.items())
+        ),
         ("fedsched_events_folded_total", {"component": "scheduler"}, m.folded),
     ]
     depth: dict[str, int] = {}

@@ -72,6 +72,7 @@ class Metrics:
     append_ms: float = 0.0
     fold_ms: float = 0.0
     summed: int = 0  # cycles in those sums
+    last_phases_ms: dict[str, float] = field(default_factory=dict)  # decide / append / fold, last cycle
     own_direct: int = 0  # partitions of our own output folded as appended
     own_read_back: int = 0  # ... and read back from the log (something else could lie between)
     leader: bool = False
@@ -229,9 +230,14 @@ class SchedulerHost:
         await self._fold_through(self._fold_own(records, appended))
         m = self.metrics
         m.last_cycle_ms = (loop.time() - started) * 1000
-        m.decide_ms += (decided - started) * 1000
-        m.append_ms += (appended_at - decided) * 1000
-        m.fold_ms += (loop.time() - appended_at) * 1000
+        m.last_phases_ms = {
+            "decide": (decided - started) * 1000,
+            "append": (appended_at - decided) * 1000,
+            "fold": (loop.time() - appended_at) * 1000,
+        }
+        m.decide_ms += m.last_phases_ms["decide"]
+        m.append_ms += m.last_phases_ms["append"]
+        m.fold_ms += m.last_phases_ms["fold"]
         m.summed += 1
         if m.summed >= 50:
             self._summary()

@@ -45,3 +45,22 @@ async def test_metrics_are_exposed_in_prometheus_text_and_health_names_what_fail
     finally:
         server.close()
         await server.wait_closed()
+
+
+async def test_the_scheduler_reports_queue_depth_per_class_and_where_its_last_cycle_went() -> None:
+    from types import SimpleNamespace
+
+    from events.envelope import Envelope
+    from services.runtime.metrics import scheduler_samples
+    from services.scheduler.host import Metrics as SchedulerMetrics
+    from services.scheduler.state import SchedulerState
+    from tests.unit.projections.builders import a_job
+
+    state = SchedulerState()
+    for i in range(3):
+        state.fold(Envelope(id=f"e{i}", time_ms=1_800_000_000_000, data=a_job(f"j{i}")))
+    metrics = SchedulerMetrics(last_phases_ms={"decide": 12.0, "append": 5.0, "fold": 0.5})
+    samples = scheduler_samples(SimpleNamespace(metrics=metrics, state=state))  # type: ignore[arg-type]
+    assert ("fedsched_queue_depth", {"priority_class": "standard"}, 3) in samples
+    assert ("fedsched_scheduler_cycle_phase_seconds", {"phase": "decide"}, 0.012) in samples
+    assert ("fedsched_scheduler_cycle_phase_seconds", {"phase": "fold"}, 0.0005) in samples
