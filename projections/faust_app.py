@@ -13,17 +13,19 @@ Topology, per worker (several workers share every topic's partitions and take ov
 
 Exactly-once effect from at-least-once delivery (``processing_guarantee`` stays ``at_least_once``;
 faust's exactly-once mode is not used). A stage agent handles one batch of its records thus:
-1. fold every input with the stage's reducer; each input carries a position (its source position, or
-   one derived from its parent record's, see ``faust_wire``) that the entity remembers, so an input
-   seen before changes nothing and emits nothing;
+1. fold every input with the stage's reducer, a batch at a time (``projections.core.Batch``: the
+   outputs are those of each changed entity's latest version); each input carries a position (its
+   source position, or one derived from its parent record's, see ``faust_wire``) that the entity
+   remembers, so an input seen before changes nothing and emits nothing;
 2. send the deltas and output events and wait until Kafka has them;
-3. write the changed entities' read-model rows to PostgreSQL in one transaction;
-4. write the changed entities to the table (its changelog);
+3. meanwhile, write the changed entities' read-model rows to PostgreSQL in one transaction;
+4. once both are done, write the changed entities to the table (its changelog);
 5. acknowledge the records; faust commits their offsets later, after flushing the producer.
-A crash before 4 leaves the table as it was: the records come again, fold to the same states and the
-same deltas at the same positions (skipped by their targets), and rewrite the same rows. A crash
-after 4 leaves states that already hold those positions: the records come again and change
-nothing, and everything they caused was already delivered and written in 2 and 3. Output events
+A crash before 4 leaves the table as it was, whichever of 2 and 3 were done: the records come again,
+fold to the same states and the same deltas at the same positions (skipped by their targets), and
+rewrite the same rows. A crash after 4 leaves states that already hold those positions: the records
+come again and change nothing, and everything they caused was already delivered and written in 2
+and 3. Output events
 carry versions and ids derived from their inputs, so a re-sent one is recognisable. The router
 likewise acknowledges a source record only after its stage inputs (or its dead letter) are in Kafka.
 """
@@ -54,7 +56,7 @@ from projections.faust_fold import Record, fold
 from projections.faust_progress import SourceProgress
 from projections.faust_router import Outbox, Router
 from projections.faust_sink import Sink
-from projections.faust_wire import pack, partition_of, split, unpack
+from projections.faust_wire import dumps, pack, partition_of, split, unpack
 from projections.topology import default_stages
 
 log = logging.getLogger("fedsched.projections.faust")
@@ -65,13 +67,14 @@ INTERNAL_RETENTION = timedelta(days=7)
 
 
 class _StateCodec(codecs.Codec):
-    """Pickle (protocol 5) of our own entity dataclasses, for our own changelog topics only."""
+    """Pickle (protocol 5, dataclasses as constructor calls: ``faust_wire.dumps``) of our own entity
+    dataclasses, for our own changelog topics only (named after the entity layout: ``faust_config``)."""
 
     def _loads(self, s: bytes) -> Any:
         return pickle.loads(s)
 
     def _dumps(self, obj: Any) -> bytes:
-        return pickle.dumps(obj, protocol=5)
+        return dumps(obj)
 
 
 codecs.register(STATE_CODEC, _StateCodec())
@@ -344,7 +347,9 @@ class ProjectionsHost:
                 await self._release()
 
     async def _tick(self) -> None:
-        if self._router_stream is None or not self.router.aligner.held:
+        # A release under way (the agent's, or an earlier tick's) covers this tick: queueing behind it
+        # would only repeat it at once, and made ticks overlap under load.
+        if self._router_stream is None or not self.router.aligner.held or self._lock.locked():
             return
         async with self._lock:
             await self._release()
@@ -443,11 +448,14 @@ class ProjectionsHost:
             for chunk in split(items, self.config.pack_size):
                 out.append(OutRecord(self.config.stage_topic(target), pack(chunk), None, (), partition))
         out.extend(self._output(output, time_ms) for output, time_ms in folded.outputs)
-        await self.outbox.deliver(out)
+        if folded.entities:
+            # Steps 2 and 3 at once: both only have to be done before the changelog is written.
+            await asyncio.gather(self.outbox.deliver(out), self.sink.write(stage.name, folded.entities))
+        else:
+            await self.outbox.deliver(out)
         self.folded += folded.inputs
         if not folded.entities:
             return
-        await self.sink.write(stage.name, folded.entities)
         # The changelog is written by us and waited for (faust's own table writes are buffered and
         # flushed best-effort at commit time); only then does the local store change.
         changelog = self.config.changelog_topic(stage.name)
@@ -528,7 +536,7 @@ def build_app(config: WorkerConfig, *, sink: Sink | None = None, outbox: Outbox 
         settings["web_port"] = config.web_port
     if config.data_dir is not None:
         settings["datadir"] = str(config.data_dir)
-    app = ProjectionsApp(config.app_id, **settings)
+    app = ProjectionsApp(config.group, **settings)
     app.host = ProjectionsHost(app, config, sink=sink, outbox=outbox)
     app.internal_topics = frozenset(config.stage_topic(name) for name in app.host.stages)  # type: ignore[attr-defined]
     app.gated_topics = frozenset([*config.source_topics, *app.internal_topics])  # type: ignore[attr-defined]

@@ -1,13 +1,25 @@
 """Settings of a faust projection worker and the names of every topic it reads and writes.
 
 Called by ``projections.faust_app``, the ``fedsched projections worker`` command, the benchmark
-and the tests. Pure.
+and the tests. Pure (it reads the entity layout marker ``projections.readmodels.STATE_FORMAT``).
 
 Every topic has an explicit partition count: source and public topics take theirs from the topic
 catalogue; each stage's internal topic and its table's changelog share ``partitions`` (one for the
 fleet, which has the single key ``fleet``). A ``topic_prefix`` puts a whole deployment's public
-topics under ``<prefix>.fedsched.*`` (tests and benchmarks use it to stay apart); ``app_id`` names
-the consumer group and prefixes the internal and changelog topics.
+topics under ``<prefix>.fedsched.*`` (tests and benchmarks use it to stay apart).
+
+``app_id`` with the entity layout version makes the ``group``: the faust app id, hence the consumer
+group, and the prefix of the internal and changelog topics (``<app id>.s<format>``). The changelogs
+hold pickles of the stages' entities and the internal topics pickles of their inputs; a worker of
+another layout could not load them (or would load objects of the wrong shape). Raising
+``STATE_FORMAT`` (as the in-process runner's read models do when an entity changes its fields)
+therefore starts a new group with fresh changelogs and internal topics and no committed offsets:
+its workers rebuild every entity from offset 0 of the source topics, and rewrite each entity's
+read-model rows as they reach it (rows are replaced whole per entity, so once caught up they are
+those of a clean rebuild). Nothing of the old layout is ever read; its topics and group are left
+for an operator to delete. Stop the old workers before starting new ones: both would write the
+same read models. (Detecting and resetting in place instead would need every worker of the group to
+agree on when to reset, and the committed offsets and changelogs to be rewound together.)
 """
 
 from __future__ import annotations
@@ -17,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from events.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS, TOPICS, TopicSpec
+from projections.readmodels import STATE_FORMAT
 
 SOURCES = (INVENTORY, JOBS, DECISIONS, GOVERNANCE)
 SINGLE_PARTITION_STAGES = frozenset({"fleet"})
@@ -60,8 +73,13 @@ class WorkerConfig:
     def source_topics(self) -> tuple[str, ...]:
         return tuple(self.source(spec.name) for spec in SOURCES)
 
+    @property
+    def group(self) -> str:
+        """The faust app id and consumer group: ``app_id`` in the current entity layout (see above)."""
+        return f"{self.app_id}.s{STATE_FORMAT}"
+
     def stage_topic(self, stage: str) -> str:
-        return f"{self.app_id}.stage.{stage}"
+        return f"{self.group}.stage.{stage}"
 
     def stage_partitions(self, stage: str) -> int:
         return 1 if stage in SINGLE_PARTITION_STAGES else self.partitions
@@ -70,8 +88,8 @@ class WorkerConfig:
         return f"stage-{stage}"
 
     def changelog_topic(self, stage: str) -> str:
-        """As faust names it: ``<app id>-<table>-changelog``."""
-        return f"{self.app_id}-{self.table_name(stage)}-changelog"
+        """As faust names it: ``<faust app id>-<table>-changelog``."""
+        return f"{self.group}-{self.table_name(stage)}-changelog"
 
     def public_specs(self) -> list[TopicSpec]:
         """The catalogue's topics under this deployment's prefix, to create if missing."""

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from projections.core import Output, Routed, Stage
+from projections.core import Batch, Output, Routed, Stage
 from projections.faust_wire import Item, delta_position, partition_of
 
 _ABSENT = object()
@@ -26,7 +26,8 @@ class Folded:
     packs: dict[tuple[str, int], list[Item]] = field(default_factory=dict)
     """Deltas for other stages, by (stage, partition), in emission order."""
     outputs: list[tuple[Output, int]] = field(default_factory=list)
-    """Events to publish, with the time of the input that produced them."""
+    """Events to publish, each with the time of the last input that changed its entity: the latest
+    version of every entity the batch changed (``projections.core.Batch``)."""
     inputs: int = 0
 
 
@@ -39,20 +40,23 @@ class Record:
 
 
 def fold(stage: Stage[Any], records: list[Record], get: Callable[[str], Any], partitions: Mapping[str, int]) -> Folded:
+    """Fold ``records`` in order. Deltas get their positions from the emission index among the deltas
+    an input emits (outputs are not counted), so a batch folded again derives the same positions."""
     out = Folded()
-    entities = out.entities
-    reduce = stage.reduce
+    entities, owner = out.entities, out.owner
+    batch = Batch(stage)
+    fold_one = batch.fold
     for index, record in enumerate(records):
         for position, item in enumerate(record.items):
             key = item.key
             before = entities.get(key, _ABSENT)
             if before is _ABSENT:
                 before = get(key)
-            after, emitted = reduce(before, item.as_input())
+            after, emitted = fold_one(before, item)
             out.inputs += 1
             if after is not before:
                 entities[key] = after
-                out.owner[key] = index
+                owner[key] = index
             n = 0
             for thing in emitted:
                 if isinstance(thing, Routed):
@@ -62,4 +66,5 @@ def fold(stage: Stage[Any], records: list[Record], get: Callable[[str], Any], pa
                     out.packs.setdefault(target, []).append(Item(thing.key, item.time_ms, where, thing.delta))
                 elif isinstance(thing, Output):
                     out.outputs.append((thing, item.time_ms))
+    out.outputs += batch.publish(entities.__getitem__)
     return out

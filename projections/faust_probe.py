@@ -107,7 +107,7 @@ async def lag(config: WorkerConfig, admin: AIOKafkaAdminClient, consumer: AIOKaf
     """Records not yet committed by the group, per topic, and the end offsets they were measured at."""
     tps = await _partitions(admin, group_topics(config))
     ends = await consumer.end_offsets(tps)
-    committed = await admin.list_consumer_group_offsets(config.app_id)
+    committed = await admin.list_consumer_group_offsets(config.group)
     out: dict[str, int] = {}
     for tp in tps:
         done = committed[tp].offset if tp in committed and committed[tp].offset >= 0 else 0
@@ -131,7 +131,7 @@ async def wait_quiet(config: WorkerConfig, *, timeout_s: float, workers: Sequenc
             created = {tp.topic for tp in tps} == set(group_topics(config))
             try:
                 before = await consumer.end_offsets(tps)
-                committed = await admin.list_consumer_group_offsets(config.app_id)
+                committed = await admin.list_consumer_group_offsets(config.group)
                 after = await consumer.end_offsets(tps)
             except KafkaError:  # the group's coordinator may not be elected yet
                 before, committed, after = {}, {}, {tp: -1 for tp in tps}
@@ -163,14 +163,14 @@ async def wait_members(config: WorkerConfig, count: int, *, timeout_s: float) ->
     try:
         while True:
             try:
-                described = await admin.describe_consumer_groups([config.app_id])
+                described = await admin.describe_consumer_groups([config.group])
             except KafkaError:  # the group's coordinator may not be elected yet (a fresh broker)
                 described = []
             group = described[0].groups[0] if described and described[0].groups else None
             if group is not None and group[2] == "Stable" and len(group[5]) == count:
                 return
             if time.monotonic() - started > timeout_s:
-                raise TimeoutError(f"group {config.app_id} did not reach {count} stable members: {group}")
+                raise TimeoutError(f"group {config.group} did not reach {count} stable members: {group}")
             await asyncio.sleep(0.2)
     finally:
         await admin.close()

@@ -10,6 +10,11 @@ here, its cause is below that end and is waited for. Transaction markers take of
 partition whose next offset is below the end may hold only markers there: when the worker's own
 consumer has fetched past the end, one fetch from the next offset settles it (records: wait for
 them, they are on their way; none, and the fetch moved past the end: only markers).
+
+The answer is remembered per partition: a partition whose last known end is above its next offset,
+and which the worker's consumer has not fetched to that end, is behind without asking again (the
+end only grows; records below it are on their way). So under load, when some partition is behind,
+a release costs no round trip; only a partition that looks caught up is asked about.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ class SourceProgress:
         self._bootstrap = bootstrap
         self._client_id = client_id
         self._consumer: AIOKafkaConsumer | None = None
+        self._ends: dict[TP, int] = {}
 
     async def close(self) -> None:
         if self._consumer is not None:
@@ -44,9 +50,13 @@ class SourceProgress:
         fetched_to: Callable[[TP], int | None],
     ) -> set[TP]:
         """The partitions among ``partitions`` with nothing to read at or after ``next_offset`` (None: the
-        start of the log). ``fetched_to``: where the worker's consumer has fetched to."""
+        start of the log). ``fetched_to``: where the worker's consumer has fetched to. None of them when
+        one is known to be behind (see the module docstring): alignment releases nothing then anyway."""
         tps = list(partitions)
         if not tps:
+            return set()
+        if any(self._behind(tp, next_offset(tp), fetched_to(tp)) for tp in tps):
+            # Alignment releases nothing while a partition it holds nothing of is behind.
             return set()
         try:
             consumer = await self._ensure(tps)
@@ -63,7 +73,7 @@ class SourceProgress:
             log.warning("event=beginning_offsets_failed error=%r", error)
             return set()
         for tp in tps:
-            end = ends[TopicPartition(*tp)]
+            end = self._ends[tp] = ends[TopicPartition(*tp)]
             start = next_offset(tp)
             if start is None:
                 start = beginnings[TopicPartition(*tp)]
@@ -74,6 +84,11 @@ class SourceProgress:
             if fetched is not None and fetched >= end and await self._only_markers(tp, start, end):
                 done.add(tp)
         return done
+
+    def _behind(self, tp: TP, start: int | None, fetched: int | None) -> bool:
+        """Known to have records (or markers not fetched yet) at or after ``start``, from the last answer."""
+        end = self._ends.get(tp)
+        return end is not None and start is not None and start < end and (fetched is None or fetched < end)
 
     async def _only_markers(self, tp: TP, start: int, end: int, timeout_s: float = 0.5) -> bool:
         consumer = await self._ensure([tp])

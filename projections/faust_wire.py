@@ -23,12 +23,16 @@ Positions make every input idempotent at its target (see ``projections.core.Appl
 
 from __future__ import annotations
 
+import io
 import pickle
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import fields, is_dataclass
+from functools import lru_cache
+from operator import attrgetter
+from typing import Any
 
-from events.catalog.base import Event
 from events.topics import partition_for
-from projections.core import Delta, Input, Position
+from projections.core import Input, Position
 
 ITEM_BITS = 16
 EMIT_BITS = 12
@@ -38,33 +42,75 @@ MAX_EMITTED = 1 << EMIT_BITS
 """Deltas one input may emit (a job with more replicas than this on one placement is refused)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Item:
-    key: str
-    time_ms: int
-    position: Position
-    item: Event | Delta
-    envelope_id: str = ""
-
-    def as_input(self) -> Input:
-        return Input(self.key, self.time_ms, self.position, self.item, self.envelope_id)
+Item = Input
+"""A stage input as it travels: the core's ``Input`` (key, time, position, event or delta, envelope id)."""
 
 
-def pack(items: list[Item]) -> bytes:
-    rows = [
-        (i.key, i.time_ms, i.position.topic, i.position.partition, i.position.offset, i.item, i.envelope_id)
-        for i in items
-    ]
-    return pickle.dumps(rows, protocol=5)
+def pack(items: list[Input]) -> bytes:
+    rows = [(i.key, i.time_ms, *_position(i.position), i.item, i.envelope_id) for i in items]
+    return dumps(rows)
 
 
-def unpack(value: bytes) -> list[Item]:
+def _position(position: Position | None) -> tuple[str, int, int]:
+    if position is None:  # every input on an internal topic has one (see the module docstring)
+        raise ValueError("an input without a position cannot travel between stages")
+    return position.topic, position.partition, position.offset
+
+
+def unpack(value: bytes) -> list[Input]:
     # Our own records on our own internal topics (see the module docstring).
     rows = pickle.loads(value)
     return [
-        Item(key, time_ms, Position(topic, part, offset), item, env)
+        Input(key, time_ms, Position(topic, part, offset), item, env)
         for key, time_ms, topic, part, offset, item, env in rows
     ]
+
+
+def dumps(value: object) -> bytes:
+    """``pickle.dumps`` (protocol 5), with slotted dataclasses (our deltas, entities and their parts)
+    pickled as a call of their constructor with their field values: the standard
+    ``__getstate__``/``__setstate__`` of such a dataclass looks its fields up on every call, which
+    made pickling the largest cost of a pack. ``pickle.loads`` reads either."""
+    buffer = io.BytesIO()
+    _Pickler(buffer, protocol=5).dump(value)
+    return buffer.getvalue()
+
+
+_GETTERS: dict[type, Callable[[Any], tuple[object, ...]] | None] = {}
+
+
+def _getter(cls: type) -> Callable[[Any], tuple[object, ...]] | None:
+    """How to read the constructor's arguments of a slotted dataclass whose generated ``__init__`` sets
+    every field and nothing else (None: another type, pickled as usual)."""
+    getstate = getattr(cls, "__getstate__", None)
+    init = getattr(cls, "__init__", None)
+    if not (
+        is_dataclass(cls)
+        and getattr(getstate, "__qualname__", "") == "_dataclass_getstate"
+        and getattr(getattr(init, "__code__", None), "co_filename", "") == "<string>"  # generated
+        and not hasattr(cls, "__post_init__")
+    ):
+        return None
+    every = fields(cls)
+    if not all(f.init for f in every):
+        return None
+    names = [f.name for f in every]
+    if not names:
+        return lambda obj: ()
+    read = attrgetter(*names)
+    return (lambda obj: (read(obj),)) if len(names) == 1 else read
+
+
+class _Pickler(pickle.Pickler):
+    def reducer_override(self, obj: Any) -> Any:
+        cls = type(obj)
+        try:
+            getter = _GETTERS[cls]
+        except KeyError:
+            getter = _GETTERS[cls] = _getter(cls)
+        if getter is None:
+            return NotImplemented
+        return cls, getter(obj)
 
 
 def delta_position(topic: str, partition: int, offset: int, index: int, emitted: int) -> Position:
@@ -74,10 +120,12 @@ def delta_position(topic: str, partition: int, offset: int, index: int, emitted:
     return Position(topic, partition, (((offset << ITEM_BITS) | index) << EMIT_BITS) | emitted)
 
 
+@lru_cache(maxsize=1 << 16)
 def partition_of(key: str, partitions: int) -> int:
+    """The key's partition (cached: murmur2 in Python, asked for every delta and entity read)."""
     return partition_for(key.encode(), partitions)
 
 
-def split(items: list[Item], size: int) -> list[list[Item]]:
+def split(items: list[Input], size: int) -> list[list[Input]]:
     size = min(size, MAX_ITEMS)
     return [items[start : start + size] for start in range(0, len(items), size)]

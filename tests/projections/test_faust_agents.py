@@ -158,7 +158,7 @@ class TestRouter:
         by_topic = {record.topic: record for record in outbox.records}
         dead = by_topic["u.fedsched.deadletter"]
         assert dead.value == b"{not json" and b"ce_id" in dict(dead.headers)[REASON]
-        jobs = by_topic["unit.stage.jobs"]
+        jobs = by_topic[CONFIG.stage_topic("jobs")]
         assert jobs.partition == partition_of("job-7", PARTITIONS["jobs"])
         [item] = unpack(jobs.value)
         assert item.key == "job-7" and item.position == Position("u.fedsched.jobs", 0, 0)
