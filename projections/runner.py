@@ -70,6 +70,7 @@ class ProjectionRunner:
         self._partitions: list[TopicPartition] = []
         self._reader: LogReader | None = None
         self._producer: LogProducer | None = None
+        self._cut_all = False  # the last read was cut by its limit across partitions
 
     async def start(self) -> None:
         await readmodels.ensure_schema(self._pool, self.schema)
@@ -149,6 +150,9 @@ class ProjectionRunner:
             await self.step(timeout_s=0.5)
 
     async def _read(self) -> list[list[LogRecord]]:
+        self._cut_all = False
+        if not self._log.commit_markers:
+            return await self._read_snapshot()
         assert self._reader is not None
         per_partition: list[list[LogRecord]] = []
         for tp in self._partitions:
@@ -174,6 +178,24 @@ class ProjectionRunner:
                 self._positions[(tp.topic, tp.partition)] = await self._reader.end_offset(tp)
         return per_partition
 
+    async def _read_snapshot(self) -> list[list[LogRecord]]:
+        """Every partition in one read of one snapshot (the embedded log answers a tail's poll with one
+        query). Partition by partition, a commit landing between two reads could show an effect
+        without its cause (a placement without its submission, both committed between the reads of
+        the jobs and the decisions partitions): folded in that order, the job's timeline and the node's
+        versions would differ from a rebuild's."""
+        tail = await self._log.tail({tp: self._positions.get((tp.topic, tp.partition), 0) for tp in self._partitions})
+        try:
+            records = await tail.poll(max_records=self._batch, timeout_s=0.0)
+        finally:
+            await tail.close()
+        # Cut by the limit, any partition may have more: fold only up to the earliest last time.
+        self._cut_all = len(records) >= self._batch
+        by_tp: dict[tuple[str, int], list[LogRecord]] = {}
+        for record in records:
+            by_tp.setdefault((record.topic, record.partition), []).append(record)
+        return [by_tp[key] for key in sorted(by_tp)]
+
     async def _wait_and_read(self, timeout_s: float) -> list[list[LogRecord]]:
         """Wait for a commit without polling: on the embedded log any commit wakes a tailing read."""
         assert self._reader is not None
@@ -188,7 +210,7 @@ class ProjectionRunner:
         A partition stays in offset order. Stop at the earliest last time among partitions cut short
         by the batch size: one not read to its end could hold an earlier event than one we fold."""
         cut = min(
-            (part[-1][0] for part in decoded if part and len(part) >= self._batch),
+            (part[-1][0] for part in decoded if part and (self._cut_all or len(part) >= self._batch)),
             default=None,
         )
         merged = heapq.merge(*decoded, key=lambda item: (item[0], item[1], item[2].partition, item[2].offset))

@@ -24,7 +24,7 @@ from events.log.contract import EventLog, TopicPartition
 from events.log.reading import read_to_end
 from services.scheduler.host import INPUT_TOPICS
 from services.scheduler.outputs import SOURCE, decision_events, digest
-from services.scheduler.policy import schedule
+from services.scheduler.policy import CycleMemo, schedule
 from services.scheduler.state import SchedulerState
 
 
@@ -100,6 +100,7 @@ async def verify(
                 recorded[envelope.id.split(":", 1)[0]][envelope.id] = encode(envelope).value.decode()
     cycles.sort(key=lambda e: e.data.sequence)  # type: ignore[attr-defined]
     state = SchedulerState()
+    memo = CycleMemo()
     cursors: dict[TopicPartition, int] = defaultdict(int)
     for envelope in cycles:
         cycle: SchedulingCycleCompleted = envelope.data  # type: ignore[assignment]
@@ -116,7 +117,7 @@ async def verify(
         ):
             continue
         config = state.policy_config()
-        result = schedule(state.snapshot(cycle.logical_time_ms), config)
+        result = schedule(state.snapshot(cycle.logical_time_ms), config, memo)
         replayed = decision_events(state, result, cycle.sequence)
         report.cycles += 1
         report.decisions += cycle.decision_count

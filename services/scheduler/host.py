@@ -47,7 +47,7 @@ from events.log.reading import read_to_end
 from events.publisher import to_record, wall_clock_ms
 from events.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS, PROFILES
 from services.scheduler.outputs import SOURCE, cycle_record, decision_events
-from services.scheduler.policy import schedule
+from services.scheduler.policy import CycleMemo, schedule
 from services.scheduler.state import SchedulerState
 
 log = logging.getLogger("fedsched.scheduler")
@@ -104,6 +104,7 @@ class SchedulerHost:
         self._reader: LogReader | None = None
         self._tail: LogTail | None = None
         self._own_end: dict[TopicPartition, int] = {}  # where our last directly folded records ended
+        self._memo = CycleMemo()  # what a cycle's set-up leaves for the next (same decisions either way)
         self._leadership: GroupConsumer | None = None
         self._producer: LogProducer | None = None
         self._dirty = True
@@ -200,7 +201,7 @@ class SchedulerHost:
         started = loop.time()
         now = self._clock()
         config = self.state.policy_config()
-        result = schedule(self.state.snapshot(now), config)
+        result = schedule(self.state.snapshot(now), config, self._memo)
         sequence = self.state.cycles
         events = decision_events(self.state, result, sequence)
         if not events:

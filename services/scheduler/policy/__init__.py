@@ -4,7 +4,7 @@ Entry points: ``schedule(snapshot, config) -> CycleResult`` for a whole cycle, a
 ``FleetState``) for the simulator's and benchmark's hot loop; both use the same scoring code.
 """
 
-from services.scheduler.policy.cycle import schedule
+from services.scheduler.policy.cycle import CycleMemo, schedule
 from services.scheduler.policy.decisions import (
     CandidateScore,
     ClusterWhyNot,
@@ -43,6 +43,7 @@ __all__ = [
     "Cluster",
     "ClusterWeights",
     "ClusterWhyNot",
+    "CycleMemo",
     "CycleResult",
     "Decision",
     "Demand",

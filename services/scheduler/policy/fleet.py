@@ -58,7 +58,7 @@ class FleetState:
     """Mutable integer arrays of one fleet. Owned by one placer or one cycle; never shared."""
 
     def __init__(self, nodes: Iterable[Node]) -> None:
-        ordered = sorted(nodes, key=lambda n: (n.cluster, n.node_id))
+        ordered = sorted(nodes, key=_order)
         n = len(ordered)
         self.nodes: tuple[Node, ...] = tuple(ordered)
         self.node_ids: tuple[NodeId, ...] = tuple(x.node_id for x in ordered)
@@ -85,12 +85,7 @@ class FleetState:
         self.gpu_degraded: B = np.zeros((n, g), dtype=np.bool_)
         self.gpu_usable: B = np.zeros((n, g), dtype=np.bool_)
         for i, node in enumerate(ordered):
-            for j, gpu in enumerate(sorted(node.gpus, key=lambda x: x.index)):
-                self.gpu_index[i, j] = gpu.index
-                if gpu.health is not Health.FAILED:
-                    self.gpu_usable[i, j] = True
-                    self.gpu_free[i, j] = max(0, min(MILLI, gpu.free_milli))
-                    self.gpu_degraded[i, j] = gpu.health is Health.DEGRADED
+            self._set_gpus(i, node)
         self.gpu_count: I64 = self.gpu_usable.sum(axis=1).astype(np.int64)
         self.cpu_cap: I64 = np.array([x.cpu_milli for x in ordered], dtype=np.int64)
         self.mem_cap: I64 = np.array([x.memory_mib for x in ordered], dtype=np.int64)
@@ -104,6 +99,36 @@ class FleetState:
         self.pod_class: I64 = np.zeros((n, g + 1), dtype=np.int64)
         # Tie-break rank: node order unless a caller installs a (seeded) permutation.
         self.tiebreak: I64 = np.arange(n, dtype=np.int64)
+
+    def _set_gpus(self, i: int, node: Node) -> None:
+        for j, gpu in enumerate(sorted(node.gpus, key=lambda x: x.index)):
+            self.gpu_index[i, j] = gpu.index
+            if gpu.health is not Health.FAILED:
+                self.gpu_usable[i, j] = True
+                self.gpu_free[i, j] = max(0, min(MILLI, gpu.free_milli))
+                self.gpu_degraded[i, j] = gpu.health is Health.DEGRADED
+
+    def _set_row(self, i: int, node: Node) -> None:
+        """Node ``i`` as ``node`` says now (same id, cluster, model, domain and GPU count as before)."""
+        self.gpu_index[i] = -1
+        self.gpu_usable[i] = False
+        self.gpu_free[i] = 0
+        self.gpu_degraded[i] = False
+        self._set_gpus(i, node)
+        self.gpu_count[i] = int(self.gpu_usable[i].sum())
+        self.cpu_cap[i] = node.cpu_milli
+        self.mem_cap[i] = node.memory_mib
+        self.cpu_free[i] = node.cpu_free_milli
+        self.mem_free[i] = node.memory_free_mib
+        self.gpu_mem[i] = node.gpu_memory_mib
+        self.schedulable[i] = node.schedulable
+
+    def copy(self) -> FleetState:
+        """An independent copy (arrays copied; names and indexes, which never change, shared)."""
+        twin = object.__new__(FleetState)
+        for name, value in self.__dict__.items():
+            setattr(twin, name, value.copy() if isinstance(value, np.ndarray) else value)
+        return twin
 
     @property
     def size(self) -> int:
@@ -194,4 +219,52 @@ class FleetState:
         return int(self.gpu_count.sum() * MILLI)
 
 
-__all__ = ["Demand", "FleetState"]
+def _order(node: Node) -> tuple[str, str]:
+    return (node.cluster, node.node_id)
+
+
+@dataclass(slots=True)
+class FleetMemo:
+    """What one cycle's fleet leaves for the next: consecutive snapshots share most ``Node`` objects
+    (the scheduler's state rebuilds only the nodes that changed), so the next fleet is the previous
+    pristine one with those rows rewritten, not a rebuild of every array. The result is the same
+    arrays ``FleetState(nodes)`` builds; anything else about the fleet changing means a rebuild."""
+
+    nodes: tuple[Node, ...] = ()
+    base: FleetState | None = None
+    generation: int = 0  # bumped on every rebuild: what was derived from the old layout is stale
+    patched: int = 0
+
+
+def fleet_for(nodes: Iterable[Node], memo: FleetMemo | None) -> FleetState:
+    """A fresh fleet for one cycle (the caller mutates it freely)."""
+    if memo is None:
+        return FleetState(nodes)
+    ordered = tuple(sorted(nodes, key=_order))
+    base = memo.base
+    if base is not None and len(ordered) == len(memo.nodes):
+        changed = [i for i, (new, old) in enumerate(zip(ordered, memo.nodes, strict=True)) if new is not old]
+        if all(_same_layout(ordered[i], memo.nodes[i]) for i in changed):
+            for i in changed:
+                base._set_row(i, ordered[i])
+            base.nodes = ordered
+            memo.nodes = ordered
+            memo.patched += 1
+            return base.copy()
+    memo.base = FleetState(ordered)
+    memo.nodes = ordered
+    memo.generation += 1
+    return memo.base.copy()
+
+
+def _same_layout(new: Node, old: Node) -> bool:
+    return (
+        new.node_id == old.node_id
+        and new.cluster == old.cluster
+        and new.gpu_model == old.gpu_model
+        and new.domain == old.domain
+        and len(new.gpus) == len(old.gpus)
+    )
+
+
+__all__ = ["Demand", "FleetMemo", "FleetState", "fleet_for"]

@@ -7,7 +7,7 @@ random moments so that the incremental caches see every kind of change between t
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from events.catalog.base import Event
@@ -25,12 +25,14 @@ from events.catalog.jobs import JobCancelRequested, JobFailed, JobPreempted, Job
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import Health, ResourceKind
 from events.envelope import Envelope
+from services.scheduler.policy import CycleMemo, schedule
 from services.scheduler.policy import model as m
 from services.scheduler.state import SchedulerState, core_node_id, job_model
 from tests.unit.projections.builders import a_job, a_node, placed
 
 T0 = 1_800_000_000_000
 NODES = ("n1", "n2", "n3")
+MODELS = {"n1": "A100", "n2": "A100", "n3": "H100"}
 
 
 def full_snapshot(state: SchedulerState, now_ms: int) -> m.FleetSnapshot:
@@ -135,7 +137,7 @@ def _job_event(kind: int, job: str, node: str, run: int, gpu: int) -> Event:
 
 def _fleet_event(kind: int, node: str, gpu: int) -> Event:
     if kind == 0:
-        return a_node(node=node, gpus=4, generation=1 + gpu)
+        return a_node(node=node, gpus=4, generation=1 + gpu, model=MODELS[node])
     if kind == 1:
         return NodeRemoved(cluster="c1", node=node, generation=1 + gpu, reason=ReasonCode.NODE_DELETED)
     if kind == 2:
@@ -177,10 +179,22 @@ step = st.one_of(
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(step, max_size=60))
+# A job placed again on another GPU model between two cycles (its group changes with the model).
+@example(
+    [
+        ("job", 0, 1, "n1", 1, 0),
+        ("job", 1, 1, "n1", 1, 0),
+        ("snapshot", 0, 0, "", 0, 0),
+        ("job", 1, 1, "n3", 2, 0),
+        ("snapshot", 0, 0, "", 0, 0),
+    ]
+)
 def test_the_incremental_snapshot_equals_a_rebuild_at_every_moment(
     steps: list[tuple[str, int, int, str, int, int]],
 ) -> None:
     state = SchedulerState()
+    config = state.policy_config()
+    memo = CycleMemo()
     state.fold(
         Envelope(
             id="c",
@@ -189,16 +203,22 @@ def test_the_incremental_snapshot_equals_a_rebuild_at_every_moment(
         )
     )
     for node in NODES:
-        state.fold(Envelope(id=f"o-{node}", time_ms=T0, data=a_node(node=node, gpus=4)))
+        state.fold(Envelope(id=f"o-{node}", time_ms=T0, data=a_node(node=node, gpus=4, model=MODELS[node])))
     for i, (what, kind, job, node, run, gpu) in enumerate(steps):
         now = T0 + (i + 1) * 60_000 * (1 + gpu)
         if what == "snapshot":
-            assert state.snapshot(now) == full_snapshot(state, now)
+            snapshot = state.snapshot(now)
+            assert snapshot == full_snapshot(state, now)
+            # A cycle memo carried from cycle to cycle changes nothing of what a cycle decides.
+            fresh = CycleMemo()
+            assert schedule(snapshot, config, memo) == schedule(snapshot, config, fresh)
+            assert {j: key for j, (_, key) in memo.keys.items()} == {j: key for j, (_, key) in fresh.keys.items()}
             continue
         event = _job_event(kind, f"j{job}", node, run, gpu) if what == "job" else _fleet_event(kind, node, gpu)
         state.fold(Envelope(id=f"e{i}", time_ms=now, data=event))
     end = T0 + 10**9
     assert state.snapshot(end) == full_snapshot(state, end)
+    assert schedule(state.snapshot(end), config, memo) == schedule(state.snapshot(end), config)
     assert state.open_cancellations() == sorted(
         j for j, f in state.jobs.items() if f.cancel_requested and not f.terminal
     )
