@@ -1,7 +1,7 @@
 """Settings of a faust projection worker and the names of every topic it reads and writes.
 
 Called by ``projections.faust_app``, the ``fedsched projections worker`` command, the benchmark
-and the tests. Pure (it reads the entity layout marker ``projections.readmodels.STATE_FORMAT``).
+and the tests. No I/O (it takes the entity layout marker ``STATE_FORMAT`` from ``projections.readmodels``).
 
 Every topic has an explicit partition count: source and public topics take theirs from the topic
 catalogue; each stage's internal topic and its table's changelog share ``partitions`` (one for the

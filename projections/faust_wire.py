@@ -92,8 +92,9 @@ def _getter(cls: type) -> Callable[[Any], tuple[object, ...]] | None:
     ):
         return None
     every = fields(cls)
-    if not all(f.init for f in every):
-        return None
+    code = init.__code__  # type: ignore[union-attr]
+    if not all(f.init for f in every) or code.co_kwonlyargcount or code.co_argcount != len(every) + 1:
+        return None  # keyword-only fields, or init-only variables: not a call by position
     names = [f.name for f in every]
     if not names:
         return lambda obj: ()

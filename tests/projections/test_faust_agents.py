@@ -5,8 +5,10 @@ nothing)."""
 from __future__ import annotations
 
 import asyncio
+import pickle
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 import pytest
@@ -27,7 +29,7 @@ from projections.faust_app import build_app
 from projections.faust_config import WorkerConfig
 from projections.faust_fold import Record, fold
 from projections.faust_router import Router
-from projections.faust_wire import Item, delta_position, pack, partition_of, unpack
+from projections.faust_wire import Item, delta_position, dumps, pack, partition_of, unpack
 from projections.shapes import ShapeStage
 from projections.topology import default_stages
 
@@ -107,6 +109,36 @@ class TestPositions:
         shape, _ = ShapeStage().reduce(None, delta)
         again, _ = ShapeStage().reduce(shape, delta)
         assert again is shape and shape is not None and shape.count == 1
+
+
+@dataclass(frozen=True, slots=True)
+class _KeywordOnly:
+    a: int
+    b: tuple[int, ...] = field(default=(), kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
+class _InitOnly:
+    a: int
+    scale: InitVar[int] = 1
+
+
+class TestWire:
+    def test_a_pack_of_events_and_deltas_reads_back_equal(self) -> None:
+        envelope = submitted("job-3")
+        items = [
+            Item("job-3", envelope.time_ms, Position("u.fedsched.jobs", 1, 9), envelope.data, envelope.id),
+            Item("1:2:3:any", 7, Position("unit.stage.shapes", 0, 5), ShapeSeen("job-3", 1, 2, 3, ("V100",), 1)),
+        ]
+        assert unpack(pack(items)) == items
+
+    def test_entities_read_back_equal_and_other_dataclasses_are_pickled_as_usual(self) -> None:
+        stage = next(s for s in default_stages() if s.name == "jobs")
+        envelope = submitted("job-4")
+        item = Item("job-4", envelope.time_ms, Position("u.fedsched.jobs", 0, 1), envelope.data, envelope.id)
+        entity = fold(stage, [Record("unit.stage.jobs", 0, 0, [item])], {}.get, PARTITIONS).entities["job-4"]
+        assert pickle.loads(dumps(entity)) == entity
+        assert pickle.loads(dumps([_KeywordOnly(1, b=(2,)), _InitOnly(3)])) == [_KeywordOnly(1, b=(2,)), _InitOnly(3)]
 
 
 class Capture:
