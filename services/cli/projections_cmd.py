@@ -138,7 +138,11 @@ def _register_worker(commands: argparse._SubParsersAction) -> None:  # type: ign
     worker.add_argument("--store", choices=("memory", "rocksdb"), default="memory", help="table store (default memory)")
     worker.add_argument("--data-dir", type=Path, help="faust's data directory (tables on disk with rocksdb)")
     worker.add_argument("--web-port", type=int, help="serve faust's web views on this port (default: no web server)")
-    worker.add_argument("--app-id", default="fedsched-projections", help="consumer group and internal topic prefix")
+    worker.add_argument(
+        "--app-id",
+        default="fedsched-projections",
+        help="name of the worker group: its consumer group and internal topics are <app-id>.s<entity format>",
+    )
     worker.add_argument("--topic-prefix", default="", help="read and write <prefix>.fedsched.* topics (default none)")
     worker.add_argument("--schema", default="fedsched_rm", help="PostgreSQL schema of the read models")
     worker.add_argument("--partitions", type=int, default=6, help="partitions of each stage's topic and table")
