@@ -61,6 +61,13 @@ class PrefixedLog:
     async def reader(self) -> _Reader:
         return _Reader(self, await self.inner.reader())
 
+    @property
+    def commit_markers(self) -> bool:
+        return self.inner.commit_markers
+
+    async def tail(self, positions: Mapping[TopicPartition, int]) -> _Tail:
+        return _Tail(self, await self.inner.tail({self.tp(tp): offset for tp, offset in positions.items()}))
+
     async def group_consumer(self, group_id: str, topics: Sequence[str]) -> _Group:
         inner = await self.inner.group_consumer(f"{self.prefix}-{group_id}", [self.name(t) for t in topics])
         return _Group(self, inner)
@@ -114,6 +121,21 @@ class _Reader:
 
     async def caught_up(self, tp: TopicPartition, offset: int) -> bool:
         return bool(await self._inner.caught_up(self._log.tp(tp), offset))
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+class _Tail:
+    def __init__(self, log: PrefixedLog, inner: Any) -> None:
+        self._log = log
+        self._inner = inner
+
+    async def poll(self, *, max_records: int = 5000, timeout_s: float = 0.0) -> list[LogRecord]:
+        return [self._log.record(r) for r in await self._inner.poll(max_records=max_records, timeout_s=timeout_s)]
+
+    def position(self, tp: TopicPartition) -> int:
+        return int(self._inner.position(self._log.tp(tp)))
 
     async def close(self) -> None:
         await self._inner.close()
