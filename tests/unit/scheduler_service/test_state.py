@@ -57,34 +57,34 @@ def test_the_suspicion_lapses_after_its_period() -> None:
     assert [p.replicas[0].node_id for p in placed] == ["c1/n1"]
 
 
-def test_nodes_of_the_same_name_in_two_clusters_are_two_nodes() -> None:
+def two_clusters_with(*events: object) -> SchedulerState:
+    """A state folded from two registered clusters, c1 and c2, then ``events``."""
     state = SchedulerState()
-    events = [
-        ClusterRegistered(cluster="c1", kind=ClusterKind.SIMULATED, site="s", region="r", currency="EUR"),
-        ClusterRegistered(cluster="c2", kind=ClusterKind.SIMULATED, site="s", region="r", currency="EUR"),
+    registered = [
+        ClusterRegistered(cluster=c, kind=ClusterKind.SIMULATED, site="s", region="r", currency="EUR")
+        for c in ("c1", "c2")
+    ]
+    for i, event in enumerate([*registered, *events]):
+        state.fold(Envelope(id=f"e{i}", time_ms=T0 + i, data=event))  # type: ignore[arg-type]
+    return state
+
+
+def test_nodes_of_the_same_name_in_two_clusters_are_two_nodes() -> None:
+    state = two_clusters_with(
         a_node(cluster="c1", node="gpu-node-1", gpus=1),
         a_node(cluster="c2", node="gpu-node-1", gpus=1),
         a_job("j1", gpus=1),
         a_job("j2", gpus=1),
-    ]
-    for i, event in enumerate(events):
-        state.fold(Envelope(id=f"e{i}", time_ms=T0 + i, data=event))
+    )
     result = schedule(state.snapshot(T0 + 1000), state.policy_config())
     placed = [e.data for e in decision_events(state, result, 0) if e.type == "io.fedsched.JobPlaced"]
     assert sorted((p.cluster, p.replicas[0].node) for p in placed) == [("c1", "gpu-node-1"), ("c2", "gpu-node-1")]
 
 
 def test_a_placement_between_equal_clusters_says_what_decided() -> None:
-    state = SchedulerState()
-    events = [
-        ClusterRegistered(cluster="c1", kind=ClusterKind.SIMULATED, site="s", region="r", currency="EUR"),
-        ClusterRegistered(cluster="c2", kind=ClusterKind.SIMULATED, site="s", region="r", currency="EUR"),
-        a_node(cluster="c1", node="n1", gpus=8),
-        a_node(cluster="c2", node="n2", gpus=8),
-        a_job("j1", gpus=2),
-    ]
-    for i, event in enumerate(events):
-        state.fold(Envelope(id=f"e{i}", time_ms=T0 + i, data=event))
+    state = two_clusters_with(
+        a_node(cluster="c1", node="n1", gpus=8), a_node(cluster="c2", node="n2", gpus=8), a_job("j1", gpus=2)
+    )
     [placed] = decision_events(state, schedule(state.snapshot(T0 + 1000), state.policy_config()), 0)
     assert placed.data.cluster == "c1"  # type: ignore[attr-defined]
     assert "a tie decided by the stable cluster order (c1 before c2)" in placed.data.explanation  # type: ignore[attr-defined]
