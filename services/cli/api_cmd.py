@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from services.cli.main import CliError
+from services.runtime.collector import tune_for_service
 
 if TYPE_CHECKING:
     from services.api.auth import AuthConfig
@@ -158,6 +159,8 @@ async def run_api(args: argparse.Namespace) -> int:
     from services.api.server import serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    tune_for_service()
     config, dev = api_config(args, intake=not args.no_intake)
     api = await serve(config)
     print(f"fedsched api: listening on {api.address}", flush=True)
@@ -199,6 +202,8 @@ async def run_intake(args: argparse.Namespace) -> int:
     from services.api.store import ApiStore
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    tune_for_service()
     config, _ = api_config(args, intake=True)
     log = open_log(config.log_url)
     await log.start()

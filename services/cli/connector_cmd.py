@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from services.runtime.collector import tune_for_service
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     connector = sub.add_parser("connector", help="run a cluster connector (simulated, Kubernetes)")
@@ -91,6 +93,7 @@ async def run_sim(args: argparse.Namespace) -> int:
     except (NodeListError, ValueError) as error:
         raise CliError(str(error), exit_code=2) from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    tune_for_service()
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
     log = open_log(log_url(args.log))
     await log.start()
@@ -163,6 +166,8 @@ async def run_kubernetes(args: argparse.Namespace) -> int:
     from services.config import log_url
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    tune_for_service()
     try:
         config = ConnectorConfig(
             cluster=args.cluster,
@@ -184,6 +189,7 @@ async def run_kubernetes(args: argparse.Namespace) -> int:
     except Exception as error:  # configuration errors of every kind end here, for a person to read
         raise CliError(f"cannot set up the Kubernetes connector: {error}", exit_code=2) from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    tune_for_service()
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
     log = open_log(log_url(args.log))
     await log.start()

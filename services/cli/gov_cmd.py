@@ -94,6 +94,9 @@ async def _open(flag: str | None) -> Any:
 async def run_service(args: argparse.Namespace) -> int:
     from services.governance.config import GovConfig, from_document
     from services.governance.host import GovernanceHost
+    from services.runtime.collector import tune_for_service
+
+    tune_for_service()
 
     config = GovConfig()
     if args.config:

@@ -49,6 +49,10 @@ async def run_inprocess(args: argparse.Namespace) -> int:
 
     import asyncpg
 
+    from services.runtime.collector import tune_for_service
+
+    tune_for_service()
+
     from events.log import open_log
     from projections.runner import ProjectionRunner
     from services.config import log_url, postgres_dsn

@@ -7,6 +7,8 @@ import asyncio
 import logging
 import signal
 
+from services.runtime.collector import tune_for_service
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser("scheduler", help="run the federation scheduler (leader or hot standby)")
@@ -24,6 +26,8 @@ async def run(args: argparse.Namespace) -> int:
     from services.scheduler.host import SchedulerHost
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    tune_for_service()
     log = open_log(log_url(args.log))
     await log.start()
     if not args.namespace:

@@ -6,6 +6,8 @@ import argparse
 import logging
 from pathlib import Path
 
+from services.runtime.collector import tune_for_service
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     up = sub.add_parser("up", help="run everything in one process on embedded PostgreSQL (no Kafka needed)")
@@ -58,6 +60,8 @@ async def run_up(args: argparse.Namespace) -> int:
     from services.runtime.up import Running, run
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    tune_for_service()
     if args.config is not None or os.environ.get("FEDSCHED_LOG", "").startswith("kafka://"):
         try:
             config = SupervisorConfig.load(args.config)
@@ -80,6 +84,8 @@ async def run_demo(args: argparse.Namespace) -> int:
     from services.runtime.demo import DemoConfig, run
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    tune_for_service()
     if args.count < 1 or args.speed <= 0 or args.rate <= 0:
         raise CliError("--count must be at least 1, --speed and --rate positive", 2)
     config = DemoConfig(up=config_from(args), pods=args.pods, count=args.count, rate=args.rate, speed=args.speed)

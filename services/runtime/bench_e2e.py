@@ -59,6 +59,9 @@ async def run(args: argparse.Namespace) -> int:
     from services.api.auth import AuthConfig, issue_token
     from services.api.client import Client, ClientConfig
     from services.api.pb import jobs_pb2
+    from services.runtime.collector import tune_for_service
+
+    tune_for_service()  # a collector pause here would count as placement latency
 
     log_url = f"kafka://{args.kafka}"
     event_log = open_log(log_url)
