@@ -70,6 +70,15 @@ async def decisions(event_log: EventLog, topics: TopicSet) -> list:  # type: ign
     return out
 
 
+async def cluster_c1(event_log: EventLog, make_topic: Callable[..., Awaitable[str]]) -> tuple[TopicSet, Renaming]:
+    """Private topics with cluster c1 registered, and a started publisher onto them."""
+    topics = await private_topics(event_log, make_topic)
+    pub = Renaming(event_log, topics)
+    await pub.start()
+    await pub.send(ClusterRegistered(cluster="c1", kind=ClusterKind.SIMULATED, site="s1", region="eu", currency="EUR"))
+    return topics, pub
+
+
 async def wait_for(predicate: Callable[[], Awaitable[bool]], timeout_s: float = 30) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
@@ -81,10 +90,7 @@ async def wait_for(predicate: Callable[[], Awaitable[bool]], timeout_s: float = 
 async def test_a_cycle_places_what_fits_explains_what_waits_and_verifies_identically(
     event_log: EventLog, make_topic: Callable[..., Awaitable[str]]
 ) -> None:
-    topics = await private_topics(event_log, make_topic)
-    pub = Renaming(event_log, topics)
-    await pub.start()
-    await pub.send(ClusterRegistered(cluster="c1", kind=ClusterKind.SIMULATED, site="s1", region="eu", currency="EUR"))
+    topics, pub = await cluster_c1(event_log, make_topic)
     await pub.send(a_node(node="n1", gpus=8), a_node(node="n2", gpus=4))
     await pub.send(a_job("j1", gpus=4), a_job("j2", gpus=8), a_job("j3", gpus=16))
 
@@ -129,10 +135,7 @@ async def test_a_cycle_places_what_fits_explains_what_waits_and_verifies_identic
 async def test_the_leader_folds_its_own_output_as_appended_and_never_places_a_job_twice(
     event_log: EventLog, make_topic: Callable[..., Awaitable[str]]
 ) -> None:
-    topics = await private_topics(event_log, make_topic)
-    pub = Renaming(event_log, topics)
-    await pub.start()
-    await pub.send(ClusterRegistered(cluster="c1", kind=ClusterKind.SIMULATED, site="s1", region="eu", currency="EUR"))
+    topics, pub = await cluster_c1(event_log, make_topic)
     await pub.send(*(a_node(node=f"n{i}", gpus=8) for i in range(4)))
     host = host_for(event_log, topics, f"{topics.prefix}-sched")
     await host.start()
@@ -169,10 +172,7 @@ def host_topics() -> tuple[str, ...]:
 async def test_a_standby_takes_over_and_fences_the_old_leader(
     event_log: EventLog, make_topic: Callable[..., Awaitable[str]]
 ) -> None:
-    topics = await private_topics(event_log, make_topic)
-    pub = Renaming(event_log, topics)
-    await pub.start()
-    await pub.send(ClusterRegistered(cluster="c1", kind=ClusterKind.SIMULATED, site="s1", region="eu", currency="EUR"))
+    topics, pub = await cluster_c1(event_log, make_topic)
     await pub.send(a_node(node="n1", gpus=8))
     txn = f"{topics.prefix}-sched"
     first, second = host_for(event_log, topics, txn), host_for(event_log, topics, txn)
