@@ -107,6 +107,7 @@ class _Derived:
 
     pending: dict[str, m.Job] = field(default_factory=dict)
     running: dict[str, m.RunningJob] = field(default_factory=dict)
+    running_order: list[str] = field(default_factory=list)  # the keys of ``running``, sorted
     cancel_open: set[str] = field(default_factory=set)  # cancel requested, not terminal
     # What each running job holds, per node: (node key, [(gpu index, milli)], cpu, memory).
     holds: dict[str, list[tuple[tuple[str, str], list[tuple[int, int]], int, int]]] = field(default_factory=dict)
@@ -194,7 +195,7 @@ class SchedulerState:
         derived = self._derived
         for key in derived.suspects:  # their penalty ends with time, not with an event
             derived.node_models[key] = self._node(key)
-        running = tuple(derived.running[job_id] for job_id in sorted(derived.running))
+        running = tuple(map(derived.running.__getitem__, derived.running_order))
         pending = tuple(derived.pending[job_id] for job_id in sorted(derived.pending))
         models = derived.node_models
         nodes = tuple(node for node in (models[key] for key in derived.node_order) if node is not None)
@@ -213,7 +214,15 @@ class SchedulerState:
         derived = self._derived
         touched_nodes = derived.nodes
         for job_id in sorted(derived.jobs):
+            was = job_id in derived.running
             self._refresh_job(job_id, touched_nodes)
+            now = job_id in derived.running
+            if was != now:
+                at = bisect.bisect_left(derived.running_order, job_id)
+                if now:
+                    derived.running_order.insert(at, job_id)
+                else:
+                    del derived.running_order[at]
         derived.jobs = set()
         if touched_nodes:
             fresh = [key for key in touched_nodes if key not in derived.node_models]

@@ -33,7 +33,7 @@ from services.scheduler.policy.decisions import CandidateScore, CycleResult, Dec
 from services.scheduler.policy.explain import describe, explain
 from services.scheduler.policy.fairshare import Capacity, FairShare, Held
 from services.scheduler.policy.federation import ClusterScore
-from services.scheduler.policy.fleet import Demand, FleetMemo, fleet_for
+from services.scheduler.policy.fleet import Demand, FleetMemo, FleetState, fleet_for
 from services.scheduler.policy.fragmentation import FragModel, typical_shapes_from_counts
 from services.scheduler.policy.model import (
     MILLI,
@@ -113,32 +113,40 @@ class CycleMemo:
     with or without it; with it, set-up costs in proportion to what changed since the previous cycle."""
 
     fleet: FleetMemo = field(default_factory=FleetMemo)
-    keys: dict[JobId, tuple[RunningJob, _Key]] = field(default_factory=dict)
+    keys: dict[JobId, tuple[RunningJob, int]] = field(default_factory=dict)  # job -> (as seen, group index)
+    groups: list[_Key] = field(default_factory=list)  # group index -> group
+    index: dict[_Key, int] = field(default_factory=dict)
     keys_generation: int = -1
     models: list[str] = field(default_factory=list)
+
+    def group_of(self, job_id: JobId) -> _Key:
+        return self.groups[self.keys[job_id][1]]
 
 
 def _context(snap: FleetSnapshot, config: PolicyConfig, memo: CycleMemo | None = None) -> Ctx:
     fleet = fleet_for(snap.nodes, memo.fleet if memo is not None else None)
     running = sorted(snap.running, key=lambda r: r.job.job_id)
-    if memo is not None and memo.keys_generation == memo.fleet.generation:
-        models, known = memo.models, memo.keys
-    else:
-        models, known = [fleet.models[m] if m >= 0 else "" for m in fleet.model_of.tolist()], {}
-    keys: Counter[_Key] = Counter()
-    current: dict[JobId, tuple[RunningJob, _Key]] = {}
+    if memo is None or memo.keys_generation != memo.fleet.generation:
+        memo = _fresh_memo(memo, fleet)
+    known, index, kinds = memo.keys, memo.index, memo.groups
+    counts = [0] * len(kinds)
+    current: dict[JobId, tuple[RunningJob, int]] = {}
     for r in running:
         j = r.job
         hit = known.get(j.job_id)
         if hit is not None and hit[0] is r:
-            key = hit[1]
+            at = hit[1]
         else:
-            model = _model_at(fleet.index, models, r.placements)
+            model = _model_at(fleet.index, memo.models, r.placements)
             key = (j.tenant, j.queue, j.replicas, j.cpu_milli, j.memory_mib, j.gpus, j.gpu_milli, j.gpu_models, model)
-        keys[key] += 1
-        current[j.job_id] = (r, key)
-    if memo is not None:
-        memo.keys, memo.models, memo.keys_generation = current, models, memo.fleet.generation
+            at = index.setdefault(key, len(kinds))
+            if at == len(kinds):
+                kinds.append(key)
+                counts.append(0)
+        counts[at] += 1
+        current[j.job_id] = (r, at)
+    memo.keys = current
+    keys = {kinds[at]: n for at, n in enumerate(counts) if n}
     groups = Counter({_Group(*key): n for key, n in keys.items()})
     frag = FragModel(_shapes(snap, config, groups), fleet.models)
     placer = Placer(
@@ -174,6 +182,19 @@ def _context(snap: FleetSnapshot, config: PolicyConfig, memo: CycleMemo | None =
     for group, n in sorted(groups.items(), key=_group_order):
         ctx.held.setdefault(group.tenant, Held()).add(group.job(), n)
     return ctx
+
+
+def _fresh_memo(memo: CycleMemo | None, fleet: FleetState) -> CycleMemo:
+    """A memo for this fleet's layout: groups name GPU models by node position, so a new layout starts
+    them over (a caller without a memo gets a throwaway one)."""
+    fresh = CycleMemo(fleet=memo.fleet if memo is not None else FleetMemo())
+    fresh.models = [fleet.models[m] if m >= 0 else "" for m in fleet.model_of.tolist()]
+    fresh.keys_generation = fresh.fleet.generation
+    if memo is not None:
+        memo.keys, memo.groups, memo.index = fresh.keys, fresh.groups, fresh.index
+        memo.models, memo.keys_generation = fresh.models, fresh.keys_generation
+        return memo
+    return fresh
 
 
 def _group_order(item: tuple[_Group, int]) -> tuple[str, str, str, int, int, int, int, int]:
