@@ -22,6 +22,7 @@ tests. The recipe:
 
 from __future__ import annotations
 
+import operator
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -125,7 +126,7 @@ class CycleMemo:
 
 def _context(snap: FleetSnapshot, config: PolicyConfig, memo: CycleMemo | None = None) -> Ctx:
     fleet = fleet_for(snap.nodes, memo.fleet if memo is not None else None)
-    running = sorted(snap.running, key=lambda r: r.job.job_id)
+    running = sorted(snap.running, key=_BY_JOB_ID)
     if memo is None or memo.keys_generation != memo.fleet.generation:
         memo = _fresh_memo(memo, fleet)
     known, index, kinds = memo.keys, memo.index, memo.groups
@@ -182,6 +183,9 @@ def _context(snap: FleetSnapshot, config: PolicyConfig, memo: CycleMemo | None =
     for group, n in sorted(groups.items(), key=_group_order):
         ctx.held.setdefault(group.tenant, Held()).add(group.job(), n)
     return ctx
+
+
+_BY_JOB_ID = operator.attrgetter("job.job_id")
 
 
 def _fresh_memo(memo: CycleMemo | None, fleet: FleetState) -> CycleMemo:
