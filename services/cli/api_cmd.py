@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from services.cli.main import CliError
 from services.runtime.collector import tune_for_service
+from services.runtime.signals import stop_on_signals
 
 if TYPE_CHECKING:
     from services.api.auth import AuthConfig
@@ -145,10 +145,7 @@ def api_config(args: argparse.Namespace, *, intake: bool) -> tuple[ApiConfig, bo
 
 
 async def _until_signalled() -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     await stop.wait()
 
 

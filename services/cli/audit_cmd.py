@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import signal
 from dataclasses import asdict
+
+from services.runtime.signals import stop_on_signals
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -124,10 +124,7 @@ async def run_archiver(args: argparse.Namespace) -> int:
             progress = await archiver.catch_up()
             print(f"archived {progress.archived} records")
         else:
-            stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, stop.set)
+            stop = stop_on_signals()
             await archiver.run(stop)
     finally:
         await archiver.close()

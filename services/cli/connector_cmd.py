@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from services.runtime.collector import tune_for_service
+from services.runtime.signals import stop_on_signals
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -59,7 +60,6 @@ def _register_sim(kinds: argparse._SubParsersAction) -> None:  # type: ignore[ty
 async def run_sim(args: argparse.Namespace) -> int:
     import asyncio
     import logging
-    import signal
 
     from connectors.sim import ClusterSpec, NodeListError, SimCluster, SimConfig, load_nodes, parse_split
     from connectors.sim.nodes import default_nodes_path
@@ -100,10 +100,7 @@ async def run_sim(args: argparse.Namespace) -> int:
     cluster = SimCluster(log, spec, config)
     try:
         await log.create_topics(TOPICS)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+        stop = stop_on_signals()
         await cluster.start()
         print(
             f"sim cluster {spec.cluster}: {len(spec.nodes)} nodes, speed {config.speed:g}, seed {config.seed}",

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import re
-import signal
 import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from services.cli.main import CliError
+from services.runtime.signals import stop_on_signals
 
 _PERIOD = re.compile(r"^(\d+)([mhdw])$")
 _UNIT_MS = {"m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 7 * 86_400_000}
@@ -106,10 +105,7 @@ async def run_service(args: argparse.Namespace) -> int:
     event_log = await _open(args.log)
     host = GovernanceHost(event_log, config, namespace=args.namespace)
     await host.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     try:
         await host.run(stop)
     finally:

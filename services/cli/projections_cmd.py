@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from services.runtime.signals import stop_on_signals
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     projections = sub.add_parser("projections", help="run or rebuild the projections (profiles, quotas, read models)")
@@ -44,8 +46,6 @@ def _register_rebuild(commands: argparse._SubParsersAction) -> None:  # type: ig
 
 
 async def run_inprocess(args: argparse.Namespace) -> int:
-    import asyncio
-    import signal
 
     import asyncpg
 
@@ -62,10 +62,7 @@ async def run_inprocess(args: argparse.Namespace) -> int:
     pool = await asyncpg.create_pool(postgres_dsn(args.dsn), min_size=1, max_size=4)
     runner = ProjectionRunner(log, pool, schema=args.schema)
     await runner.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     try:
         await runner.run(stop)
     finally:

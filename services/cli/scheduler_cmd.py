@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
-import signal
 
 from services.runtime.collector import tune_for_service
+from services.runtime.signals import stop_on_signals
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -42,10 +41,7 @@ async def run(args: argparse.Namespace) -> int:
         metrics.add_source(lambda: scheduler_samples(host))
         bind, _, port = args.metrics.rpartition(":")
         server = await metrics.serve(bind, int(port))
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     try:
         await host.run(stop)
     finally:
