@@ -7,6 +7,7 @@ returns the best plan; ``commit`` applies a plan exactly as it was tried.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,6 +43,9 @@ class Plan:
     models: tuple[str, ...]
 
 
+_BY_JOB_ID = operator.attrgetter("job.job_id")
+
+
 @dataclass(slots=True)
 class Reservation:
     job_id: str
@@ -58,11 +62,23 @@ class Ctx:
     placer: Placer
     profiles: dict[ClusterId, Cluster]
     book: QuotaBook
-    running: list[RunningJob]
     pressure: dict[str, int]
     hot_usage: dict[TenantId, int] = field(default_factory=dict)
     held: dict[TenantId, Held] = field(default_factory=dict)  # what running jobs hold, per tenant
     reservation: Reservation | None = None
+    _running: list[RunningJob] | None = None
+
+    @property
+    def running(self) -> list[RunningJob]:
+        """The running jobs in id order. Sorted on first use: only preemption and backfill read them,
+        and a cycle where everything fits should not pay for sorting thousands of jobs."""
+        if self._running is None:
+            self._running = sorted(self.snap.running, key=_BY_JOB_ID)
+        return self._running
+
+    @running.setter
+    def running(self, value: list[RunningJob]) -> None:
+        self._running = value
 
     @property
     def hot(self) -> frozenset[str]:
