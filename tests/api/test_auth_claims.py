@@ -3,6 +3,7 @@ may do, every RPC has an action, keys that could be confused are refused."""
 
 from __future__ import annotations
 
+import jwt
 import pytest
 
 from services.api.auth import METHODS, Action, AuthConfig, Principal, Role, authenticate, authorize
@@ -65,3 +66,39 @@ def test_keys_are_refused_when_they_could_be_confused(keys: Keys) -> None:
         AuthConfig(ISSUER, AUDIENCE, hs256_secret=b"short")
     with pytest.raises(ValueError):
         AuthConfig(ISSUER, AUDIENCE)
+
+
+def test_verified_tokens_are_reused_only_inside_their_validity_window(
+    keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import services.api.auth as auth
+
+    checked: list[str] = []
+    real = auth.authenticate
+
+    def counting(token: str | None, config: AuthConfig, *, now: float | None = None) -> Principal:
+        checked.append(str(token))
+        return real(token, config, now=now)
+
+    monkeypatch.setattr(auth, "authenticate", counting)
+    cache = auth.VerifiedTokens(keys.auth(), capacity=2)
+    token = keys.hs()
+    iat = jwt.decode(token, options={"verify_signature": False})["iat"]
+    first = cache.principal(token)
+    assert cache.principal(token) == first and len(checked) == 1
+    # Past exp + leeway, or before iat - leeway, the token is checked again (and refused if it is bad).
+    cache.principal(token, now=iat + 600 + 10)
+    cache.principal(token, now=iat - 11)
+    assert len(checked) == 3
+    altered = token[:-2] + ("AA" if not token.endswith("AA") else "BB")
+    with pytest.raises(Unauthenticated):
+        cache.principal(altered)
+    with pytest.raises(Unauthenticated, match="no bearer token"):
+        cache.principal(None)
+    # Bounded: a third token pushes the oldest out.
+    others = [keys.hs(sub=f"user{i}@example.com") for i in range(2)]
+    for other in others:
+        cache.principal(other)
+    before = len(checked)
+    cache.principal(token)
+    assert len(checked) == before + 1
