@@ -197,8 +197,10 @@ class EventLog(Protocol):
         ...
 
     async def group_consumer(
-        self, group_id: str, topics: Sequence[str], *, member_name: str | None = None
+        self, group_id: str, topics: Sequence[str], *, member_name: str | None = None, records: bool = True
     ) -> GroupConsumer:
         """A member of ``group_id``. Members named to sort earlier win ties for partitions on Kafka
-        (its range assignor orders members by id, which starts with the name)."""
+        (its range assignor orders members by id, which starts with the name). ``records=False``: a
+        member only for its assignment (leader election): ``poll`` keeps the membership alive and
+        returns no records, and nothing is fetched for its partitions."""
         ...

@@ -127,9 +127,9 @@ class KafkaEventLog:
         return tail
 
     async def group_consumer(
-        self, group_id: str, topics: Sequence[str], *, member_name: str | None = None
+        self, group_id: str, topics: Sequence[str], *, member_name: str | None = None, records: bool = True
     ) -> KafkaGroupConsumer:
-        consumer = KafkaGroupConsumer(self, group_id, topics, member_name)
+        consumer = KafkaGroupConsumer(self, group_id, topics, member_name, records)
         await consumer.start()
         return consumer
 
@@ -142,8 +142,7 @@ class KafkaEventLog:
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             isolation_level="read_committed",
-            max_partition_fetch_bytes=8 * 1024 * 1024,
-            **{"fetch_max_wait_ms": _FETCH_WAIT_MS, **config},
+            **{"fetch_max_wait_ms": _FETCH_WAIT_MS, "max_partition_fetch_bytes": 8 * 1024 * 1024, **config},
         )
 
 
@@ -370,9 +369,14 @@ class KafkaTail:
 
 
 class KafkaGroupConsumer:
-    def __init__(self, log: KafkaEventLog, group_id: str, topics: Sequence[str], member_name: str | None) -> None:
+    def __init__(
+        self, log: KafkaEventLog, group_id: str, topics: Sequence[str], member_name: str | None, records: bool = True
+    ) -> None:
         self._group_id = group_id
-        extra = {"client_id": member_name} if member_name else {}
+        self._records = records
+        extra: dict[str, object] = {"client_id": member_name} if member_name else {}
+        if not records:  # what slips through before a new assignment is paused stays small
+            extra.update(max_partition_fetch_bytes=1024, fetch_max_wait_ms=500)
         self._consumer = log.consumer(
             *topics, group_id=group_id, session_timeout_ms=10_000, heartbeat_interval_ms=1_000, **extra
         )
@@ -381,6 +385,12 @@ class KafkaGroupConsumer:
         await self._consumer.start()
 
     async def poll(self, *, max_records: int = 500, timeout_s: float = 1.0) -> list[LogRecord]:
+        if not self._records:
+            # Paused partitions are not fetched; a rebalance hands out unpaused ones, hence every poll.
+            # (The leader's member fetched and parsed the whole decisions partition, one record a poll.)
+            await self._consumer.getmany(timeout_ms=int(timeout_s * 1000), max_records=1)
+            self._consumer.pause(*self._consumer.assignment())
+            return []
         batches = await self._consumer.getmany(timeout_ms=int(timeout_s * 1000), max_records=max_records)
         out: list[LogRecord] = []
         for ktp in sorted(batches, key=lambda t: (t.topic, t.partition)):

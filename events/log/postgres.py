@@ -215,9 +215,9 @@ class PostgresEventLog:
         return PostgresReader(self)
 
     async def group_consumer(
-        self, group_id: str, topics: Sequence[str], *, member_name: str | None = None
+        self, group_id: str, topics: Sequence[str], *, member_name: str | None = None, records: bool = True
     ) -> PostgresGroupConsumer:
-        consumer = PostgresGroupConsumer(self, group_id, topics)
+        consumer = PostgresGroupConsumer(self, group_id, topics, records)
         await consumer.start()
         return consumer
 
@@ -432,10 +432,11 @@ class PostgresTail:
 class PostgresGroupConsumer:
     """A group member. Owns partitions through advisory locks held on its own connection."""
 
-    def __init__(self, log: PostgresEventLog, group_id: str, topics: Sequence[str]) -> None:
+    def __init__(self, log: PostgresEventLog, group_id: str, topics: Sequence[str], records: bool = True) -> None:
         self._log = log
         self._group_id = group_id
         self._topics = tuple(topics)
+        self._records = records
         self._member_id = uuid.uuid4().hex
         self._conn: asyncpg.Connection | None = None
         self._owned: dict[TopicPartition, int] = {}  # partition -> position (next offset to return)
@@ -455,6 +456,8 @@ class PostgresGroupConsumer:
             if time.monotonic() - self._last_rebalance >= _REBALANCE_EVERY_S:
                 await self._heartbeat()
                 await self._rebalance()
+            if not self._records:
+                return []  # membership only: no read query per poll
             signal = self._log.commit_signal()
             out: list[LogRecord] = []
             for tp in sorted(self._owned):

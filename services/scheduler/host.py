@@ -118,7 +118,7 @@ class SchedulerHost:
         # The oldest instance sorts first and keeps the lead when a standby joins (no hand-over on join).
         member = f"fedsched-scheduler-{time.time_ns():020d}-{os.getpid()}"
         self._leadership = await self._log.group_consumer(
-            self._leader_group, [self._ns + DECISIONS.name], member_name=member
+            self._leader_group, [self._ns + DECISIONS.name], member_name=member, records=False
         )
 
     async def close(self) -> None:

@@ -68,8 +68,12 @@ class PrefixedLog:
     async def tail(self, positions: Mapping[TopicPartition, int]) -> _Tail:
         return _Tail(self, await self.inner.tail({self.tp(tp): offset for tp, offset in positions.items()}))
 
-    async def group_consumer(self, group_id: str, topics: Sequence[str]) -> _Group:
-        inner = await self.inner.group_consumer(f"{self.prefix}-{group_id}", [self.name(t) for t in topics])
+    async def group_consumer(
+        self, group_id: str, topics: Sequence[str], *, member_name: str | None = None, records: bool = True
+    ) -> _Group:
+        inner = await self.inner.group_consumer(
+            f"{self.prefix}-{group_id}", [self.name(t) for t in topics], member_name=member_name, records=records
+        )
         return _Group(self, inner)
 
 

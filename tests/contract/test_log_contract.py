@@ -309,3 +309,32 @@ async def test_a_tail_follows_many_partitions_from_given_offsets_and_wakes_on_a_
     finally:
         await tail.close()
         await producer.close()
+
+
+async def test_a_membership_only_member_holds_its_partitions_and_reads_nothing(
+    event_log: EventLog, make_topic: MakeTopic
+) -> None:
+    topic = await make_topic(1)
+    producer = await event_log.producer()
+    await producer.append([OutRecord(topic, value=f"{i}".encode(), key=b"k") for i in range(20)])
+    await producer.close()
+    group = f"leader-{topic}"
+    member = await event_log.group_consumer(group, [topic], records=False)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    seen: list[LogRecord] = []
+    while not member.assignment() and loop.time() < deadline:
+        seen += await member.poll(timeout_s=0.2)
+    assert member.assignment() == frozenset({TopicPartition(topic, 0)})
+    for _ in range(5):
+        seen += await member.poll(timeout_s=0.1)
+    assert seen == []
+    # A reading member of another group still gets every record: the topic was not consumed.
+    reader = await event_log.group_consumer(f"reader-{topic}", [topic])
+    got: list[LogRecord] = []
+    deadline = loop.time() + 30
+    while len(got) < 20 and loop.time() < deadline:
+        got += await reader.poll(timeout_s=0.2)
+    assert [int(r.value) for r in got] == list(range(20))
+    await reader.close()
+    await member.close()
