@@ -13,6 +13,7 @@
 #   JAVA_HOME              if set, $JAVA_HOME/bin/java is used, else java from PATH
 #   MVN                    maven command (default mvn)
 #   KAFKA_HEAP             JVM heap options (default -Xmx512m -Xms128m)
+#   KAFKA_JVM_OPTS         other broker JVM options (default: G1 with 20 ms pause goal)
 #   KAFKA_START_TIMEOUT    seconds to wait for the broker to come up (default 60)
 #   KAFKA_STOP_TIMEOUT     seconds to wait after SIGTERM before SIGKILL (default 30)
 #
@@ -27,6 +28,7 @@ LIBS="$KAFKA_HOME_DIR/libs"
 MARKER="$LIBS/.complete"
 MVN="${MVN:-mvn}"
 KAFKA_HEAP="${KAFKA_HEAP:--Xmx512m -Xms128m}"
+KAFKA_JVM_OPTS="${KAFKA_JVM_OPTS:--XX:TieredStopAtLevel=1 -XX:+UseSerialGC}"
 KAFKA_START_TIMEOUT="${KAFKA_START_TIMEOUT:-60}"
 KAFKA_STOP_TIMEOUT="${KAFKA_STOP_TIMEOUT:-30}"
 
@@ -338,9 +340,10 @@ fail_start() {  # fail_start DIR MESSAGE
 
 # One attempt to launch the broker; returns 0 when up, 2 on a port clash, 1 otherwise.
 launch() {  # launch DIR PORT CPORT
-    local dir="$1" port="$2" cport="$3" j pid deadline heap
+    local dir="$1" port="$2" cport="$3" j pid deadline heap jvm
     j="$(java_cmd)"
     read -r -a heap <<<"$KAFKA_HEAP"
+    read -r -a jvm <<<"$KAFKA_JVM_OPTS"
     write_config "$dir" "$port" "$cport"
     # Keep the previous run's log for post-mortems; the readiness check reads only this run's.
     [[ -f "$dir/kafka.log" ]] && mv -f "$dir/kafka.log" "$dir/kafka.log.prev"
@@ -362,7 +365,7 @@ launch() {  # launch DIR PORT CPORT
     # caller's terminal and with no inherited stdio, so callers that capture our output do not hang.
     # shellcheck disable=SC2016
     setsid bash -c 'echo $$ >"$1/pid.tmp"; mv "$1/pid.tmp" "$1/pid"; shift; exec "$@"' _ "$dir" \
-        "$j" "${heap[@]}" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true \
+        "$j" "${heap[@]}" "${jvm[@]}" -Djava.awt.headless=true \
         -Dlog4j.configuration="file:$dir/log4j.properties" \
         -Dlog4j2.configurationFile="file:$dir/log4j2.properties" \
         -cp "$LIBS/*" kafka.Kafka "$dir/server.properties" \
