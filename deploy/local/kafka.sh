@@ -13,7 +13,8 @@
 #   JAVA_HOME              if set, $JAVA_HOME/bin/java is used, else java from PATH
 #   MVN                    maven command (default mvn)
 #   KAFKA_HEAP             JVM heap options (default -Xmx512m -Xms128m)
-#   KAFKA_JVM_OPTS         other broker JVM options (default: G1 with 20 ms pause goal)
+#   KAFKA_JVM_OPTS         other broker JVM options (default: C1 compiler only, serial GC: a small
+#                          machine shares its cores with the services; set G1 and C2 for long runs)
 #   KAFKA_START_TIMEOUT    seconds to wait for the broker to come up (default 60)
 #   KAFKA_STOP_TIMEOUT     seconds to wait after SIGTERM before SIGKILL (default 30)
 #
