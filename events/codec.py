@@ -52,7 +52,7 @@ def encode(envelope: Envelope) -> WireRecord:
         ("ce_id", envelope.id.encode()),
         ("ce_source", envelope.source.encode()),
         ("ce_type", event.event_type.encode()),
-        ("ce_time", format_time(envelope.time_ms).encode()),
+        ("ce_time", _time_header(envelope.time_ms)),
         ("ce_schemaversion", str(event.schema_version).encode()),
         ("content-type", CONTENT_TYPE.encode()),
     ]
@@ -78,13 +78,29 @@ def decode(headers: Headers, value: bytes) -> Envelope:
     if attrs["ce_specversion"] != SPEC_VERSION:
         raise MalformedRecord("ce_specversion", f"must be {SPEC_VERSION}, got {attrs['ce_specversion']!r}")
     event_type = attrs["ce_type"]
-    cls = REGISTRY.get(event_type)
-    version = _schema_version(event_type, attrs.get("ce_schemaversion"))
+    schema_version = attrs.get("ce_schemaversion")
+    if _TYPES_AS_OF[0] != REGISTRY.changes:
+        _TYPES.clear()
+        _TYPES_AS_OF[0] = REGISTRY.changes
+    known = _TYPES.get((event_type, schema_version))
+    if known is None:
+        cls = REGISTRY.get(event_type)
+        version = _schema_version(event_type, schema_version)
+        if len(_TYPES) < _CACHE_LIMIT:
+            _TYPES[(event_type, schema_version)] = (cls, version)
+    else:
+        cls, version = known
     data = _validate(cls, version, value)
-    try:
-        time_ms = parse_time(attrs["ce_time"])
-    except ValueError as error:
-        raise InvalidEvent(event_type, "time", f"not an RFC 3339 timestamp: {error}") from None
+    text = attrs["ce_time"]
+    time_ms = _TIMES.get(text)
+    if time_ms is None:
+        try:
+            time_ms = parse_time(text)
+        except ValueError as error:
+            raise InvalidEvent(event_type, "time", f"not an RFC 3339 timestamp: {error}") from None
+        if len(_TIMES) >= _CACHE_LIMIT:
+            _TIMES.clear()
+        _TIMES[text] = time_ms
     return Envelope(
         id=attrs["ce_id"],
         time_ms=time_ms,
@@ -95,6 +111,25 @@ def decode(headers: Headers, value: bytes) -> Envelope:
         correlation_id=attrs.get("ce_correlationid"),
         causation_id=attrs.get("ce_causationid"),
     )
+
+
+# Memos of pure functions of their keys (a record's time repeats across the events of one cycle or
+# batch; a type and version across nearly all records), bounded so a hostile log cannot grow them.
+_CACHE_LIMIT = 4096
+_TYPES: dict[tuple[str, str | None], tuple[type[Event], int]] = {}
+_TYPES_AS_OF = [-1]  # the registry's changes count _TYPES was filled at
+_TIMES: dict[str, int] = {}
+_TIME_HEADERS: dict[int, bytes] = {}
+
+
+def _time_header(time_ms: int) -> bytes:
+    header = _TIME_HEADERS.get(time_ms)
+    if header is None:
+        header = format_time(time_ms).encode()
+        if len(_TIME_HEADERS) >= _CACHE_LIMIT:
+            _TIME_HEADERS.clear()
+        _TIME_HEADERS[time_ms] = header
+    return header
 
 
 def decode_event(event_type: str, version: int, value: bytes) -> Event:

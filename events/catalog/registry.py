@@ -21,6 +21,8 @@ class EventRegistry:
 
     def __init__(self) -> None:
         self._by_type: dict[str, dict[int, type[Event]]] = {}
+        self.changes = 0
+        """Bumped by every registration, so a memo of lookups knows when to start over."""
 
     def register(self, cls: type[Event]) -> None:
         versions = self._by_type.setdefault(cls.event_type, {})
@@ -31,6 +33,7 @@ class EventRegistry:
                 f"{existing.__qualname__} and {cls.__qualname__}"
             )
         versions[cls.schema_version] = cls
+        self.changes += 1
 
     def get(self, event_type: str) -> type[Event]:
         """The current version's class of a type."""

@@ -114,27 +114,37 @@ class Unique:
         return tuple(getattr(item, name) for name in self.keys)
 
     def check(self, items: tuple[T, ...]) -> tuple[T, ...]:
+        # Fast paths for what every decode and every event the scheduler builds goes through: they
+        # accept exactly what the full check accepts and leave anything else (every failure included)
+        # to it, so it alone names the problem.
         if len(items) < 2:
             return items
-        if self.ordered and len(self.keys) == 1:
-            # The common case, on every decode: one int or str key, strictly increasing (which also
-            # means unique). Anything else takes the full check below, which names the problem.
-            name = self.keys[0]
-            values = [getattr(item, name) for item in items]
-            kind = type(values[0])
-            if (
-                (kind is int or kind is str)
-                and all(type(v) is kind for v in values)
-                and all(a < b for a, b in itertools.pairwise(values))
-            ):
+        keys = self.keys
+        if self.ordered:
+            # Strictly increasing keys of one int or str type per position are sorted and unique,
+            # and then comparing them directly orders them as the full check's comparison does.
+            if len(keys) == 1:
+                name = keys[0]
+                values: list[object] = [getattr(item, name) for item in items]
+            elif keys:
+                values = [tuple(getattr(item, name) for name in keys) for item in items]
+            else:
+                values = list(items)
+            if _increasing(values, len(keys)):
                 return items
-        elif (
-            not self.keys
-            and not self.ordered
-            and all(type(item) is str for item in items)
-            and len(set(items)) == len(items)
-        ):
-            return items
+        else:
+            if not keys:
+                values = list(items)
+            elif len(keys) == 1:
+                name = keys[0]
+                values = [getattr(item, name) for item in items]
+            else:
+                values = [tuple(getattr(item, name) for name in keys) for item in items]
+            try:
+                if len(set(values)) == len(values):
+                    return items
+            except TypeError:
+                pass  # an unhashable key: the full check says so
         return self._check_fully(items)
 
     def _check_fully(self, items: tuple[T, ...]) -> tuple[T, ...]:
@@ -165,6 +175,21 @@ class Unique:
         if self.ordered:
             out["x-fedsched-increasing"] = True
         return out
+
+
+def _increasing(values: list[object], parts: int) -> bool:
+    """Whether ``values`` (scalars, or tuples of ``parts`` items) are strictly increasing, each position
+    holding one type, int or str (never bool), throughout."""
+    if parts <= 1:
+        kind = type(values[0])
+        if not (kind is int or kind is str) or not all(type(v) is kind for v in values):
+            return False
+    else:
+        for column in zip(*values, strict=True):
+            kind = type(column[0])
+            if not (kind is int or kind is str) or not all(type(v) is kind for v in column):
+                return False
+    return all(a < b for a, b in itertools.pairwise(values))  # type: ignore[operator]
 
 
 def _scalar(value: object) -> tuple[int, int, str]:
