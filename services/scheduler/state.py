@@ -108,6 +108,7 @@ class _Derived:
     pending: dict[str, m.Job] = field(default_factory=dict)
     running: dict[str, m.RunningJob] = field(default_factory=dict)
     running_order: list[str] = field(default_factory=list)  # the keys of ``running``, sorted
+    running_sorted: list[m.RunningJob] = field(default_factory=list)  # its values, in that order
     cancel_open: set[str] = field(default_factory=set)  # cancel requested, not terminal
     # What each running job holds, per node: (node key, [(gpu index, milli)], cpu, memory).
     holds: dict[str, list[tuple[tuple[str, str], list[tuple[int, int]], int, int]]] = field(default_factory=dict)
@@ -195,7 +196,7 @@ class SchedulerState:
         derived = self._derived
         for key in derived.suspects:  # their penalty ends with time, not with an event
             derived.node_models[key] = self._node(key)
-        running = tuple(map(derived.running.__getitem__, derived.running_order))
+        running = tuple(derived.running_sorted)
         pending = tuple(derived.pending[job_id] for job_id in sorted(derived.pending))
         models = derived.node_models
         nodes = tuple(node for node in (models[key] for key in derived.node_order) if node is not None)
@@ -213,16 +214,22 @@ class SchedulerState:
     def _refresh(self) -> None:
         derived = self._derived
         touched_nodes = derived.nodes
+        order, running = derived.running_order, derived.running_sorted
         for job_id in sorted(derived.jobs):
             was = job_id in derived.running
             self._refresh_job(job_id, touched_nodes)
-            now = job_id in derived.running
-            if was != now:
-                at = bisect.bisect_left(derived.running_order, job_id)
-                if now:
-                    derived.running_order.insert(at, job_id)
+            now = derived.running.get(job_id)
+            if now is not None:
+                at = bisect.bisect_left(order, job_id)
+                if was:
+                    running[at] = now
                 else:
-                    del derived.running_order[at]
+                    order.insert(at, job_id)
+                    running.insert(at, now)
+            elif was:
+                at = bisect.bisect_left(order, job_id)
+                del order[at]
+                del running[at]
         derived.jobs = set()
         if touched_nodes:
             fresh = [key for key in touched_nodes if key not in derived.node_models]
