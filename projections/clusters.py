@@ -8,18 +8,18 @@ split at hour boundaries, and go on to the usage stage keyed ``tenant|cluster|mo
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from events.catalog.inventory import ClusterRegistered, ClusterStatusChanged
 from events.envelope import Envelope
-from projections.core import Applied, Delta, Emitted, Input, Routed, Silent, evolve
+from projections.core import Applied, Delta, Emitted, Input, Routed, Silent, evolve, record
 from projections.deltas import UsageInterval, UsageSample
 
 STAGE = "clusters"
 HOUR_MS = 3_600_000
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ClusterView:
     cluster: str
     registered: bool = False
@@ -42,7 +42,7 @@ class ClusterView:
         return 0
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PricedUsage(Delta):
     """GPU time of one tenant, cluster and model within one hour, with its cost."""
 

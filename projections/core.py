@@ -21,16 +21,42 @@ duplicated input changes nothing. Deltas carry the position of the event they we
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from operator import attrgetter
-from typing import Any, Generic, NamedTuple, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar, dataclass_transform
 
 from events.catalog.base import Event
 from events.envelope import Envelope
 
+R = TypeVar("R")
 
-@dataclass(frozen=True, slots=True, order=True)
-class Position:
+
+@dataclass_transform(frozen_default=True, field_specifiers=(field,))
+def record(cls: type[R]) -> type[R]:
+    """A frozen slotted dataclass, as the type checker sees it (no field can be assigned); at run time
+    its instances are not guarded against assignment. The stages make entity versions, deltas and
+    their parts in every hot loop, and a frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``: ten times the cost of a plain slotted one (5 us against 0.5 for a job view).
+    Equal and hashed by value as a frozen one is, and pickled as one was (a list of field values), so
+    entities stored before still load."""
+    made = dataclass(slots=True, unsafe_hash=True)(cls)
+    setattr(made, "__getstate__", _record_getstate)  # noqa: B010 (replacing a method)
+    setattr(made, "__setstate__", _record_setstate)  # noqa: B010
+    return made
+
+
+def _record_getstate(self: Any) -> list[Any]:
+    return [getattr(self, f.name) for f in fields(self)]
+
+
+def _record_setstate(self: Any, state: list[Any]) -> None:
+    for f, value in zip(fields(self), state, strict=True):
+        object.__setattr__(self, f.name, value)
+
+
+class Position(NamedTuple):
+    """Where an input was read (ordered as a tuple: topic, partition, offset)."""
+
     topic: str
     partition: int
     offset: int
@@ -101,7 +127,7 @@ class Stage(Protocol, Generic[E]):
 RECENT_IDS = 32
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Applied:
     """What an entity has already folded, for idempotence: the last offset per source partition (a
     redelivered record) and the ids of its latest events (the same event appended twice, at two

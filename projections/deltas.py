@@ -7,12 +7,10 @@ entry only if the run matches.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from projections.core import Delta
+from projections.core import Delta, record
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class NodeAllocation(Delta):
     """A job's run took (``held``) or gave back (not held) resources on one node."""
 
@@ -25,7 +23,7 @@ class NodeAllocation(Delta):
     gpu_milli: tuple[tuple[int, int], ...] = ()  # (GPU index, milli-GPU)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class QueueAllocation(Delta):
     """A job's run started or stopped holding quota of a tenant's queue."""
 
@@ -45,7 +43,7 @@ class QueueAllocation(Delta):
     """When this hold or release happened (a release may be folded later than it happened)."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PendingDemand(Delta):
     """A job started (``pending``) or stopped waiting for GPUs of some models (empty: any model)."""
 
@@ -55,7 +53,7 @@ class PendingDemand(Delta):
     gpu_models: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class NodeCapacity(Delta):
     """A node's GPU capacity and free capacity per model, as the node stage last computed it."""
 
@@ -65,7 +63,7 @@ class NodeCapacity(Delta):
     per_model: tuple[tuple[str, int, int], ...] = ()  # (model, capacity milli, free milli)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class UsageInterval(Delta):
     """A job's run held ``gpu_milli`` of a GPU model in a cluster from ``start_ms`` to ``end_ms``."""
 
@@ -80,7 +78,7 @@ class UsageInterval(Delta):
     end_ms: int
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class UsageSample(Delta):
     """Measured use of a job's GPUs over a window (from a node's usage report), for its tenant."""
 
@@ -95,7 +93,7 @@ class UsageSample(Delta):
     end_ms: int
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ShapeSeen(Delta):
     """A job's first submission, counted once per job by the shape stage."""
 

@@ -86,7 +86,7 @@ def _getter(cls: type) -> Callable[[Any], tuple[object, ...]] | None:
     init = getattr(cls, "__init__", None)
     if not (
         is_dataclass(cls)
-        and getattr(getstate, "__qualname__", "") == "_dataclass_getstate"
+        and getattr(getstate, "__qualname__", "") in ("_dataclass_getstate", "_record_getstate")
         and getattr(getattr(init, "__code__", None), "co_filename", "") == "<string>"  # generated
         and not hasattr(cls, "__post_init__")
     ):

@@ -14,12 +14,12 @@ that changes it (anything but ``last_seen_ms``); its event is built only when pu
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from events.catalog.profiles import GpuModelProfile, Quantities, ResourceProfileUpdated
 from events.catalog.types import ClusterId
 from events.envelope import Envelope
-from projections.core import Applied, Emitted, Input, Output
+from projections.core import Applied, Emitted, Input, Output, record
 from projections.deltas import NodeCapacity, PendingDemand
 
 STAGE = "fleet"
@@ -31,7 +31,7 @@ RollupFacts = tuple[tuple[tuple[str, int, int], ...], int, tuple[str, ...]]
 """What a cluster's roll-up says but its time: (model, capacity, free) by model, congestion, hot models."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class FleetState:
     """Copy-on-write: the mappings are never changed once the state is built."""
 

@@ -12,7 +12,7 @@ another partition) creates a view marked ``orphan`` rather than failing.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from events.catalog.base import Event
@@ -29,7 +29,7 @@ from events.catalog.jobs import (
     JobSucceeded,
 )
 from events.envelope import Envelope
-from projections.core import Applied, Emitted, Input, Routed, Silent, evolve
+from projections.core import Applied, Emitted, Input, Routed, Silent, evolve, record
 from projections.deltas import NodeAllocation, PendingDemand, QueueAllocation, ShapeSeen, UsageInterval
 from projections.shapes import shape_of
 
@@ -40,7 +40,7 @@ _TERMINAL = frozenset({"succeeded", "failed", "cancelled", "rejected"})
 _ENDS_RUN = (JobSucceeded, JobFailed, JobPreempted, JobReclaimed, JobCancelled)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class TimelineEntry:
     time_ms: int
     status: str
@@ -49,14 +49,14 @@ class TimelineEntry:
     message: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ReplicaSlot:
     node: str
     gpu_indices: tuple[int, ...]
     gpu_milli_each: int
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class JobView:
     job_id: str
     status: str = "unknown"

@@ -14,14 +14,14 @@ failures per 1,000 GPU-hours observed.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from events.catalog.base import Event
 from events.catalog.inventory import GpuHealthReported, NodeObserved, NodeRemoved, NodeUsageReported
 from events.catalog.profiles import GpuModelProfile, Quantities, ResourceProfileUpdated
 from events.catalog.types import ClusterId, Health, NodeId
 from events.envelope import Envelope
-from projections.core import Applied, Emitted, Input, Output, Routed, evolve, split_key
+from projections.core import Applied, Emitted, Input, Output, Routed, evolve, record, split_key
 from projections.deltas import NodeAllocation, NodeCapacity, QueueAllocation, UsageInterval, UsageSample
 
 STAGE = "nodes"
@@ -40,7 +40,7 @@ ProfileFacts = tuple[Quantity4, tuple[int, int, int], Quantity4, tuple[ModelFact
 and free quantities, GPU models, health, stability, fit for training, fit for inference, stale."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Gpu:
     index: int
     model: str
@@ -50,7 +50,7 @@ class Gpu:
     ecc_uncorrected: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Allocation:
     job_id: str
     run: int
@@ -60,7 +60,7 @@ class Allocation:
     gpu_milli: tuple[tuple[int, int], ...]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class NodeProfile:
     cluster: str
     node: str

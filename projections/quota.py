@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from events.catalog.governance import QuotaSet
 from events.catalog.profiles import QuotaUsage, QuotaUsageUpdated
 from events.catalog.types import QueueId, ResourceKind, TenantId
 from events.envelope import Envelope
-from projections.core import Applied, Emitted, Input, Output, evolve
+from projections.core import Applied, Emitted, Input, Output, evolve, record
 from projections.deltas import QueueAllocation
 
 STAGE = "quota"
@@ -34,7 +34,7 @@ UsageFacts = tuple[tuple[tuple[str, str | None, int, int, int | None, int], ...]
 per line, GPU-hours in thousandths, start of the period."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Holding:
     job_id: str
     run: int
@@ -44,7 +44,7 @@ class Holding:
     gpu_model: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class QuotaLineState:
     resource: str
     gpu_model: str | None
@@ -52,7 +52,7 @@ class QuotaLineState:
     limit: int | None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Used:
     """Running totals of a queue's holdings: CPU, memory, GPU, and GPU by model (with the number of
     holdings of GPUs of each model, so a model leaves when its last holding does)."""
@@ -79,7 +79,7 @@ class Used:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class QueueQuota:
     tenant: str
     queue: str

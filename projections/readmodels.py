@@ -16,6 +16,7 @@ from typing import Any
 
 import asyncpg
 
+from projections.faust_wire import dumps
 from projections.rows import TABLES
 
 _SCHEMA_LOCK = 7_215_003
@@ -115,7 +116,7 @@ async def flush(
                     gone.append(key)
                     continue
                 rows.extend(table.rows(key, entity))
-                states.append((stage, key, pickle.dumps(entity, protocol=5)))
+                states.append((stage, key, dumps(entity)))
             if rows:
                 await conn.copy_records_to_table(
                     table.name, schema_name=schema, records=rows, columns=[c for c, _ in table.columns]

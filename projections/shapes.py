@@ -7,10 +7,10 @@ Called by the projection hosts; keyed by shape (``cpu_milli:memory_mib:gpu_milli
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from events.envelope import Envelope
-from projections.core import Applied, Emitted, Input, Silent, evolve
+from projections.core import Applied, Emitted, Input, Silent, evolve, record
 from projections.deltas import ShapeSeen
 
 STAGE = "shapes"
@@ -18,7 +18,7 @@ _CPU_STEP = 1000
 _MEMORY_STEP = 1024
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ShapeCount:
     shape: str
     cpu_milli: int

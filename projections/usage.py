@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from events.envelope import Envelope
 from projections.clusters import PricedUsage
-from projections.core import Applied, Emitted, Input, Silent, evolve
+from projections.core import Applied, Emitted, Input, Silent, evolve, record
 
 STAGE = "usage"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class UsageBucket:
     tenant: str
     cluster: str
