@@ -8,12 +8,24 @@ recorded offsets (the fold does not depend on how partitions interleave), rebuil
 cycle's logical time, run the policy then in force, derive the decision events exactly as the
 scheduler does, and compare their digest with the recorded one. A difference is reported with the
 decision ids that differ, what was recorded and what the replay gives.
+
+Speed: a replay costs mostly the policy core itself, so on a machine with several cores the cycles are
+split into contiguous ranges, one per worker process (forked once the log is read and decoded). A worker
+whose range starts at cycle k first folds the records below the offsets of cycles 0..k-1 exactly as a
+single pass would, without deciding, so it decides cycle k on the same state; the ranges' results are
+joined in cycle order, which gives the same report as one pass. Recorded decision events are encoded
+for the report only in the cycles that differ.
 """
 
 from __future__ import annotations
 
+import gc
+import os
+import pickle
+import threading
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from events.catalog.decisions import SchedulingCycleCompleted
@@ -26,6 +38,11 @@ from services.scheduler.host import INPUT_TOPICS
 from services.scheduler.outputs import SOURCE, decision_events, digest
 from services.scheduler.policy import CycleMemo, schedule
 from services.scheduler.state import SchedulerState
+
+#: Below this many cycles per worker, a fork and the catch-up fold cost more than they save.
+MIN_CYCLES_PER_WORKER = 100
+
+Records = dict[TopicPartition, list[tuple[int, Envelope]]]
 
 
 @dataclass
@@ -60,9 +77,9 @@ class VerifyReport:
         }
 
 
-async def load(event_log: EventLog, topics: tuple[str, ...]) -> dict[TopicPartition, list[tuple[int, Envelope]]]:
+async def load(event_log: EventLog, topics: tuple[str, ...]) -> Records:
     reader = await event_log.reader()
-    out: dict[TopicPartition, list[tuple[int, Envelope]]] = {}
+    out: Records = {}
     try:
         for topic in topics:
             for partition in range(await event_log.partitions(topic)):
@@ -86,54 +103,174 @@ async def verify(
     topics: tuple[str, ...] = INPUT_TOPICS,
     since_ms: int | None = None,
     until_ms: int | None = None,
+    workers: int | None = None,
 ) -> VerifyReport:
+    """Re-execute the recorded cycles. ``workers``: processes to split the cycles over; None picks the
+    usable CPUs when the log is long enough and this process has no other thread (a fork copies only the
+    calling thread); 1 replays in this process."""
     started = time.perf_counter()
     records = await load(event_log, topics)
     report = VerifyReport(events_read=sum(len(v) for v in records.values()))
-    cycles: list[Envelope] = []
-    recorded: dict[str, dict[str, str]] = defaultdict(dict)
+    cycles: list[SchedulingCycleCompleted] = []
+    recorded: dict[str, dict[str, Envelope]] = defaultdict(dict)
     for items in records.values():
         for _, envelope in items:
-            if isinstance(envelope.data, SchedulingCycleCompleted):
-                cycles.append(envelope)
+            data = envelope.data
+            if isinstance(data, SchedulingCycleCompleted):
+                cycles.append(data)
             elif envelope.source == SOURCE and ":" in envelope.id:
-                recorded[envelope.id.split(":", 1)[0]][envelope.id] = encode(envelope).value.decode()
-    cycles.sort(key=lambda e: e.data.sequence)  # type: ignore[attr-defined]
+                recorded[envelope.id.partition(":")[0]][envelope.id] = envelope
+    cycles.sort(key=lambda c: c.sequence)
+    count = _workers(workers, sum(1 for c in cycles if _in_window(c, since_ms, until_ms)))
+    if count > 1:
+        parts = _replay_forked(records, cycles, recorded, since_ms, until_ms, count)
+    else:
+        parts = [_replay(records, cycles, recorded, since_ms, until_ms, 0, len(cycles))]
+    for part in parts:
+        report.cycles += part.cycles
+        report.decisions += part.decisions
+        report.identical_cycles += part.identical_cycles
+        report.differences.extend(part.differences)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _in_window(cycle: SchedulingCycleCompleted, since_ms: int | None, until_ms: int | None) -> bool:
+    return not (
+        (since_ms is not None and cycle.logical_time_ms < since_ms)
+        or (until_ms is not None and cycle.logical_time_ms > until_ms)
+    )
+
+
+def _replay(
+    records: Records,
+    cycles: Sequence[SchedulingCycleCompleted],
+    recorded: dict[str, dict[str, Envelope]],
+    since_ms: int | None,
+    until_ms: int | None,
+    first: int,
+    stop: int,
+) -> VerifyReport:
+    """Cycles ``first`` .. ``stop - 1`` re-executed (those in the window), on the state every cycle
+    before them leaves: the same fold, in the same order, as one pass over all of them."""
+    part = VerifyReport()
     state = SchedulerState()
     memo = CycleMemo()
     cursors: dict[TopicPartition, int] = defaultdict(int)
-    for envelope in cycles:
-        cycle: SchedulingCycleCompleted = envelope.data  # type: ignore[assignment]
+    for position in range(stop):
+        cycle = cycles[position]
         for point in cycle.input_offsets:
             tp = TopicPartition(point.topic, point.partition)
             items = records.get(tp, [])
             index = cursors[tp]
-            while index < len(items) and items[index][0] < point.offset:
+            end = len(items)
+            while index < end and items[index][0] < point.offset:
                 state.fold(items[index][1])
                 index += 1
             cursors[tp] = index
-        if (since_ms is not None and cycle.logical_time_ms < since_ms) or (
-            until_ms is not None and cycle.logical_time_ms > until_ms
-        ):
+        if position < first or not _in_window(cycle, since_ms, until_ms):
             continue
         config = state.policy_config()
         result = schedule(state.snapshot(cycle.logical_time_ms), config, memo)
         replayed = decision_events(state, result, cycle.sequence)
-        report.cycles += 1
-        report.decisions += cycle.decision_count
+        part.cycles += 1
+        part.decisions += cycle.decision_count
         if digest(replayed) == cycle.decisions_digest and config.version == cycle.policy_version:
-            report.identical_cycles += 1
+            part.identical_cycles += 1
             continue
         mine = {e.id: encode(e).value.decode() for e in replayed}
-        theirs = recorded.get(cycle.cycle_id, {})
+        theirs = {i: encode(e).value.decode() for i, e in recorded.get(cycle.cycle_id, {}).items()}
         for decision_id in sorted(set(mine) | set(theirs)):
             if mine.get(decision_id) != theirs.get(decision_id):
-                report.differences.append(
+                part.differences.append(
                     Difference(cycle.cycle_id, decision_id, theirs.get(decision_id), mine.get(decision_id))
                 )
         if config.version != cycle.policy_version:
-            report.differences.append(
-                Difference(cycle.cycle_id, "policy_version", cycle.policy_version, config.version)
-            )
-    report.seconds = time.perf_counter() - started
-    return report
+            part.differences.append(Difference(cycle.cycle_id, "policy_version", cycle.policy_version, config.version))
+    return part
+
+
+def _workers(asked: int | None, cycles: int) -> int:
+    if not hasattr(os, "fork"):
+        return 1
+    if asked is not None:
+        return max(1, min(asked, cycles))
+    if _threads() > 1:
+        return 1
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cpus, cycles // MIN_CYCLES_PER_WORKER))
+
+
+def _threads() -> int:
+    """Threads of this process, native ones included (Linux), else the interpreter's own count."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
+def _ranges(
+    cycles: Sequence[SchedulingCycleCompleted], since_ms: int | None, until_ms: int | None, count: int
+) -> list[tuple[int, int]]:
+    """``count`` contiguous ranges of about equal work: the cycles in the window, weighted by their
+    decisions (a cycle's cost grows with what it decides), each range's catch-up fold left out."""
+    weights = [(1 + c.decision_count) if _in_window(c, since_ms, until_ms) else 0 for c in cycles]
+    total = sum(weights)
+    bounds = [0]
+    acc = 0
+    for position, weight in enumerate(weights):
+        acc += weight
+        if len(bounds) < count and acc * count >= total * len(bounds):
+            bounds.append(position + 1)
+    while len(bounds) <= count:
+        bounds.append(len(cycles))
+    bounds[-1] = len(cycles)
+    return [(bounds[i], bounds[i + 1]) for i in range(count)]
+
+
+def _replay_forked(
+    records: Records,
+    cycles: Sequence[SchedulingCycleCompleted],
+    recorded: dict[str, dict[str, Envelope]],
+    since_ms: int | None,
+    until_ms: int | None,
+    count: int,
+) -> list[VerifyReport]:
+    """The first range in this process, the others in forked children that send back their report
+    (pickled, through a pipe). A child that fails leaves its range to this process."""
+    ranges = _ranges(cycles, since_ms, until_ms, count)
+    children: list[tuple[int, int, tuple[int, int]]] = []  # pid, read end, range
+    frozen_before = gc.get_freeze_count()
+    gc.freeze()  # keep what is loaded out of the children's collections (no copy-on-write of it)
+    try:
+        for span in ranges[1:]:
+            read_end, write_end = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child: replay, send, exit without running any of the parent's clean-up
+                code = 0
+                try:
+                    os.close(read_end)
+                    payload = pickle.dumps(_replay(records, cycles, recorded, since_ms, until_ms, *span))
+                    with os.fdopen(write_end, "wb") as out:
+                        out.write(payload)
+                except BaseException:
+                    code = 1
+                finally:
+                    os._exit(code)
+            os.close(write_end)
+            children.append((pid, read_end, span))
+    finally:
+        if not frozen_before:  # else the caller froze its heap on purpose: unfreezing would undo that
+            gc.unfreeze()
+    parts = [_replay(records, cycles, recorded, since_ms, until_ms, *ranges[0])]
+    for pid, read_end, span in children:
+        with os.fdopen(read_end, "rb") as pipe:
+            payload = pipe.read()
+        _, status = os.waitpid(pid, 0)
+        part = None
+        if os.waitstatus_to_exitcode(status) == 0 and payload:
+            part = pickle.loads(payload)
+        if not isinstance(part, VerifyReport):
+            part = _replay(records, cycles, recorded, since_ms, until_ms, *span)
+        parts.append(part)
+    return parts

@@ -1,0 +1,296 @@
+"""``audit verify`` over an in-memory log the scheduler core wrote: one pass and several forked workers
+give the same report, which is also what the plain single-pass algorithm gives (kept below as the
+reference), on an honest log and on a tampered one, with and without a time window."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+from collections import defaultdict
+
+import pytest
+
+from events.catalog.decisions import JobPlaced, SchedulingCycleCompleted
+from events.catalog.governance import PolicyConfigured
+from events.catalog.inventory import ClusterKind, ClusterRegistered
+from events.catalog.jobs import JobCancelRequested, JobSucceeded
+from events.codec import decode, encode
+from events.envelope import Envelope
+from events.errors import EventError
+from events.log.contract import LogRecord, TopicPartition
+from events.topics import TOPICS, partition_for
+from services.audit import verify as verify_module
+from services.audit.verify import Difference, VerifyReport, load, verify
+from services.scheduler.host import INPUT_TOPICS
+from services.scheduler.outputs import SOURCE, cycle_record, decision_events, digest
+from services.scheduler.policy import CycleMemo, schedule
+from services.scheduler.state import SchedulerState
+from tests.unit.projections.builders import a_job, a_node
+
+T0 = 1_800_000_000_000
+
+
+class MemoryLog:
+    """The reading half of the ``EventLog`` contract, over lists of records."""
+
+    commit_markers = False
+
+    def __init__(self) -> None:
+        self.parts: dict[str, list[list[LogRecord]]] = {s.name: [[] for _ in range(s.partitions)] for s in TOPICS}
+
+    async def partitions(self, topic: str) -> int:
+        return len(self.parts[topic])
+
+    async def reader(self) -> MemoryLog:
+        return self
+
+    async def read(self, tp: TopicPartition, offset: int, *, max_records: int = 500, timeout_s: float = 0.0):  # type: ignore[no-untyped-def]
+        return self.parts[tp.topic][tp.partition][offset : offset + max_records]
+
+    async def end_offset(self, tp: TopicPartition) -> int:
+        return len(self.parts[tp.topic][tp.partition])
+
+    async def caught_up(self, tp: TopicPartition, offset: int) -> bool:
+        return offset >= len(self.parts[tp.topic][tp.partition])
+
+    async def close(self) -> None:
+        pass
+
+    def append_raw(self, topic: str, key: bytes | None, value: bytes, headers, time_ms: int) -> None:  # type: ignore[no-untyped-def]
+        parts = self.parts[topic]
+        partition = partition_for(key, len(parts))
+        items = parts[partition]
+        items.append(LogRecord(topic, partition, len(items), key, value, headers, time_ms))
+
+    def append(self, envelope: Envelope) -> None:
+        wire = encode(envelope)
+        self.append_raw(wire.topic, wire.key, wire.value, wire.headers, envelope.time_ms)
+
+
+def scheduled_log(jobs: int = 240, nodes: int = 6) -> MemoryLog:
+    """A log as the scheduler host writes it: inputs arrive, a cycle decides on what was folded, its
+    decisions and cycle record are appended and folded; some jobs end, one is cancelled, the policy
+    changes halfway."""
+    log = MemoryLog()
+    ids = iter(range(10**9))
+
+    def publish(event, at: int) -> None:  # type: ignore[no-untyped-def]
+        log.append(
+            Envelope(id=f"e{next(ids)}", time_ms=at, data=event, source="urn:test", subject=event.partition_key())
+        )
+
+    publish(ClusterRegistered(cluster="c1", kind=ClusterKind.SIMULATED, site="s", region="r", currency="EUR"), T0)
+    for i in range(nodes):
+        publish(a_node(node=f"n{i}", gpus=8), T0)
+    state, memo = SchedulerState(), CycleMemo()
+    positions = {TopicPartition(t, p): 0 for t in INPUT_TOPICS for p in range(len(log.parts[t]))}
+
+    def follow() -> bool:
+        outside = False
+        for tp in sorted(positions):
+            for record in log.parts[tp.topic][tp.partition][positions[tp] :]:
+                try:
+                    envelope = decode(record.headers, record.value)
+                except EventError:
+                    pass
+                else:
+                    state.fold(envelope)
+                    outside = outside or envelope.source != SOURCE
+                positions[tp] = record.offset + 1
+        return outside
+
+    now, submitted, placed = T0, 0, []
+    while submitted < jobs:
+        now += 1000
+        for _ in range(8):
+            gpus, milli = (2, 0) if submitted % 5 == 0 else (0, 250)
+            publish(a_job(f"j{submitted:04d}", tenant=f"team-{submitted % 3}", gpus=gpus, gpu_milli=milli), now)
+            submitted += 1
+        for job_id in placed[: len(placed) // 3]:
+            publish(JobSucceeded(job_id=job_id, cluster="c1"), now)
+        placed = placed[len(placed) // 3 :]
+        if submitted == 80:
+            publish(JobCancelRequested(job_id="j0079", requester="alice"), now)
+            log.append_raw("fedsched.jobs", b"junk", b"{not json", (("ce_type", b"io.fedsched.JobSubmitted"),), now)
+        if submitted == jobs // 2:
+            publish(
+                PolicyConfigured(
+                    policy="p", policy_version="policy-v2", configured_by="ops", document={"node_policy": "bestfit"}
+                ),
+                now,
+            )
+        if not follow():
+            continue
+        result = schedule(state.snapshot(now), state.policy_config(), memo)
+        events = decision_events(state, result, state.cycles)
+        if not events:
+            continue
+        offsets = [(tp.topic, tp.partition, o) for tp, o in positions.items()]
+        for envelope in [*events, cycle_record(state.cycles, offsets, result, events)]:
+            log.append(envelope)
+            if isinstance(envelope.data, JobPlaced):
+                placed.append(envelope.data.job_id)
+        follow()
+    return log
+
+
+async def reference_verify(
+    event_log: MemoryLog, since_ms: int | None = None, until_ms: int | None = None
+) -> VerifyReport:
+    """The plain algorithm: one pass, every recorded decision encoded up front."""
+    records = await load(event_log, INPUT_TOPICS)  # type: ignore[arg-type]
+    report = VerifyReport(events_read=sum(len(v) for v in records.values()))
+    cycles: list[Envelope] = []
+    recorded: dict[str, dict[str, str]] = defaultdict(dict)
+    for items in records.values():
+        for _, envelope in items:
+            if isinstance(envelope.data, SchedulingCycleCompleted):
+                cycles.append(envelope)
+            elif envelope.source == SOURCE and ":" in envelope.id:
+                recorded[envelope.id.split(":", 1)[0]][envelope.id] = encode(envelope).value.decode()
+    cycles.sort(key=lambda e: e.data.sequence)  # type: ignore[attr-defined]
+    state, memo = SchedulerState(), CycleMemo()
+    cursors: dict[TopicPartition, int] = defaultdict(int)
+    for envelope in cycles:
+        cycle: SchedulingCycleCompleted = envelope.data  # type: ignore[assignment]
+        for point in cycle.input_offsets:
+            tp = TopicPartition(point.topic, point.partition)
+            items = records.get(tp, [])
+            index = cursors[tp]
+            while index < len(items) and items[index][0] < point.offset:
+                state.fold(items[index][1])
+                index += 1
+            cursors[tp] = index
+        if (since_ms is not None and cycle.logical_time_ms < since_ms) or (
+            until_ms is not None and cycle.logical_time_ms > until_ms
+        ):
+            continue
+        config = state.policy_config()
+        result = schedule(state.snapshot(cycle.logical_time_ms), config, memo)
+        replayed = decision_events(state, result, cycle.sequence)
+        report.cycles += 1
+        report.decisions += cycle.decision_count
+        if digest(replayed) == cycle.decisions_digest and config.version == cycle.policy_version:
+            report.identical_cycles += 1
+            continue
+        mine = {e.id: encode(e).value.decode() for e in replayed}
+        theirs = recorded.get(cycle.cycle_id, {})
+        for decision_id in sorted(set(mine) | set(theirs)):
+            if mine.get(decision_id) != theirs.get(decision_id):
+                report.differences.append(
+                    Difference(cycle.cycle_id, decision_id, theirs.get(decision_id), mine.get(decision_id))
+                )
+        if config.version != cycle.policy_version:
+            report.differences.append(
+                Difference(cycle.cycle_id, "policy_version", cycle.policy_version, config.version)
+            )
+    return report
+
+
+def tampered(log: MemoryLog) -> MemoryLog:
+    """A placement moved to other GPUs, in three cycles spread over the log, and one digest edited."""
+    out = MemoryLog()
+    out.parts = {t: [list(p) for p in ps] for t, ps in log.parts.items()}
+    decisions = out.parts["fedsched.decisions"][0]
+    placements = [i for i, r in enumerate(decisions) if dict(r.headers)["ce_type"] == b"io.fedsched.JobPlaced"]
+    for i in (placements[2], placements[len(placements) // 2], placements[-3]):
+        record = decisions[i]
+        envelope = decode(record.headers, record.value)
+        data: JobPlaced = envelope.data  # type: ignore[assignment]
+        replica = data.replicas[0]
+        moved = replica.model_copy(update={"node": "n0" if replica.node != "n0" else "n1"})
+        edited = dataclasses.replace(envelope, data=data.model_copy(update={"replicas": (moved, *data.replicas[1:])}))
+        decisions[i] = dataclasses.replace(record, value=encode(edited).value)
+    cycles = [
+        i for i, r in enumerate(decisions) if dict(r.headers)["ce_type"] == b"io.fedsched.SchedulingCycleCompleted"
+    ]
+    record = decisions[cycles[len(cycles) // 3]]
+    envelope = decode(record.headers, record.value)
+    edited = dataclasses.replace(envelope, data=envelope.data.model_copy(update={"decisions_digest": "0" * 64}))
+    decisions[cycles[len(cycles) // 3]] = dataclasses.replace(record, value=encode(edited).value)
+    return out
+
+
+@pytest.fixture(scope="module")
+def honest() -> MemoryLog:
+    return scheduled_log()
+
+
+def json_of(report: VerifyReport) -> dict[str, object]:
+    out = report.to_json()
+    out.pop("events_per_s")
+    return out
+
+
+def times(log: MemoryLog) -> list[int]:
+    return sorted(
+        decode(r.headers, r.value).data.logical_time_ms  # type: ignore[attr-defined]
+        for r in log.parts["fedsched.decisions"][0]
+        if dict(r.headers)["ce_type"] == b"io.fedsched.SchedulingCycleCompleted"
+    )
+
+
+def test_the_honest_log_verifies_identically_in_one_pass_and_in_workers(honest: MemoryLog) -> None:
+    reference = asyncio.run(reference_verify(honest))
+    assert reference.cycles >= 20 and reference.identical_pct == 100.0, reference.differences
+    for workers in (1, 2, 3):
+        assert json_of(asyncio.run(verify(honest, workers=workers))) == json_of(reference)  # type: ignore[arg-type]
+
+
+def test_a_tampered_log_reports_the_same_differences_in_one_pass_and_in_workers(honest: MemoryLog) -> None:
+    log = tampered(honest)
+    reference = asyncio.run(reference_verify(log))
+    assert reference.differences and reference.identical_pct < 100.0
+    for workers in (1, 2, 3):
+        assert json_of(asyncio.run(verify(log, workers=workers))) == json_of(reference)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("window", [(0.25, None), (None, 0.6), (0.3, 0.7), (1.1, None)])
+def test_since_and_until_keep_their_meaning(honest: MemoryLog, window: tuple[float | None, float | None]) -> None:
+    log = tampered(honest)
+    at = times(log)
+
+    def moment(share: float | None) -> int | None:
+        return None if share is None else at[min(len(at) - 1, int(share * len(at)))] + (1 if share > 1 else 0)
+
+    since, until = moment(window[0]), moment(window[1])
+    reference = asyncio.run(reference_verify(log, since, until))
+    for workers in (1, 2):
+        report = asyncio.run(verify(log, since_ms=since, until_ms=until, workers=workers))  # type: ignore[arg-type]
+        assert json_of(report) == json_of(reference)
+
+
+def test_ranges_cover_every_cycle_once_in_order() -> None:
+    cycles = [
+        SchedulingCycleCompleted(
+            cycle_id=f"cycle-{i:09d}",
+            sequence=i,
+            input_offsets=(),
+            logical_time_ms=T0 + i,
+            policy_version="default",
+            decision_count=1 + i % 7,
+            decisions_digest="0" * 64,
+        )
+        for i in range(50)
+    ]
+    for count in (1, 2, 3, 7, 50):
+        for since in (None, T0 + 10, T0 + 49, T0 + 99):
+            spans = verify_module._ranges(cycles, since, None, count)
+            assert len(spans) == count
+            assert spans[0][0] == 0 and spans[-1][1] == len(cycles)
+            assert all(a[1] == b[0] and a[0] <= a[1] for a, b in itertools.pairwise(spans))
+
+
+def test_a_worker_that_fails_leaves_its_range_to_the_parent(honest: MemoryLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    reference = asyncio.run(reference_verify(honest))
+    real = verify_module._replay
+    parent = verify_module.os.getpid()
+
+    def failing_in_children(*args):  # type: ignore[no-untyped-def]
+        if verify_module.os.getpid() != parent:
+            raise RuntimeError("a worker dies")
+        return real(*args)
+
+    monkeypatch.setattr(verify_module, "_replay", failing_in_children)
+    assert json_of(asyncio.run(verify(honest, workers=2))) == json_of(reference)  # type: ignore[arg-type]
