@@ -22,11 +22,13 @@ from __future__ import annotations
 import gc
 import os
 import pickle
+import signal
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 from events.catalog.decisions import SchedulingCycleCompleted
 from events.codec import decode, encode
@@ -106,8 +108,8 @@ async def verify(
     workers: int | None = None,
 ) -> VerifyReport:
     """Re-execute the recorded cycles. ``workers``: processes to split the cycles over; None picks the
-    usable CPUs when the log is long enough and this process has no other thread (a fork copies only the
-    calling thread); 1 replays in this process."""
+    usable CPUs when the log is long enough and this process runs no other Python thread (a fork copies
+    only the calling thread); 1 replays in this process."""
     started = time.perf_counter()
     records = await load(event_log, topics)
     report = VerifyReport(events_read=sum(len(v) for v in records.values()))
@@ -202,11 +204,11 @@ def _workers(asked: int | None, cycles: int) -> int:
 
 
 def _threads() -> int:
-    """Threads of this process, native ones included (Linux), else the interpreter's own count."""
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return threading.active_count()
+    """Python threads of this process. A child forked while another one runs could find a lock that
+    thread held (logging, an executor's queue) and wait forever. Native pools are left out: numpy's
+    OpenBLAS starts one on import and handles forks itself, and the children call nothing else native
+    that a thread of the parent may hold."""
+    return threading.active_count()
 
 
 def _ranges(
@@ -239,7 +241,7 @@ def _replay_forked(
     """The first range in this process, the others in forked children that send back their report
     (pickled, through a pipe). A child that fails leaves its range to this process."""
     ranges = _ranges(cycles, since_ms, until_ms, count)
-    children: list[tuple[int, int, tuple[int, int]]] = []  # pid, read end, range
+    children: list[tuple[int, BinaryIO, tuple[int, int]]] = []  # pid, read end of its pipe, range
     frozen_before = gc.get_freeze_count()
     gc.freeze()  # keep what is loaded out of the children's collections (no copy-on-write of it)
     try:
@@ -258,19 +260,31 @@ def _replay_forked(
                 finally:
                     os._exit(code)
             os.close(write_end)
-            children.append((pid, read_end, span))
+            children.append((pid, os.fdopen(read_end, "rb"), span))
     finally:
         if not frozen_before:  # else the caller froze its heap on purpose: unfreezing would undo that
             gc.unfreeze()
-    parts = [_replay(records, cycles, recorded, since_ms, until_ms, *ranges[0])]
-    for pid, read_end, span in children:
-        with os.fdopen(read_end, "rb") as pipe:
-            payload = pipe.read()
-        _, status = os.waitpid(pid, 0)
-        part = None
-        if os.waitstatus_to_exitcode(status) == 0 and payload:
-            part = pickle.loads(payload)
-        if not isinstance(part, VerifyReport):
-            part = _replay(records, cycles, recorded, since_ms, until_ms, *span)
-        parts.append(part)
+    waiting = list(children)
+    try:
+        parts = [_replay(records, cycles, recorded, since_ms, until_ms, *ranges[0])]
+        while waiting:
+            pid, pipe, span = waiting[0]
+            with pipe:
+                payload = pipe.read()
+            _, status = os.waitpid(pid, 0)
+            waiting.pop(0)
+            part = None
+            if os.waitstatus_to_exitcode(status) == 0 and payload:
+                try:
+                    part = pickle.loads(payload)
+                except Exception:
+                    part = None
+            if not isinstance(part, VerifyReport):
+                part = _replay(records, cycles, recorded, since_ms, until_ms, *span)
+            parts.append(part)
+    finally:
+        for pid, pipe, _ in waiting:  # interrupted: stop the children still running, by their id
+            pipe.close()
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
     return parts

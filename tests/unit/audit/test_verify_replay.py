@@ -294,3 +294,35 @@ def test_a_worker_that_fails_leaves_its_range_to_the_parent(honest: MemoryLog, m
 
     monkeypatch.setattr(verify_module, "_replay", failing_in_children)
     assert json_of(asyncio.run(verify(honest, workers=2))) == json_of(reference)  # type: ignore[arg-type]
+
+
+def children_of_this_process() -> list[int]:
+    me = verify_module.os.getpid()
+    out = []
+    for entry in verify_module.os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == me:
+                out.append(int(entry))
+    return out
+
+
+@pytest.mark.skipif(not verify_module.os.path.isdir("/proc"), reason="reads /proc")
+def test_an_interrupted_parent_stops_its_workers(honest: MemoryLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = verify_module._replay
+    parent = verify_module.os.getpid()
+    before = children_of_this_process()
+
+    def failing_in_parent(*args):  # type: ignore[no-untyped-def]
+        if verify_module.os.getpid() == parent:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(verify_module, "_replay", failing_in_parent)
+    with pytest.raises(KeyboardInterrupt):
+        asyncio.run(verify(honest, workers=3))  # type: ignore[arg-type]
+    assert children_of_this_process() == before
