@@ -62,6 +62,7 @@ def usage_key(tenant: str, cluster: str, model: str, hour_ms: int) -> str:
 
 class ClusterStage(Silent[ClusterView]):
     name = STAGE
+    event_types = (ClusterRegistered, ClusterStatusChanged)
 
     def keys(self, envelope: Envelope) -> Sequence[str]:
         data = envelope.data

@@ -124,6 +124,26 @@ class Stage(Protocol, Generic[E]):
         ...
 
 
+class KeyedBy:
+    """The stages that may own keys of a log event, by event type: a stage may name the types its ``keys``
+    answers (an ``event_types`` attribute: a tuple of classes); a stage without one is always asked.
+    Most events concern two stages of seven, and asking each costs a call per stage and event."""
+
+    def __init__(self, stages: Sequence[Stage[Any]]) -> None:
+        self._stages = tuple(stages)
+        self._by_type: dict[type, tuple[Stage[Any], ...]] = {}
+
+    def __call__(self, event_type: type) -> tuple[Stage[Any], ...]:
+        found = self._by_type.get(event_type)
+        if found is None:
+            found = self._by_type[event_type] = tuple(
+                stage
+                for stage in self._stages
+                if getattr(stage, "event_types", None) is None or issubclass(event_type, stage.event_types)  # type: ignore[attr-defined]
+            )
+        return found
+
+
 RECENT_IDS = 32
 
 

@@ -25,7 +25,7 @@ from events.deadletter import dead_letter
 from events.envelope import Envelope
 from events.errors import EventError
 from events.log.contract import Headers, LogRecord, OutRecord
-from projections.core import Position, Stage
+from projections.core import KeyedBy, Position, Stage
 from projections.faust_align import TP, Aligner
 from projections.faust_wire import Item, pack, partition_of, split
 
@@ -68,6 +68,7 @@ class Router:
         pack_size: int = 2000,
     ) -> None:
         self._stages = tuple(stages)
+        self._keyed_by = KeyedBy(self._stages)
         self._stage_topics = dict(stage_topics)
         self._partitions = dict(partitions)
         self._dead_letters = dead_letters
@@ -120,7 +121,7 @@ class Router:
                 self.counts.dead_lettered += 1
                 continue
             position = Position(record.topic, record.partition, record.offset)
-            for stage in self._stages:
+            for stage in self._keyed_by(type(envelope.data)):
                 for key in stage.keys(envelope):
                     where = (stage.name, partition_of(key, self._partitions[stage.name]))
                     item = Item(key, envelope.time_ms, position, envelope.data, envelope.id)

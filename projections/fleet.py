@@ -72,6 +72,7 @@ class FleetState:
 
 class FleetStage:
     name = STAGE
+    event_types: tuple[type, ...] = ()  # fed by other stages only
 
     def keys(self, envelope: Envelope) -> Sequence[str]:
         return ()

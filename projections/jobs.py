@@ -38,6 +38,13 @@ TIMELINE_LIMIT = 200
 
 _TERMINAL = frozenset({"succeeded", "failed", "cancelled", "rejected"})
 _ENDS_RUN = (JobSucceeded, JobFailed, JobPreempted, JobReclaimed, JobCancelled)
+_RUN_ENDS: dict[type, tuple[str, str]] = {
+    JobSucceeded: ("succeeded", "Succeeded"),
+    JobFailed: ("failed", "Failed"),
+    JobPreempted: ("queued", "Preempted"),
+    JobReclaimed: ("queued", "Reclaimed"),
+    JobCancelled: ("cancelled", "Cancelled"),
+}
 
 
 @record
@@ -104,8 +111,27 @@ class JobView:
         return self.cluster is not None and bool(self.placement) and self.status in ("placed", "running")
 
 
+_DECISIONS = (JobQueued, JobPlaced, JobPreemptionRequested, JobReclaimRequested)
+_HANDLED = (
+    JobSubmitted,
+    JobQueued,
+    JobPlaced,
+    JobStarted,
+    JobSucceeded,
+    JobFailed,
+    JobPreempted,
+    JobReclaimed,
+    JobCancelled,
+    JobPreemptionRequested,
+    JobReclaimRequested,
+    JobCancelRequested,
+    JobRejected,
+)
+
+
 class JobStage(Silent[JobView]):
     name = STAGE
+    event_types = _HANDLED
 
     def keys(self, envelope: Envelope) -> Sequence[str]:
         data = envelope.data
@@ -175,8 +201,14 @@ def _submitted(view: JobView, event: JobSubmitted, now: int, **extra: Any) -> tu
         # Its placement was read first and held quota of an unknown queue: give that back.
         emitted.append(_via_node(view, _queue_delta(view, False, view.placed_ms or now)))
     first = view.status == "unknown"  # neither placed nor read before: it waits from now
-    view = evolve(
+    status = "submitted" if first else view.status
+    view = _log(
         view,
+        now,
+        status,
+        event,
+        "Submitted",
+        "",
         orphan=False,
         name=event.name,
         tenant=event.tenant,
@@ -191,14 +223,15 @@ def _submitted(view: JobView, event: JobSubmitted, now: int, **extra: Any) -> tu
         gpu_models=tuple(r.gpu_models),
         preemptible=event.preemptible,
         submitted_ms=now,
-        status="submitted" if first else view.status,
+        status=status,
         queued_since_ms=now if first else view.queued_since_ms,
+        **extra,
     )
     if view.allocated and len(emitted) > 1:
         emitted += _hold(view, view.placed_ms or now)
     if first:
         emitted += _demand(view, True)
-    return _log(view, now, view.status, event, "Submitted", "", **extra), emitted
+    return view, emitted
 
 
 def _placed(view: JobView, event: JobPlaced, now: int, **extra: Any) -> tuple[JobView, list[Emitted]]:
@@ -207,8 +240,13 @@ def _placed(view: JobView, event: JobPlaced, now: int, **extra: Any) -> tuple[Jo
         emitted += _release(view, now)
     waited = view.waiting_ms + (now - view.queued_since_ms if view.queued_since_ms is not None else 0)
     slots = tuple(ReplicaSlot(r.node, tuple(r.gpu_indices), r.gpu_milli_each) for r in event.replicas)
-    view = evolve(
+    view = _log(
         view,
+        now,
+        "placed",
+        event,
+        event.reason.value,
+        event.explanation,
         status="placed",
         cluster=event.cluster,
         placement=slots,
@@ -217,10 +255,10 @@ def _placed(view: JobView, event: JobPlaced, now: int, **extra: Any) -> tuple[Jo
         placed_ms=now,
         waiting_ms=max(0, waited),
         queued_since_ms=None,
+        **extra,
     )
     emitted += _demand(view, False)
     emitted += _hold(view, now)
-    view = _log(view, now, "placed", event, event.reason.value, event.explanation, **extra)
     due = [fact for fact in view.early if fact[1] == event.run]
     if view.early:
         view = evolve(view, early=tuple(fact for fact in view.early if fact[1] > event.run))
@@ -238,13 +276,7 @@ def _run_ended(view: JobView, event: Event, now: int, **extra: Any) -> tuple[Job
         stale = f"run {run} is not the current run {view.run}"
         return _log(view, now, view.status, event, "StaleRun", stale, **extra), []
     emitted = _release(view, now) if view.allocated else []
-    status, reason = {
-        JobSucceeded: ("succeeded", "Succeeded"),
-        JobFailed: ("failed", "Failed"),
-        JobPreempted: ("queued", "Preempted"),
-        JobReclaimed: ("queued", "Reclaimed"),
-        JobCancelled: ("cancelled", "Cancelled"),
-    }[type(event)]
+    status, reason = _RUN_ENDS[type(event)]
     if isinstance(event, JobFailed):
         reason = event.reason.value
     message = getattr(event, "message", "")
@@ -342,21 +374,3 @@ def _queue_delta(view: JobView, held: bool, now: int) -> QueueAllocation:
         view.placed_ms if view.placed_ms is not None else now,
         now,
     )
-
-
-_DECISIONS = (JobQueued, JobPlaced, JobPreemptionRequested, JobReclaimRequested)
-_HANDLED = (
-    JobSubmitted,
-    JobQueued,
-    JobPlaced,
-    JobStarted,
-    JobSucceeded,
-    JobFailed,
-    JobPreempted,
-    JobReclaimed,
-    JobCancelled,
-    JobPreemptionRequested,
-    JobReclaimRequested,
-    JobCancelRequested,
-    JobRejected,
-)

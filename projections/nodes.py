@@ -94,6 +94,7 @@ class NodeProfile:
 
 class NodeStage:
     name = STAGE
+    event_types = (NodeObserved, NodeRemoved, GpuHealthReported, NodeUsageReported)
 
     def keys(self, envelope: Envelope) -> Sequence[str]:
         data = envelope.data

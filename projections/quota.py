@@ -110,6 +110,7 @@ class QueueQuota:
 
 class QuotaStage:
     name = STAGE
+    event_types = (QuotaSet,)
 
     def keys(self, envelope: Envelope) -> Sequence[str]:
         data = envelope.data

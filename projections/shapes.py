@@ -40,6 +40,7 @@ def shape_of(seen: ShapeSeen) -> tuple[str, int, int, int, str]:
 
 class ShapeStage(Silent[ShapeCount]):
     name = STAGE
+    event_types: tuple[type, ...] = ()  # fed by other stages only
 
     def keys(self, envelope: Envelope) -> Sequence[str]:
         return ()  # fed by the job stage, which sees each job's first submission once

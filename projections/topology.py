@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from events.envelope import Envelope
 from projections.clusters import ClusterStage
-from projections.core import Input, Output, Position, Routed, Stage
+from projections.core import Input, KeyedBy, Output, Position, Routed, Stage
 from projections.fleet import FleetStage
 from projections.jobs import JobStage
 from projections.nodes import NodeStage
@@ -69,12 +69,13 @@ def default_stages() -> tuple[Stage[Any], ...]:
 class Topology:
     def __init__(self, stages: Iterable[Stage[Any]] | None = None) -> None:
         self.stages: Mapping[str, Stage[Any]] = {stage.name: stage for stage in (stages or default_stages())}
+        self._keyed_by = KeyedBy(list(self.stages.values()))
 
     def process(self, store: EntityStore, envelope: Envelope, position: Position, into: Processed) -> None:
         queue: deque[tuple[str, Input]] = deque()
-        for name, stage in self.stages.items():
+        for stage in self._keyed_by(type(envelope.data)):
             for key in stage.keys(envelope):
-                queue.append((name, Input(key, envelope.time_ms, position, envelope.data, envelope.id)))
+                queue.append((stage.name, Input(key, envelope.time_ms, position, envelope.data, envelope.id)))
         while queue:
             name, item = queue.popleft()
             stage = self.stages[name]
@@ -92,8 +93,8 @@ class Topology:
     def fold(self, store: EntityStore, envelope: Envelope, position: Position, into: Processed) -> None:
         """``process`` without building outputs; ``flush`` builds them for the whole batch."""
         queue: list[tuple[str, Input]] = [
-            (name, Input(key, envelope.time_ms, position, envelope.data, envelope.id))
-            for name, stage in self.stages.items()
+            (stage.name, Input(key, envelope.time_ms, position, envelope.data, envelope.id))
+            for stage in self._keyed_by(type(envelope.data))
             for key in stage.keys(envelope)
         ]
         stages, before_batch, changed = self.stages, into.before, into.changed

@@ -44,6 +44,7 @@ class UsageBucket:
 
 class UsageStage(Silent[UsageBucket]):
     name = STAGE
+    event_types: tuple[type, ...] = ()  # fed by other stages only
 
     def keys(self, envelope: Envelope) -> Sequence[str]:
         return ()
