@@ -10,19 +10,21 @@ scheduler does, and compare their digest with the recorded one. A difference is 
 decision ids that differ, what was recorded and what the replay gives.
 
 Speed: a replay costs mostly the policy core itself, so on a machine with several cores the cycles are
-split into contiguous ranges, one per worker process (forked once the log is read and decoded). A worker
-whose range starts at cycle k first folds the records below the offsets of cycles 0..k-1 exactly as a
-single pass would, without deciding, so it decides cycle k on the same state; the ranges' results are
-joined in cycle order, which gives the same report as one pass. Recorded decision events are encoded
-for the report only in the cycles that differ.
+cut into contiguous chunks that worker processes (forked once the log is read and decoded) take from
+one queue, in order. A worker whose next chunk starts at cycle k first folds the records below the
+offsets of the cycles it skipped exactly as a single pass would, without deciding, so it decides
+cycle k on the same state; the chunks' results are joined in cycle order, which gives the same report
+as one pass. Recorded decision events are encoded for the report only in the cycles that differ.
 """
 
 from __future__ import annotations
 
 import gc
+import itertools
 import os
 import pickle
 import signal
+import struct
 import threading
 import time
 from collections import defaultdict
@@ -127,7 +129,7 @@ async def verify(
     if count > 1:
         parts = _replay_forked(records, cycles, recorded, since_ms, until_ms, count)
     else:
-        parts = [_replay(records, cycles, recorded, since_ms, until_ms, 0, len(cycles))]
+        parts = [_Replayer(records, cycles, recorded, since_ms, until_ms).replay(0, len(cycles))]
     for part in parts:
         report.cycles += part.cycles
         report.decisions += part.decisions
@@ -144,44 +146,60 @@ def _in_window(cycle: SchedulingCycleCompleted, since_ms: int | None, until_ms: 
     )
 
 
-def _replay(
-    records: Records,
-    cycles: Sequence[SchedulingCycleCompleted],
-    recorded: dict[str, dict[str, Envelope]],
-    since_ms: int | None,
-    until_ms: int | None,
-    first: int,
-    stop: int,
-) -> VerifyReport:
-    """Cycles ``first`` .. ``stop - 1`` re-executed (those in the window), on the state every cycle
-    before them leaves: the same fold, in the same order, as one pass over all of them."""
-    part = VerifyReport()
-    state = SchedulerState()
-    memo = CycleMemo()
-    cursors: dict[TopicPartition, int] = defaultdict(int)
-    for position in range(stop):
-        cycle = cycles[position]
-        for point in cycle.input_offsets:
-            tp = TopicPartition(point.topic, point.partition)
-            items = records.get(tp, [])
-            index = cursors[tp]
-            end = len(items)
-            while index < end and items[index][0] < point.offset:
-                state.fold(items[index][1])
-                index += 1
-            cursors[tp] = index
-        if position < first or not _in_window(cycle, since_ms, until_ms):
-            continue
+class _Replayer:
+    """Walks the cycles forward: ``replay(first, stop)`` re-executes cycles ``first`` .. ``stop - 1`` (those
+    in the window) on the state every cycle before them leaves, folding what it skips over with the
+    same fold, in the same order, as one pass over all of them. Ranges must come in increasing order.
+    The cycle memo stays across a jump: ``schedule`` decides the same with or without one, whatever
+    changed since the cycle it saw last (the live scheduler's own memo has seen cycles that recorded
+    nothing, so a replay never had the very same memo anyway)."""
+
+    def __init__(
+        self,
+        records: Records,
+        cycles: Sequence[SchedulingCycleCompleted],
+        recorded: dict[str, dict[str, Envelope]],
+        since_ms: int | None,
+        until_ms: int | None,
+    ) -> None:
+        self.records, self.cycles, self.recorded = records, cycles, recorded
+        self.since_ms, self.until_ms = since_ms, until_ms
+        self.state = SchedulerState()
+        self.memo = CycleMemo()
+        self.cursors: dict[TopicPartition, int] = defaultdict(int)
+        self.position = 0  # the next cycle whose inputs are not folded yet
+
+    def replay(self, first: int, stop: int) -> VerifyReport:
+        part = VerifyReport()
+        records, cursors, state = self.records, self.cursors, self.state
+        for position in range(self.position, stop):
+            cycle = self.cycles[position]
+            for point in cycle.input_offsets:
+                tp = TopicPartition(point.topic, point.partition)
+                items = records.get(tp, [])
+                index = cursors[tp]
+                end = len(items)
+                while index < end and items[index][0] < point.offset:
+                    state.fold(items[index][1])
+                    index += 1
+                cursors[tp] = index
+            self.position = position + 1
+            if position >= first and _in_window(cycle, self.since_ms, self.until_ms):
+                self._cycle(cycle, part)
+        return part
+
+    def _cycle(self, cycle: SchedulingCycleCompleted, part: VerifyReport) -> None:
+        state = self.state
         config = state.policy_config()
-        result = schedule(state.snapshot(cycle.logical_time_ms), config, memo)
+        result = schedule(state.snapshot(cycle.logical_time_ms), config, self.memo)
         replayed = decision_events(state, result, cycle.sequence)
         part.cycles += 1
         part.decisions += cycle.decision_count
         if digest(replayed) == cycle.decisions_digest and config.version == cycle.policy_version:
             part.identical_cycles += 1
-            continue
+            return
         mine = {e.id: encode(e).value.decode() for e in replayed}
-        theirs = {i: encode(e).value.decode() for i, e in recorded.get(cycle.cycle_id, {}).items()}
+        theirs = {i: encode(e).value.decode() for i, e in self.recorded.get(cycle.cycle_id, {}).items()}
         for decision_id in sorted(set(mine) | set(theirs)):
             if mine.get(decision_id) != theirs.get(decision_id):
                 part.differences.append(
@@ -189,7 +207,6 @@ def _replay(
                 )
         if config.version != cycle.policy_version:
             part.differences.append(Difference(cycle.cycle_id, "policy_version", cycle.policy_version, config.version))
-    return part
 
 
 def _workers(asked: int | None, cycles: int) -> int:
@@ -211,23 +228,26 @@ def _threads() -> int:
     return threading.active_count()
 
 
-def _ranges(
-    cycles: Sequence[SchedulingCycleCompleted], since_ms: int | None, until_ms: int | None, count: int
+def _chunks(
+    cycles: Sequence[SchedulingCycleCompleted], since_ms: int | None, until_ms: int | None, workers: int
 ) -> list[tuple[int, int]]:
-    """``count`` contiguous ranges of about equal work: the cycles in the window, weighted by their
-    decisions (a cycle's cost grows with what it decides), each range's catch-up fold left out."""
+    """Contiguous ranges of the cycles, about 8 per worker, of about equal work: the cycles in the
+    window weighted by their decisions (a cycle's cost grows with what it decides)."""
     weights = [(1 + c.decision_count) if _in_window(c, since_ms, until_ms) else 0 for c in cycles]
     total = sum(weights)
+    count = max(1, min(8 * workers, _MAX_CHUNKS, sum(1 for w in weights if w)))
     bounds = [0]
     acc = 0
     for position, weight in enumerate(weights):
         acc += weight
         if len(bounds) < count and acc * count >= total * len(bounds):
             bounds.append(position + 1)
-    while len(bounds) <= count:
-        bounds.append(len(cycles))
-    bounds[-1] = len(cycles)
-    return [(bounds[i], bounds[i + 1]) for i in range(count)]
+    bounds.append(len(cycles))
+    return [(a, b) for a, b in itertools.pairwise(bounds) if a < b] or [(0, len(cycles))]
+
+
+_MAX_CHUNKS = 1024  # their numbers (4 bytes each) are queued before any reader: one page of pipe buffer
+_NUMBER = struct.Struct("<I")
 
 
 def _replay_forked(
@@ -238,53 +258,73 @@ def _replay_forked(
     until_ms: int | None,
     count: int,
 ) -> list[VerifyReport]:
-    """The first range in this process, the others in forked children that send back their report
-    (pickled, through a pipe). A child that fails leaves its range to this process."""
-    ranges = _ranges(cycles, since_ms, until_ms, count)
-    children: list[tuple[int, BinaryIO, tuple[int, int]]] = []  # pid, read end of its pipe, range
+    """This process and ``count - 1`` forked children take chunks of cycles, in order, from one queue
+    (a pipe holding the chunk numbers: a read of 4 bytes takes one), so a worker slowed by a busy core
+    simply takes fewer. Each child sends back its chunks' reports (pickled, through its own pipe); they
+    are joined in chunk order. Chunks a failed child took are re-executed here."""
+    chunks = _chunks(cycles, since_ms, until_ms, count)
+    queue_out, queue_in = os.pipe()
+    with os.fdopen(queue_in, "wb") as queue:
+        queue.write(b"".join(_NUMBER.pack(i) for i in range(len(chunks))))
+    children: list[tuple[int, BinaryIO]] = []  # pid, read end of its result pipe
     frozen_before = gc.get_freeze_count()
     gc.freeze()  # keep what is loaded out of the children's collections (no copy-on-write of it)
     try:
-        for span in ranges[1:]:
+        for _ in range(count - 1):
             read_end, write_end = os.pipe()
             pid = os.fork()
             if pid == 0:  # the child: replay, send, exit without running any of the parent's clean-up
                 code = 0
                 try:
                     os.close(read_end)
-                    payload = pickle.dumps(_replay(records, cycles, recorded, since_ms, until_ms, *span))
+                    done = _take_chunks(queue_out, chunks, _Replayer(records, cycles, recorded, since_ms, until_ms))
                     with os.fdopen(write_end, "wb") as out:
-                        out.write(payload)
+                        out.write(pickle.dumps(done))
                 except BaseException:
                     code = 1
                 finally:
                     os._exit(code)
             os.close(write_end)
-            children.append((pid, os.fdopen(read_end, "rb"), span))
+            children.append((pid, os.fdopen(read_end, "rb")))
     finally:
         if not frozen_before:  # else the caller froze its heap on purpose: unfreezing would undo that
             gc.unfreeze()
     waiting = list(children)
     try:
-        parts = [_replay(records, cycles, recorded, since_ms, until_ms, *ranges[0])]
+        done = _take_chunks(queue_out, chunks, _Replayer(records, cycles, recorded, since_ms, until_ms))
         while waiting:
-            pid, pipe, span = waiting[0]
+            pid, pipe = waiting[0]
             with pipe:
                 payload = pipe.read()
             _, status = os.waitpid(pid, 0)
             waiting.pop(0)
-            part = None
             if os.waitstatus_to_exitcode(status) == 0 and payload:
                 try:
-                    part = pickle.loads(payload)
+                    theirs = pickle.loads(payload)
                 except Exception:
-                    part = None
-            if not isinstance(part, VerifyReport):
-                part = _replay(records, cycles, recorded, since_ms, until_ms, *span)
-            parts.append(part)
+                    theirs = {}
+                if isinstance(theirs, dict):
+                    done.update(theirs)
     finally:
-        for pid, pipe, _ in waiting:  # interrupted: stop the children still running, by their id
+        os.close(queue_out)
+        for pid, pipe in waiting:  # interrupted: stop the children still running, by their id
             pipe.close()
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
-    return parts
+    replayer = None
+    for number, (first, stop) in enumerate(chunks):
+        if not isinstance(done.get(number), VerifyReport):  # taken by a child that failed
+            if replayer is None or replayer.position > first:
+                replayer = _Replayer(records, cycles, recorded, since_ms, until_ms)
+            done[number] = replayer.replay(first, stop)
+    return [done[number] for number in range(len(chunks))]
+
+
+def _take_chunks(queue: int, chunks: list[tuple[int, int]], replayer: _Replayer) -> dict[int, VerifyReport]:
+    done: dict[int, VerifyReport] = {}
+    while True:
+        taken = os.read(queue, _NUMBER.size)  # whole numbers only: the pipe holds nothing else
+        if len(taken) < _NUMBER.size:
+            return done
+        (number,) = _NUMBER.unpack(taken)
+        done[number] = replayer.replay(*chunks[number])

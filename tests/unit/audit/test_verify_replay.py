@@ -261,7 +261,7 @@ def test_since_and_until_keep_their_meaning(honest: MemoryLog, window: tuple[flo
         assert json_of(report) == json_of(reference)
 
 
-def test_ranges_cover_every_cycle_once_in_order() -> None:
+def test_chunks_cover_every_cycle_once_in_order() -> None:
     cycles = [
         SchedulingCycleCompleted(
             cycle_id=f"cycle-{i:09d}",
@@ -274,26 +274,32 @@ def test_ranges_cover_every_cycle_once_in_order() -> None:
         )
         for i in range(50)
     ]
-    for count in (1, 2, 3, 7, 50):
+    for workers in (1, 2, 3, 7, 50):
         for since in (None, T0 + 10, T0 + 49, T0 + 99):
-            spans = verify_module._ranges(cycles, since, None, count)
-            assert len(spans) == count
+            spans = verify_module._chunks(cycles, since, None, workers)
             assert spans[0][0] == 0 and spans[-1][1] == len(cycles)
-            assert all(a[1] == b[0] and a[0] <= a[1] for a, b in itertools.pairwise(spans))
+            assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
+            assert all(a < b for a, b in spans)
+            assert len(spans) <= 8 * workers
 
 
-def test_a_worker_that_fails_leaves_its_range_to_the_parent(honest: MemoryLog, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("when", ["at_once", "midway"])
+def test_chunks_a_failed_worker_took_are_replayed_by_the_parent(
+    honest: MemoryLog, monkeypatch: pytest.MonkeyPatch, when: str
+) -> None:
     reference = asyncio.run(reference_verify(honest))
-    real = verify_module._replay
+    real = verify_module._Replayer.replay
     parent = verify_module.os.getpid()
+    calls = itertools.count()
 
-    def failing_in_children(*args):  # type: ignore[no-untyped-def]
-        if verify_module.os.getpid() != parent:
+    def failing(self, first: int, stop: int):  # type: ignore[no-untyped-def]
+        in_child = verify_module.os.getpid() != parent
+        if in_child and (when == "at_once" or next(calls) == 1):
             raise RuntimeError("a worker dies")
-        return real(*args)
+        return real(self, first, stop)
 
-    monkeypatch.setattr(verify_module, "_replay", failing_in_children)
-    assert json_of(asyncio.run(verify(honest, workers=2))) == json_of(reference)  # type: ignore[arg-type]
+    monkeypatch.setattr(verify_module._Replayer, "replay", failing)
+    assert json_of(asyncio.run(verify(honest, workers=3))) == json_of(reference)  # type: ignore[arg-type]
 
 
 def children_of_this_process() -> list[int]:
@@ -313,16 +319,16 @@ def children_of_this_process() -> list[int]:
 
 @pytest.mark.skipif(not verify_module.os.path.isdir("/proc"), reason="reads /proc")
 def test_an_interrupted_parent_stops_its_workers(honest: MemoryLog, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = verify_module._replay
+    real = verify_module._Replayer.replay
     parent = verify_module.os.getpid()
     before = children_of_this_process()
 
-    def failing_in_parent(*args):  # type: ignore[no-untyped-def]
+    def failing_in_parent(self, first: int, stop: int):  # type: ignore[no-untyped-def]
         if verify_module.os.getpid() == parent:
             raise KeyboardInterrupt
-        return real(*args)
+        return real(self, first, stop)
 
-    monkeypatch.setattr(verify_module, "_replay", failing_in_parent)
+    monkeypatch.setattr(verify_module._Replayer, "replay", failing_in_parent)
     with pytest.raises(KeyboardInterrupt):
         asyncio.run(verify(honest, workers=3))  # type: ignore[arg-type]
     assert children_of_this_process() == before
