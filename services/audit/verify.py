@@ -109,9 +109,10 @@ async def verify(
     until_ms: int | None = None,
     workers: int | None = None,
 ) -> VerifyReport:
-    """Re-execute the recorded cycles. ``workers``: processes to split the cycles over; None picks the
-    usable CPUs when the log is long enough and this process runs no other Python thread (a fork copies
-    only the calling thread); 1 replays in this process."""
+    """Re-execute the recorded cycles. ``workers``: processes to share the cycles; None picks the usable
+    CPUs that other processes leave idle (by the load average) when the log is long enough and this
+    process runs no other Python thread (a fork copies only the calling thread); 1 replays in this
+    process. The report is the same whatever the count."""
     started = time.perf_counter()
     records = await load(event_log, topics)
     report = VerifyReport(events_read=sum(len(v) for v in records.values()))
@@ -217,7 +218,13 @@ def _workers(asked: int | None, cycles: int) -> int:
     if _threads() > 1:
         return 1
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(cpus, cycles // MIN_CYCLES_PER_WORKER))
+    try:
+        # Cores other processes keep busy (this one counts one in the load average): a worker there
+        # would only take turns with this process. The results do not depend on the count.
+        busy = max(0.0, os.getloadavg()[0] - 1.0)
+    except OSError:
+        busy = 0.0
+    return max(1, min(round(cpus - busy), cycles // MIN_CYCLES_PER_WORKER))
 
 
 def _threads() -> int:

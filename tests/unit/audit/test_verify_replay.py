@@ -332,3 +332,17 @@ def test_an_interrupted_parent_stops_its_workers(honest: MemoryLog, monkeypatch:
     with pytest.raises(KeyboardInterrupt):
         asyncio.run(verify(honest, workers=3))  # type: ignore[arg-type]
     assert children_of_this_process() == before
+
+
+@pytest.mark.parametrize(
+    ("load", "cycles", "expected"),
+    [(1.0, 1000, 4), (0.2, 1000, 4), (2.6, 1000, 2), (4.8, 1000, 1), (9.0, 1000, 1), (1.0, 250, 2), (1.0, 99, 1)],
+)
+def test_default_workers_use_idle_cpus_only_for_long_logs(
+    monkeypatch: pytest.MonkeyPatch, load: float, cycles: int, expected: int
+) -> None:
+    monkeypatch.setattr(verify_module.os, "sched_getaffinity", lambda _: {0, 1, 2, 3}, raising=False)
+    monkeypatch.setattr(verify_module.os, "getloadavg", lambda: (load, load, load))
+    assert verify_module._workers(None, cycles) == expected
+    assert verify_module._workers(3, cycles) == min(3, cycles)
+    assert verify_module._workers(1, cycles) == 1
