@@ -11,6 +11,7 @@ import importlib
 BENCH_MODULES = (
     "events.log.bench",
     "services.scheduler.bench",
+    "services.audit.bench",
     "services.runtime.bench_e2e",
     "projections.bench",
 )

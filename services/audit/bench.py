@@ -1,0 +1,247 @@
+"""``fedsched bench verify``: how fast ``audit verify`` re-executes a log, and where the time goes.
+
+Called by ``services.cli.bench_cmd``. Needs no service: the log is written in memory by the scheduler
+core itself, the way the scheduler host writes it (inputs arrive, a cycle decides on what was folded,
+its decisions and cycle record are appended and folded), with the shape of ``fedsched bench e2e``:
+one cluster of 8-GPU nodes, jobs of a tenth of a GPU submitted ``--per-cycle`` at a time, optionally
+ending ``--runtime-cycles`` cycles after they were placed. Then verify runs over it in one process and
+with its default workers, and one instrumented pass splits a cycle's time into its phases. Prints
+figures; it never asserts them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from events.catalog.decisions import JobPlaced, SchedulingCycleCompleted
+from events.catalog.inventory import ClusterKind, ClusterRegistered, GpuDevice, NodeObserved
+from events.catalog.jobs import JobSubmitted, JobSucceeded
+from events.catalog.types import ClusterId, JobId, NodeId, Resources, TenantId
+from events.codec import decode, encode
+from events.envelope import Envelope
+from events.log.contract import LogRecord, TopicPartition
+from events.topics import TOPICS, partition_for
+
+T0 = 1_800_000_000_000
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("verify", help="audit verify over a log the scheduler core writes in memory")
+    p.add_argument("--nodes", type=int, default=300, help="8-GPU nodes (default 300)")
+    p.add_argument("--jobs", type=int, default=5000, help="submissions (default 5000)")
+    p.add_argument("--per-cycle", type=int, default=10, help="submissions between two cycles (default 10)")
+    p.add_argument("--runtime-cycles", type=int, default=0, help="jobs end this many cycles after placement")
+    p.add_argument("--repeat", type=int, default=2, help="timed runs of each variant (default 2; best shown)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=run)
+
+
+@dataclass
+class MemoryLog:
+    """The reading side of the ``EventLog`` contract over lists (no I/O: the figures are verify's own)."""
+
+    commit_markers: bool = False
+    parts: dict[str, list[list[LogRecord]]] = field(
+        default_factory=lambda: {s.name: [[] for _ in range(s.partitions)] for s in TOPICS}
+    )
+
+    async def partitions(self, topic: str) -> int:
+        return len(self.parts[topic])
+
+    async def reader(self) -> MemoryLog:
+        return self
+
+    async def read(
+        self, tp: TopicPartition, offset: int, *, max_records: int = 500, timeout_s: float = 0.0
+    ) -> list[LogRecord]:
+        return self.parts[tp.topic][tp.partition][offset : offset + max_records]
+
+    async def end_offset(self, tp: TopicPartition) -> int:
+        return len(self.parts[tp.topic][tp.partition])
+
+    async def caught_up(self, tp: TopicPartition, offset: int) -> bool:
+        return offset >= len(self.parts[tp.topic][tp.partition])
+
+    async def close(self) -> None:
+        pass
+
+    def append(self, envelope: Envelope) -> None:
+        wire = encode(envelope)
+        parts = self.parts[wire.topic]
+        partition = partition_for(wire.key, len(parts))
+        items = parts[partition]
+        items.append(LogRecord(wire.topic, partition, len(items), wire.key, wire.value, wire.headers, envelope.time_ms))
+
+    def count(self, topics: tuple[str, ...]) -> int:
+        return sum(len(p) for t in topics for p in self.parts[t])
+
+
+def scheduled_log(nodes: int, jobs: int, per_cycle: int, runtime_cycles: int) -> tuple[MemoryLog, int]:
+    from services.scheduler.host import INPUT_TOPICS
+    from services.scheduler.outputs import SOURCE, cycle_record, decision_events
+    from services.scheduler.policy import CycleMemo, schedule
+    from services.scheduler.state import SchedulerState
+
+    log = MemoryLog()
+    serial = iter(range(10**12))
+
+    def publish(event: Any, at: int) -> None:
+        log.append(
+            Envelope(id=f"e{next(serial)}", time_ms=at, data=event, source="urn:bench", subject=event.partition_key())
+        )
+
+    cluster = ClusterId("bench")
+    publish(ClusterRegistered(cluster=cluster, kind=ClusterKind.SIMULATED, site="s", region="r", currency="EUR"), T0)
+    for i in range(nodes):
+        gpus = tuple(GpuDevice(index=g, model="A100", memory_mib=81_920) for g in range(8))
+        node = NodeObserved(
+            cluster=cluster, node=NodeId(f"n{i:05d}"), generation=1, cpu_milli=128_000, memory_mib=1_048_576, gpus=gpus
+        )
+        publish(node, T0)
+    state, memo = SchedulerState(), CycleMemo()
+    positions = {TopicPartition(t, p): 0 for t in INPUT_TOPICS for p in range(len(log.parts[t]))}
+
+    def follow() -> bool:
+        outside = False
+        for tp in sorted(positions):
+            for record in log.parts[tp.topic][tp.partition][positions[tp] :]:
+                envelope = decode(record.headers, record.value)
+                state.fold(envelope)
+                outside = outside or envelope.source != SOURCE
+                positions[tp] = record.offset + 1
+        return outside
+
+    now, submitted, cycles = T0, 0, 0
+    placed: dict[int, list[str]] = defaultdict(list)  # cycle -> jobs placed then
+    while submitted < jobs or state.pending_count():
+        now += 50
+        for _ in range(min(per_cycle, jobs - submitted)):
+            resources = Resources(cpu_milli=500, memory_mib=1024, gpu_milli=100)
+            job = JobSubmitted(
+                job_id=JobId(f"job-{submitted:07d}"),
+                name=f"bench-{submitted}",
+                tenant=TenantId(f"team-{submitted % 4}"),
+                resources=resources,
+                expected_runtime_s=600,
+            )
+            publish(job, now)
+            submitted += 1
+        if runtime_cycles:
+            for job_id in placed.pop(cycles - runtime_cycles, []):
+                publish(JobSucceeded(job_id=JobId(job_id), cluster=cluster), now)
+        if not follow() and submitted >= jobs:
+            break
+        result = schedule(state.snapshot(now), state.policy_config(), memo)
+        events = decision_events(state, result, state.cycles)
+        if not events:
+            continue
+        offsets = [(tp.topic, tp.partition, o) for tp, o in positions.items()]
+        for envelope in [*events, cycle_record(state.cycles, offsets, result, events)]:
+            log.append(envelope)
+            if isinstance(envelope.data, JobPlaced):
+                placed[cycles].append(envelope.data.job_id)
+        follow()
+        cycles += 1
+    return log, cycles
+
+
+def phases(log: MemoryLog) -> dict[str, float]:
+    """One pass of verify's work with a clock around each phase (seconds)."""
+    from services.audit.verify import load
+    from services.scheduler.host import INPUT_TOPICS
+    from services.scheduler.outputs import decision_events, digest
+    from services.scheduler.policy import CycleMemo, schedule
+    from services.scheduler.state import SchedulerState
+
+    spent: dict[str, float] = defaultdict(float)
+    clock = time.perf_counter
+    at = clock()
+    records = asyncio.run(load(log, INPUT_TOPICS))  # type: ignore[arg-type]
+    cycles = sorted(
+        (e.data for items in records.values() for _, e in items if isinstance(e.data, SchedulingCycleCompleted)),
+        key=lambda c: c.sequence,
+    )
+    spent["read+decode"] += clock() - at
+    state, memo = SchedulerState(), CycleMemo()
+    cursors: dict[TopicPartition, int] = defaultdict(int)
+    for cycle in cycles:
+        at = clock()
+        for point in cycle.input_offsets:
+            tp = TopicPartition(point.topic, point.partition)
+            items, index = records.get(tp, []), cursors[tp]
+            while index < len(items) and items[index][0] < point.offset:
+                state.fold(items[index][1])
+                index += 1
+            cursors[tp] = index
+        config = state.policy_config()
+        t1 = clock()
+        snapshot = state.snapshot(cycle.logical_time_ms)
+        t2 = clock()
+        result = schedule(snapshot, config, memo)
+        t3 = clock()
+        replayed = decision_events(state, result, cycle.sequence)
+        t4 = clock()
+        digest(replayed)
+        t5 = clock()
+        spent["fold"] += t1 - at
+        spent["snapshot"] += t2 - t1
+        spent["schedule"] += t3 - t2
+        spent["decision events"] += t4 - t3
+        spent["digest"] += t5 - t4
+    return dict(spent)
+
+
+def run(args: argparse.Namespace) -> int:
+    from services.audit.verify import verify
+    from services.runtime.collector import tune_for_service
+    from services.scheduler.host import INPUT_TOPICS
+
+    tune_for_service()  # as ``fedsched audit verify`` does
+    started = time.perf_counter()
+    log, cycles = scheduled_log(args.nodes, args.jobs, args.per_cycle, args.runtime_cycles)
+    events = log.count(INPUT_TOPICS)
+    figures: dict[str, Any] = {
+        "log": {"nodes": args.nodes, "jobs": args.jobs, "cycles": cycles, "events": events},
+        "build_s": round(time.perf_counter() - started, 2),
+    }
+    for name, workers in (("one_process", 1), ("default_workers", None)):
+        best = None
+        for _ in range(max(1, args.repeat)):
+            began = time.perf_counter()
+            report = asyncio.run(verify(log, workers=workers))  # type: ignore[arg-type]
+            seconds = time.perf_counter() - began
+            best = seconds if best is None else min(best, seconds)
+        assert best is not None
+        figures[name] = {
+            "seconds": round(best, 3),
+            "events_per_s": round(events / best),
+            "identical_pct": report.identical_pct,
+        }
+    spent = phases(log)
+    total = sum(spent.values())
+    figures["phases_ms_per_cycle"] = {k: round(v * 1000 / max(1, cycles), 3) for k, v in spent.items()}
+    figures["phases_pct"] = {k: round(100 * v / total, 1) for k, v in spent.items()}
+    if args.json:
+        print(json.dumps(figures))
+        return 0
+    out = sys.stdout
+    out.write(f"log: {args.nodes} nodes, {args.jobs} jobs, {cycles} cycles, {events} events\n")
+    for name in ("one_process", "default_workers"):
+        f = figures[name]
+        out.write(
+            f"verify ({name.replace('_', ' ')}): {f['seconds']:.2f} s, {f['events_per_s']:,} events/s, "
+            f"{f['identical_pct']:.2f}% identical\n"
+        )
+    out.write("one pass, per cycle: ")
+    out.write(
+        ", ".join(f"{k} {figures['phases_ms_per_cycle'][k]:.3f} ms ({figures['phases_pct'][k]:.0f}%)" for k in spent)
+        + "\n"
+    )
+    return 0
