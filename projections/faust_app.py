@@ -38,14 +38,16 @@ import logging
 import pickle
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Coroutine, Generator, Sequence
 from datetime import timedelta
+from types import CoroutineType
 from typing import Any
 
 import faust
 from aiokafka import TopicPartition
 from faust.serializers import codecs
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from mode.services import WaitResults
 
 from events.envelope import Envelope
 from events.log.contract import OutRecord
@@ -126,6 +128,36 @@ class _ReadCommittedConsumer(faust_aiokafka.Consumer):
             processed.discard(key)
         return bool(super().ack(message))
 
+    async def wait_first(self, *coros: Any, timeout: Any = None) -> Any:  # noqa: ASYNC109 (faust's signature)
+        """faust hands every fetched record to its topic's callback as ``wait_first(callback(message),
+        suspend_flow.wait())``: four tasks and an ``asyncio.wait`` per record, about a tenth of a busy
+        worker's time. A callback that runs to its end without waiting (the usual case: the flow is
+        on, the stream's queue and the producer's buffer have room) is run here at once instead; one
+        that has to wait goes on from where it stopped, racing the flow's suspension as before (the
+        same tasks, the same cancellation when the flow stops). Any other wait is faust's own."""
+        if len(coros) == 2 and timeout is None and self._is_flow_wait(coros[1]) and not self.suspend_flow.is_set():
+            callback, suspended = coros
+            try:
+                yielded = callback.send(None)
+            except StopIteration as done:
+                suspended.close()
+                return WaitResults([callback], [done.value], False)
+            except BaseException:
+                suspended.close()
+                raise
+            return await super().wait_first(_Started(callback, yielded), suspended)
+        return await super().wait_first(*coros, timeout=timeout)
+
+    def _is_flow_wait(self, coro: Any) -> bool:
+        """``coro`` is a fresh ``self.suspend_flow.wait()`` (the call ``_drain_messages`` makes)."""
+        frame = getattr(coro, "cr_frame", None)
+        return (
+            isinstance(coro, CoroutineType)
+            and frame is not None
+            and frame.f_locals.get("self") is self.suspend_flow
+            and coro.cr_code is type(self.suspend_flow).wait.__code__
+        )
+
     async def perform_seek(self) -> None:
         """After a rebalance faust seeks every partition to its committed offset, having dropped what it
         had fetched beyond it.
@@ -169,6 +201,34 @@ class _ReadCommittedConsumer(faust_aiokafka.Consumer):
             return None
         offset: int | None = super()._new_offset(tp)
         return offset
+
+
+class _Started:
+    """A coroutine already started (it yielded ``yielded``), awaited from there on as ``await`` would
+    have gone on with it: what the running task sends or throws in is passed through."""
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], yielded: Any) -> None:
+        self._coro = coro
+        self._yielded = yielded
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, yielded = self._coro, self._yielded
+        while True:
+            try:
+                sent = yield yielded
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as error:  # a cancellation, thrown in by the task
+                try:
+                    yielded = coro.throw(error)
+                except StopIteration as done:
+                    return done.value
+            else:
+                try:
+                    yielded = coro.send(sent)
+                except StopIteration as done:
+                    return done.value
 
 
 class _Transport(faust_aiokafka.Transport):

@@ -252,6 +252,63 @@ class TestConsumer:
         consumer.resume_flow()  # what faust's recovery does once the queues are empty
         assert consumer.flow_active
 
+    @pytest.mark.timeout(30)
+    @pytest.mark.asyncio(loop_scope="session")
+    async def test_a_record_callback_that_need_not_wait_runs_at_once_and_one_that_waits_still_races_the_flow(
+        self,
+    ) -> None:
+        consumer: Any = build_app(CONFIG).consumer
+        consumer.resume_flow()
+        ran: list[str] = []
+
+        async def at_once() -> str:
+            ran.append("at once")
+            return "done"
+
+        result = await consumer.wait_first(at_once(), consumer.suspend_flow.wait())
+        assert ran == ["at once"] and result.done and result.results == ["done"] and not result.stopped
+
+        # One that waits, and then gets what it waited for.
+        loop = asyncio.get_running_loop()
+        gate: asyncio.Future[str] = loop.create_future()
+
+        async def waits() -> str:
+            got = await gate
+            ran.append(got)
+            return got
+
+        waiting = asyncio.ensure_future(consumer.wait_first(waits(), consumer.suspend_flow.wait()))
+        await asyncio.sleep(0.01)
+        assert not waiting.done()
+        gate.set_result("later")
+        assert (await waiting).results == ["later"] and ran[-1] == "later"
+
+        # One that waits while the flow stops (a rebalance): the wait ends and the callback is cancelled.
+        stuck: asyncio.Future[str] = loop.create_future()
+        cancelled: list[bool] = []
+
+        async def blocked() -> None:
+            try:
+                await stuck
+            except asyncio.CancelledError:
+                cancelled.append(True)
+                raise
+
+        waiting = asyncio.ensure_future(consumer.wait_first(blocked(), consumer.suspend_flow.wait()))
+        await asyncio.sleep(0.01)
+        consumer.stop_flow()
+        await asyncio.wait_for(waiting, 5)
+        await asyncio.sleep(0.01)
+        assert cancelled == [True] and stuck.cancelled()
+
+        # With the flow stopped, faust's own wait is used (the callback runs as a task, raced by the flow).
+        async def never() -> None:
+            await loop.create_future()
+
+        flow_stopped = consumer.suspend_flow.wait()
+        assert (await consumer.wait_first(never(), flow_stopped)).done == [flow_stopped]
+        consumer.resume_flow()
+
     @pytest.mark.parametrize(
         ("topic", "expected"),
         [(CONFIG.stage_topic("jobs"), None), ("u.fedsched.jobs", 8)],
