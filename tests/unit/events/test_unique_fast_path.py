@@ -1,5 +1,5 @@
-"""``Unique.check`` takes fast paths for the common cases; it must accept and refuse exactly what the full
-check does, with the same error."""
+"""``Unique.check`` and ``JsonLimits.check`` take fast paths for the common cases; each must accept and
+refuse exactly what the full check does, with the same error."""
 
 from __future__ import annotations
 
@@ -59,3 +59,21 @@ def test_increasing_integers_and_unique_names_pass(values: list[int], keyed: boo
         assert Unique(("a", "b"), ordered=True).check(items) is items
     else:
         assert Unique(ordered=True).check(ordered) is ordered
+
+
+@given(st.integers(0, 3), st.integers(0, 4))
+def test_an_empty_document_is_checked_as_before(max_bytes: int, max_depth: int) -> None:
+    from events.catalog.types import JsonLimits, _check_json
+
+    limits = JsonLimits(max_bytes, max_depth)
+    try:
+        _check_json({}, max_depth, "")
+        expected = None if max_bytes >= 2 else "document is 2 bytes"
+    except ValueError as error:
+        expected = str(error)
+    try:
+        limits.check({})
+        got = None
+    except ValueError as error:
+        got = str(error)
+    assert (got or "")[: len(expected or "")] == (expected or "") and (got is None) == (expected is None)
