@@ -19,7 +19,7 @@ from dataclasses import field
 from events.catalog.profiles import GpuModelProfile, Quantities, ResourceProfileUpdated
 from events.catalog.types import ClusterId
 from events.envelope import Envelope
-from projections.core import Applied, Emitted, Input, Output, record
+from projections.core import Applied, Emitted, Input, Output, evolve, record
 from projections.deltas import NodeCapacity, PendingDemand
 
 STAGE = "fleet"
@@ -92,8 +92,10 @@ class FleetStage:
         elif isinstance(delta, PendingDemand):
             changed = _demand(fleet, delta)
         applied = fleet.applied.after(item)
-        if changed is None and applied is fleet.applied and entity is not None:
-            return entity, []  # nothing to fold: the roll-ups cannot change either
+        if changed is None and entity is not None:
+            # Nothing to fold: the congestion and the roll-ups (brought up to date with every change)
+            # cannot change either; the positions applied may.
+            return (entity if applied is entity.applied else evolve(entity, applied=applied)), []
         previous = fleet.congestion_milli
         fleet = changed or fleet
         congestion = fleet.congestion()

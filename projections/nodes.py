@@ -114,8 +114,10 @@ class NodeStage:
         before = profile
         profile, emitted = _apply(profile, item.item, item.time_ms)
         applied = profile.applied.after(item)
-        if profile is before and applied is before.applied and entity is not None:
-            return entity, emitted  # passed through, or changed nothing: the profile says what it said
+        if profile is before and entity is not None:
+            # Passed through, or changed nothing: the profile says what it said (its latest version says
+            # what ``profile_facts`` would), and only the positions it applied may have moved.
+            return (entity if applied is before.applied else evolve(entity, applied=applied)), emitted
         if applied is not profile.applied:
             profile = evolve(profile, applied=applied)
         return _versioned(before, profile, emitted)

@@ -143,8 +143,9 @@ class QuotaStage:
         elif isinstance(data, QueueAllocation):
             quota = _allocation(quota, data, item.time_ms)
         applied = quota.applied.after(item)
-        if quota is before and applied is before.applied and entity is not None:
-            return entity, []  # changed nothing
+        if quota is before and entity is not None:
+            # Changed nothing (a stored queue's usage facts are its latest version's): positions at most.
+            return (entity if applied is before.applied else evolve(entity, applied=applied)), []
         if applied is not quota.applied:
             quota = evolve(quota, applied=applied)
         # An "unknown" queue (placements read before their submission) is kept when it empties: dropping
