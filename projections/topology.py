@@ -28,6 +28,7 @@ from projections.shapes import ShapeStage
 from projections.usage import UsageStage
 
 Key = tuple[str, str]
+_new = tuple.__new__  # a delta's ``Input`` made directly (half the cost of calling the named tuple's class)
 
 
 class EntityStore(Protocol):
@@ -86,7 +87,7 @@ class Topology:
                 into.changed.add((name, item.key))
             for out in emitted:
                 if isinstance(out, Routed):
-                    queue.append((out.stage, Input(out.key, item.time_ms, None, out.delta, item.envelope_id)))
+                    queue.append((out.stage, _new(Input, (out.key, item.time_ms, None, out.delta, item.envelope_id))))
                 elif isinstance(out, Output):
                     into.outputs.append(out)
 
@@ -116,7 +117,7 @@ class Topology:
                 changed.add(entity)
             for out in emitted:
                 if isinstance(out, Routed):
-                    queue.append((out.stage, Input(out.key, item.time_ms, None, out.delta, item.envelope_id)))
+                    queue.append((out.stage, _new(Input, (out.key, item.time_ms, None, out.delta, item.envelope_id))))
                 else:
                     into.outputs.append(out)
 
