@@ -38,6 +38,7 @@ TIMELINE_LIMIT = 200
 
 _TERMINAL = frozenset({"succeeded", "failed", "cancelled", "rejected"})
 _ENDS_RUN = (JobSucceeded, JobFailed, JobPreempted, JobReclaimed, JobCancelled)
+_RUN_FACTS = (JobStarted, *_ENDS_RUN)
 _RUN_ENDS: dict[type, tuple[str, str]] = {
     JobSucceeded: ("succeeded", "Succeeded"),
     JobFailed: ("failed", "Failed"),
@@ -166,7 +167,7 @@ def _apply(view: JobView, event: Event, now: int, **extra: Any) -> tuple[JobView
         return _log(view, now, "queued", event, reasons, event.message, **changes, **extra), demand
     if isinstance(event, JobPlaced):
         return _placed(view, event, now, **extra)
-    if isinstance(event, (JobStarted, *_ENDS_RUN)) and getattr(event, "run", 0) > view.run:
+    if isinstance(event, _RUN_FACTS) and getattr(event, "run", 0) > view.run:
         return evolve(view, early=(*view.early, (now, getattr(event, "run", 0), event)), **extra), []
     if isinstance(event, JobStarted):
         if event.run != view.run or view.status in _TERMINAL:

@@ -99,22 +99,31 @@ class Topology:
             for key in stage.keys(envelope)
         ]
         stages, before_batch, changed = self.stages, into.before, into.changed
+        # The in-process store's tables are read and written here directly (two calls fewer per input).
+        tables = store.tables if type(store) is MemoryStore else None
         get, put = store.get, store.put
         for name, item in queue:  # grows while it is read: breadth first
             stage = stages[name]
             key = item.key
-            before = get(name, key)
+            if tables is None:
+                before = get(name, key)
+            else:
+                table = tables.get(name)
+                before = None if table is None else table.get(key)
             after, emitted = stage.fold(before, item)
             if after is not before:
                 entity = (name, key)
                 if entity not in before_batch:
                     before_batch[entity] = before
+                    changed.add(entity)  # (an entity in ``before`` is in ``changed`` already)
                 if after is None:
                     # Gone: publish what it reached first, as ``process`` would have; a new one starts afresh.
                     into.outputs += stage.publish(before_batch[entity], before)
                     before_batch[entity] = None
-                put(name, key, after)
-                changed.add(entity)
+                if tables is None or after is None:
+                    put(name, key, after)
+                else:
+                    tables.setdefault(name, {})[key] = after
             for out in emitted:
                 if isinstance(out, Routed):
                     queue.append((out.stage, _new(Input, (out.key, item.time_ms, None, out.delta, item.envelope_id))))
