@@ -10,6 +10,7 @@ still explains it); a run already asked to stop gets no second ``JobPreemptionRe
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Sequence
 
@@ -110,6 +111,7 @@ def _score(candidate: core.CandidateScore) -> CandidateScore:
     )
 
 
+@functools.lru_cache(maxsize=4096)  # a handful of score names, cleaned for every event of every cycle
 def _id(name: str) -> str:
     cleaned = "".join(ch if ch.isalnum() or ch in "._-" else "-" for ch in name.lower()).strip("-._")
     return cleaned[:128] or "term"

@@ -14,6 +14,7 @@ what makes every recorded cycle re-executable.
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -124,6 +125,14 @@ class _Derived:
     nodes: set[tuple[str, str]] = field(default_factory=set)
 
 
+@functools.cache
+def _touches(kind: type[Event]) -> tuple[bool, bool]:
+    """(names a job, names a node) for an event class. Asked per class once: ``getattr`` with a default
+    on a pydantic model that lacks the field goes through its slow ``__getattr__`` fallback."""
+    fields = kind.model_fields
+    return "job_id" in fields, "node" in fields and "cluster" in fields
+
+
 @dataclass(slots=True)
 class SchedulerState:
     nodes: dict[tuple[str, str], NodeFacts] = field(default_factory=dict)
@@ -138,6 +147,7 @@ class SchedulerState:
     events: int = 0
     _now_ms: int = 0
     _derived: _Derived = field(default_factory=_Derived)
+    _policy_config: tuple[PolicyConfigured, m.PolicyConfig] | None = field(default=None, compare=False, repr=False)
 
     # -- fold ------------------------------------------------------------------------------------
 
@@ -149,10 +159,13 @@ class SchedulerState:
             return
         handler(self, data, envelope.time_ms)
         derived = self._derived
-        job_id = getattr(data, "job_id", None)
-        if job_id is not None:
-            derived.jobs.add(job_id)
-        node, cluster = getattr(data, "node", None), getattr(data, "cluster", None)
+        has_job, has_node = _touches(type(data))
+        if has_job:
+            job_id = data.job_id  # type: ignore[attr-defined]
+            if job_id is not None:
+                derived.jobs.add(job_id)
+        node = data.node if has_node else None  # type: ignore[attr-defined]
+        cluster = data.cluster if has_node else None  # type: ignore[attr-defined]
         if node is not None and cluster is not None:
             derived.nodes.add((cluster, node))
         elif isinstance(data, ClusterStatusChanged):
@@ -171,7 +184,13 @@ class SchedulerState:
     def policy_config(self) -> m.PolicyConfig:
         if self.policy is None:
             return m.PolicyConfig()
-        return policy_from_document(self.policy.policy_version, self.policy.document)
+        cached = self._policy_config
+        if cached is None or cached[0] is not self.policy:  # parsed once per PolicyConfigured, not per cycle
+            cached = self._policy_config = (
+                self.policy,
+                policy_from_document(self.policy.policy_version, self.policy.document),
+            )
+        return cached[1]
 
     def pending_count(self) -> int:
         self._refresh()
