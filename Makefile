@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help install run demo lint typecheck imports unit test bench-log bench-e2e clean
+.PHONY: help install run demo lint typecheck imports unit test bench-log bench-e2e bench-projections clean
 
 help:
 	@echo "make run        the whole service on its embedded default (no Kafka needed): fedsched up"
@@ -14,6 +14,8 @@ help:
 	@echo "make test       set up (venv, Kafka, PostgreSQL) and run lint, types, import contracts and all tests"
 	@echo "make lint       ruff check and format check"
 	@echo "make bench-log  fedsched bench log against a real Kafka and PostgreSQL"
+	@echo "make bench-e2e  gRPC submit -> Kafka -> scheduler -> JobPlaced latency, and the verify rate"
+	@echo "make bench-projections  projection events/s through faust and the in-process runner"
 
 $(STAMP): pyproject.toml
 	$(PYTHON_BOOT) -m venv $(VENV)
@@ -51,6 +53,10 @@ bench-log: $(STAMP)
 bench-e2e: $(STAMP)
 	PYTHON=$(abspath $(PY)) deploy/local/with-services.sh sh -c \
 		'$(VENV)/bin/fedsched bench e2e --kafka "$$FEDSCHED_TEST_KAFKA" --postgres "$$FEDSCHED_TEST_POSTGRES"'
+
+bench-projections: $(STAMP)
+	PYTHON=$(abspath $(PY)) deploy/local/with-services.sh sh -c \
+		'$(VENV)/bin/fedsched bench projections --kafka "$$FEDSCHED_TEST_KAFKA" --postgres "$$FEDSCHED_TEST_POSTGRES"'
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
