@@ -343,6 +343,10 @@ def test_default_workers_use_idle_cpus_only_for_long_logs(
 ) -> None:
     monkeypatch.setattr(verify_module.os, "sched_getaffinity", lambda _: {0, 1, 2, 3}, raising=False)
     monkeypatch.setattr(verify_module.os, "getloadavg", lambda: (load, load, load))
+    # Earlier tests in the same process may have left threads running (executors, gRPC): pin the count.
+    monkeypatch.setattr(verify_module, "_threads", lambda: 1)
     assert verify_module._workers(None, cycles) == expected
     assert verify_module._workers(3, cycles) == min(3, cycles)
     assert verify_module._workers(1, cycles) == 1
+    monkeypatch.setattr(verify_module, "_threads", lambda: 2)  # never fork beside another thread
+    assert verify_module._workers(None, cycles) == 1
