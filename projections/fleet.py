@@ -6,8 +6,10 @@ thousandths; 1000 means the queue would take every free card). A model is hot wh
 reaches ``HOT_MILLI``. A job that accepts several models counts against each (it could go to any), and
 a job that accepts any model counts against every model, so demand is an upper bound.
 
-Totals are kept as running sums (per model, per cluster and model, pending demand per model), so a
-delta costs the size of what it changes, not of the fleet. A roll-up's version grows with every input
+Totals are kept as running sums (per model, per cluster and model, pending demand per model), and the
+nodes and pending jobs are persistent maps (``projections.persistent``: a version is made by changing its
+predecessor's state in place, not by copying it), so a delta costs the size of what it changes, not of
+the fleet. A roll-up's version grows with every input
 that changes it (anything but ``last_seen_ms``); its event is built only when published.
 """
 
@@ -21,6 +23,7 @@ from events.catalog.types import ClusterId
 from events.envelope import Envelope
 from projections.core import Applied, Emitted, Input, Output, evolve, record
 from projections.deltas import NodeCapacity, PendingDemand
+from projections.persistent import PMap
 
 STAGE = "fleet"
 HOT_MILLI = 800
@@ -33,11 +36,12 @@ RollupFacts = tuple[tuple[tuple[str, int, int], ...], int, tuple[str, ...]]
 
 @record
 class FleetState:
-    """Copy-on-write: the mappings are never changed once the state is built."""
+    """Copy-on-write: the mappings are never changed once the state is built (the persistent maps of
+    nodes and pending jobs are changed by making new versions of them)."""
 
-    nodes: Mapping[tuple[str, str], NodeCapacity] = field(default_factory=dict)
+    nodes: PMap[tuple[str, str], NodeCapacity] = field(default_factory=PMap)
     """Present nodes, by (cluster, node)."""
-    pending: Mapping[str, PendingDemand] = field(default_factory=dict)
+    pending: PMap[str, PendingDemand] = field(default_factory=PMap)
     """Pending demand, by job."""
     models: Totals = field(default_factory=dict)
     clusters: Mapping[str, Totals] = field(default_factory=dict)
@@ -122,17 +126,15 @@ def _capacity(fleet: FleetState, delta: NodeCapacity) -> FleetState | None:
     old = fleet.nodes.get(key)
     if old is None and not delta.present:
         return None
-    nodes = dict(fleet.nodes)
+    nodes = fleet.nodes.set(key, delta) if delta.present else fleet.nodes.remove(key)
     models = dict(fleet.models)
     clusters = dict(fleet.clusters)
     in_cluster = dict(clusters.get(delta.cluster, {}))
     if old is not None:
-        del nodes[key]
         for model, capacity, free in old.per_model:
             _add(models, model, -capacity, -free, -1)
             _add(in_cluster, model, -capacity, -free, -1)
     if delta.present:
-        nodes[key] = delta
         for model, capacity, free in delta.per_model:
             _add(models, model, capacity, free, 1)
             _add(in_cluster, model, capacity, free, 1)
@@ -151,20 +153,19 @@ def _add(totals: dict[str, tuple[int, int, int]], model: str, capacity: int, fre
 
 
 def _demand(fleet: FleetState, delta: PendingDemand) -> FleetState | None:
-    if not delta.pending and delta.job_id not in fleet.pending:
+    old = fleet.pending.get(delta.job_id)
+    if not delta.pending and old is None:
         return None
-    pending = dict(fleet.pending)
+    pending = fleet.pending.set(delta.job_id, delta) if delta.pending else fleet.pending.remove(delta.job_id)
     demand_any = fleet.demand_any
     by_model = dict(fleet.demand_by_model)
-    for demand, sign in ((pending.pop(delta.job_id, None), -1), (delta if delta.pending else None, 1)):
+    for demand, sign in ((old, -1), (delta if delta.pending else None, 1)):
         if demand is None:
             continue
         if not demand.gpu_models:
             demand_any += sign * demand.gpu_milli
         for model in set(demand.gpu_models):
             by_model[model] = by_model.get(model, 0) + sign * demand.gpu_milli
-    if delta.pending:
-        pending[delta.job_id] = delta
     return FleetState(
         fleet.nodes, pending, fleet.models, fleet.clusters, demand_any, by_model, fleet.versions, fleet.rollups
     )

@@ -6,14 +6,15 @@ Holdings are kept per job, so a duplicate or a release before its hold cannot sk
 consumed (the input of fair share) grow when a run is released, by its GPU milli x its duration.
 Borrowed is what is used above the guarantee (within the limit): capacity lent by the cohort.
 
-Used amounts are running totals kept beside the holdings, so a delta costs the size of what it
-changes. The version grows with every input that changes what the usage event says; the event is
+Used amounts are running totals kept beside the holdings, and the holdings and the released runs are
+persistent collections (``projections.persistent``: a version is made by changing its predecessor's
+state in place, not by copying it), so a delta costs the size of what it changes, not of the queue's
+history. The version grows with every input that changes what the usage event says; the event is
 built only when published.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import field
 
@@ -23,6 +24,7 @@ from events.catalog.types import QueueId, ResourceKind, TenantId
 from events.envelope import Envelope
 from projections.core import Applied, Emitted, Input, Output, evolve, record
 from projections.deltas import QueueAllocation
+from projections.persistent import PMap, RunSet
 
 STAGE = "quota"
 _HOUR_MS = 3_600_000
@@ -84,10 +86,10 @@ class QueueQuota:
     tenant: str
     queue: str
     lines: tuple[QuotaLineState, ...] = ()
-    holdings: tuple[Holding, ...] = ()
-    """Sorted by job."""
-    released_runs: tuple[tuple[str, int], ...] = ()
-    """Sorted; the latest ``RELEASED_RUNS`` in that order."""
+    holdings: PMap[str, Holding] = field(default_factory=PMap)
+    """By job."""
+    released_runs: RunSet = field(default_factory=lambda: RunSet(cap=RELEASED_RUNS))
+    """(job, run) pairs; the latest ``RELEASED_RUNS`` in their sorted order (a full set drops its smallest)."""
     gpu_milli_ms_consumed: int = 0
     period_start_ms: int = 0
     version: int = 0
@@ -161,38 +163,29 @@ class QuotaStage:
 
 def _allocation(quota: QueueQuota, delta: QueueAllocation, now: int) -> QueueQuota:
     holdings = quota.holdings
-    at = bisect_left(holdings, delta.job_id, key=_job_of)
-    current = holdings[at] if at < len(holdings) and holdings[at].job_id == delta.job_id else None
-    released = quota.released_runs
+    current = holdings.get(delta.job_id)
     run = (delta.job_id, delta.run)
-    where = bisect_left(released, run)
-    was_released = where < len(released) and released[where] == run
+    was_released = run in quota.released_runs
     if delta.held:
         if was_released or (current is not None and current.run > delta.run):
             return quota
         holding = Holding(delta.job_id, delta.run, delta.cpu_milli, delta.memory_mib, delta.gpu_milli, delta.gpu_model)
         totals = quota.totals if current is None else quota.totals.plus(current, -1)
-        rest = holdings[at + 1 :] if current is not None else holdings[at:]
-        return evolve(quota, holdings=(*holdings[:at], holding, *rest), totals=totals.plus(holding, 1))
+        return evolve(quota, holdings=holdings.set(delta.job_id, holding), totals=totals.plus(holding, 1))
     if was_released:
         return quota
     consumed = delta.gpu_milli * max(0, (delta.at_ms or now) - delta.since_ms)
     totals = quota.totals
     if current is not None and current.run == delta.run:
-        holdings = (*holdings[:at], *holdings[at + 1 :])
+        holdings = holdings.remove(delta.job_id)
         totals = totals.plus(current, -1)
-    released = (*released[:where], run, *released[where:])[-RELEASED_RUNS:]
     return evolve(
         quota,
         holdings=holdings,
-        released_runs=released,
+        released_runs=quota.released_runs.add(run),
         gpu_milli_ms_consumed=quota.gpu_milli_ms_consumed + consumed,
         totals=totals,
     )
-
-
-def _job_of(holding: Holding) -> str:
-    return holding.job_id
 
 
 def usage_facts(quota: QueueQuota) -> UsageFacts:

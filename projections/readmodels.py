@@ -57,9 +57,10 @@ async def load_positions(pool: asyncpg.Pool, schema: str) -> dict[tuple[str, int
     return {(row["topic"], row["partition"]): row["next_offset"] for row in rows}
 
 
-STATE_FORMAT = 2
+STATE_FORMAT = 3
 """The layout of the pickled entities: raise it whenever a stage's entity class changes its fields.
-1: up to the batch folding of the projections; 2: running totals and plain published facts."""
+1: up to the batch folding of the projections; 2: running totals and plain published facts; 3: the
+quota's holdings and released runs and the fleet's nodes and pending jobs in persistent collections."""
 _FORMAT_KEY = ("_format", "")
 
 

@@ -24,7 +24,7 @@ def test_a_job_that_waits_runs_and_succeeds_has_its_timeline_and_waiting_time() 
     assert node.allocations == ()
     quota = fold.get("quota", "team-a/default")
     assert quota.gpu_milli_ms_consumed == 1000 * 3_605_000
-    assert quota.holdings == ()
+    assert len(quota.holdings) == 0
 
 
 def test_a_preempted_job_returns_to_the_queue_and_frees_its_gpus() -> None:
@@ -68,11 +68,11 @@ def test_a_placement_read_before_its_submission_moves_quota_to_the_right_queue()
     fold = Fold()
     fold.feed(a_node())
     fold.feed(placed(), at_s=2)
-    assert fold.get("quota", "unknown/default").holdings != ()
+    assert len(fold.get("quota", "unknown/default").holdings) > 0
     fold.feed(a_job(tenant="team-b"), at_s=1)
     unknown = fold.get("quota", "unknown/default")
-    assert unknown is not None and unknown.holdings == ()  # kept, so its versions never restart
-    assert [h.job_id for h in fold.get("quota", "team-b/default").holdings] == ["j1"]
+    assert unknown is not None and len(unknown.holdings) == 0  # kept, so its versions never restart
+    assert list(fold.get("quota", "team-b/default").holdings) == ["j1"]
     assert fold.get("nodes", "c1/n1").allocations[0].tenant == "team-b"
 
 
