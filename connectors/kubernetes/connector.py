@@ -18,7 +18,6 @@ connector for the same cluster fences the first, which then stops (``ProducerFen
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from events.catalog.types import ClusterId
 from events.consumer import EventConsumer
 from events.log import EventLog, LogError, ProducerFenced
 from events.publisher import Publisher, wall_clock_ms
+from events.tasks import cancel_and_wait
 from events.topics import DECISIONS, JOBS
 
 log = logging.getLogger("fedsched.connector.kubernetes")
@@ -163,11 +163,7 @@ class KubernetesConnector:
             for task in done:
                 task.result()  # raises what ended it
         finally:
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+            await cancel_and_wait(tasks)
             await self.consumer.close()
             await self.reporter.close()
             await self.publisher.close()

@@ -27,6 +27,7 @@ from events.codec import decode
 from events.envelope import Envelope
 from events.errors import EventError
 from events.log import EventLog, LogReader, TopicPartition
+from events.tasks import cancel_and_wait
 
 Obj = dict[str, Any]
 _counter = itertools.count()
@@ -192,9 +193,7 @@ class Running:
 
 
 async def _cancel(connector: KubernetesConnector, task: asyncio.Task[None]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await cancel_and_wait([task], again_after_s=10.0)  # its own clean-up may take a while
     await connector.api.close()
 
 
