@@ -17,17 +17,16 @@ import json
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
 from typing import Any
 
 from events.catalog.decisions import JobPlaced, SchedulingCycleCompleted
 from events.catalog.inventory import ClusterKind, ClusterRegistered, GpuDevice, NodeObserved
 from events.catalog.jobs import JobSubmitted, JobSucceeded
 from events.catalog.types import ClusterId, JobId, NodeId, Resources, TenantId
-from events.codec import decode, encode
+from events.codec import decode
 from events.envelope import Envelope
-from events.log.contract import LogRecord, TopicPartition
-from events.topics import TOPICS, partition_for
+from events.log.contract import TopicPartition
+from events.log.memory import MemoryLog
 
 T0 = 1_800_000_000_000
 
@@ -41,46 +40,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--repeat", type=int, default=2, help="timed runs of each variant (default 2; best shown)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=run)
-
-
-@dataclass
-class MemoryLog:
-    """The reading side of the ``EventLog`` contract over lists (no I/O: the figures are verify's own)."""
-
-    commit_markers: bool = False
-    parts: dict[str, list[list[LogRecord]]] = field(
-        default_factory=lambda: {s.name: [[] for _ in range(s.partitions)] for s in TOPICS}
-    )
-
-    async def partitions(self, topic: str) -> int:
-        return len(self.parts[topic])
-
-    async def reader(self) -> MemoryLog:
-        return self
-
-    async def read(
-        self, tp: TopicPartition, offset: int, *, max_records: int = 500, timeout_s: float = 0.0
-    ) -> list[LogRecord]:
-        return self.parts[tp.topic][tp.partition][offset : offset + max_records]
-
-    async def end_offset(self, tp: TopicPartition) -> int:
-        return len(self.parts[tp.topic][tp.partition])
-
-    async def caught_up(self, tp: TopicPartition, offset: int) -> bool:
-        return offset >= len(self.parts[tp.topic][tp.partition])
-
-    async def close(self) -> None:
-        pass
-
-    def append(self, envelope: Envelope) -> None:
-        wire = encode(envelope)
-        parts = self.parts[wire.topic]
-        partition = partition_for(wire.key, len(parts))
-        items = parts[partition]
-        items.append(LogRecord(wire.topic, partition, len(items), wire.key, wire.value, wire.headers, envelope.time_ms))
-
-    def count(self, topics: tuple[str, ...]) -> int:
-        return sum(len(p) for t in topics for p in self.parts[t])
 
 
 def scheduled_log(nodes: int, jobs: int, per_cycle: int, runtime_cycles: int) -> tuple[MemoryLog, int]:

@@ -18,8 +18,8 @@ from events.catalog.jobs import JobCancelRequested, JobSucceeded
 from events.codec import decode, encode
 from events.envelope import Envelope
 from events.errors import EventError
-from events.log.contract import LogRecord, TopicPartition
-from events.topics import TOPICS, partition_for
+from events.log.contract import TopicPartition
+from events.log.memory import MemoryLog
 from services.audit import verify as verify_module
 from services.audit.verify import Difference, VerifyReport, load, verify
 from services.scheduler.host import INPUT_TOPICS
@@ -29,43 +29,6 @@ from services.scheduler.state import SchedulerState
 from tests.unit.projections.builders import a_job, a_node
 
 T0 = 1_800_000_000_000
-
-
-class MemoryLog:
-    """The reading half of the ``EventLog`` contract, over lists of records."""
-
-    commit_markers = False
-
-    def __init__(self) -> None:
-        self.parts: dict[str, list[list[LogRecord]]] = {s.name: [[] for _ in range(s.partitions)] for s in TOPICS}
-
-    async def partitions(self, topic: str) -> int:
-        return len(self.parts[topic])
-
-    async def reader(self) -> MemoryLog:
-        return self
-
-    async def read(self, tp: TopicPartition, offset: int, *, max_records: int = 500, timeout_s: float = 0.0):  # type: ignore[no-untyped-def]
-        return self.parts[tp.topic][tp.partition][offset : offset + max_records]
-
-    async def end_offset(self, tp: TopicPartition) -> int:
-        return len(self.parts[tp.topic][tp.partition])
-
-    async def caught_up(self, tp: TopicPartition, offset: int) -> bool:
-        return offset >= len(self.parts[tp.topic][tp.partition])
-
-    async def close(self) -> None:
-        pass
-
-    def append_raw(self, topic: str, key: bytes | None, value: bytes, headers, time_ms: int) -> None:  # type: ignore[no-untyped-def]
-        parts = self.parts[topic]
-        partition = partition_for(key, len(parts))
-        items = parts[partition]
-        items.append(LogRecord(topic, partition, len(items), key, value, headers, time_ms))
-
-    def append(self, envelope: Envelope) -> None:
-        wire = encode(envelope)
-        self.append_raw(wire.topic, wire.key, wire.value, wire.headers, envelope.time_ms)
 
 
 def scheduled_log(jobs: int = 240, nodes: int = 6) -> MemoryLog:
