@@ -74,13 +74,13 @@ def test_verified_tokens_are_reused_only_inside_their_validity_window(
     import services.api.auth as auth
 
     checked: list[str] = []
-    real = auth.authenticate
+    real = auth.verified_claims
 
-    def counting(token: str | None, config: AuthConfig, *, now: float | None = None) -> Principal:
+    def counting(token: str | None, config: AuthConfig) -> dict[str, object]:
         checked.append(str(token))
-        return real(token, config, now=now)
+        return real(token, config)
 
-    monkeypatch.setattr(auth, "authenticate", counting)
+    monkeypatch.setattr(auth, "verified_claims", counting)
     cache = auth.VerifiedTokens(keys.auth(), capacity=2)
     token = keys.hs()
     iat = jwt.decode(token, options={"verify_signature": False})["iat"]
