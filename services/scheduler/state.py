@@ -110,6 +110,10 @@ class _Derived:
     running: dict[str, m.RunningJob] = field(default_factory=dict)
     running_order: list[str] = field(default_factory=list)  # the keys of ``running``, sorted
     running_sorted: list[m.RunningJob] = field(default_factory=list)  # its values, in that order
+    # The running jobs the last snapshot handed out, and what each job that changed since was then:
+    # the snapshot's ``RunningDelta`` (the cycle memo counts what changed, not every running job).
+    snapshot_running: tuple[m.RunningJob, ...] | None = None
+    running_was: dict[str, m.RunningJob | None] = field(default_factory=dict)
     cancel_open: set[str] = field(default_factory=set)  # cancel requested, not terminal
     # What each running job holds, per node: (node key, [(gpu index, milli)], cpu, memory).
     holds: dict[str, list[tuple[tuple[str, str], list[tuple[int, int]], int, int]]] = field(default_factory=dict)
@@ -216,6 +220,19 @@ class SchedulerState:
         for key in derived.suspects:  # their penalty ends with time, not with an event
             derived.node_models[key] = self._node(key)
         running = tuple(derived.running_sorted)
+        delta = None
+        if derived.snapshot_running is not None:
+            added: list[m.RunningJob] = []
+            removed: list[m.RunningJob] = []
+            for job_id, before in sorted(derived.running_was.items()):
+                after = derived.running.get(job_id)
+                if before is not after:
+                    if before is not None:
+                        removed.append(before)
+                    if after is not None:
+                        added.append(after)
+            delta = m.RunningDelta(derived.snapshot_running, tuple(added), tuple(removed))
+        derived.snapshot_running, derived.running_was = running, {}
         pending = tuple(derived.pending[job_id] for job_id in sorted(derived.pending))
         models = derived.node_models
         nodes = tuple(node for node in (models[key] for key in derived.node_order) if node is not None)
@@ -228,16 +245,21 @@ class SchedulerState:
             tenants=derived.tenants,
             running=running,
             pending=pending,
+            running_delta=delta,
         )
 
     def _refresh(self) -> None:
         derived = self._derived
         touched_nodes = derived.nodes
         order, running = derived.running_order, derived.running_sorted
+        running_was = derived.running_was
         for job_id in sorted(derived.jobs):
-            was = job_id in derived.running
+            before = derived.running.get(job_id)
+            was = before is not None
             self._refresh_job(job_id, touched_nodes)
             now = derived.running.get(job_id)
+            if now is not before and job_id not in running_was:
+                running_was[job_id] = before
             if now is not None:
                 at = bisect.bisect_left(order, job_id)
                 if was:

@@ -43,6 +43,7 @@ from services.scheduler.policy.model import (
     NodeId,
     PolicyConfig,
     ReplicaPlacement,
+    RunningDelta,
     RunningJob,
     Shape,
     TenantId,
@@ -121,16 +122,24 @@ class CycleMemo:
     index: dict[_Key, int] = field(default_factory=dict)
     keys_generation: int = -1
     models: list[str] = field(default_factory=list)
+    counted: tuple[RunningJob, ...] | None = None  # the running jobs ``seen`` holds, as given
 
     def group_counts(self) -> dict[_Key, int]:
         return {self.groups[at]: n for at, n in enumerate(self.counts) if n}
 
 
-def _count_running(memo: CycleMemo, fleet: FleetState, running: Sequence[RunningJob]) -> dict[_Key, int]:
-    """Running jobs counted by group, updating the memo by the jobs that came and went (set operations
-    over object ids run at C speed; a Python loop over every running job cost ~2 us each per cycle)."""
+def _count_running(
+    memo: CycleMemo, fleet: FleetState, running: tuple[RunningJob, ...], delta: RunningDelta | None
+) -> dict[_Key, int]:
+    """Running jobs counted by group, updating the memo by the jobs that came and went: as the caller's
+    delta says when it starts from what the memo counted last and fits it, else by comparing object ids
+    (set operations at C speed, yet ~0.2 us per running job: 2 ms a cycle at 9,000 running)."""
+    if delta is not None and delta.base is memo.counted and _apply_delta(memo, fleet, delta, len(running)):
+        memo.counted = running
+        return memo.group_counts()
+    memo.counted = None
     now = dict(zip(map(id, running), running, strict=True))
-    seen, counts, index, kinds = memo.seen, memo.counts, memo.index, memo.groups
+    seen, counts = memo.seen, memo.counts
     if len(now) != len(running):  # the same object listed twice: count every entry, remember none
         seen.clear()
         counts[:] = [0] * len(counts)
@@ -142,15 +151,38 @@ def _count_running(memo: CycleMemo, fleet: FleetState, running: Sequence[Running
     for gone in seen.keys() - now.keys():
         counts[seen.pop(gone)[1]] -= 1
     for came in now.keys() - seen.keys():
-        r = now[came]
-        key = _group_key(memo, fleet, r)
-        at = index.setdefault(key, len(kinds))
-        if at == len(kinds):
-            kinds.append(key)
-            counts.append(0)
-        counts[at] += 1
-        seen[came] = (r, at)
+        _count_in(memo, fleet, now[came])
+    memo.counted = running
     return memo.group_counts()
+
+
+def _apply_delta(memo: CycleMemo, fleet: FleetState, delta: RunningDelta, expected: int) -> bool:
+    """Apply ``delta`` if it fits what the memo holds (every job it removes is held, as that very object;
+    none it adds is; the count comes out right); ``False``, changing nothing, if it does not."""
+    seen = memo.seen
+    gone = {id(r) for r in delta.removed}
+    if len(gone) != len(delta.removed) or any(seen.get(id(r), (None,))[0] is not r for r in delta.removed):
+        return False
+    came = {id(r) for r in delta.added}
+    if len(came) != len(delta.added) or any(key in seen and key not in gone for key in came):
+        return False
+    if len(seen) - len(gone) + len(came) != expected:
+        return False
+    for r in delta.removed:
+        memo.counts[seen.pop(id(r))[1]] -= 1
+    for r in delta.added:
+        _count_in(memo, fleet, r)
+    return True
+
+
+def _count_in(memo: CycleMemo, fleet: FleetState, r: RunningJob) -> None:
+    key = _group_key(memo, fleet, r)
+    at = memo.index.setdefault(key, len(memo.groups))
+    if at == len(memo.groups):
+        memo.groups.append(key)
+        memo.counts.append(0)
+    memo.counts[at] += 1
+    memo.seen[id(r)] = (r, at)
 
 
 def _group_key(memo: CycleMemo, fleet: FleetState, r: RunningJob) -> _Key:
@@ -163,7 +195,7 @@ def _context(snap: FleetSnapshot, config: PolicyConfig, memo: CycleMemo | None =
     fleet = fleet_for(snap.nodes, memo.fleet if memo is not None else None)
     if memo is None or memo.keys_generation != memo.fleet.generation:
         memo = _fresh_memo(memo, fleet)
-    keys = _count_running(memo, fleet, snap.running)
+    keys = _count_running(memo, fleet, snap.running, snap.running_delta)
     groups = Counter({_Group(*key): n for key, n in keys.items()})
     frag = FragModel(_shapes(snap, config, groups), fleet.models)
     placer = Placer(
@@ -209,6 +241,7 @@ def _fresh_memo(memo: CycleMemo | None, fleet: FleetState) -> CycleMemo:
     if memo is not None:
         memo.seen, memo.counts, memo.groups, memo.index = fresh.seen, fresh.counts, fresh.groups, fresh.index
         memo.models, memo.keys_generation = fresh.models, fresh.keys_generation
+        memo.counted = None
         return memo
     return fresh
 

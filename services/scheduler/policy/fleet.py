@@ -8,7 +8,8 @@ are the only mutations; each bumps the node's version so cached scores of that n
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import operator
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -219,8 +220,8 @@ class FleetState:
         return int(self.gpu_count.sum() * MILLI)
 
 
-def _order(node: Node) -> tuple[str, str]:
-    return (node.cluster, node.node_id)
+# (cluster, node id), read at C speed: fleets are sorted every cycle.
+_order: Callable[[Node], tuple[str, str]] = operator.attrgetter("cluster", "node_id")
 
 
 @dataclass(slots=True)

@@ -214,6 +214,18 @@ class PolicyConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RunningDelta:
+    """How a snapshot's ``running`` differs from an earlier snapshot's (``base``, the very tuple): what
+    came and what went. A hint for ``CycleMemo``, which then counts running jobs by what changed instead
+    of comparing every running job each cycle; a hint that does not fit what the memo counted last is
+    ignored, so it never changes a result."""
+
+    base: tuple[RunningJob, ...]
+    added: tuple[RunningJob, ...] = ()
+    removed: tuple[RunningJob, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class FleetSnapshot:
     """Everything one scheduling cycle decides on, as of ``now_ms`` (logical time, from the log)."""
 
@@ -223,6 +235,8 @@ class FleetSnapshot:
     tenants: tuple[Tenant, ...] = ()
     running: tuple[RunningJob, ...] = ()
     pending: tuple[Job, ...] = ()
+    # Not part of what is decided on (two snapshots with the same jobs are equal with or without it).
+    running_delta: RunningDelta | None = field(default=None, compare=False, repr=False)
 
 
 __all__ = [
@@ -245,6 +259,7 @@ __all__ = [
     "PriorityClass",
     "Quota",
     "ReplicaPlacement",
+    "RunningDelta",
     "RunningJob",
     "Shape",
     "Tenant",
