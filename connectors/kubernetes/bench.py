@@ -26,6 +26,7 @@ from connectors.kubernetes.kubeapi import MERGE_PATCH, KubeApi
 from connectors.kubernetes.throttle import RateLimiter
 from events.catalog.types import ClusterId
 from events.log import open_log
+from events.tasks import cancel_and_wait
 from events.topics import TOPICS
 
 LABEL = "fedsched.io/bench"
@@ -101,8 +102,7 @@ async def run(kubeconfig: str, log_url: str, count: int) -> None:
         )
     finally:
         if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await cancel_and_wait([task], again_after_s=10.0)  # the connector's own clean-up may take a while
         if connector is not None:
             await connector.api.close()
         await admin.request("DELETE", "/api/v1/nodes", query={"labelSelector": f"{LABEL}={bench_id}"})

@@ -28,6 +28,7 @@ from events.catalog.types import ClusterId
 from events.envelope import Envelope
 from events.log import LogError, ProducerFenced
 from events.publisher import Publisher
+from events.tasks import cancel_and_wait
 
 log = logging.getLogger("fedsched.connector.kubernetes")
 
@@ -87,8 +88,7 @@ class Reporter:
 
     async def close(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await cancel_and_wait([self._task])
             self._task = None
 
     def _take(self) -> list[tuple[list[Envelope], asyncio.Future[None]]]:

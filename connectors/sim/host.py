@@ -44,6 +44,7 @@ from events.consumer import EventConsumer
 from events.envelope import Envelope
 from events.log import EventLog, GroupOffsets, LogRecord, ProducerFenced, TopicPartition
 from events.publisher import Publisher
+from events.tasks import cancel_and_wait
 from events.topics import DECISIONS, JOBS
 
 log = logging.getLogger("fedsched.connector.sim")
@@ -154,10 +155,7 @@ class SimCluster:
         if self._task is not None:
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(asyncio.shield(self._task), timeout_s)
-            if not self._task.done():
-                self._task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._task
+            await cancel_and_wait([self._task])
         if self.error is None and self.model is not None and self._publisher is not None:
             with contextlib.suppress(Exception):
                 await self._publish(self.model.shutdown(self.clock.now_ms()))

@@ -23,6 +23,7 @@ from grpc_reflection.v1alpha import reflection
 
 from events.log import EventLog, open_log
 from events.publisher import Publisher
+from events.tasks import cancel_and_wait
 from events.topics import TOPICS
 from projections import readmodels
 from services.api.audit import AuditService
@@ -64,8 +65,8 @@ class ApiServer:
         if self.intake is not None:
             self.intake.stop()
         if self._intake_task is not None:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(self._intake_task, timeout=10)
+            await asyncio.wait([self._intake_task], timeout=10)  # it ends on intake.stop()
+            await cancel_and_wait([self._intake_task])
         await self.server.stop(grace_s)
         if self.intake is not None:
             await self.intake.close()

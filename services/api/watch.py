@@ -10,13 +10,13 @@ the live part starts at the current end.) Only records keyed by the job id are d
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from events.codec import decode
 from events.errors import EventError
 from events.log.contract import EventLog, LogReader, LogRecord, TopicPartition
+from events.tasks import cancel_and_wait
 from events.topics import DECISIONS, JOBS, partition_for
 from services.api.pb import jobs_pb2
 
@@ -82,9 +82,7 @@ async def live(
             status = item.status or status
             item.status = status
             if status in FINAL and not follow:
-                for task in tasks:
-                    task.cancel()
-                await _finish(tasks)
+                await cancel_and_wait(tasks)
                 while not queue.empty():
                     earlier = queue.get_nowait()
                     if isinstance(earlier, jobs_pb2.JobEvent):
@@ -96,15 +94,7 @@ async def live(
                 return
             yield item
     finally:
-        for task in tasks:
-            task.cancel()
-        await _finish(tasks)
-
-
-async def _finish(tasks: Sequence[asyncio.Task[None]]) -> None:
-    for task in tasks:
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
+        await cancel_and_wait(tasks)
 
 
 async def _tail(

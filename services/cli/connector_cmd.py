@@ -150,14 +150,13 @@ def _register_kubernetes(kinds: argparse._SubParsersAction) -> None:  # type: ig
 
 async def run_kubernetes(args: argparse.Namespace) -> int:
     import asyncio
-    import contextlib
     import logging
     import os
-    import signal
 
     from connectors.kubernetes import ConnectorConfig, KubeApi, KubernetesConnector
     from connectors.kubernetes.throttle import RateLimiter
     from events.log import open_log
+    from events.tasks import cancel_and_wait
     from events.topics import TOPICS
     from services.cli.main import CliError
     from services.config import log_url
@@ -194,12 +193,13 @@ async def run_kubernetes(args: argparse.Namespace) -> int:
         await log.create_topics(TOPICS)
         connector = KubernetesConnector(config, log, api)
         print(f"kubernetes connector {args.cluster}: API server {api.host}", flush=True)
+        stop = stop_on_signals()
         task = asyncio.ensure_future(connector.run())
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, task.cancel)
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        stopping = asyncio.ensure_future(stop.wait())
+        await asyncio.wait([task, stopping], return_when=asyncio.FIRST_COMPLETED)
+        await cancel_and_wait([task, stopping], again_after_s=10.0)  # the connector's own clean-up may take a while
+        if not task.cancelled():
+            task.result()  # raises what ended it
     finally:
         await api.close()
         await log.close()

@@ -30,6 +30,7 @@ from connectors.sim.clock import SimClock
 from events.audit.archive import AuditArchiver
 from events.log.postgres import PostgresEventLog
 from events.publisher import wall_clock_ms
+from events.tasks import cancel_and_wait
 from events.topics import TOPICS
 from projections.runner import ProjectionRunner
 from services.governance.config import GovConfig
@@ -124,9 +125,9 @@ async def stop(running: Running) -> None:
     for close in reversed(running.closers):
         with contextlib.suppress(Exception):
             await close()
-    for task in running.tasks:
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await asyncio.wait_for(task, 10)
+    if running.tasks:
+        await asyncio.wait(running.tasks, timeout=10)  # they end on stop_event
+    await cancel_and_wait(running.tasks)
     await running.scheduler.close()
     await running.projections.close()
     await running.archiver.close()
