@@ -29,6 +29,7 @@ from events.catalog.types import ClusterId, NodeId
 from events.codec import decode
 from events.log import EventLog, TopicPartition, open_log
 from events.publisher import Publisher
+from events.tasks import cancel_and_wait
 from events.topics import DECISIONS, TOPICS
 
 if TYPE_CHECKING:
@@ -140,10 +141,12 @@ async def run(args: argparse.Namespace) -> int:
     client = Client(ClientConfig(server=args.listen, token=token, timeout_s=30))
     sent: dict[str, float] = {}
     placed: dict[str, float] = {}
+    cycle_at: dict[str, float] = {}
     rpc_ms: list[float] = []
+    tail: asyncio.Task[None] | None = None
     try:
         await _wait_for_api(client)
-        tail = asyncio.create_task(_tail_placements(event_log, placed, run_id))
+        tail = asyncio.create_task(_tail_placements(event_log, placed, cycle_at, run_id))
         # Measure the steady state: the scheduler has caught up with the log and leads once a first
         # job is placed (its start-up, like the API's, is not part of the placement latency).
         warmup = jobs_pb2.SubmitJobRequest(
@@ -191,8 +194,9 @@ async def run(args: argparse.Namespace) -> int:
         deadline = time.perf_counter() + 60
         while len([j for j in sent if j in placed]) < len(sent) and time.perf_counter() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.2)
-        tail.cancel()
     finally:
+        if tail is not None:  # stopped before verify reads the log and before the log closes
+            await cancel_and_wait([tail])
         await client.close()
         for process in (api, scheduler):
             if process.returncode is None:
@@ -202,6 +206,11 @@ async def run(args: argparse.Namespace) -> int:
         scheduler_log.close()
         api_log.close()
     latencies = sorted((placed[j] - sent[j]) * 1000 for j in sent if j in placed)
+    # Where the time went (clocks of two processes, ms resolution): until the job's cycle started
+    # (the API's append, the scheduler noticing it, the cycle before it), and from then on (deciding,
+    # the transaction, this reader seeing the commit).
+    to_cycle = sorted((cycle_at[j] - sent[j]) * 1000 for j in sent if j in cycle_at)
+    from_cycle = sorted((placed[j] - cycle_at[j]) * 1000 for j in sent if j in cycle_at)
     from services.audit.verify import verify
 
     report = await verify(event_log)
@@ -217,6 +226,8 @@ async def run(args: argparse.Namespace) -> int:
             "p95": _q(latencies, 95),
             "p99": _q(latencies, 99),
             "max": round(latencies[-1], 1) if latencies else None,
+            "until_cycle_start": {"p50": _q(to_cycle, 50), "p99": _q(to_cycle, 99)},
+            "cycle_start_to_visible": {"p50": _q(from_cycle, 50), "p99": _q(from_cycle, 99)},
         },
         "verify": {
             "cycles": report.cycles,
@@ -237,6 +248,12 @@ async def run(args: argparse.Namespace) -> int:
             f"submit -> JobPlaced visible: p50 {lat['p50']} ms, p95 {lat['p95']} ms, p99 {lat['p99']} ms, "
             f"max {lat['max']} ms (of which the SubmitJob call: p50 {figures['submit_rpc_ms']['p50']} ms, "
             f"p99 {figures['submit_rpc_ms']['p99']} ms)"
+        )
+        split = figures["placement_latency_ms"]
+        print(
+            f"  until its cycle started: p50 {split['until_cycle_start']['p50']} ms, p99 "
+            f"{split['until_cycle_start']['p99']} ms; from then until visible: p50 "
+            f"{split['cycle_start_to_visible']['p50']} ms, p99 {split['cycle_start_to_visible']['p99']} ms"
         )
         print(
             f"audit verify: {report.cycles} cycles, {report.identical_pct:.2f}% identical, "
@@ -276,7 +293,13 @@ async def _wait_for_api(client: Client, timeout_s: float = 60) -> None:
             await asyncio.sleep(0.3)
 
 
-async def _tail_placements(event_log: EventLog, placed: dict[str, float], run_id: str) -> None:
+async def _tail_placements(
+    event_log: EventLog, placed: dict[str, float], cycle_at: dict[str, float], run_id: str
+) -> None:
+    """Fills ``placed`` (job -> when its ``JobPlaced`` was read) and ``cycle_at`` (job -> when the cycle
+    that placed it started: the decision's envelope time, the scheduler's wall clock), both on the
+    ``perf_counter`` clock."""
+    wall_minus_perf = time.time() - time.perf_counter()
     tp = TopicPartition(DECISIONS.name, 0)
     reader = await event_log.reader()
     try:
@@ -289,10 +312,12 @@ async def _tail_placements(event_log: EventLog, placed: dict[str, float], run_id
             for record in await tail.poll(max_records=2000, timeout_s=0.5):
                 seen = time.perf_counter()
                 try:
-                    event = decode(record.headers, record.value).data
+                    envelope = decode(record.headers, record.value)
                 except Exception:
                     continue
+                event = envelope.data
                 if isinstance(event, JobPlaced):
                     placed.setdefault(event.job_id, seen)
+                    cycle_at.setdefault(event.job_id, envelope.time_ms / 1000 - wall_minus_perf)
     finally:
         await tail.close()
