@@ -121,6 +121,8 @@ class _Derived:
     used_cpu: dict[tuple[str, str], list[int]] = field(default_factory=dict)
     node_models: dict[tuple[str, str], m.Node | None] = field(default_factory=dict)
     node_order: list[tuple[str, str]] = field(default_factory=list)
+    node_list: list[m.Node | None] = field(default_factory=list)  # ``node_models`` in ``node_order``
+    node_pos: dict[tuple[str, str], int] = field(default_factory=dict)  # key -> its place in both
     suspects: set[tuple[str, str]] = field(default_factory=set)
     usage: dict[str, list[m.UsageRecord]] = field(default_factory=dict)  # tenant -> records, sorted
     usage_of: dict[str, tuple[str, list[m.UsageRecord]]] = field(default_factory=dict)  # job -> its records
@@ -218,7 +220,7 @@ class SchedulerState:
         self._refresh()
         derived = self._derived
         for key in derived.suspects:  # their penalty ends with time, not with an event
-            derived.node_models[key] = self._node(key)
+            self._set_node_model(key)
         running = tuple(derived.running_sorted)
         delta = None
         if derived.snapshot_running is not None:
@@ -234,8 +236,8 @@ class SchedulerState:
             delta = m.RunningDelta(derived.snapshot_running, tuple(added), tuple(removed))
         derived.snapshot_running, derived.running_was = running, {}
         pending = tuple(derived.pending[job_id] for job_id in sorted(derived.pending))
-        models = derived.node_models
-        nodes = tuple(node for node in (models[key] for key in derived.node_order) if node is not None)
+        # At C speed (every cycle, every node); a removed node's entry is None, a ``Node`` is always true.
+        nodes = tuple(filter(None, derived.node_list))
         if derived.tenants is None:
             derived.tenants = self._tenants()
         return m.FleetSnapshot(
@@ -275,12 +277,21 @@ class SchedulerState:
         if touched_nodes:
             fresh = [key for key in touched_nodes if key not in derived.node_models]
             for key in sorted(touched_nodes):
-                derived.node_models[key] = self._node(key)
+                self._set_node_model(key)
                 if key in self.nodes and self.nodes[key].suspect_until_ms:
                     derived.suspects.add(key)
             if fresh:
                 derived.node_order = sorted(derived.node_models)
+                derived.node_pos = {key: at for at, key in enumerate(derived.node_order)}
+                derived.node_list = [derived.node_models[key] for key in derived.node_order]
             derived.nodes = set()
+
+    def _set_node_model(self, key: tuple[str, str]) -> None:
+        derived = self._derived
+        model = derived.node_models[key] = self._node(key)
+        at = derived.node_pos.get(key)
+        if at is not None:
+            derived.node_list[at] = model
 
     def _refresh_job(self, job_id: str, touched_nodes: set[tuple[str, str]]) -> None:
         derived = self._derived

@@ -8,6 +8,7 @@ are the only mutations; each bumps the node's version so cached scores of that n
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -125,10 +126,19 @@ class FleetState:
         self.schedulable[i] = node.schedulable
 
     def copy(self) -> FleetState:
-        """An independent copy (arrays copied; names and indexes, which never change, shared)."""
+        """A copy that places and releases on its own: the arrays placing changes (free capacity,
+        versions, placed classes) are copied; the rest (capacity, GPU layout and health, ...) are
+        read-only views of this fleet's, and names and indexes are shared. Copying every array cost
+        1.5 ms a cycle at 10,000 nodes."""
         twin = object.__new__(FleetState)
         for name, value in self.__dict__.items():
-            setattr(twin, name, value.copy() if isinstance(value, np.ndarray) else value)
+            if isinstance(value, np.ndarray):
+                if name in _PLACING_CHANGES:
+                    value = value.copy()
+                else:
+                    value = value.view()
+                    value.flags.writeable = False
+            setattr(twin, name, value)
         return twin
 
     @property
@@ -223,6 +233,9 @@ class FleetState:
 # (cluster, node id), read at C speed: fleets are sorted every cycle.
 _order: Callable[[Node], tuple[str, str]] = operator.attrgetter("cluster", "node_id")
 
+# The arrays ``take``, ``give`` and ``hold`` change; a copy owns these (see ``FleetState.copy``).
+_PLACING_CHANGES = frozenset({"gpu_free", "cpu_free", "mem_free", "version", "pod_class"})
+
 
 @dataclass(slots=True)
 class FleetMemo:
@@ -235,16 +248,21 @@ class FleetMemo:
     base: FleetState | None = None
     generation: int = 0  # bumped on every rebuild: what was derived from the old layout is stale
     patched: int = 0
+    in_order: bool = False  # the nodes last given were already in fleet order
 
 
 def fleet_for(nodes: Iterable[Node], memo: FleetMemo | None) -> FleetState:
-    """A fresh fleet for one cycle (the caller mutates it freely)."""
+    """A fresh fleet for one cycle: it places and releases freely, and stays valid until the next call
+    with the same memo (which may rewrite rows it shares with it, see ``FleetState.copy``)."""
     if memo is None:
         return FleetState(nodes)
-    ordered = tuple(sorted(nodes, key=_order))
+    given = tuple(nodes)
     base = memo.base
-    if base is not None and len(ordered) == len(memo.nodes):
-        changed = [i for i, (new, old) in enumerate(zip(ordered, memo.nodes, strict=True)) if new is not old]
+    if base is not None and len(given) == len(memo.nodes):
+        # Nodes given in fleet order (the scheduler's state keeps them so) whose every changed entry has
+        # the same id are still in order: no sort needed. Positions compared by identity at C speed.
+        ordered = given if memo.in_order else tuple(sorted(given, key=_order))
+        changed = list(itertools.compress(itertools.count(), map(operator.is_not, ordered, memo.nodes)))
         if all(_same_layout(ordered[i], memo.nodes[i]) for i in changed):
             for i in changed:
                 base._set_row(i, ordered[i])
@@ -252,6 +270,8 @@ def fleet_for(nodes: Iterable[Node], memo: FleetMemo | None) -> FleetState:
             memo.nodes = ordered
             memo.patched += 1
             return base.copy()
+    ordered = tuple(sorted(given, key=_order))
+    memo.in_order = all(map(operator.is_, ordered, given))
     memo.base = FleetState(ordered)
     memo.nodes = ordered
     memo.generation += 1
