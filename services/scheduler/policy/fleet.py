@@ -248,7 +248,6 @@ class FleetMemo:
     base: FleetState | None = None
     generation: int = 0  # bumped on every rebuild: what was derived from the old layout is stale
     patched: int = 0
-    in_order: bool = False  # the nodes last given were already in fleet order
 
 
 def fleet_for(nodes: Iterable[Node], memo: FleetMemo | None) -> FleetState:
@@ -257,25 +256,34 @@ def fleet_for(nodes: Iterable[Node], memo: FleetMemo | None) -> FleetState:
     if memo is None:
         return FleetState(nodes)
     given = tuple(nodes)
-    base = memo.base
-    if base is not None and len(given) == len(memo.nodes):
-        # Nodes given in fleet order (the scheduler's state keeps them so) whose every changed entry has
-        # the same id are still in order: no sort needed. Positions compared by identity at C speed.
-        ordered = given if memo.in_order else tuple(sorted(given, key=_order))
-        changed = list(itertools.compress(itertools.count(), map(operator.is_not, ordered, memo.nodes)))
-        if all(_same_layout(ordered[i], memo.nodes[i]) for i in changed):
-            for i in changed:
-                base._set_row(i, ordered[i])
-            base.nodes = ordered
-            memo.nodes = ordered
-            memo.patched += 1
-            return base.copy()
+    # Nodes with the same ids in the same places as the last fleet's are in fleet order too, so nodes
+    # given in order (the scheduler's state keeps them so) need no sort.
+    if (
+        memo.base is not None
+        and len(given) == len(memo.nodes)
+        and (_patched(memo, given) or _patched(memo, tuple(sorted(given, key=_order))))
+    ):
+        return memo.base.copy()
     ordered = tuple(sorted(given, key=_order))
-    memo.in_order = all(map(operator.is_, ordered, given))
     memo.base = FleetState(ordered)
     memo.nodes = ordered
     memo.generation += 1
     return memo.base.copy()
+
+
+def _patched(memo: FleetMemo, ordered: tuple[Node, ...]) -> bool:
+    """Rewrite the rows of the nodes that changed in place, if every node keeps its place and layout."""
+    base, old = memo.base, memo.nodes
+    assert base is not None
+    changed = list(itertools.compress(itertools.count(), map(operator.is_not, ordered, old)))  # C speed
+    if not all(_same_layout(ordered[i], old[i]) for i in changed):
+        return False
+    for i in changed:
+        base._set_row(i, ordered[i])
+    base.nodes = ordered
+    memo.nodes = ordered
+    memo.patched += 1
+    return True
 
 
 def _same_layout(new: Node, old: Node) -> bool:
