@@ -1,10 +1,9 @@
 """The wire vocabulary of reason codes: every reason an event, the API, the CLI or a log line gives.
 
-Called by catalogue modules (fields typed ``ReasonCode``), by the scheduler (its policy core's own
-vocabulary, ``services.scheduler.policy.reasons``, must be a subset of this one: a test pins it), by the
-API and CLI (``DESCRIPTIONS`` gives each code a plain sentence) and by consumers that dead-letter a
-record (the four event-layer codes match ``events.errors``). Values are stable strings in PascalCase:
-add codes, never rename or reuse one.
+Called by catalogue modules (fields typed ``ReasonCode``), by the scheduler (its policy core decides
+with these codes), by the API and CLI (``DESCRIPTIONS`` gives each code a plain sentence) and by
+consumers that dead-letter a record (the four event-layer codes match ``events.errors``). Values are
+stable strings in PascalCase: add codes, never rename or reuse one.
 """
 
 from __future__ import annotations

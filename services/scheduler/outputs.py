@@ -34,7 +34,6 @@ from events.catalog.types import ClusterId, CycleId, JobId
 from events.codec import encode
 from events.envelope import Envelope
 from services.scheduler.policy import decisions as core
-from services.scheduler.policy.reasons import ReasonCode as CoreReason
 from services.scheduler.state import SchedulerState, event_node
 
 SOURCE = "urn:fedsched:scheduler"
@@ -95,8 +94,8 @@ def digest(events: Sequence[Envelope]) -> str:
     return h.hexdigest()
 
 
-def _reason(code: CoreReason | str) -> ReasonCode:
-    return ReasonCode(str(code.value if hasattr(code, "value") else code))
+def _reason(code: ReasonCode | str) -> ReasonCode:
+    return ReasonCode(code)
 
 
 def _score(candidate: core.CandidateScore) -> CandidateScore:
@@ -120,7 +119,7 @@ def _id(name: str) -> str:
 def _event(state: SchedulerState, decision: core.Decision, cid: CycleId) -> Event | None:
     if isinstance(decision, core.Place):
         facts = state.jobs[decision.job_id]
-        reason = ReasonCode.BACKFILLED if CoreReason.BACKFILLED in decision.reasons else ReasonCode.PLACED
+        reason = ReasonCode.BACKFILLED if ReasonCode.BACKFILLED in decision.reasons else ReasonCode.PLACED
         return JobPlaced(
             job_id=decision.job_id,
             cycle_id=cid,
