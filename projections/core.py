@@ -83,11 +83,14 @@ class Input(NamedTuple):
 
 
 class Routed(NamedTuple):
-    """A delta for another stage's entity."""
+    """A delta for another stage's entity. Its input takes the time of the input that emitted it, or
+    ``time_ms`` when given: when what it states happened (the job stage emits deltas of facts that
+    waited for a cause under the input that completed them)."""
 
     stage: str
     key: str
     delta: Delta
+    time_ms: int | None = None
 
 
 class Output(NamedTuple):

@@ -64,7 +64,8 @@ def fold(stage: Stage[Any], records: list[Record], get: Callable[[str], Any], pa
                     where = delta_position(record.topic, record.partition, record.offset, position, n)
                     n += 1
                     target = (thing.stage, partition_of(thing.key, partitions[thing.stage]))
-                    delta = new(Item, (thing.key, item.time_ms, where, thing.delta, ""))
+                    time_ms = item.time_ms if thing.time_ms is None else thing.time_ms
+                    delta = new(Item, (thing.key, time_ms, where, thing.delta, ""))
                     out.packs.setdefault(target, []).append(delta)
                 elif isinstance(thing, Output):
                     out.outputs.append((thing, item.time_ms))

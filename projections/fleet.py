@@ -235,7 +235,9 @@ def _rollups(
         versions = versions or dict(fleet.versions)
         rollups = rollups or dict(fleet.rollups)
         versions[cluster] = versions.get(cluster, 0) + 1
-        rollups[cluster] = (facts, now)
+        # The time of the latest change: the latest of the inputs' times (inputs of different jobs may be
+        # folded out of time order when they come from different partitions).
+        rollups[cluster] = (facts, now if old is None else max(now, old[1]))
     return FleetState(
         fleet.nodes,
         fleet.pending,

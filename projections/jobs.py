@@ -5,14 +5,47 @@ derives the deltas the other stages need: a placement becomes allocations on its
 tenant's queue; the end of a run releases them and reports the GPU time used; a queued job is
 pending demand for its GPU models.
 
+Order. A job's events come from two partitions, read at their own paces: its requests and lifecycle
+reports from its partition of ``fedsched.jobs``, the scheduler's decisions from ``fedsched.decisions``.
+The view is what folding them in *job order* gives, whatever order they are read in: event time, then
+a fixed rank per kind of transition (causes first: a submission before its decisions, a placement
+before the start it enables, a stop request before the stop), then where the event was read. An
+event never sorts before one read earlier from its own partition (the log order of a partition
+stays the order: its sort time and rank are raised to the previous one's when they are lower).
+
+So the view keeps each event as a compact ``Fact`` (what the view is made of), in job order. An event
+that comes last in that order is folded onto the view; one that comes before facts already folded
+(its cause was read after its effect) makes the view be folded again from its facts: from the start,
+or from ``base`` once more than ``FACTS_LIMIT`` facts were kept (the oldest are folded into ``base``;
+an event older than those is folded where it would have come among the kept ones).
+
+What the stage emits follows job order too: the deltas of the facts in job order, each with the
+time of its fact, as far as no fact waits for a cause not read yet (``_waits``: the job's submission,
+the end of the run it holds before a new placement or wait, the placement of the run a report is
+about). The facts after one that waits wait with it; the fact that completes them emits their deltas
+at once. So the other stages get the same deltas in the same order whichever partition is read first.
+Only a fact read after facts later in job order whose deltas are out already (facts of different
+partitions that do not cause each other, such as a cancellation and a wait, or clocks so far apart
+that an effect is stamped before its cause) is different: it emits what takes the other stages from
+what was emitted to what the facts now say (``_net``: the runs it releases anew, the job's
+allocations, queue hold and pending demand as they now stand). The states are then exact (the deltas
+are stated per job and run, see ``projections.deltas``), but an aggregate (a queue, a node, a
+cluster's roll-up) may count another number of versions than a fold in job order would. A run's GPU
+time is released by its own end only: a placement that replaces a run still held (its end comes later
+in job order, or was lost) frees its nodes at once and releases the run's GPU time when its end is
+folded. Nothing is emitted for a job before its submission is folded (the scheduler ignores a
+placement of a job it has not seen submitted, too).
+
 An event for a job never submitted (an orphan: its JobSubmitted was lost or is still in flight on
 another partition) creates a view marked ``orphan`` rather than failing.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import field
+from operator import attrgetter
 from typing import Any
 
 from events.catalog.base import Event
@@ -35,17 +68,37 @@ from projections.shapes import shape_of
 
 STAGE = "jobs"
 TIMELINE_LIMIT = 200
+FACTS_LIMIT = 64
 
 _TERMINAL = frozenset({"succeeded", "failed", "cancelled", "rejected"})
-_ENDS_RUN = (JobSucceeded, JobFailed, JobPreempted, JobReclaimed, JobCancelled)
-_RUN_FACTS = (JobStarted, *_ENDS_RUN)
-_RUN_ENDS: dict[type, tuple[str, str]] = {
-    JobSucceeded: ("succeeded", "Succeeded"),
-    JobFailed: ("failed", "Failed"),
-    JobPreempted: ("queued", "Preempted"),
-    JobReclaimed: ("queued", "Reclaimed"),
-    JobCancelled: ("cancelled", "Cancelled"),
+_RUN_ENDS: dict[str, tuple[str, str]] = {
+    "JobSucceeded": ("succeeded", "Succeeded"),
+    "JobFailed": ("failed", "Failed"),
+    "JobPreempted": ("queued", "Preempted"),
+    "JobReclaimed": ("queued", "Reclaimed"),
+    "JobCancelled": ("cancelled", "Cancelled"),
 }
+_RUN_FACTS = frozenset({"JobStarted", *_RUN_ENDS})
+_REQUESTS = frozenset({"JobPreemptionRequested", "JobReclaimRequested", "JobCancelRequested"})
+_RANK = {
+    "JobSubmitted": 0,
+    "JobRejected": 1,
+    "JobQueued": 2,
+    "JobPlaced": 3,
+    "JobStarted": 4,
+    "JobPreemptionRequested": 5,
+    "JobReclaimRequested": 5,
+    "JobCancelRequested": 6,
+    "JobSucceeded": 7,
+    "JobFailed": 7,
+    "JobPreempted": 7,
+    "JobReclaimed": 7,
+    "JobCancelled": 7,
+}
+"""Within one millisecond, what enables comes before what it enables."""
+
+Order = tuple[int, int, str, int, int]
+"""A fact's place in job order: (time, rank, topic, partition, offset)."""
 
 
 @record
@@ -62,6 +115,56 @@ class ReplicaSlot:
     node: str
     gpu_indices: tuple[int, ...]
     gpu_milli_each: int
+
+
+@record
+class Submission:
+    """What a ``JobSubmitted`` says that the view shows or the other stages need."""
+
+    name: str
+    tenant: str
+    project: str
+    queue: str
+    kind: str
+    priority_class: str
+    replicas: int
+    cpu_milli: int
+    memory_mib: int
+    gpu_milli: int
+    gpu_models: tuple[str, ...]
+    preemptible: bool
+
+
+@record
+class Placement:
+    cluster: str
+    slots: tuple[ReplicaSlot, ...]
+
+
+@record
+class Fact:
+    """One event of the job as the view folds it: its kind (the event type's name, as the timeline
+    shows it), its time, and what the view takes from it; ``order`` is its place in job order."""
+
+    order: Order
+    time_ms: int
+    event: str
+    run: int = 0
+    reason: str = ""
+    message: str = ""
+    detail: Submission | Placement | None = None
+    tenant: str = ""
+    """The tenant a rejection names."""
+
+
+@record
+class HeldRun:
+    """A run replaced by a newer placement before its end was read: its GPU time is released when it is."""
+
+    run: int
+    cluster: str
+    placement: tuple[ReplicaSlot, ...]
+    placed_ms: int
 
 
 @record
@@ -101,10 +204,17 @@ class JobView:
     """The scheduler's latest decision about the job (JobQueued, JobPlaced, JobPreemptionRequested or
     JobReclaimRequested) as its JSON body: what ``explain`` shows, with every number the scheduler gave."""
     last_decision_type: str = ""
-    early: tuple[tuple[int, int, Event], ...] = ()
-    """Lifecycle facts of a run whose placement has not been seen yet (time, run, event): the
-    connector's report and the scheduler's decision travel on different topics and may be read in
-    either order; they are applied when the placement arrives."""
+    early: tuple[Fact, ...] = ()
+    """Lifecycle facts of a run whose placement comes later in job order (a connector's clock behind
+    the scheduler's): they are applied when the placement is."""
+    superseded: tuple[HeldRun, ...] = ()
+    """Runs a newer placement replaced before their end (in job order): held until their end is folded."""
+    facts: tuple[Fact, ...] = ()
+    """The facts folded (since ``base``), in job order."""
+    emitted: int = 0
+    """How many of ``facts`` have had their deltas emitted (the others wait for a cause)."""
+    base: JobView | None = None
+    """The view of the facts dropped from ``facts`` (the oldest, beyond ``FACTS_LIMIT``)."""
     applied: Applied = field(default_factory=Applied)
 
     @property
@@ -128,6 +238,8 @@ _HANDLED = (
     JobCancelRequested,
     JobRejected,
 )
+_NAMES: dict[type, str] = {cls: cls.event_type.rsplit(".", 1)[-1] for cls in _HANDLED}
+_by_order = attrgetter("order")
 
 
 class JobStage(Silent[JobView]):
@@ -147,156 +259,340 @@ class JobStage(Silent[JobView]):
         view = entity or JobView(job_id=item.key)
         if view.applied.seen(item):
             return entity, []
-        extra: dict[str, Any] = {"applied": view.applied.after(item)}
+        kind = _NAMES[type(event)]
+        fact = _fact(event, kind, _order(view, item, _RANK[kind]), item.time_ms)
+        carried: dict[str, Any] = {"applied": view.applied.after(item)}
         if isinstance(event, _DECISIONS):
-            extra["last_decision"] = event.model_dump_json()
-            extra["last_decision_type"] = event.event_type.rsplit(".", 1)[-1]
-        return _apply(view, event, item.time_ms, **extra)
+            carried["last_decision"] = event.model_dump_json()
+            carried["last_decision_type"] = kind
+        facts = view.facts
+        last = not facts or fact.order >= facts[-1].order
+        if last and view.emitted == len(facts) and not _waits(view, fact, facts):
+            # The usual case: last in job order, and nothing waits. Fold it onto the view.
+            facts = (*facts, fact)
+            view, emitted = _apply(view, fact, fact.time_ms, facts=facts, emitted=len(facts), **carried)
+        else:
+            view, emitted = _refold(view, fact, carried)
+        if len(view.facts) > FACTS_LIMIT:
+            oldest = view.facts[0]
+            base, _ = _apply(view.base or JobView(job_id=view.job_id), oldest, oldest.time_ms)
+            view = evolve(view, facts=view.facts[1:], emitted=max(0, view.emitted - 1), base=base)
+        return view, emitted
 
 
-def _apply(view: JobView, event: Event, now: int, **extra: Any) -> tuple[JobView, list[Emitted]]:
-    """Fold ``event``; ``extra`` are changes of the view to make in the same copy."""
+def _order(view: JobView, item: Input, rank: int) -> Order:
+    """The fact's place in job order, no earlier than the previous fact read from its partition."""
+    time_ms = item.time_ms
+    topic, partition, offset = item.position if item.position is not None else ("", 0, 0)
+    for fact in reversed(view.facts):
+        before = fact.order
+        if before[3] == partition and before[2] == topic:
+            if (before[0], before[1]) > (time_ms, rank):
+                time_ms, rank = before[0], before[1]
+            break
+    return (time_ms, rank, topic, partition, offset)
+
+
+def _fact(event: Event, kind: str, order: Order, now: int) -> Fact:
     if isinstance(event, JobSubmitted):
-        return _submitted(view, event, now, **extra)
+        r = event.resources
+        submission = Submission(
+            event.name,
+            event.tenant,
+            event.project,
+            event.queue,
+            event.kind.value,
+            event.priority_class.value,
+            event.replicas,
+            r.cpu_milli,
+            r.memory_mib,
+            r.total_gpu_milli(),
+            tuple(r.gpu_models),
+            event.preemptible,
+        )
+        return Fact(order, now, kind, 0, "Submitted", "", submission)
     if isinstance(event, JobQueued):
-        reasons = ",".join(r.value for r in event.reasons)
+        return Fact(order, now, kind, 0, ",".join(r.value for r in event.reasons), event.message[:512])
+    if isinstance(event, JobPlaced):
+        slots = tuple(ReplicaSlot(r.node, tuple(r.gpu_indices), r.gpu_milli_each) for r in event.replicas)
+        placement = Placement(event.cluster, slots)
+        return Fact(order, now, kind, event.run, event.reason.value, event.explanation[:512], placement)
+    if isinstance(event, JobCancelRequested):
+        return Fact(order, now, kind, 0, "CancelRequested", event.reason[:512])
+    if isinstance(event, JobRejected):
+        return Fact(order, now, kind, 0, event.reason.value, event.message[:512], tenant=event.tenant)
+    if isinstance(event, JobFailed | JobPreemptionRequested | JobReclaimRequested):
+        return Fact(order, now, kind, event.run, event.reason.value, event.message[:512])
+    run: int = getattr(event, "run", 0)
+    message: str = getattr(event, "message", "")
+    return Fact(order, now, kind, run, _RUN_ENDS[kind][1] if kind in _RUN_ENDS else "", message[:512])
+
+
+def _refold(view: JobView, fact: Fact, carried: dict[str, Any]) -> tuple[JobView, list[Emitted]]:
+    """Fold the facts again with ``fact`` in its place, and emit the deltas of the facts that no longer
+    wait. If ``fact`` comes before facts whose deltas are out already, emit instead what takes the other
+    stages from what those deltas left to what the facts now say (``_net``)."""
+    at = bisect_right(view.facts, fact.order, key=_by_order)
+    facts = (*view.facts[:at], fact, *view.facts[at:])
+    late = at < view.emitted
+    begin = 0 if late else view.emitted
+    current = view.base or JobView(job_id=view.job_id)
+    emitted: list[Emitted] = []
+    done = len(facts)
+    cut = 0  # with ``late``: where the deltas of the facts that waited begin
+    for index, each in enumerate(facts):
+        if index >= begin and done == len(facts) and _waits(current, each, facts):
+            done = index
+        current, more = _apply(current, each, each.time_ms)
+        if begin <= index < done:
+            emitted += [out._replace(time_ms=each.time_ms) if isinstance(out, Routed) else out for out in more]
+        if index == view.emitted:  # the facts whose deltas were out, and ``fact``
+            cut = len(emitted)
+    if late:
+        before: list[Emitted] = []
+        old = view.base or JobView(job_id=view.job_id)
+        for each in view.facts[: view.emitted]:
+            old, more = _apply(old, each, each.time_ms)
+            before += more
+        emitted = _net(before, emitted[:cut]) + emitted[cut:]
+    carried.setdefault("last_decision", view.last_decision)
+    carried.setdefault("last_decision_type", view.last_decision_type)
+    return evolve(current, facts=facts, emitted=done, base=view.base, **carried), emitted
+
+
+def _net(before: list[Emitted], after: list[Emitted]) -> list[Emitted]:
+    """The deltas that take the other stages from what the deltas ``before`` left them with to what
+    the deltas ``after`` would (both a job's deltas from the same point on): the GPU time of the runs
+    ``after`` releases and ``before`` did not, the job's allocation on each node and its queue hold as
+    ``after`` leaves them, its pending demand, its shape. A run released in ``before`` stays released."""
+    was, now = _Effect(before), _Effect(after)
+    out: list[Emitted] = [
+        delta for run, deltas in sorted(now.released.items()) if run not in was.released for delta in deltas
+    ]
+    for key in sorted(set(was.nodes) | set(now.nodes)):
+        old, new = was.nodes.get(key), now.nodes.get(key)
+        if old == new:
+            continue
+        if new is not None and new.held:
+            out.append(Routed("nodes", key, new))
+        elif old is not None and old.held:
+            out.append(Routed("nodes", key, NodeAllocation(old.job_id, old.run, False)))
+    for then, latest in ((was.queue, now.queue), (was.demand, now.demand)):
+        if latest is not None and (then is None or then.delta != latest.delta):
+            out.append(latest)
+    if was.demand is not None and now.demand is None and isinstance(was.demand.delta, PendingDemand):
+        out.append(Routed("fleet", "fleet", evolve(was.demand.delta, pending=False)))
+    if not was.shapes:
+        out += now.shapes
+    return out
+
+
+class _Effect:
+    """What a job's deltas leave the other stages with (see ``_net``)."""
+
+    def __init__(self, emitted: list[Emitted]) -> None:
+        self.nodes: dict[str, NodeAllocation] = {}
+        self.released: dict[int, list[Emitted]] = {}
+        self.queue: Routed | None = None
+        self.demand: Routed | None = None
+        self.shapes: list[Emitted] = []
+        for out in emitted:
+            if not isinstance(out, Routed):
+                continue
+            delta = out.delta
+            if isinstance(delta, NodeAllocation):
+                self.nodes[out.key] = delta
+            elif isinstance(delta, QueueAllocation):
+                if delta.held:
+                    self.queue = out
+                else:
+                    self.released.setdefault(delta.run, []).append(out)
+                    if self.queue is not None and isinstance(self.queue.delta, QueueAllocation):
+                        self.queue = None if self.queue.delta.run == delta.run else self.queue
+            elif isinstance(delta, UsageInterval):
+                self.released.setdefault(delta.run, []).append(out)
+            elif isinstance(delta, PendingDemand):
+                self.demand = out
+            elif isinstance(delta, ShapeSeen):
+                self.shapes.append(out)
+
+
+def _waits(view: JobView, fact: Fact, facts: Sequence[Fact]) -> bool:
+    """Whether the deltas of ``fact``, folded onto ``view``, wait for a cause not read yet (not in
+    ``facts``): the job's submission; the end of the run it holds, before a new placement or a new
+    wait; the placement of the run a report is about. A cause read already waits for nothing, even
+    one later in job order (clocks apart): the fold then does what job order says."""
+    kind = fact.event
+    if view.orphan:
+        return kind != "JobSubmitted" and not any(f.event == "JobSubmitted" for f in facts)
+    if kind == "JobPlaced" or kind == "JobQueued":
+        if not view.allocated or (kind == "JobPlaced" and fact.run == view.run):
+            return False
+        run = view.run  # ended by its own end, or by a cancellation that names no run
+        return not any(
+            f.event in _RUN_ENDS and (f.run == run or (f.run == 0 and f.event == "JobCancelled")) for f in facts
+        )
+    if kind in _RUN_FACTS and fact.run > view.run:
+        return not any(f.event == "JobPlaced" and f.run == fact.run for f in facts)
+    return False
+
+
+def _apply(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView, list[Emitted]]:
+    """Fold ``fact`` as if it happened at ``now``; ``extra`` are changes of the view to make in the same copy."""
+    kind = fact.event
+    if kind == "JobSubmitted":
+        return _submitted(view, fact, now, **extra)
+    if kind == "JobQueued":
         if view.status in _TERMINAL or view.allocated:
-            return _log(view, now, view.status, event, reasons, event.message, **extra), []
+            return _log(view, now, view.status, fact, **extra), []
         demand = _demand(view, True)  # of fields the status does not change
         changes = {"status": "queued", "queued_since_ms": _since(view, now)}
-        return _log(view, now, "queued", event, reasons, event.message, **changes, **extra), demand
-    if isinstance(event, JobPlaced):
-        return _placed(view, event, now, **extra)
-    if isinstance(event, _RUN_FACTS) and getattr(event, "run", 0) > view.run:
-        return evolve(view, early=(*view.early, (now, getattr(event, "run", 0), event)), **extra), []
-    if isinstance(event, JobStarted):
-        if event.run != view.run or view.status in _TERMINAL:
-            stale = f"run {event.run} is not the current run"
-            return _log(view, now, view.status, event, "StaleRun", stale, **extra), []
-        started = view.started_ms or now
-        changes = {"status": "running", "started_ms": started}
-        return _log(view, now, "running", event, "", event.message, **changes, **extra), []
-    if isinstance(event, _ENDS_RUN):
-        return _run_ended(view, event, now, **extra)
-    if isinstance(event, JobPreemptionRequested | JobReclaimRequested):
-        return _log(view, now, view.status, event, event.reason.value, event.message, **extra), []
-    if isinstance(event, JobCancelRequested):
-        return _log(view, now, view.status, event, "CancelRequested", event.reason, **extra), []
-    if isinstance(event, JobRejected):
-        tenant = view.tenant or event.tenant
-        reason = event.reason.value
-        changes = {"status": "rejected", "tenant": tenant, "ended_ms": now}
-        return _log(view, now, "rejected", event, reason, event.message, **changes, **extra), []
+        return _log(view, now, "queued", fact, **changes, **extra), demand
+    if kind == "JobPlaced":
+        return _placed(view, fact, now, **extra)
+    if kind in _RUN_FACTS and fact.run > view.run:
+        return evolve(view, early=(*view.early, fact), **extra), []
+    if kind == "JobStarted":
+        if fact.run != view.run or view.status in _TERMINAL:
+            stale = f"run {fact.run} is not the current run"
+            return _log(view, now, view.status, fact, "StaleRun", stale, **extra), []
+        changes = {"status": "running", "started_ms": view.started_ms or now}
+        return _log(view, now, "running", fact, **changes, **extra), []
+    if kind in _RUN_ENDS:
+        return _run_ended(view, fact, now, **extra)
+    if kind in _REQUESTS:
+        return _log(view, now, view.status, fact, **extra), []
+    if kind == "JobRejected":
+        changes = {"status": "rejected", "tenant": view.tenant or fact.tenant, "ended_ms": now}
+        return _log(view, now, "rejected", fact, **changes, **extra), []
     return (evolve(view, **extra) if extra else view), []
 
 
-def _submitted(view: JobView, event: JobSubmitted, now: int, **extra: Any) -> tuple[JobView, list[Emitted]]:
-    r = event.resources
-    emitted: list[Emitted] = []
-    if view.orphan:
-        shape = ShapeSeen(
-            view.job_id, r.cpu_milli, r.memory_mib, r.total_gpu_milli(), tuple(r.gpu_models), event.replicas
-        )
-        emitted.append(Routed("shapes", shape_key(shape), shape))
-    if view.orphan and view.allocated:
-        # Its placement was read first and held quota of an unknown queue: give that back.
-        emitted.append(_via_node(view, _queue_delta(view, False, view.placed_ms or now)))
-    first = view.status == "unknown"  # neither placed nor read before: it waits from now
+def _submitted(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView, list[Emitted]]:
+    s = fact.detail
+    assert isinstance(s, Submission)
+    was_orphan = view.orphan
+    first = view.status == "unknown"  # no decision came before it: it waits from now
     status = "submitted" if first else view.status
     view = _log(
         view,
         now,
         status,
-        event,
-        "Submitted",
-        "",
+        fact,
         orphan=False,
-        name=event.name,
-        tenant=event.tenant,
-        project=event.project,
-        queue=event.queue,
-        kind=event.kind.value,
-        priority_class=event.priority_class.value,
-        replicas=event.replicas,
-        cpu_milli=r.cpu_milli,
-        memory_mib=r.memory_mib,
-        gpu_milli=r.total_gpu_milli(),
-        gpu_models=tuple(r.gpu_models),
-        preemptible=event.preemptible,
+        name=s.name,
+        tenant=s.tenant,
+        project=s.project,
+        queue=s.queue,
+        kind=s.kind,
+        priority_class=s.priority_class,
+        replicas=s.replicas,
+        cpu_milli=s.cpu_milli,
+        memory_mib=s.memory_mib,
+        gpu_milli=s.gpu_milli,
+        gpu_models=s.gpu_models,
+        preemptible=s.preemptible,
         submitted_ms=now,
         status=status,
         queued_since_ms=now if first else view.queued_since_ms,
         **extra,
     )
-    if view.allocated and len(emitted) > 1:
-        emitted += _hold(view, view.placed_ms or now)
-    if first:
+    if not was_orphan:
+        return view, []
+    seen = ShapeSeen(view.job_id, s.cpu_milli, s.memory_mib, s.gpu_milli, s.gpu_models, s.replicas)
+    emitted: list[Emitted] = [Routed("shapes", shape_key(seen), seen)]
+    if view.allocated:  # placed earlier in job order (the scheduler's clock ahead of the intake's)
+        emitted += _hold(view, view.placed_ms if view.placed_ms is not None else now)
+    elif status in ("submitted", "queued"):
         emitted += _demand(view, True)
     return view, emitted
 
 
-def _placed(view: JobView, event: JobPlaced, now: int, **extra: Any) -> tuple[JobView, list[Emitted]]:
+def _placed(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView, list[Emitted]]:
+    placement = fact.detail
+    assert isinstance(placement, Placement)
     emitted: list[Emitted] = []
-    if view.allocated:  # a new placement replaces an older one still held (should not happen; stay exact)
-        emitted += _release(view, now)
+    superseded = view.superseded
+    if view.allocated:
+        # A newer placement while a run is still held: its end comes later in job order (or was lost).
+        # Free its nodes now (the queue hold is replaced by the new one); its GPU time waits for its end.
+        emitted += _release_nodes(view)
+        if fact.run != view.run and view.cluster is not None and view.placed_ms is not None:
+            superseded = (*superseded, HeldRun(view.run, view.cluster, view.placement, view.placed_ms))
     waited = view.waiting_ms + (now - view.queued_since_ms if view.queued_since_ms is not None else 0)
-    slots = tuple(ReplicaSlot(r.node, tuple(r.gpu_indices), r.gpu_milli_each) for r in event.replicas)
     view = _log(
         view,
         now,
         "placed",
-        event,
-        event.reason.value,
-        event.explanation,
+        fact,
         status="placed",
-        cluster=event.cluster,
-        placement=slots,
-        run=event.run,
+        cluster=placement.cluster,
+        placement=placement.slots,
+        run=fact.run,
         runs=view.runs + 1,
         placed_ms=now,
         waiting_ms=max(0, waited),
         queued_since_ms=None,
+        superseded=superseded,
         **extra,
     )
     emitted += _demand(view, False)
     emitted += _hold(view, now)
-    due = [fact for fact in view.early if fact[1] == event.run]
+    due = [early for early in view.early if early.run == fact.run]
     if view.early:
-        view = evolve(view, early=tuple(fact for fact in view.early if fact[1] > event.run))
-    for when, _, fact in due:
-        view, more = _apply(view, fact, max(when, now))
+        view = evolve(view, early=tuple(early for early in view.early if early.run > fact.run))
+    for early in due:
+        view, more = _apply(view, early, max(early.time_ms, now))
         emitted += more
     return view, emitted
 
 
-def _run_ended(view: JobView, event: Event, now: int, **extra: Any) -> tuple[JobView, list[Emitted]]:
-    run = getattr(event, "run", 0)
-    if isinstance(event, JobCancelled) and run == 0:
+def _run_ended(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView, list[Emitted]]:
+    run = fact.run
+    if fact.event == "JobCancelled" and run == 0:
         run = view.run
     if run != view.run and view.run != 0:
         stale = f"run {run} is not the current run {view.run}"
-        return _log(view, now, view.status, event, "StaleRun", stale, **extra), []
+        held = next((h for h in view.superseded if h.run == run), None)
+        if held is None:
+            return _log(view, now, view.status, fact, "StaleRun", stale, **extra), []
+        # The end of a run a newer placement replaced: its GPU time until now.
+        rest = tuple(h for h in view.superseded if h.run != run)
+        logged = _log(view, now, view.status, fact, "StaleRun", stale, superseded=rest, **extra)
+        return logged, _release_accounting(view, held.run, held.cluster, held.placement, held.placed_ms, now)
     emitted = _release(view, now) if view.allocated else []
-    status, reason = _RUN_ENDS[type(event)]
-    if isinstance(event, JobFailed):
-        reason = event.reason.value
-    message = getattr(event, "message", "")
+    status, reason = _RUN_ENDS[fact.event]
+    if fact.event == "JobFailed":
+        reason = fact.reason
     emitted += _demand(view, status == "queued")  # of fields the end of a run does not change
     changes: dict[str, int | None]
     if status == "queued":
         changes = {"preemptions": view.preemptions + 1, "queued_since_ms": now}
     else:
         changes = {"ended_ms": now, "queued_since_ms": None}
-    return _log(view, now, status, event, reason, message, status=status, placement=(), **changes, **extra), emitted
+    logged = _log(view, now, status, fact, reason, fact.message, status=status, placement=(), **changes, **extra)
+    return logged, emitted
 
 
 def _since(view: JobView, now: int) -> int:
     return now if view.queued_since_ms is None else view.queued_since_ms
 
 
-def _log(view: JobView, now: int, logged: str, event: Event, reason: str, message: str, **changes: Any) -> JobView:
-    """Add a timeline entry (the job is ``logged`` there), with any ``changes`` of the view at once."""
-    entry = TimelineEntry(now, logged, event.event_type.rsplit(".", 1)[-1], reason, message[:512])
+def _log(
+    view: JobView,
+    now: int,
+    logged: str,
+    fact: Fact,
+    reason: str | None = None,
+    message: str | None = None,
+    /,
+    **changes: Any,
+) -> JobView:
+    """Add a timeline entry (the job is ``logged`` there; the fact's reason and message unless others
+    are given), with any ``changes`` of the view at once."""
+    reason = fact.reason if reason is None else reason
+    message = fact.message if message is None else message
+    entry = TimelineEntry(now, logged, fact.event, reason, message)
     timeline = (*view.timeline, entry)
     dropped = view.timeline_dropped
     if len(timeline) > TIMELINE_LIMIT:
@@ -329,49 +625,64 @@ def _demand(view: JobView, pending: bool) -> list[Emitted]:
 
 
 def _hold(view: JobView, now: int) -> list[Emitted]:
+    if view.orphan:  # nothing is held before the submission says who holds it, and how much
+        return []
     assert view.cluster is not None
     emitted: list[Emitted] = []
     for slot in view.placement:
         gpu = tuple((index, slot.gpu_milli_each) for index in slot.gpu_indices)
         delta = NodeAllocation(view.job_id, view.run, True, view.tenant, view.cpu_milli, view.memory_mib, gpu)
         emitted.append(Routed("nodes", f"{view.cluster}/{slot.node}", delta))
-    emitted.append(_via_node(view, _queue_delta(view, True, now)))
+    emitted.append(_via_node(view.cluster, view.placement, _queue_delta(view, view.run, True, now, now)))
     return emitted
 
 
-def _release(view: JobView, now: int) -> list[Emitted]:
-    assert view.cluster is not None
-    emitted: list[Emitted] = [
+def _release_nodes(view: JobView) -> list[Emitted]:
+    if view.orphan:
+        return []
+    return [
         Routed("nodes", f"{view.cluster}/{slot.node}", NodeAllocation(view.job_id, view.run, False))
         for slot in view.placement
     ]
-    emitted.append(_via_node(view, _queue_delta(view, False, now)))
-    total = sum(len(slot.gpu_indices) * slot.gpu_milli_each for slot in view.placement)
-    if total and view.placed_ms is not None:
-        interval = UsageInterval(
-            view.job_id, view.run, view.tenant, view.project, view.cluster, "", total, view.placed_ms, now
-        )
-        emitted.append(_via_node(view, interval))
+
+
+def _release(view: JobView, now: int) -> list[Emitted]:
+    assert view.cluster is not None and view.placed_ms is not None
+    return _release_nodes(view) + _release_accounting(view, view.run, view.cluster, view.placement, view.placed_ms, now)
+
+
+def _release_accounting(
+    view: JobView, run: int, cluster: str, placement: tuple[ReplicaSlot, ...], placed_ms: int, now: int
+) -> list[Emitted]:
+    """The run gives its queue hold back and reports the GPU time it held, from ``placed_ms`` to ``now``."""
+    if view.orphan:
+        return []
+    emitted: list[Emitted] = [_via_node(cluster, placement, _queue_delta(view, run, False, placed_ms, now, cluster))]
+    total = sum(len(slot.gpu_indices) * slot.gpu_milli_each for slot in placement)
+    if total:
+        interval = UsageInterval(view.job_id, run, view.tenant, view.project, cluster, "", total, placed_ms, now)
+        emitted.append(_via_node(cluster, placement, interval))
     return emitted
 
 
-def _via_node(view: JobView, delta: QueueAllocation | UsageInterval) -> Routed:
+def _via_node(cluster: str, placement: tuple[ReplicaSlot, ...], delta: QueueAllocation | UsageInterval) -> Routed:
     """The GPU model lives with the node: the first replica's node fills it in and passes it on."""
-    return Routed("nodes", f"{view.cluster}/{view.placement[0].node}", delta)
+    return Routed("nodes", f"{cluster}/{placement[0].node}", delta)
 
 
-def _queue_delta(view: JobView, held: bool, now: int) -> QueueAllocation:
-    assert view.cluster is not None
+def _queue_delta(
+    view: JobView, run: int, held: bool, since: int, now: int, cluster: str | None = None
+) -> QueueAllocation:
     return QueueAllocation(
         view.job_id,
-        view.run,
+        run,
         held,
         queue_key(view.tenant, view.queue),
-        view.cluster,
+        cluster or view.cluster or "",
         view.cpu_milli * view.replicas,
         view.memory_mib * view.replicas,
         view.gpu_milli * view.replicas,
         None,
-        view.placed_ms if view.placed_ms is not None else now,
+        since,
         now,
     )

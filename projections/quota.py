@@ -126,10 +126,13 @@ class QuotaStage:
 
     def fold(self, entity: QueueQuota | None, item: Input) -> tuple[QueueQuota | None, list[Emitted]]:
         tenant, _, queue = item.key.partition("/")
-        quota = entity or QueueQuota(tenant, queue, period_start_ms=item.time_ms)
+        data = item.item
+        # When it happened: a hold or release says so itself (the job stage may emit it when a cause read
+        # late completes the job's history, under a later input). The period starts at the earliest.
+        at = (data.at_ms or item.time_ms) if isinstance(data, QueueAllocation) else item.time_ms
+        quota = entity or QueueQuota(tenant, queue, period_start_ms=at)
         if quota.applied.seen(item):
             return entity, []
-        data = item.item
         before = quota
         if isinstance(data, QuotaSet):
             lines = tuple(
@@ -144,14 +147,16 @@ class QuotaStage:
             quota = evolve(quota, lines=lines)
         elif isinstance(data, QueueAllocation):
             quota = _allocation(quota, data, item.time_ms)
+        if at < quota.period_start_ms:
+            quota = evolve(quota, period_start_ms=at)
         applied = quota.applied.after(item)
         if quota is before and entity is not None:
             # Changed nothing (a stored queue's usage facts are its latest version's): positions at most.
             return (entity if applied is before.applied else evolve(entity, applied=applied)), []
         if applied is not quota.applied:
             quota = evolve(quota, applied=applied)
-        # An "unknown" queue (placements read before their submission) is kept when it empties: dropping
-        # it would restart its versions, and a reader that saw v5 ignores a new v1 (same id, new content).
+        # A queue is kept when it empties: dropping it would restart its versions, and a reader that saw
+        # v5 ignores a new v1 (same id, new content).
         return _versioned(quota), []
 
     def publish(self, before: QueueQuota | None, after: QueueQuota | None) -> list[Output]:

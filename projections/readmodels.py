@@ -57,10 +57,12 @@ async def load_positions(pool: asyncpg.Pool, schema: str) -> dict[tuple[str, int
     return {(row["topic"], row["partition"]): row["next_offset"] for row in rows}
 
 
-STATE_FORMAT = 3
+STATE_FORMAT = 4
 """The layout of the pickled entities: raise it whenever a stage's entity class changes its fields.
 1: up to the batch folding of the projections; 2: running totals and plain published facts; 3: the
-quota's holdings and released runs and the fleet's nodes and pending jobs in persistent collections."""
+quota's holdings and released runs and the fleet's nodes and pending jobs in persistent collections;
+4: the job view keeps its facts in job order (and what waits), so its answer does not depend on the
+order its partitions are read in."""
 _FORMAT_KEY = ("_format", "")
 
 

@@ -125,8 +125,6 @@ def _cluster_rows(key: str, cluster: ClusterView) -> Sequence[Row]:
 
 
 def _quota_rows(key: str, quota: QueueQuota) -> Sequence[Row]:
-    if quota.tenant == "unknown" and not quota.holdings and not quota.gpu_milli_ms_consumed:
-        return []  # bookkeeping of placements read before their submissions; nothing to show
     lines, gpu_hours_milli, _ = usage_facts(quota)
     usage = [
         {"resource": r, "gpu_model": m, "used": u, "guaranteed": g, "limit": limit, "borrowed": b}

@@ -87,7 +87,8 @@ class Topology:
                 into.changed.add((name, item.key))
             for out in emitted:
                 if isinstance(out, Routed):
-                    queue.append((out.stage, _new(Input, (out.key, item.time_ms, None, out.delta, item.envelope_id))))
+                    time_ms = item.time_ms if out.time_ms is None else out.time_ms
+                    queue.append((out.stage, _new(Input, (out.key, time_ms, None, out.delta, item.envelope_id))))
                 elif isinstance(out, Output):
                     into.outputs.append(out)
 
@@ -126,7 +127,8 @@ class Topology:
                     tables.setdefault(name, {})[key] = after
             for out in emitted:
                 if isinstance(out, Routed):
-                    queue.append((out.stage, _new(Input, (out.key, item.time_ms, None, out.delta, item.envelope_id))))
+                    time_ms = item.time_ms if out.time_ms is None else out.time_ms
+                    queue.append((out.stage, _new(Input, (out.key, time_ms, None, out.delta, item.envelope_id))))
                 else:
                     into.outputs.append(out)
 

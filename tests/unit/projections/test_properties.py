@@ -58,11 +58,7 @@ def fold(order: list[str], streams: dict[str, list[tuple[Event, int]]]) -> Fold:
 def summary(f: Fold) -> tuple[object, ...]:
     jobs = f.store.tables.get("jobs", {})
     node = f.get("nodes", "c1/n1")
-    quota = {
-        key: (q.holdings, q.gpu_milli_ms_consumed)
-        for key, q in sorted(f.store.tables.get("quota", {}).items())
-        if q.holdings or q.gpu_milli_ms_consumed or q.tenant != "unknown"  # an emptied "unknown" queue is kept
-    }
+    quota = {key: (q.holdings, q.gpu_milli_ms_consumed) for key, q in sorted(f.store.tables.get("quota", {}).items())}
     return (
         {key: (v.status, v.run, v.started_ms is not None) for key, v in sorted(jobs.items())},
         node.allocations,

@@ -64,19 +64,24 @@ def test_a_start_read_before_its_placement_is_applied_when_the_placement_arrives
     assert fold.get("jobs", "j1").status == "running"
 
 
-def test_a_placement_read_before_its_submission_moves_quota_to_the_right_queue() -> None:
+def test_a_placement_read_before_its_submission_holds_nothing_until_the_submission_says_whose_it_is() -> None:
     fold = Fold()
     fold.feed(a_node())
     fold.feed(placed(), at_s=2)
-    assert len(fold.get("quota", "unknown/default").holdings) > 0
+    assert fold.get("nodes", "c1/n1").allocations == ()
+    assert fold.store.tables.get("quota", {}) == {}
+    assert fold.get("jobs", "j1").status == "placed"
     fold.feed(a_job(tenant="team-b"), at_s=1)
-    unknown = fold.get("quota", "unknown/default")
-    assert unknown is not None and len(unknown.holdings) == 0  # kept, so its versions never restart
     assert list(fold.get("quota", "team-b/default").holdings) == ["j1"]
-    assert fold.get("nodes", "c1/n1").allocations[0].tenant == "team-b"
+    node = fold.get("nodes", "c1/n1")
+    assert node.allocations[0].tenant == "team-b"
+    assert node.version == 2  # observed, then held once: as if the submission had been read first
+    job = fold.get("jobs", "j1")
+    assert [e.status for e in job.timeline] == ["submitted", "placed"]
+    assert job.waiting_ms == 1000
 
 
-def test_the_unknown_queue_never_publishes_two_versions_with_one_id() -> None:
+def test_placements_read_before_their_submissions_never_publish_two_versions_with_one_id() -> None:
     fold = Fold()
     fold.feed(a_node())
     for n in range(3):  # each placement read before its submission, then the submission
