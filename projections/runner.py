@@ -151,7 +151,7 @@ class ProjectionRunner:
 
     async def _read(self) -> list[list[LogRecord]]:
         self._cut_all = False
-        if not self._log.commit_markers:
+        if self._log.snapshot_reads:
             return await self._read_snapshot()
         assert self._reader is not None
         per_partition: list[list[LogRecord]] = []
@@ -179,11 +179,14 @@ class ProjectionRunner:
         return per_partition
 
     async def _read_snapshot(self) -> list[list[LogRecord]]:
-        """Every partition in one read of one snapshot (the embedded log answers a tail's poll with one
-        query). Partition by partition, a commit landing between two reads could show an effect
-        without its cause (a placement without its submission, both committed between the reads of
-        the jobs and the decisions partitions): folded in that order, the job's timeline and the node's
-        versions would differ from a rebuild's."""
+        """Every partition in one read of one snapshot (a log with ``snapshot_reads``: the embedded log
+        answers a tail's poll with one query). Partition by partition, a commit landing between two
+        reads could show an effect without its cause. The job view does not depend on that (it is the
+        same in any order of a job's partitions), but other stages fold what different topics say in the
+        order they get it: a placement before the node it lands on was observed, a run priced before its
+        cluster's rates were read, a queue's usage before its quota was set; and the versions of the
+        aggregates count what they went through. From one snapshot, merged in event-time order, the live
+        fold sees causes before effects, as a rebuild does (and a step costs one query)."""
         tail = await self._log.tail({tp: self._positions.get((tp.topic, tp.partition), 0) for tp in self._partitions})
         try:
             records = await tail.poll(max_records=self._batch, timeout_s=0.0)

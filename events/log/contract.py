@@ -176,6 +176,12 @@ class EventLog(Protocol):
     """Whether a committed transaction leaves a marker that takes one offset after its records (Kafka
     does; the embedded log's offsets are dense)."""
 
+    snapshot_reads: bool
+    """Whether a tail's poll reads one consistent snapshot of all its partitions: what it returns was
+    all committed when it read, so no record comes back while one committed before it, on another of
+    the tail's partitions, stays behind (unless ``max_records`` cut the poll). The embedded log answers
+    a poll with one query; Kafka fetches partition by partition and promises no such thing."""
+
     async def start(self) -> None: ...
 
     async def close(self) -> None: ...

@@ -44,6 +44,7 @@ _RETRY_BACKOFF_MS = 5
 
 class KafkaEventLog:
     commit_markers = True
+    snapshot_reads = False
 
     def __init__(self, bootstrap_servers: str, *, client_id: str = "fedsched", replication_factor: int = 1) -> None:
         self.bootstrap_servers = bootstrap_servers

@@ -125,6 +125,7 @@ class PostgresEventLog:
     """``EventLog`` on PostgreSQL. One pool for appends and reads, one connection listening for commits."""
 
     commit_markers = False
+    snapshot_reads = True
 
     def __init__(self, dsn: str, *, pool_size: int = 10) -> None:
         self._dsn = dsn

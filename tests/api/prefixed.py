@@ -65,6 +65,10 @@ class PrefixedLog:
     def commit_markers(self) -> bool:
         return self.inner.commit_markers
 
+    @property
+    def snapshot_reads(self) -> bool:
+        return self.inner.snapshot_reads
+
     async def tail(self, positions: Mapping[TopicPartition, int]) -> _Tail:
         return _Tail(self, await self.inner.tail({self.tp(tp): offset for tp, offset in positions.items()}))
 

@@ -311,6 +311,40 @@ async def test_a_tail_follows_many_partitions_from_given_offsets_and_wakes_on_a_
         await producer.close()
 
 
+async def test_a_tail_with_snapshot_reads_never_returns_a_commit_before_an_earlier_one(
+    event_log: EventLog, make_topic: MakeTopic
+) -> None:
+    """``snapshot_reads`` (the embedded log): every poll reads all the tail's partitions in one snapshot,
+    so what the polls have returned is always the first commits, whatever partitions they went to.
+    Kafka fetches partition by partition and does not claim it."""
+    assert event_log.snapshot_reads is dense(event_log)
+    if not event_log.snapshot_reads:
+        return
+    topic = await make_topic(2)
+    producer = await event_log.producer()
+    tail = await event_log.tail({TopicPartition(topic, 0): 0, TopicPartition(topic, 1): 0})
+    commits = 200
+
+    async def write() -> None:
+        for i in range(commits):  # one commit after the other, alternating partitions
+            await producer.append([OutRecord(topic, value=str(i).encode(), partition=i % 2)])
+
+    writer = asyncio.ensure_future(write())
+    seen: list[int] = []
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while len(seen) < commits and loop.time() < deadline:
+            seen += [int(r.value) for r in await tail.poll(max_records=1000, timeout_s=0.05)]
+            assert sorted(seen) == list(range(len(seen)))
+        assert len(seen) == commits
+        await writer
+    finally:
+        writer.cancel()
+        await tail.close()
+        await producer.close()
+
+
 async def test_a_membership_only_member_holds_its_partitions_and_reads_nothing(
     event_log: EventLog, make_topic: MakeTopic
 ) -> None:
