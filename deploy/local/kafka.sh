@@ -13,8 +13,10 @@
 #   JAVA_HOME              if set, $JAVA_HOME/bin/java is used, else java from PATH
 #   MVN                    maven command (default mvn)
 #   KAFKA_HEAP             JVM heap options (default -Xmx512m -Xms128m)
-#   KAFKA_JVM_OPTS         other broker JVM options (default: C1 compiler only, serial GC: a small
-#                          machine shares its cores with the services; set G1 and C2 for long runs)
+#   KAFKA_JVM_OPTS         other broker JVM options (default: C1 compiler only, parallel GC: a
+#                          small machine shares its cores with the services, and the parallel young
+#                          collections paused the broker ~4x less in total than the serial ones at
+#                          200 submissions/s; set G1 and C2 for long runs)
 #   KAFKA_START_TIMEOUT    seconds to wait for the broker to come up (default 60)
 #   KAFKA_STOP_TIMEOUT     seconds to wait after SIGTERM before SIGKILL (default 30)
 #
@@ -29,7 +31,7 @@ LIBS="$KAFKA_HOME_DIR/libs"
 MARKER="$LIBS/.complete"
 MVN="${MVN:-mvn}"
 KAFKA_HEAP="${KAFKA_HEAP:--Xmx512m -Xms128m}"
-KAFKA_JVM_OPTS="${KAFKA_JVM_OPTS:--XX:TieredStopAtLevel=1 -XX:+UseSerialGC}"
+KAFKA_JVM_OPTS="${KAFKA_JVM_OPTS:--XX:TieredStopAtLevel=1 -XX:+UseParallelGC}"
 KAFKA_START_TIMEOUT="${KAFKA_START_TIMEOUT:-60}"
 KAFKA_STOP_TIMEOUT="${KAFKA_STOP_TIMEOUT:-30}"
 
