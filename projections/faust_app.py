@@ -6,10 +6,13 @@ the pure stages; no reducer is implemented twice.
 
 Topology, per worker (several workers share every topic's partitions and take over when one dies):
 
-    source topics ──▶ router agent ──▶ <app id>.stage.<stage> ──▶ stage agent ──▶ <app id>.stage.<other>
+    source topics ──▶ router task  ──▶ <app id>.stage.<stage> ──▶ stage agent ──▶ <app id>.stage.<other>
     (inventory, jobs,  decode, align by      (packs of inputs,        reduce entities in a faust table;
      decisions,        event time, route;     keyed by entity)        deltas to other stages; outputs to
      governance)       dead-letter junk                               profiles / quota-usage; rows to PG
+
+The router is a task, not an agent: it takes source records from faust's conductor as they were
+fetched, a batch at a time, without a stream's per-record machinery (``projections.faust_source``).
 
 Exactly-once effect from at-least-once delivery (``processing_guarantee`` stays ``at_least_once``;
 faust's exactly-once mode is not used). A stage agent handles one batch of its records thus:
@@ -59,6 +62,7 @@ from projections.faust_fold import Record, fold
 from projections.faust_progress import SourceProgress
 from projections.faust_router import Outbox, Router
 from projections.faust_sink import Sink
+from projections.faust_source import SourceBuffer, source_topic
 from projections.faust_wire import dumps, pack, partition_of, split, unpack
 from projections.topology import default_stages
 
@@ -67,6 +71,8 @@ log = logging.getLogger("fedsched.projections.faust")
 STATE_CODEC = "fedsched_state"
 OUTPUT_SOURCE = "urn:fedsched:projections"
 INTERNAL_RETENTION = timedelta(days=7)
+STREAM_BUFFER = 16384
+"""Records faust may hold for an agent (``stream_buffer_maxsize``), and for the router."""
 
 
 class _StateCodec(codecs.Codec):
@@ -117,7 +123,7 @@ class _ReadCommittedConsumer(faust_aiokafka.Consumer):
     def ack(self, message: Any) -> bool:
         """faust acknowledges the records its streams skip around a rebalance or a stop (flow suspended,
         old generation), and would commit past them unprocessed. A record of our topics counts only
-        when our agent processed it; a skipped one is let go (read again from the committed offset)."""
+        when our router or agent processed it; a skipped one is let go (read again from the committed offset)."""
         gated: frozenset[str] = getattr(self.app, "gated_topics", frozenset())
         if message.topic in gated:
             key = (message.topic, message.partition, message.offset)
@@ -306,7 +312,8 @@ class ProjectionsHost:
             pack_size=config.pack_size,
         )
         self._lock = asyncio.Lock()
-        self._router_stream: Any = None
+        self._intake = SourceBuffer(STREAM_BUFFER)
+        self._sources = source_topic(app, config.source_topics, self._intake)
         self._stale_generation = -1
         self._waiting_since: float | None = None
         self._received: dict[tuple[str, int], int] = {}
@@ -328,6 +335,7 @@ class ProjectionsHost:
         finally:
             await kafka.close()
         await self.sink.start()
+        self.app.topics.add(self._sources)  # subscribed with the agents' topics
 
     async def close(self) -> None:
         await self.progress.close()
@@ -352,8 +360,7 @@ class ProjectionsHost:
 
     def _install(self) -> None:
         app, config = self.app, self.config
-        sources = app.topic(*config.source_topics, key_serializer="raw", value_serializer="raw")
-        self.agents["router"] = app.agent(sources, name="router")(self._route)
+        app.task(self._route)
         app.timer(interval=config.tick_s, name="router-tick")(self._tick)
         for name, stage in self.stages.items():
             partitions = self.partitions[name]
@@ -389,29 +396,49 @@ class ProjectionsHost:
 
     # -- router --------------------------------------------------------------------------------------
 
-    async def _route(self, stream: Any) -> None:
-        self._router_stream = stream
-        async for events in stream.noack_take(self.config.batch, within=self.config.linger_s):
-            async with self._lock:
-                for event in events:
-                    message = event.message
-                    if (
-                        message.generation_id <= self._stale_generation
-                        or message.generation_id != self.app.consumer_generation_id
-                    ):
-                        self._forget(event)
-                        continue
-                    headers = tuple(message.headers or ())
-                    self.router.receive(
-                        event, message.topic, message.partition, message.offset, message.key, message.value, headers
-                    )
-                    self._received[(message.topic, message.partition)] = message.offset + 1
-                await self._release()
+    async def _route(self) -> None:
+        """The router: source records as the conductor fetched them (``faust_source``), a batch at a time."""
+        try:
+            while not self.app.should_stop:
+                await self._intake.ready(self.config.batch, self.config.linger_s)
+                messages = self._intake.take()
+                async with self._lock:
+                    self._receive(messages)
+                    await self._release()
+        except Exception as error:
+            # What alignment holds would never be acknowledged nor let go: stop the worker; a restart
+            # reads it again from the committed offsets.
+            log.exception("event=router_failed")
+            await self.app.crash(error)
+            raise
+
+    def _receive(self, messages: list[Any]) -> None:
+        """What a stream does with each record it takes, and then ``router.receive``: a record of an old
+        generation, or taken while the flow is suspended (a rebalance), is skipped (read again from the
+        committed offsets); any other is tracked (faust waits for its acknowledgement before a
+        rebalance or a stop) and held for alignment."""
+        if not self.app.flow_control.is_active():
+            return
+        generation = self.app.consumer_generation_id
+        if generation <= self._stale_generation:
+            return
+        track = self.app.consumer.unacked.add
+        receive = self.router.receive
+        received = self._received
+        for message in messages:
+            if message.generation_id != generation:
+                continue
+            track(message)
+            topic, partition, offset = message.topic, message.partition, message.offset
+            receive(message, topic, partition, offset, message.key, message.value, tuple(message.headers or ()))
+            received[(topic, partition)] = offset + 1
+        # faust's livelock check looks for when a stream last read each partition.
+        self.app.monitor.stream_inbound_time.update(dict.fromkeys({m.tp for m in messages}, time.monotonic()))
 
     async def _tick(self) -> None:
-        # A release under way (the agent's, or an earlier tick's) covers this tick: queueing behind it
+        # A release under way (the router's, or an earlier tick's) covers this tick: queueing behind it
         # would only repeat it at once, and made ticks overlap under load.
-        if self._router_stream is None or not self.router.aligner.held or self._lock.locked():
+        if not self.router.aligner.held or self._lock.locked():
             return
         async with self._lock:
             await self._release()
@@ -434,8 +461,10 @@ class ProjectionsHost:
             waiting = [(tp, self._next_offset(tp), self._fetched_to(tp)) for tp in empty if tp not in done]
             log.warning("event=router_waiting held=%d for=%s", self.router.aligner.held, waiting)
 
-    async def _ack_routed(self, event: Any) -> None:
-        await self._ack(self._router_stream, event)
+    async def _ack_routed(self, message: Any) -> None:
+        consumer = self.app.consumer
+        consumer.processed(message)  # type: ignore[attr-defined]
+        consumer.ack(message)
 
     async def on_revoked(self) -> None:
         """A rebalance (or a stop) begins: let go of what alignment holds, and of whatever of this
@@ -446,10 +475,11 @@ class ProjectionsHost:
             for held in self.router.drop():
                 self._forget(held.event)
             self._received.clear()
+            self._intake.clear()  # never tracked
 
-    def _forget(self, event: Any) -> None:
+    def _forget(self, message: Any) -> None:
         """Neither processed nor acknowledged: faust must not wait for it; it is read again."""
-        self.app.consumer.unacked.discard(event.message)
+        self.app.consumer.unacked.discard(message)
 
     async def _ack(self, stream: Any, event: Any) -> None:
         self.app.consumer.processed(event.message)  # type: ignore[attr-defined]
@@ -596,7 +626,7 @@ def build_app(config: WorkerConfig, *, sink: Sink | None = None, outbox: Outbox 
         "broker_session_timeout": config.session_timeout_s,
         "broker_heartbeat_interval": heartbeat,
         "broker_commit_interval": config.commit_interval_s,
-        "stream_buffer_maxsize": 16384,
+        "stream_buffer_maxsize": STREAM_BUFFER,
         "producer_max_batch_size": 1024 * 1024,
         "producer_max_request_size": 8 * 1024 * 1024,
         "producer_linger": 0.002,

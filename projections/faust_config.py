@@ -52,9 +52,10 @@ class WorkerConfig:
     partitions: int = 6
     replication: int = 1
     batch: int = 2000
-    """Records one agent takes at a time (a stage's batch is one PostgreSQL transaction)."""
+    """Records one agent takes at a time (a stage's batch is one PostgreSQL transaction). The router
+    takes all it holds once it holds this many, or ``linger_s`` after the first arrived."""
     linger_s: float = 0.02
-    """How long an agent waits to fill a batch."""
+    """How long an agent (or the router) waits to fill a batch."""
     pack_size: int = 500
     session_timeout_s: float = 10.0
     commit_interval_s: float = 1.0

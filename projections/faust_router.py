@@ -1,6 +1,6 @@
 """The router: source records in, stage inputs out, causes first; unreadable records to the dead letters.
 
-Called by the router agent of ``projections.faust_app``. Calls the codec and the stages' ``keys``;
+Called by the router task of ``projections.faust_app``. Calls the codec and the stages' ``keys``;
 sends through an injected outbox, so it runs the same under faust, in agent test contexts and in
 plain unit tests.
 
@@ -41,7 +41,7 @@ class Outbox(Protocol):
 @dataclass(frozen=True, slots=True)
 class Held:
     event: Any
-    """What to acknowledge once the record's effect is delivered (a faust event)."""
+    """What to acknowledge once the record's effect is delivered (faust's ``Message`` of the record)."""
     record: LogRecord
     envelope: Envelope | None
     error: EventError | None

@@ -1,6 +1,6 @@
 """The faust host's parts without a broker: event-time alignment, positions of derived deltas, the router's
-packs and dead letters, and a stage agent in faust's agent test context (a redelivered pack changes
-nothing)."""
+packs and dead letters, its intake from faust's conductor, and a stage agent in faust's agent test
+context (a redelivered pack changes nothing)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 import pytest
+from faust.transport.conductor import ConductorHandler
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
+from faust.types.tuples import ConsumerMessage
 
 from events.catalog.jobs import JobSubmitted
 from events.catalog.types import JobId, Resources, TenantId
@@ -29,6 +31,7 @@ from projections.faust_app import build_app
 from projections.faust_config import WorkerConfig
 from projections.faust_fold import Record, fold
 from projections.faust_router import Router
+from projections.faust_source import SourceBuffer
 from projections.faust_wire import Item, delta_position, dumps, pack, partition_of, unpack
 from projections.shapes import ShapeStage
 from projections.topology import default_stages
@@ -215,6 +218,88 @@ async def test_a_stage_agent_folds_a_pack_once_even_when_it_is_delivered_again()
     assert sink.writes[0][1]["job-9"].status == "submitted"
     topics = [record.topic for record in outbox.records]
     assert CONFIG.changelog_topic("jobs") in topics and CONFIG.stage_topic("shapes") in topics
+
+
+def _message(offset: int, generation: int = 1, partition: int = 0) -> ConsumerMessage:
+    record = to_record(submitted(f"job-{offset}"))
+    message = ConsumerMessage(
+        "u.fedsched.jobs", partition, offset, 0.0, 0, record.headers, record.key, record.value, None,
+        generation_id=generation,
+    )  # fmt: skip
+    return message
+
+
+class TestSourceIntake:
+    """The router's intake (``faust_source``): what faust's conductor hands over, and what it keeps of
+    faust's queues (back-pressure, emptied with them on a rebalance)."""
+
+    @pytest.mark.timeout(30)
+    @pytest.mark.asyncio(loop_scope="session")
+    async def test_the_conductor_hands_a_record_to_the_router_as_it_was_fetched(self) -> None:
+        app: Any = build_app(CONFIG)
+        app.flow_control.resume()
+        tp = TP("u.fedsched.jobs", 0)
+        handler = ConductorHandler(app.topics, tp, {app.host._sources})
+        message = _message(3)
+        await handler(message)
+        assert app.host._intake.take() == [message]  # faust's message itself: no event, nothing decoded
+
+    def test_back_pressure_stops_fetching_a_partition_until_the_router_takes_the_buffer(self) -> None:
+        buffer, calls = SourceBuffer(maxsize=5), []
+        high, drop = (lambda: calls.append("high")), (lambda: calls.append("drop"))
+        for offset in range(5):
+            buffer.put_nowait_enhanced(offset, on_pressure_high=high, on_pressure_drop=drop)
+        assert calls == ["high"] and buffer.full()  # from 5 / 1.25 = 4 held on, once
+        assert buffer.take() == [0, 1, 2, 3, 4] and calls == ["high", "drop"] and not buffer.full()
+
+    def test_a_rebalance_empties_it_without_resuming_a_partition(self) -> None:
+        buffer, calls = SourceBuffer(maxsize=2), []
+        for offset in range(2):
+            buffer.put_nowait_enhanced(offset, on_pressure_high=lambda: None, on_pressure_drop=calls.append)
+        buffer.clear()  # the assignment that follows decides what is fetched
+        assert buffer.take() == [] and calls == []
+
+    @pytest.mark.timeout(30)
+    @pytest.mark.asyncio(loop_scope="session")
+    async def test_a_full_buffer_holds_the_conductor_until_the_router_takes_it(self) -> None:
+        buffer = SourceBuffer(maxsize=1)
+        await buffer.put("first")
+        waiting = asyncio.ensure_future(buffer.put("second"))
+        await asyncio.sleep(0.01)
+        assert not waiting.done()
+        assert buffer.take() == ["first"]
+        await asyncio.wait_for(waiting, 5)
+        assert buffer.take() == ["second"]
+
+    @pytest.mark.timeout(30)
+    @pytest.mark.asyncio(loop_scope="session")
+    async def test_the_router_waits_for_a_batch_or_the_linger_after_the_first_record(self) -> None:
+        buffer = SourceBuffer(maxsize=100)
+        waiting = asyncio.ensure_future(buffer.ready(3, linger_s=60.0))
+        await asyncio.sleep(0.01)
+        for offset in range(3):
+            assert not waiting.done()
+            await buffer.put(offset)
+        await asyncio.wait_for(waiting, 5)  # a batch: at once
+        started = time.monotonic()
+        await buffer.ready(10, linger_s=0.05)  # three held: the linger
+        assert time.monotonic() - started >= 0.04 and len(buffer) == 3
+
+    @pytest.mark.timeout(30)
+    @pytest.mark.asyncio(loop_scope="session")
+    async def test_the_router_skips_records_of_an_old_generation_or_taken_while_the_flow_is_stopped(self) -> None:
+        app: Any = build_app(CONFIG)
+        host, consumer = app.host, app.consumer
+        app.consumer_generation_id = 2
+        old, current = _message(0, generation=1), _message(1, generation=2)
+        host._receive([old, current])  # the flow is suspended until faust resumes it
+        assert not host.router.aligner.held and not consumer.unacked
+        app.flow_control.resume()
+        host._receive([old, current])
+        assert [held.event for held in host.router.drop()] == [current] and set(consumer.unacked) == {current}
+        await host.on_revoked()  # a rebalance begins: what still arrives of this generation is skipped
+        host._receive([_message(2, generation=2)])
+        assert not host.router.aligner.held
 
 
 async def _until(condition: Any, timeout_s: float = 10.0) -> None:

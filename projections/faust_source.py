@@ -1,0 +1,149 @@
+"""The router's intake: source records as faust's conductor fetched them, raw, taken in batches.
+
+Called by ``projections.faust_app``: its router task waits on a ``SourceBuffer`` and takes it whole;
+faust's conductor fills it through ``SourceTopic``, the source topics' channel. Calls faust (the
+``Topic`` it subclasses) and asyncio.
+
+faust hands every fetched record to the channels of its topic: the conductor decodes it into an
+``Event`` and puts that on the channel's queue, and an agent's ``Stream`` takes it off again, one
+record per turn of the event loop, with sensors, a context variable and an acknowledgement per
+event. The stage agents receive packs of inputs, so that cost is spread over thousands of inputs;
+the router would pay it for every source record. It needs none of it: it decodes records itself
+and releases them in batches. So the conductor's decode passes the record on as it came (faust's
+``Message``: key and value raw bytes, its offset and its consumer generation), and the channel's
+queue is a list the router takes whole.
+
+What the buffer keeps of faust's queue (``mode.utils.queues.FlowControlQueue``):
+- back-pressure: from ``maxsize / 1.25`` records on, the consumer is told to stop fetching the
+  partitions whose records arrive (``on_pressure_high``) until the router has taken the buffer
+  (``on_pressure_drop``); at ``maxsize`` the conductor waits in ``put``;
+- flow control: it is emptied whenever faust empties the agents' queues (``app.flow_control`` clears
+  them on a rebalance and again when it resumes). What it held was never tracked nor acknowledged:
+  it is read again from the committed offsets.
+Like a stream, the router skips a record of an old generation or taken while the flow is suspended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import faust
+
+
+class SourceBuffer:
+    pressure_high_ratio = 1.25
+    """As ``FlowControlQueue``'s: the share of ``maxsize`` at which fetching stops."""
+
+    def __init__(self, maxsize: int) -> None:
+        self.maxsize = maxsize
+        self._high = max(1, int(maxsize / self.pressure_high_ratio))
+        self._messages: list[Any] = []
+        self._on_drop: set[Callable[[], None]] = set()
+        self._waiter: asyncio.Future[None] | None = None
+        self._wake_at = 1
+        self._space: asyncio.Future[None] | None = None
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    # -- the conductor's side (what it calls on a channel's queue) -------------------------------------
+
+    def full(self) -> bool:
+        return len(self._messages) >= self.maxsize
+
+    def put_nowait_enhanced(
+        self, value: Any, *, on_pressure_high: Callable[[], None], on_pressure_drop: Callable[[], None]
+    ) -> bool:
+        messages = self._messages
+        high = len(messages) >= self._high and on_pressure_drop not in self._on_drop
+        if high:
+            self._on_drop.add(on_pressure_drop)
+            on_pressure_high()
+        messages.append(value)
+        if self._waiter is not None and len(messages) >= self._wake_at and not self._waiter.done():
+            self._waiter.set_result(None)
+        return high
+
+    async def put(self, value: Any) -> None:
+        """The conductor's way in when the buffer is full: wait until the router took it."""
+        while self.full():
+            if self._space is None or self._space.done():
+                self._space = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._space)  # several puts may wait on it; a cancelled one leaves it be
+        self._messages.append(value)
+        if self._waiter is not None and not self._waiter.done() and len(self._messages) >= self._wake_at:
+            self._waiter.set_result(None)
+
+    def clear(self) -> None:
+        """faust's flow control empties its queues (``FlowControlEvent.clear``), around a rebalance: so is
+        this one. Fetching is not resumed here: the assignment that follows sets which partitions are
+        fetched (a revoked partition must not be resumed)."""
+        self._messages = []
+        self._on_drop = set()
+        if self._space is not None and not self._space.done():
+            self._space.set_result(None)
+
+    # -- the router's side -----------------------------------------------------------------------------
+
+    def take(self) -> list[Any]:
+        """Everything held, in the order it came; fetching resumes where it was stopped."""
+        messages, self._messages = self._messages, []
+        on_drop, self._on_drop = self._on_drop, set()
+        for callback in on_drop:
+            callback()
+        if self._space is not None and not self._space.done():
+            self._space.set_result(None)
+        return messages
+
+    async def ready(self, size: int, linger_s: float) -> None:
+        """Until ``size`` records are held, or at least one is and ``linger_s`` has passed since this was
+        called (or, if none was held then, since the first arrived)."""
+        loop = asyncio.get_running_loop()
+        if not self._messages:
+            await self._until(1, None)
+        deadline = loop.time() + linger_s
+        while len(self._messages) < size:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            await self._until(size, remaining)
+
+    async def _until(self, count: int, timeout_s: float | None) -> None:
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        self._wake_at = count
+        timer = loop.call_later(timeout_s, _settle, waiter) if timeout_s is not None else None
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+
+
+def _settle(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+class SourceTopic(faust.Topic):
+    """The source topics as the conductor sees them: each record goes, as it came, into the buffer
+    given as the channel's ``queue`` (faust takes a channel's queue as given, see ``Channel.queue``)."""
+
+    def _compile_decode(self) -> None:
+        self.decode = _as_it_came  # type: ignore[method-assign]
+
+    async def put(self, event: Any) -> None:
+        await self.queue.put(event)
+
+
+async def _as_it_came(message: Any, *, propagate: bool = False) -> Any:
+    return message
+
+
+def source_topic(app: faust.App, topics: tuple[str, ...], buffer: SourceBuffer) -> SourceTopic:
+    """The channel of ``topics`` that fills ``buffer``; it is emptied with the agents' queues."""
+    app.flow_control.manage_queue(buffer)  # type: ignore[arg-type]
+    return SourceTopic(app, topics=list(topics), queue=buffer, acks=True)  # type: ignore[arg-type]
