@@ -276,10 +276,12 @@ def _to_record(message: object) -> LogRecord:
 
 
 class KafkaReader:
-    """Reads single partitions by offset. One assigned consumer per partition read, kept for reuse and
-    paused between reads: an assigned consumer fetches on its own in the background, so the scheduler's
-    twenty idle partition readers sent ~1,000 fetches a second (about 0.3 cores of the broker's time and
-    as much of the scheduler's) long after its catch-up read."""
+    """Reads single partitions by offset. One assigned consumer per partition read, kept for reuse.
+
+    An assigned consumer keeps fetching in the background (which is what lets a read without a wait
+    return what was committed meanwhile): an idle one long-polls every fetch wait. Pausing it between
+    reads stopped that, but then a read without a wait never gave the fetcher a turn and returned
+    nothing, so callers that poll without waiting saw no records (reverted)."""
 
     def __init__(self, log: KafkaEventLog) -> None:
         self._log = log
@@ -290,9 +292,7 @@ class KafkaReader:
         if entry is None:
             consumer = self._log.consumer()
             await consumer.start()
-            ktp = KafkaTP(tp.topic, tp.partition)
-            consumer.assign([ktp])
-            consumer.pause(ktp)
+            consumer.assign([KafkaTP(tp.topic, tp.partition)])
             entry = (consumer, [-1])
             self._consumers[tp] = entry
         return entry
@@ -304,11 +304,7 @@ class KafkaReader:
         ktp = KafkaTP(tp.topic, tp.partition)
         if position[0] != offset:
             consumer.seek(ktp, offset)
-        consumer.resume(ktp)
-        try:
-            batches = await consumer.getmany(ktp, timeout_ms=int(timeout_s * 1000), max_records=max_records)
-        finally:
-            consumer.pause(ktp)
+        batches = await consumer.getmany(ktp, timeout_ms=int(timeout_s * 1000), max_records=max_records)
         records = [_to_record(m) for m in batches.get(ktp, [])]
         # A caller continues from the last record + 1. The consumer may already be past that (over
         # transaction markers) with records prefetched: seeking then would throw the prefetch away.
@@ -330,16 +326,12 @@ class KafkaReader:
         ktp = KafkaTP(tp.topic, tp.partition)
         consumer.seek(ktp, offset)
         position[0] = -1  # the next read seeks again, so nothing fetched here is lost
-        consumer.resume(ktp)
-        try:
-            while True:
-                batches = await consumer.getmany(ktp, timeout_ms=10, max_records=1)
-                if batches.get(ktp):
-                    return False
-                if await consumer.position(ktp) >= end:
-                    return True
-        finally:
-            consumer.pause(ktp)
+        while True:
+            batches = await consumer.getmany(ktp, timeout_ms=10, max_records=1)
+            if batches.get(ktp):
+                return False
+            if await consumer.position(ktp) >= end:
+                return True
 
     async def close(self) -> None:
         for consumer, _ in self._consumers.values():
