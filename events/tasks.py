@@ -13,10 +13,16 @@ from collections.abc import Iterable
 from typing import Any
 
 
-async def cancel_and_wait(tasks: Iterable[asyncio.Future[Any]], *, again_after_s: float = 1.0) -> None:
-    """Cancel ``tasks`` and return once every one has ended; their exceptions are taken (not raised)."""
+async def cancel_and_wait(
+    tasks: Iterable[asyncio.Future[Any]], *, grace_s: float = 0.0, again_after_s: float = 1.0
+) -> None:
+    """Cancel ``tasks`` and return once every one has ended; their exceptions are taken (not raised).
+
+    ``grace_s``: first give them this long to end on their own (told to stop some other way)."""
     tasks = list(tasks)
     pending = {task for task in tasks if not task.done()}
+    if pending and grace_s > 0:
+        _, pending = await asyncio.wait(pending, timeout=grace_s)
     while pending:
         for task in pending:
             task.cancel()

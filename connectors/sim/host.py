@@ -153,9 +153,7 @@ class SimCluster:
         """Finish the current step, publish that the cluster is stopping, close everything."""
         self._stopping = True
         if self._task is not None:
-            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(asyncio.shield(self._task), timeout_s)
-            await cancel_and_wait([self._task])
+            await cancel_and_wait([self._task], grace_s=timeout_s)
         if self.error is None and self.model is not None and self._publisher is not None:
             with contextlib.suppress(Exception):
                 await self._publish(self.model.shutdown(self.clock.now_ms()))

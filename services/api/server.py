@@ -65,8 +65,7 @@ class ApiServer:
         if self.intake is not None:
             self.intake.stop()
         if self._intake_task is not None:
-            await asyncio.wait([self._intake_task], timeout=10)  # it ends on intake.stop()
-            await cancel_and_wait([self._intake_task])
+            await cancel_and_wait([self._intake_task], grace_s=10)  # it ends on intake.stop()
         await self.server.stop(grace_s)
         if self.intake is not None:
             await self.intake.close()

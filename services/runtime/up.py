@@ -125,9 +125,7 @@ async def stop(running: Running) -> None:
     for close in reversed(running.closers):
         with contextlib.suppress(Exception):
             await close()
-    if running.tasks:
-        await asyncio.wait(running.tasks, timeout=10)  # they end on stop_event
-    await cancel_and_wait(running.tasks)
+    await cancel_and_wait(running.tasks, grace_s=10)  # they end on stop_event
     await running.scheduler.close()
     await running.projections.close()
     await running.archiver.close()

@@ -10,25 +10,16 @@ import pytest
 from events.log import LogRecord, TopicPartition
 from events.topics import JOBS
 from services.api.watch import live
+from tests.stubborn import LosesFirstCancel
 
 
-class StubbornReader:
+class StubbornReader(LosesFirstCancel):
     """Reads that never find anything; the first cancellation is lost (the read returns nothing)."""
-
-    def __init__(self) -> None:
-        self.reading = asyncio.Event()
-        self.swallowed = 0
 
     async def read(
         self, tp: TopicPartition, offset: int, *, max_records: int = 500, timeout_s: float = 0.0
     ) -> list[LogRecord]:
-        self.reading.set()
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            if self.swallowed:
-                raise
-            self.swallowed += 1
+        await self.block()
         return []
 
 
@@ -37,7 +28,7 @@ def test_a_watch_cancelled_by_its_client_ends_though_a_tail_lost_its_first_cance
         reader = StubbornReader()
         stream = live(reader, "job-1", [(TopicPartition(JOBS.name, 0), 0)], "queued", follow=True)  # type: ignore[arg-type]
         watcher: asyncio.Task[object] = asyncio.create_task(anext(stream))  # type: ignore[arg-type]
-        await asyncio.wait_for(reader.reading.wait(), 10)
+        await asyncio.wait_for(reader.started.wait(), 10)
         watcher.cancel()  # the client goes away
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(watcher, 10)

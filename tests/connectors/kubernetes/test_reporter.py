@@ -9,26 +9,17 @@ from typing import Any
 import pytest
 
 from connectors.kubernetes.reporting import Reporter
+from tests.stubborn import LosesFirstCancel
 
 
-class StubbornPublisher:
+class StubbornPublisher(LosesFirstCancel):
     """An append that never commits and loses the first cancellation, returning as if it had committed."""
-
-    def __init__(self) -> None:
-        self.appending = asyncio.Event()
-        self.swallowed = 0
 
     def envelope(self, event: Any, *, id: str | None = None) -> Any:
         return (event, id)
 
     async def publish(self, envelopes: list[Any]) -> None:
-        self.appending.set()
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            if self.swallowed:
-                raise
-            self.swallowed += 1
+        await self.block()
 
 
 def test_close_stops_a_flusher_that_lost_its_first_cancellation() -> None:
@@ -36,7 +27,7 @@ def test_close_stops_a_flusher_that_lost_its_first_cancellation() -> None:
         publisher = StubbornPublisher()
         reporter = Reporter(publisher)  # type: ignore[arg-type]
         sent = reporter.submit([("an event", "id-1")])  # type: ignore[list-item]
-        await asyncio.wait_for(publisher.appending.wait(), 10)
+        await asyncio.wait_for(publisher.started.wait(), 10)
         await asyncio.wait_for(reporter.close(), 10)
         return publisher, reporter, sent
 
