@@ -62,8 +62,7 @@ class SourceBuffer:
             self._on_drop.add(on_pressure_drop)
             on_pressure_high()
         messages.append(value)
-        if self._waiter is not None and len(messages) >= self._wake_at and not self._waiter.done():
-            self._waiter.set_result(None)
+        self._arrived()
         return high
 
     async def put(self, value: Any) -> None:
@@ -73,8 +72,12 @@ class SourceBuffer:
                 self._space = asyncio.get_running_loop().create_future()
             await asyncio.shield(self._space)  # several puts may wait on it; a cancelled one leaves it be
         self._messages.append(value)
-        if self._waiter is not None and not self._waiter.done() and len(self._messages) >= self._wake_at:
-            self._waiter.set_result(None)
+        self._arrived()
+
+    def _arrived(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done() and len(self._messages) >= self._wake_at:
+            waiter.set_result(None)
 
     def clear(self) -> None:
         """faust's flow control empties its queues (``FlowControlEvent.clear``), around a rebalance: so is
