@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import tempfile
 import time
 import uuid
@@ -139,9 +140,12 @@ async def measure(kafka: str, dsn: str, *, nodes: int, jobs: int, partitions: in
 
     envelopes = synthetic(nodes, jobs)
     tag = uuid.uuid4().hex[:8]
+    # The worker's tables and log live in a directory of their own, removed after a clean run (faust
+    # would otherwise leave ``<app-id>-data`` in the caller's working directory).
+    workdir = Path(tempfile.mkdtemp(prefix="fedsched-bench-"))
     config = WorkerConfig(
         broker=kafka, dsn=dsn, app_id=f"bench-{tag}", topic_prefix=f"bench{tag}", schema=f"bench_faust_{tag}",
-        partitions=partitions, session_timeout_s=6.0,
+        partitions=partitions, session_timeout_s=6.0, data_dir=workdir / "data",
     )  # fmt: skip
     log = KafkaEventLog(kafka)
     await log.start()
@@ -151,7 +155,6 @@ async def measure(kafka: str, dsn: str, *, nodes: int, jobs: int, partitions: in
     )
     records = [to_record(e) for e in envelopes]
     records = [OutRecord(names[r.topic], r.value, r.key, r.headers) for r in records]
-    workdir = Path(tempfile.mkdtemp(prefix="fedsched-bench-"))
     worker = WorkerProcess(config, workdir / "worker.log")
     worker.start()
     try:
@@ -196,6 +199,7 @@ async def measure(kafka: str, dsn: str, *, nodes: int, jobs: int, partitions: in
         await readmodels.drop_schema(pool, schema)
     await pool.close()
     await log.close()
+    shutil.rmtree(workdir, ignore_errors=True)
     return Figures(
         events=len(records),
         worker_events_per_s=len(records) / worker_s,
