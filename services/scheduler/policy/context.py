@@ -120,11 +120,14 @@ class Ctx:
         plans: dict[ClusterId, Plan] = {}
         cands: list[tuple[ClusterId, int, int]] = []
         for ci, (lo, hi) in enumerate(fs.cluster_range):
-            cap = per_node(fs, d, lo, hi)
-            if extra is not None:
-                cap = np.where(extra[lo:hi] < MASKED, cap, 0)
-            if int(cap.sum()) < job.replicas:
-                continue
+            # For one replica the trial is the capacity count: its choice is None exactly when no node
+            # (outside the masked ones) fits it.
+            if job.replicas > 1:
+                cap = per_node(fs, d, lo, hi)
+                if extra is not None:
+                    cap = np.where(extra[lo:hi] < MASKED, cap, 0)
+                if int(cap.sum()) < job.replicas:
+                    continue
             plan = self._trial(ci, job, d, extra)
             if plan is None:
                 continue
@@ -140,6 +143,12 @@ class Ctx:
     def _trial(self, ci: int, job: Job, d: Demand, extra: I64 | None) -> Plan | None:
         fs, placer = self.fleet, self.placer
         lo, hi = fs.cluster_range[ci]
+        if job.replicas == 1:  # nothing to take and give back: no later replica depends on this one
+            c = placer.choose(d, lo, hi, extra)
+            if c is None:
+                return None
+            model = self.model_at(c.node) if d.gpus or d.gpu_milli else ""
+            return Plan(ci, (c,), c.cost, (model,) if model else ())
         taken: list[ReplicaPlacement] = []
         choices: list[Choice] = []
         cur = extra
