@@ -20,6 +20,7 @@ from collections import defaultdict
 from typing import Any
 
 from events.catalog.decisions import JobPlaced, SchedulingCycleCompleted
+from events.catalog.governance import TenantRegistered
 from events.catalog.inventory import ClusterKind, ClusterRegistered, GpuDevice, NodeObserved
 from events.catalog.jobs import JobSubmitted, JobSucceeded
 from events.catalog.types import ClusterId, JobId, NodeId, Resources, TenantId
@@ -57,6 +58,8 @@ def scheduled_log(nodes: int, jobs: int, per_cycle: int, runtime_cycles: int) ->
         )
 
     cluster = ClusterId("bench")
+    for team in range(4):  # registered, as a deployment's tenants are: their fair share reads their usage
+        publish(TenantRegistered(tenant=TenantId(f"team-{team}"), display_name=f"Team {team}"), T0)
     publish(ClusterRegistered(cluster=cluster, kind=ClusterKind.SIMULATED, site="s", region="r", currency="EUR"), T0)
     for i in range(nodes):
         gpus = tuple(GpuDevice(index=g, model="A100", memory_mib=81_920) for g in range(8))

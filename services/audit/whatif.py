@@ -152,6 +152,9 @@ async def load_history(
 def simulate(history: History, config: PolicyConfig) -> Outcome:
     """Replay the arrivals through ``schedule`` on the recorded fleet, jobs running their real runtimes."""
     base = history.state.snapshot(history.start_ms)
+    # Fair share reads past usage decayed with the policy's half-life: this policy's, not the recorded one.
+    usage = history.state.usage_histories(config.usage_half_life_ms)
+    tenants = tuple(replace(t, usage=usage.get(t.tenant_id, m.UsageHistory())) for t in base.tenants)
     nodes: dict[tuple[str, str], m.Node] = {
         (n.cluster, n.node_id): replace(
             n,
@@ -198,7 +201,7 @@ def simulate(history: History, config: PolicyConfig) -> Outcome:
             now_ms=now,
             clusters=base.clusters,
             nodes=tuple(nodes[k] for k in sorted(nodes)),
-            tenants=base.tenants,
+            tenants=tenants,
             running=tuple(r for r, _ in (running[j] for j in sorted(running))),
             pending=tuple(pending[j] for j in sorted(pending)),
         )

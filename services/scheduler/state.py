@@ -50,6 +50,7 @@ from events.catalog.profiles import ResourceProfileUpdated
 from events.catalog.types import ClusterId, JobId, NodeId, ResourceKind, TenantId
 from events.envelope import Envelope
 from services.scheduler.policy import model as m
+from services.scheduler.policy.usage import UsageLedger, history_of
 
 _MILLI = 1000
 
@@ -124,8 +125,9 @@ class _Derived:
     node_list: list[m.Node | None] = field(default_factory=list)  # ``node_models`` in ``node_order``
     node_pos: dict[tuple[str, str], int] = field(default_factory=dict)  # key -> its place in both
     suspects: set[tuple[str, str]] = field(default_factory=set)
-    usage: dict[str, list[m.UsageRecord]] = field(default_factory=dict)  # tenant -> records, sorted
+    usage: dict[str, UsageLedger] = field(default_factory=dict)  # tenant -> its usage history, by epoch
     usage_of: dict[str, tuple[str, list[m.UsageRecord]]] = field(default_factory=dict)  # job -> its records
+    usage_half_life_ms: int = m.PolicyConfig().usage_half_life_ms  # what ``usage`` was grown with
     tenants: tuple[m.Tenant, ...] | None = None
     jobs: set[str] = field(default_factory=set)  # touched since the last refresh
     nodes: set[tuple[str, str]] = field(default_factory=set)
@@ -238,6 +240,15 @@ class SchedulerState:
         pending = tuple(derived.pending[job_id] for job_id in sorted(derived.pending))
         # At C speed (every cycle, every node); a removed node's entry is None, a ``Node`` is always true.
         nodes = tuple(filter(None, derived.node_list))
+        half_life = self.policy_config().usage_half_life_ms
+        if half_life != derived.usage_half_life_ms:  # a policy changed the half-life: grow them all again
+            derived.usage_half_life_ms = half_life
+            derived.usage = {}
+            for tenant, records in derived.usage_of.values():
+                ledger = self._ledger(tenant)
+                for record in records:
+                    ledger.add(record)
+            derived.tenants = None
         if derived.tenants is None:
             derived.tenants = self._tenants()
         return m.FleetSnapshot(
@@ -350,13 +361,20 @@ class SchedulerState:
         tenant, before = derived.usage_of.get(job_id, (facts.spec.tenant, []))
         if before == records:
             return
-        mine = derived.usage.setdefault(tenant, [])
+        ledger = self._ledger(tenant)
         for record in before:
-            mine.remove(record)
+            ledger.add(record, -1)
         for record in records:
-            bisect.insort(mine, record, key=_usage_order)
+            ledger.add(record)
         derived.usage_of[job_id] = (tenant, records)
         derived.tenants = None
+
+    def _ledger(self, tenant: str) -> UsageLedger:
+        derived = self._derived
+        ledger = derived.usage.get(tenant)
+        if ledger is None:
+            ledger = derived.usage[tenant] = UsageLedger(derived.usage_half_life_ms, {})
+        return ledger
 
     def _node(self, key: tuple[str, str]) -> m.Node | None:
         facts = self.nodes.get(key)
@@ -399,6 +417,13 @@ class SchedulerState:
             cost_milli_per_gpu_hour=(sum(rates) // len(rates) // 1000) if rates else 0,
         )
 
+    def usage_histories(self, half_life_ms: int) -> dict[str, m.UsageHistory]:
+        """Every tenant's usage history grown with ``half_life_ms`` (what-ifs under another policy)."""
+        records: dict[str, list[m.UsageRecord]] = {}
+        for tenant, mine in self._derived.usage_of.values():
+            records.setdefault(tenant, []).extend(mine)
+        return {tenant: history_of(mine, half_life_ms) for tenant, mine in sorted(records.items())}
+
     def _tenants(self) -> tuple[m.Tenant, ...]:
         usage = self._derived.usage
         names = sorted(set(self.tenants) | {tenant for tenant, _ in self.quotas})
@@ -421,7 +446,7 @@ class SchedulerState:
                     weight=registered.weight if registered else 1,
                     cohort=(registered.cohort or "") if registered else "",
                     quotas=tuple(quotas),
-                    usage=tuple(usage.get(name, ())),
+                    usage=usage[name].history() if name in usage else m.UsageHistory(),
                 )
             )
         return tuple(out)
@@ -436,10 +461,6 @@ def core_node_id(cluster: str, node: str) -> NodeId:
 def event_node(node_id: str) -> NodeId:
     """The node's own name, as events carry it (beside their cluster field)."""
     return NodeId(node_id.partition("/")[2] or node_id)
-
-
-def _usage_order(record: m.UsageRecord) -> tuple[int, int]:
-    return (record.at_ms, record.gpu_milli_ms)
 
 
 def job_model(job_id: str, facts: JobFacts) -> m.Job:

@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from events.catalog.jobs import JobKind, PriorityClass
-from services.scheduler.policy import Place, Preempt, Queue, Quota, ReasonCode, Reserve, UsageRecord, schedule
-from services.scheduler.policy.fairshare import decay
+from services.scheduler.policy import (
+    Place,
+    PolicyConfig,
+    Preempt,
+    Queue,
+    Quota,
+    ReasonCode,
+    Reserve,
+    UsageRecord,
+    schedule,
+)
+from services.scheduler.policy.usage import UsageLedger, decayed, history_of
 from tests.scheduler.builders import a_job, a_node, config, running, snapshot, tenant
 
 pytestmark = pytest.mark.timeout(30)
@@ -41,7 +53,8 @@ def test_inside_a_class_the_tenant_holding_less_goes_first():
 def test_decayed_usage_history_lowers_a_tenants_turn():
     node = a_node("n1").gpus(4).build()
     heavy = tenant("heavy")
-    heavy = type(heavy)(heavy.tenant_id, usage=(UsageRecord(at_ms=900_000, gpu_milli_ms=10**15),))
+    usage = history_of([UsageRecord(at_ms=900_000, gpu_milli_ms=10**15)], PolicyConfig().usage_half_life_ms)
+    heavy = type(heavy)(heavy.tenant_id, usage=usage)
     jobs = [
         a_job("h").tenant("heavy").gpus(4).submitted(0).build(),
         a_job("l").tenant("light").gpus(4).submitted(1).build(),
@@ -51,10 +64,43 @@ def test_decayed_usage_history_lowers_a_tenants_turn():
 
 
 def test_usage_halves_every_half_life():
-    assert decay(1_000_000, 0, 100) == 1_000_000
-    assert decay(1_000_000, 100, 100) == 500_000
-    assert decay(1_000_000, 300, 100) == 125_000
-    assert 700_000 <= decay(1_000_000, 50, 100) <= 710_000
+    def left(at_ms: int, now_ms: int) -> int:
+        return decayed(history_of([UsageRecord(at_ms, 1_000_000)], 100), now_ms)
+
+    assert left(0, 0) == 1_000_000
+    assert left(0, 100) == 500_000
+    assert left(0, 300) == 125_000
+    assert 700_000 <= left(0, 50) <= 710_000
+    # Across an epoch boundary (32 half-lives) and from any start on the grid, the same.
+    assert left(3150, 3250) == 500_000
+    assert left(3200 * 7 + 10, 3200 * 7 + 310) == 125_000
+    assert left(0, 100 * 64) == 0
+
+
+def test_a_tenants_history_is_its_records_decayed_whatever_the_order_of_adding_and_removing():
+    rng = random.Random(5)
+    records = [UsageRecord(rng.randrange(0, 10_000), rng.randrange(0, 10**12)) for _ in range(200)]
+    expected = history_of(records, 300)
+    for _ in range(20):
+        ledger = UsageLedger(300, {})
+        extra = [UsageRecord(rng.randrange(0, 10_000), rng.randrange(1, 10**12)) for _ in range(50)]
+        steps = [(r, 1) for r in records + extra] + [(r, -1) for r in extra]
+        rng.shuffle(steps)
+        for record, sign in sorted(steps, key=lambda s: s[1] < 0):  # every removal after its addition
+            ledger.add(record, sign)
+        assert ledger.history() == expected
+    # Decayed all at once, the sum of the records each decayed (to within the table's rounding).
+    now = 12_000
+    exact = sum(r.gpu_milli_ms * 2 ** (-(now - r.at_ms) / 300) for r in records)
+    assert abs(decayed(expected, now) - exact) <= exact * 0.011
+
+
+def test_a_history_grown_with_another_half_life_is_refused():
+    node = a_node("n1").gpus(4).build()
+    odd = tenant("odd")
+    odd = type(odd)(odd.tenant_id, usage=history_of([UsageRecord(at_ms=1, gpu_milli_ms=5)], 1234))
+    with pytest.raises(ValueError, match="half-life of 1234 ms"):
+        schedule(snapshot([node], [a_job("o").tenant("odd").gpus(1).build()], tenants=[odd]))
 
 
 def test_aging_lets_an_old_job_of_a_busy_tenant_overtake():

@@ -33,6 +33,7 @@ from services.scheduler.policy.model import (
     RunningJob,
     Shape,
     Tenant,
+    UsageHistory,
     UsageRecord,
 )
 from services.scheduler.policy.placer import Choice, Placer
@@ -69,6 +70,7 @@ __all__ = [
     "RunningJob",
     "Shape",
     "Tenant",
+    "UsageHistory",
     "UsageRecord",
     "schedule",
     "typical_shapes",

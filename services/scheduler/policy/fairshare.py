@@ -4,44 +4,18 @@ Called by the cycle, once per admission. Inside a priority class the next job co
 the lowest fair-share key: its dominant-resource share of what it holds now (DRF over CPU, memory, GPU),
 plus its share of decayed historical GPU usage (Slurm-style exponential decay with a configurable
 half-life), divided by its weight, minus an aging bonus for how long the job has waited, so nothing
-starves. All in integers (per-mille of the fleet); the decay uses a fixed-point table of 2^(-i/64).
+starves. All in integers (per-mille of the fleet); the decayed history comes from ``policy.usage``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from services.scheduler.policy.model import Job, PolicyConfig, Tenant, TenantId, UsageRecord, priority_rank
+from services.scheduler.policy.model import Job, PolicyConfig, Tenant, TenantId, priority_rank
+from services.scheduler.policy.usage import decayed
 
 SCALE = 1000
-# round(2 ** (-i / 64) * 1e9) for i in 0..63.
-_POW2_FRAC = (
-    1000000000, 989228013, 978572062, 968030897, 957603281, 947287991, 937083817, 926989563, 917004043,
-    907126088, 897354538, 887688246, 878126080, 868666918, 859309649, 850053177, 840896415, 831838290,
-    822877739, 814013711, 805245166, 796571076, 787990423, 779502200, 771105413, 762799075, 754582214,
-    746453864, 738413073, 730458897, 722590403, 714806669, 707106781, 699489836, 691954941, 684501211,
-    677127773, 669833762, 662618322, 655480606, 648419777, 641435008, 634525479, 627690379, 620928906,
-    614240268, 607623680, 601078366, 594603558, 588198496, 581862429, 575594615, 569394317, 563260809,
-    557193371, 551191292, 545253866, 539380399, 533570200, 527822589, 522136891, 516512440, 510948574,
-    505444643,
-)  # fmt: skip
-
-
-def decay(amount: int, age_ms: int, half_life_ms: int) -> int:
-    """``amount * 2 ** (-age / half_life)`` in integers (to within 1/64 of a half-life)."""
-    if amount <= 0 or half_life_ms <= 0:
-        return max(0, amount) if half_life_ms <= 0 else 0
-    age = max(0, age_ms)
-    halvings, rest = divmod(age, half_life_ms)
-    if halvings >= 62:
-        return 0
-    frac = _POW2_FRAC[rest * 64 // half_life_ms]
-    return (amount * frac // 1_000_000_000) >> halvings
-
-
-def decayed_usage(records: Iterable[UsageRecord], now_ms: int, half_life_ms: int) -> int:
-    return sum(decay(r.gpu_milli_ms, now_ms - r.at_ms, half_life_ms) for r in sorted(records, key=lambda r: r.at_ms))
 
 
 @dataclass(slots=True)
@@ -80,10 +54,13 @@ class FairShare:
         self.now_ms = now_ms
         self.config = config
         gpu_ms = max(1, capacity.gpu_milli) * max(1, config.usage_half_life_ms)
-        self.history = {
-            t: decayed_usage(x.usage, now_ms, config.usage_half_life_ms) * SCALE // gpu_ms
-            for t, x in sorted(tenants.items())
-        }
+        for t, x in sorted(tenants.items()):
+            if x.usage.epochs and x.usage.half_life_ms != config.usage_half_life_ms:
+                raise ValueError(
+                    f"tenant {t}: usage history grown with a half-life of {x.usage.half_life_ms} ms, "
+                    f"the policy's is {config.usage_half_life_ms} ms"
+                )
+        self.history = {t: decayed(x.usage, now_ms) * SCALE // gpu_ms for t, x in sorted(tenants.items())}
 
     def weight(self, tenant: TenantId) -> int:
         t = self.tenants.get(tenant)
@@ -135,4 +112,4 @@ class FairShare:
             shadow.admit(job)
 
 
-__all__ = ["Capacity", "FairShare", "Held", "decay", "decayed_usage"]
+__all__ = ["Capacity", "FairShare", "Held"]

@@ -101,12 +101,23 @@ class UsageRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class UsageHistory:
+    """A tenant's past GPU usage as per-epoch sums of grown records (see ``policy.usage``): it decays to
+    any moment in a few integer divisions, however long the history."""
+
+    half_life_ms: int = 0
+    """The half-life the records were grown with (fair share refuses another)."""
+    epochs: tuple[tuple[int, int], ...] = ()
+    """(epoch start ms, grown sum), by start."""
+
+
+@dataclass(frozen=True, slots=True)
 class Tenant:
     tenant_id: TenantId
     weight: int = 1
     cohort: str = ""
     quotas: tuple[Quota, ...] = ()
-    usage: tuple[UsageRecord, ...] = ()
+    usage: UsageHistory = UsageHistory()
     hot_model_cap_milli: int | None = None  # None: the policy default
 
 
@@ -264,6 +275,7 @@ __all__ = [
     "Shape",
     "Tenant",
     "TenantId",
+    "UsageHistory",
     "UsageRecord",
     "priority_rank",
 ]

@@ -7,11 +7,14 @@ random moments so that the incremental caches see every kind of change between t
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from events.catalog.base import Event
-from events.catalog.governance import FindingKind, GovernanceFinding, QuotaLine, QuotaSet
+from events.catalog.governance import FindingKind, GovernanceFinding, PolicyConfigured, QuotaLine, QuotaSet
 from events.catalog.inventory import (
     ClusterKind,
     ClusterRegistered,
@@ -27,6 +30,7 @@ from events.catalog.types import Health, ResourceKind
 from events.envelope import Envelope
 from services.scheduler.policy import CycleMemo, schedule
 from services.scheduler.policy import model as m
+from services.scheduler.policy.usage import history_of
 from services.scheduler.state import SchedulerState, core_node_id, job_model
 from tests.unit.projections.builders import a_job, a_node, placed
 
@@ -107,7 +111,7 @@ def full_snapshot(state: SchedulerState, now_ms: int) -> m.FleetSnapshot:
             weight=t.weight,
             cohort=t.cohort,
             quotas=t.quotas,
-            usage=tuple(sorted(usage.get(t.tenant_id, []), key=lambda u: (u.at_ms, u.gpu_milli_ms))),
+            usage=history_of(usage.get(t.tenant_id, []), state.policy_config().usage_half_life_ms),
         )
         for t in incremental.tenants
     )
@@ -150,6 +154,13 @@ def _fleet_event(kind: int, node: str, gpu: int) -> Event:
         return QuotaSet(
             tenant="team-0", lines=(QuotaLine(resource=ResourceKind.GPU, guaranteed=gpu * 1000),), set_by="admin"
         )
+    if kind == 6:  # another half-life: every tenant's usage history is grown again
+        return PolicyConfigured(
+            policy="default",
+            policy_version=f"v{gpu}",
+            document={"usage_half_life_ms": (gpu + 1) * 3_600_000},
+            configured_by="admin",
+        )
     return GovernanceFinding(
         finding_id=f"f-{node}-{gpu}",
         kind=FindingKind.SUSPECT_NODE,
@@ -172,13 +183,25 @@ step = st.one_of(
         st.integers(1, 3),
         st.integers(0, 3),
     ),
-    st.tuples(st.just("fleet"), st.integers(0, 5), st.just(0), st.sampled_from(NODES), st.just(0), st.integers(0, 3)),
+    st.tuples(st.just("fleet"), st.integers(0, 6), st.just(0), st.sampled_from(NODES), st.just(0), st.integers(0, 3)),
     st.tuples(st.just("snapshot"), st.integers(0, 5), st.just(0), st.just(""), st.just(0), st.integers(0, 3)),
 )
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(step, max_size=60))
+# Usage recorded under one half-life, then a policy with another (the history is grown again).
+@example(
+    [
+        ("job", 0, 2, "", 0, 0),
+        ("job", 1, 2, "n1", 1, 0),
+        ("job", 2, 2, "n1", 1, 0),
+        ("fleet", 4, 0, "n1", 0, 1),
+        ("snapshot", 0, 0, "", 0, 0),
+        ("fleet", 6, 0, "n1", 0, 2),
+        ("snapshot", 0, 0, "", 0, 0),
+    ]
+)
 # A job placed again on another GPU model between two cycles (its group changes with the model).
 @example(
     [
@@ -193,7 +216,6 @@ def test_the_incremental_snapshot_equals_a_rebuild_at_every_moment(
     steps: list[tuple[str, int, int, str, int, int]],
 ) -> None:
     state = SchedulerState()
-    config = state.policy_config()
     memo = CycleMemo()
     state.fold(
         Envelope(
@@ -211,6 +233,7 @@ def test_the_incremental_snapshot_equals_a_rebuild_at_every_moment(
             assert snapshot == full_snapshot(state, now)
             # A cycle memo carried from cycle to cycle changes nothing of what a cycle decides.
             fresh = CycleMemo()
+            config = state.policy_config()
             assert schedule(snapshot, config, memo) == schedule(snapshot, config, fresh)
             assert memo.group_counts() == fresh.group_counts()
             continue
@@ -218,7 +241,29 @@ def test_the_incremental_snapshot_equals_a_rebuild_at_every_moment(
         state.fold(Envelope(id=f"e{i}", time_ms=now, data=event))
     end = T0 + 10**9
     assert state.snapshot(end) == full_snapshot(state, end)
+    config = state.policy_config()
     assert schedule(state.snapshot(end), config, memo) == schedule(state.snapshot(end), config)
     assert state.open_cancellations() == sorted(
         j for j, f in state.jobs.items() if f.cancel_requested and not f.terminal
     )
+
+
+def test_a_what_if_under_another_half_life_gets_the_history_grown_with_it() -> None:
+    state = SchedulerState()
+    steps = [a_node(node="n1", gpus=4, model="A100"), _fleet_event(4, "n1", 1)]
+    steps += [_job_event(0, "j2", "", 0, 0), _job_event(1, "j2", "n1", 1, 0), _job_event(2, "j2", "n1", 1, 0)]
+    for i, event in enumerate(steps):
+        state.fold(Envelope(id=f"e{i}", time_ms=T0 + i * 60_000, data=event))
+    recorded = state.snapshot(T0 + 10 * 60_000)
+    (team,) = recorded.tenants
+    assert team.usage.half_life_ms == m.PolicyConfig().usage_half_life_ms and team.usage.epochs
+    hour = 3_600_000
+    facts = state.jobs["j2"]
+    record = m.UsageRecord(facts.ended_at[1], 1000 * (facts.ended_at[1] - facts.placed_at[1]))
+    assert state.usage_histories(hour) == {"team-0": history_of([record], hour)}
+    # The recorded history under a policy with another half-life is refused, the regrown one taken.
+    other = m.PolicyConfig(usage_half_life_ms=hour)
+    with pytest.raises(ValueError, match="half-life"):
+        schedule(recorded, other)
+    regrown = replace(recorded, tenants=(replace(team, usage=state.usage_histories(hour)["team-0"]),))
+    assert schedule(regrown, other).decisions == schedule(recorded).decisions
