@@ -17,12 +17,14 @@ outputs whose ids are derived from the facts that triggered them, so each is rep
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter
+from typing import cast
 
 from events.catalog.governance import Figure, FindingKind, GovernanceFinding
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import ClusterId, JobId, NodeId, TenantId
 from services.governance.config import AbnormalRules, GovConfig
+from services.governance.failures import Entry
 from services.governance.state import GovState, JobFacts, Output, derived_id
 
 Failure = tuple[int, str, int, str, str]  # (ended ms, job id or workload, run, cluster, node)
@@ -36,18 +38,17 @@ def findings(state: GovState, config: GovConfig) -> list[Output]:
 
 
 def crash_loops(state: GovState, rules: AbnormalRules) -> list[Output]:
-    by_name: dict[tuple[str, str], list[Failure]] = defaultdict(list)
-    for facts in state.jobs.values():
-        if facts.spec is None:
-            continue
-        for run in facts.runs.values():
-            if run.ended_how == "failed" and run.ended_ms is not None:
-                key = (facts.spec.tenant, facts.spec.name)
-                by_name[key].append((run.ended_ms, facts.job_id, run.run, run.cluster, run.fail_node or ""))
+    threshold, window = rules.crash_loop_failures, rules.crash_loop_window_ms
     out = []
-    for (tenant, name), failures in sorted(by_name.items()):
-        for trigger, count in _streaks(sorted(failures), rules.crash_loop_failures, rules.crash_loop_window_ms):
+    groups = state.workload_failures.triggers_by_group(
+        (threshold, window), lambda failures: _streaks(failures, threshold, window)
+    )
+    for group, triggers in groups:
+        tenant, name = cast(tuple[str, str], group)
+        for trigger, count in triggers:
             ended, job_id, run_no, cluster, node = trigger
+            if f"gov:finding:crash-loop:{job_id}:{run_no}" in state.emitted:
+                continue
             figures = (
                 Figure(name="failures", value=count),
                 Figure(name="window_ms", value=rules.crash_loop_window_ms),
@@ -78,9 +79,16 @@ def _streaks(
     window ending there; at most one per window."""
     triggers: list[tuple[Failure, int]] = []
     quiet_until = -1
+    first = 0  # the window is failures[first : i + 1]: times only grow, so it only slides forward
+    jobs: Counter[str] = Counter()
     for i, failure in enumerate(failures):
-        window = [f for f in failures[: i + 1] if f[0] > failure[0] - window_ms]
-        count = len({f[1] for f in window}) if distinct else len(window)
+        jobs[failure[1]] += 1
+        while first <= i and failures[first][0] <= failure[0] - window_ms:
+            jobs[failures[first][1]] -= 1
+            if not jobs[failures[first][1]]:
+                del jobs[failures[first][1]]
+            first += 1
+        count = len(jobs) if distinct else i + 1 - first
         if count >= threshold and failure[0] > quiet_until:
             triggers.append((failure, count))
             quiet_until = failure[0] + window_ms
@@ -89,7 +97,7 @@ def _streaks(
 
 def stuck_pending(state: GovState, rules: AbnormalRules) -> list[Output]:
     out = []
-    for job_id in sorted(state.jobs):
+    for job_id in sorted(state.active):
         facts = state.jobs[job_id]
         waited = state.now_ms - facts.submitted_ms
         if facts.spec is None or not facts.pending() or waited < rules.stuck_pending_ms:
@@ -111,26 +119,20 @@ def stuck_pending(state: GovState, rules: AbnormalRules) -> list[Output]:
 
 
 def suspect_nodes(state: GovState, rules: AbnormalRules) -> list[Output]:
-    by_node: dict[tuple[str, str], list[Failure]] = defaultdict(list)
-    for facts in state.jobs.values():
-        for run in facts.runs.values():
-            if run.ended_how != "failed" or run.ended_ms is None or not run.fail_node:
-                continue
-            if (
-                facts.spec is not None
-                and run.ended_ms - (run.started_ms or run.placed_ms) <= rules.suspect_node_fast_fail_ms
-            ):
-                # Counted by workload (tenant and name): one job crash-looping on a node blames the job.
-                workload = f"{facts.spec.tenant}/{facts.spec.name}"
-                by_node[(run.cluster, run.fail_node)].append(
-                    (run.ended_ms, workload, run.run, run.cluster, run.fail_node)
-                )
+    threshold, window, fast = rules.suspect_node_failures, rules.suspect_node_window_ms, rules.suspect_node_fast_fail_ms
+
+    def compute(entries: list[Entry]) -> list[tuple[Failure, int]]:
+        # Counted by workload (tenant and name): one job crash-looping on a node blames the job.
+        fast_failures = [cast(Failure, e[:5]) for e in entries if e[5] <= fast]
+        return _streaks(fast_failures, threshold, window, distinct=True)
+
     out = []
-    for (cluster, node), failures in sorted(by_node.items()):
-        streaks = _streaks(sorted(failures), rules.suspect_node_failures, rules.suspect_node_window_ms, distinct=True)
+    for group, streaks in state.node_failures.triggers_by_group((threshold, window, fast), compute):
+        cluster, node = cast(tuple[str, str], group)
         for trigger, count in streaks:
-            finding = _suspect(cluster, node, count, trigger[0], rules)
-            out.append(Output(f"gov:finding:suspect-node:{cluster}/{node}:{trigger[0]}", state.now_ms, finding))
+            key = f"gov:finding:suspect-node:{cluster}/{node}:{trigger[0]}"
+            if key not in state.emitted:  # published before: not built again every step
+                out.append(Output(key, state.now_ms, _suspect(cluster, node, count, trigger[0], rules)))
     return out
 
 
@@ -156,7 +158,7 @@ def _suspect(cluster: str, node: str, jobs: int, at: int, rules: AbnormalRules) 
 
 def straggling_gangs(state: GovState, rules: AbnormalRules) -> list[Output]:
     out = []
-    for job_id in sorted(state.jobs):
+    for job_id in sorted(state.active):
         facts = state.jobs[job_id]
         latest = _latest_per_node(facts)
         if facts.spec is None or not facts.spec.gang or len(latest) < 2:

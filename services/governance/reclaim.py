@@ -26,7 +26,7 @@ from services.governance.state import GovState, JobFacts, Output, RunFacts, deri
 
 def reclaim_actions(state: GovState, config: GovConfig) -> list[Output]:
     out: list[Output] = []
-    for job_id in sorted(state.jobs):
+    for job_id in sorted(state.active):
         facts = state.jobs[job_id]
         if facts.spec is None:
             continue

@@ -8,7 +8,9 @@ holds their ids), so a restarted host that re-reads the log never emits an actio
 
 from __future__ import annotations
 
+import functools
 import hashlib
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from events.catalog.base import Event
@@ -33,6 +35,7 @@ from events.catalog.jobs import (
     JobSucceeded,
 )
 from events.envelope import Envelope
+from services.governance.failures import Entry, FailureIndex
 
 SOURCE = "urn:fedsched:governance"
 #: Usage samples kept per run (the idle rule needs the recent stretch only).
@@ -132,6 +135,14 @@ class GovState:
     """(tenant, queue) -> log time of the latest quota governance derived from grants."""
     emitted: set[str] = field(default_factory=set)
     findings: list[tuple[int, GovernanceFinding]] = field(default_factory=list)
+    active: set[str] = field(default_factory=set)
+    """Jobs the job rules can still act on: not ended, or holding a live run. The rules run every step
+    over these, not over every job ever seen (which made a step grow with the history)."""
+    workload_failures: FailureIndex = field(default_factory=FailureIndex)
+    """Failed runs by (tenant, job name): (ended, job, run, cluster, node); the crash-loop rule's input."""
+    node_failures: FailureIndex = field(default_factory=FailureIndex)
+    """Failed runs by (cluster, node): (ended, tenant/name, run, cluster, node, ran for, job); the
+    suspect-node rule's input."""
 
     def job(self, job_id: str) -> JobFacts:
         facts = self.jobs.get(job_id)
@@ -152,6 +163,39 @@ class GovState:
             handler(self, data, self.now_ms)
         elif isinstance(data, Ended):
             _ended(self, data, self.now_ms)
+        if _names_a_job(type(data)):
+            self._classify(data.job_id)  # type: ignore[attr-defined]
+
+    def _classify(self, job_id: str) -> None:
+        facts = self.jobs.get(job_id)
+        if facts is None:
+            return
+        if facts.terminal is None or facts.live_run() is not None:
+            self.active.add(job_id)
+        else:
+            self.active.discard(job_id)
+        spec = facts.spec
+        if spec is None or not (facts.runs or job_id in self.workload_failures.of_job):
+            return
+        workload: list[tuple[Hashable, Entry]] = []
+        nodes: list[tuple[Hashable, Entry]] = []
+        for run in sorted(facts.runs.values(), key=lambda r: r.run):
+            if run.ended_how != "failed" or run.ended_ms is None:
+                continue
+            node = run.fail_node or ""
+            workload.append(((spec.tenant, spec.name), (run.ended_ms, job_id, run.run, run.cluster, node)))
+            if node:
+                ran = run.ended_ms - (run.started_ms or run.placed_ms)
+                entry = (run.ended_ms, f"{spec.tenant}/{spec.name}", run.run, run.cluster, node, ran, job_id)
+                nodes.append(((run.cluster, node), entry))
+        self.workload_failures.set_job(job_id, workload)
+        self.node_failures.set_job(job_id, nodes)
+
+
+@functools.cache
+def _names_a_job(kind: type[Event]) -> bool:
+    """Asked per class once (``getattr`` with a default on a pydantic model is slow when it lacks it)."""
+    return "job_id" in kind.model_fields
 
 
 def _submitted(state: GovState, e: Event, t: int) -> None:
