@@ -13,7 +13,7 @@ import heapq
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
-from events.catalog.decisions import JobPlaced, JobPreemptionRequested
+from events.catalog.decisions import JobPreemptionRequested
 from events.catalog.jobs import JobFailed, JobStarted, JobSucceeded
 from events.codec import decode
 from events.envelope import Envelope
@@ -23,7 +23,7 @@ from events.log.reading import read_to_end
 from services.scheduler.host import INPUT_TOPICS
 from services.scheduler.policy import FleetSnapshot, Job, Place, PolicyConfig, Preempt, RunningJob, schedule
 from services.scheduler.policy import model as m
-from services.scheduler.state import SchedulerState, job_model
+from services.scheduler.state import Placement, SchedulerState, job_model
 
 _HOUR_MS = 3_600_000
 
@@ -124,7 +124,6 @@ async def load_history(
         first = min(facts.placements, default=None)
         runtime = 0
         if first is not None:
-            placed: JobPlaced = facts.placements[first]
             wait = facts.placed_at[first] - facts.submitted_ms
             actual.waits_ms[job.priority_class.value].append(max(0, wait))
             for run, placement in facts.placements.items():
@@ -141,7 +140,6 @@ async def load_history(
             last = max(facts.placements)
             if (job_id, last) in ended:
                 runtime = ended[(job_id, last)] - started.get((job_id, last), facts.placed_at[last])
-            del placed
         else:
             actual.never_started += 1
         runtime = runtime or (job.expected_runtime_s or 3600) * 1000
@@ -276,7 +274,7 @@ def _rates(state: SchedulerState) -> dict[tuple[str, str], int]:
     }
 
 
-def _model(state: SchedulerState, placed: JobPlaced) -> str:
+def _model(state: SchedulerState, placed: Placement) -> str:
     facts = state.nodes.get((placed.cluster, placed.replicas[0].node))
     if facts is None or facts.observed is None or not facts.observed.gpus:
         return ""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import functools
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from events.catalog.base import Event
@@ -26,6 +26,9 @@ from events.catalog.decisions import (
     JobQueued,
     JobReclaimRequested,
     SchedulingCycleCompleted,
+)
+from events.catalog.decisions import (
+    ReplicaPlacement as EventReplicaPlacement,
 )
 from events.catalog.governance import GovernanceFinding, PolicyConfigured, QuotaSet, TenantRegistered
 from events.catalog.inventory import (
@@ -55,13 +58,24 @@ from services.scheduler.policy.usage import UsageLedger, history_of
 _MILLI = 1000
 
 
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """What the state keeps of a ``JobPlaced``: where the run went. The scores and the explanation are
+    for readers of the log; kept whole, they were most of what every job ever placed cost in memory."""
+
+    cluster: str
+    replicas: tuple[EventReplicaPlacement, ...]
+
+
 @dataclass(slots=True)
 class JobFacts:
     """Everything known of one job, as sets of facts keyed by run (order-independent)."""
 
-    spec: JobSubmitted | None = None
+    spec: m.Job | None = None
+    """The request as the core reads it, made once when it is folded (the event itself, kept for every job
+    ever submitted, cost several times as much memory)."""
     submitted_ms: int = 0
-    placements: dict[int, JobPlaced] = field(default_factory=dict)
+    placements: dict[int, Placement] = field(default_factory=dict)
     placed_at: dict[int, int] = field(default_factory=dict)
     ended: dict[int, str] = field(default_factory=dict)  # run -> succeeded/failed/preempted/reclaimed/cancelled
     ended_at: dict[int, int] = field(default_factory=dict)
@@ -73,7 +87,7 @@ class JobFacts:
     def current_run(self) -> int:
         return max(self.placements, default=0)
 
-    def running_placement(self) -> JobPlaced | None:
+    def running_placement(self) -> Placement | None:
         run = self.current_run()
         if run and run not in self.ended and not self.terminal:
             return self.placements[run]
@@ -466,28 +480,33 @@ def event_node(node_id: str) -> NodeId:
 def job_model(job_id: str, facts: JobFacts) -> m.Job:
     spec = facts.spec
     assert spec is not None
-    r = spec.resources
+    preempted = facts.times_preempted()
+    return spec if preempted == spec.times_preempted else replace(spec, times_preempted=preempted)
+
+
+def _job_of(e: JobSubmitted, submitted_ms: int) -> m.Job:
+    r = e.resources
     return m.Job(
-        job_id=JobId(job_id),
-        tenant=spec.tenant,
-        queue=spec.queue,
-        kind=spec.kind,
-        priority_class=spec.priority_class,
-        replicas=spec.replicas,
-        gang=spec.gang,
+        job_id=JobId(e.job_id),
+        tenant=e.tenant,
+        queue=e.queue,
+        kind=e.kind,
+        priority_class=e.priority_class,
+        replicas=e.replicas,
+        gang=e.gang,
         cpu_milli=r.cpu_milli,
         memory_mib=r.memory_mib,
         gpus=r.gpus,
         gpu_milli=r.gpu_milli,
         gpu_models=tuple(sorted(r.gpu_models)),
         min_gpu_memory_mib=r.min_gpu_memory_mib,
-        interconnect=spec.interconnect,
-        datasets=tuple(sorted(spec.datasets)),
-        preemptible=spec.preemptible,
-        expected_runtime_s=spec.expected_runtime_s,
-        max_runtime_s=spec.max_runtime_s,
-        submitted_at_ms=facts.submitted_ms,
-        times_preempted=facts.times_preempted(),
+        interconnect=e.interconnect,
+        datasets=tuple(sorted(e.datasets)),
+        preemptible=e.preemptible,
+        expected_runtime_s=e.expected_runtime_s,
+        max_runtime_s=e.max_runtime_s,
+        submitted_at_ms=submitted_ms,
+        times_preempted=0,
     )
 
 
@@ -563,7 +582,7 @@ def _policy(state: SchedulerState, e: PolicyConfigured, _: int) -> None:
 def _submitted(state: SchedulerState, e: JobSubmitted, time_ms: int) -> None:
     facts = state.job(e.job_id)
     if facts.spec is None:
-        facts.spec = e
+        facts.spec = _job_of(e, time_ms)
         facts.submitted_ms = time_ms
 
 
@@ -592,7 +611,7 @@ def _rejected(state: SchedulerState, e: JobRejected, _: int) -> None:
 
 def _placed(state: SchedulerState, e: JobPlaced, time_ms: int) -> None:
     facts = state.job(e.job_id)
-    facts.placements[e.run] = e
+    facts.placements[e.run] = Placement(e.cluster, e.replicas)
     facts.placed_at[e.run] = time_ms
 
 

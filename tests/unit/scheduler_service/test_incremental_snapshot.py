@@ -31,7 +31,7 @@ from events.envelope import Envelope
 from services.scheduler.policy import CycleMemo, schedule
 from services.scheduler.policy import model as m
 from services.scheduler.policy.usage import history_of
-from services.scheduler.state import SchedulerState, core_node_id, job_model
+from services.scheduler.state import Placement, SchedulerState, core_node_id, job_model
 from tests.unit.projections.builders import a_job, a_node, placed
 
 T0 = 1_800_000_000_000
@@ -267,3 +267,19 @@ def test_a_what_if_under_another_half_life_gets_the_history_grown_with_it() -> N
         schedule(recorded, other)
     regrown = replace(recorded, tenants=(replace(team, usage=state.usage_histories(hour)["team-0"]),))
     assert schedule(regrown, other).decisions == schedule(recorded).decisions
+
+
+def test_the_state_keeps_what_it_decides_on_not_the_events() -> None:
+    """Every job ever submitted stays in the state: a whole ``JobSubmitted`` and ``JobPlaced`` per job
+    (scores, explanations, labels) was three times what the state needs of them."""
+    state = SchedulerState()
+    steps = [a_node(node="n1", gpus=4, model="A100"), _job_event(0, "j1", "", 0, 0), _job_event(1, "j1", "n1", 1, 2)]
+    for i, event in enumerate(steps):
+        state.fold(Envelope(id=f"e{i}", time_ms=T0 + i, data=event))
+    facts = state.jobs["j1"]
+    assert type(facts.spec) is m.Job and facts.spec.tenant == "team-1" and facts.spec.submitted_at_ms == T0 + 1
+    (placement,) = facts.placements.values()
+    assert type(placement) is Placement and placement.cluster == "c1"
+    assert [(r.node, tuple(r.gpu_indices)) for r in placement.replicas] == [("n1", (2,))]
+    (running,) = state.snapshot(T0 + 10).running
+    assert running.job is facts.spec  # not rebuilt per snapshot while nothing about it changes
