@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import sys
 import time
 from collections import defaultdict
@@ -114,8 +115,9 @@ def scheduled_log(nodes: int, jobs: int, per_cycle: int, runtime_cycles: int) ->
     return log, cycles
 
 
-def phases(log: MemoryLog) -> dict[str, float]:
-    """One pass of verify's work with a clock around each phase (seconds)."""
+def phases(log: MemoryLog) -> tuple[dict[str, float], list[float]]:
+    """One pass of verify's work with a clock around each phase (seconds), and each cycle's snapshot and
+    schedule time (what must not grow with the history)."""
     from services.audit.verify import load
     from services.scheduler.host import INPUT_TOPICS
     from services.scheduler.outputs import decision_events, digest
@@ -123,6 +125,7 @@ def phases(log: MemoryLog) -> dict[str, float]:
     from services.scheduler.state import SchedulerState
 
     spent: dict[str, float] = defaultdict(float)
+    deciding: list[float] = []
     clock = time.perf_counter
     at = clock()
     records = asyncio.run(load(log, INPUT_TOPICS))  # type: ignore[arg-type]
@@ -157,7 +160,8 @@ def phases(log: MemoryLog) -> dict[str, float]:
         spent["schedule"] += t3 - t2
         spent["decision events"] += t4 - t3
         spent["digest"] += t5 - t4
-    return dict(spent)
+        deciding.append(t3 - t1)
+    return dict(spent), deciding
 
 
 def run(args: argparse.Namespace) -> int:
@@ -186,7 +190,13 @@ def run(args: argparse.Namespace) -> int:
             "events_per_s": round(events / best),
             "identical_pct": report.identical_pct,
         }
-    spent = phases(log)
+    spent, deciding = phases(log)
+    quarter = max(1, len(deciding) // 4)
+    figures["decide_ms_by_quarter"] = (
+        [round(statistics.median(deciding[i : i + quarter]) * 1000, 3) for i in range(0, quarter * 4, quarter)]
+        if len(deciding) >= 4
+        else []
+    )
     total = sum(spent.values())
     figures["phases_ms_per_cycle"] = {k: round(v * 1000 / max(1, cycles), 3) for k, v in spent.items()}
     figures["phases_pct"] = {k: round(100 * v / total, 1) for k, v in spent.items()}
@@ -200,6 +210,12 @@ def run(args: argparse.Namespace) -> int:
         out.write(
             f"verify ({name.replace('_', ' ')}): {f['seconds']:.2f} s, {f['events_per_s']:,} events/s, "
             f"{f['identical_pct']:.2f}% identical\n"
+        )
+    if figures["decide_ms_by_quarter"]:
+        out.write(
+            "a cycle's snapshot + schedule (median), by quarter of the log: "
+            + " / ".join(f"{ms:.2f}" for ms in figures["decide_ms_by_quarter"])
+            + " ms (should not grow with the history)\n"
         )
     out.write("one pass, per cycle: ")
     out.write(
