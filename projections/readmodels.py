@@ -35,6 +35,9 @@ async def ensure_schema(pool: asyncpg.Pool, schema: str) -> None:
         for table in TABLES.values():
             if await conn.fetchval("SELECT to_regclass($1)", f"{schema}.{table.name}") is None:
                 await conn.execute(table.ddl(schema))
+            for name, ddl in table.index_ddl(schema):  # also on tables made before the index existed
+                if await conn.fetchval("SELECT to_regclass($1)", name) is None:
+                    await conn.execute(ddl)
         if await conn.fetchval("SELECT to_regclass($1)", f"{schema}.projection_state") is None:
             await conn.execute(
                 f"""

@@ -32,6 +32,8 @@ class Table:
     name: str
     columns: tuple[tuple[str, str], ...]  # (name, SQL type), entity_key first
     rows: Callable[[str, Any], Sequence[Row]]
+    indexes: tuple[tuple[str, str], ...] = ()
+    """(name suffix, what follows ``ON table``) of the indexes the API's queries read by."""
 
     def ddl(self, schema: str) -> str:
         cols = ",\n    ".join(f"{name} {sql}" for name, sql in self.columns)
@@ -39,6 +41,26 @@ class Table:
             f"CREATE TABLE IF NOT EXISTS {schema}.{self.name} (\n    {cols}\n);\n"
             f"CREATE INDEX IF NOT EXISTS {self.name}_entity ON {schema}.{self.name} (entity_key);"
         )
+
+    def index_ddl(self, schema: str) -> list[tuple[str, str]]:
+        """(qualified index name, its DDL) per index."""
+        return [
+            (
+                f"{schema}.{self.name}_{suffix}",
+                f"CREATE INDEX IF NOT EXISTS {self.name}_{suffix} ON {schema}.{self.name} {on}",
+            )
+            for suffix, on in self.indexes
+        ]
+
+
+# ListJobs pages by (submission time, id), newest first, over a tenant's jobs or everyone's, optionally
+# of some statuses: without these, each page sorted the whole history (38 ms at 300,000 jobs, growing).
+_JOB_ORDER = "(coalesce(submitted_ms, 0)) DESC, entity_key DESC"
+_JOB_INDEXES = (
+    ("by_time", f"({_JOB_ORDER}) WHERE NOT orphan"),
+    ("by_tenant", f"(tenant, {_JOB_ORDER}) WHERE NOT orphan"),
+    ("by_tenant_status", f"(tenant, status, {_JOB_ORDER}) WHERE NOT orphan"),
+)
 
 
 def _job_rows(key: str, job: JobView) -> Sequence[Row]:
@@ -196,6 +218,7 @@ TABLES: dict[str, Table] = {
             ("last_decision", "jsonb"),
         ),
         _job_rows,
+        _JOB_INDEXES,
     ),
     "nodes": Table(
         "read_nodes",
