@@ -62,6 +62,8 @@ CREATE TRIGGER fedsched_audit_append_only BEFORE UPDATE OR DELETE OR TRUNCATE ON
     FOR EACH STATEMENT EXECUTE FUNCTION fedsched_audit_append_only();
 """
 
+_KEY_INDEX = "CREATE INDEX IF NOT EXISTS fedsched_audit_key ON fedsched_audit (key)"
+
 _INSERT = """
 INSERT INTO fedsched_audit (topic, partition, seq, "offset", key, value, headers, timestamp_ms, prev_hash, hash)
 SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[], $4::bigint[], $5::bytea[], $6::bytea[], $7::bytea[],
@@ -75,6 +77,10 @@ async def ensure_schema(pool: asyncpg.Pool) -> None:
         exists = await conn.fetchval("SELECT to_regclass('fedsched_audit') IS NOT NULL")
         if not exists:
             await conn.execute(SCHEMA)
+        if await conn.fetchval("SELECT to_regclass('fedsched_audit_key') IS NULL"):
+            # A job's timeline reads its records by key: without this index, every record ever archived
+            # (also added to archives made before it existed).
+            await conn.execute(_KEY_INDEX)
 
 
 def _head(row: asyncpg.Record | None) -> ChainHead | None:
