@@ -28,6 +28,7 @@ from events.catalog.jobs import (
     JobCancelled,
     JobCancelRequested,
     JobFailed,
+    JobKind,
     JobPreempted,
     JobReclaimed,
     JobStarted,
@@ -90,10 +91,26 @@ class RunFacts:
         return self.ended_ms is None
 
 
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """What the rules read of a job's request (the whole ``JobSubmitted``, kept for every job ever
+    submitted, cost more memory than the rest of the job's facts together)."""
+
+    tenant: str
+    name: str
+    kind: JobKind
+    gang: bool
+    max_runtime_s: int | None
+
+    @classmethod
+    def of(cls, e: JobSubmitted) -> Spec:
+        return cls(e.tenant, e.name, e.kind, e.gang, e.max_runtime_s)
+
+
 @dataclass(slots=True)
 class JobFacts:
     job_id: str
-    spec: JobSubmitted | None = None
+    spec: Spec | None = None
     submitted_ms: int = 0
     queued_reasons: tuple[str, ...] = ()
     queued_message: str = ""
@@ -202,7 +219,7 @@ def _submitted(state: GovState, e: Event, t: int) -> None:
     assert isinstance(e, JobSubmitted)
     facts = state.job(e.job_id)
     if facts.spec is None:
-        facts.spec, facts.submitted_ms = e, t
+        facts.spec, facts.submitted_ms = Spec.of(e), t
 
 
 def _queued(state: GovState, e: Event, _: int) -> None:
@@ -251,6 +268,9 @@ def _ended(state: GovState, e: Ended, t: int) -> None:
     if run.ended_ms is not None:
         return
     run.ended_ms, run.ended_how = t, how
+    # The usage samples serve the rules on live runs only (idle, straggling gang); kept for every run
+    # ever ended, up to MAX_SAMPLES each, they were most of what the state's history cost in memory.
+    run.samples = []
     if isinstance(e, JobFailed):
         run.fail_reason = e.reason.value
         run.fail_node = e.node or (run.nodes[0] if run.nodes else None)
