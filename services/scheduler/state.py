@@ -103,6 +103,7 @@ class JobFacts:
 
 
 SUSPECT_FOR_MS = 24 * 3600 * 1000
+MIN_USAGE_HALF_LIFE_MS = 60_000
 
 
 @dataclass(slots=True)
@@ -526,7 +527,12 @@ def policy_from_document(version: str, document: Any) -> m.PolicyConfig:
         doc["typical_shapes"] = tuple(
             m.Shape(**{**s, "models": tuple(s.get("models", ()))}) for s in doc["typical_shapes"]
         )
-    return m.PolicyConfig(version=version, **doc)
+    config = m.PolicyConfig(version=version, **doc)
+    if config.usage_half_life_ms < 0 or 0 < config.usage_half_life_ms < MIN_USAGE_HALF_LIFE_MS:
+        # Fair share's history keeps one sum per 32 half-lives: a half-life of milliseconds would keep
+        # one per few records and make every cycle read them all (0 means no decay at all).
+        raise ValueError(f"usage_half_life_ms must be 0 or at least {MIN_USAGE_HALF_LIFE_MS} ms")
+    return config
 
 
 # -- handlers: each touches one entity ---------------------------------------------------------------

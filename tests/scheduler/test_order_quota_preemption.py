@@ -242,3 +242,25 @@ def test_a_queued_job_hears_why_per_cluster_what_would_fit_and_when():
     assert "would fit now with 6 GPUs" in q.smallest_change
     assert "in about 40 min" in q.smallest_change and q.estimated_start_ms == 2400_000
     assert q.position == 1
+
+
+def test_any_clock_gives_a_bounded_history_quickly():
+    # Years of half-lives ago: exactly nothing left, found without building 2^(age / half-life).
+    ancient = history_of([UsageRecord(at_ms=0, gpu_milli_ms=10**15)], 1000)
+    assert decayed(ancient, 1_800_000_000_000) == 0
+    # From a clock far ahead (an epoch after now): its amount, undecayed, not 2^(centuries / half-life).
+    hour = 3_600_000
+    ahead = history_of(
+        [UsageRecord(at_ms=10**15, gpu_milli_ms=1000), UsageRecord(at_ms=10**15 + 7, gpu_milli_ms=5)], hour
+    )
+    assert decayed(ahead, 0) == 1005
+
+
+def test_a_policy_with_a_half_life_of_milliseconds_is_refused():
+    from services.scheduler.state import policy_from_document
+
+    with pytest.raises(ValueError, match="usage_half_life_ms"):
+        policy_from_document("v1", {"usage_half_life_ms": 5})
+    with pytest.raises(ValueError, match="usage_half_life_ms"):
+        policy_from_document("v1", {"usage_half_life_ms": -1})
+    assert policy_from_document("v1", {"usage_half_life_ms": 0}).usage_half_life_ms == 0

@@ -107,8 +107,8 @@ class UsageHistory:
 
     half_life_ms: int = 0
     """The half-life the records were grown with (fair share refuses another)."""
-    epochs: tuple[tuple[int, int], ...] = ()
-    """(epoch start ms, grown sum), by start."""
+    epochs: tuple[tuple[int, int, int], ...] = ()
+    """(epoch start ms, grown sum, plain sum), by start."""
 
 
 @dataclass(frozen=True, slots=True)

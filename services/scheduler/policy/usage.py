@@ -11,11 +11,13 @@ record ending at ``at`` in the epoch starting at ``start`` adds ``amount * 2^((a
 epoch's sum, and the usage decayed to ``now`` is the sum over epochs of ``sum / 2^((now - start) / H)``.
 That is a function of the set of records alone (the fold that feeds it must not depend on the order
 of its input), in integers, and costs one division per epoch. Ints stay small (2^32 at most from
-the growth), and a tenant has a handful of epochs (one per 32 weeks at the default half-life).
+the growth), and a tenant has a handful of epochs (one per 32 weeks at the default half-life). An
+epoch also keeps the plain sum of its amounts: one that starts after ``now`` counts that, undecayed.
 
 Powers of two with a fractional exponent use the fixed-point table of 2^(-i/64), as in
 ``fairshare``: the age is counted in 64ths of a half-life. A record from the future (a cluster's clock
-ahead of the scheduler's) weighs a little more than its amount, rather than exactly its amount.
+ahead of the scheduler's) in the epoch of ``now`` weighs a little more than its amount (2^(how far
+ahead / H)), rather than exactly its amount.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def grow(age_ms: int, half_life_ms: int) -> int:
 
 
 def contribution(record: UsageRecord, half_life_ms: int) -> tuple[int, int]:
-    """(start of the record's epoch, what it adds to that epoch's sum)."""
+    """(start of the record's epoch, what it adds to that epoch's grown sum)."""
     if half_life_ms <= 0:  # no decay: plain sums
         return 0, record.gpu_milli_ms
     width = EPOCH_HALF_LIVES * half_life_ms
@@ -57,35 +59,40 @@ def contribution(record: UsageRecord, half_life_ms: int) -> tuple[int, int]:
     return start, record.gpu_milli_ms * grow(record.at_ms - start, half_life_ms)
 
 
+Sums = dict[int, tuple[int, int]]
+"""Epoch start -> (grown sum, plain sum of the amounts)."""
+
+
 def decayed(history: UsageHistory, now_ms: int) -> int:
     """The usage of ``history`` decayed to ``now_ms`` (milli-GPU x ms)."""
     h = history.half_life_ms
     if h <= 0:
-        return sum(grown for _, grown in history.epochs)
+        return sum(plain for _, _, plain in history.epochs)
     total = 0
-    for start, grown in history.epochs:
+    for start, grown, plain in history.epochs:
         age = now_ms - start
-        if age >= 0:
+        if age < 0:
+            # All of it after now (a clock ahead of the scheduler's): each record counts its amount,
+            # undecayed, as the per-record decay did.
+            total += plain
+        elif age // h <= grown.bit_length():  # else 2^(age/h) > grown: nothing is left (exactly 0)
             total += grown // grow(age, h)
-        else:
-            total += grown * grow(-age, h) // (ONE * ONE)
     return total
 
 
 def history_of(records: Iterable[UsageRecord], half_life_ms: int) -> UsageHistory:
     """The history of some records (what the state keeps up to date record by record)."""
-    sums: dict[int, int] = {}
+    ledger = UsageLedger(half_life_ms, {})
     for record in records:
-        start, grown = contribution(record, half_life_ms)
-        sums[start] = sums.get(start, 0) + grown
-    return frozen(sums, half_life_ms)
+        ledger.add(record)
+    return ledger.history()
 
 
-def frozen(sums: Mapping[int, int], half_life_ms: int) -> UsageHistory:
+def frozen(sums: Mapping[int, tuple[int, int]], half_life_ms: int) -> UsageHistory:
     """A history from per-epoch sums. Equal sets of records give equal histories, however they were
     added and removed: epochs whose sum is 0 are left out, and an empty history is ``UsageHistory()``
     whatever the half-life."""
-    epochs = tuple(sorted((start, grown) for start, grown in sums.items() if grown))
+    epochs = tuple(sorted((start, grown, plain) for start, (grown, plain) in sums.items() if plain))
     return UsageHistory(half_life_ms, epochs) if epochs else UsageHistory()
 
 
@@ -94,13 +101,14 @@ class UsageLedger:
     """Per-epoch sums of one tenant, changed record by record (the scheduler state's side)."""
 
     half_life_ms: int
-    sums: dict[int, int]
+    sums: Sums
 
     def add(self, record: UsageRecord, sign: int = 1) -> None:
         start, grown = contribution(record, self.half_life_ms)
-        total = self.sums.get(start, 0) + sign * grown
-        if total:
-            self.sums[start] = total
+        before_grown, before_plain = self.sums.get(start, (0, 0))
+        after = (before_grown + sign * grown, before_plain + sign * record.gpu_milli_ms)
+        if after[1]:
+            self.sums[start] = after
         else:
             self.sums.pop(start, None)
 
