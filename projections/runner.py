@@ -71,6 +71,9 @@ class ProjectionRunner:
         self._reader: LogReader | None = None
         self._producer: LogProducer | None = None
         self._cut_all = False  # the last read was cut by its limit across partitions
+        self.folded_total = 0
+        self.dead_lettered_total = 0
+        self.published_total = 0
 
     async def start(self) -> None:
         await readmodels.ensure_schema(self._pool, self.schema)
@@ -134,7 +137,14 @@ class ProjectionRunner:
             await self._producer.append(dead + outputs)
         await readmodels.flush(self._pool, self.schema, processed.changed, self.store.tables, positions)
         self._positions = positions
+        self.folded_total += folded
+        self.dead_lettered_total += len(dead)
+        self.published_total += len(outputs)
         return StepResult(folded, len(dead), len(outputs))
+
+    def positions(self) -> dict[TopicPartition, int]:
+        """Where the read models stand, per source partition (next offset to fold)."""
+        return {tp: self._positions.get((tp.topic, tp.partition), 0) for tp in self._partitions}
 
     async def catch_up(self) -> int:
         """Fold everything committed now; returns the number of events folded."""

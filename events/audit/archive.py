@@ -104,6 +104,9 @@ class AuditArchiver:
         self._topics = tuple(sorted(topics))
         self._batch = batch
         self._reader: LogReader | None = None
+        self.archived_total = 0
+        self.positions: dict[TopicPartition, int] = {}
+        """Where the archive stood per partition after the latest catch-up (next offset to copy)."""
 
     async def _partitions(self) -> list[TopicPartition]:
         return [
@@ -124,6 +127,8 @@ class AuditArchiver:
                 total += await self._archive(tp, records)
                 position = records[-1].offset + 1
             positions[tp] = position
+        self.archived_total += total
+        self.positions = positions
         return ArchiveProgress(total, positions)
 
     async def run(self, stop: asyncio.Event, *, idle_wait_s: float = 0.5) -> None:

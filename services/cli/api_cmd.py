@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from services.cli.main import CliError
 from services.runtime.collector import tune_for_service
+from services.runtime.logs import configure as configure_logging
 from services.runtime.signals import stop_on_signals
 
 if TYPE_CHECKING:
@@ -150,12 +151,11 @@ async def _until_signalled() -> None:
 
 
 async def run_api(args: argparse.Namespace) -> int:
-    import logging
 
     from services.api.auth import dev_token, write_dev_token
     from services.api.server import serve
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging()
 
     tune_for_service()
     config, dev = api_config(args, intake=not args.no_intake)
@@ -185,7 +185,6 @@ async def run_api(args: argparse.Namespace) -> int:
 
 
 async def run_intake(args: argparse.Namespace) -> int:
-    import logging
 
     import asyncpg
 
@@ -198,7 +197,7 @@ async def run_intake(args: argparse.Namespace) -> int:
     from services.api.queries import ReadModels
     from services.api.store import ApiStore
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging()
 
     tune_for_service()
     config, _ = api_config(args, intake=True)

@@ -59,6 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     archive.add_argument("--log", help="log URL (default: FEDSCHED_LOG)")
     archive.add_argument("--dsn", help="PostgreSQL DSN of the archive (default: FEDSCHED_POSTGRES_DSN)")
     archive.add_argument("--once", action="store_true", help="catch up and exit instead of following the log")
+    archive.add_argument("--metrics", default="", help="serve /healthz and /metrics here (host:port; default: off)")
     archive.set_defaults(handler=run_archiver)
 
 
@@ -111,7 +112,10 @@ async def run_archiver(args: argparse.Namespace) -> int:
     from events.topics import TOPICS
     from services.config import log_url, postgres_dsn
     from services.runtime.collector import tune_for_service
+    from services.runtime.logs import configure as configure_logging
+    from services.runtime.metrics import Lag, archiver_samples, serving
 
+    configure_logging()
     tune_for_service()
 
     log = open_log(log_url(args.log))
@@ -125,7 +129,9 @@ async def run_archiver(args: argparse.Namespace) -> int:
             print(f"archived {progress.archived} records")
         else:
             stop = stop_on_signals()
-            await archiver.run(stop)
+            lag = Lag(log, "archiver", lambda: archiver.positions)
+            async with serving(args.metrics, [lambda: archiver_samples(archiver)], lag=lag):
+                await archiver.run(stop)
     finally:
         await archiver.close()
         await pool.close()

@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from services.runtime.collector import tune_for_service
+from services.runtime.logs import configure as configure_logging
 from services.runtime.signals import stop_on_signals
 
 
@@ -92,7 +93,7 @@ async def run_sim(args: argparse.Namespace) -> int:
         )
     except (NodeListError, ValueError) as error:
         raise CliError(str(error), exit_code=2) from None
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging()
     tune_for_service()
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
     log = open_log(log_url(args.log))
@@ -161,7 +162,7 @@ async def run_kubernetes(args: argparse.Namespace) -> int:
     from services.cli.main import CliError
     from services.config import log_url
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging()
 
     tune_for_service()
     try:
@@ -184,7 +185,7 @@ async def run_kubernetes(args: argparse.Namespace) -> int:
             api = await KubeApi.from_kubeconfig(args.kubeconfig, args.context, limiter=limiter)
     except Exception as error:  # configuration errors of every kind end here, for a person to read
         raise CliError(f"cannot set up the Kubernetes connector: {error}", exit_code=2) from None
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging()
     tune_for_service()
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
     log = open_log(log_url(args.log))

@@ -25,6 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     run.add_argument("--log", help="log URL (default: FEDSCHED_LOG)")
     run.add_argument("--config", help="governance settings (YAML or JSON)")
     run.add_argument("--namespace", default="")
+    run.add_argument("--metrics", default="", help="serve /healthz and /metrics here (host:port; default: off)")
     run.set_defaults(handler=run_service)
 
     quota = gov_sub.add_parser("quota", help="quota requests: request, approve, reject, list")
@@ -94,7 +95,10 @@ async def run_service(args: argparse.Namespace) -> int:
     from services.governance.config import GovConfig, from_document
     from services.governance.host import GovernanceHost
     from services.runtime.collector import tune_for_service
+    from services.runtime.logs import configure as configure_logging
+    from services.runtime.metrics import Lag, governance_samples, serving
 
+    configure_logging()
     tune_for_service()
 
     config = GovConfig()
@@ -106,8 +110,10 @@ async def run_service(args: argparse.Namespace) -> int:
     host = GovernanceHost(event_log, config, namespace=args.namespace)
     await host.start()
     stop = stop_on_signals()
+    lag = Lag(event_log, "governance", lambda: host.positions)
     try:
-        await host.run(stop)
+        async with serving(args.metrics, [lambda: governance_samples(host)], lag=lag):
+            await host.run(stop)
     finally:
         await host.close()
         await event_log.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from services.runtime.signals import stop_on_signals
 
@@ -30,6 +31,7 @@ def _register_run(commands: argparse._SubParsersAction) -> None:  # type: ignore
     run.add_argument("--log", help="log URL (default: FEDSCHED_LOG)")
     run.add_argument("--dsn", help="PostgreSQL of the read models (default: FEDSCHED_POSTGRES_DSN)")
     run.add_argument("--schema", default="fedsched_rm", help="schema of the read models")
+    run.add_argument("--metrics", default="", help="serve /healthz and /metrics here (host:port; default: off)")
     run.set_defaults(handler=run_inprocess)
 
 
@@ -50,12 +52,15 @@ async def run_inprocess(args: argparse.Namespace) -> int:
     import asyncpg
 
     from services.runtime.collector import tune_for_service
+    from services.runtime.logs import configure as configure_logging
 
+    configure_logging()
     tune_for_service()
 
     from events.log import open_log
     from projections.runner import ProjectionRunner
     from services.config import log_url, postgres_dsn
+    from services.runtime.metrics import Lag, projections_samples, serving
 
     log = open_log(log_url(args.log))
     await log.start()
@@ -63,8 +68,10 @@ async def run_inprocess(args: argparse.Namespace) -> int:
     runner = ProjectionRunner(log, pool, schema=args.schema)
     await runner.start()
     stop = stop_on_signals()
+    lag = Lag(log, "projections", runner.positions)
     try:
-        await runner.run(stop)
+        async with serving(args.metrics, [lambda: projections_samples(runner)], lag=lag):
+            await runner.run(stop)
     finally:
         await runner.close()
         await pool.close()
@@ -150,6 +157,7 @@ def _register_worker(commands: argparse._SubParsersAction) -> None:  # type: ign
     worker.add_argument("--batch", type=int, default=2000, help="records an agent takes at a time")
     worker.add_argument("--session-timeout-s", type=float, default=10.0, help="Kafka group session timeout")
     worker.add_argument("--loglevel", default="warning", help="log level (default warning)")
+    worker.add_argument("--metrics", default="", help="serve /healthz and /metrics here (host:port; default: off)")
     worker.set_defaults(handler=run_worker)
 
 
@@ -178,5 +186,21 @@ def run_worker(args: argparse.Namespace) -> int:
         session_timeout_s=args.session_timeout_s,
     )
     app = build_app(config)
+    if args.metrics:
+        _serve_worker_metrics(app, args.metrics)
     faust.Worker(app, loglevel=args.loglevel, quiet=True).execute_from_commandline()
     return 0  # not reached: the worker exits the process when it stops
+
+
+def _serve_worker_metrics(app: Any, listen: str) -> None:
+    """The worker's counters on ``listen`` from its start (a faust task: it runs inside the worker's loop)."""
+    from services.runtime.metrics import Metrics
+
+    metrics = Metrics()
+    metrics.add_source(lambda: [("fedsched_events_folded_total", {"component": "projections"}, app.host.folded)])
+
+    async def serve_metrics() -> None:
+        host, _, port = listen.rpartition(":")
+        await metrics.serve(host or "127.0.0.1", int(port))  # open until the worker's process ends
+
+    app.task(serve_metrics)

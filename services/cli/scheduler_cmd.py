@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import logging
 
 from services.runtime.collector import tune_for_service
+from services.runtime.logs import configure as configure_logging
 from services.runtime.signals import stop_on_signals
 
 
@@ -22,9 +22,10 @@ async def run(args: argparse.Namespace) -> int:
     from events.log import open_log
     from events.topics import TOPICS
     from services.config import log_url
+    from services.runtime.metrics import Lag, scheduler_samples, serving
     from services.scheduler.host import SchedulerHost
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging()
 
     tune_for_service()
     log = open_log(log_url(args.log))
@@ -33,20 +34,12 @@ async def run(args: argparse.Namespace) -> int:
         await log.create_topics(TOPICS)
     host = SchedulerHost(log, namespace=args.namespace, idle_cycle_ms=args.idle_cycle_ms)
     await host.start()
-    server = None
-    if args.metrics:
-        from services.runtime.metrics import Metrics, scheduler_samples
-
-        metrics = Metrics()
-        metrics.add_source(lambda: scheduler_samples(host))
-        bind, _, port = args.metrics.rpartition(":")
-        server = await metrics.serve(bind, int(port))
     stop = stop_on_signals()
+    lag = Lag(log, "scheduler", lambda: host.positions)
     try:
-        await host.run(stop)
+        async with serving(args.metrics, [lambda: scheduler_samples(host)], lag=lag):
+            await host.run(stop)
     finally:
-        if server is not None:
-            server.close()
         await host.close()
         await log.close()
     return 0

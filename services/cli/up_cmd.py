@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 from services.runtime.collector import tune_for_service
+from services.runtime.logs import configure as configure_logging
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -59,7 +60,7 @@ async def run_up(args: argparse.Namespace) -> int:
     from services.runtime.supervisor import ConfigError, SupervisorConfig, supervise
     from services.runtime.up import Running, run
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging()
 
     tune_for_service()
     if args.config is not None or os.environ.get("FEDSCHED_LOG", "").startswith("kafka://"):
@@ -83,7 +84,7 @@ async def run_demo(args: argparse.Namespace) -> int:
     from services.cli.main import CliError
     from services.runtime.demo import DemoConfig, run
 
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(logging.WARNING)
 
     tune_for_service()
     if args.count < 1 or args.speed <= 0 or args.rate <= 0:

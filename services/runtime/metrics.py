@@ -11,11 +11,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from events.audit.archive import AuditArchiver
+    from events.log.contract import EventLog, TopicPartition
+    from projections.runner import ProjectionRunner
+    from services.governance.host import GovernanceHost
     from services.scheduler.host import SchedulerHost
+
+from events.tasks import cancel_and_wait
 
 log = logging.getLogger("fedsched.metrics")
 
@@ -33,7 +40,13 @@ _HELP = {
     "fedsched_events_folded_total": ("counter", "Log records folded, per component"),
     "fedsched_consumer_lag": ("gauge", "Records committed but not yet folded, per component"),
     "fedsched_api_requests_total": ("counter", "API requests by method and status code"),
-    "fedsched_placement_latency_seconds": ("gauge", "Submit-to-placement latency quantiles"),
+    "fedsched_placement_latency_seconds": ("gauge", "Submit-to-placement latency quantiles (latest 1,024)"),
+    "fedsched_governance_outputs_total": ("counter", "Events governance published"),
+    "fedsched_governance_steps_total": ("counter", "Governance steps that published something"),
+    "fedsched_unreadable_total": ("counter", "Log records that could not be read, per component"),
+    "fedsched_archived_total": ("counter", "Log records copied into the audit archive"),
+    "fedsched_dead_lettered_total": ("counter", "Records sent to the dead-letter topic, per component"),
+    "fedsched_outputs_published_total": ("counter", "Profile and quota events published, per component"),
 }
 
 
@@ -121,6 +134,130 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
+class Lag:
+    """Records committed but not yet folded by one component (``fedsched_consumer_lag``), measured every
+    ``every_s`` in the background: an end offset is a round trip per partition, not a thing to do at
+    scrape time. A partition whose only records left are transaction markers counts 0."""
+
+    def __init__(
+        self,
+        event_log: EventLog,
+        component: str,
+        positions: Callable[[], Mapping[TopicPartition, int]],
+        every_s: float = 5.0,
+    ) -> None:
+        self._log = event_log
+        self.component = component
+        self._positions = positions
+        self.every_s = every_s
+        self.value: int | None = None
+        self._measured_at = time.monotonic()  # counted from the start: fresh until the first try is due
+
+    def fresh(self) -> bool:
+        """Measured within three periods: the log answers (the health check of a process with a lag)."""
+        return time.monotonic() - self._measured_at <= 3 * self.every_s
+
+    async def measure(self) -> int:
+        reader = await self._log.reader()
+        try:
+            total = 0
+            for tp, position in sorted(self._positions().items()):
+                gap = max(0, await reader.end_offset(tp) - position)
+                if 0 < gap <= 2 and await reader.caught_up(tp, position):
+                    gap = 0  # only the commit marker(s) of what was folded
+                total += gap
+        finally:
+            await reader.close()
+        self.value, self._measured_at = total, time.monotonic()
+        return total
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.measure()
+            except Exception as error:  # the log may be away for a while: the gauge keeps its last value
+                log.warning("event=lag_unmeasured component=%s error=%r", self.component, str(error))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.every_s)
+
+    def samples(self) -> list[Sample]:
+        if self.value is None:
+            return []
+        return [("fedsched_consumer_lag", {"component": self.component}, float(self.value))]
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    listen: str,
+    sources: Iterable[Source],
+    *,
+    lag: Lag | None = None,
+    checks: Mapping[str, Check] | None = None,
+) -> AsyncIterator[Metrics | None]:
+    """``/metrics`` and ``/healthz`` on ``listen`` (``host:port``; empty: nothing served) for the block,
+    with the component's consumer lag measured in the background (its freshness is a health check)."""
+    if not listen:
+        yield None
+        return
+    metrics = Metrics()
+    for source in sources:
+        metrics.add_source(source)
+    for name, check in (checks or {}).items():
+        metrics.add_check(name, check)
+    stop = asyncio.Event()
+    task = None
+    if lag is not None:
+        metrics.add_source(lag.samples)
+        metrics.add_check("log", lag.fresh)
+        task = asyncio.create_task(lag.run(stop), name=f"lag-{lag.component}")
+    host, _, port = listen.rpartition(":")
+    server = await metrics.serve(host or "127.0.0.1", int(port))
+    log.info("event=metrics_serving listen=%s", listen)
+    try:
+        yield metrics
+    finally:
+        stop.set()
+        server.close()
+        if task is not None:
+            await cancel_and_wait([task], grace_s=5.0)
+
+
+def latency_quantiles(latencies_ms: Iterable[int]) -> list[Sample]:
+    ordered = sorted(latencies_ms)
+    if not ordered:
+        return []
+    return [
+        (
+            "fedsched_placement_latency_seconds",
+            {"quantile": q},
+            ordered[min(len(ordered) - 1, int(f * len(ordered)))] / 1000,
+        )
+        for q, f in (("0.5", 0.5), ("0.95", 0.95), ("0.99", 0.99))
+    ]
+
+
+def governance_samples(host: GovernanceHost) -> list[Sample]:
+    m = host.metrics
+    return [
+        ("fedsched_events_folded_total", {"component": "governance"}, m.folded),
+        ("fedsched_unreadable_total", {"component": "governance"}, m.unreadable),
+        ("fedsched_governance_outputs_total", {}, m.published),
+        ("fedsched_governance_steps_total", {}, m.steps),
+    ]
+
+
+def archiver_samples(archiver: AuditArchiver) -> list[Sample]:
+    return [("fedsched_archived_total", {}, archiver.archived_total)]
+
+
+def projections_samples(runner: ProjectionRunner) -> list[Sample]:
+    return [
+        ("fedsched_events_folded_total", {"component": "projections"}, runner.folded_total),
+        ("fedsched_dead_lettered_total", {"component": "projections"}, runner.dead_lettered_total),
+        ("fedsched_outputs_published_total", {"component": "projections"}, runner.published_total),
+    ]
+
+
 def scheduler_samples(scheduler: SchedulerHost) -> list[Sample]:
     """The scheduler's counters and its queue depth per priority class."""
     m = scheduler.metrics
@@ -135,6 +272,8 @@ def scheduler_samples(scheduler: SchedulerHost) -> list[Sample]:
             for phase, ms in sorted(m.last_phases_ms.items())
         ),
         ("fedsched_events_folded_total", {"component": "scheduler"}, m.folded),
+        ("fedsched_unreadable_total", {"component": "scheduler"}, m.unreadable),
+        *latency_quantiles(m.placement_latency_ms),
     ]
     depth: dict[str, int] = {}
     for job in scheduler.state.pending_jobs():

@@ -14,6 +14,8 @@ Configuration (YAML; every key optional except ``log`` and ``postgres_dsn``)::
     api: {listen: 0.0.0.0:50051, jwt_secret: ..., jwt_public_key: FILE, issuer: ..., audience: ...,
           tls_cert: FILE, tls_key: FILE, client_ca: FILE}
     projections: {store: memory}        # or rocksdb
+    metrics: {host: 127.0.0.1, first_port: 9464}   # /metrics and /healthz of each child, on consecutive
+                                        # ports in the order below; first_port 0: none served
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ _API_FLAGS = {
 }
 
 
+_COMPONENTS = ("scheduler", "api", "projections", "archiver", "governance")  # metrics ports in this order
+
+
 class ConfigError(ValueError):
     pass
 
@@ -55,6 +60,8 @@ class SupervisorConfig:
     namespace: str = ""
     api: dict[str, str] = field(default_factory=dict)
     projections: dict[str, str] = field(default_factory=dict)
+    metrics_host: str = "127.0.0.1"
+    metrics_first_port: int = 9464
 
     @classmethod
     def load(cls, path: Path | None) -> SupervisorConfig:
@@ -72,19 +79,27 @@ class SupervisorConfig:
             raise ConfigError("log: required (kafka://host:port or a PostgreSQL DSN), or set FEDSCHED_LOG")
         if not dsn:
             raise ConfigError("postgres_dsn: required, or set FEDSCHED_POSTGRES_DSN")
-        unknown = sorted(set(raw) - {"log", "postgres_dsn", "namespace", "api", "projections"})
+        unknown = sorted(set(raw) - {"log", "postgres_dsn", "namespace", "api", "projections", "metrics"})
         if unknown:
             raise ConfigError(f"unknown settings: {unknown}")
         api = raw.get("api") or {}
         bad = sorted(set(api) - set(_API_FLAGS))
         if bad:
             raise ConfigError(f"api: unknown settings {bad}")
+        metrics = raw.get("metrics") or {}
+        if not isinstance(metrics, dict) or set(metrics) - {"host", "first_port"}:
+            raise ConfigError("metrics: a mapping of host and first_port")
+        first_port = metrics.get("first_port", 9464)
+        if not isinstance(first_port, int) or not (first_port == 0 or 0 < first_port <= 65535 - len(_COMPONENTS)):
+            raise ConfigError(f"metrics: first_port must be 0 (off) or a port number, got {first_port!r}")
         return cls(
             str(log_url),
             str(dsn),
             str(raw.get("namespace") or ""),
             {k: str(v) for k, v in api.items()},
             {k: str(v) for k, v in (raw.get("projections") or {}).items()},
+            str(metrics.get("host", "127.0.0.1")),
+            first_port,
         )
 
     def commands(self) -> dict[str, list[str]]:
@@ -95,13 +110,18 @@ class SupervisorConfig:
         projections = ["projections", "worker", "--log", self.log, "--dsn", self.postgres_dsn]
         if "store" in self.projections:
             projections += ["--store", self.projections["store"]]
-        return {
+        commands = {
             "scheduler": ["scheduler", "--log", self.log, *ns],
             "projections": projections,
             "archiver": ["audit", "archive", "--log", self.log, "--dsn", self.postgres_dsn],
             "governance": ["gov", "run", "--log", self.log, *ns],
             "api": api,
         }
+        if self.metrics_first_port:
+            for offset, name in enumerate(_COMPONENTS):
+                flag = "--metrics-listen" if name == "api" else "--metrics"
+                commands[name] += [flag, f"{self.metrics_host}:{self.metrics_first_port + offset}"]
+        return commands
 
 
 async def supervise(config: SupervisorConfig, *, stop: asyncio.Event | None = None) -> int:

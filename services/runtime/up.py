@@ -36,7 +36,14 @@ from projections.runner import ProjectionRunner
 from services.governance.config import GovConfig
 from services.governance.host import GovernanceHost
 from services.runtime import embedded_pg
-from services.runtime.metrics import Metrics, scheduler_samples
+from services.runtime.metrics import (
+    Lag,
+    Metrics,
+    archiver_samples,
+    governance_samples,
+    projections_samples,
+    scheduler_samples,
+)
 from services.scheduler.host import SchedulerHost
 
 log = logging.getLogger("fedsched.up")
@@ -215,6 +222,21 @@ def _register_metrics(running: Running) -> None:
     metrics = running.metrics
 
     metrics.add_source(lambda: scheduler_samples(scheduler))
+    metrics.add_source(lambda: projections_samples(running.projections))
+    metrics.add_source(lambda: archiver_samples(running.archiver))
+    governance = running.governance
+    if governance is not None:
+        metrics.add_source(lambda: governance_samples(governance))
+    lags = [
+        Lag(running.log, "scheduler", lambda: scheduler.positions),
+        Lag(running.log, "projections", running.projections.positions),
+        Lag(running.log, "archiver", lambda: running.archiver.positions),
+    ]
+    if governance is not None:
+        lags.append(Lag(running.log, "governance", lambda: governance.positions))
+    for lag in lags:
+        metrics.add_source(lag.samples)
+        running.tasks.append(asyncio.create_task(lag.run(running.stop_event), name=f"lag-{lag.component}"))
     metrics.add_check("scheduler", lambda: not _failed(running, "scheduler"))
     metrics.add_check("projections", lambda: not _failed(running, "projections"))
     metrics.add_check("archiver", lambda: not _failed(running, "archiver"))

@@ -25,9 +25,11 @@ import asyncio
 import logging
 import os
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from events.catalog.decisions import JobPlaced
 from events.codec import decode
 from events.errors import EventError
 from events.log.contract import (
@@ -76,6 +78,8 @@ class Metrics:
     own_read_back: int = 0  # ... and read back from the log (something else could lie between)
     leader: bool = False
     queue_depth: dict[str, int] = field(default_factory=dict)
+    # Submission (the API's append) to its placement committed, for the latest placements (ms).
+    placement_latency_ms: deque[int] = field(default_factory=lambda: deque(maxlen=1024))
 
 
 class SchedulerHost:
@@ -223,6 +227,12 @@ class SchedulerHost:
             await self._step_down("fenced by a newer leader")
             return 0
         appended_at = loop.time()
+        committed_ms = self._clock()
+        for event in events:
+            if isinstance(event.data, JobPlaced):
+                facts = self.state.jobs.get(event.data.job_id)
+                if facts is not None and facts.spec is not None:
+                    self.metrics.placement_latency_ms.append(max(0, committed_ms - facts.submitted_ms))
         self._dirty = False
         self._last_cycle_at = now
         self.metrics.cycles += 1

@@ -31,6 +31,9 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+COMPONENTS = ("scheduler", "projections", "archiver", "governance")
+
+
 async def wait_for(predicate, timeout_s: float = 60.0) -> None:  # type: ignore[no-untyped-def]
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
@@ -90,6 +93,18 @@ async def test_a_submitted_job_runs_to_completion_and_every_cycle_verifies(fresh
             "SELECT timeline::text FROM fedsched_rm.read_jobs WHERE entity_key = $1", ids[0]
         )
         assert '"succeeded"' in timeline and '"placed"' in timeline and '"running"' in timeline
+
+        # Operations: every component's counters and consumer lag, and placement latency quantiles.
+        async def measured() -> bool:
+            body = running.metrics.render()
+            return all(f'fedsched_consumer_lag{{component="{c}"}}' in body for c in COMPONENTS)
+
+        await wait_for(measured, timeout_s=30)
+        body = running.metrics.render()
+        for name in ("projections", "governance", "scheduler"):
+            assert f'fedsched_events_folded_total{{component="{name}"}}' in body
+        assert "fedsched_archived_total" in body and 'fedsched_placement_latency_seconds{quantile="0.99"}' in body
+        assert running.metrics.failing() == []
     finally:
         await client.close()
         await up.stop(running)
