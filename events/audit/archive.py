@@ -105,6 +105,7 @@ class AuditArchiver:
         self._batch = batch
         self._reader: LogReader | None = None
         self.archived_total = 0
+        self._schema_ready = False
         self.positions: dict[TopicPartition, int] = {}
         """Where the archive stood per partition after the latest catch-up (next offset to copy)."""
 
@@ -117,12 +118,19 @@ class AuditArchiver:
 
     async def catch_up(self) -> ArchiveProgress:
         """Archive everything committed to the log when called; returns how many records were added."""
-        await ensure_schema(self._pool)
+        if not self._schema_ready:
+            await ensure_schema(self._pool)
+            self._schema_ready = True
         reader = await self._ensure_reader()
         total = 0
         positions: dict[TopicPartition, int] = {}
         for tp in await self._partitions():
-            position = await self._position(tp)
+            # The chain head is read once; after that this process knows where it stands. Another
+            # archiver may have gone further: what it copied is read again and skipped (``_archive``
+            # checks the head under its lock), never copied twice.
+            position = self.positions.get(tp)
+            if position is None:
+                position = await self._position(tp)
             async for records in read_to_end(reader, tp, position, max_records=self._batch):
                 total += await self._archive(tp, records)
                 position = records[-1].offset + 1

@@ -123,3 +123,22 @@ async def test_a_jobs_timeline_reads_its_records_by_key_not_the_whole_archive(
     assert "fedsched_audit_key" in plan, plan
     rows = await archive_pool.fetch("SELECT value FROM fedsched_audit WHERE key = $1", b"k1")
     assert sorted(bytes(r["value"]).decode() for r in rows) == sorted(f"v{i}" for i in range(20) if i % 5 == 1)
+
+
+async def test_an_archiver_behind_another_copies_nothing_twice(
+    event_log: EventLog, make_topic: MakeTopic, archive_pool: asyncpg.Pool
+) -> None:
+    topic = await make_topic(1)
+    await append(event_log, topic, 0, 30)
+    first, second = (AuditArchiver(event_log, archive_pool, [topic], batch=10) for _ in range(2))
+    assert (await first.catch_up()).archived == 30  # first now remembers where it stands
+    await append(event_log, topic, 30, 20)
+    assert (await second.catch_up()).archived == 20  # second read the head: only the new ones
+    await append(event_log, topic, 50, 5)
+    assert (await first.catch_up()).archived == 5  # what second copied is read again and skipped
+    await first.close()
+    await second.close()
+    rows = await archive_pool.fetch("SELECT value FROM fedsched_audit WHERE topic = $1", topic)
+    assert sorted(bytes(r["value"]).decode() for r in rows) == sorted(f"v{i}" for i in range(55))
+    report = await verify_chain(archive_pool)
+    assert report.ok, report.problems
