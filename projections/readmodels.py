@@ -67,6 +67,15 @@ quota's holdings and released runs and the fleet's nodes and pending jobs in per
 4: the job view keeps its facts in job order (and what waits), so its answer does not depend on the
 order its partitions are read in."""
 _FORMAT_KEY = ("_format", "")
+ENDED_JOBS = "jobs.ended"
+"""The stage name an ended job's view is stored under: not loaded at start (the in-process host keeps
+only open jobs in memory, and reads an ended one back when an event about it arrives)."""
+_ENDED = frozenset({"succeeded", "failed", "cancelled", "rejected"})
+
+
+def ended(stage: str, entity: Any) -> bool:
+    """Whether an entity is a job view that has ended (kept out of memory by the in-process host)."""
+    return stage == "jobs" and getattr(entity, "status", None) in _ENDED
 
 
 async def load_state(pool: asyncpg.Pool, schema: str) -> dict[str, dict[str, Any]] | None:
@@ -82,11 +91,24 @@ async def load_state(pool: asyncpg.Pool, schema: str) -> dict[str, dict[str, Any
     tables: dict[str, dict[str, Any]] = {}
     async with pool.acquire() as conn, conn.transaction():
         async for row in conn.cursor(
-            f"SELECT stage, entity_key, state FROM {schema}.projection_state WHERE stage <> $1", _FORMAT_KEY[0]
+            f"SELECT stage, entity_key, state FROM {schema}.projection_state WHERE stage <> $1 AND stage <> $2",
+            _FORMAT_KEY[0],
+            ENDED_JOBS,
         ):
             # Our own pickles, written by this code into our own database; never from outside.
             tables.setdefault(row["stage"], {})[row["entity_key"]] = pickle.loads(row["state"])
     return tables
+
+
+async def load_jobs(pool: asyncpg.Pool, schema: str, keys: Iterable[str]) -> dict[str, Any]:
+    """Stored job views of ``keys``, open or ended (those not stored are left out)."""
+    rows = await pool.fetch(
+        f"SELECT entity_key, state FROM {schema}.projection_state"
+        " WHERE stage = ANY($1::text[]) AND entity_key = ANY($2::text[])",
+        ["jobs", ENDED_JOBS],
+        sorted(keys),
+    )
+    return {row["entity_key"]: pickle.loads(row["state"]) for row in rows}  # our own pickles
 
 
 async def reset(pool: asyncpg.Pool, schema: str) -> None:
@@ -122,10 +144,17 @@ async def flush(
                     gone.append(key)
                     continue
                 rows.extend(table.rows(key, entity))
-                states.append((stage, key, dumps(entity)))
+                states.append((ENDED_JOBS if ended(stage, entity) else stage, key, dumps(entity)))
             if rows:
                 await conn.copy_records_to_table(
                     table.name, schema_name=schema, records=rows, columns=[c for c, _ in table.columns]
+                )
+            if stage == "jobs":  # a job view is stored under one of two names: the other one goes
+                await conn.execute(
+                    f"DELETE FROM {schema}.projection_state"
+                    " WHERE stage = ANY($1::text[]) AND entity_key = ANY($2::text[])",
+                    ["jobs", ENDED_JOBS],
+                    keys,
                 )
             if states:
                 await conn.executemany(
@@ -133,7 +162,7 @@ async def flush(
                     " ON CONFLICT (stage, entity_key) DO UPDATE SET state = EXCLUDED.state",
                     states,
                 )
-            if gone:
+            if gone and stage != "jobs":
                 await conn.execute(
                     f"DELETE FROM {schema}.projection_state WHERE stage = $1 AND entity_key = ANY($2::text[])",
                     stage,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import asyncpg
@@ -117,10 +117,12 @@ class ProjectionRunner:
                 time_ms = envelope.time_ms if envelope is not None else time_ms
                 items.append((time_ms, _RANK.get(record.topic, 9), record, envelope))
             decoded.append(items)
+        merged = self._merge(decoded)
+        await self._bring_back_jobs(envelope for _, _, _, envelope in merged if envelope is not None)
         processed = Processed()
         dead: list[OutRecord] = []
         folded = 0
-        for _, _, record, envelope in self._merge(decoded):
+        for _, _, record, envelope in merged:
             positions[(record.topic, record.partition)] = record.offset + 1
             if envelope is None:
                 problem = errors[(record.topic, record.partition, record.offset)]
@@ -136,11 +138,23 @@ class ProjectionRunner:
         if self._producer is not None and (dead or outputs):
             await self._producer.append(dead + outputs)
         await readmodels.flush(self._pool, self.schema, processed.changed, self.store.tables, positions)
+        jobs = self.store.tables.get("jobs", {})
+        for stage, key in processed.changed:  # stored: an ended job leaves memory until it is needed again
+            if readmodels.ended(stage, jobs.get(key)):
+                del jobs[key]
         self._positions = positions
         self.folded_total += folded
         self.dead_lettered_total += len(dead)
         self.published_total += len(outputs)
         return StepResult(folded, len(dead), len(outputs))
+
+    async def _bring_back_jobs(self, envelopes: Iterable[Envelope]) -> None:
+        """The stored views of ended jobs the batch is about, back into memory before it is folded."""
+        stage = self.topology.stages["jobs"]
+        jobs = self.store.tables.setdefault("jobs", {})
+        wanted = {key for envelope in envelopes for key in stage.keys(envelope) if key not in jobs}
+        if wanted:
+            jobs.update(await readmodels.load_jobs(self._pool, self.schema, wanted))
 
     def positions(self) -> dict[TopicPartition, int]:
         """Where the read models stand, per source partition (next offset to fold)."""
