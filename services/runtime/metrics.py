@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from events.audit.archive import AuditArchiver
-    from events.log.contract import EventLog, TopicPartition
+    from events.log.contract import EventLog, LogReader, TopicPartition
     from projections.runner import ProjectionRunner
     from services.governance.host import GovernanceHost
     from services.scheduler.host import SchedulerHost
@@ -144,7 +144,7 @@ class Lag:
         event_log: EventLog,
         component: str,
         positions: Callable[[], Mapping[TopicPartition, int]],
-        every_s: float = 5.0,
+        every_s: float = 15.0,
     ) -> None:
         self._log = event_log
         self.component = component
@@ -152,33 +152,50 @@ class Lag:
         self.every_s = every_s
         self.value: int | None = None
         self._measured_at = time.monotonic()  # counted from the start: fresh until the first try is due
+        self._reader: LogReader | None = None  # kept: an idle Kafka reader's partitions are paused
+        # (position, end) of partitions found to hold only markers there: not fetched again until either moves.
+        self._settled: dict[TopicPartition, tuple[int, int]] = {}
 
     def fresh(self) -> bool:
         """Measured within three periods: the log answers (the health check of a process with a lag)."""
         return time.monotonic() - self._measured_at <= 3 * self.every_s
 
     async def measure(self) -> int:
-        reader = await self._log.reader()
-        try:
-            total = 0
-            for tp, position in sorted(self._positions().items()):
-                gap = max(0, await reader.end_offset(tp) - position)
-                if 0 < gap <= 2 and await reader.caught_up(tp, position):
-                    gap = 0  # only the commit marker(s) of what was folded
-                total += gap
-        finally:
-            await reader.close()
+        if self._reader is None:
+            self._reader = await self._log.reader()
+        reader = self._reader
+        total = 0
+        for tp, position in sorted(self._positions().items()):
+            end = await reader.end_offset(tp)
+            gap = max(0, end - position)
+            # Perhaps only the commit marker(s) of what was folded.
+            settled = 0 < gap <= 2 and (
+                self._settled.get(tp) == (position, end) or await reader.caught_up(tp, position)
+            )
+            if settled:
+                self._settled[tp] = (position, end)
+                gap = 0
+            total += gap
         self.value, self._measured_at = total, time.monotonic()
         return total
 
+    async def close(self) -> None:
+        if self._reader is not None:
+            await self._reader.close()
+            self._reader = None
+
     async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            try:
-                await self.measure()
-            except Exception as error:  # the log may be away for a while: the gauge keeps its last value
-                log.warning("event=lag_unmeasured component=%s error=%r", self.component, str(error))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.every_s)
+        try:
+            while not stop.is_set():
+                try:
+                    await self.measure()
+                except Exception as error:  # the log may be away for a while: the gauge keeps its last value
+                    log.warning("event=lag_unmeasured component=%s error=%r", self.component, str(error))
+                    await self.close()  # a fresh reader next time
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.every_s)
+        finally:
+            await self.close()
 
     def samples(self) -> list[Sample]:
         if self.value is None:

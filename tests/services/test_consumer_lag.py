@@ -49,3 +49,4 @@ async def test_lag_counts_what_is_committed_and_not_folded(
     assert await lag.measure() == 0
     assert lag.samples() == [("fedsched_consumer_lag", {"component": "test"}, 0.0)]
     assert lag.fresh()
+    await lag.close()
