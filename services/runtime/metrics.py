@@ -221,15 +221,14 @@ async def serving(
         metrics.add_source(source)
     for name, check in (checks or {}).items():
         metrics.add_check(name, check)
-    stop = asyncio.Event()
-    task = None
     if lag is not None:
         metrics.add_source(lag.samples)
         metrics.add_check("log", lag.fresh)
-        task = asyncio.create_task(lag.run(stop), name=f"lag-{lag.component}")
     host, _, port = listen.rpartition(":")
-    server = await metrics.serve(host or "127.0.0.1", int(port))
+    server = await metrics.serve(host or "127.0.0.1", int(port))  # a port in use fails here, nothing started
     log.info("event=metrics_serving listen=%s", listen)
+    stop = asyncio.Event()
+    task = None if lag is None else asyncio.create_task(lag.run(stop), name=f"lag-{lag.component}")
     try:
         yield metrics
     finally:

@@ -64,3 +64,48 @@ async def test_the_scheduler_reports_queue_depth_per_class_and_where_its_last_cy
     assert ("fedsched_queue_depth", {"priority_class": "standard"}, 3) in samples
     assert ("fedsched_scheduler_cycle_phase_seconds", {"phase": "decide"}, 0.012) in samples
     assert ("fedsched_scheduler_cycle_phase_seconds", {"phase": "fold"}, 0.0005) in samples
+
+
+async def test_a_process_serves_its_samples_and_lag_and_is_unhealthy_when_the_lag_goes_stale() -> None:
+    import socket
+
+    from events.log.contract import TopicPartition
+    from events.log.memory import MemoryLog
+    from services.runtime.metrics import Lag, serving
+
+    log = MemoryLog()
+    for i in range(7):
+        log.append_raw("fedsched.jobs", b"k", f"v{i}".encode(), (), i)
+    tp = next(TopicPartition("fedsched.jobs", p) for p, part in enumerate(log.parts["fedsched.jobs"]) if part)
+    positions = {tp: 3}
+    away = False
+
+    def where() -> dict[TopicPartition, int]:
+        if away:
+            raise ConnectionError("the log does not answer")
+        return positions
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    lag = Lag(log, "unit", where, every_s=0.05)  # type: ignore[arg-type]
+    async with serving(f"127.0.0.1:{port}", [lambda: [("fedsched_unit_total", {}, 2)]], lag=lag) as metrics:
+        assert metrics is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while lag.value is None:
+            assert loop.time() < deadline
+            await asyncio.sleep(0.01)
+        code, body = await get(port, "/metrics")
+        assert code == 200 and "fedsched_unit_total 2" in body
+        assert 'fedsched_consumer_lag{component="unit"} 4' in body
+        assert await get(port, "/healthz") == (200, "ok\n")
+        away = True
+        while (await get(port, "/healthz"))[0] != 503:  # stale after three periods without an answer
+            assert loop.time() < deadline
+            await asyncio.sleep(0.05)
+        assert await get(port, "/healthz") == (503, "failing: log\n")
+        assert 'fedsched_consumer_lag{component="unit"} 4' in (await get(port, "/metrics"))[1]  # kept
+    # Nothing served without a listen address.
+    async with serving("", [lambda: []]) as none:
+        assert none is None
