@@ -32,12 +32,23 @@ class PollResult:
 
 class EventConsumer:
     def __init__(
-        self, event_log: EventLog, group_id: str, topics: Sequence[str], handler: Handler, *, instance: str = "0"
+        self,
+        event_log: EventLog,
+        group_id: str,
+        topics: Sequence[str],
+        handler: Handler,
+        *,
+        instance: str = "0",
+        skip_types: frozenset[str] = frozenset(),
     ) -> None:
+        """``skip_types``: event types the handler never reads, passed over without decoding when the
+        record's ``ce_type`` header names one (a record without that header is decoded, and
+        dead-lettered if it is bad, as any other)."""
         self._log = event_log
         self._group_id = group_id
         self._topics = tuple(topics)
         self._handler = handler
+        self._skip = frozenset(t.encode() for t in skip_types)
         self._transactional_id = f"{group_id}-dlq-{instance}"
         self._consumer: GroupConsumer | None = None
         self._producer: LogProducer | None = None
@@ -61,8 +72,11 @@ class EventConsumer:
         dead = []
         handled = 0
         next_offsets: dict[TopicPartition, int] = {}
+        skip = self._skip
         for record in records:
             next_offsets[record.tp] = record.offset + 1
+            if skip and any(name == "ce_type" and value in skip for name, value in record.headers):
+                continue
             try:
                 envelope = decode(record.headers, record.value)
             except EventError as error:

@@ -33,6 +33,7 @@ from connectors.kubernetes.pods import RenderOptions
 from connectors.kubernetes.reflector import Reflector
 from connectors.kubernetes.reporting import Reachability, Reporter
 from connectors.kubernetes.throttle import Backoff
+from events.catalog.decisions import EXPLANATIONS_AND_CYCLES
 from events.catalog.inventory import ClusterKind, ClusterRegistered
 from events.catalog.types import ClusterId
 from events.consumer import EventConsumer
@@ -103,7 +104,13 @@ class KubernetesConnector:
         )
         self.node_reflector = self._reflector("/api/v1/nodes", "nodes", None)
         self.pod_reflector = self._reflector("/api/v1/pods", "pods", self.pods.label_selector)
-        self.consumer = EventConsumer(event_log, config.group_id, [DECISIONS.name, JOBS.name], self.executor.handle)
+        self.consumer = EventConsumer(
+            event_log,
+            config.group_id,
+            [DECISIONS.name, JOBS.name],
+            self.executor.handle,
+            skip_types=EXPLANATIONS_AND_CYCLES,
+        )
 
     def _reflector(self, path: str, name: str, selector: str | None) -> Reflector:
         backoff = Backoff(0.2, self.config.max_backoff_s)

@@ -40,6 +40,7 @@ from connectors.sim.nodes import default_nodes_path, load_nodes
 from connectors.sim.reports import Emit
 from connectors.sim.restore import read_history
 from connectors.sim.spec import ClusterSpec
+from events.catalog.decisions import EXPLANATIONS_AND_CYCLES
 from events.consumer import EventConsumer
 from events.envelope import Envelope
 from events.log import EventLog, GroupOffsets, LogRecord, ProducerFenced, TopicPartition
@@ -171,7 +172,9 @@ class SimCluster:
         await self._publish(self.model.begin(self.clock.now_ms()))
         await self._skip_restored()
         self._inbox.clear()
-        self._consumer = EventConsumer(self._log, self.group_id, (JOBS.name, DECISIONS.name), self._on_record)
+        self._consumer = EventConsumer(
+            self._log, self.group_id, (JOBS.name, DECISIONS.name), self._on_record, skip_types=EXPLANATIONS_AND_CYCLES
+        )
         # Joining the group can take a while (after a SIGKILL, Kafka waits out the dead member's session);
         # the clock keeps driving starts, ends and faults meanwhile, and the restore already holds
         # everything published before this start.

@@ -267,7 +267,12 @@ class SchedulingCycleCompleted(Event):
     followed by a newline, in the order they were published; lets a replay compare in one step."""
 
 
+EXPLANATIONS_AND_CYCLES = frozenset({JobQueued.event_type, SchedulingCycleCompleted.event_type})
+"""Decision records that explain a wait or record a cycle: the most frequent on the decisions topic, and
+nothing a cluster connector acts on (connectors skip them undecoded)."""
+
 __all__ = [
+    "EXPLANATIONS_AND_CYCLES",
     "BindingConstraint",
     "CandidateScore",
     "ClusterWhyNot",

@@ -99,3 +99,37 @@ async def test_bad_records_are_dead_lettered_with_the_reason_and_processing_goes
     await again.start()
     assert (await again.poll_once(timeout_s=0.5)).handled == 0
     await again.close()
+
+
+async def test_types_a_consumer_skips_are_passed_over_undecoded_and_the_rest_handled(
+    event_log: EventLog, make_topic: MakeTopic
+) -> None:
+    await event_log.create_topics(TOPICS)
+    topic = await make_topic(1)
+    skipped = "io.fedsched.JobQueued"
+    records = [
+        good(0, topic),
+        # Named as a skipped type, with a body no decoder would take: never decoded, never dead-lettered.
+        with_headers(OutRecord(topic, b"\xff not json", b"job-1", good(1, topic).headers), ce_type=skipped.encode()),
+        OutRecord(topic, value=b"{}", key=b"job-2"),  # no ce_type header: decoded, and dead-lettered
+        good(3, topic),
+    ]
+    producer = await event_log.producer()
+    await producer.append(records)
+    await producer.close()
+    handled: list[str] = []
+
+    async def handler(record: LogRecord, envelope: Envelope) -> None:
+        handled.append(envelope.id)
+
+    consumer = EventConsumer(event_log, f"skip-test-{topic}", [topic], handler, skip_types=frozenset({skipped}))
+    await consumer.start()
+    dead = 0
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    while len(handled) + dead < 3 and loop.time() < deadline:
+        dead += (await consumer.poll_once(timeout_s=0.5)).dead_lettered
+    # The group moved past the skipped one too: nothing comes again.
+    assert (await consumer.poll_once(timeout_s=0.5)).handled == 0
+    await consumer.close()
+    assert handled == ["e-0", "e-3"] and dead == 1
