@@ -70,7 +70,8 @@ STAGE = "jobs"
 TIMELINE_LIMIT = 200
 FACTS_LIMIT = 64
 
-_TERMINAL = frozenset({"succeeded", "failed", "cancelled", "rejected"})
+TERMINAL = frozenset({"succeeded", "failed", "cancelled", "rejected"})
+"""Statuses a job view ends in."""
 _RUN_ENDS: dict[str, tuple[str, str]] = {
     "JobSucceeded": ("succeeded", "Succeeded"),
     "JobFailed": ("failed", "Failed"),
@@ -443,7 +444,7 @@ def _apply(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView, 
     if kind == "JobSubmitted":
         return _submitted(view, fact, now, **extra)
     if kind == "JobQueued":
-        if view.status in _TERMINAL or view.allocated:
+        if view.status in TERMINAL or view.allocated:
             return _log(view, now, view.status, fact, **extra), []
         demand = _demand(view, True)  # of fields the status does not change
         changes = {"status": "queued", "queued_since_ms": _since(view, now)}
@@ -453,7 +454,7 @@ def _apply(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView, 
     if kind in _RUN_FACTS and fact.run > view.run:
         return evolve(view, early=(*view.early, fact), **extra), []
     if kind == "JobStarted":
-        if fact.run != view.run or view.status in _TERMINAL:
+        if fact.run != view.run or view.status in TERMINAL:
             stale = f"run {fact.run} is not the current run"
             return _log(view, now, view.status, fact, "StaleRun", stale, **extra), []
         changes = {"status": "running", "started_ms": view.started_ms or now}

@@ -17,6 +17,8 @@ from typing import Any
 import asyncpg
 
 from projections.faust_wire import dumps
+from projections.jobs import STAGE as JOB_STAGE
+from projections.jobs import TERMINAL, JobView
 from projections.rows import TABLES
 
 _SCHEMA_LOCK = 7_215_003
@@ -67,15 +69,14 @@ quota's holdings and released runs and the fleet's nodes and pending jobs in per
 4: the job view keeps its facts in job order (and what waits), so its answer does not depend on the
 order its partitions are read in."""
 _FORMAT_KEY = ("_format", "")
-ENDED_JOBS = "jobs.ended"
+ENDED_JOBS = f"{JOB_STAGE}.ended"
 """The stage name an ended job's view is stored under: not loaded at start (the in-process host keeps
 only open jobs in memory, and reads an ended one back when an event about it arrives)."""
-_ENDED = frozenset({"succeeded", "failed", "cancelled", "rejected"})
 
 
 def ended(stage: str, entity: Any) -> bool:
     """Whether an entity is a job view that has ended (kept out of memory by the in-process host)."""
-    return stage == "jobs" and getattr(entity, "status", None) in _ENDED
+    return stage == JOB_STAGE and isinstance(entity, JobView) and entity.status in TERMINAL
 
 
 async def load_state(pool: asyncpg.Pool, schema: str) -> dict[str, dict[str, Any]] | None:
@@ -100,12 +101,17 @@ async def load_state(pool: asyncpg.Pool, schema: str) -> dict[str, dict[str, Any
     return tables
 
 
-async def load_jobs(pool: asyncpg.Pool, schema: str, keys: Iterable[str]) -> dict[str, Any]:
-    """Stored job views of ``keys``, open or ended (those not stored are left out)."""
+async def ended_job_keys(pool: asyncpg.Pool, schema: str) -> set[str]:
+    """The jobs whose views are stored as ended (their keys only)."""
+    rows = await pool.fetch(f"SELECT entity_key FROM {schema}.projection_state WHERE stage = $1", ENDED_JOBS)
+    return {row["entity_key"] for row in rows}
+
+
+async def load_ended_jobs(pool: asyncpg.Pool, schema: str, keys: Iterable[str]) -> dict[str, Any]:
+    """The stored views of ended jobs among ``keys``."""
     rows = await pool.fetch(
-        f"SELECT entity_key, state FROM {schema}.projection_state"
-        " WHERE stage = ANY($1::text[]) AND entity_key = ANY($2::text[])",
-        ["jobs", ENDED_JOBS],
+        f"SELECT entity_key, state FROM {schema}.projection_state WHERE stage = $1 AND entity_key = ANY($2::text[])",
+        ENDED_JOBS,
         sorted(keys),
     )
     return {row["entity_key"]: pickle.loads(row["state"]) for row in rows}  # our own pickles
@@ -149,11 +155,11 @@ async def flush(
                 await conn.copy_records_to_table(
                     table.name, schema_name=schema, records=rows, columns=[c for c, _ in table.columns]
                 )
-            if stage == "jobs":  # a job view is stored under one of two names: the other one goes
+            if stage == JOB_STAGE:  # a job view is stored under one of two names: the other one goes
                 await conn.execute(
                     f"DELETE FROM {schema}.projection_state"
                     " WHERE stage = ANY($1::text[]) AND entity_key = ANY($2::text[])",
-                    ["jobs", ENDED_JOBS],
+                    [JOB_STAGE, ENDED_JOBS],
                     keys,
                 )
             if states:
@@ -162,7 +168,7 @@ async def flush(
                     " ON CONFLICT (stage, entity_key) DO UPDATE SET state = EXCLUDED.state",
                     states,
                 )
-            if gone and stage != "jobs":
+            if gone and stage != JOB_STAGE:
                 await conn.execute(
                     f"DELETE FROM {schema}.projection_state WHERE stage = $1 AND entity_key = ANY($2::text[])",
                     stage,

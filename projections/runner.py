@@ -30,6 +30,7 @@ from events.publisher import to_record
 from events.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS
 from projections import readmodels
 from projections.core import Output, Position
+from projections.jobs import STAGE as JOB_STAGE
 from projections.topology import MemoryStore, Processed, Topology
 
 log = logging.getLogger("fedsched.projections")
@@ -74,6 +75,7 @@ class ProjectionRunner:
         self.folded_total = 0
         self.dead_lettered_total = 0
         self.published_total = 0
+        self._ended_jobs: set[str] = set()  # jobs whose views are stored as ended, out of memory
 
     async def start(self) -> None:
         await readmodels.ensure_schema(self._pool, self.schema)
@@ -84,6 +86,7 @@ class ProjectionRunner:
             tables = {}
         self._positions = await readmodels.load_positions(self._pool, self.schema)
         self.store.tables = tables
+        self._ended_jobs = await readmodels.ended_job_keys(self._pool, self.schema)
         self._partitions = [
             TopicPartition(topic, p) for topic in self._topics for p in range(await self._log.partitions(topic))
         ]
@@ -138,10 +141,11 @@ class ProjectionRunner:
         if self._producer is not None and (dead or outputs):
             await self._producer.append(dead + outputs)
         await readmodels.flush(self._pool, self.schema, processed.changed, self.store.tables, positions)
-        jobs = self.store.tables.get("jobs", {})
+        jobs = self.store.tables.get(JOB_STAGE, {})
         for stage, key in processed.changed:  # stored: an ended job leaves memory until it is needed again
             if readmodels.ended(stage, jobs.get(key)):
                 del jobs[key]
+                self._ended_jobs.add(key)
         self._positions = positions
         self.folded_total += folded
         self.dead_lettered_total += len(dead)
@@ -149,12 +153,15 @@ class ProjectionRunner:
         return StepResult(folded, len(dead), len(outputs))
 
     async def _bring_back_jobs(self, envelopes: Iterable[Envelope]) -> None:
-        """The stored views of ended jobs the batch is about, back into memory before it is folded."""
-        stage = self.topology.stages["jobs"]
-        jobs = self.store.tables.setdefault("jobs", {})
-        wanted = {key for envelope in envelopes for key in stage.keys(envelope) if key not in jobs}
+        """The stored views of ended jobs the batch is about, back into memory before it is folded (asked
+        of PostgreSQL only for jobs known to be stored as ended: a new job's first events are not)."""
+        stage, ended = self.topology.stages[JOB_STAGE], self._ended_jobs
+        wanted = {key for envelope in envelopes for key in stage.keys(envelope) if key in ended}
         if wanted:
-            jobs.update(await readmodels.load_jobs(self._pool, self.schema, wanted))
+            self.store.tables.setdefault(JOB_STAGE, {}).update(
+                await readmodels.load_ended_jobs(self._pool, self.schema, wanted)
+            )
+            ended -= wanted
 
     def positions(self) -> dict[TopicPartition, int]:
         """Where the read models stand, per source partition (next offset to fold)."""

@@ -22,6 +22,7 @@ fails if a current field takes one of their names.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import ClassVar
 
@@ -89,3 +90,11 @@ class Event(BaseModel):
         values = [getattr(self, part) for part in self.key_parts()]
         present = [str(value) for value in values if value is not None]
         return "/".join(present) if present else None
+
+
+@functools.cache
+def has_field(kind: type[Event], name: str) -> bool:
+    """Whether events of ``kind`` carry the field ``name``. Asked per class once by the folds that read
+    a field some events have (``getattr`` with a default on a pydantic model that lacks the field goes
+    through its slow ``__getattr__`` fallback)."""
+    return name in kind.model_fields

@@ -282,4 +282,4 @@ def _model(state: SchedulerState, placed: Placement) -> str:
 
 
 def _job_of(state: SchedulerState, job_id: str) -> Job:
-    return job_model(job_id, state.jobs[job_id])
+    return job_model(state.jobs[job_id])

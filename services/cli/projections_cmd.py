@@ -193,14 +193,17 @@ def run_worker(args: argparse.Namespace) -> int:
 
 
 def _serve_worker_metrics(app: Any, listen: str) -> None:
-    """The worker's counters on ``listen`` from its start (a faust task: it runs inside the worker's loop)."""
-    from services.runtime.metrics import Metrics
+    """The worker's counters on ``listen`` from its start (a faust task: it runs inside the worker's loop
+    and is cancelled when the worker stops)."""
+    import asyncio
 
-    metrics = Metrics()
-    metrics.add_source(lambda: [("fedsched_events_folded_total", {"component": "projections"}, app.host.folded)])
+    from services.runtime.metrics import serving
+
+    def samples() -> list[tuple[str, dict[str, str], float]]:
+        return [("fedsched_events_folded_total", {"component": "projections"}, app.host.folded)]
 
     async def serve_metrics() -> None:
-        host, _, port = listen.rpartition(":")
-        await metrics.serve(host or "127.0.0.1", int(port))  # open until the worker's process ends
+        async with serving(listen, [samples]):
+            await asyncio.Event().wait()
 
     app.task(serve_metrics)

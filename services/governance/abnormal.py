@@ -47,7 +47,8 @@ def crash_loops(state: GovState, rules: AbnormalRules) -> list[Output]:
         tenant, name = cast(tuple[str, str], group)
         for trigger, count in triggers:
             ended, job_id, run_no, cluster, node = trigger
-            if f"gov:finding:crash-loop:{job_id}:{run_no}" in state.emitted:
+            key = f"gov:finding:crash-loop:{job_id}:{run_no}"
+            if key in state.emitted:  # published before: not built again every step
                 continue
             figures = (
                 Figure(name="failures", value=count),
@@ -68,7 +69,7 @@ def crash_loops(state: GovState, rules: AbnormalRules) -> list[Output]:
                 observed_ms=ended,
                 message=message,
             )
-            out.append(Output(f"gov:finding:crash-loop:{job_id}:{run_no}", state.now_ms, finding))
+            out.append(Output(key, state.now_ms, finding))
     return out
 
 

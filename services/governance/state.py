@@ -8,12 +8,11 @@ holds their ids), so a restarted host that re-reads the log never emits an actio
 
 from __future__ import annotations
 
-import functools
 import hashlib
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
-from events.catalog.base import Event
+from events.catalog.base import Event, has_field
 from events.catalog.decisions import JobPlaced, JobQueued, JobReclaimRequested
 from events.catalog.governance import (
     GovernanceFinding,
@@ -180,7 +179,7 @@ class GovState:
             handler(self, data, self.now_ms)
         elif isinstance(data, Ended):
             _ended(self, data, self.now_ms)
-        if _names_a_job(type(data)):
+        if has_field(type(data), "job_id"):
             self._classify(data.job_id)  # type: ignore[attr-defined]
 
     def _classify(self, job_id: str) -> None:
@@ -207,12 +206,6 @@ class GovState:
                 nodes.append(((run.cluster, node), entry))
         self.workload_failures.set_job(job_id, workload)
         self.node_failures.set_job(job_id, nodes)
-
-
-@functools.cache
-def _names_a_job(kind: type[Event]) -> bool:
-    """Asked per class once (``getattr`` with a default on a pydantic model is slow when it lacks it)."""
-    return "job_id" in kind.model_fields
 
 
 def _submitted(state: GovState, e: Event, t: int) -> None:

@@ -89,7 +89,7 @@ class SupervisorConfig:
         metrics = raw.get("metrics") or {}
         if not isinstance(metrics, dict) or set(metrics) - {"host", "first_port"}:
             raise ConfigError("metrics: a mapping of host and first_port")
-        first_port = metrics.get("first_port", 9464)
+        first_port = metrics.get("first_port", cls.metrics_first_port)
         if not isinstance(first_port, int) or not (first_port == 0 or 0 < first_port <= 65535 - len(_COMPONENTS)):
             raise ConfigError(f"metrics: first_port must be 0 (off) or a port number, got {first_port!r}")
         return cls(
@@ -98,7 +98,7 @@ class SupervisorConfig:
             str(raw.get("namespace") or ""),
             {k: str(v) for k, v in api.items()},
             {k: str(v) for k, v in (raw.get("projections") or {}).items()},
-            str(metrics.get("host", "127.0.0.1")),
+            str(metrics.get("host", cls.metrics_host)),
             first_port,
         )
 

@@ -228,16 +228,16 @@ class SchedulerHost:
             return 0
         appended_at = loop.time()
         committed_ms = self._clock()
-        for event in events:
-            if isinstance(event.data, JobPlaced):
-                facts = self.state.jobs.get(event.data.job_id)
-                if facts is not None and facts.spec is not None:
-                    self.metrics.placement_latency_ms.append(max(0, committed_ms - facts.submitted_ms))
+        placed = [e.data.job_id for e in events if isinstance(e.data, JobPlaced)]
+        for job_id in placed:  # submission (the API's append) to the placement committed
+            facts = self.state.jobs.get(job_id)
+            if facts is not None and facts.spec is not None:
+                self.metrics.placement_latency_ms.append(max(0, committed_ms - facts.submitted_ms))
         self._dirty = False
         self._last_cycle_at = now
         self.metrics.cycles += 1
         self.metrics.decisions += len(events)
-        self.metrics.placements += sum(1 for e in events if e.type == "io.fedsched.JobPlaced")
+        self.metrics.placements += len(placed)
         # Our own output is an input of the next cycle: fold it before deciding again (anything else
         # folded with it marks the state dirty again).
         await self._fold_through(self._fold_own(records, appended))

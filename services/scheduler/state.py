@@ -14,12 +14,11 @@ what makes every recorded cycle re-executable.
 from __future__ import annotations
 
 import bisect
-import functools
 import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from events.catalog.base import Event
+from events.catalog.base import Event, has_field
 from events.catalog.decisions import (
     JobPlaced,
     JobPreemptionRequested,
@@ -148,14 +147,6 @@ class _Derived:
     nodes: set[tuple[str, str]] = field(default_factory=set)
 
 
-@functools.cache
-def _touches(kind: type[Event]) -> tuple[bool, bool]:
-    """(names a job, names a node) for an event class. Asked per class once: ``getattr`` with a default
-    on a pydantic model that lacks the field goes through its slow ``__getattr__`` fallback."""
-    fields = kind.model_fields
-    return "job_id" in fields, "node" in fields and "cluster" in fields
-
-
 @dataclass(slots=True)
 class SchedulerState:
     nodes: dict[tuple[str, str], NodeFacts] = field(default_factory=dict)
@@ -182,7 +173,8 @@ class SchedulerState:
             return
         handler(self, data, envelope.time_ms)
         derived = self._derived
-        has_job, has_node = _touches(type(data))
+        kind = type(data)
+        has_job, has_node = has_field(kind, "job_id"), has_field(kind, "node") and has_field(kind, "cluster")
         if has_job:
             job_id = data.job_id  # type: ignore[attr-defined]
             if job_id is not None:
@@ -339,10 +331,10 @@ class SchedulerState:
         self._refresh_usage(job_id, facts)
         placed = facts.running_placement()
         if facts.pending():
-            derived.pending[job_id] = job_model(job_id, facts)
+            derived.pending[job_id] = job_model(facts)
         if placed is None:
             return
-        job = job_model(job_id, facts)
+        job = job_model(facts)
         replicas = tuple(
             m.ReplicaPlacement(core_node_id(placed.cluster, r.node), tuple(r.gpu_indices), r.gpu_milli_each)
             for r in placed.replicas
@@ -478,7 +470,7 @@ def event_node(node_id: str) -> NodeId:
     return NodeId(node_id.partition("/")[2] or node_id)
 
 
-def job_model(job_id: str, facts: JobFacts) -> m.Job:
+def job_model(facts: JobFacts) -> m.Job:
     spec = facts.spec
     assert spec is not None
     preempted = facts.times_preempted()

@@ -27,6 +27,16 @@ def good(i: int, topic: str) -> OutRecord:
     return OutRecord(topic, value=wire.value, key=wire.key, headers=wire.headers)
 
 
+async def poll_until(consumer: EventConsumer, done: Callable[[int], bool], timeout_s: float = 30.0) -> int:
+    """Poll until ``done(dead-lettered so far)``; returns how many were dead-lettered."""
+    dead = 0
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not done(dead) and loop.time() < deadline:
+        dead += (await consumer.poll_once(timeout_s=0.5)).dead_lettered
+    return dead
+
+
 def with_headers(record: OutRecord, **changes: bytes) -> OutRecord:
     headers = tuple((k, changes.get(k, v)) for k, v in record.headers)
     return OutRecord(record.topic, value=record.value, key=record.key, headers=headers)
@@ -65,11 +75,7 @@ async def test_bad_records_are_dead_lettered_with_the_reason_and_processing_goes
     group = f"dlq-test-{topic}"
     consumer = EventConsumer(event_log, group, [topic], handler)
     await consumer.start()
-    dead = 0
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 30
-    while len(handled) + dead < 7 and loop.time() < deadline:
-        dead += (await consumer.poll_once(timeout_s=0.5)).dead_lettered
+    dead = await poll_until(consumer, lambda dead: len(handled) + dead >= 7)
     await consumer.close()
     assert handled == ["e-0", "e-6"]
     assert dead == 5
@@ -124,11 +130,7 @@ async def test_types_a_consumer_skips_are_passed_over_undecoded_and_the_rest_han
 
     consumer = EventConsumer(event_log, f"skip-test-{topic}", [topic], handler, skip_types=frozenset({skipped}))
     await consumer.start()
-    dead = 0
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 30
-    while len(handled) + dead < 3 and loop.time() < deadline:
-        dead += (await consumer.poll_once(timeout_s=0.5)).dead_lettered
+    dead = await poll_until(consumer, lambda dead: len(handled) + dead >= 3)
     # The group moved past the skipped one too: nothing comes again.
     assert (await consumer.poll_once(timeout_s=0.5)).handled == 0
     await consumer.close()

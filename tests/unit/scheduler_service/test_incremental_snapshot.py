@@ -57,11 +57,11 @@ def full_snapshot(state: SchedulerState, now_ms: int) -> m.FleetSnapshot:
                 span = max(0, facts.ended_at.get(run, 0) - facts.placed_at.get(run, 0))
                 usage.setdefault(facts.spec.tenant, []).append(m.UsageRecord(facts.ended_at.get(run, 0), milli * span))
         if facts.pending():
-            pending.append(job_model(job_id, facts))
+            pending.append(job_model(facts))
         now = facts.running_placement()
         if now is None:
             continue
-        job = job_model(job_id, facts)
+        job = job_model(facts)
         replicas = tuple(
             m.ReplicaPlacement(core_node_id(now.cluster, r.node), tuple(r.gpu_indices), r.gpu_milli_each)
             for r in now.replicas
