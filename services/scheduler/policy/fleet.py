@@ -169,6 +169,24 @@ class FleetState:
             ok &= (self.gpu_free[sel] >= d.gpu_milli).any(axis=1)
         return ok
 
+    def feasible_one(self, d: Demand, i: int) -> bool:
+        """``feasible`` for node ``i`` alone, in Python scalars."""
+        if not (self.schedulable[i] and self.cpu_free[i] >= d.cpu_milli and self.mem_free[i] >= d.memory_mib):
+            return False
+        if d.models:
+            m = int(self.model_of[i])
+            if m < 0 or self.models[m] not in d.models:
+                return False
+        if (d.gpus or d.gpu_milli) and self.gpu_mem[i] < d.min_gpu_memory_mib:
+            return False
+        if d.gpus:
+            usable = self.gpu_usable[i].tolist()
+            return sum(1 for j, free in enumerate(self.gpu_free[i].tolist()) if free == MILLI and usable[j]) >= d.gpus
+        if d.gpu_milli:
+            free: list[int] = self.gpu_free[i].tolist()
+            return max(free) >= d.gpu_milli
+        return True
+
     def whole_gpu_slots(self, i: int, count: int) -> tuple[int, ...]:
         """The first ``count`` fully free GPUs of node ``i``, healthy ones before degraded ones."""
         free = [j for j in range(self.gpu_slots) if self.gpu_usable[i, j] and self.gpu_free[i, j] == MILLI]

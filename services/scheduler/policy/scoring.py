@@ -180,6 +180,51 @@ def fragmentation_model_aware(fs: FleetState, idx: I64, d: Demand, fm: FragModel
     return fm.model_aware_increase(inc, fs.model_of[idx], d.total_gpu_milli), slot
 
 
+def fragmentation_model_aware_one(fs: FleetState, i: int, d: Demand, fm: FragModel) -> tuple[int, int]:
+    """``fragmentation_model_aware`` of one node (a feasible one), in Python ints: the same numbers.
+    A share only changes its own slot's contribution to the features, so each slot's "after" is the
+    "before" features patched by that slot."""
+    g: list[int] = fs.gpu_free[i].tolist()
+    cpu = int(fs.cpu_free[i])
+    model = int(fs.model_of[i])
+    cnt, on, total = fm.features_one(g)
+    before = fm.frag_one(cnt, on, total, cpu, model)
+    slot = -1
+    if d.is_share:
+        u = d.gpu_milli
+        thresholds = fm.thresholds_list
+        cpu_after = cpu - d.cpu_milli
+        best = None
+        for s, free in enumerate(g):
+            if free < u:
+                continue
+            left = free - u
+            c2, o2 = list(cnt), list(on)
+            for j, t in enumerate(thresholds):
+                if free >= t:
+                    c2[j] -= 1
+                    o2[j] -= free
+                if left >= t:
+                    c2[j] += 1
+                    o2[j] += left
+            after = fm.frag_one(c2, o2, total - u, cpu_after, model)
+            if best is None or after < best:
+                best, slot = after, s
+        assert best is not None, "a feasible node has a GPU the share fits"
+        inc = best - before
+    elif d.gpus:
+        n = d.gpus
+        after = fm.frag_one(
+            [c - n for c in cnt], [o - n * MILLI for o in on], total - n * MILLI, cpu - d.cpu_milli, model
+        )
+        inc = after - before
+    else:
+        inc = fm.frag_one(cnt, on, total, cpu - d.cpu_milli, model) - before
+    wm = fm.model_weight_list[model]
+    w = fm.total_weight
+    return (inc + (w - wm) * d.total_gpu_milli) * w // wm, slot
+
+
 def cpu_only_tie(fs: FleetState, idx: I64) -> I64:
     """Secondary key of our FGD for CPU-only replicas: the node's free GPU (milli), the fewer the better.
 
@@ -231,6 +276,7 @@ __all__ = [
     "dot_product",
     "fragmentation",
     "fragmentation_model_aware",
+    "fragmentation_model_aware_one",
     "fragmentation_paper",
     "packing",
     "paper_score",

@@ -1,0 +1,118 @@
+"""The placer's node-by-node refresh of our policy gives exactly the keys of its array refresh.
+
+A placement dirties one node, and the placer then rescores it in Python ints (``_refresh_scalar``)
+instead of some forty array operations: any difference would change decisions, so both are compared on
+random fleets (GPU models, failed and degraded GPUs, nodes without GPUs, cordoned nodes, typical shapes
+restricted to one model), after each of a run of placements.
+"""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.scheduler.policy import Demand, FleetState, FragModel, Health, NodePolicy, Placer, Shape
+from services.scheduler.policy import placer as placer_module
+from tests.scheduler.builders import a_node
+
+pytestmark = pytest.mark.timeout(60)
+
+FREE = [0, 100, 190, 300, 470, 530, 810, 1000]
+DEMANDS = [
+    Demand(cpu_milli=2000, memory_mib=1024),
+    Demand(cpu_milli=4000, gpu_milli=470),
+    Demand(cpu_milli=8000, gpu_milli=810, models=("A100",)),
+    Demand(cpu_milli=500, gpu_milli=100),
+    Demand(cpu_milli=8000, gpus=1),
+    Demand(cpu_milli=16000, gpus=2, min_gpu_memory_mib=40000),
+    Demand(cpu_milli=4000, gpus=1, models=("T4",)),
+    Demand(cpu_milli=60000, memory_mib=300_000),
+]
+
+
+@st.composite
+def nodes(draw: st.DrawFn, i: int) -> object:
+    model = draw(st.sampled_from(["A100", "T4", ""]))
+    b = a_node(f"n{i:02d}")
+    if model:
+        free = draw(st.lists(st.sampled_from(FREE), min_size=1, max_size=8))
+        b = b.model(model, 81920 if model == "A100" else 15360).gpus(len(free), tuple(free))
+        for j in range(len(free)):
+            health = draw(st.sampled_from([Health.OK, Health.OK, Health.OK, Health.DEGRADED, Health.FAILED]))
+            if health is not Health.OK:
+                b = b.gpu_health(j, health)
+    else:
+        b = b.model("", 0).gpus(0)
+    b = b.cpu(64000, draw(st.sampled_from([0, 4000, 16000, 64000])))
+    b = b.memory(256_000, draw(st.sampled_from([0, 2048, 256_000])))
+    if draw(st.integers(0, 9)) == 0:
+        b = b.cordoned()
+    return b.build()
+
+
+shapes_st = st.lists(
+    st.builds(
+        Shape,
+        st.sampled_from([0, 2000, 8000, 16000]),
+        st.sampled_from([100, 470, 810, 1000]),
+        st.integers(0, 2),
+        st.sampled_from([(), ("A100",), ("T4",)]),
+        st.integers(1, 40),
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+def _entry(placer: Placer, d: Demand, scalar_max: int) -> tuple[list[int], list[int], list[int] | None]:
+    with mock.patch.object(placer_module, "SCALAR_MAX", scalar_max):
+        e = placer._entry(d)
+    key = e.key.tolist()
+    slot = [s if k < int(placer_module.INF) else -1 for s, k in zip(e.slot.tolist(), key, strict=True)]
+    return (
+        key,
+        slot,
+        None
+        if e.tie is None
+        else [t if k < int(placer_module.INF) else 0 for t, k in zip(e.tie.tolist(), key, strict=True)],
+    )
+
+
+@pytest.mark.property
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), shapes=shapes_st, picks=st.lists(st.integers(0, len(DEMANDS) - 1), min_size=1, max_size=12))
+def test_the_node_by_node_refresh_equals_the_array_refresh_through_a_run_of_placements(data, shapes, picks):
+    count = data.draw(st.integers(1, 10))
+    fleet = FleetState([data.draw(nodes(i)) for i in range(count)])
+    fm = FragModel(shapes, fleet.models)
+    live = Placer(fleet, NodePolicy.FRAGMENTATION, fm, frag_window_milli=60)
+    with mock.patch.object(placer_module, "SCALAR_MAX", 10**9):  # every refresh node by node
+        for d in DEMANDS:
+            live._entry(d)
+    for pick in picks:
+        for d in DEMANDS:
+            fresh = Placer(fleet, NodePolicy.FRAGMENTATION, fm, frag_window_milli=60)
+            assert _entry(live, d, 10**9) == _entry(fresh, d, 0), d
+        d = DEMANDS[pick]
+        choice = live.choose(d)
+        if choice is not None:
+            live.place(d, choice)  # dirties that node: the next round rescores it alone
+
+
+def test_the_node_by_node_path_is_the_one_taken_after_a_placement():
+    fleet = FleetState([a_node(f"n{i}").gpus(8).build() for i in range(8)])
+    fm = FragModel([Shape(4000, 470, 1, (), 3)], fleet.models)
+    placer = Placer(fleet, NodePolicy.FRAGMENTATION, fm)
+    d = Demand(cpu_milli=4000, gpu_milli=470)
+    placer.place(d, placer.choose(d))
+    with (
+        mock.patch.object(Placer, "_refresh_scalar", side_effect=AssertionError("scalar")) as scalar,
+        pytest.raises(AssertionError, match="scalar"),
+    ):
+        placer.choose(d)
+    assert scalar.call_count == 1
+    assert np.array_equal(placer._entry(d).seen, fleet.version)
