@@ -114,7 +114,9 @@ async def verify(
     process runs no other Python thread (a fork copies only the calling thread); 1 replays in this
     process. The report is the same whatever the count."""
     started = time.perf_counter()
+    clock = _cpu_clock()
     records = await load(event_log, topics)
+    others = _others_busy(clock, _cpu_clock())
     report = VerifyReport(events_read=sum(len(v) for v in records.values()))
     cycles: list[SchedulingCycleCompleted] = []
     recorded: dict[str, dict[str, Envelope]] = defaultdict(dict)
@@ -126,7 +128,7 @@ async def verify(
             elif envelope.source == SOURCE and ":" in envelope.id:
                 recorded[envelope.id.partition(":")[0]][envelope.id] = envelope
     cycles.sort(key=lambda c: c.sequence)
-    count = _workers(workers, sum(1 for c in cycles if _in_window(c, since_ms, until_ms)))
+    count = _workers(workers, sum(1 for c in cycles if _in_window(c, since_ms, until_ms)), others)
     if count > 1:
         parts = _replay_forked(records, cycles, recorded, since_ms, until_ms, count)
     else:
@@ -210,7 +212,8 @@ class _Replayer:
             part.differences.append(Difference(cycle.cycle_id, "policy_version", cycle.policy_version, config.version))
 
 
-def _workers(asked: int | None, cycles: int) -> int:
+def _workers(asked: int | None, cycles: int, others_busy: float | None = None) -> int:
+    """``others_busy``: the cores other processes kept busy while the log was read, when measured."""
     if not hasattr(os, "fork"):
         return 1
     if asked is not None:
@@ -218,13 +221,42 @@ def _workers(asked: int | None, cycles: int) -> int:
     if _threads() > 1:
         return 1
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    try:
-        # Cores other processes keep busy (this one counts one in the load average): a worker there
-        # would only take turns with this process. The results do not depend on the count.
-        busy = max(0.0, os.getloadavg()[0] - 1.0)
-    except OSError:
-        busy = 0.0
+    # Cores other processes keep busy: a worker there would only take turns with them. The results do
+    # not depend on the count.
+    busy = others_busy
+    if busy is None:
+        try:
+            # This process counts one in the load average. A one-minute average still counts a load
+            # that just ended: it is the fallback where nothing was measured.
+            busy = max(0.0, os.getloadavg()[0] - 1.0)
+        except OSError:
+            busy = 0.0
     return max(1, min(round(cpus - busy), cycles // MIN_CYCLES_PER_WORKER))
+
+
+_CpuClock = tuple[float, float, float]  # seconds every CPU was busy, seconds this process ran, monotonic
+
+
+def _cpu_clock() -> _CpuClock | None:
+    """Where the kernel tells (Linux's /proc/stat), how much CPU the whole machine and this process used."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 9 or fields[0] != b"cpu":
+        return None
+    ticks = [int(x) for x in fields[1:9]]  # user nice system idle iowait irq softirq steal
+    hz = os.sysconf("SC_CLK_TCK")
+    own = os.times()
+    return (sum(ticks) - ticks[3] - ticks[4]) / hz, own.user + own.system, time.monotonic()
+
+
+def _others_busy(before: _CpuClock | None, after: _CpuClock | None) -> float | None:
+    """The cores other processes kept busy between two clocks (None when too short to tell)."""
+    if before is None or after is None or after[2] - before[2] < 0.2:
+        return None
+    return max(0.0, ((after[0] - before[0]) - (after[1] - before[1])) / (after[2] - before[2]))
 
 
 def _threads() -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import time
 from collections import defaultdict
 
 import pytest
@@ -313,3 +314,33 @@ def test_default_workers_use_idle_cpus_only_for_long_logs(
     assert verify_module._workers(1, cycles) == 1
     monkeypatch.setattr(verify_module, "_threads", lambda: 2)  # never fork beside another thread
     assert verify_module._workers(None, cycles) == 1
+
+
+@pytest.mark.parametrize(("others", "expected"), [(0.0, 4), (0.4, 4), (1.7, 2), (3.9, 1)])
+def test_default_workers_follow_the_cpu_others_used_while_the_log_was_read_over_the_load_average(
+    monkeypatch: pytest.MonkeyPatch, others: float, expected: int
+) -> None:
+    """A load that just ended still weighs on the one-minute average (bench e2e's services had stopped when
+    verify ran): what other processes used while this one read the log is the better measure."""
+    monkeypatch.setattr(verify_module.os, "sched_getaffinity", lambda _: {0, 1, 2, 3}, raising=False)
+    monkeypatch.setattr(verify_module.os, "getloadavg", lambda: (3.5, 3.5, 3.5))
+    monkeypatch.setattr(verify_module, "_threads", lambda: 1)
+    assert verify_module._workers(None, 1000, others) == expected
+    assert verify_module._workers(None, 1000, None) == 2  # the average, where nothing was measured
+
+
+def test_cpu_others_used_is_the_machines_busy_time_less_this_processs_over_the_wall_time() -> None:
+    # busy seconds of the machine, seconds of this process, monotonic seconds
+    assert verify_module._others_busy((100.0, 10.0, 50.0), (101.5, 10.9, 51.0)) == pytest.approx(0.6)
+    assert verify_module._others_busy((100.0, 10.0, 50.0), (100.5, 10.5, 51.0)) == 0.0
+    assert verify_module._others_busy((100.0, 10.0, 50.0), (100.1, 10.0, 50.1)) is None  # too short to tell
+    assert verify_module._others_busy(None, (100.1, 10.0, 50.1)) is None
+    first = verify_module._cpu_clock()
+    assert first is not None  # Linux, where the service runs
+    deadline = time.process_time() + 0.2
+    while time.process_time() < deadline:  # work, so that this process's own time moves
+        pass
+    second = verify_module._cpu_clock()
+    assert second is not None
+    # The kernel counts in ticks (10 ms), by sampling: half of the work is a safe floor.
+    assert second[1] - first[1] >= 0.1 and second[0] >= first[0] and second[2] > first[2]
