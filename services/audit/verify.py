@@ -64,6 +64,7 @@ class VerifyReport:
     identical_cycles: int = 0
     events_read: int = 0
     seconds: float = 0.0
+    workers: int = 1  # processes that shared the cycles
     differences: list[Difference] = field(default_factory=list)
 
     @property
@@ -77,6 +78,7 @@ class VerifyReport:
             "identical_pct": round(self.identical_pct, 4),
             "events_read": self.events_read,
             "events_per_s": round(self.events_read / self.seconds) if self.seconds else None,
+            "workers": self.workers,
             "differences": [d.__dict__ for d in self.differences[:1000]],
         }
 
@@ -133,6 +135,7 @@ async def verify(
         parts = _replay_forked(records, cycles, recorded, since_ms, until_ms, count)
     else:
         parts = [_Replayer(records, cycles, recorded, since_ms, until_ms).replay(0, len(cycles))]
+    report.workers = count
     for part in parts:
         report.cycles += part.cycles
         report.decisions += part.decisions
