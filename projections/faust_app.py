@@ -54,6 +54,7 @@ from mode.services import WaitResults
 
 from events.envelope import Envelope
 from events.log.contract import OutRecord
+from events.log.contract import TopicPartition as LogPartition
 from events.publisher import to_record
 from events.topics import DEAD_LETTERS, Cleanup, TopicSpec, partition_for, topic
 from projections.core import Output, Stage
@@ -484,6 +485,20 @@ class ProjectionsHost:
     async def _ack(self, stream: Any, event: Any) -> None:
         self.app.consumer.processed(event.message)  # type: ignore[attr-defined]
         await stream.ack(event)
+
+    def consumer_positions(self) -> dict[LogPartition, int]:
+        """The next offset to fold of each source and stage partition this worker holds, as committed, for
+        its consumer lag (which counts a partition with only transaction markers left as done); 0 where
+        nothing was committed yet (the worker reads from the start)."""
+        topics = {*self.config.source_topics, *(self.config.stage_topic(name) for name in self.stages)}
+        consumer = self.app.consumer
+        committed = consumer._committed_offset  # type: ignore[attr-defined]
+        out: dict[LogPartition, int] = {}
+        for tp in consumer.assignment():
+            if tp.topic in topics:
+                offset = committed.get(tp)
+                out[LogPartition(tp.topic, tp.partition)] = offset if isinstance(offset, int) else 0
+        return out
 
     def _owned(self) -> list[tuple[str, int]]:
         sources = set(self.config.source_topics)

@@ -121,6 +121,11 @@ class SourceProgress:
                 isolation_level="read_committed",
                 enable_auto_commit=False,
                 max_partition_fetch_bytes=64 * 1024,
+                # A marker check resumes one partition and waits for the fetcher to reach it. With the
+                # default 500 ms wait, a fetch already waiting on the broker delayed that past the check's
+                # own deadline, again and again: held records waited until new ones arrived. Every
+                # partition here is paused between checks, so a short wait costs no idle polling.
+                fetch_max_wait_ms=10,
             )
             await consumer.start()
             self._consumer = consumer

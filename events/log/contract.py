@@ -130,6 +130,11 @@ class LogReader(Protocol):
         past the last record, over transaction markers: use ``caught_up`` to know a reader is done."""
         ...
 
+    async def end_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        """``end_offset`` of several partitions, in one round trip where the log allows (a consumer-lag
+        measure asks for every partition a process reads)."""
+        ...
+
     async def caught_up(self, tp: TopicPartition, offset: int) -> bool:
         """True when no committed record exists at or after ``offset`` now."""
         ...

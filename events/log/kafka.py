@@ -293,6 +293,7 @@ class KafkaReader:
     def __init__(self, log: KafkaEventLog) -> None:
         self._log = log
         self._consumers: dict[TopicPartition, tuple[AIOKafkaConsumer, _ReadState]] = {}
+        self._ends: AIOKafkaConsumer | None = None
 
     async def _consumer_for(self, tp: TopicPartition) -> tuple[AIOKafkaConsumer, _ReadState]:
         entry = self._consumers.get(tp)
@@ -333,10 +334,17 @@ class KafkaReader:
         return records
 
     async def end_offset(self, tp: TopicPartition) -> int:
-        consumer, _ = await self._consumer_for(tp)
-        ktp = KafkaTP(tp.topic, tp.partition)
-        ends = await consumer.end_offsets([ktp])
-        return int(ends[ktp])
+        return (await self.end_offsets([tp]))[tp]
+
+    async def end_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        """From one consumer assigned nothing, which asks each partition's leader: no consumer per
+        partition (each a connection and a fetcher) only to learn where partitions end."""
+        if self._ends is None:
+            self._ends = self._log.consumer()
+            await self._ends.start()
+        ktps = [KafkaTP(tp.topic, tp.partition) for tp in tps]
+        ends = await self._ends.end_offsets(ktps) if ktps else {}
+        return {tp: int(ends[ktp]) for tp, ktp in zip(tps, ktps, strict=True)}
 
     async def caught_up(self, tp: TopicPartition, offset: int) -> bool:
         end = await self.end_offset(tp)
@@ -364,6 +372,10 @@ class KafkaReader:
             with contextlib.suppress(KafkaError):
                 await consumer.stop()
         self._consumers.clear()
+        if self._ends is not None:
+            with contextlib.suppress(KafkaError):
+                await self._ends.stop()
+            self._ends = None
 
 
 @dataclass(slots=True)

@@ -4,6 +4,8 @@ Records go to partitions by the topic catalogue's partitioner, as on the real lo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from events.codec import encode
 from events.envelope import Envelope
 from events.log.contract import Headers, LogRecord, TopicPartition
@@ -29,6 +31,9 @@ class MemoryLog:
 
     async def end_offset(self, tp: TopicPartition) -> int:
         return len(self.parts[tp.topic][tp.partition])
+
+    async def end_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: len(self.parts[tp.topic][tp.partition]) for tp in tps}
 
     async def caught_up(self, tp: TopicPartition, offset: int) -> bool:
         return offset >= len(self.parts[tp.topic][tp.partition])

@@ -238,6 +238,19 @@ class PostgresEventLog:
             raise UnknownTopic(tp.topic)
         return int(value)
 
+    async def end_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        rows = await self.pool.fetch(
+            "SELECT topic, partition, next_offset FROM fedsched_log_partitions"
+            " WHERE (topic, partition) IN (SELECT * FROM unnest($1::text[], $2::int[]))",
+            [tp.topic for tp in tps],
+            [tp.partition for tp in tps],
+        )
+        found = {TopicPartition(row["topic"], row["partition"]): int(row["next_offset"]) for row in rows}
+        for tp in tps:
+            if tp not in found:
+                raise UnknownTopic(tp.topic)
+        return {tp: found[tp] for tp in tps}
+
     async def committed(self, group_id: str, tp: TopicPartition) -> int | None:
         value = await self.pool.fetchval(
             "SELECT next_offset FROM fedsched_log_group_offsets WHERE group_id = $1 AND topic = $2 AND partition = $3",
@@ -387,6 +400,9 @@ class PostgresReader:
 
     async def end_offset(self, tp: TopicPartition) -> int:
         return await self._log.end_offset(tp)
+
+    async def end_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        return await self._log.end_offsets(tps)
 
     async def caught_up(self, tp: TopicPartition, offset: int) -> bool:
         return offset >= await self._log.end_offset(tp)

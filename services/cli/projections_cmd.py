@@ -158,6 +158,9 @@ def _register_worker(commands: argparse._SubParsersAction) -> None:  # type: ign
     worker.add_argument("--session-timeout-s", type=float, default=10.0, help="Kafka group session timeout")
     worker.add_argument("--loglevel", default="warning", help="log level (default warning)")
     worker.add_argument("--metrics", default="", help="serve /healthz and /metrics here (host:port; default: off)")
+    worker.add_argument(
+        "--lag-every-s", type=float, default=15.0, help="how often the consumer lag is measured (default 15)"
+    )
     worker.set_defaults(handler=run_worker)
 
 
@@ -187,23 +190,30 @@ def run_worker(args: argparse.Namespace) -> int:
     )
     app = build_app(config)
     if args.metrics:
-        _serve_worker_metrics(app, args.metrics)
+        _serve_worker_metrics(app, args.metrics, args.lag_every_s)
     faust.Worker(app, loglevel=args.loglevel, quiet=True).execute_from_commandline()
     return 0  # not reached: the worker exits the process when it stops
 
 
-def _serve_worker_metrics(app: Any, listen: str) -> None:
-    """The worker's counters on ``listen`` from its start (a faust task: it runs inside the worker's loop
-    and is cancelled when the worker stops)."""
+def _serve_worker_metrics(app: Any, listen: str, lag_every_s: float) -> None:
+    """The worker's counters and consumer lag on ``listen`` from its start (a faust task: it runs inside
+    the worker's loop and is cancelled when the worker stops)."""
     import asyncio
 
-    from services.runtime.metrics import serving
+    from events.log.kafka import KafkaEventLog
+    from services.runtime.metrics import Lag, serving
 
     def samples() -> list[tuple[str, dict[str, str], float]]:
         return [("fedsched_events_folded_total", {"component": "projections"}, app.host.folded)]
 
     async def serve_metrics() -> None:
-        async with serving(listen, [samples]):
-            await asyncio.Event().wait()
+        log = KafkaEventLog(app.host.config.broker)
+        await log.start()
+        try:
+            lag = Lag(log, "projections", app.host.consumer_positions, every_s=lag_every_s)
+            async with serving(listen, [samples], lag=lag):
+                await asyncio.Event().wait()
+        finally:
+            await log.close()
 
     app.task(serve_metrics)

@@ -136,7 +136,7 @@ def _escape(value: str) -> str:
 
 class Lag:
     """Records committed but not yet folded by one component (``fedsched_consumer_lag``), measured every
-    ``every_s`` in the background: an end offset is a round trip per partition, not a thing to do at
+    ``every_s`` in the background: the end offsets are a round trip to the log, not a thing to do at
     scrape time. A partition whose only records left are transaction markers counts 0."""
 
     def __init__(
@@ -165,8 +165,10 @@ class Lag:
             self._reader = await self._log.reader()
         reader = self._reader
         total = 0
-        for tp, position in sorted(self._positions().items()):
-            end = await reader.end_offset(tp)
+        positions = sorted(self._positions().items())
+        ends = await reader.end_offsets([tp for tp, _ in positions])
+        for tp, position in positions:
+            end = ends[tp]
             gap = max(0, end - position)
             # Perhaps only the commit marker(s) of what was folded.
             settled = 0 < gap <= 2 and (

@@ -127,6 +127,10 @@ class _Reader:
     async def end_offset(self, tp: TopicPartition) -> int:
         return int(await self._inner.end_offset(self._log.tp(tp)))
 
+    async def end_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        ends = await self._inner.end_offsets([self._log.tp(tp) for tp in tps])
+        return {tp: int(ends[self._log.tp(tp)]) for tp in tps}
+
     async def caught_up(self, tp: TopicPartition, offset: int) -> bool:
         return bool(await self._inner.caught_up(self._log.tp(tp), offset))
 

@@ -372,3 +372,25 @@ async def test_a_membership_only_member_holds_its_partitions_and_reads_nothing(
     assert [int(r.value) for r in got] == list(range(20))
     await reader.close()
     await member.close()
+
+
+async def test_end_offsets_of_several_partitions_at_once_equal_each_partitions_own(
+    event_log: EventLog, make_topic: MakeTopic
+) -> None:
+    topic = await make_topic(3)
+    other = await make_topic(1)
+    producer = await event_log.producer(txn_id("ends"))
+    await producer.append([OutRecord(topic, value=f"{i}".encode(), key=f"k{i}".encode()) for i in range(20)])
+    await producer.append([OutRecord(other, value=b"x", key=b"k")])
+    await producer.close()
+    tps = [TopicPartition(topic, p) for p in range(3)] + [TopicPartition(other, 0)]
+    reader = await event_log.reader()
+    try:
+        ends = await reader.end_offsets(tps)
+        assert ends == {tp: await reader.end_offset(tp) for tp in tps}
+        records = await read_all(event_log, topic, 3, expect=20)
+        assert sum(ends[TopicPartition(topic, p)] for p in range(3)) >= len(records) == 20
+        assert ends[TopicPartition(other, 0)] >= 1
+        assert await reader.end_offsets([]) == {}
+    finally:
+        await reader.close()
