@@ -24,7 +24,7 @@ import asyncpg
 from events.audit.chain import ArchivedRecord, ChainHead, ChainProblem, ChainVerifier, extend
 from events.log.contract import EventLog, LogReader, LogRecord, TopicPartition
 from events.log.headers import pack_headers
-from events.log.reading import read_to_end
+from events.log.reading import EndWatch, read_to_end
 
 _SCHEMA_LOCK = 7_215_002
 
@@ -108,6 +108,7 @@ class AuditArchiver:
         self._schema_ready = False
         self.positions: dict[TopicPartition, int] = {}
         """Where the archive stood per partition after the latest catch-up (next offset to copy)."""
+        self._ends = EndWatch()
 
     async def _partitions(self) -> list[TopicPartition]:
         return [
@@ -129,12 +130,14 @@ class AuditArchiver:
             # archiver may have gone further: what it copied is read again and skipped (``_archive``
             # checks the head under its lock), never copied twice.
             position = self.positions.get(tp)
-            if position is None:
-                position = await self._position(tp)
-            async for records in read_to_end(reader, tp, position, max_records=self._batch):
+            positions[tp] = await self._position(tp) if position is None else position
+        for tp, end in sorted((await self._ends.ahead(reader, positions)).items()):
+            position = positions[tp]
+            async for records in read_to_end(reader, tp, position, max_records=self._batch, end=end):
                 total += await self._archive(tp, records)
                 position = records[-1].offset + 1
             positions[tp] = position
+            self._ends.reached(tp, position, end)
         self.archived_total += total
         self.positions = positions
         return ArchiveProgress(total, positions)

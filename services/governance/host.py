@@ -25,6 +25,7 @@ from events.codec import decode
 from events.envelope import Envelope
 from events.errors import EventError
 from events.log.contract import EventLog, LogProducer, LogReader, ProducerFenced, TopicPartition
+from events.log.reading import EndWatch, read_to_end
 from events.publisher import to_record
 from events.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS
 from services.governance.config import GovConfig
@@ -62,6 +63,8 @@ class GovernanceHost:
         self.metrics = GovMetrics()
         self.positions: dict[TopicPartition, int] = {}
         self._reader: LogReader | None = None
+        self._ends = EndWatch()
+        self._settled = False  # the last evaluation gave nothing, and nothing was folded or published since
         self._producer: LogProducer | None = None
         self._stepping = asyncio.Lock()  # one step at a time: a caller's step and the run loop's never interleave
 
@@ -84,14 +87,9 @@ class GovernanceHost:
         """Fold every record committed now; returns how many were read."""
         assert self._reader is not None
         folded = 0
-        for tp in sorted(self.positions):
+        for tp, end in sorted((await self._ends.ahead(self._reader, self.positions)).items()):
             position = self.positions[tp]
-            while position < await self._reader.end_offset(tp):
-                records = await self._reader.read(tp, position, max_records=5000, timeout_s=0.5)
-                if not records:
-                    if await self._reader.caught_up(tp, position):
-                        break
-                    continue
+            async for records in read_to_end(self._reader, tp, position, max_records=5000, end=end):
                 for record in records:
                     try:
                         self.state.fold(decode(record.headers, record.value))
@@ -99,6 +97,7 @@ class GovernanceHost:
                         self.metrics.unreadable += 1
                 folded += len(records)
                 position = self.positions[tp] = records[-1].offset + 1
+            self._ends.reached(tp, position, end)
         self.metrics.folded += folded
         return folded
 
@@ -109,9 +108,16 @@ class GovernanceHost:
 
     async def _step(self) -> list[Output]:
         assert self._producer is not None
-        await self.follow()
+        if await self.follow():
+            self._settled = False
+        if self._settled:
+            return []
         outputs = evaluate(self.state, self.config)
         if not outputs:
+            # ``evaluate`` reads only the state (time too is the log's), which changes only by a fold or
+            # by what is published: until either happens, it would give nothing again. With thousands of
+            # jobs running it cost most of an idle host's CPU, twice a second.
+            self._settled = True
             return []
         envelopes = [self._envelope(o) for o in outputs]
         records = [to_record(e) for e in envelopes]

@@ -11,6 +11,7 @@ import pytest
 
 from events.log import EventLog, GroupOffsets, LogRecord, OutRecord, ProducerFenced, TopicPartition
 from events.log.postgres import PostgresEventLog
+from events.log.reading import EndWatch, read_to_end
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -386,11 +387,49 @@ async def test_end_offsets_of_several_partitions_at_once_equal_each_partitions_o
     tps = [TopicPartition(topic, p) for p in range(3)] + [TopicPartition(other, 0)]
     reader = await event_log.reader()
     try:
+        records = await read_all(event_log, topic, 3, expect=20)  # readable (Kafka: a moment after the commit)
+        await read_all(event_log, other, 1, expect=1)
         ends = await reader.end_offsets(tps)
         assert ends == {tp: await reader.end_offset(tp) for tp in tps}
-        records = await read_all(event_log, topic, 3, expect=20)
         assert sum(ends[TopicPartition(topic, p)] for p in range(3)) >= len(records) == 20
         assert ends[TopicPartition(other, 0)] >= 1
         assert await reader.end_offsets([]) == {}
     finally:
+        await reader.close()
+
+
+async def test_an_end_watch_reads_a_partition_again_only_when_something_came_past_its_markers(
+    event_log: EventLog, make_topic: MakeTopic
+) -> None:
+    topic = await make_topic(2)
+    tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+    producer = await event_log.producer(txn_id("watch"))  # transactional: on Kafka each ends on a marker
+    await producer.append([OutRecord(topic, value=f"{i}".encode(), key=f"k{i}".encode()) for i in range(12)])
+    reader = await event_log.reader()
+    watch = EndWatch()
+    positions = dict.fromkeys(tps, 0)
+    try:
+
+        async def follow() -> int:
+            read = 0
+            for tp, end in (await watch.ahead(reader, positions)).items():
+                async for batch in read_to_end(reader, tp, positions[tp], end=end):
+                    read += len(batch)
+                    positions[tp] = batch[-1].offset + 1
+                watch.reached(tp, positions[tp], end)
+            return read
+
+        await read_all(event_log, topic, 2, expect=12)  # readable (Kafka: a moment after the commit)
+        assert await follow() == 12
+        assert await watch.ahead(reader, positions) == {}  # only markers past the positions, if anything
+        await producer.append([OutRecord(topic, value=b"late", key=b"k0")])
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while not (ahead := await watch.ahead(reader, positions)):  # Kafka: readable a moment after the commit
+            assert loop.time() < deadline, "the late record never showed past the markers"
+            await asyncio.sleep(0.02)
+        assert len(ahead) == 1 and await follow() == 1
+        assert await watch.ahead(reader, positions) == {}
+    finally:
+        await producer.close()
         await reader.close()

@@ -147,3 +147,35 @@ async def test_approvals_quota_changes_and_findings_are_published_once_even_acro
     quota_sets = [e for e in told if isinstance(e, QuotaSet) and e.request_id is not None]
     assert [(q.request_id, q.lines[0].guaranteed) for q in quota_sets] == [("qr-small", 2000), ("qr-big", 10000)]
     assert len([e for e in told if isinstance(e, GovernanceFinding)]) == 1
+
+
+async def test_an_idle_host_evaluates_its_rules_again_only_after_something_was_folded_or_published(
+    story: Story, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from services.governance import host as host_module
+
+    calls: list[int] = []
+    real = host_module.evaluate
+    monkeypatch.setattr(host_module, "evaluate", lambda state, config: calls.append(1) or real(state, config))
+    line = QuotaLine(resource=ResourceKind.GPU, guaranteed=1000, limit=1000)
+    await story.tell(QuotaSet(tenant=TenantId("team-a"), lines=(line,), set_by="ops"))
+    host = GovernanceHost(story.log, namespace=story.prefix, transactional_id="gov-idle")
+    await host.start()
+    try:
+        deadline = asyncio.get_running_loop().time() + 20
+        while not host.metrics.folded:  # the quota, once readable: folded, and nothing to publish
+            assert asyncio.get_running_loop().time() < deadline
+            assert await host.step() == []
+        before = len(calls)
+        assert before >= 1
+        for _ in range(5):
+            assert await host.step() == []
+        assert len(calls) == before  # nothing new was read: the rules would give nothing again
+        await story.tell(request("qr-idle", 1000))
+        assert await outputs_until(host, {"gov:quota-approve:qr-idle", "gov:quota-start:qr-idle"}) == [
+            "gov:quota-approve:qr-idle",
+            "gov:quota-start:qr-idle",
+        ]
+        assert len(calls) > before
+    finally:
+        await host.close()
