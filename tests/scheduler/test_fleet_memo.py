@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.scheduler.policy.fleet import Demand, FleetMemo, FleetState, fleet_for
+from services.scheduler.policy.fleet import STAMP, Demand, FleetMemo, FleetState, fleet_for
 from services.scheduler.policy.model import Node
 from tests.scheduler.builders import a_node
 
@@ -24,7 +24,7 @@ def _node(name: str, free: int, model: str = "A100") -> Node:
 def _same(a: FleetState, b: FleetState) -> None:
     assert a.nodes == b.nodes and a.node_ids == b.node_ids and a.index == b.index
     for name, value in vars(b).items():
-        if isinstance(value, np.ndarray):
+        if isinstance(value, np.ndarray) and name != "version":  # a memo's rows carry stamps (below)
             assert np.array_equal(getattr(a, name), value), name
 
 
@@ -42,6 +42,7 @@ step = st.one_of(
 def test_the_memo_builds_the_fleet_a_rebuild_builds(steps: list[tuple[str, int, int]]) -> None:
     nodes = [_node(f"n{i}", 1000) for i in range(10)]
     memo = FleetMemo()
+    seen: dict[int, Node] = {}  # stamp -> the node it was given to: one stamp names one state of one row
     for what, at, value in steps:
         if what == "change" and at < len(nodes):
             nodes[at] = _node(nodes[at].node_id, value, nodes[at].gpu_model)
@@ -53,6 +54,9 @@ def test_the_memo_builds_the_fleet_a_rebuild_builds(steps: list[tuple[str, int, 
             del nodes[at]
         fleet = fleet_for(nodes, memo)
         _same(fleet, FleetState(nodes))
+        for i, stamp in enumerate(fleet.version.tolist()):  # scores cached across cycles rely on this
+            assert stamp % STAMP == 0
+            assert seen.setdefault(stamp, fleet.nodes[i]) is fleet.nodes[i], "a stamp given to two states"
         # What a cycle does to its copy stays in it.
         if fleet.size:
             free = int(fleet.gpu_free.sum())
@@ -62,6 +66,7 @@ def test_the_memo_builds_the_fleet_a_rebuild_builds(steps: list[tuple[str, int, 
                 slot = int(np.flatnonzero(fleet.gpu_free[i] >= 100)[0])
                 fleet.take(i, d, [slot])
                 assert int(fleet.gpu_free.sum()) == free - 100
+                assert fleet.version[i] % STAMP != 0  # a row a cycle changed carries no stamp
                 assert memo.base is not None and int(memo.base.gpu_free.sum()) == free
 
 

@@ -1,4 +1,5 @@
-"""The placer's node-by-node refresh of our policy gives exactly the keys of its array refresh.
+"""The placer's shortcuts for our policy give exactly the keys of its array refresh: its node-by-node
+refresh, and the scores the cycle memo keeps across cycles.
 
 A placement dirties one node, and the placer then rescores it in Python ints (``_refresh_scalar``)
 instead of some forty array operations: any difference would change decisions, so both are compared on
@@ -8,6 +9,7 @@ restricted to one model), after each of a run of placements.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from unittest import mock
 
 import numpy as np
@@ -17,9 +19,11 @@ from hypothesis import strategies as st
 
 from services.scheduler.policy import Demand, FleetState, FragModel, Health, NodePolicy, Placer, Shape
 from services.scheduler.policy import placer as placer_module
+from services.scheduler.policy.fleet import FleetMemo, fleet_for
 from tests.scheduler.builders import a_node
 
 pytestmark = pytest.mark.timeout(60)
+SCALAR_DEFAULT = placer_module.SCALAR_MAX
 
 FREE = [0, 100, 190, 300, 470, 530, 810, 1000]
 DEMANDS = [
@@ -35,7 +39,7 @@ DEMANDS = [
 
 
 @st.composite
-def nodes(draw: st.DrawFn, i: int) -> object:
+def nodes_st(draw: st.DrawFn, i: int) -> object:
     model = draw(st.sampled_from(["A100", "T4", ""]))
     b = a_node(f"n{i:02d}")
     if model:
@@ -87,7 +91,7 @@ def _entry(placer: Placer, d: Demand, scalar_max: int) -> tuple[list[int], list[
 @given(data=st.data(), shapes=shapes_st, picks=st.lists(st.integers(0, len(DEMANDS) - 1), min_size=1, max_size=12))
 def test_the_node_by_node_refresh_equals_the_array_refresh_through_a_run_of_placements(data, shapes, picks):
     count = data.draw(st.integers(1, 10))
-    fleet = FleetState([data.draw(nodes(i)) for i in range(count)])
+    fleet = FleetState([data.draw(nodes_st(i)) for i in range(count)])
     fm = FragModel(shapes, fleet.models)
     live = Placer(fleet, NodePolicy.FRAGMENTATION, fm, frag_window_milli=60)
     with mock.patch.object(placer_module, "SCALAR_MAX", 10**9):  # every refresh node by node
@@ -116,3 +120,35 @@ def test_the_node_by_node_path_is_the_one_taken_after_a_placement():
         placer.choose(d)
     assert scalar.call_count == 1
     assert np.array_equal(placer._entry(d).seen, fleet.version)
+
+
+@pytest.mark.property
+@settings(max_examples=100, deadline=None)
+@given(data=st.data(), cycles=st.integers(1, 6))
+def test_scores_kept_across_cycles_give_the_keys_of_a_placer_that_scores_every_node(data, cycles):
+    """The cycle memo's score cache (``ScoreCache``) against a fresh placer, cycle after cycle: rows
+    patched or not, weights and typical shapes changing, nodes placed on before a shape is first asked."""
+    count = data.draw(st.integers(1, 8))
+    nodes = [data.draw(nodes_st(i)) for i in range(count)]
+    memo, scores, generation = FleetMemo(), {}, -1
+    for _ in range(cycles):
+        for i in data.draw(st.lists(st.integers(0, count - 1), max_size=3)):
+            if data.draw(st.booleans()):  # another state of the same layout: the row is patched
+                node = nodes[i]
+                free = tuple(data.draw(st.sampled_from(FREE)) for _ in node.gpus)
+                gpus = tuple(replace(g, free_milli=f) for g, f in zip(node.gpus, free, strict=True))
+                nodes[i] = replace(node, gpus=gpus, cpu_free_milli=data.draw(st.sampled_from([0, 4000, 64000])))
+            else:  # perhaps another layout: a rebuild
+                nodes[i] = data.draw(nodes_st(i))
+        fleet = fleet_for(nodes, memo)
+        if memo.generation != generation:  # as the cycle does: a new layout starts the cache over
+            scores, generation = {}, memo.generation
+        fm = FragModel(data.draw(shapes_st), fleet.models)
+        kept = Placer(fleet, NodePolicy.FRAGMENTATION, fm, frag_window_milli=60, scores=scores)
+        for pick in data.draw(st.lists(st.integers(0, len(DEMANDS) - 1), min_size=1, max_size=6)):
+            d = DEMANDS[pick]
+            fresh = Placer(fleet, NodePolicy.FRAGMENTATION, fm, frag_window_milli=60)
+            assert _entry(kept, d, SCALAR_DEFAULT) == _entry(fresh, d, 0), d
+            choice = kept.choose(d)
+            if choice is not None:
+                kept.place(d, choice)

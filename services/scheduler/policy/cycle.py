@@ -52,6 +52,7 @@ from services.scheduler.policy.placer import Placer
 from services.scheduler.policy.preemption import find_victims
 from services.scheduler.policy.quota import book_from, fmt_amount
 from services.scheduler.policy.reasons import ReasonCode
+from services.scheduler.policy.score_cache import ScoreCache
 
 FALLBACK_SHAPES = (Shape(cpu_milli=8000, gpu_milli=MILLI, gpus=1, weight=1),)
 
@@ -123,6 +124,8 @@ class CycleMemo:
     keys_generation: int = -1
     models: list[str] = field(default_factory=list)
     counted: tuple[RunningJob, ...] | None = None  # the running jobs ``seen`` holds, as given
+    # Weight-free parts of our policy's node scores, per demand and typical-shape set, for this layout.
+    scores: dict[tuple[Demand, tuple[object, ...]], ScoreCache] = field(default_factory=dict)
 
     def group_counts(self) -> dict[_Key, int]:
         return {self.groups[at]: n for at, n in enumerate(self.counts) if n}
@@ -206,6 +209,7 @@ def _context(snap: FleetSnapshot, config: PolicyConfig, memo: CycleMemo | None =
         degraded_penalty=config.degraded_gpu_penalty,
         frag_window_milli=config.frag_window_milli,
         frag_share_window_milli=config.frag_share_window_milli,
+        scores=memo.scores,
     )
     book = book_from(snap.tenants)
     ctx = Ctx(
@@ -242,6 +246,7 @@ def _fresh_memo(memo: CycleMemo | None, fleet: FleetState) -> CycleMemo:
         memo.seen, memo.counts, memo.groups, memo.index = fresh.seen, fresh.counts, fresh.groups, fresh.index
         memo.models, memo.keys_generation = fresh.models, fresh.keys_generation
         memo.counted = None
+        memo.scores = {}
         return memo
     return fresh
 

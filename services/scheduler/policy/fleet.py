@@ -266,6 +266,19 @@ class FleetMemo:
     base: FleetState | None = None
     generation: int = 0  # bumped on every rebuild: what was derived from the old layout is stale
     patched: int = 0
+    stamps: int = 0  # the next unused row stamp (see ``STAMP``)
+
+
+STAMP = 1 << 20
+"""A memo's fleets carry row stamps as versions: multiples of this, a new one each time a row is
+written, so a stamp names one state of one row of one layout, across cycles (what a cycle's placing
+adds to a version stays below the next multiple). Scores cached across cycles are keyed by them."""
+
+
+def _stamp(memo: FleetMemo, fleet: FleetState, rows: Sequence[int]) -> None:
+    for i in rows:
+        fleet.version[i] = memo.stamps * STAMP
+        memo.stamps += 1
 
 
 def fleet_for(nodes: Iterable[Node], memo: FleetMemo | None) -> FleetState:
@@ -286,6 +299,7 @@ def fleet_for(nodes: Iterable[Node], memo: FleetMemo | None) -> FleetState:
     memo.base = FleetState(ordered)
     memo.nodes = ordered
     memo.generation += 1
+    _stamp(memo, memo.base, range(memo.base.size))
     return memo.base.copy()
 
 
@@ -298,6 +312,7 @@ def _patched(memo: FleetMemo, ordered: tuple[Node, ...]) -> bool:
         return False
     for i in changed:
         base._set_row(i, ordered[i])
+    _stamp(memo, base, changed)
     base.nodes = ordered
     memo.nodes = ordered
     memo.patched += 1

@@ -87,6 +87,16 @@ class FragModel:
         # W_m per model row (last row: nodes without GPUs); at least 1 so that it can divide.
         excluded = ((~access).astype(np.int64) * self.weight).sum(axis=1)
         self.model_weight: I64 = np.maximum(1, self.total_weight - excluded).astype(np.int64)
+        # What a node's score depends on besides the weights: scores cached across cycles stay valid while
+        # it holds (the weights follow the running jobs, so they change nearly every cycle).
+        self.signature: tuple[object, ...] = (
+            tuple(self.thresholds.tolist()),
+            tuple(self.t_idx.tolist()),
+            tuple(self.num.tolist()),
+            tuple(self.cpu.tolist()),
+            access.tobytes(),
+            access.shape,
+        )
         # The same, as plain ints for ``frag_one``: per model row, the GPU shapes allowed there as
         # (threshold position, GPUs, CPU, weight).
         self.thresholds_list: tuple[int, ...] = tuple(self.thresholds.tolist())
@@ -106,6 +116,13 @@ class FragModel:
         cnt = ge.sum(axis=-2, dtype=np.int64)
         on = (gpu_free[..., None] * ge).sum(axis=-2, dtype=np.int64)
         return cnt, on, gpu_free.sum(axis=-1, dtype=np.int64)
+
+    def parts(self, cnt: I64, on: I64, cpu_free: I64, model_of: I64) -> I64:
+        """Per state and GPU shape, what the shape could use there (0 where it cannot run): ``frag_from``
+        is ``W * total - parts @ weight``, and the parts do not depend on the weights."""
+        fits = self.access[model_of] & (cnt[:, self.t_idx] >= self.num) & (cpu_free[:, None] >= self.cpu)
+        out: I64 = on[:, self.t_idx] * fits
+        return out
 
     def frag_from(self, cnt: I64, on: I64, total: I64, cpu_free: I64, model_of: I64) -> I64:
         """F for states given by their features (arrays of equal leading shape; 2-D for cnt/on)."""

@@ -24,6 +24,7 @@ from services.scheduler.policy import scoring
 from services.scheduler.policy.fleet import Demand, FleetState
 from services.scheduler.policy.fragmentation import FragModel
 from services.scheduler.policy.model import NodePolicy, ReplicaPlacement
+from services.scheduler.policy.score_cache import MAX_CACHED, ScoreCache
 
 I64 = npt.NDArray[np.int64]
 INF = scoring.INF
@@ -58,6 +59,7 @@ class Placer:
         degraded_penalty: int = 1_000_000,
         frag_window_milli: int = 60,
         frag_share_window_milli: int = 0,
+        scores: dict[tuple[Demand, tuple[object, ...]], ScoreCache] | None = None,
     ) -> None:
         if policy in (NodePolicy.FRAGMENTATION, NodePolicy.FGD_PAPER) and frag is None:
             raise ValueError("the fragmentation policy needs typical shapes")
@@ -74,6 +76,8 @@ class Placer:
         self._cpu_tie = ours
         self._cache: dict[Demand, _Entry] = {}
         self._score: ScoreFn = self._score_fn()
+        # Lent by the cycle memo (our policy only): weight-free parts of the scores, kept across cycles.
+        self._scores = scores if policy is NodePolicy.FRAGMENTATION and frag is not None else None
 
     def _score_fn(self) -> ScoreFn:
         p = self.policy
@@ -116,6 +120,8 @@ class Placer:
                 tie=np.zeros(n, dtype=np.int64) if self._cpu_tie and not (d.gpus or d.gpu_milli) else None,
             )
             self._cache[d] = e
+            if self._scores is not None:
+                self._from_scores(e, d, self._scores)
         dirty = np.flatnonzero(e.seen != fs.version)
         if dirty.size:
             self._refresh(e, d, dirty)
@@ -137,6 +143,29 @@ class Placer:
         e.slot[cand] = slot
         if e.tie is not None:
             e.tie[cand] = scoring.cpu_only_tie(fs, cand)
+
+    def _from_scores(self, e: _Entry, d: Demand, kept: dict[tuple[Demand, tuple[object, ...]], ScoreCache]) -> None:
+        """A new entry's keys from the scores kept across cycles, for every node this cycle has not
+        touched yet (the rest are refreshed as usual)."""
+        fs, fm = self.fleet, self.frag
+        assert fm is not None
+        name = (d, fm.signature)
+        cache = kept.pop(name, None)
+        if cache is None:
+            if len(kept) >= MAX_CACHED:
+                del kept[next(iter(kept))]  # the least recently used
+            cache = ScoreCache(fs, d, fm)
+        kept[name] = cache
+        cache.refresh(fs, d, fm)
+        valid = cache.stamp == fs.version
+        e.seen[valid] = fs.version[valid]
+        idx, cost, slot = cache.scores(fs, d, fm)
+        if idx.size:
+            cost = cost + self._degraded_cost(idx, d, slot)
+            e.key[idx] = cost * fs.size + fs.tiebreak[idx]
+            e.slot[idx] = slot
+            if e.tie is not None:
+                e.tie[idx] = cache.total[idx]
 
     def _refresh_scalar(self, e: _Entry, d: Demand, dirty: list[int]) -> None:
         """``_refresh`` for a few nodes of our policy, node by node in Python ints: the same keys, without
