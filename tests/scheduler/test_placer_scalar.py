@@ -152,3 +152,18 @@ def test_scores_kept_across_cycles_give_the_keys_of_a_placer_that_scores_every_n
             choice = kept.choose(d)
             if choice is not None:
                 kept.place(d, choice)
+
+
+def test_the_kept_scores_stay_within_their_budget_and_drop_the_least_recently_used() -> None:
+    fleet = fleet_for([a_node(f"n{i}").gpus(8).build() for i in range(50)], FleetMemo())
+    fm = FragModel([Shape(4000, 470, 1, (), 3), Shape(8000, 1000, 1, (), 2)], fleet.models)
+    kept: dict = {}
+    share, whole, cpu = Demand(cpu_milli=4000, gpu_milli=470), Demand(cpu_milli=8000, gpus=1), Demand(cpu_milli=500)
+    for d in (share, whole, cpu, share):
+        Placer(fleet, NodePolicy.FRAGMENTATION, fm, scores=kept).choose(d)
+    assert [d for d, _ in kept] == [whole, cpu, share]  # the share was asked last: kept, moved to the end
+    budget = kept[(share, fm.signature)].nbytes + kept[(cpu, fm.signature)].nbytes
+    with mock.patch.object(placer_module, "MAX_BYTES", budget):
+        Placer(fleet, NodePolicy.FRAGMENTATION, fm, scores=kept).choose(whole)
+    assert [d for d, _ in kept] == [share, whole]  # the CPU-only one went: least recently used
+    assert sum(c.nbytes for c in kept.values()) <= budget

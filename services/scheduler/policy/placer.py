@@ -24,7 +24,7 @@ from services.scheduler.policy import scoring
 from services.scheduler.policy.fleet import Demand, FleetState
 from services.scheduler.policy.fragmentation import FragModel
 from services.scheduler.policy.model import NodePolicy, ReplicaPlacement
-from services.scheduler.policy.score_cache import MAX_CACHED, ScoreCache
+from services.scheduler.policy.score_cache import MAX_BYTES, MAX_CACHED, ScoreCache
 
 I64 = npt.NDArray[np.int64]
 INF = scoring.INF
@@ -150,11 +150,10 @@ class Placer:
         fs, fm = self.fleet, self.frag
         assert fm is not None
         name = (d, fm.signature)
-        cache = kept.pop(name, None)
-        if cache is None:
-            if len(kept) >= MAX_CACHED:
-                del kept[next(iter(kept))]  # the least recently used
-            cache = ScoreCache(fs, d, fm)
+        cache = kept.pop(name, None) or ScoreCache(fs, d, fm)
+        size = cache.nbytes
+        while kept and (len(kept) >= MAX_CACHED or sum(c.nbytes for c in kept.values()) + size > MAX_BYTES):
+            del kept[next(iter(kept))]  # the least recently used
         kept[name] = cache
         cache.refresh(fs, d, fm)
         valid = cache.stamp == fs.version

@@ -23,7 +23,8 @@ from services.scheduler.policy.scoring import INF
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
 
-MAX_CACHED = 32  # demands x shape sets kept (a share's cache at 10,000 nodes is a few MB)
+MAX_CACHED = 32  # demands x shape sets kept
+MAX_BYTES = 128 << 20  # and their arrays' size: a share's at 10,000 nodes and 10 shapes is 6.5 MB
 
 
 class ScoreCache:
@@ -37,6 +38,10 @@ class ScoreCache:
         self.before: I64 = np.zeros((n, k), dtype=np.int64)
         self.after: I64 = np.zeros((n, fs.gpu_slots, k) if d.is_share else (n, k), dtype=np.int64)
         self.fits: B = np.zeros((n, fs.gpu_slots), dtype=np.bool_)  # a share: the slots it fits
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.stamp, self.feasible, self.total, self.before, self.after, self.fits))
 
     def refresh(self, fs: FleetState, d: Demand, fm: FragModel) -> None:
         """Recompute the rows whose stamp changed (only rows a cycle has not touched carry a stamp)."""
@@ -91,4 +96,4 @@ class ScoreCache:
         return idx, cost, slot
 
 
-__all__ = ["MAX_CACHED", "ScoreCache"]
+__all__ = ["MAX_BYTES", "MAX_CACHED", "ScoreCache"]
