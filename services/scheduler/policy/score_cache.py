@@ -81,16 +81,18 @@ class ScoreCache:
         idx = np.flatnonzero((self.stamp == fs.version) & self.feasible)
         w = fm.weight
         big = fm.total_weight
-        total = self.total[idx]
-        before = big * total - self.before[idx] @ w
+        total = self.total
+        # Over every row, then taken at ``idx``: cheaper than gathering the parts first (most rows are in).
+        # einsum, not ``@``: numpy's integer matmul is five times slower here.
+        before = big * total - np.einsum("nk,k->n", self.before, w)
         if d.is_share:
-            after = big * (total - d.gpu_milli)[:, None] - self.after[idx] @ w
-            after = np.where(self.fits[idx], after, INF)
-            slot: I64 = after.argmin(axis=1).astype(np.int64)
-            inc = np.take_along_axis(after, slot[:, None], axis=1)[:, 0] - before
+            after = big * (total - d.gpu_milli)[:, None] - np.einsum("nsk,k->ns", self.after, w)
+            after = np.where(self.fits, after, INF)
+            slot: I64 = after.argmin(axis=1).astype(np.int64)[idx]
+            inc = after[idx, slot] - before[idx]
         else:
             taken = d.gpus * MILLI
-            inc = big * (total - taken) - self.after[idx] @ w - before
+            inc = (big * (total - taken) - np.einsum("nk,k->n", self.after, w) - before)[idx]
             slot = np.full(idx.size, -1, dtype=np.int64)
         cost = fm.model_aware_increase(inc, fs.model_of[idx], d.total_gpu_milli)
         return idx, cost, slot
