@@ -160,7 +160,7 @@ async def measure(kafka: str, dsn: str, *, nodes: int, jobs: int, partitions: in
     try:
         await wait_members(config, 1, timeout_s=120)
         await wait_quiet(config, timeout_s=120, workers=[worker])
-        producer = await log.producer()
+        producer = await log.producer(f"bench-{tag}")  # in transactions, as the scheduler and the API write
         started = time.monotonic()
         for start in range(0, len(records), 1000):
             await producer.append(records[start : start + 1000])

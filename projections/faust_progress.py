@@ -37,6 +37,7 @@ class SourceProgress:
         self._client_id = client_id
         self._consumer: AIOKafkaConsumer | None = None
         self._ends: dict[TP, int] = {}
+        self._markers: dict[TP, tuple[int, int]] = {}  # (next offset, end) found to hold only markers
 
     async def close(self) -> None:
         if self._consumer is not None:
@@ -81,7 +82,10 @@ class SourceProgress:
                 done.add(tp)
                 continue
             fetched = fetched_to(tp)
-            if fetched is not None and fetched >= end and await self._only_markers(tp, start, end):
+            if self._markers.get(tp) == (start, end):  # asked already: nothing has moved since
+                done.add(tp)
+            elif fetched is not None and fetched >= end and await self._only_markers(tp, start, end):
+                self._markers[tp] = (start, end)
                 done.add(tp)
         return done
 

@@ -191,6 +191,11 @@ class ProjectionRunner:
             end = await self._reader.end_offset(tp)
             if offset >= end:
                 continue
+            if end - offset <= 2 and await self._reader.caught_up(tp, offset):
+                # Only the marker(s) of the last transaction(s): a read would have waited its whole
+                # timeout for records that never come (a second per partition per transaction written).
+                self._positions[(tp.topic, tp.partition)] = end
+                continue
             # Something is committed there: wait for it (a Kafka fetch takes a round trip).
             records = await self._reader.read(tp, offset, max_records=self._batch, timeout_s=1.0)
             while records and len(records) < self._batch and records[-1].offset + 1 < end:

@@ -343,3 +343,4 @@ async def test_a_worker_serves_its_consumer_lag_and_a_transactional_backlog_is_f
         await asyncio.sleep(0.1)
     assert max(seen) >= 100  # the backlog was counted, not a record or a marker
     assert await jobs_projected(pool) == 1500  # and at 0 every job of it is in the read models
+    await deployment.quiet()  # the group's committed offsets agree: the end, or short of it by markers only
