@@ -167,3 +167,19 @@ def test_the_kept_scores_stay_within_their_budget_and_drop_the_least_recently_us
         Placer(fleet, NodePolicy.FRAGMENTATION, fm, scores=kept).choose(whole)
     assert [d for d, _ in kept] == [share, whole]  # the CPU-only one went: least recently used
     assert sum(c.nbytes for c in kept.values()) <= budget
+
+
+def test_a_row_a_cycle_changed_is_never_kept_for_a_later_cycle_that_changes_it_otherwise() -> None:
+    """A placement adds to the row's version, and the next cycle's copy starts from the same stamp again: a
+    row cached at "stamp + 1" after one cycle's placement would read as valid after another's."""
+    nodes = [a_node("n0").gpus(8).build()]
+    memo, kept = FleetMemo(), {}
+    fm_shapes = [Shape(4000, 470, 1, (), 3), Shape(8000, 1000, 1, (), 2)]
+    asked, first, second = Demand(cpu_milli=4000, gpu_milli=470), Demand(cpu_milli=8000, gpus=1), Demand(gpu_milli=530)
+    for placed_first in (first, second):  # two cycles on the same rows, each placing something else first
+        fleet = fleet_for(nodes, memo)
+        fm = FragModel(fm_shapes, fleet.models)
+        placer = Placer(fleet, NodePolicy.FRAGMENTATION, fm, scores=kept)
+        placer.place(placed_first, placer.choose(placed_first))
+        fresh = Placer(fleet, NodePolicy.FRAGMENTATION, fm)
+        assert _entry(placer, asked, SCALAR_DEFAULT) == _entry(fresh, asked, 0)

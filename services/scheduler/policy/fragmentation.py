@@ -126,9 +126,21 @@ class FragModel:
 
     def frag_from(self, cnt: I64, on: I64, total: I64, cpu_free: I64, model_of: I64) -> I64:
         """F for states given by their features (arrays of equal leading shape; 2-D for cnt/on)."""
-        fits = self.access[model_of] & (cnt[:, self.t_idx] >= self.num) & (cpu_free[:, None] >= self.cpu)
-        usable = (on[:, self.t_idx] * fits) @ self.weight
-        return self.total_weight * total - usable
+        out: I64 = self.total_weight * total - self.parts(cnt, on, cpu_free, model_of) @ self.weight
+        return out
+
+    def share_features(self, gpu_free: I64, cnt: I64, on: I64, share: int) -> tuple[I64, I64]:
+        """The features after a share of ``share`` milli-GPU goes to each slot in turn, one row per
+        (state, slot): a slot's change only moves its own contribution to ``cnt`` and ``on``."""
+        g = gpu_free
+        rows, slots = g.shape
+        left = g - share
+        thr = self.thresholds
+        d_cnt = (left[..., None] >= thr).astype(np.int64) - (g[..., None] >= thr)
+        d_on = left[..., None] * (left[..., None] >= thr) - g[..., None] * (g[..., None] >= thr)
+        cnt_after = (cnt[:, None, :] + d_cnt).reshape(rows * slots, -1)
+        on_after = (on[:, None, :] + d_on).reshape(rows * slots, -1)
+        return cnt_after, on_after
 
     def frag_one(self, cnt: Sequence[int], on: Sequence[int], total: int, cpu_free: int, model: int) -> int:
         """``frag_from`` of one state, in Python ints (``model`` -1: a node without GPUs). A placement

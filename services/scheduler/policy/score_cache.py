@@ -44,7 +44,9 @@ class ScoreCache:
         return sum(a.nbytes for a in (self.stamp, self.feasible, self.total, self.before, self.after, self.fits))
 
     def refresh(self, fs: FleetState, d: Demand, fm: FragModel) -> None:
-        """Recompute the rows whose stamp changed (only rows a cycle has not touched carry a stamp)."""
+        """Recompute the rows whose stamp changed. A row this cycle changed carries no stamp and is left
+        to the placer: the next cycle's copy starts it from the same stamp again, so the same version
+        could then name another state."""
         version = fs.version
         rows = np.flatnonzero((version != self.stamp) & (version % STAMP == 0))
         if not rows.size:
@@ -61,12 +63,7 @@ class ScoreCache:
         if d.is_share:
             r, slots = g.shape
             u = d.gpu_milli
-            a2 = g - u
-            thr = fm.thresholds
-            d_cnt = (a2[..., None] >= thr).astype(np.int64) - (g[..., None] >= thr)
-            d_on = a2[..., None] * (a2[..., None] >= thr) - g[..., None] * (g[..., None] >= thr)
-            cnt_after = (cnt[:, None, :] + d_cnt).reshape(r * slots, -1)
-            on_after = (on[:, None, :] + d_on).reshape(r * slots, -1)
+            cnt_after, on_after = fm.share_features(g, cnt, on, u)
             parts = fm.parts(cnt_after, on_after, np.repeat(cpu_after, slots), np.repeat(model, slots))
             self.after[rows] = parts.reshape(r, slots, -1)
             self.fits[rows] = g >= u

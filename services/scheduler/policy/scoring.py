@@ -136,12 +136,7 @@ def _share_after(fs: FleetState, idx: I64, d: Demand, fm: FragModel) -> tuple[I6
     before = fm.frag_from(cnt, on, total, cpu, model)
     c, slots = g.shape
     u = d.gpu_milli
-    a2 = g - u
-    thr = fm.thresholds
-    d_cnt = (a2[..., None] >= thr).astype(np.int64) - (g[..., None] >= thr)
-    d_on = a2[..., None] * (a2[..., None] >= thr) - g[..., None] * (g[..., None] >= thr)
-    cnt_after = (cnt[:, None, :] + d_cnt).reshape(c * slots, -1)
-    on_after = (on[:, None, :] + d_on).reshape(c * slots, -1)
+    cnt_after, on_after = fm.share_features(g, cnt, on, u)
     total_after = np.repeat(total - u, slots)
     after = fm.frag_from(
         cnt_after, on_after, total_after, np.repeat(cpu - d.cpu_milli, slots), np.repeat(model, slots)
