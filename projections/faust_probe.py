@@ -115,8 +115,15 @@ async def lag(config: WorkerConfig, admin: AIOKafkaAdminClient, consumer: AIOKaf
     return out
 
 
-async def wait_quiet(config: WorkerConfig, *, timeout_s: float, workers: Sequence[WorkerProcess] = ()) -> float:
-    """Wait until the group has committed the end of every partition it reads; returns the seconds waited.
+async def wait_quiet(
+    config: WorkerConfig,
+    *,
+    timeout_s: float,
+    workers: Sequence[WorkerProcess] = (),
+    topics: Sequence[str] | None = None,
+) -> float:
+    """Wait until the group has committed the end of every partition it reads (of ``topics`` only, if
+    given); returns the seconds waited.
 
     The end offsets are read before and after the committed offsets and must agree with them: a record
     sent on after the first read shows in the second (its parent was acknowledged before the commit).
@@ -132,9 +139,10 @@ async def wait_quiet(config: WorkerConfig, *, timeout_s: float, workers: Sequenc
     await admin.start()
     await consumer.start()
     try:
+        wanted = list(topics) if topics is not None else group_topics(config)
         while True:
-            tps = await _partitions(admin, group_topics(config))
-            created = {tp.topic for tp in tps} == set(group_topics(config))
+            tps = await _partitions(admin, wanted)
+            created = {tp.topic for tp in tps} == set(wanted)
             try:
                 before = await consumer.end_offsets(tps)
                 committed = await admin.list_consumer_group_offsets(config.group)

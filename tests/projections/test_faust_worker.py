@@ -344,3 +344,38 @@ async def test_a_worker_serves_its_consumer_lag_and_a_transactional_backlog_is_f
     assert max(seen) >= 100  # the backlog was counted, not a record or a marker
     assert await jobs_projected(pool) == 1500  # and at 0 every job of it is in the read models
     await deployment.quiet()  # the group's committed offsets agree: the end, or short of it by markers only
+
+
+@pytest.mark.timeout(240)
+async def test_a_stopped_worker_has_committed_every_transaction_it_folded(
+    deployment: Deployment, pool: asyncpg.Pool
+) -> None:
+    """Each transaction leaves a marker in every partition it wrote, a gap in the offsets a worker reads.
+    faust counted the record after each gap twice, and each commit then went past one transaction only
+    (a worker that had folded everything committed it over as many seconds as there were transactions,
+    and a restart read it all again). Once everything is folded, the commit made when the worker stops
+    covers all of it: each source partition ends committed, or short of its end by markers only."""
+    envelopes = synthetic(20, 600)  # about 2,500 events, in about 50 transactions
+    producer = await deployment.log.producer("many-transactions")
+    try:
+        records = [to_record(e) for e in envelopes]
+        out = [OutRecord(deployment.names[r.topic], r.value, r.key, r.headers) for r in records]
+        for start in range(0, len(out), 50):
+            await producer.append(out[start : start + 50])
+    finally:
+        await producer.close()
+    worker = deployment.worker("w1")
+
+    async def folded() -> bool:
+        assert worker.alive, worker.tail()
+        try:
+            done = await pool.fetchval("SELECT count(*) FROM live.read_jobs WHERE status = 'succeeded'")
+        except asyncpg.UndefinedTableError:
+            return False
+        return int(done) == 600  # each job's last event, and so every source record, folded
+
+    await wait_for(folded, "the jobs in the read models", timeout_s=120)
+    worker.stop()
+    # Nothing commits any more: the offsets either are at the end now or never will be. (The stage
+    # topics may still have held inputs the stop cut short: they are read again by the next worker.)
+    await wait_quiet(deployment.config, timeout_s=5, topics=deployment.config.source_topics)
