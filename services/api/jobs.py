@@ -21,17 +21,21 @@ from services.api.handlers import Context
 from services.api.pb import jobs_pb2
 from services.api.queries import JobFilter, ReadModels, Row
 from services.api.store import ApiStore
+from services.api.watch_tails import WatchTails
 
 STATUSES = ("submitted", "queued", "placed", "running", "succeeded", "failed", "cancelled", "rejected", "unknown")
 PRIORITY_CLASSES = ("production_inference", "critical_training", "standard", "best_effort")
 
 
 class JobService:
-    def __init__(self, commands: JobCommands, reads: ReadModels, store: ApiStore, log: EventLog) -> None:
+    def __init__(
+        self, commands: JobCommands, reads: ReadModels, store: ApiStore, log: EventLog, tails: WatchTails
+    ) -> None:
         self._commands = commands
         self._reads = reads
         self._store = store
         self._log = log
+        self._tails = tails
 
     async def SubmitJob(self, request: jobs_pb2.SubmitJobRequest, context: Context) -> jobs_pb2.SubmitJobResponse:
         principal = current_principal()
@@ -107,7 +111,7 @@ class JobService:
                 )
         if status in watch.FINAL and not request.follow_after_end:
             return
-        reader = await self._log.reader()
+        reader = self._tails.reader()  # shared with every other watch of these partitions
         try:
             starts = await watch.start_positions(self._log, reader, job_id, positions, request.skip_history)
             async for item in watch.live(reader, job_id, starts, status, request.follow_after_end):

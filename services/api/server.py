@@ -38,6 +38,7 @@ from services.api.queries import ReadModels
 from services.api.quota import QuotaService
 from services.api.resources import ResourceService
 from services.api.store import ApiStore
+from services.api.watch_tails import WatchTails
 
 logger = logging.getLogger("fedsched.api")
 
@@ -52,6 +53,7 @@ class ApiServer:
     health: health.aio.HealthServicer
     publisher: Publisher
     intake: Intake | None = None
+    tails: WatchTails | None = None
     _intake_task: asyncio.Task[None] | None = None
     _owned: list[object] = field(default_factory=list)
 
@@ -67,6 +69,8 @@ class ApiServer:
         if self._intake_task is not None:
             await cancel_and_wait([self._intake_task], grace_s=10)  # it ends on intake.stop()
         await self.server.stop(grace_s)
+        if self.tails is not None:
+            await self.tails.close()
         if self.intake is not None:
             await self.intake.close()
         await self.publisher.close()
@@ -75,8 +79,11 @@ class ApiServer:
                 await resource.close()  # type: ignore[attr-defined]
 
     def samples(self) -> list[tuple[str, dict[str, str], float]]:
-        """Prometheus samples: API requests by method and code, intake requests by outcome."""
+        """Prometheus samples: API requests by method and code, intake requests by outcome, watches."""
         out = request_samples()
+        if self.tails is not None:
+            out.append(("fedsched_watch_streams", {}, float(self.tails.watching)))
+            out.append(("fedsched_watch_partitions", {}, float(self.tails.partitions)))
         if self.intake is not None:
             stats = self.intake.stats
             for outcome in ("accepted", "rejected", "dead_lettered"):
@@ -107,9 +114,10 @@ async def serve(config: ApiConfig, *, log: EventLog | None = None, pool: asyncpg
     publisher = Publisher(log, config.source, clock=config.clock)
     await publisher.start()
     jobs = JobCommands(publisher, store, reads)
+    tails = WatchTails(log)
     quotas = QuotaCommands(publisher, store, log)
     servicers = {
-        "fedsched.v1.JobService": JobService(jobs, reads, store, log),
+        "fedsched.v1.JobService": JobService(jobs, reads, store, log, tails),
         "fedsched.v1.ResourceService": ResourceService(reads),
         "fedsched.v1.QuotaService": QuotaService(quotas, reads),
         "fedsched.v1.AuditService": AuditService(jobs, reads, store),
@@ -131,7 +139,7 @@ async def serve(config: ApiConfig, *, log: EventLog | None = None, pool: asyncpg
     await server.start()
     for name in ("", *SERVICES):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    api = ApiServer(server, port, config, health_servicer, publisher, _owned=owned)
+    api = ApiServer(server, port, config, health_servicer, publisher, tails=tails, _owned=owned)
     if config.intake:
         api.intake = Intake(log, jobs, config)
         await api.intake.start()

@@ -40,6 +40,8 @@ _HELP = {
     "fedsched_events_folded_total": ("counter", "Log records folded, per component"),
     "fedsched_consumer_lag": ("gauge", "Records committed but not yet folded, per component"),
     "fedsched_api_requests_total": ("counter", "API requests by method and status code"),
+    "fedsched_watch_streams": ("gauge", "Open WatchJob streams (one per watched partition)"),
+    "fedsched_watch_partitions": ("gauge", "Partitions the API reads for its WatchJob streams, one reader each"),
     "fedsched_placement_latency_seconds": ("gauge", "Submit-to-placement latency quantiles (latest 1,024)"),
     "fedsched_governance_outputs_total": ("counter", "Events governance published"),
     "fedsched_governance_steps_total": ("counter", "Governance steps that published something"),

@@ -23,7 +23,7 @@ from events.catalog.decisions import (
 from events.catalog.jobs import JobCancelled, JobStarted, JobSucceeded
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import ResourceKind
-from events.topics import JOBS
+from events.topics import JOBS, partition_for
 from services.api.client import CallError, Client, ClientConfig
 from services.api.commands import job_id_for
 from services.api.config import ApiConfig
@@ -375,3 +375,32 @@ async def test_watch_never_ends_before_a_decision_read_late_from_the_other_topic
     await asyncio.wait_for(consume(), timeout=60)
     assert seen[0] == "JobSubmitted" and seen[-1] == "JobSucceeded"
     assert sorted(seen[1:]) == ["JobPlaced", "JobStarted", "JobSucceeded"]
+
+
+async def test_concurrent_watches_share_the_api_reads_and_each_ends_with_its_own_job(stack: Stack) -> None:
+    jobs = [await submit(stack, stack.keys.hs(), name=f"watched-{i}") for i in range(8)]
+    await stack.fold()
+    client = stack.client(stack.keys.hs())
+    tails = stack.api.tails
+    assert tails is not None
+
+    async def watch_one(job_id: str) -> list[str]:
+        stream = client.stream(client.jobs.WatchJob, jobs_pb2.WatchJobRequest(job_id=job_id, skip_history=True))
+        return [event.event async for event in stream if event.job_id == job_id]
+
+    watches = [asyncio.create_task(watch_one(job_id)) for job_id in jobs]
+    deadline = asyncio.get_running_loop().time() + 30
+    while tails.watching < 2 * len(jobs):  # every watch reads its jobs partition and the decisions one
+        assert asyncio.get_running_loop().time() < deadline, tails.watching
+        await asyncio.sleep(0.05)
+    # One reader per partition watched, not one per watch.
+    assert tails.partitions <= len({partition_for(job_id.encode(), JOBS.partitions) for job_id in jobs}) + 1
+    for job_id in jobs:
+        ended = [JobStarted(job_id=job_id, cluster="east"), JobSucceeded(job_id=job_id, cluster="east")]
+        await append(stack.log, ended)
+    results = await asyncio.wait_for(asyncio.gather(*watches), 60)
+    assert results == [["JobStarted", "JobSucceeded"]] * len(jobs)
+    deadline = asyncio.get_running_loop().time() + 30
+    while tails.partitions:  # each partition's reader stops with its last watch
+        assert asyncio.get_running_loop().time() < deadline, tails.partitions
+        await asyncio.sleep(0.05)
