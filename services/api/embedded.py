@@ -7,7 +7,7 @@ run from the same folder.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import asyncpg
@@ -17,21 +17,6 @@ from events.publisher import wall_clock_ms
 from services.api.auth import dev_auth, dev_token, write_dev_token
 from services.api.config import DEFAULT_LISTEN, ApiConfig
 from services.api.server import ApiServer, serve
-
-
-async def start_api(
-    log: EventLog,
-    pool: asyncpg.Pool,
-    listen: str = DEFAULT_LISTEN,
-    *,
-    state_dir: Path = Path(".fedsched"),
-    intake: bool = True,
-    clock: Callable[[], int] = wall_clock_ms,
-) -> tuple[str, Callable[[], Awaitable[None]]]:
-    """Serve the API on ``listen`` over the open ``log`` and ``pool``; returns the development token
-    (admin over every tenant, to print) and a coroutine function that stops the API."""
-    api = await start_embedded(log, pool, listen, state_dir=state_dir, intake=intake, clock=clock)
-    return api.dev_token, api.server.stop
 
 
 class EmbeddedApi:

@@ -204,17 +204,18 @@ def _default_nodes() -> Path:
 
 
 async def _start_api(running: Running) -> None:
-    from services.api.embedded import start_api
+    from services.api.embedded import start_embedded
 
-    token, close = await start_api(
+    api = await start_embedded(
         running.log,
         running.pool,
         running.config.api_listen,
         state_dir=running.config.data_dir,
         clock=running.clock.now_ms if running.clock is not None else wall_clock_ms,
     )
-    running.api_token = token
-    running.closers.append(close)
+    running.api_token = api.dev_token
+    running.closers.append(api.server.stop)
+    running.metrics.add_source(api.server.samples)  # requests by method and code, intake, watches
 
 
 def _register_metrics(running: Running) -> None:

@@ -104,6 +104,8 @@ async def test_a_submitted_job_runs_to_completion_and_every_cycle_verifies(fresh
         for name in ("projections", "governance", "scheduler"):
             assert f'fedsched_events_folded_total{{component="{name}"}}' in body
         assert "fedsched_archived_total" in body and 'fedsched_placement_latency_seconds{quantile="0.99"}' in body
+        # The API's requests by method and code, in the same process.
+        assert 'fedsched_api_requests_total{code="OK",method="/fedsched.v1.JobService/SubmitJob"}' in body, body
         assert running.metrics.failing() == []
     finally:
         await client.close()
