@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import importlib
 import inspect
+import os
 import sys
 from collections.abc import Sequence
 
@@ -41,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # gRPC's core logs INFO lines to stderr, for instance that a fork skipped its handlers when
+    # ``audit verify`` forks its workers beside the API in ``fedsched demo``: errors only, unless asked.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     parser = build_parser()
     args = parser.parse_args(argv)
     handler = getattr(args, "handler", None)
