@@ -137,6 +137,17 @@ def test_a_placement_carries_the_score_of_the_chosen_and_the_runner_up_cluster()
     assert p.runner_up is not None and p.runner_up.cluster != p.cluster
     assert dict(p.chosen.breakdown)["total"] <= dict(p.runner_up.breakdown)["total"]
     assert "placement cost" in p.message
+    # The terms shown are the weighted points the total is made of: they add up to it, and the message
+    # gives the same sum.
+    for candidate in (p.chosen, p.runner_up):
+        terms = {name: points for name, points in candidate.breakdown if name != "total"}
+        assert sum(terms.values()) == dict(candidate.breakdown)["total"]
+    chosen = dict(p.chosen.breakdown)
+    assert chosen["locality"] > 0  # the dataset is nowhere: the term counts, weighted
+    shown = p.message.split(f"federation score {chosen['total']} = ", 1)[1].split(" (weighted", 1)[0]
+    assert dict(term.rsplit(" ", 1) for term in shown.split(" + ")) == {
+        name: str(points) for name, points in chosen.items() if name != "total"
+    }
 
 
 def test_fgd_puts_a_cpu_only_job_where_the_gpus_are_already_taken():

@@ -397,11 +397,11 @@ def _place(
         else:
             alt += f", a tie decided by the stable cluster order ({cid} before {runner.cluster})"
     share = f" ({d.gpu_milli}m each)" if d.is_share else ""
+    terms = " + ".join(f"{name} {points}" for name, points in ranked[0].terms().items())
     msg = (
         f"{job.job_id} placed in {cid} on {gpus}{share} by {ctx.config.node_policy.value}: placement cost "
-        f"{plan.cost}, federation score {ranked[0].total} (fit {ranked[0].fit}, locality {ranked[0].locality}, "
-        f"congestion {ranked[0].congestion}, hot {ranked[0].hot_spot}, health {ranked[0].health}, cost "
-        f"{ranked[0].cost}){alt}" + ("; uses quota above its guarantee (borrowed, reclaimable)" if borrowed else "")
+        f"{plan.cost}, federation score {ranked[0].total} = {terms} (weighted; lower wins){alt}"
+        + ("; uses quota above its guarantee (borrowed, reclaimable)" if borrowed else "")
     )
     return Place(
         job_id=job.job_id,

@@ -25,25 +25,31 @@ SCALE = 1000
 class ClusterScore:
     cluster: ClusterId
     total: int
+    """The weighted sum of the six terms (lower wins)."""
     fit: int
     locality: int
     congestion: int
     hot_spot: int
     health: int
     cost: int
-    placement_cost: int  # the node policy's raw cost (sum over replicas)
+    placement_cost: int  # the node policy's raw cost (sum over replicas): breaks ties, not in ``total``
+    weights: ClusterWeights
+
+    def terms(self) -> dict[str, int]:
+        """Each term's points in ``total``, its 0..1000 value times its weight: they add up to ``total``, so
+        an explanation that shows them shows where the score came from."""
+        w = self.weights
+        return {
+            "fit": w.fit * self.fit,
+            "locality": w.locality * self.locality,
+            "congestion": w.congestion * self.congestion,
+            "hot_spot": w.hot_spot * self.hot_spot,
+            "health": w.health * self.health,
+            "cost": w.cost * self.cost,
+        }
 
     def breakdown(self) -> dict[str, int]:
-        return {
-            "total": self.total,
-            "fit": self.fit,
-            "locality": self.locality,
-            "congestion": self.congestion,
-            "hot_spot": self.hot_spot,
-            "health": self.health,
-            "cost": self.cost,
-            "placement_cost": self.placement_cost,
-        }
+        return {"total": self.total, **self.terms()}
 
 
 def _normalise(values: Sequence[int]) -> list[int]:
@@ -73,15 +79,16 @@ def score_clusters(
         locality = (SCALE * sum(1 for d in wanted if d not in have) // len(wanted)) if wanted else 0
         congestion = max(0, min(SCALE, prof.congestion_milli))
         health = SCALE - max(0, min(SCALE, prof.stability_milli))
+        hot = max(0, min(SCALE, hot))
         total = (
             weights.fit * fit
             + weights.locality * locality
             + weights.congestion * congestion
-            + weights.hot_spot * max(0, min(SCALE, hot))
+            + weights.hot_spot * hot
             + weights.health * health
             + weights.cost * price
         )
-        out.append(ClusterScore(cid, total, fit, locality, congestion, hot, health, price, raw))
+        out.append(ClusterScore(cid, total, fit, locality, congestion, hot, health, price, raw, weights))
     out.sort(key=lambda s: (s.total, s.placement_cost, s.cluster))
     return out
 
