@@ -137,21 +137,17 @@ def _wait_lines(d: JobQueued, row: Mapping[str, Any]) -> list[str]:
         lines.append(f"Position {d.queue_position} in its queue.")
     if d.binding is not None:
         b = d.binding
-        where = " ".join(
-            part
-            for part in (
-                f"{b.resource.value}" if b.resource else "",
-                f"of model {b.gpu_model}" if b.gpu_model else "",
-                f"in cluster {b.cluster}" if b.cluster else "across the federation",
+        where = f"in cluster {b.cluster}" if b.cluster else "across the federation"
+        line = f"Binding constraint: {b.reason.value} ({describe(b.reason.value)}) {where}"
+        if b.resource is not None:
+            what = b.resource.value + (f" of model {b.gpu_model}" if b.gpu_model else "")
+            # A cluster's numbers are one replica's on one node; a quota's, the job's and what it has left.
+            per = " for one replica on one node" if b.cluster else ""
+            line += (
+                f": {what} requested {amount(b.resource, b.requested)}{per}, "
+                f"available {amount(b.resource, b.available)}"
             )
-            if part
-        )
-        unit = UNITS.get(b.resource, "") if b.resource else ""
-        lines.append(
-            f"Binding constraint: {b.reason.value} ({describe(b.reason.value)}) on {where}: "
-            f"requested {b.requested} {unit}, available {b.available} {unit}".rstrip()
-            + "."
-        )
+        lines.append(line + ".")
     if d.smallest_change is not None:
         c = d.smallest_change
         tail = f" ({c.message})" if c.message else ""
@@ -162,6 +158,14 @@ def _wait_lines(d: JobQueued, row: Mapping[str, Any]) -> list[str]:
         detail = f" - {w.detail}" if w.detail else ""
         lines.append(f"  {w.cluster}: " + ", ".join(r.value for r in w.reasons) + detail)
     return lines
+
+
+def amount(resource: ResourceKind, value: int) -> str:
+    """A quantity in its unit, in whole GPUs or CPUs where it is one."""
+    if resource in (ResourceKind.GPU, ResourceKind.CPU) and value % 1000 == 0:
+        whole = value // 1000
+        return f"{whole} {resource.value.upper()}{'' if whole == 1 else 's'}"
+    return f"{value} {UNITS[resource]}"
 
 
 def _score(c: CandidateScore) -> jobs_pb2.CandidateScore:

@@ -27,7 +27,7 @@ from events.catalog.decisions import (
 )
 from events.catalog.jobs import JobCancelled
 from events.catalog.reasons import ReasonCode
-from events.catalog.types import ClusterId, CycleId, JobId
+from events.catalog.types import ClusterId, CycleId, JobId, ResourceKind
 from events.codec import encode
 from events.envelope import Envelope
 from services.scheduler.policy import decisions as core
@@ -114,6 +114,26 @@ def _id(name: str) -> str:
     return cleaned[:128] or "term"
 
 
+def _binding(decision: core.Queue) -> BindingConstraint:
+    """The binding constraint with its numbers; the reason alone where the core gave none (or a resource
+    the catalogue does not know)."""
+    c = decision.constraint
+    if c is None or c.reason != decision.binding:
+        return BindingConstraint(reason=_reason(decision.binding))
+    resource = _RESOURCES.get(c.resource or "")
+    return BindingConstraint(
+        reason=_reason(c.reason),
+        resource=resource,
+        gpu_model=c.gpu_model if resource is ResourceKind.GPU else None,
+        cluster=ClusterId(c.cluster) if c.cluster else None,
+        requested=c.requested if resource is not None else 0,
+        available=c.available if resource is not None else 0,
+    )
+
+
+_RESOURCES = {kind.value: kind for kind in ResourceKind}
+
+
 def _event(state: SchedulerState, decision: core.Decision, cid: CycleId) -> Event | None:
     if isinstance(decision, core.Place):
         facts = state.jobs[decision.job_id]
@@ -149,14 +169,12 @@ def _event(state: SchedulerState, decision: core.Decision, cid: CycleId) -> Even
             ClusterWhyNot(cluster=w.cluster, reasons=(_reason(w.reason),), detail=w.detail[:_SHORT])
             for w in sorted(decision.per_cluster, key=lambda w: w.cluster)
         )
+        c = decision.change
         change = (
             SuggestedChange(
-                field="request",
-                current="",
-                suggested=decision.smallest_change[:_SHORT],
-                message=decision.smallest_change[:_SHORT],
+                field=c.field, current=c.current[:_SHORT], suggested=c.suggested[:_SHORT], message=c.message[:_SHORT]
             )
-            if decision.smallest_change
+            if c is not None
             else None
         )
         return JobQueued(
@@ -165,7 +183,7 @@ def _event(state: SchedulerState, decision: core.Decision, cid: CycleId) -> Even
             reasons=reasons[:16],
             message=decision.message[:_TEXT],
             why_not=why_not[:256],
-            binding=BindingConstraint(reason=_reason(decision.binding)),
+            binding=_binding(decision),
             smallest_change=change,
             queue_position=max(1, decision.position),
             estimated_start_ms=decision.estimated_start_ms,

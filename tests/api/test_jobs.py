@@ -234,7 +234,8 @@ async def test_explain_gives_why_it_waits_where_it_went_and_why_it_was_preempted
     assert (wait.smallest_change.field, wait.smallest_change.suggested) == ("resources.gpus", "2")
     assert wait.queue_position == 3 and wait.estimated_start_ms == 1_900_000_000_000
     text = "\n".join(answer.summary)
-    assert "requested 8000 milli-GPU, available 2000 milli-GPU" in text
+    binding = "in cluster east: gpu of model A100-80G requested 8 GPUs for one replica on one node, available 2 GPUs"
+    assert binding in text
     assert "resources.gpus from 8 to 2" in text and "Position 3" in text
     assert json.loads(answer.decision_json)["queue_position"] == 3
 

@@ -120,6 +120,11 @@ def test_a_tenant_at_its_limit_waits_with_the_numbers():
     q = next(d for d in r.decisions if isinstance(d, Queue))
     assert q.binding is ReasonCode.QUOTA_EXCEEDED
     assert "4/4" in q.message and "asks 2" in q.message
+    # The same in numbers: the job's GPUs against what its quota has left, federation-wide.
+    c = q.constraint
+    assert (c.reason, c.resource, c.cluster, c.requested, c.available) == (
+        ReasonCode.QUOTA_EXCEEDED, "gpu", None, 2000, 0,
+    )  # fmt: skip
 
 
 def test_borrowing_from_an_idle_cohort_is_allowed_and_marked_reclaimable():

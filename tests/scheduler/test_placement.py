@@ -67,6 +67,43 @@ def test_a_gpu_share_goes_to_the_tightest_gpu_that_fits_under_best_fit():
 def test_a_job_that_cannot_fit_is_queued_with_the_binding_constraint(case, node, job, reason):
     r = schedule(snapshot([node.build()], [job.build()]))
     assert queued(r, "j").binding is reason, case
+    assert queued(r, "j").constraint.reason is reason, case
+
+
+@pytest.mark.parametrize(
+    ("case", "node", "job", "numbers"),
+    [
+        # resource, GPU model, requested, available: one replica's, on the best node of the cluster
+        ("too many gpus", a_node("n1").gpus(4), a_job("j").gpus(8), ("gpu", None, 8000, 4000)),
+        ("too many of one model", a_node("n1").model("T4").gpus(4), a_job("j").gpus(8).models("T4"),
+         ("gpu", "T4", 8000, 4000)),
+        ("more memory than a node has", a_node("n1"), a_job("j").gpus(1).memory(10**9), ("memory", None, 10**9, None)),
+        ("wrong model", a_node("n1").model("T4"), a_job("j").gpus(2).models("A100"), ("gpu", "A100", 2000, 0)),
+        ("cpu short", a_node("n1").cpu(64000, 2000), a_job("j").gpus(1).cpu(8000), ("cpu", None, 8000, 2000)),
+        ("gpus taken", a_node("n1").gpus(8, (1000,) * 3 + (0,) * 5), a_job("j").gpus(4), ("gpu", None, 4000, 3000)),
+        ("share too big", a_node("n1").gpus(2, (300, 500)), a_job("j").share(600), ("gpu", None, 600, 500)),
+    ],
+)  # fmt: skip
+def test_the_binding_constraint_carries_its_numbers(case, node, job, numbers):
+    built = node.build()
+    q = queued(schedule(snapshot([built], [job.build()])), "j")
+    c = q.constraint
+    resource, model, requested, available = numbers
+    if available is None:  # what the node has
+        available = built.memory_mib
+    assert (c.resource, c.gpu_model, c.requested, c.available) == (resource, model, requested, available), case
+    assert c.cluster == built.cluster, case
+
+
+def test_the_smallest_change_names_the_field_of_the_request_and_its_values():
+    q = queued(schedule(snapshot([a_node("n1").gpus(4).build()], [a_job("j").gpus(8).build()])), "j")
+    assert q.change is not None
+    assert (q.change.field, q.change.current, q.change.suggested) == ("resources.gpus", "8", "4")
+    nodes = [a_node("a1").cluster("cluster-a").model("T4").build()]
+    q = queued(schedule(snapshot(nodes, [a_job("m").gpus(1).models("A100").build()])), "m")
+    assert q.change is not None
+    assert (q.change.field, q.change.current, q.change.suggested) == ("resources.gpu_models", "A100", "any")
+    assert "cluster-a" in q.change.message
 
 
 def test_failed_gpus_are_never_used_and_degraded_ones_only_when_nothing_else_fits():

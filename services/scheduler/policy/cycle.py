@@ -29,7 +29,16 @@ from dataclasses import dataclass, field
 from services.scheduler.policy.backfill import may_backfill, reserve
 from services.scheduler.policy.capacity import model_pressure
 from services.scheduler.policy.context import Ctx, Plan
-from services.scheduler.policy.decisions import CandidateScore, CycleResult, Decision, Place, Preempt, Queue, Reserve
+from services.scheduler.policy.decisions import (
+    CandidateScore,
+    Constraint,
+    CycleResult,
+    Decision,
+    Place,
+    Preempt,
+    Queue,
+    Reserve,
+)
 from services.scheduler.policy.explain import describe, explain
 from services.scheduler.policy.fairshare import Capacity, FairShare, Held
 from services.scheduler.policy.federation import ClusterScore
@@ -50,7 +59,7 @@ from services.scheduler.policy.model import (
 )
 from services.scheduler.policy.placer import Placer
 from services.scheduler.policy.preemption import find_victims
-from services.scheduler.policy.quota import book_from, fmt_amount
+from services.scheduler.policy.quota import QuotaCheck, book_from, fmt_amount
 from services.scheduler.policy.reasons import ReasonCode
 from services.scheduler.policy.score_cache import ScoreCache
 
@@ -279,16 +288,16 @@ def schedule(snapshot: FleetSnapshot, config: PolicyConfig | None = None, memo: 
     ctx = _context(snapshot, config, memo)
     order = _fair(ctx).order(snapshot.pending)
     made: list[Decision] = []
-    waiting: list[tuple[Job, Demand, ReasonCode | None, str]] = []  # job, demand, forced reason, note
+    waiting: list[Waiting] = []
     for job in order:
         d = Demand.of(job)
         if job.replicas <= 0 or (d.gpus == 0 and d.gpu_milli == 0 and d.cpu_milli == 0 and d.memory_mib == 0):
-            waiting.append((job, d, ReasonCode.NO_FEASIBLE_NODE, "the job asks for nothing"))
+            waiting.append((job, d, ReasonCode.NO_FEASIBLE_NODE, "the job asks for nothing", None))
             continue
         # a. quota (GPU-model quotas are checked on the model the plan uses, below).
         q = ctx.book.check(job, None)
         if not q.ok:
-            waiting.append((job, d, ReasonCode.QUOTA_EXCEEDED, q.message))
+            waiting.append((job, d, ReasonCode.QUOTA_EXCEEDED, q.message, _quota_constraint(q)))
             continue
         # b. hot-spot cap.
         cap = ctx.hot_cap(job.tenant)
@@ -303,7 +312,7 @@ def schedule(snapshot: FleetSnapshot, config: PolicyConfig | None = None, memo: 
             model = plan.models[0] if plan.models else None
             q2 = ctx.book.check(job, model)
             if not q2.ok:
-                waiting.append((job, d, ReasonCode.QUOTA_EXCEEDED, q2.message))
+                waiting.append((job, d, ReasonCode.QUOTA_EXCEEDED, q2.message, _quota_constraint(q2)))
                 continue
             made.append(_place(ctx, job, d, plan, ranked, q2.borrowed or q.borrowed, backfill))
             continue
@@ -314,7 +323,10 @@ def schedule(snapshot: FleetSnapshot, config: PolicyConfig | None = None, memo: 
                 f"this job would take it to {fmt_amount('gpu', used + job.total_gpu_milli())}, above its cap of "
                 f"{fmt_amount('gpu', cap or 0)}"
             )
-            waiting.append((job, d, ReasonCode.HOT_MODEL_CAP, note))
+            hot = Constraint(
+                ReasonCode.HOT_MODEL_CAP, "gpu", None, None, job.total_gpu_milli(), max(0, (cap or 0) - used)
+            )
+            waiting.append((job, d, ReasonCode.HOT_MODEL_CAP, note, hot))
             continue
         # e. preemption, reservation.
         if config.preemption:
@@ -340,8 +352,15 @@ def schedule(snapshot: FleetSnapshot, config: PolicyConfig | None = None, memo: 
                     # The victim keeps its resources until its cluster reports it stopped; it cannot be
                     # chosen again in this cycle.
                     ctx.running = [r for r in ctx.running if r.job.job_id != v.running.job.job_id]
+                asked = f"{len(vs)} job(s) in {cid} are asked to stop"
                 waiting.append(
-                    (job, d, ReasonCode.WAITING_FOR_PREEMPTION, f"{len(vs)} job(s) in {cid} are asked to stop")
+                    (
+                        job,
+                        d,
+                        ReasonCode.WAITING_FOR_PREEMPTION,
+                        asked,
+                        Constraint(ReasonCode.WAITING_FOR_PREEMPTION, cluster=cid),
+                    )
                 )
                 continue
         if (
@@ -365,7 +384,7 @@ def schedule(snapshot: FleetSnapshot, config: PolicyConfig | None = None, memo: 
                         ),
                     )
                 )
-        waiting.append((job, d, None, ""))
+        waiting.append((job, d, None, "", None))
     made.extend(_queue_decisions(ctx, waiting))
     return CycleResult(
         now_ms=snapshot.now_ms, policy_version=config.version, decisions=tuple(made[: config.max_decisions])
@@ -416,9 +435,19 @@ def _place(
     )
 
 
-def _queue_decisions(ctx: Ctx, waiting: list[tuple[Job, Demand, ReasonCode | None, str]]) -> list[Queue]:
+Waiting = tuple[Job, Demand, ReasonCode | None, str, Constraint | None]
+"""A job left waiting: its demand, the reason found before the fleet was searched (None: explain it from
+the fleet), a note with that reason's numbers in words, and the same as a ``Constraint``."""
+
+
+def _quota_constraint(q: QuotaCheck) -> Constraint:
+    resource, _, model = q.resource.partition(":")
+    return Constraint(ReasonCode.QUOTA_EXCEEDED, resource, model or None, None, q.request, q.available)
+
+
+def _queue_decisions(ctx: Ctx, waiting: list[Waiting]) -> list[Queue]:
     out = []
-    for pos, (job, d, forced, note) in enumerate(waiting, start=1):
+    for pos, (job, d, forced, note, forced_constraint) in enumerate(waiting, start=1):
         extra = ctx.extra_for(job, d, False, may_backfill(ctx, job)) if forced is None else None
         short = explain(ctx, job, d, extra, estimate=pos <= ctx.config.estimate_limit)
         binding = forced or short.binding
@@ -444,6 +473,8 @@ def _queue_decisions(ctx: Ctx, waiting: list[tuple[Job, Demand, ReasonCode | Non
                 smallest_change=short.smallest_change,
                 position=pos,
                 estimated_start_ms=short.estimated_start_ms,
+                constraint=forced_constraint or (short.constraint if forced is None else Constraint(binding)),
+                change=short.change,
             )
         )
     return out

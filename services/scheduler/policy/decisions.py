@@ -47,6 +47,32 @@ class ClusterWhyNot:
 
 
 @dataclass(frozen=True, slots=True)
+class Constraint:
+    """What holds a waiting job back, with the numbers. ``requested`` and ``available`` are in the unit of
+    ``resource``: ``cpu`` milli-CPU, ``memory`` MiB and ``gpu`` milli-GPU, per replica on one node (or, for
+    a quota, the tenant's amount and what its quota has left). Without a resource (a reservation, a
+    cordoned cluster, a gang too large) both are 0 and the detail says why."""
+
+    reason: ReasonCode
+    resource: str | None = None
+    gpu_model: str | None = None
+    cluster: ClusterId | None = None
+    requested: int = 0
+    available: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """The smallest change to the request that would let the job start now: a field of the job spec, its
+    current value and the suggested one (``message`` says where it would fit)."""
+
+    field: str
+    current: str
+    suggested: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class Queue:
     job_id: JobId
     tenant: TenantId
@@ -57,6 +83,8 @@ class Queue:
     smallest_change: str
     position: int
     estimated_start_ms: int | None
+    constraint: Constraint | None = None
+    change: Change | None = None
     kind: Literal["queue"] = "queue"
 
 
@@ -114,4 +142,15 @@ class CycleResult:
         return [d for d in self.decisions if d.kind == kind]
 
 
-__all__ = ["CandidateScore", "ClusterWhyNot", "CycleResult", "Decision", "Place", "Preempt", "Queue", "Reserve"]
+__all__ = [
+    "CandidateScore",
+    "Change",
+    "ClusterWhyNot",
+    "Constraint",
+    "CycleResult",
+    "Decision",
+    "Place",
+    "Preempt",
+    "Queue",
+    "Reserve",
+]

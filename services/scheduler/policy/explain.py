@@ -8,6 +8,7 @@ when it would fit as it is (from the running jobs' expected ends, as backfill co
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,7 +16,7 @@ import numpy as np
 from services.scheduler.policy.backfill import earliest_start
 from services.scheduler.policy.capacity import largest_whole_gpu_block, per_node
 from services.scheduler.policy.context import Ctx
-from services.scheduler.policy.decisions import ClusterWhyNot
+from services.scheduler.policy.decisions import Change, ClusterWhyNot, Constraint
 from services.scheduler.policy.fleet import Demand
 from services.scheduler.policy.model import MILLI, Job
 from services.scheduler.policy.placer import MASKED
@@ -29,6 +30,10 @@ class Shortfall:
     binding_detail: str
     smallest_change: str
     estimated_start_ms: int | None
+    constraint: Constraint
+    """The binding constraint with its numbers (the closest cluster's)."""
+    change: Change | None
+    """The first change of ``smallest_change`` as a field of the request (None: none fits now)."""
 
 
 def describe(job: Job) -> str:
@@ -45,10 +50,17 @@ def describe(job: Job) -> str:
     )
 
 
-def _cluster(ctx: Ctx, job: Job, d: Demand, ci: int, extra: np.ndarray | None) -> tuple[ClusterWhyNot, int]:
+def _cluster(ctx: Ctx, job: Job, d: Demand, ci: int, extra: np.ndarray | None) -> tuple[ClusterWhyNot, int, Constraint]:
+    """The cluster's reason, how many replicas it could take now, and the constraint with its numbers."""
     fs = ctx.fleet
     lo, hi = fs.cluster_range[ci]
     cid = fs.clusters[ci]
+    model = d.models[0] if len(d.models) == 1 else None
+    gpu_ask = d.gpus * MILLI if d.gpus else d.gpu_milli  # milli-GPU per replica
+
+    def bound(reason: ReasonCode, resource: str | None = None, requested: int = 0, available: int = 0) -> Constraint:
+        return Constraint(reason, resource, model if resource == "gpu" else None, cid, requested, available)
+
     needs_gpu = bool(d.gpus or d.gpu_milli)
     gpu_nodes = fs.gpu_count[lo:hi] > 0
     if needs_gpu:
@@ -56,34 +68,38 @@ def _cluster(ctx: Ctx, job: Job, d: Demand, ci: int, extra: np.ndarray | None) -
         if not model_ok.any():
             have = sorted({fs.models[m] for m in fs.model_of[lo:hi] if m >= 0})
             want = "|".join(d.models) or "any GPU"
-            return ClusterWhyNot(
+            why = ClusterWhyNot(
                 cid, ReasonCode.GPU_MODEL_UNAVAILABLE, f"no {want} node; has {', '.join(have) or 'no GPUs'}"
-            ), 0
+            )
+            return why, 0, bound(why.reason, "gpu", gpu_ask, 0)
         if not (model_ok & (fs.gpu_mem[lo:hi] >= d.min_gpu_memory_mib)).any():
-            return ClusterWhyNot(cid, ReasonCode.GPU_MEMORY_TOO_SMALL, f"no GPU with {d.min_gpu_memory_mib} MiB"), 0
+            why = ClusterWhyNot(cid, ReasonCode.GPU_MEMORY_TOO_SMALL, f"no GPU with {d.min_gpu_memory_mib} MiB")
+            return why, 0, bound(why.reason)
     cap_now = per_node(fs, d, lo, hi)
     if extra is not None:
         masked = extra[lo:hi] >= MASKED
         if int(cap_now.sum()) >= job.replicas and int(np.where(masked, 0, cap_now).sum()) < job.replicas:
             r = ctx.reservation
-            why = ReasonCode.RESERVED_FOR_GANG if r is not None and r.cluster == ci else ReasonCode.HOT_MODEL_CAP
+            reason = ReasonCode.RESERVED_FOR_GANG if r is not None and r.cluster == ci else ReasonCode.HOT_MODEL_CAP
             detail = (
-                f"capacity held for {r.job_id} until t={r.start_ms} ms" if why is ReasonCode.RESERVED_FOR_GANG and r
+                f"capacity held for {r.job_id} until t={r.start_ms} ms" if reason is ReasonCode.RESERVED_FOR_GANG and r
                 else "the free capacity is on hot GPU models, above the tenant's cap"
             )  # fmt: skip
-            return ClusterWhyNot(cid, why, detail), int(cap_now.sum())
+            return ClusterWhyNot(cid, reason, detail), int(cap_now.sum()), bound(reason)
         cap_now = np.where(masked, 0, cap_now)
     total_now = int(cap_now.sum())
     if not fs.schedulable[lo:hi].any():
-        return ClusterWhyNot(cid, ReasonCode.NODE_UNSCHEDULABLE, "every node is cordoned"), 0
+        return (
+            ClusterWhyNot(cid, ReasonCode.NODE_UNSCHEDULABLE, "every node is cordoned"),
+            0,
+            bound(ReasonCode.NODE_UNSCHEDULABLE),
+        )
     # Could the cluster ever hold it (all running jobs gone)?
     empty = _empty_capacity(ctx, d, lo, hi)
     if empty < job.replicas:
-        return (
-            ClusterWhyNot(cid, ReasonCode.GANG_TOO_LARGE if job.replicas > 1 else ReasonCode.NO_FEASIBLE_NODE,
-                          f"holds at most {empty} of {job.replicas} replicas even when empty"),
-            total_now,
-        )  # fmt: skip
+        reason = ReasonCode.GANG_TOO_LARGE if job.replicas > 1 else ReasonCode.NO_FEASIBLE_NODE
+        why = ClusterWhyNot(cid, reason, f"holds at most {empty} of {job.replicas} replicas even when empty")
+        return why, total_now, (bound(reason) if job.replicas > 1 else _largest_node(ctx, d, lo, hi, bound))
     for res, code in (("gpu", None), ("cpu", ReasonCode.INSUFFICIENT_CPU), ("memory", ReasonCode.INSUFFICIENT_MEMORY)):
         if res == "gpu" and not needs_gpu:
             continue
@@ -95,18 +111,39 @@ def _cluster(ctx: Ctx, job: Job, d: Demand, ci: int, extra: np.ndarray | None) -
                     detail = (
                         f"largest free block is {block} GPUs{where}; room for {total_now} of {job.replicas} replicas"
                     )
-                    return ClusterWhyNot(cid, ReasonCode.INSUFFICIENT_GPU, detail), total_now
+                    why = ClusterWhyNot(cid, ReasonCode.INSUFFICIENT_GPU, detail)
+                    return why, total_now, bound(why.reason, "gpu", gpu_ask, block * MILLI)
                 best = int(fs.gpu_free[lo:hi].max()) if hi > lo else 0
                 detail = f"largest free GPU share is {best}m, needs {d.gpu_milli}m"
-                return ClusterWhyNot(cid, ReasonCode.INSUFFICIENT_GPU_SHARE, detail), total_now
+                why = ClusterWhyNot(cid, ReasonCode.INSUFFICIENT_GPU_SHARE, detail)
+                return why, total_now, bound(why.reason, "gpu", d.gpu_milli, best)
             assert code is not None
             most = int((fs.cpu_free if res == "cpu" else fs.mem_free)[lo:hi].max()) if hi > lo else 0
             unit = "m CPU" if res == "cpu" else " MiB"
             need = d.cpu_milli if res == "cpu" else d.memory_mib
-            return ClusterWhyNot(cid, code, f"most free on a node is {most}{unit}, needs {need}{unit}"), total_now
-    return ClusterWhyNot(
-        cid, ReasonCode.NO_FEASIBLE_NODE, f"room for {total_now} of {job.replicas} replicas"
-    ), total_now
+            why = ClusterWhyNot(cid, code, f"most free on a node is {most}{unit}, needs {need}{unit}")
+            return why, total_now, bound(code, res, need, most)
+    why = ClusterWhyNot(cid, ReasonCode.NO_FEASIBLE_NODE, f"room for {total_now} of {job.replicas} replicas")
+    return why, total_now, bound(why.reason)
+
+
+def _largest_node(ctx: Ctx, d: Demand, lo: int, hi: int, bound: Callable[..., Constraint]) -> Constraint:
+    """A replica no node of the cluster could hold even when empty: the first resource (GPU, CPU, memory)
+    the largest suitable node lacks, with what that node has."""
+    fs = ctx.fleet
+    sl = slice(lo, hi)
+    ok = fs.schedulable[sl].copy()
+    if d.gpus or d.gpu_milli:
+        ok &= fs.model_mask(d.models)[sl] & (fs.gpu_mem[sl] >= d.min_gpu_memory_mib) & (fs.gpu_count[sl] > 0)
+        gpus = int(fs.gpu_count[sl][ok].max()) * MILLI if ok.any() else 0
+        asked = d.gpus * MILLI if d.gpus else d.gpu_milli
+        if gpus < asked:
+            return bound(ReasonCode.NO_FEASIBLE_NODE, "gpu", asked, gpus)
+    for resource, caps, asked in (("cpu", fs.cpu_cap, d.cpu_milli), ("memory", fs.mem_cap, d.memory_mib)):
+        most = int(caps[sl][ok].max()) if ok.any() else 0
+        if most < asked:
+            return bound(ReasonCode.NO_FEASIBLE_NODE, resource, asked, most)
+    return bound(ReasonCode.NO_FEASIBLE_NODE)
 
 
 def _empty_capacity(ctx: Ctx, d: Demand, lo: int, hi: int) -> int:
@@ -134,7 +171,9 @@ def explain(ctx: Ctx, job: Job, d: Demand, extra: np.ndarray | None, estimate: b
     closest = max(range(len(rows)), key=lambda i: (rows[i][1], -i)) if rows else -1
     binding = per[closest].reason if closest >= 0 else ReasonCode.NO_FEASIBLE_NODE
     binding_detail = f"{per[closest].cluster}: {per[closest].detail}" if closest >= 0 else "no cluster"
+    constraint = rows[closest][2] if closest >= 0 else Constraint(binding)
     changes: list[str] = []
+    fields: list[Change] = []
     if d.gpus and job.replicas == 1:
         blocks = [
             (largest_whole_gpu_block(fs, d, lo, hi)[0], fs.clusters[ci]) for ci, (lo, hi) in enumerate(fs.cluster_range)
@@ -142,10 +181,12 @@ def explain(ctx: Ctx, job: Job, d: Demand, extra: np.ndarray | None, estimate: b
         b, where = max(blocks, key=lambda x: (x[0], [-ord(c) for c in x[1]])) if blocks else (0, "")
         if 0 < b < d.gpus:
             changes.append(f"would fit now with {b} GPUs in {where}")
+            fields.append(Change("resources.gpus", str(d.gpus), str(b), f"would fit now in {where}"))
     if job.replicas > 1 and rows:
         now = rows[closest][1]
         if 0 < now < job.replicas:
             changes.append(f"would fit now with {now} replicas in {per[closest].cluster}")
+            fields.append(Change("replicas", str(job.replicas), str(now), f"would fit now in {per[closest].cluster}"))
     if d.models:
         other = Demand(d.cpu_milli, d.memory_mib, d.gpus, d.gpu_milli, (), d.min_gpu_memory_mib)
         fits_any = [
@@ -155,6 +196,8 @@ def explain(ctx: Ctx, job: Job, d: Demand, extra: np.ndarray | None, estimate: b
         ]
         if fits_any:
             changes.append(f"would fit now in {fits_any[0]} accepting any GPU model")
+            models = "|".join(d.models)
+            fields.append(Change("resources.gpu_models", models, "any", f"would fit now in {fits_any[0]}"))
     start_ms: int | None = None
     if estimate:
         got = earliest_start(ctx, job, d)
@@ -162,7 +205,8 @@ def explain(ctx: Ctx, job: Job, d: Demand, extra: np.ndarray | None, estimate: b
             start_ms = got[0]
             mins = max(0, (start_ms - ctx.snap.now_ms) // 60_000)
             changes.append(f"fits as asked in {fs.clusters[got[1]]} in about {mins} min")
-    return Shortfall(per, binding, binding_detail, "; ".join(changes) or "no change fits the current fleet", start_ms)
+    text = "; ".join(changes) or "no change fits the current fleet"
+    return Shortfall(per, binding, binding_detail, text, start_ms, constraint, fields[0] if fields else None)
 
 
 __all__ = ["Shortfall", "describe", "explain"]

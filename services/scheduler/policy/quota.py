@@ -47,6 +47,8 @@ class QuotaCheck:
     limit: int = 0
     request: int = 0
     message: str = ""
+    available: int = 0
+    """What the quota left for the job: below its limit, or its guarantee plus what its cohort lends."""
 
 
 @dataclass(slots=True)
@@ -96,7 +98,7 @@ class QuotaBook:
                     False, False, q.resource, used, q.limit, req,
                     f"{job.tenant}{'/' + q.queue if q.queue else ''} quota {q.resource} used "
                     f"{fmt_amount(q.resource, used)}/{fmt_amount(q.resource, q.limit)}, "
-                    f"job asks {fmt_amount(q.resource, req)}",
+                    f"job asks {fmt_amount(q.resource, req)}", max(0, q.limit - used),
                 )  # fmt: skip
             if used + req > q.guaranteed:
                 over = used + req - max(q.guaranteed, used)
@@ -106,7 +108,7 @@ class QuotaBook:
                         False, False, q.resource, used, q.guaranteed, req,
                         f"{job.tenant} would borrow {fmt_amount(q.resource, over)} {q.resource} above its "
                         f"guaranteed {fmt_amount(q.resource, q.guaranteed)}; its cohort has "
-                        f"{fmt_amount(q.resource, room)} unused",
+                        f"{fmt_amount(q.resource, room)} unused", max(0, q.guaranteed - used) + room,
                     )  # fmt: skip
                 borrowed = True
         return QuotaCheck(True, borrowed)
