@@ -33,6 +33,7 @@ _DECISIONS: dict[str, type[JobQueued | JobPlaced | JobPreemptionRequested | JobR
     "JobReclaimRequested": JobReclaimRequested,
 }
 _PREEMPTION_EVENTS = ("JobPreemptionRequested", "JobPreempted", "JobReclaimRequested", "JobReclaimed")
+_STOP_REQUESTS = ("JobPreemptionRequested", "JobReclaimRequested")
 _FINAL = ("succeeded", "failed", "cancelled", "rejected")
 UNITS = {
     ResourceKind.CPU: "milli-CPU",
@@ -66,7 +67,7 @@ def explain(row: Mapping[str, Any]) -> jobs_pb2.Explanation:
         out.question = "finished" if status in _FINAL else "placed"
         out.cycle_id = decision.cycle_id
         out.placement.CopyFrom(_placement(decision))
-        summary += _placement_lines(decision)
+        summary += _placement_lines(decision) + _room_made(row.get("timeline") or ())
     elif isinstance(decision, JobPreemptionRequested | JobReclaimRequested):
         out.question = "finished" if status in _FINAL else "preempted"
         out.cycle_id = decision.cycle_id
@@ -243,12 +244,34 @@ def _preemption_lines(d: JobPreemptionRequested | JobReclaimRequested) -> list[s
     return lines
 
 
+def _room_made(timeline: Sequence[Sequence[Any]]) -> list[str]:
+    """A placement that waited for jobs to be preempted first: which ones, from its wait since the run
+    before (timeline entries are ``[time_ms, status, event, reason, message]``)."""
+    placed = False
+    for _, _, event, reason, message in reversed(timeline):
+        if event == "JobPlaced":
+            if placed:
+                break  # the run before
+            placed = True
+        elif event in ("JobPreempted", "JobReclaimed"):
+            break
+        elif placed and event == "JobQueued" and "WaitingForPreemption" in str(reason).split(","):
+            asked = [part for part in str(message).split("; ") if "asked to stop" in part]
+            if asked:
+                return [f"Room was made for it first: {asked[0]}."]
+    return []
+
+
 def _history_lines(entries: Sequence[jobs_pb2.TimelineEntry]) -> list[str]:
     stopped = [e for e in entries if e.event in ("JobPreempted", "JobReclaimed")]
     if not stopped:
         return []
     last = stopped[-1]
+    # The request before the stop says why and for whom (the rule, the job it made room for); the stop
+    # itself only that it happened.
+    asked = [e for e in entries if e.event in _STOP_REQUESTS and e.time_ms <= last.time_ms]
+    why = asked[-1] if asked else last
     return [
         f"Stopped {len(stopped)} time(s) to make room; the latest at {format_time(last.time_ms)}: "
-        f"{last.reason}" + (f" - {last.message}" if last.message else "")
+        f"{why.reason}" + (f" - {why.message}" if why.message else "")
     ]

@@ -185,7 +185,9 @@ def test_preemption_takes_the_smallest_set_of_lower_priority_jobs():
     pre = [d for d in r.decisions if isinstance(d, Preempt)]
     assert [p.victim for p in pre] == ["be-small"]
     assert pre[0].rule is ReasonCode.PRIORITY_PREEMPTION and pre[0].preemptor == "crit"
-    assert next(d for d in r.decisions if isinstance(d, Queue)).binding is ReasonCode.WAITING_FOR_PREEMPTION
+    waits = next(d for d in r.decisions if isinstance(d, Queue))
+    assert waits.binding is ReasonCode.WAITING_FOR_PREEMPTION
+    assert "1 job(s) in cluster-a are asked to stop: be-small" in waits.message  # which, by name
 
 
 def test_inference_is_never_preempted_for_training():

@@ -352,7 +352,8 @@ def schedule(snapshot: FleetSnapshot, config: PolicyConfig | None = None, memo: 
                     # The victim keeps its resources until its cluster reports it stopped; it cannot be
                     # chosen again in this cycle.
                     ctx.running = [r for r in ctx.running if r.job.job_id != v.running.job.job_id]
-                asked = f"{len(vs)} job(s) in {cid} are asked to stop"
+                names = ", ".join(v.running.job.job_id for v in vs[:8]) + (", ..." if len(vs) > 8 else "")
+                asked = f"{len(vs)} job(s) in {cid} are asked to stop: {names}"
                 waiting.append(
                     (
                         job,
