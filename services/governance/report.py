@@ -109,9 +109,11 @@ async def finding_rows(event_log: EventLog, *, namespace: str = "") -> list[Find
 
 
 async def latest_time(pool: asyncpg.Pool) -> int:
-    """The latest event time the read models know of (simulated fleets run ahead of the wall clock)."""
+    """The latest event time the read models know of (simulated fleets run ahead of the wall clock): the
+    latest job time, or just inside the latest usage hour. (That hour's end, used before, counted jobs
+    still waiting as waiting until then: up to an hour more than they had.)"""
     value = await pool.fetchval(
-        f"SELECT greatest((SELECT max(hour_ms) + 3600000 FROM {SCHEMA}.read_usage),"
+        f"SELECT greatest((SELECT max(hour_ms) + 1 FROM {SCHEMA}.read_usage),"
         f" (SELECT max(greatest(submitted_ms, placed_ms, ended_ms)) FROM {SCHEMA}.read_jobs))"
     )
     return int(value or 0)

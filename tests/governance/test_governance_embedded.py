@@ -250,6 +250,8 @@ async def test_idle_reclaim_crash_loop_quota_approval_and_cost_from_raw_events(
     code, out = await fedsched("gov", "report", "--period", "30d", "--format", "json", dsn=fresh_database)
     assert code == 0, out
     report = json.loads(out)
+    # By default the period ends with the latest event, not at the end of its hour.
+    assert report["until_ms"] <= max(e.time_ms for e in events) + 1
     reported = {row["tenant"]: row["cost_micro"] for row in report["cost_by_tenant"]}
     expected = recompute_cost(events)
     tenants = sorted(set(reported) | set(expected))
