@@ -147,8 +147,18 @@ async def load_history(
     return History(state, arrivals, actual, start, end)
 
 
+SAME_INSTANT_LIMIT = 64
+"""Cycles one moment may run in a row (each after a preemption freed room): a bound, not a tuning."""
+
+
 def simulate(history: History, config: PolicyConfig) -> Outcome:
-    """Replay the arrivals through ``schedule`` on the recorded fleet, jobs running their real runtimes."""
+    """Replay the arrivals through ``schedule`` on the recorded fleet, jobs running their real runtimes,
+    up to the end of the recorded window, as what really happened is counted: GPU time and cost within
+    it, waits of the jobs placed within it, and the jobs still waiting at its end as never started.
+
+    A preempted job stops at once in the simulation: the cycle runs again at the same moment, so the job
+    that asked for the room gets it then, not at the next arrival or end (hours later, on a quiet
+    fleet)."""
     base = history.state.snapshot(history.start_ms)
     # Fair share reads past usage decayed with the policy's half-life: this policy's, not the recorded one.
     usage = history.state.usage_histories(config.usage_half_life_ms)
@@ -177,13 +187,17 @@ def simulate(history: History, config: PolicyConfig) -> Outcome:
     ends: list[tuple[int, str]] = []
     index = 0
     now = history.start_ms
-    while index < len(arrivals) or ends:
+    horizon = history.end_ms
+    again = 0  # cycles run at this moment in a row, each after a preemption
+    while index < len(arrivals) or ends or again:
         upcoming = [
             t
             for t in (arrivals[index][1] if index < len(arrivals) else None, ends[0][0] if ends else None)
             if t is not None
         ]
-        now = min(upcoming)
+        now = now if again else min(upcoming)
+        if now > horizon:
+            break
         while ends and ends[0][0] <= now:
             _, job_id = heapq.heappop(ends)
             entry = running.pop(job_id, None)
@@ -194,6 +208,7 @@ def simulate(history: History, config: PolicyConfig) -> Outcome:
             pending[arrivals[index][0].job_id] = arrivals[index][0]
             index += 1
         if not pending:
+            again = 0
             continue
         snapshot = FleetSnapshot(
             now_ms=now,
@@ -203,6 +218,7 @@ def simulate(history: History, config: PolicyConfig) -> Outcome:
             running=tuple(r for r, _ in (running[j] for j in sorted(running))),
             pending=tuple(pending[j] for j in sorted(pending)),
         )
+        freed = False
         for decision in schedule(snapshot, config).decisions:
             if isinstance(decision, Place) and decision.job_id in pending:
                 job = pending.pop(decision.job_id)
@@ -219,8 +235,12 @@ def simulate(history: History, config: PolicyConfig) -> Outcome:
                 outcome.preemptions += 1
                 victim = entry[0].job
                 pending[victim.job_id] = replace(victim, times_preempted=victim.times_preempted + 1)
-        if not ends and index >= len(arrivals):
+                freed = True
+        again = again + 1 if freed and again < SAME_INSTANT_LIMIT else 0
+        if not ends and index >= len(arrivals) and not again:
             break  # what is left can never start on this fleet
+    for entry in running.values():  # still running at the end of the window: counted up to it
+        _account(outcome, entry, max(entry[1], min(now, horizon)), rates, models)
     outcome.never_started = len(pending)
     return outcome
 

@@ -340,8 +340,10 @@ async def run_whatif(args: argparse.Namespace) -> int:
     priorities = sorted({p for c in columns.values() for p in c["wait_by_priority"]})  # type: ignore[attr-defined]
     for priority in priorities:
         for stat in ("p50_s", "p95_s"):
-            cells = [c["wait_by_priority"].get(priority, {}).get(stat, 0) for c in columns.values()]  # type: ignore[attr-defined]
-            print(f"{'wait ' + priority + ' ' + stat:<34}" + "".join(f"{v:>28.1f}" for v in cells))
+            waits = [c["wait_by_priority"].get(priority, {}) for c in columns.values()]  # type: ignore[attr-defined]
+            # No job of the class started in that column: no wait to show (not a wait of 0).
+            cells = [f"{w[stat]:.1f}" if w.get("jobs") else "-" for w in waits]
+            print(f"{'wait ' + priority + ' ' + stat:<34}" + "".join(f"{v:>28}" for v in cells))
     for key in ("preemptions", "gpu_allocation_pct", "never_started"):
         print(f"{key:<34}" + "".join(f"{c[key]:>28}" for c in columns.values()))
     tenants = sorted({t for c in columns.values() for t in c["cost_micro_by_tenant"]})  # type: ignore[attr-defined]
