@@ -13,7 +13,9 @@ import pytest
 from services.cli.main import main
 from services.scheduler.policy import NodePolicy
 from services.scheduler.sim.arrival import inflate, run_arrival
-from services.scheduler.sim.traces import load_openb_nodes, load_pods
+from services.scheduler.sim.timed import run_timed
+from services.scheduler.sim.traces import TracePod, load_openb_nodes, load_pods
+from tests.scheduler.builders import a_node
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 NODES = FIX / "openb_node_list_gpu_node_slice.csv"
@@ -123,3 +125,16 @@ def test_the_tie_order_is_seeded_per_run_or_the_authors_node_name_order():
         assert cpu_only and cpu_only[0].node == first
     with pytest.raises(ValueError, match="tiebreak"):
         run_arrival(nodes, pods, NodePolicy.PACKING, 42, tiebreak="random")
+
+
+def test_timed_mode_places_a_preemptor_the_moment_its_victim_is_stopped():
+    """The simulation stops a preempted job at once: the job that asked for the room starts then, not at
+    the next arrival or end (here the victim's own old end, ten hours on)."""
+    node = a_node("n1").gpus(8).build()
+    pods = [
+        TracePod("pod-be-1", 4000, 16384, 8, 1000, (), creation_s=0, deletion_s=36_000, qos="BE"),
+        TracePod("pod-crit-2", 4000, 16384, 8, 1000, (), creation_s=60, deletion_s=3_660, qos="Guaranteed"),
+    ]
+    m = run_timed([node], pods, NodePolicy.FRAGMENTATION, seed=1, max_pods=0)
+    assert m["preemptions"] == 1
+    assert m["p99_queue_s"] == 0  # both started the moment they arrived (the victim's first start counts)
