@@ -180,7 +180,7 @@ def simulate(history: History, config: PolicyConfig) -> Outcome:
         span_ms=max(1, history.end_ms - history.start_ms),
     )
     arrivals = sorted(history.arrivals, key=lambda a: (a[1], a[0].job_id))
-    runtime = {job.job_id: r for job, _, r in arrivals}
+    runtime: dict[str, int] = {job.job_id: r for job, _, r in arrivals}
     arrived = {job.job_id: a for job, a, _ in arrivals}
     pending: dict[str, Job] = {}
     running: dict[str, tuple[RunningJob, int]] = {}
@@ -199,11 +199,13 @@ def simulate(history: History, config: PolicyConfig) -> Outcome:
         if now > horizon:
             break
         while ends and ends[0][0] <= now:
-            _, job_id = heapq.heappop(ends)
-            entry = running.pop(job_id, None)
-            if entry is not None:
-                _account(outcome, entry, now, rates, models)
-                _release(nodes, entry[0])
+            at, job_id = heapq.heappop(ends)
+            entry = running.get(job_id)
+            if entry is None or entry[1] + runtime[job_id] != at:
+                continue  # the end of a run that was preempted (the job may run again, to a later end)
+            del running[job_id]
+            _account(outcome, entry, now, rates, models)
+            _release(nodes, entry[0])
         while index < len(arrivals) and arrivals[index][1] <= now:
             pending[arrivals[index][0].job_id] = arrivals[index][0]
             index += 1

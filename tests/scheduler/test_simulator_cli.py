@@ -138,3 +138,16 @@ def test_timed_mode_places_a_preemptor_the_moment_its_victim_is_stopped():
     m = run_timed([node], pods, NodePolicy.FRAGMENTATION, seed=1, max_pods=0)
     assert m["preemptions"] == 1
     assert m["p99_queue_s"] == 0  # both started the moment they arrived (the victim's first start counts)
+
+
+def test_timed_mode_runs_a_preempted_job_its_whole_runtime_again():
+    node = a_node("n1").gpus(8).build()
+    pods = [
+        TracePod("pod-be-1", 4000, 16384, 8, 1000, (), creation_s=0, deletion_s=3_600, qos="BE"),
+        TracePod("pod-crit-2", 4000, 16384, 8, 1000, (), creation_s=600, deletion_s=1_800, qos="Guaranteed"),
+    ]
+    m = run_timed([node], pods, NodePolicy.FRAGMENTATION, seed=1, max_pods=0)
+    # The critical pod runs 600 -> 1,800 s; the best-effort one again from 1,800 s for its whole hour, to
+    # 5,400 s (its first run's end at 3,600 s must not end the second run).
+    assert m["preemptions"] == 1 and m["completed"] == 2
+    assert m["mean_jct_s"] == (5_400 + 1_200) / 2

@@ -123,10 +123,11 @@ def run_timed(nodes: list[Node], pods: list[TracePod], policy: NodePolicy, seed:
         busy_gpu_ms += (capacity - int((fs.gpu_free * fs.gpu_usable).sum())) * (t - now)
         now = t
         while ends and ends[0][0] <= now:
-            _, jid = heapq.heappop(ends)
-            r = running.pop(JobId(jid), None)
-            if r is None:
-                continue
+            at, jid = heapq.heappop(ends)
+            r = running.get(JobId(jid))
+            if r is None or r.started_at_ms + runtime[r.job.job_id] != at:
+                continue  # the end of a run that was preempted (the job may run again, to a later end)
+            del running[r.job.job_id]
             for p in r.placements:
                 fs.give(p, r.job.cpu_milli, r.job.memory_mib)
             finished[r.job.job_id] = now

@@ -59,3 +59,18 @@ def test_the_simulation_counts_within_the_recorded_window_only() -> None:
     assert outcome.allocation_pct() == 100.0
     assert outcome.gpu_milli_ms == 8 * 1000 * 2 * HOUR
     assert outcome.never_started == 1 and outcome.waits_ms["standard"] == [0]
+
+
+def test_a_preempted_job_that_runs_again_runs_its_whole_runtime_again() -> None:
+    """Its first run's end must not end the second one early."""
+    batch = a_job("batch").gpus(8).priority(PriorityClass.BEST_EFFORT).kind(JobKind.BATCH).build()
+    urgent = a_job("urgent").gpus(8).priority(PriorityClass.CRITICAL_TRAINING).kind(JobKind.TRAINING).build()
+    minute = 60_000
+    arrivals = [(batch, T0, 60 * minute), (urgent, T0 + 10 * minute, 20 * minute)]
+    history = History(fleet(), arrivals, Outcome(), T0, T0 + 2 * HOUR)
+
+    outcome = simulate(history, PolicyConfig(preemption=True))
+
+    # 10 minutes of batch, 20 of urgent, then batch again from the start: 60 more.
+    assert outcome.preemptions == 1
+    assert outcome.gpu_milli_ms == 8 * 1000 * 90 * minute
