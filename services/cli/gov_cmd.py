@@ -124,6 +124,7 @@ async def run_request(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from events.catalog.governance import QuotaRequestSubmitted
+    from events.catalog.types import ResourceKind
     from events.envelope import parse_time
     from events.publisher import Publisher, wall_clock_ms
     from services.governance.commands import request_quota
@@ -134,7 +135,7 @@ async def run_request(args: argparse.Namespace) -> int:
             request_id=args.id,
             tenant=args.tenant,
             queue=args.queue,
-            resource=args.resource,
+            resource=ResourceKind(args.resource),  # the catalogue's models are strict: the enum, not its text
             gpu_model=args.gpu_model,
             amount=args.amount,
             period_start_ms=start,
@@ -211,6 +212,8 @@ async def run_list(args: argparse.Namespace) -> int:
         )
     if args.json:
         print(json.dumps(rows, indent=2))
+    elif not rows:
+        print("(no quota requests)")
     else:
         for row in rows:
             print("  ".join(str(v) for v in row.values()))

@@ -265,6 +265,38 @@ async def test_idle_reclaim_crash_loop_quota_approval_and_cost_from_raw_events(
     assert code == 0 and page.count("<svg") == 3, page[:500]
 
 
+async def test_a_person_files_decides_and_lists_a_quota_request_from_the_command_line(fresh_database: str) -> None:
+    from events.log.postgres import PostgresEventLog
+
+    log = PostgresEventLog(fresh_database)  # the embedded log's tables, as fedsched up leaves them
+    await log.start()
+    await log.create_topics(TOPICS)
+    await log.close()
+    code, out = await fedsched("gov", "quota", "list", dsn=fresh_database)
+    assert (code, out.strip()) == (0, "(no quota requests)")
+    code, out = await fedsched(
+        "gov", "quota", "request", "--id", "qr-cli-1", "--tenant", "team-a", "--resource", "gpu",
+        "--gpu-model", "V100M32", "--amount", "8000", "--hours", "24", "--justification", "paper deadline",
+        "--by", "alice@example.com", dsn=fresh_database,
+    )  # fmt: skip
+    assert code == 0, out
+    assert out.strip() == "requested qr-cli-1: 8000 gpu for 24.0 h"
+    code, out = await fedsched("gov", "quota", "reject", "qr-cli-1", "--by", "bob@example.com", dsn=fresh_database)
+    assert code == 0, out
+    code, out = await fedsched("gov", "quota", "list", "--json", dsn=fresh_database)
+    assert code == 0, out
+    assert json.loads(out) == [
+        {
+            "request_id": "qr-cli-1",
+            "tenant": "team-a",
+            "resource": "gpu",
+            "amount": 8000,
+            "status": "rejected",
+            "by": "bob@example.com",
+        }
+    ]
+
+
 async def _has_crash_loop(event_log: EventLog) -> bool:
     return any(f.kind is FindingKind.CRASH_LOOP for f in of(await history(event_log), GovernanceFinding))
 
