@@ -163,12 +163,37 @@ def _print_json(value: Any) -> None:
 
 
 def to_dict(message: Any) -> dict[str, Any]:
+    """The message as ``--json`` prints it: protobuf's JSON mapping, but with 64-bit integers as numbers
+    (the mapping writes them as strings, so ``memory_mib`` was ``"262144"`` beside ``gpus`` as 2)."""
     from google.protobuf.json_format import MessageToDict
 
     out: dict[str, Any] = MessageToDict(
         message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
     )
-    return out
+    return _wide_ints(message.DESCRIPTOR, out)
+
+
+def _wide_ints(descriptor: Any, value: dict[str, Any]) -> dict[str, Any]:
+    from google.protobuf.descriptor import FieldDescriptor
+
+    wide = {
+        FieldDescriptor.TYPE_INT64,
+        FieldDescriptor.TYPE_UINT64,
+        FieldDescriptor.TYPE_SINT64,
+        FieldDescriptor.TYPE_FIXED64,
+        FieldDescriptor.TYPE_SFIXED64,
+    }
+    for field in descriptor.fields:
+        if field.name not in value:
+            continue
+        item = value[field.name]
+        if field.type in wide:
+            value[field.name] = [int(x) for x in item] if isinstance(item, list) else int(item)
+        elif field.type == FieldDescriptor.TYPE_MESSAGE and not field.message_type.GetOptions().map_entry:
+            for sub in item if isinstance(item, list) else [item]:
+                if isinstance(sub, dict):
+                    _wide_ints(field.message_type, sub)
+    return value
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -123,7 +123,7 @@ async def test_a_person_submits_lists_inspects_explains_watches_and_cancels(
         code, out, _ = results["explain"]
         assert code == 0 and "Waiting: InsufficientGpu" in out and "resources.gpus from 8 to 2" in out
         code, out, _ = results["explain json"]
-        assert json.loads(out)["wait"]["binding"]["requested"] == "8000"
+        assert json.loads(out)["wait"]["binding"]["requested"] == 8000  # a number (not a string)
 
         code, out, _ = await run("cancel", job_id, "--reason", "wrong data")
         assert code == 0 and "cancellation of" in out

@@ -170,3 +170,18 @@ def test_an_explanation_says_who_made_room_for_a_job_and_why_another_was_stopped
     latest = "the latest at 1970-01-01T00:00:00.003Z"
     assert f"Stopped 1 time(s) to make room; {latest}: PriorityPreemption - {stop.message}" in text
     assert "crit" in stop.message  # for whom
+
+
+def test_the_cli_prints_64_bit_integers_as_numbers() -> None:
+    from services.cli.people_cmd import to_dict
+
+    explanation = jobs_pb2.Explanation(job_id="j-1", waiting_ms=1500, runs=2)
+    explanation.wait.binding.requested = 64_000
+    explanation.wait.why_not.add(cluster="c1")
+    explanation.preemptions.add(time_ms=1_767_225_600_000, event="JobPreempted")
+    out = to_dict(explanation)
+    assert out["waiting_ms"] == 1500 and out["runs"] == 2  # int64 and int32 alike
+    assert out["wait"]["binding"]["requested"] == 64_000 and out["wait"]["binding"]["available"] == 0
+    assert out["preemptions"][0]["time_ms"] == 1_767_225_600_000
+    job = to_dict(jobs_pb2.Job(job_id="j-1", gpu_milli=4000, submitted_ms=5))
+    assert (job["gpu_milli"], job["submitted_ms"]) == (4000, 5)
