@@ -248,7 +248,7 @@ class SchedulingCycleCompleted(Event):
     """The scheduler finished a cycle: the inputs it read, the time and policy it used, what it decided."""
 
     event_type: ClassVar[str] = "io.fedsched.SchedulingCycleCompleted"
-    schema_version: ClassVar[int] = 1
+    schema_version: ClassVar[int] = 2
     key_field: ClassVar[str | None] = "cycle_id"
     topic: ClassVar[str] = DECISIONS.name
 
@@ -265,6 +265,11 @@ class SchedulingCycleCompleted(Event):
     decisions_digest: Sha256Hex | None = None
     """SHA-256 (hex) over the cycle's decision events, each one's JSON body as the codec writes it
     followed by a newline, in the order they were published; lets a replay compare in one step."""
+    engine: Id | None = None
+    """The scheduler's decision code that made the cycle, named by a version that changes whenever the
+    same inputs would give other decision events (choices, words or figures). A replay by other code can
+    differ for that reason alone: ``audit verify`` says which differences lie in such cycles. ``None``:
+    recorded before engines were named (v1)."""
 
 
 EXPLANATIONS_AND_CYCLES = frozenset({JobQueued.event_type, SchedulingCycleCompleted.event_type})

@@ -10,6 +10,8 @@ History:
 - ``io.fedsched.GpuHealthReported`` v1 -> v2: v1 had one ``errors`` count per GPU. Connectors of that
   era counted XID events only (ECC counters were not collected), so the upcaster moves ``errors`` to
   ``xid_errors`` and leaves the ECC counters ``None`` (not reported) rather than claiming zero.
+- ``io.fedsched.SchedulingCycleCompleted`` v1 -> v2: v2 names the decision ``engine`` that made the
+  cycle; a v1 record's engine is unknown (``None``), never guessed.
 """
 
 from __future__ import annotations
@@ -19,18 +21,23 @@ from typing import Annotated, ClassVar
 from pydantic import Field, JsonValue
 
 from events.catalog.base import Event
+from events.catalog.decisions import TopicOffset
 from events.catalog.types import (
     ClusterIdField,
+    CycleIdField,
     DeviceIndex,
+    EpochMillis,
     Frozen,
     Health,
     NodeIdField,
     NonNegInt,
+    PolicyVersion,
+    Sha256Hex,
     TemperatureC,
     Unique,
 )
 from events.catalog.upcasters import Payload, upcaster
-from events.topics import INVENTORY
+from events.topics import DECISIONS, INVENTORY
 
 
 class GpuHealthSampleV1(Frozen):
@@ -76,4 +83,35 @@ def _gpu_v1_to_v2(gpu: JsonValue) -> JsonValue:
     return out
 
 
-__all__ = ["GpuHealthReportedV1", "GpuHealthSampleV1", "gpu_health_v1_to_v2"]
+class SchedulingCycleCompletedV1(Event):
+    """The scheduler finished a cycle (v1: without the decision engine's name)."""
+
+    event_type: ClassVar[str] = "io.fedsched.SchedulingCycleCompleted"
+    schema_version: ClassVar[int] = 1
+    key_field: ClassVar[str | None] = "cycle_id"
+    topic: ClassVar[str] = DECISIONS.name
+
+    cycle_id: CycleIdField
+    sequence: NonNegInt
+    input_offsets: Annotated[
+        tuple[TopicOffset, ...], Field(max_length=1024), Unique(("topic", "partition"), ordered=True)
+    ]
+    logical_time_ms: EpochMillis
+    policy_version: PolicyVersion
+    decision_count: NonNegInt
+    decisions_digest: Sha256Hex | None = None
+
+
+@upcaster("io.fedsched.SchedulingCycleCompleted", 1)
+def cycle_v1_to_v2(payload: Payload) -> Payload:
+    payload["engine"] = None
+    return payload
+
+
+__all__ = [
+    "GpuHealthReportedV1",
+    "GpuHealthSampleV1",
+    "SchedulingCycleCompletedV1",
+    "cycle_v1_to_v2",
+    "gpu_health_v1_to_v2",
+]

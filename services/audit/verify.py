@@ -39,7 +39,7 @@ from events.errors import EventError
 from events.log.contract import EventLog, TopicPartition
 from events.log.reading import read_to_end
 from services.scheduler.host import INPUT_TOPICS
-from services.scheduler.outputs import SOURCE, decision_events, digest
+from services.scheduler.outputs import DECISION_ENGINE, SOURCE, decision_events, digest
 from services.scheduler.policy import CycleMemo, schedule
 from services.scheduler.state import SchedulerState
 
@@ -49,12 +49,18 @@ MIN_CYCLES_PER_WORKER = 100
 Records = dict[TopicPartition, list[tuple[int, Envelope]]]
 
 
+UNNAMED = "unnamed"
+"""How the report names the engine of cycles recorded before engines were named (v1 cycle records)."""
+
+
 @dataclass
 class Difference:
     cycle_id: str
     decision_id: str
     recorded: str | None
     replayed: str | None
+    engine: str = UNNAMED
+    """The decision engine that recorded the cycle (``DECISION_ENGINE`` when it is this code's)."""
 
 
 @dataclass
@@ -66,6 +72,55 @@ class VerifyReport:
     seconds: float = 0.0
     workers: int = 1  # processes that shared the cycles
     differences: list[Difference] = field(default_factory=list)
+    cycles_by_engine: dict[str, int] = field(default_factory=dict)
+    """Cycles re-executed, by the engine that recorded them."""
+    differing_by_engine: dict[str, int] = field(default_factory=dict)
+    """Cycles that differ, by the engine that recorded them: a cycle recorded by other decision code may
+    differ for that reason alone (an upgrade changed a choice, a word or a figure)."""
+
+    def add(self, part: VerifyReport) -> None:
+        self.cycles += part.cycles
+        self.decisions += part.decisions
+        self.identical_cycles += part.identical_cycles
+        self.differences.extend(part.differences)
+        for mine, theirs in (
+            (self.cycles_by_engine, part.cycles_by_engine),
+            (self.differing_by_engine, part.differing_by_engine),
+        ):
+            for engine, count in theirs.items():
+                mine[engine] = mine.get(engine, 0) + count
+
+    def lines(self, differences: int = 20) -> list[str]:
+        """The report for a person: the figures, the cycles other decision code recorded, and the first
+        ``differences`` differences."""
+        rate = f", {self.events_read / self.seconds:,.0f} events/s" if self.seconds else ""
+        out = [
+            f"{self.cycles} cycles, {self.decisions} decisions re-executed: {self.identical_pct:.2f}% identical "
+            f"({self.events_read} events read in {self.seconds:.2f} s{rate}, "
+            f"{self.workers} process{'es' if self.workers > 1 else ''})"
+        ]
+        other = self.other_engines
+        if other:
+            differing = sum(n for e, n in self.differing_by_engine.items() if e in other)
+            engines = ", ".join(f"{engine} {count}" for engine, count in other.items())
+            out.append(
+                f"{sum(other.values())} cycles were recorded by other decision code ({engines}; this is "
+                f"{self.engine}): {differing} of them differ, which an upgrade alone can cause"
+            )
+        out += [
+            f"  {d.cycle_id} {d.decision_id} (recorded by {d.engine}): recorded {d.recorded!r} replayed {d.replayed!r}"
+            for d in self.differences[:differences]
+        ]
+        return out
+
+    @property
+    def engine(self) -> str:
+        return DECISION_ENGINE
+
+    @property
+    def other_engines(self) -> dict[str, int]:
+        """Cycles recorded by decision code other than this one's, by engine."""
+        return {e: n for e, n in sorted(self.cycles_by_engine.items()) if e != DECISION_ENGINE}
 
     @property
     def identical_pct(self) -> float:
@@ -79,6 +134,9 @@ class VerifyReport:
             "events_read": self.events_read,
             "events_per_s": round(self.events_read / self.seconds) if self.seconds else None,
             "workers": self.workers,
+            "engine": DECISION_ENGINE,
+            "cycles_by_engine": dict(sorted(self.cycles_by_engine.items())),
+            "differing_cycles_by_engine": dict(sorted(self.differing_by_engine.items())),
             "differences": [d.__dict__ for d in self.differences[:1000]],
         }
 
@@ -137,10 +195,7 @@ async def verify(
         parts = [_Replayer(records, cycles, recorded, since_ms, until_ms).replay(0, len(cycles))]
     report.workers = count
     for part in parts:
-        report.cycles += part.cycles
-        report.decisions += part.decisions
-        report.identical_cycles += part.identical_cycles
-        report.differences.extend(part.differences)
+        report.add(part)
     report.seconds = time.perf_counter() - started
     return report
 
@@ -199,20 +254,31 @@ class _Replayer:
         config = state.policy_config()
         result = schedule(state.snapshot(cycle.logical_time_ms), config, self.memo)
         replayed = decision_events(state, result, cycle.sequence)
+        engine = cycle.engine or UNNAMED
         part.cycles += 1
         part.decisions += cycle.decision_count
+        part.cycles_by_engine[engine] = part.cycles_by_engine.get(engine, 0) + 1
         if digest(replayed) == cycle.decisions_digest and config.version == cycle.policy_version:
             part.identical_cycles += 1
             return
+        part.differing_by_engine[engine] = part.differing_by_engine.get(engine, 0) + 1
+        listed = len(part.differences)
         mine = {e.id: encode(e).value.decode() for e in replayed}
         theirs = {i: encode(e).value.decode() for i, e in self.recorded.get(cycle.cycle_id, {}).items()}
         for decision_id in sorted(set(mine) | set(theirs)):
             if mine.get(decision_id) != theirs.get(decision_id):
                 part.differences.append(
-                    Difference(cycle.cycle_id, decision_id, theirs.get(decision_id), mine.get(decision_id))
+                    Difference(cycle.cycle_id, decision_id, theirs.get(decision_id), mine.get(decision_id), engine)
                 )
         if config.version != cycle.policy_version:
-            part.differences.append(Difference(cycle.cycle_id, "policy_version", cycle.policy_version, config.version))
+            part.differences.append(
+                Difference(cycle.cycle_id, "policy_version", cycle.policy_version, config.version, engine)
+            )
+        if len(part.differences) == listed:
+            # Every decision as recorded, yet the record's digest is not theirs: the record was edited.
+            part.differences.append(
+                Difference(cycle.cycle_id, "decisions_digest", cycle.decisions_digest, digest(replayed), engine)
+            )
 
 
 def _workers(asked: int | None, cycles: int, others_busy: float | None = None) -> int:

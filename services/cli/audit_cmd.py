@@ -165,14 +165,7 @@ async def run_verify(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_json()))
     else:
-        rate = f", {report.events_read / report.seconds:,.0f} events/s" if report.seconds else ""
-        print(
-            f"{report.cycles} cycles, {report.decisions} decisions re-executed: "
-            f"{report.identical_pct:.2f}% identical ({report.events_read} events read in {report.seconds:.2f} s{rate}, "
-            f"{report.workers} process{'es' if report.workers > 1 else ''})"
-        )
-        for diff in report.differences[:20]:
-            print(f"  {diff.cycle_id} {diff.decision_id}: recorded {diff.recorded!r} replayed {diff.replayed!r}")
+        print("\n".join(report.lines()))
     return 0 if not report.differences else 1
 
 

@@ -38,6 +38,14 @@ _SHORT = 256
 _TEXT = 4096
 
 
+DECISION_ENGINE = "fedsched-decisions-1"
+"""The name of this code's decisions, recorded with every cycle. Change it in the same commit as anything
+that makes the same inputs give other decision events: a choice of the policy core, a reason, a message's
+words or figures, how an event is built. ``tests/scheduler/test_decision_engine.py`` holds the digest of
+a fixed scenario's decisions under this name and fails when they change under an unchanged name; ``audit
+verify`` then tells the cycles recorded by other code (which may differ for that reason alone) apart."""
+
+
 def cycle_id(sequence: int) -> CycleId:
     return CycleId(f"cycle-{sequence:09d}")
 
@@ -73,6 +81,7 @@ def cycle_record(
         policy_version=result.policy_version,
         decision_count=len(events),
         decisions_digest=digest(events),
+        engine=DECISION_ENGINE,
     )
     return Envelope(
         id=f"{cycle_id(sequence)}:completed",

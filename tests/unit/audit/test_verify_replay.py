@@ -133,21 +133,29 @@ async def reference_verify(
         config = state.policy_config()
         result = schedule(state.snapshot(cycle.logical_time_ms), config, memo)
         replayed = decision_events(state, result, cycle.sequence)
+        engine = cycle.engine or "unnamed"
         report.cycles += 1
         report.decisions += cycle.decision_count
+        report.cycles_by_engine[engine] = report.cycles_by_engine.get(engine, 0) + 1
         if digest(replayed) == cycle.decisions_digest and config.version == cycle.policy_version:
             report.identical_cycles += 1
             continue
+        report.differing_by_engine[engine] = report.differing_by_engine.get(engine, 0) + 1
+        listed = len(report.differences)
         mine = {e.id: encode(e).value.decode() for e in replayed}
         theirs = recorded.get(cycle.cycle_id, {})
         for decision_id in sorted(set(mine) | set(theirs)):
             if mine.get(decision_id) != theirs.get(decision_id):
                 report.differences.append(
-                    Difference(cycle.cycle_id, decision_id, theirs.get(decision_id), mine.get(decision_id))
+                    Difference(cycle.cycle_id, decision_id, theirs.get(decision_id), mine.get(decision_id), engine)
                 )
         if config.version != cycle.policy_version:
             report.differences.append(
-                Difference(cycle.cycle_id, "policy_version", cycle.policy_version, config.version)
+                Difference(cycle.cycle_id, "policy_version", cycle.policy_version, config.version, engine)
+            )
+        if len(report.differences) == listed:
+            report.differences.append(
+                Difference(cycle.cycle_id, "decisions_digest", cycle.decisions_digest, digest(replayed), engine)
             )
     return report
 
@@ -346,3 +354,45 @@ def test_cpu_others_used_is_the_machines_busy_time_less_this_processs_over_the_w
     assert second is not None
     # The kernel counts in ticks (10 ms), by sampling: half of the work is a safe floor.
     assert second[1] - first[1] >= 0.1 and second[0] >= first[0] and second[2] > first[2]
+
+
+def recorded_by(log: MemoryLog, engine: str | None, cycles: slice) -> MemoryLog:
+    """The log with the cycle records in ``cycles`` (by position) written by another decision engine."""
+    out = MemoryLog()
+    out.parts = {t: [list(p) for p in ps] for t, ps in log.parts.items()}
+    decisions = out.parts["fedsched.decisions"][0]
+    at = [i for i, r in enumerate(decisions) if dict(r.headers)["ce_type"] == b"io.fedsched.SchedulingCycleCompleted"]
+    for i in at[cycles]:
+        envelope = decode(decisions[i].headers, decisions[i].value)
+        edited = dataclasses.replace(envelope, data=envelope.data.model_copy(update={"engine": engine}))
+        decisions[i] = dataclasses.replace(decisions[i], value=encode(edited).value)
+    return out
+
+
+def test_verify_tells_which_differences_lie_in_cycles_recorded_by_other_decision_code(honest: MemoryLog) -> None:
+    """After an upgrade, the cycles the old code recorded may differ for that reason alone: the report
+    counts cycles and differing cycles by the engine that recorded them, and each difference names it."""
+    log = recorded_by(tampered(honest), None, slice(0, 10))  # the first ten: before engines were named
+    log = recorded_by(log, "fedsched-decisions-0", slice(10, 12))
+    report = asyncio.run(verify(log, workers=1))  # type: ignore[arg-type]
+    assert json_of(report) == json_of(asyncio.run(reference_verify(log)))
+    from services.scheduler.outputs import DECISION_ENGINE
+
+    by_engine = report.cycles_by_engine
+    assert by_engine["unnamed"] == 10 and by_engine["fedsched-decisions-0"] == 2
+    assert sum(by_engine.values()) == report.cycles and by_engine[DECISION_ENGINE] == report.cycles - 12
+    assert report.other_engines == {"fedsched-decisions-0": 2, "unnamed": 10}
+    # Every cycle that differs shows in the differences (one whose digest alone was edited, as such).
+    differing = {d.cycle_id for d in report.differences}
+    assert sum(report.differing_by_engine.values()) == len(differing) == report.cycles - report.identical_cycles
+    assert any(d.decision_id == "decisions_digest" and d.recorded == "0" * 64 for d in report.differences)
+    other_differing = report.differing_by_engine.get("unnamed", 0) + report.differing_by_engine.get(
+        "fedsched-decisions-0", 0
+    )
+    assert report.lines()[1] == (
+        f"12 cycles were recorded by other decision code (fedsched-decisions-0 2, unnamed 10; this is "
+        f"{DECISION_ENGINE}): {other_differing} of them differ, which an upgrade alone can cause"
+    )
+    listed = zip(report.differences[:20], report.lines()[2:], strict=True)
+    assert all(f"(recorded by {d.engine})" in line for d, line in listed)
+    assert {d.engine for d in report.differences} <= set(by_engine)

@@ -73,7 +73,7 @@ from events.catalog.jobs import (
     PriorityClass,
     Toleration,
 )
-from events.catalog.legacy import GpuHealthReportedV1, GpuHealthSampleV1
+from events.catalog.legacy import GpuHealthReportedV1, GpuHealthSampleV1, SchedulingCycleCompletedV1
 from events.catalog.profiles import GpuModelProfile, Quantities, QuotaUsage, QuotaUsageUpdated, ResourceProfileUpdated
 from events.catalog.reasons import ReasonCode as R
 from events.catalog.types import (
@@ -349,6 +349,7 @@ def _decisions() -> list[Event]:
             policy_version="policy-v7",
             decision_count=4,
             decisions_digest="9f2c4b1e0d8a7f6e5d4c3b2a190817263544536271809a8b7c6d5e4f3a2b1c0d",
+            engine="decisions-3",
         ),
     ]
 
@@ -492,6 +493,20 @@ def _legacy() -> list[Event]:
                 GpuHealthSampleV1(index=0, health=Health.OK, errors=0, temperature_c=58),
                 GpuHealthSampleV1(index=5, health=Health.DEGRADED, errors=3, temperature_c=81),
             ),
+        ),
+        SchedulingCycleCompletedV1(
+            cycle_id=CYCLE,
+            sequence=481_516,
+            input_offsets=(
+                TopicOffset(topic="fedsched.governance", partition=0, offset=912),
+                TopicOffset(topic="fedsched.jobs", partition=0, offset=40_211),
+                TopicOffset(topic="fedsched.jobs", partition=1, offset=39_877),
+                TopicOffset(topic="fedsched.profiles", partition=3, offset=1_204_551),
+            ),
+            logical_time_ms=T0,
+            policy_version="policy-v7",
+            decision_count=4,
+            decisions_digest="9f2c4b1e0d8a7f6e5d4c3b2a190817263544536271809a8b7c6d5e4f3a2b1c0d",
         ),
     ]
 

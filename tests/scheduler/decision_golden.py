@@ -1,0 +1,116 @@
+"""A fixed scenario's decision events and their digest, kept per decision engine name.
+
+Called by ``test_decision_engine`` and, to record the digest of a newly named engine, from the
+repository root::
+
+    python -m tests.scheduler.decision_golden        # write tests/golden/decisions/<engine>.sha256
+
+The scenario makes one cycle decide every kind of thing the service publishes: a placement across two
+clusters, a preemption, a wait for the preemption, a wait on quota, a wait for a GPU model no cluster
+has and one for more GPUs than any node holds.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from events.catalog.decisions import CandidateScore, JobPlaced, ReplicaPlacement
+from events.catalog.governance import QuotaLine, QuotaSet
+from events.catalog.inventory import ClusterKind, ClusterRegistered, GpuDevice, GpuRate, NodeObserved
+from events.catalog.jobs import JobKind, JobStarted, JobSubmitted, PriorityClass
+from events.catalog.types import ResourceKind, Resources
+from events.envelope import Envelope
+from services.scheduler.outputs import DECISION_ENGINE, cycle_record, decision_events, digest
+from services.scheduler.policy import schedule
+from services.scheduler.state import SchedulerState
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "decisions"
+T0 = 1_767_225_600_000
+
+
+def golden_path(engine: str = DECISION_ENGINE) -> Path:
+    return GOLDEN / f"{engine}.sha256"
+
+
+def scenario() -> tuple[list[Envelope], Envelope]:
+    """The cycle's decision events and its cycle record."""
+    state = SchedulerState()
+    facts: list[object] = []
+    for cluster, model, price in (("east", "A100", 3_000_000), ("west", "T4", 600_000)):
+        facts.append(
+            ClusterRegistered(
+                cluster=cluster,
+                kind=ClusterKind.SIMULATED,
+                site=cluster,
+                region="eu",
+                currency="EUR",
+                gpu_rates=(GpuRate(model=model, micro_per_gpu_hour=price),),
+            )
+        )
+        for n in range(2):
+            gpus = tuple(GpuDevice(index=i, model=model, memory_mib=40_960) for i in range(8))
+            facts.append(
+                NodeObserved(
+                    cluster=cluster,
+                    node=f"{cluster}-{n}",
+                    generation=1,
+                    cpu_milli=64_000,
+                    memory_mib=512_000,
+                    gpus=gpus,
+                )
+            )
+    line = QuotaLine(resource=ResourceKind.GPU, guaranteed=0, limit=1000)
+    facts.append(QuotaSet(tenant="capped", lines=(line,), set_by="golden"))
+
+    def submitted(job: str, gpus: int, **more: object) -> JobSubmitted:
+        resources = Resources(cpu_milli=4000, memory_mib=16_384, gpus=gpus, **more.pop("resources", {}))  # type: ignore[arg-type]
+        return JobSubmitted(job_id=job, name=job, tenant=more.pop("tenant", "team-a"), resources=resources, **more)  # type: ignore[arg-type]
+
+    # Both A100 nodes full of best-effort work; the T4 cluster idle.
+    for n in range(2):
+        job = f"batch-{n}"
+        a100 = {"gpu_models": ("A100",)}
+        facts.append(submitted(job, 8, priority_class=PriorityClass.BEST_EFFORT, kind=JobKind.BATCH, resources=a100))
+        replica = ReplicaPlacement(replica=0, node=f"east-{n}", gpu_indices=tuple(range(8)), gpu_milli_each=1000)
+        facts.append(
+            JobPlaced(
+                job_id=job,
+                cycle_id="cycle-earlier",
+                cluster="east",
+                replicas=(replica,),
+                chosen=CandidateScore(cluster="east", total=0),
+                explanation="earlier",
+            )
+        )
+        facts.append(JobStarted(job_id=job, cluster="east"))
+    facts += [
+        submitted("fits", 2),
+        submitted("urgent", 8, priority_class=PriorityClass.CRITICAL_TRAINING, kind=JobKind.TRAINING,
+                  resources={"gpu_models": ("A100",)}),
+        submitted("over-quota", 2, tenant="capped"),
+        submitted("wrong-model", 1, resources={"gpu_models": ("H100",)}),
+        submitted("too-big", 16),
+    ]  # fmt: skip
+    for i, data in enumerate(facts):
+        state.fold(Envelope(id=f"golden-{i}", time_ms=T0 + i, data=data))  # type: ignore[arg-type]
+    now = T0 + 60_000
+    result = schedule(state.snapshot(now), state.policy_config())
+    events = decision_events(state, result, 0)
+    return events, cycle_record(0, [], result, events)
+
+
+def main(argv: list[str]) -> int:
+    events, _ = scenario()
+    path = golden_path()
+    if path.exists():
+        print(f"{path} exists: an engine's digest is never rewritten; name a new engine instead", file=sys.stderr)
+        return 1
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(digest(events) + "\n")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
