@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from typing import Any
 
 from pydantic import JsonValue
 
@@ -336,21 +337,7 @@ def _decisions() -> list[Event]:
             ),
             message="search-prod needs 4 H100 of its guarantee back",
         ),
-        SchedulingCycleCompleted(
-            cycle_id=CYCLE,
-            sequence=481_516,
-            input_offsets=(
-                TopicOffset(topic="fedsched.governance", partition=0, offset=912),
-                TopicOffset(topic="fedsched.jobs", partition=0, offset=40_211),
-                TopicOffset(topic="fedsched.jobs", partition=1, offset=39_877),
-                TopicOffset(topic="fedsched.profiles", partition=3, offset=1_204_551),
-            ),
-            logical_time_ms=T0,
-            policy_version="policy-v7",
-            decision_count=4,
-            decisions_digest="9f2c4b1e0d8a7f6e5d4c3b2a190817263544536271809a8b7c6d5e4f3a2b1c0d",
-            engine="decisions-3",
-        ),
+        SchedulingCycleCompleted(**_cycle(), engine="decisions-3"),
     ]
 
 
@@ -484,6 +471,24 @@ def _profiles() -> list[Event]:
     ]
 
 
+def _cycle() -> dict[str, Any]:
+    """The fields a cycle record has had since v1."""
+    return {
+        "cycle_id": CYCLE,
+        "sequence": 481_516,
+        "input_offsets": (
+            TopicOffset(topic="fedsched.governance", partition=0, offset=912),
+            TopicOffset(topic="fedsched.jobs", partition=0, offset=40_211),
+            TopicOffset(topic="fedsched.jobs", partition=1, offset=39_877),
+            TopicOffset(topic="fedsched.profiles", partition=3, offset=1_204_551),
+        ),
+        "logical_time_ms": T0,
+        "policy_version": "policy-v7",
+        "decision_count": 4,
+        "decisions_digest": "9f2c4b1e0d8a7f6e5d4c3b2a190817263544536271809a8b7c6d5e4f3a2b1c0d",
+    }
+
+
 def _legacy() -> list[Event]:
     return [
         GpuHealthReportedV1(
@@ -494,20 +499,7 @@ def _legacy() -> list[Event]:
                 GpuHealthSampleV1(index=5, health=Health.DEGRADED, errors=3, temperature_c=81),
             ),
         ),
-        SchedulingCycleCompletedV1(
-            cycle_id=CYCLE,
-            sequence=481_516,
-            input_offsets=(
-                TopicOffset(topic="fedsched.governance", partition=0, offset=912),
-                TopicOffset(topic="fedsched.jobs", partition=0, offset=40_211),
-                TopicOffset(topic="fedsched.jobs", partition=1, offset=39_877),
-                TopicOffset(topic="fedsched.profiles", partition=3, offset=1_204_551),
-            ),
-            logical_time_ms=T0,
-            policy_version="policy-v7",
-            decision_count=4,
-            decisions_digest="9f2c4b1e0d8a7f6e5d4c3b2a190817263544536271809a8b7c6d5e4f3a2b1c0d",
-        ),
+        SchedulingCycleCompletedV1(**_cycle()),
     ]
 
 
