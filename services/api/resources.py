@@ -7,7 +7,6 @@ not tenant data: any authenticated role may read it.
 from __future__ import annotations
 
 from services.api import convert, validation
-from services.api.errors import InvalidArgument
 from services.api.handlers import Context
 from services.api.pb import resources_pb2
 from services.api.queries import ReadModels
@@ -26,13 +25,11 @@ class ResourceService:
         self, request: resources_pb2.ListNodesRequest, context: Context
     ) -> resources_pb2.ListNodesResponse:
         cluster = validation.optional_identifier("cluster", request.cluster)
-        model = request.gpu_model
-        if len(model) > 64:
-            raise InvalidArgument("gpu_model", "longer than 64 characters")
+        model = validation.optional_gpu_model("gpu_model", request.gpu_model)
         size = validation.page_size(request.page_size)
-        query = {"cluster": cluster, "gpu_model": model}
+        query = {"cluster": cluster, "gpu_model": model or ""}
         after = validation.decode_page_token(request.page_token, query, 2)
-        rows = await self._reads.nodes(cluster, model or None, size + 1, after)
+        rows = await self._reads.nodes(cluster, model, size + 1, after)
         out = resources_pb2.ListNodesResponse(nodes=[convert.node(r) for r in rows[:size]])
         if len(rows) > size:
             last = rows[size - 1]

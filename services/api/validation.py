@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from pydantic import TypeAdapter, ValidationError
 
 from events.catalog.base import Event
-from events.catalog.types import Id, RequestId
+from events.catalog.types import GpuModel, Id, RequestId
 from events.codec import invalid_event
 from events.errors import EventError, InvalidEvent
 from services.api.errors import InvalidArgument
@@ -32,6 +32,7 @@ MAX_TEMPLATE_JSON = 65_536 * 2
 _PROTO_NAMES = {"template": "template_json"}
 _ID = TypeAdapter(Id)
 _REQUEST_ID = TypeAdapter(RequestId)
+_GPU_MODEL = TypeAdapter(GpuModel)
 
 
 def event_from(cls: type[E], body: Mapping[str, Any], *, whole: str = "spec") -> E:
@@ -127,6 +128,11 @@ def identifier(field: str, value: str) -> str:
 
 def optional_identifier(field: str, value: str) -> str | None:
     return identifier(field, value) if value else None
+
+
+def optional_gpu_model(field: str, value: str) -> str | None:
+    """A GPU model name as the catalogue spells them (``A100``, ``V100M32``), or None when empty."""
+    return _adapted(_GPU_MODEL, field, value) if value else None
 
 
 def request_id(field: str, value: str) -> str | None:

@@ -90,6 +90,11 @@ async def test_capacity_per_cluster_and_model_with_pending_demand(stack: Stack) 
     )
     assert [n.node for n in first.nodes] + [n.node for n in second.nodes] == ["n1", "n2"]
     assert not second.next_page_token and first.nodes[0].gpu_capacity_milli == 7000
+    # A GPU model filter is checked as the catalogue spells models (a NUL byte reached PostgreSQL: INTERNAL).
+    for bad in ("\x00", "A100 80G"):
+        with pytest.raises(CallError) as caught:
+            await client.call(client.resources.ListNodes, resources_pb2.ListNodesRequest(gpu_model=bad))
+        assert (caught.value.code, caught.value.field) == ("INVALID_ARGUMENT", "gpu_model")
 
 
 async def test_quota_is_set_by_an_admin_requested_by_a_submitter_and_decided_once(stack: Stack) -> None:
