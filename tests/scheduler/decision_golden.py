@@ -71,7 +71,12 @@ def scenario() -> tuple[list[Envelope], Envelope]:
     for n in range(2):
         job = f"batch-{n}"
         a100 = {"gpu_models": ("A100",)}
-        facts.append(submitted(job, 8, priority_class=PriorityClass.BEST_EFFORT, kind=JobKind.BATCH, resources=a100))
+        facts.append(
+            submitted(
+                job, 8, priority_class=PriorityClass.BEST_EFFORT, kind=JobKind.BATCH, resources=a100,
+                expected_runtime_s=3600,
+            )
+        )  # fmt: skip
         replica = ReplicaPlacement(replica=0, node=f"east-{n}", gpu_indices=tuple(range(8)), gpu_milli_each=1000)
         facts.append(
             JobPlaced(
@@ -91,6 +96,7 @@ def scenario() -> tuple[list[Envelope], Envelope]:
         submitted("over-quota", 2, tenant="capped"),
         submitted("wrong-model", 1, resources={"gpu_models": ("H100",)}),
         submitted("too-big", 16),
+        submitted("gang", 8, replicas=2, gang=True, kind=JobKind.TRAINING, resources={"gpu_models": ("A100",)}),
     ]  # fmt: skip
     for i, data in enumerate(facts):
         state.fold(Envelope(id=f"golden-{i}", time_ms=T0 + i, data=data))  # type: ignore[arg-type]

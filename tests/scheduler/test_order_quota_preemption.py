@@ -120,6 +120,8 @@ def test_a_tenant_at_its_limit_waits_with_the_numbers():
     q = next(d for d in r.decisions if isinstance(d, Queue))
     assert q.binding is ReasonCode.QUOTA_EXCEEDED
     assert "4/4" in q.message and "asks 2" in q.message
+    # Its quota holds it, not the fleet: no start estimated from running jobs, no other shape suggested.
+    assert q.estimated_start_ms is None and "estimated start" not in q.message and q.change is None
     # The same in numbers: the job's GPUs against what its quota has left, federation-wide.
     c = q.constraint
     assert (c.reason, c.resource, c.cluster, c.requested, c.available) == (
@@ -188,6 +190,9 @@ def test_preemption_takes_the_smallest_set_of_lower_priority_jobs():
     waits = next(d for d in r.decisions if isinstance(d, Queue))
     assert waits.binding is ReasonCode.WAITING_FOR_PREEMPTION
     assert "1 job(s) in cluster-a are asked to stop: be-small" in waits.message  # which, by name
+    # It starts once they have stopped: not when the fleet's running jobs end, nor by asking for less.
+    assert waits.estimated_start_ms is None and "estimated start" not in waits.message
+    assert waits.change is None and not waits.smallest_change
 
 
 def test_inference_is_never_preempted_for_training():

@@ -39,7 +39,7 @@ from services.scheduler.policy.decisions import (
     Queue,
     Reserve,
 )
-from services.scheduler.policy.explain import describe, explain
+from services.scheduler.policy.explain import describe, explain, moment
 from services.scheduler.policy.fairshare import Capacity, FairShare, Held
 from services.scheduler.policy.federation import ClusterScore
 from services.scheduler.policy.fleet import Demand, FleetMemo, FleetState, fleet_for
@@ -381,7 +381,7 @@ def schedule(snapshot: FleetSnapshot, config: PolicyConfig | None = None, memo: 
                         expected_start_ms=r.start_ms,
                         message=(
                             f"{len(r.nodes)} node(s) in {cid} are held for {job.job_id} "
-                            f"({describe(job)}), expected to start at t={r.start_ms} ms; shorter jobs may backfill"
+                            f"({describe(job)}), expected to start at {moment(r.start_ms)}; shorter jobs may backfill"
                         ),
                     )
                 )
@@ -450,7 +450,13 @@ def _queue_decisions(ctx: Ctx, waiting: list[Waiting]) -> list[Queue]:
     out = []
     for pos, (job, d, forced, note, forced_constraint) in enumerate(waiting, start=1):
         extra = ctx.extra_for(job, d, False, may_backfill(ctx, job)) if forced is None else None
-        short = explain(ctx, job, d, extra, estimate=pos <= ctx.config.estimate_limit)
+        # When the free capacity is not what holds the job (its quota, its tenant's cap on hot models, a
+        # preemption under way), the fleet cannot say when it starts; and for a quota or a preemption, no
+        # other shape of the request would start it sooner either.
+        estimate = forced is None and pos <= ctx.config.estimate_limit
+        short = explain(ctx, job, d, extra, estimate=estimate)
+        fleet_changes = forced not in (ReasonCode.QUOTA_EXCEEDED, ReasonCode.WAITING_FOR_PREEMPTION)
+        changes = short.smallest_change if fleet_changes else ""
         binding = forced or short.binding
         reasons = tuple(dict.fromkeys([binding] + [w.reason for w in short.per_cluster]))
         detail = note or short.binding_detail
@@ -459,23 +465,20 @@ def _queue_decisions(ctx: Ctx, waiting: list[Waiting]) -> list[Queue]:
             if short.estimated_start_ms is not None
             else ""
         )
-        msg = (
-            f"{job.job_id} waits ({binding.value}): needs {describe(job)}; {detail}; "
-            f"position {pos} in the queue{eta}; {short.smallest_change}"
-        )
+        msg = f"{job.job_id} waits ({binding.value}): needs {describe(job)}; {detail}; position {pos} in the queue{eta}"
         out.append(
             Queue(
                 job_id=job.job_id,
                 tenant=job.tenant,
                 reasons=reasons,
                 binding=binding,
-                message=msg,
+                message=msg + (f"; {changes}" if changes else ""),
                 per_cluster=short.per_cluster,
-                smallest_change=short.smallest_change,
+                smallest_change=changes,
                 position=pos,
                 estimated_start_ms=short.estimated_start_ms,
                 constraint=forced_constraint or (short.constraint if forced is None else Constraint(binding)),
-                change=short.change,
+                change=short.change if fleet_changes else None,
             )
         )
     return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
@@ -34,6 +35,15 @@ class Shortfall:
     """The binding constraint with its numbers (the closest cluster's)."""
     change: Change | None
     """The first change of ``smallest_change`` as a field of the request (None: none fits now)."""
+
+
+def moment(time_ms: int) -> str:
+    """A time as people read it in explanations: RFC 3339 in UTC, to the millisecond."""
+    at = _EPOCH + timedelta(milliseconds=time_ms)
+    return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{time_ms % 1000:03d}Z"
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def describe(job: Job) -> str:
@@ -81,8 +91,9 @@ def _cluster(ctx: Ctx, job: Job, d: Demand, ci: int, extra: np.ndarray | None) -
         if int(cap_now.sum()) >= job.replicas and int(np.where(masked, 0, cap_now).sum()) < job.replicas:
             r = ctx.reservation
             reason = ReasonCode.RESERVED_FOR_GANG if r is not None and r.cluster == ci else ReasonCode.HOT_MODEL_CAP
+            held = reason is ReasonCode.RESERVED_FOR_GANG and r
             detail = (
-                f"capacity held for {r.job_id} until t={r.start_ms} ms" if reason is ReasonCode.RESERVED_FOR_GANG and r
+                f"capacity held for {r.job_id} until {moment(r.start_ms)}" if held and r
                 else "the free capacity is on hot GPU models, above the tenant's cap"
             )  # fmt: skip
             return ClusterWhyNot(cid, reason, detail), int(cap_now.sum()), bound(reason)
@@ -209,4 +220,4 @@ def explain(ctx: Ctx, job: Job, d: Demand, extra: np.ndarray | None, estimate: b
     return Shortfall(per, binding, binding_detail, text, start_ms, constraint, fields[0] if fields else None)
 
 
-__all__ = ["Shortfall", "describe", "explain"]
+__all__ = ["Shortfall", "describe", "explain", "moment"]
