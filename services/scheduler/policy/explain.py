@@ -140,7 +140,7 @@ def _cluster(ctx: Ctx, job: Job, d: Demand, ci: int, extra: np.ndarray | None) -
 
 def _largest_node(ctx: Ctx, d: Demand, lo: int, hi: int, bound: Callable[..., Constraint]) -> Constraint:
     """A replica no node of the cluster could hold even when empty: the first resource (GPU, CPU, memory)
-    the largest suitable node lacks, with what that node has."""
+    that no suitable node has enough of, with the most any of them has (none: only a combination fails)."""
     fs = ctx.fleet
     sl = slice(lo, hi)
     ok = fs.schedulable[sl].copy()
