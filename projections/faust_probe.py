@@ -23,6 +23,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
+from events.log.contract import LogReader
+from events.log.contract import TopicPartition as LogPartition
 from projections.faust_config import WorkerConfig
 from projections.topology import default_stages
 
@@ -128,16 +130,16 @@ async def wait_quiet(
     The end offsets are read before and after the committed offsets and must agree with them: a record
     sent on after the first read shows in the second (its parent was acknowledged before the commit).
     A partition whose committed offset is short of the end by transaction markers only is done too."""
+    from events.log.kafka import KafkaEventLog
+
     started = time.monotonic()
     admin = AIOKafkaAdminClient(bootstrap_servers=config.broker)
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=config.broker,
-        isolation_level="read_committed",
-        enable_auto_commit=False,
-        fetch_max_wait_ms=10,  # a marker check waits for one fetch of the partition it assigned
-    )
+    consumer = AIOKafkaConsumer(bootstrap_servers=config.broker, isolation_level="read_committed")
+    log = KafkaEventLog(config.broker)  # its reader tells a partition left with markers only
     await admin.start()
     await consumer.start()
+    await log.start()
+    reader = await log.reader()
     try:
         wanted = list(topics) if topics is not None else group_topics(config)
         while True:
@@ -156,7 +158,7 @@ async def wait_quiet(
                 and tp in committed
                 and 0 < after[tp] - committed[tp].offset <= 2  # perhaps the markers of the last transactions
             }
-            markers = {tp for tp, offset in short.items() if await _only_markers(consumer, tp, offset, after[tp])}
+            markers = {tp for tp, offset in short.items() if await _only_markers(reader, tp, offset)}
             done = all(
                 before.get(tp) == after[tp]
                 and (before[tp] == 0 or tp in markers or (tp in committed and committed[tp].offset == before[tp]))
@@ -173,23 +175,17 @@ async def wait_quiet(
                 raise TimeoutError(f"not quiet after {timeout_s} s: {missing}\n{logs}")
             await asyncio.sleep(0.2)
     finally:
+        await reader.close()
+        await log.close()
         await consumer.stop()
         await admin.close()
 
 
-async def _only_markers(consumer: AIOKafkaConsumer, tp: TopicPartition, offset: int, end: int) -> bool:
-    """Nothing but transaction markers from ``offset`` to ``end`` (a group never commits past the marker
+async def _only_markers(reader: LogReader, tp: TopicPartition, offset: int) -> bool:
+    """Nothing but transaction markers from ``offset`` to the end (a group never commits past the marker
     of a transaction it has read to the end of)."""
-    consumer.assign([tp])
-    consumer.seek(tp, offset)
-    deadline = time.monotonic() + 2.0
     try:
-        while time.monotonic() < deadline:
-            if (await consumer.getmany(tp, timeout_ms=50, max_records=1)).get(tp):
-                return False
-            if await consumer.position(tp) >= end:
-                return True
-        return False
+        return await reader.caught_up(LogPartition(tp.topic, tp.partition), offset)
     except KafkaError:
         return False
 

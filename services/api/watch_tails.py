@@ -132,9 +132,9 @@ class WatchTails:
                 del self._tails[tail.tp]  # first: a watch arriving meanwhile starts a fresh one
             await tail.stop()
 
-    async def end_offset(self, tp: TopicPartition) -> int:
+    async def end_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         async with self._control_lock:
-            return await (await self._control_reader()).end_offset(tp)
+            return await (await self._control_reader()).end_offsets(tps)
 
     async def caught_up(self, tp: TopicPartition, offset: int) -> bool:
         # Serialised: on Kafka the answer comes from seeking one consumer of the partition.
@@ -188,10 +188,10 @@ class SharedReader:
             await tail.arrival(remaining)
 
     async def end_offset(self, tp: TopicPartition) -> int:
-        return await self._tails.end_offset(tp)
+        return (await self._tails.end_offsets([tp]))[tp]
 
     async def end_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
-        return {tp: await self._tails.end_offset(tp) for tp in tps}
+        return await self._tails.end_offsets(tps)
 
     async def caught_up(self, tp: TopicPartition, offset: int) -> bool:
         return await self._tails.caught_up(tp, offset)

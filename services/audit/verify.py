@@ -105,17 +105,13 @@ class VerifyReport:
             engines = ", ".join(f"{engine} {count}" for engine, count in other.items())
             out.append(
                 f"{sum(other.values())} cycles were recorded by other decision code ({engines}; this is "
-                f"{self.engine}): {differing} of them differ, which an upgrade alone can cause"
+                f"{DECISION_ENGINE}): {differing} of them differ, which an upgrade alone can cause"
             )
         out += [
             f"  {d.cycle_id} {d.decision_id} (recorded by {d.engine}): recorded {d.recorded!r} replayed {d.replayed!r}"
             for d in self.differences[:differences]
         ]
         return out
-
-    @property
-    def engine(self) -> str:
-        return DECISION_ENGINE
 
     @property
     def other_engines(self) -> dict[str, int]:

@@ -23,6 +23,7 @@ from events.log.reading import read_to_end
 from services.scheduler.host import INPUT_TOPICS
 from services.scheduler.policy import FleetSnapshot, Job, Place, PolicyConfig, Preempt, RunningJob, schedule
 from services.scheduler.policy import model as m
+from services.scheduler.sim.timed import SAME_INSTANT_LIMIT
 from services.scheduler.state import Placement, SchedulerState, job_model
 
 _HOUR_MS = 3_600_000
@@ -145,10 +146,6 @@ async def load_history(
         runtime = runtime or (job.expected_runtime_s or 3600) * 1000
         arrivals.append((job, facts.submitted_ms, max(1, runtime)))
     return History(state, arrivals, actual, start, end)
-
-
-SAME_INSTANT_LIMIT = 64
-"""Cycles one moment may run in a row (each after a preemption freed room): a bound, not a tuning."""
 
 
 def simulate(history: History, config: PolicyConfig) -> Outcome:

@@ -10,7 +10,7 @@ use there, health (1000 - stability) and cost (normalised price per GPU-hour). T
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -24,8 +24,6 @@ SCALE = 1000
 @dataclass(frozen=True, slots=True)
 class ClusterScore:
     cluster: ClusterId
-    total: int
-    """The weighted sum of the six terms (lower wins)."""
     fit: int
     locality: int
     congestion: int
@@ -34,6 +32,11 @@ class ClusterScore:
     cost: int
     placement_cost: int  # the node policy's raw cost (sum over replicas): breaks ties, not in ``total``
     weights: ClusterWeights
+    total: int = field(init=False)
+    """The weighted sum of the six terms (lower wins): the sum of ``terms``."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "total", sum(self.terms().values()))
 
     def terms(self) -> dict[str, int]:
         """Each term's points in ``total``, its 0..1000 value times its weight: they add up to ``total``, so
@@ -80,15 +83,7 @@ def score_clusters(
         congestion = max(0, min(SCALE, prof.congestion_milli))
         health = SCALE - max(0, min(SCALE, prof.stability_milli))
         hot = max(0, min(SCALE, hot))
-        total = (
-            weights.fit * fit
-            + weights.locality * locality
-            + weights.congestion * congestion
-            + weights.hot_spot * hot
-            + weights.health * health
-            + weights.cost * price
-        )
-        out.append(ClusterScore(cid, total, fit, locality, congestion, hot, health, price, raw, weights))
+        out.append(ClusterScore(cid, fit, locality, congestion, hot, health, price, raw, weights))
     out.sort(key=lambda s: (s.total, s.placement_cost, s.cluster))
     return out
 

@@ -151,9 +151,9 @@ class Placer:
         assert fm is not None
         name = (d, fm.signature)
         cache = kept.pop(name, None) or ScoreCache(fs, d, fm)
-        size = cache.nbytes
-        while kept and (len(kept) >= MAX_CACHED or sum(c.nbytes for c in kept.values()) + size > MAX_BYTES):
-            del kept[next(iter(kept))]  # the least recently used
+        held = sum(c.nbytes for c in kept.values()) + cache.nbytes
+        while kept and (len(kept) >= MAX_CACHED or held > MAX_BYTES):
+            held -= kept.pop(next(iter(kept))).nbytes  # the least recently used
         kept[name] = cache
         cache.refresh(fs, d, fm)
         valid = cache.stamp == fs.version
