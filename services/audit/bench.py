@@ -164,6 +164,33 @@ def phases(log: MemoryLog) -> tuple[dict[str, float], list[float]]:
     return dict(spent), deciding
 
 
+def state_memory(log: MemoryLog, *, keep_settled: bool) -> int:
+    """Bytes the scheduler's state holds once the whole log is folded and snapshotted (what a long-running
+    scheduler carries), measured with ``tracemalloc``; the decoded records are not counted."""
+    import gc
+    import tracemalloc
+
+    from services.scheduler.host import INPUT_TOPICS
+    from services.scheduler.state import SchedulerState
+
+    envelopes = [
+        decode(record.headers, record.value) for topic in INPUT_TOPICS for part in log.parts[topic] for record in part
+    ]
+    now = max((e.time_ms for e in envelopes), default=T0)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        state = SchedulerState(keep_settled=keep_settled)
+        for envelope in envelopes:
+            state.fold(envelope)
+        state.snapshot(now)
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+
 def run(args: argparse.Namespace) -> int:
     from services.audit.verify import verify
     from services.runtime.collector import tune_for_service
@@ -197,6 +224,11 @@ def run(args: argparse.Namespace) -> int:
         if len(deciding) >= 4
         else []
     )
+    kept, every = state_memory(log, keep_settled=False), state_memory(log, keep_settled=True)
+    figures["state_bytes_per_job"] = {
+        "settled_dropped": round(kept / max(1, args.jobs)),
+        "every_job_kept": round(every / max(1, args.jobs)),
+    }
     total = sum(spent.values())
     figures["phases_ms_per_cycle"] = {k: round(v * 1000 / max(1, cycles), 3) for k, v in spent.items()}
     figures["phases_pct"] = {k: round(100 * v / total, 1) for k, v in spent.items()}
@@ -217,6 +249,12 @@ def run(args: argparse.Namespace) -> int:
             + " / ".join(f"{ms:.2f}" for ms in figures["decide_ms_by_quarter"])
             + " ms (should not grow with the history)\n"
         )
+    memory = figures["state_bytes_per_job"]
+    out.write(
+        f"scheduler state at the end: {memory['settled_dropped']:,} bytes a job, against "
+        f"{memory['every_job_kept']:,} keeping every job's facts "
+        f"(x{memory['every_job_kept'] / max(1, memory['settled_dropped']):.1f})\n"
+    )
     out.write("one pass, per cycle: ")
     out.write(
         ", ".join(f"{k} {figures['phases_ms_per_cycle'][k]:.3f} ms ({figures['phases_pct'][k]:.0f}%)" for k in spent)

@@ -84,7 +84,7 @@ async def load_history(
     event_log: EventLog, *, namespace: str = "", since_ms: int | None = None, until_ms: int | None = None
 ) -> History:
     prefix = f"{namespace}." if namespace else ""
-    state = SchedulerState()
+    state = SchedulerState(keep_settled=True)  # every job's facts: the history is what it reads
     envelopes: list[Envelope] = []
     reader = await event_log.reader()
     try:

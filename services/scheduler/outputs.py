@@ -38,12 +38,15 @@ _SHORT = 256
 _TEXT = 4096
 
 
-DECISION_ENGINE = "fedsched-decisions-1"
+DECISION_ENGINE = "fedsched-decisions-2"
 """The name of this code's decisions, recorded with every cycle. Change it in the same commit as anything
 that makes the same inputs give other decision events: a choice of the policy core, a reason, a message's
 words or figures, how an event is built. ``tests/scheduler/test_decision_engine.py`` holds the digest of
 a fixed scenario's decisions under this name and fails when they change under an unchanged name; ``audit
-verify`` then tells the cycles recorded by other code (which may differ for that reason alone) apart."""
+verify`` then tells the cycles recorded by other code (which may differ for that reason alone) apart.
+
+History: ``-2`` takes a run's first reported end and first placement as final (``-1`` took the last
+ones, so a second, conflicting report of a run's end changed the tenant's usage)."""
 
 
 def cycle_id(sequence: int) -> CycleId:

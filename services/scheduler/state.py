@@ -9,12 +9,21 @@ tenants, policies) or are kept as sets keyed by run (a job's placements come fro
 its lifecycle from the jobs topic). So the live scheduler, folding records as they arrive, and a
 replay, folding the same records in (topic, partition, offset) order, reach the same state: that is
 what makes every recorded cycle re-executable.
+
+A job that has ended for good, with every run's placement and end folded, is *settled*: no later
+record can change what it contributes to a decision. A run's first placement and first end are final
+(each comes from one partition, so "first" is the same in every replay), and a job ended for good is
+never placed again. So a settled job's facts are dropped at the next snapshot and only its id is kept,
+to ignore what still comes for it: a service that runs for months keeps what is open, not every job
+it ever saw. Its usage stays in the tenants' ledgers (and its records, packed, for a change of the
+usage half-life). ``keep_settled`` keeps every job's facts, for readers of the whole history.
 """
 
 from __future__ import annotations
 
 import bisect
 import json
+from array import array
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -100,6 +109,11 @@ class JobFacts:
     def times_preempted(self) -> int:
         return sum(1 for how in self.ended.values() if how in ("preempted", "reclaimed"))
 
+    def settled(self) -> bool:
+        """Ended for good, and every run placed has ended and every run ended was placed: nothing that
+        may still come for it can change a decision (see the module's docstring)."""
+        return bool(self.terminal) and self.placements.keys() == self.ended.keys()
+
 
 SUSPECT_FOR_MS = 24 * 3600 * 1000
 MIN_USAGE_HALF_LIFE_MS = 60_000
@@ -113,6 +127,28 @@ class NodeFacts:
     suspect_until_ms: int = 0
     """Governance found jobs failing on this node: until then its healthy GPUs count as degraded, so
     placement steers work elsewhere while the node stays usable."""
+
+
+@dataclass(slots=True)
+class SettledUsage:
+    """One tenant's settled usage records, packed two machine ints each (16 bytes a record, where the
+    objects took about 120)."""
+
+    packed: array[int] = field(default_factory=lambda: array("q"))
+    wide: list[m.UsageRecord] = field(default_factory=list)  # beyond 64 bits (absurd times): kept as they are
+
+    def extend(self, records: list[m.UsageRecord]) -> None:
+        for record in records:
+            try:
+                pair = array("q", (record.at_ms, record.gpu_milli_ms))  # made first: a failure adds nothing
+            except OverflowError:
+                self.wide.append(record)
+            else:
+                self.packed.extend(pair)
+
+    def records(self) -> list[m.UsageRecord]:
+        it = iter(self.packed)
+        return [*(m.UsageRecord(at, amount) for at, amount in zip(it, it, strict=True)), *self.wide]
 
 
 @dataclass(slots=True)
@@ -141,6 +177,7 @@ class _Derived:
     suspects: set[tuple[str, str]] = field(default_factory=set)
     usage: dict[str, UsageLedger] = field(default_factory=dict)  # tenant -> its usage history, by epoch
     usage_of: dict[str, tuple[str, list[m.UsageRecord]]] = field(default_factory=dict)  # job -> its records
+    settled_usage: dict[str, SettledUsage] = field(default_factory=dict)  # tenant -> its settled jobs' records
     usage_half_life_ms: int = m.PolicyConfig().usage_half_life_ms  # what ``usage`` was grown with
     tenants: tuple[m.Tenant, ...] | None = None
     jobs: set[str] = field(default_factory=set)  # touched since the last refresh
@@ -157,6 +194,9 @@ class SchedulerState:
     quotas: dict[tuple[str, str], QuotaSet] = field(default_factory=dict)
     policy: PolicyConfigured | None = None
     jobs: dict[str, JobFacts] = field(default_factory=dict)
+    settled: set[str] = field(default_factory=set)
+    """Jobs whose facts were dropped once settled; what still comes for them is ignored."""
+    keep_settled: bool = False
     cycles: int = 0
     events: int = 0
     _now_ms: int = 0
@@ -177,7 +217,7 @@ class SchedulerState:
         has_job, has_node = has_field(kind, "job_id"), has_field(kind, "node") and has_field(kind, "cluster")
         if has_job:
             job_id = data.job_id  # type: ignore[attr-defined]
-            if job_id is not None:
+            if job_id is not None and job_id in self.jobs:
                 derived.jobs.add(job_id)
         node = data.node if has_node else None  # type: ignore[attr-defined]
         cluster = data.cluster if has_node else None  # type: ignore[attr-defined]
@@ -191,6 +231,8 @@ class SchedulerState:
     def job(self, job_id: str) -> JobFacts:
         facts = self.jobs.get(job_id)
         if facts is None:
+            if job_id in self.settled:
+                return JobFacts()  # folded into nothing: a settled job's later records change no decision
             facts = self.jobs[job_id] = JobFacts()
         return facts
 
@@ -251,7 +293,7 @@ class SchedulerState:
         if half_life != derived.usage_half_life_ms:  # a policy changed the half-life: grow them all again
             derived.usage_half_life_ms = half_life
             derived.usage = {}
-            for tenant, records in derived.usage_of.values():
+            for tenant, records in self._usage_records():
                 ledger = self._ledger(tenant)
                 for record in records:
                     ledger.add(record)
@@ -277,6 +319,8 @@ class SchedulerState:
             before = derived.running.get(job_id)
             was = before is not None
             self._refresh_job(job_id, touched_nodes)
+            if not self.keep_settled and self.jobs[job_id].settled():
+                self._settle(job_id)
             now = derived.running.get(job_id)
             if now is not before and job_id not in running_was:
                 running_was[job_id] = before
@@ -354,6 +398,23 @@ class SchedulerState:
             touched_nodes.add(key)
         derived.holds[job_id] = holds
 
+    def _settle(self, job_id: str) -> None:
+        del self.jobs[job_id]
+        self.settled.add(job_id)
+        derived = self._derived
+        mine = derived.usage_of.pop(job_id, None)
+        if mine is not None:
+            tenant, records = mine
+            packed = derived.settled_usage.get(tenant)
+            if packed is None:
+                packed = derived.settled_usage[tenant] = SettledUsage()
+            packed.extend(records)
+
+    def _usage_records(self) -> list[tuple[str, list[m.UsageRecord]]]:
+        """Every job's usage records by tenant, the settled ones included (to grow the ledgers again)."""
+        derived = self._derived
+        return [*derived.usage_of.values(), *((t, packed.records()) for t, packed in derived.settled_usage.items())]
+
     def _refresh_usage(self, job_id: str, facts: JobFacts) -> None:
         assert facts.spec is not None
         records = []
@@ -427,7 +488,7 @@ class SchedulerState:
     def usage_histories(self, half_life_ms: int) -> dict[str, m.UsageHistory]:
         """Every tenant's usage history grown with ``half_life_ms`` (what-ifs under another policy)."""
         records: dict[str, list[m.UsageRecord]] = {}
-        for tenant, mine in self._derived.usage_of.values():
+        for tenant, mine in self._usage_records():
             records.setdefault(tenant, []).extend(mine)
         return {tenant: history_of(mine, half_life_ms) for tenant, mine in sorted(records.items())}
 
@@ -593,8 +654,10 @@ def _ended(how: str) -> Any:
         facts = state.job(e.job_id)  # type: ignore[attr-defined]
         run = getattr(e, "run", 0)
         if how == "cancelled" and run == 0:
-            facts.terminal = "cancelled"
+            facts.terminal = facts.terminal or "cancelled"
             return
+        if run in facts.ended:
+            return  # a run's first end is final: a later report (a failure while it was being stopped) is not
         facts.ended[run] = how
         facts.ended_at[run] = time_ms
         if how in ("succeeded", "failed", "cancelled"):
@@ -604,11 +667,14 @@ def _ended(how: str) -> Any:
 
 
 def _rejected(state: SchedulerState, e: JobRejected, _: int) -> None:
-    state.job(e.job_id).terminal = "rejected"
+    facts = state.job(e.job_id)
+    facts.terminal = facts.terminal or "rejected"
 
 
 def _placed(state: SchedulerState, e: JobPlaced, time_ms: int) -> None:
     facts = state.job(e.job_id)
+    if e.run in facts.placements:
+        return
     facts.placements[e.run] = Placement(e.cluster, e.replicas)
     facts.placed_at[e.run] = time_ms
 
