@@ -169,6 +169,8 @@ class SchedulerHost:
                     self._dirty = True
             self.positions[tp] = record.offset + 1
             folded += 1
+        if folded:
+            self.state.refresh()  # a standby takes no snapshot: it would keep every job it ever saw
         return folded
 
     # -- leading ---------------------------------------------------------------------------------

@@ -266,6 +266,12 @@ class SchedulerState:
         self._refresh()
         return sorted(self._derived.cancel_open)
 
+    def refresh(self) -> None:
+        """Bring what snapshots are made of up to date with what was folded, dropping the jobs that
+        settled: the first step of every snapshot, and what a follower that takes none (a standby, a
+        restart catching up) calls to keep only what is open."""
+        self._refresh()
+
     def snapshot(self, now_ms: int) -> m.FleetSnapshot:
         self._now_ms = now_ms
         self._refresh()

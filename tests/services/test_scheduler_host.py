@@ -18,7 +18,7 @@ from events.publisher import Publisher
 from events.topics import TOPICS, Cleanup, TopicSpec
 from services.audit.verify import verify
 from services.scheduler.host import SchedulerHost
-from tests.unit.projections.builders import a_job, a_node
+from tests.unit.projections.builders import a_job, a_node, placed
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 _ticks = itertools.count()
@@ -189,3 +189,20 @@ async def test_a_standby_takes_over_and_fences_the_old_leader(
     await pub.close()
     placed = [e for e in await decisions(event_log, topics) if isinstance(e, JobPlaced)]
     assert [p.job_id for p in placed] == ["j1"]
+
+
+async def test_a_follower_keeps_only_open_jobs(event_log: EventLog, make_topic: Callable[..., Awaitable[str]]) -> None:
+    """A standby takes no snapshot; it still drops the jobs that ended for good as it folds them."""
+    topics, pub = await cluster_c1(event_log, make_topic)
+    await pub.send(a_node(node="n1", gpus=8), a_job("done", gpus=1), a_job("open", gpus=1))
+    await pub.send(placed("done"), placed("open", gpus=(1,)), JobSucceeded(job_id="done", cluster="c1", run=1))
+    host = host_for(event_log, topics, f"{topics.prefix}-sched")
+    await host.start()
+    try:
+        await host.follow()
+        assert set(host.state.jobs) == {"open"}
+        assert host.state.settled == {"done"}
+        assert host.state.running_count() == 1
+    finally:
+        await host.close()
+        await pub.close()
