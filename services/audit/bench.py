@@ -164,27 +164,39 @@ def phases(log: MemoryLog) -> tuple[dict[str, float], list[float]]:
     return dict(spent), deciding
 
 
-def state_memory(log: MemoryLog, *, keep_settled: bool) -> int:
-    """Bytes the scheduler's state holds once the whole log is folded and snapshotted (what a long-running
-    scheduler carries), measured with ``tracemalloc``; the decoded records are not counted."""
+def state_memory(log: MemoryLog, service: str, *, keep_settled: bool) -> int:
+    """Bytes the scheduler's or governance's state holds once the whole log is folded (what such a
+    long-running service carries), measured with ``tracemalloc``; the decoded records are not counted."""
     import gc
     import tracemalloc
 
-    from services.scheduler.host import INPUT_TOPICS
+    from services.governance.host import INPUT_TOPICS as GOVERNANCE_INPUTS
+    from services.governance.state import GovState
+    from services.scheduler.host import INPUT_TOPICS as SCHEDULER_INPUTS
     from services.scheduler.state import SchedulerState
 
+    topics = SCHEDULER_INPUTS if service == "scheduler" else GOVERNANCE_INPUTS
     envelopes = [
-        decode(record.headers, record.value) for topic in INPUT_TOPICS for part in log.parts[topic] for record in part
+        decode(record.headers, record.value)
+        for topic in topics
+        if topic in log.parts
+        for part in log.parts[topic]
+        for record in part
     ]
-    now = max((e.time_ms for e in envelopes), default=T0)
     gc.collect()
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
-        state = SchedulerState(keep_settled=keep_settled)
-        for envelope in envelopes:
-            state.fold(envelope)
-        state.snapshot(now)
+        state: SchedulerState | GovState
+        if service == "scheduler":
+            state = SchedulerState(keep_settled=keep_settled)
+            for envelope in envelopes:
+                state.fold(envelope)
+            state.refresh()
+        else:
+            state = GovState(keep_settled=keep_settled)
+            for envelope in envelopes:
+                state.fold(envelope)
         gc.collect()
         return tracemalloc.get_traced_memory()[0] - before
     finally:
@@ -224,10 +236,12 @@ def run(args: argparse.Namespace) -> int:
         if len(deciding) >= 4
         else []
     )
-    kept, every = state_memory(log, keep_settled=False), state_memory(log, keep_settled=True)
     figures["state_bytes_per_job"] = {
-        "settled_dropped": round(kept / max(1, args.jobs)),
-        "every_job_kept": round(every / max(1, args.jobs)),
+        service: {
+            "settled_dropped": round(state_memory(log, service, keep_settled=False) / max(1, args.jobs)),
+            "every_job_kept": round(state_memory(log, service, keep_settled=True) / max(1, args.jobs)),
+        }
+        for service in ("scheduler", "governance")
     }
     total = sum(spent.values())
     figures["phases_ms_per_cycle"] = {k: round(v * 1000 / max(1, cycles), 3) for k, v in spent.items()}
@@ -249,12 +263,12 @@ def run(args: argparse.Namespace) -> int:
             + " / ".join(f"{ms:.2f}" for ms in figures["decide_ms_by_quarter"])
             + " ms (should not grow with the history)\n"
         )
-    memory = figures["state_bytes_per_job"]
-    out.write(
-        f"scheduler state at the end: {memory['settled_dropped']:,} bytes a job, against "
-        f"{memory['every_job_kept']:,} keeping every job's facts "
-        f"(x{memory['every_job_kept'] / max(1, memory['settled_dropped']):.1f})\n"
-    )
+    for service, memory in figures["state_bytes_per_job"].items():
+        out.write(
+            f"{service} state at the end: {memory['settled_dropped']:,} bytes a job, against "
+            f"{memory['every_job_kept']:,} keeping every job's facts "
+            f"(x{memory['every_job_kept'] / max(1, memory['settled_dropped']):.1f})\n"
+        )
     out.write("one pass, per cycle: ")
     out.write(
         ", ".join(f"{k} {figures['phases_ms_per_cycle'][k]:.3f} ms ({figures['phases_pct'][k]:.0f}%)" for k in spent)

@@ -119,6 +119,13 @@ class JobFacts:
     early: dict[int, list[tuple[Event, int]]] = field(default_factory=dict)
     """Facts about a run read before its placement (topics are read one after another), kept for it."""
 
+    def settled(self) -> bool:
+        """Ended for good, every run placed has ended and no fact waits for a run's placement: no rule
+        reads it again (its failures stay in the indexes)."""
+        return (
+            self.terminal is not None and not self.early and all(run.ended_ms is not None for run in self.runs.values())
+        )
+
     def live_run(self) -> RunFacts | None:
         live = [r for r in self.runs.values() if r.live]
         return max(live, key=lambda r: r.run) if live else None
@@ -159,10 +166,16 @@ class GovState:
     node_failures: FailureIndex = field(default_factory=FailureIndex)
     """Failed runs by (cluster, node): (ended, tenant/name, run, cluster, node, ran for, job); the
     suspect-node rule's input."""
+    settled: set[str] = field(default_factory=set)
+    """Jobs whose facts were dropped once settled (a service that runs for months keeps what is open);
+    what still comes for them is ignored."""
+    keep_settled: bool = False
 
     def job(self, job_id: str) -> JobFacts:
         facts = self.jobs.get(job_id)
         if facts is None:
+            if job_id in self.settled:
+                return JobFacts(job_id)  # folded into nothing: no rule reads a settled job
             facts = self.jobs[job_id] = JobFacts(job_id)
         return facts
 
@@ -180,7 +193,12 @@ class GovState:
         elif isinstance(data, Ended):
             _ended(self, data, self.now_ms)
         if has_field(type(data), "job_id"):
-            self._classify(data.job_id)  # type: ignore[attr-defined]
+            job_id = data.job_id  # type: ignore[attr-defined]
+            self._classify(job_id)
+            facts = self.jobs.get(job_id)
+            if facts is not None and not self.keep_settled and facts.settled():
+                del self.jobs[job_id]
+                self.settled.add(job_id)
 
     def _classify(self, job_id: str) -> None:
         facts = self.jobs.get(job_id)
