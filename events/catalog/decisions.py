@@ -158,7 +158,7 @@ class JobPlaced(DecisionEvent):
     """The scheduler placed the job: the cluster, each replica's node and devices, and why there."""
 
     event_type: ClassVar[str] = "io.fedsched.JobPlaced"
-    schema_version: ClassVar[int] = 1
+    schema_version: ClassVar[int] = 2
 
     cluster: ClusterIdField
     run: PosInt = 1
@@ -177,6 +177,9 @@ class JobPlaced(DecisionEvent):
     """The best candidates not chosen, best first."""
     explanation: Text
     """Why there, in plain words."""
+    victims: Annotated[tuple[JobIdField, ...], Field(max_length=256)] = ()
+    """The running jobs the scheduler asked to stop to make room for this run (its preemptions since its
+    previous run), in the order they were asked."""
 
     @model_validator(mode="after")
     def _chosen_is_cluster(self) -> JobPlaced:

@@ -12,17 +12,21 @@ History:
   ``xid_errors`` and leaves the ECC counters ``None`` (not reported) rather than claiming zero.
 - ``io.fedsched.SchedulingCycleCompleted`` v1 -> v2: v2 names the decision ``engine`` that made the
   cycle; a v1 record's engine is unknown (``None``), never guessed.
+- ``io.fedsched.JobPlaced`` v1 -> v2: v2 lists the ``victims``, the jobs asked to stop to make room for
+  the run. A v1 placement did not say (explanations read it from the wait before), so: none listed.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, ClassVar
 
-from pydantic import Field, JsonValue
+from pydantic import Field, JsonValue, model_validator
 
 from events.catalog.base import Event
-from events.catalog.decisions import TopicOffset
+from events.catalog.decisions import CandidateScore, DecisionEvent, ReplicaPlacement, TopicOffset
+from events.catalog.reasons import ReasonCode
 from events.catalog.types import (
+    MAX_REPLICAS,
     ClusterIdField,
     CycleIdField,
     DeviceIndex,
@@ -32,8 +36,10 @@ from events.catalog.types import (
     NodeIdField,
     NonNegInt,
     PolicyVersion,
+    PosInt,
     Sha256Hex,
     TemperatureC,
+    Text,
     Unique,
 )
 from events.catalog.upcasters import Payload, upcaster
@@ -108,10 +114,43 @@ def cycle_v1_to_v2(payload: Payload) -> Payload:
     return payload
 
 
+class JobPlacedV1(DecisionEvent):
+    """The scheduler placed the job (v1: without the jobs stopped to make room for it)."""
+
+    event_type: ClassVar[str] = "io.fedsched.JobPlaced"
+    schema_version: ClassVar[int] = 1
+
+    cluster: ClusterIdField
+    run: PosInt = 1
+    reason: ReasonCode = ReasonCode.PLACED
+    replicas: Annotated[
+        tuple[ReplicaPlacement, ...],
+        Field(min_length=1, max_length=MAX_REPLICAS),
+        Unique(("replica",), ordered=True),
+    ]
+    chosen: CandidateScore
+    runner_up: Annotated[tuple[CandidateScore, ...], Field(max_length=8)] = ()
+    explanation: Text
+
+    @model_validator(mode="after")
+    def _chosen_is_cluster(self) -> JobPlacedV1:
+        if self.chosen.cluster != self.cluster:
+            raise ValueError("chosen.cluster must be the cluster the job is placed on")
+        return self
+
+
+@upcaster("io.fedsched.JobPlaced", 1)
+def placed_v1_to_v2(payload: Payload) -> Payload:
+    payload["victims"] = []
+    return payload
+
+
 __all__ = [
     "GpuHealthReportedV1",
     "GpuHealthSampleV1",
+    "JobPlacedV1",
     "SchedulingCycleCompletedV1",
     "cycle_v1_to_v2",
     "gpu_health_v1_to_v2",
+    "placed_v1_to_v2",
 ]

@@ -67,7 +67,7 @@ def explain(row: Mapping[str, Any]) -> jobs_pb2.Explanation:
         out.question = "finished" if status in _FINAL else "placed"
         out.cycle_id = decision.cycle_id
         out.placement.CopyFrom(_placement(decision))
-        summary += _placement_lines(decision) + _room_made(row.get("timeline") or ())
+        summary += _placement_lines(decision)
     elif isinstance(decision, JobPreemptionRequested | JobReclaimRequested):
         out.question = "finished" if status in _FINAL else "preempted"
         out.cycle_id = decision.cycle_id
@@ -187,6 +187,7 @@ def _placement(d: JobPlaced) -> jobs_pb2.PlacementExplanation:
         chosen=_score(d.chosen),
         runner_up=[_score(c) for c in d.runner_up],
         explanation=d.explanation,
+        victims=list(d.victims),
     )
 
 
@@ -203,6 +204,8 @@ def _placement_lines(d: JobPlaced) -> list[str]:
     for r in d.replicas:
         gpus = f", GPUs {list(r.gpu_indices)} x {r.gpu_milli_each} milli-GPU" if r.gpu_indices else ""
         lines.append(f"  replica {r.replica} on node {r.node}{gpus}")
+    if d.victims:
+        lines.append(f"Room was made for it first: {len(d.victims)} job(s) asked to stop: {', '.join(d.victims)}.")
     return lines
 
 
@@ -242,24 +245,6 @@ def _preemption_lines(d: JobPreemptionRequested | JobReclaimRequested) -> list[s
     if d.message:
         lines.append(d.message)
     return lines
-
-
-def _room_made(timeline: Sequence[Sequence[Any]]) -> list[str]:
-    """A placement that waited for jobs to be preempted first: which ones, from its wait since the run
-    before (timeline entries are ``[time_ms, status, event, reason, message]``)."""
-    placed = False
-    for _, _, event, reason, message in reversed(timeline):
-        if event == "JobPlaced":
-            if placed:
-                break  # the run before
-            placed = True
-        elif event in ("JobPreempted", "JobReclaimed"):
-            break
-        elif placed and event == "JobQueued" and "WaitingForPreemption" in str(reason).split(","):
-            asked = [part for part in str(message).split("; ") if "asked to stop" in part]
-            if asked:
-                return [f"Room was made for it first: {asked[0]}."]
-    return []
 
 
 def _history_lines(entries: Sequence[jobs_pb2.TimelineEntry]) -> list[str]:

@@ -36,6 +36,7 @@ from services.scheduler.state import SchedulerState, event_node
 SOURCE = "urn:fedsched:scheduler"
 _SHORT = 256
 _TEXT = 4096
+_VICTIMS = 256
 
 
 DECISION_ENGINE = "fedsched-decisions-2"
@@ -46,7 +47,8 @@ a fixed scenario's decisions under this name and fails when they change under an
 verify`` then tells the cycles recorded by other code (which may differ for that reason alone) apart.
 
 History: ``-2`` takes a run's first reported end and first placement as final (``-1`` took the last
-ones, so a second, conflicting report of a run's end changed the tenant's usage)."""
+ones, so a second, conflicting report of a run's end changed the tenant's usage), and a ``JobPlaced``
+(v2) names the jobs stopped to make room for it."""
 
 
 def cycle_id(sequence: int) -> CycleId:
@@ -170,6 +172,7 @@ def _event(state: SchedulerState, decision: core.Decision, cid: CycleId) -> Even
                 "chosen": _score(decision.chosen),
                 "runner_up": (_score(decision.runner_up),) if decision.runner_up is not None else (),
                 "explanation": decision.message[:_TEXT],
+                "victims": facts.victims[:_VICTIMS],
             }
         )
     if isinstance(decision, core.Queue):

@@ -91,6 +91,9 @@ class JobFacts:
     cancel_requested: bool = False
     stop_requested: set[int] = field(default_factory=set)  # runs asked to stop (preempt / reclaim)
     last_queued: tuple[str, ...] = ()  # reason codes of the latest JobQueued
+    victims: tuple[str, ...] = ()
+    """Jobs asked to stop to make room for it since its latest placement (both on the decisions topic, so
+    in one order everywhere): its next ``JobPlaced`` names them."""
 
     def current_run(self) -> int:
         return max(self.placements, default=0)
@@ -681,6 +684,7 @@ def _placed(state: SchedulerState, e: JobPlaced, time_ms: int) -> None:
     facts = state.job(e.job_id)
     if e.run in facts.placements:
         return
+    facts.victims = ()
     facts.placements[e.run] = Placement(e.cluster, e.replicas)
     facts.placed_at[e.run] = time_ms
 
@@ -691,6 +695,10 @@ def _queued(state: SchedulerState, e: JobQueued, _: int) -> None:
 
 def _stop_requested(state: SchedulerState, e: JobPreemptionRequested | JobReclaimRequested, _: int) -> None:
     state.job(e.job_id).stop_requested.add(e.run)
+    if isinstance(e, JobPreemptionRequested) and e.preemptor is not None:
+        preemptor = state.job(e.preemptor)
+        if e.job_id not in preemptor.victims:
+            preemptor.victims += (e.job_id,)
 
 
 def _finding(state: SchedulerState, e: GovernanceFinding, _: int) -> None:

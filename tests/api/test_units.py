@@ -140,6 +140,7 @@ def test_an_explanation_says_who_made_room_for_a_job_and_why_another_was_stopped
         replicas=(ReplicaPlacement(replica=0, node="n1", gpu_indices=tuple(range(8)), gpu_milli_each=1000),),
         chosen=CandidateScore(cluster="cluster-a", total=0),
         explanation="placed",
+        victims=(stop.victim,),
     )
     preemptor = {
         "entity_key": "crit",
@@ -153,7 +154,8 @@ def test_an_explanation_says_who_made_room_for_a_job_and_why_another_was_stopped
         "last_decision_type": "JobPlaced",
     }
     text = "\n".join(explain(preemptor).summary)
-    assert "Room was made for it first: 1 job(s) in cluster-a are asked to stop: be." in text
+    assert "Room was made for it first: 1 job(s) asked to stop: be." in text
+    assert list(explain(preemptor).placement.victims) == ["be"]
 
     stopped = {
         "entity_key": "be",

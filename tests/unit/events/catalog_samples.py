@@ -74,7 +74,7 @@ from events.catalog.jobs import (
     PriorityClass,
     Toleration,
 )
-from events.catalog.legacy import GpuHealthReportedV1, GpuHealthSampleV1, SchedulingCycleCompletedV1
+from events.catalog.legacy import GpuHealthReportedV1, GpuHealthSampleV1, JobPlacedV1, SchedulingCycleCompletedV1
 from events.catalog.profiles import GpuModelProfile, Quantities, QuotaUsage, QuotaUsageUpdated, ResourceProfileUpdated
 from events.catalog.reasons import ReasonCode as R
 from events.catalog.types import (
@@ -308,6 +308,7 @@ def _decisions() -> list[Event]:
             chosen=chosen,
             runner_up=(runner_up,),
             explanation="eu-west-a100 fits both replicas in one NVLink domain; us-east-h100 costs more.",
+            victims=(JOB_2,),
         ),
         JobPreemptionRequested(
             job_id=JOB_2,
@@ -490,7 +491,21 @@ def _cycle() -> dict[str, Any]:
 
 
 def _legacy() -> list[Event]:
+    chosen, runner_up = _scores()
     return [
+        JobPlacedV1(
+            job_id=JOB,
+            cycle_id=CYCLE,
+            cluster=C1,
+            run=1,
+            replicas=(
+                ReplicaPlacement(replica=0, node=N1, gpu_indices=(0, 1, 2, 3), gpu_milli_each=1000),
+                ReplicaPlacement(replica=1, node=N1, gpu_indices=(4, 5, 6, 7), gpu_milli_each=1000),
+            ),
+            chosen=chosen,
+            runner_up=(runner_up,),
+            explanation="eu-west-a100 fits both replicas in one NVLink domain; us-east-h100 costs more.",
+        ),
         GpuHealthReportedV1(
             cluster=C1,
             node=N1,

@@ -29,6 +29,7 @@ from pydantic.fields import FieldInfo
 from events.catalog.decisions import CandidateScore, JobPlaced, ReplicaPlacement
 from events.catalog.governance import QuotaLine, QuotaRequestApproved, QuotaRequestSubmitted, _Decided
 from events.catalog.jobs import JobKind, JobSubmitted
+from events.catalog.legacy import JobPlacedV1
 from events.catalog.types import MAX_SAFE_INT, JsonLimits, ResourceKind, Resources, Unique
 from events.envelope import Envelope
 
@@ -260,6 +261,7 @@ FIXUPS: dict[type[BaseModel], Callable[[Values], Values]] = {
     ReplicaPlacement: _replica,
     CandidateScore: _candidate,
     JobPlaced: _placed,
+    JobPlacedV1: _placed,
     QuotaLine: _quota_line,
     QuotaRequestSubmitted: lambda v: _ordered_pair(v, "period_start_ms", "period_end_ms"),
     _Decided: _decided,

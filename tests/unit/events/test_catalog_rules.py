@@ -42,7 +42,7 @@ CATALOGUE = {
     "io.fedsched.JobCancelled": 1,
     "io.fedsched.JobFailed": 1,
     "io.fedsched.JobIdleWarning": 1,
-    "io.fedsched.JobPlaced": 1,
+    "io.fedsched.JobPlaced": 2,
     "io.fedsched.JobPreempted": 1,
     "io.fedsched.JobPreemptionRequested": 1,
     "io.fedsched.JobQueued": 1,

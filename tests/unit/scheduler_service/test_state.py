@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from events.catalog.decisions import JobPlaced, JobPreemptionRequested
 from events.catalog.governance import FindingKind, GovernanceFinding
 from events.catalog.inventory import ClusterKind, ClusterRegistered
+from events.catalog.jobs import JobPreempted, PriorityClass
 from events.catalog.reasons import ReasonCode
 from events.envelope import Envelope
 from services.scheduler.outputs import decision_events
 from services.scheduler.policy import Place, schedule
 from services.scheduler.state import SUSPECT_FOR_MS, SchedulerState
-from tests.unit.projections.builders import a_job, a_node
+from tests.unit.projections.builders import a_job, a_node, placed
 
 T0 = 1_800_000_000_000
 
@@ -88,3 +90,20 @@ def test_a_placement_between_equal_clusters_says_what_decided() -> None:
     [placed] = decision_events(state, schedule(state.snapshot(T0 + 1000), state.policy_config()), 0)
     assert placed.data.cluster == "c1"  # type: ignore[attr-defined]
     assert "a tie decided by the stable cluster order (c1 before c2)" in placed.data.explanation  # type: ignore[attr-defined]
+
+
+def test_a_placement_names_the_jobs_stopped_to_make_room_for_it() -> None:
+    low = a_job("low", gpus=8).model_copy(update={"priority_class": PriorityClass.BEST_EFFORT, "preemptible": True})
+    urgent = a_job("urgent", gpus=8).model_copy(update={"priority_class": PriorityClass.CRITICAL_TRAINING})
+    state = two_clusters_with(a_node(cluster="c1", node="n1", gpus=8), low, placed("low", gpus=tuple(range(8))), urgent)
+    first = decision_events(state, schedule(state.snapshot(T0 + 1000), state.policy_config()), 0)
+    asked = [e.data for e in first if isinstance(e.data, JobPreemptionRequested)]
+    assert [(a.job_id, a.preemptor) for a in asked] == [("low", "urgent")]
+    for envelope in [*first, Envelope(id="stopped", time_ms=T0 + 2000, data=JobPreempted(job_id="low", cluster="c1"))]:
+        state.fold(envelope)
+    second = decision_events(state, schedule(state.snapshot(T0 + 3000), state.policy_config()), 1)
+    [again] = [e.data for e in second if isinstance(e.data, JobPlaced) and e.data.job_id == "urgent"]
+    assert again.victims == ("low",)
+    for envelope in second:
+        state.fold(envelope)
+    assert state.jobs["urgent"].victims == ()  # its next run names only what is stopped for that one
