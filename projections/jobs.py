@@ -629,11 +629,17 @@ def _hold(view: JobView, now: int) -> list[Emitted]:
     if view.orphan:  # nothing is held before the submission says who holds it, and how much
         return []
     assert view.cluster is not None
-    emitted: list[Emitted] = []
+    # One allocation per node and job: replicas that share a node add up there (a node keeps one entry
+    # per job, so an entry per replica counted only the last one).
+    per_node: dict[str, list[ReplicaSlot]] = {}
     for slot in view.placement:
-        gpu = tuple((index, slot.gpu_milli_each) for index in slot.gpu_indices)
-        delta = NodeAllocation(view.job_id, view.run, True, view.tenant, view.cpu_milli, view.memory_mib, gpu)
-        emitted.append(Routed("nodes", f"{view.cluster}/{slot.node}", delta))
+        per_node.setdefault(slot.node, []).append(slot)
+    emitted: list[Emitted] = []
+    for node, slots in per_node.items():
+        gpu = tuple((index, slot.gpu_milli_each) for slot in slots for index in slot.gpu_indices)
+        n = len(slots)
+        delta = NodeAllocation(view.job_id, view.run, True, view.tenant, view.cpu_milli * n, view.memory_mib * n, gpu)
+        emitted.append(Routed("nodes", f"{view.cluster}/{node}", delta))
     emitted.append(_via_node(view.cluster, view.placement, _queue_delta(view, view.run, True, now, now)))
     return emitted
 
@@ -642,8 +648,8 @@ def _release_nodes(view: JobView) -> list[Emitted]:
     if view.orphan:
         return []
     return [
-        Routed("nodes", f"{view.cluster}/{slot.node}", NodeAllocation(view.job_id, view.run, False))
-        for slot in view.placement
+        Routed("nodes", f"{view.cluster}/{node}", NodeAllocation(view.job_id, view.run, False))
+        for node in dict.fromkeys(slot.node for slot in view.placement)
     ]
 
 

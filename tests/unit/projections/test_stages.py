@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from events.catalog.decisions import ReplicaPlacement
 from events.catalog.inventory import GpuHealthReported, GpuHealthSample
 from events.catalog.jobs import JobPreempted, JobStarted, JobSucceeded
 from events.catalog.profiles import ResourceProfileUpdated
 from events.catalog.types import Health
+from projections.nodes import allocated_by_gpu
 from tests.unit.projections.builders import Fold, a_job, a_node, placed
 
 
@@ -40,6 +42,22 @@ def test_a_preempted_job_returns_to_the_queue_and_frees_its_gpus() -> None:
     fold.feed(placed(gpus=(2, 3), run=2), at_s=90)
     job = fold.get("jobs", "j1")
     assert (job.status, job.run, job.runs) == ("placed", 2, 2)
+
+
+def test_replicas_that_share_a_node_all_count_there_and_all_go_when_the_job_ends() -> None:
+    fold = Fold()
+    fold.feed(a_node(gpus=8))
+    fold.feed(a_job(gpus=0).model_copy(update={"replicas": 4}))
+    slots = tuple(ReplicaPlacement(replica=i, node="n1", gpu_indices=(0,), gpu_milli_each=300) for i in range(3)) + (
+        ReplicaPlacement(replica=3, node="n1", gpu_indices=(5,), gpu_milli_each=1000),
+    )
+    fold.feed(placed().model_copy(update={"replicas": slots}), at_s=1)
+    node = fold.get("nodes", "c1/n1")
+    (held,) = node.allocations
+    assert (held.cpu_milli, held.memory_mib) == (4 * 4000, 4 * 8192)
+    assert allocated_by_gpu(node) == {0: 900, 5: 1000}
+    fold.feed(JobSucceeded(job_id="j1", cluster="c1"), at_s=60)
+    assert fold.get("nodes", "c1/n1").allocations == ()
 
 
 def test_the_same_record_or_the_same_event_twice_changes_nothing() -> None:
