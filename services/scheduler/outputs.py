@@ -47,8 +47,9 @@ a fixed scenario's decisions under this name and fails when they change under an
 verify`` then tells the cycles recorded by other code (which may differ for that reason alone) apart.
 
 History: ``-2`` takes a run's first reported end and first placement as final (``-1`` took the last
-ones, so a second, conflicting report of a run's end changed the tenant's usage), and a ``JobPlaced``
-(v2) names the jobs stopped to make room for it."""
+ones, so a second, conflicting report of a run's end changed the tenant's usage); a ``JobPlaced`` (v2)
+names the jobs stopped to make room for it; between clusters, preemption stops the least important
+jobs (``-1`` compared the GPUs taken away, then the cluster names)."""
 
 
 def cycle_id(sequence: int) -> CycleId:

@@ -195,6 +195,22 @@ def test_preemption_takes_the_smallest_set_of_lower_priority_jobs():
     assert waits.change is None and not waits.smallest_change
 
 
+def test_between_clusters_the_least_important_victims_go_even_where_a_cluster_name_comes_later():
+    """As costly in GPUs in either cluster: the standard job in cluster-a stays, the best-effort one in
+    cluster-b stops (the cluster names alone used to decide)."""
+    nodes, runs = [], []
+    for cluster, job_id, prio in (
+        ("cluster-a", "std", PriorityClass.STANDARD),
+        ("cluster-b", "be", PriorityClass.BEST_EFFORT),
+    ):
+        nodes.append(a_node(f"{cluster}-n1").cluster(cluster).gpus(8, (0,) * 8).cpu(64000, 63000).build())
+        held = a_job(job_id).gpus(8).priority(prio).kind(JobKind.BATCH).build()
+        runs.append(running(held, cluster, (f"{cluster}-n1", tuple(range(8)), 1000)))
+    job = a_job("crit").gpus(8).priority(PriorityClass.CRITICAL_TRAINING).kind(JobKind.TRAINING).build()
+    r = schedule(snapshot(nodes, [job], runs))
+    assert [(p.victim, p.cluster) for p in r.decisions if isinstance(p, Preempt)] == [("be", "cluster-b")]
+
+
 def test_inference_is_never_preempted_for_training():
     node, runs = full_node_with(("infer", 8, PriorityClass.BEST_EFFORT, JobKind.INFERENCE))
     job = a_job("train").gpus(2).priority(PriorityClass.CRITICAL_TRAINING).kind(JobKind.TRAINING).build()

@@ -5,8 +5,10 @@ have interruption budget left; inference is never preempted for anything but inf
 has a lower priority class than the preemptor (``PriorityPreemption``) or belongs to another tenant that
 is above its guaranteed quota while the preemptor's tenant stays within its own (``ReclaimBorrowedQuota``,
 tried first). Victims are released greedily (reclaim first, then lowest priority, fewest GPUs, least
-progress lost), then any victim not needed is put back, so the set is minimal. Everything is a what-if
-on the fleet arrays and undone before returning.
+progress lost), then any victim not needed is put back, so the set is minimal. Between clusters the set
+whose most important victim is least important wins, then the one taking the fewest GPUs away (a
+standard job is never stopped where a best-effort one would do). Everything is a what-if on the fleet
+arrays and undone before returning.
 """
 
 from __future__ import annotations
@@ -59,9 +61,10 @@ def _release(ctx: Ctx, v: RunningJob, sign: int) -> None:
 
 
 def find_victims(ctx: Ctx, job: Job, d: Demand) -> tuple[int, list[Victim]] | None:
-    """(cluster position, minimal victims) with the fewest GPUs taken away, or None."""
+    """(cluster position, minimal victims) whose most important victim is the least important, then with
+    the fewest GPUs taken away, or None."""
     fs = ctx.fleet
-    best: tuple[tuple[int, int, str], int, list[Victim]] | None = None
+    best: tuple[tuple[int, int, int, str], int, list[Victim]] | None = None
     for ci, (lo, hi) in enumerate(fs.cluster_range):
         cid = fs.clusters[ci]
         eligible = []
@@ -101,7 +104,10 @@ def find_victims(ctx: Ctx, job: Job, d: Demand) -> tuple[int, list[Victim]] | No
         for x in chosen:
             _release(ctx, x.running, -1)
         gpus = sum(x.running.job.total_gpu_milli() for x in chosen)
-        key = (gpus, len(chosen), str(cid))
+        # Between clusters, as within one: stop the least important jobs first (the most important victim
+        # of the set decides), then take the fewest GPUs away, then stop the fewest jobs.
+        most_important = min(priority_rank(x.running.job.priority_class) for x in chosen)
+        key = (-most_important, gpus, len(chosen), str(cid))
         if best is None or key < best[0]:
             best = (key, ci, sorted(chosen, key=lambda x: str(x.running.job.job_id)))
     if best is None:
