@@ -48,9 +48,8 @@ def test_replicas_that_share_a_node_all_count_there_and_all_go_when_the_job_ends
     fold = Fold()
     fold.feed(a_node(gpus=8))
     fold.feed(a_job(gpus=0).model_copy(update={"replicas": 4}))
-    slots = tuple(ReplicaPlacement(replica=i, node="n1", gpu_indices=(0,), gpu_milli_each=300) for i in range(3)) + (
-        ReplicaPlacement(replica=3, node="n1", gpu_indices=(5,), gpu_milli_each=1000),
-    )
+    shares = [ReplicaPlacement(replica=i, node="n1", gpu_indices=(0,), gpu_milli_each=300) for i in range(3)]
+    slots = (*shares, ReplicaPlacement(replica=3, node="n1", gpu_indices=(5,), gpu_milli_each=1000))
     fold.feed(placed().model_copy(update={"replicas": slots}), at_s=1)
     node = fold.get("nodes", "c1/n1")
     (held,) = node.allocations
