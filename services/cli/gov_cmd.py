@@ -10,6 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from services.cli.args import positive_int
 from services.cli.main import CliError
 from services.runtime.signals import stop_on_signals
 
@@ -36,7 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     request.add_argument("--queue", default="default")
     request.add_argument("--resource", default="gpu", choices=("cpu", "memory", "gpu", "npu"))
     request.add_argument("--gpu-model")
-    request.add_argument("--amount", type=int, required=True, help="in the resource's unit (milli-GPU for gpu)")
+    request.add_argument(
+        "--amount", type=positive_int, required=True, help="in the resource's unit (milli-GPU for gpu)"
+    )
     request.add_argument("--from", dest="start", help="RFC 3339 start (default: now)")
     request.add_argument("--hours", type=float, default=24.0, help="length of the period")
     request.add_argument("--justification", required=True)
@@ -49,7 +52,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         decide.add_argument("--comment", default="")
         decide.add_argument("--by", default="operator", help="who decides")
         if action == "approve":
-            decide.add_argument("--amount", type=int, help="approve less than asked")
+            decide.add_argument(
+                "--amount", type=positive_int, help="approve less than asked, at least 1 (default: as asked)"
+            )
             decide.add_argument("--until", help="RFC 3339 expiry (default: the end of the period asked)")
         decide.add_argument("--log", help="log URL (default: FEDSCHED_LOG)")
         decide.set_defaults(handler=run_decide, approve=action == "approve")

@@ -70,17 +70,19 @@ def decide(
     expires_ms: int | None = None,
     already_decided: bool = False,
 ) -> QuotaRequestApproved | QuotaRequestRejected:
-    """A person's answer to a request; defaults: the amount asked, for the period asked."""
+    """A person's answer to a request; defaults (``None``): the amount asked, for the period asked."""
     if already_decided:
         raise DecisionError(f"quota request {request.request_id} is already decided")
     if not approve:
         return QuotaRequestRejected(
             request_id=request.request_id, tenant=request.tenant, decided_by=by, comment=comment
         )
-    amount = approved_amount or request.amount
+    amount = request.amount if approved_amount is None else approved_amount
+    if amount < 1:
+        raise DecisionError(f"approved amount must be at least 1, got {amount}; reject the request to grant nothing")
     if amount > request.amount:
         raise DecisionError(f"approved amount {amount} is more than the {request.amount} asked")
-    start = effective_from_ms or request.period_start_ms
+    start = request.period_start_ms if effective_from_ms is None else effective_from_ms
     end = request.period_end_ms if expires_ms is None else expires_ms
     if end <= start:
         raise DecisionError("the grant would expire before it starts")

@@ -1,0 +1,42 @@
+"""Argument types shared by the sub-commands: a value is checked when it is parsed.
+
+Used as ``type=`` of ``argparse`` arguments, so a bad value is refused before any connection is opened,
+with argparse's own message naming the option (``argument --until: not an RFC 3339 time: ...``) and
+exit code 2, the code for bad input everywhere in the CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def rfc3339_ms(text: str) -> int:
+    """An RFC 3339 time with its offset, as epoch milliseconds."""
+    from events.envelope import parse_time  # imported here so ``fedsched --help`` stays fast
+
+    try:
+        return parse_time(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(
+            f"not an RFC 3339 time such as 2026-12-01T09:00:00Z ({error}): {text!r}"
+        ) from None
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
+    return value
