@@ -6,6 +6,7 @@ import argparse
 import json
 from dataclasses import asdict
 
+from services.cli.args import rfc3339_ms
 from services.runtime.signals import stop_on_signals
 
 
@@ -22,8 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     verify = audit_sub.add_parser("verify", help="re-execute every recorded scheduling cycle and compare")
     verify.add_argument("--log", help="log URL (default: FEDSCHED_LOG)")
     verify.add_argument("--namespace", default="", help="topic prefix the scheduler ran with")
-    verify.add_argument("--since", help="only cycles at or after this time (RFC 3339)")
-    verify.add_argument("--until", help="only cycles at or before this time (RFC 3339)")
+    verify.add_argument("--since", type=rfc3339_ms, help="only cycles at or after this time (RFC 3339)")
+    verify.add_argument("--until", type=rfc3339_ms, help="only cycles at or before this time (RFC 3339)")
     verify.add_argument("--json", action="store_true", help="print one JSON object")
     verify.set_defaults(handler=run_verify)
 
@@ -40,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     export.set_defaults(handler=run_export)
 
     at = audit_sub.add_parser("at", help="the fleet, queues and quotas as they stood at a moment")
-    at.add_argument("time", help="RFC 3339, e.g. 2026-12-01T09:00:00Z")
+    at.add_argument("time", type=rfc3339_ms, help="RFC 3339, e.g. 2026-12-01T09:00:00Z")
     at.add_argument("--log", help="log URL (default: FEDSCHED_LOG)")
     at.add_argument("--namespace", default="")
     at.add_argument("--json", action="store_true", help="print one JSON object")
@@ -50,8 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     whatif.add_argument("--policy", required=True, help="policy document (YAML or JSON, as PolicyConfigured carries)")
     whatif.add_argument("--log", help="log URL (default: FEDSCHED_LOG)")
     whatif.add_argument("--namespace", default="")
-    whatif.add_argument("--since", help="only submissions at or after this time (RFC 3339)")
-    whatif.add_argument("--until", help="only submissions at or before this time (RFC 3339)")
+    whatif.add_argument("--since", type=rfc3339_ms, help="only submissions at or after this time (RFC 3339)")
+    whatif.add_argument("--until", type=rfc3339_ms, help="only submissions at or before this time (RFC 3339)")
     whatif.add_argument("--json", action="store_true", help="print one JSON object")
     whatif.set_defaults(handler=run_whatif)
 
@@ -140,26 +141,21 @@ async def run_archiver(args: argparse.Namespace) -> int:
 
 
 async def run_verify(args: argparse.Namespace) -> int:
-    from events.envelope import parse_time
     from events.log import open_log
     from services.audit.verify import verify
-    from services.cli.main import CliError
     from services.config import log_url
     from services.runtime.collector import tune_for_service
     from services.scheduler.host import INPUT_TOPICS
 
     tune_for_service()  # the whole folded history stays alive: full collections over it cost ~25%
 
-    try:
-        since = parse_time(args.since) if args.since else None
-        until = parse_time(args.until) if args.until else None
-    except ValueError as error:
-        raise CliError(f"--since/--until: not an RFC 3339 time: {error}", 2) from None
     log = open_log(log_url(args.log))
     await log.start()
     prefix = f"{args.namespace}." if args.namespace else ""
     try:
-        report = await verify(log, topics=tuple(prefix + t for t in INPUT_TOPICS), since_ms=since, until_ms=until)
+        report = await verify(
+            log, topics=tuple(prefix + t for t in INPUT_TOPICS), since_ms=args.since, until_ms=args.until
+        )
     finally:
         await log.close()
     if args.json:
@@ -218,16 +214,12 @@ async def run_export(args: argparse.Namespace) -> int:
 
 
 async def run_at(args: argparse.Namespace) -> int:
-    from events.envelope import parse_time
+    from events.envelope import format_time
     from events.log import open_log
     from services.audit.queries import state_at
-    from services.cli.main import CliError
     from services.config import log_url
 
-    try:
-        moment = parse_time(args.time)
-    except ValueError as error:
-        raise CliError(f"time: not an RFC 3339 time: {error}", 2) from None
+    moment = args.time
     log = open_log(log_url(args.log))
     await log.start()
     try:
@@ -279,7 +271,7 @@ async def run_at(args: argparse.Namespace) -> int:
             )
         )
         return 0
-    print(f"as of {args.time}: {len(snapshot.running)} jobs running, {len(snapshot.pending)} waiting")
+    print(f"as of {format_time(moment)}: {len(snapshot.running)} jobs running, {len(snapshot.pending)} waiting")
     print(f"{'cluster':<16}{'gpu model':<16}{'nodes':>7}{'gpus':>7}{'free':>7}{'healthy':>9}")
     for (cluster, model), (nodes, gpus, free, healthy) in sorted(fleet.items()):
         print(f"{cluster:<16}{model:<16}{nodes:>7}{gpus:>7}{free:>7}{healthy:>9}")
@@ -295,7 +287,6 @@ async def run_whatif(args: argparse.Namespace) -> int:
 
     import yaml
 
-    from events.envelope import parse_time
     from events.log import open_log
     from services.audit.whatif import load_history, simulate
     from services.cli.main import CliError
@@ -307,15 +298,10 @@ async def run_whatif(args: argparse.Namespace) -> int:
         candidate = policy_from_document(f"whatif:{Path(args.policy).name}", document)
     except (OSError, yaml.YAMLError, ValueError, TypeError) as error:
         raise CliError(f"--policy {args.policy}: {error}", 2) from None
-    try:
-        since = parse_time(args.since) if args.since else None
-        until = parse_time(args.until) if args.until else None
-    except ValueError as error:
-        raise CliError(f"--since/--until: not an RFC 3339 time: {error}", 2) from None
     log = open_log(log_url(args.log))
     await log.start()
     try:
-        history = await load_history(log, namespace=args.namespace, since_ms=since, until_ms=until)
+        history = await load_history(log, namespace=args.namespace, since_ms=args.since, until_ms=args.until)
     finally:
         await log.close()
     current = history.state.policy_config()

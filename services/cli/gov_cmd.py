@@ -10,7 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from services.cli.args import positive_int
+from services.cli.args import positive_int, rfc3339_ms
 from services.cli.main import CliError
 from services.runtime.signals import stop_on_signals
 
@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     request.add_argument(
         "--amount", type=positive_int, required=True, help="in the resource's unit (milli-GPU for gpu)"
     )
-    request.add_argument("--from", dest="start", help="RFC 3339 start (default: now)")
+    request.add_argument("--from", dest="start", type=rfc3339_ms, help="RFC 3339 start (default: now)")
     request.add_argument("--hours", type=float, default=24.0, help="length of the period")
     request.add_argument("--justification", required=True)
     request.add_argument("--by", default="cli", help="who asks")
@@ -55,7 +55,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             decide.add_argument(
                 "--amount", type=positive_int, help="approve less than asked, at least 1 (default: as asked)"
             )
-            decide.add_argument("--until", help="RFC 3339 expiry (default: the end of the period asked)")
+            decide.add_argument(
+                "--until", type=rfc3339_ms, help="RFC 3339 expiry (default: the end of the period asked)"
+            )
         decide.add_argument("--log", help="log URL (default: FEDSCHED_LOG)")
         decide.set_defaults(handler=run_decide, approve=action == "approve")
     listing = quota_sub.add_parser("list", help="quota requests and their state")
@@ -70,7 +72,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     report = gov_sub.add_parser("report", help="utilisation, cost, waiting, interruptions, quota and findings")
     report.add_argument("--period", default="7d", help="how far back: 90m, 12h, 7d, 2w (default 7d)")
-    report.add_argument("--until", help="end of the period, RFC 3339 (default: the latest event time)")
+    report.add_argument("--until", type=rfc3339_ms, help="end of the period, RFC 3339 (default: the latest event time)")
     report.add_argument("--format", choices=("table", "csv", "json", "html"), default="table")
     report.add_argument("--out", help="file to write (default: standard output)")
     report.add_argument("--dsn", help="PostgreSQL DSN of the read models (default: FEDSCHED_POSTGRES_DSN)")
@@ -130,11 +132,10 @@ async def run_request(args: argparse.Namespace) -> int:
 
     from events.catalog.governance import QuotaRequestSubmitted
     from events.catalog.types import ResourceKind
-    from events.envelope import parse_time
     from events.publisher import Publisher, wall_clock_ms
     from services.governance.commands import request_quota
 
-    start = parse_time(args.start) if args.start else wall_clock_ms()
+    start = wall_clock_ms() if args.start is None else args.start
     try:
         submitted = QuotaRequestSubmitted(
             request_id=args.id,
@@ -163,7 +164,6 @@ async def run_request(args: argparse.Namespace) -> int:
 
 
 async def run_decide(args: argparse.Namespace) -> int:
-    from events.envelope import parse_time
     from events.publisher import Publisher
     from services.governance.commands import decide_request
     from services.governance.quota import DecisionError
@@ -180,7 +180,7 @@ async def run_decide(args: argparse.Namespace) -> int:
             by=args.by,
             comment=args.comment,
             approved_amount=getattr(args, "amount", None),
-            expires_ms=parse_time(args.until) if getattr(args, "until", None) else None,
+            expires_ms=getattr(args, "until", None),
         )
     except DecisionError as error:
         raise CliError(str(error), exit_code=1) from None
@@ -245,7 +245,6 @@ async def run_findings(args: argparse.Namespace) -> int:
 async def run_report(args: argparse.Namespace) -> int:
     import asyncpg
 
-    from events.envelope import parse_time
     from services.config import postgres_dsn
     from services.governance.render import render
     from services.governance.report import gather, latest_time
@@ -254,7 +253,7 @@ async def run_report(args: argparse.Namespace) -> int:
     pool = await asyncpg.create_pool(postgres_dsn(args.dsn), min_size=1, max_size=2)
     event_log = None if args.log == "-" else await _open(args.log)
     try:
-        until = parse_time(args.until) if args.until else await latest_time(pool)
+        until = await latest_time(pool) if args.until is None else args.until
         report = await gather(pool, event_log, until - span, until)
     finally:
         await pool.close()

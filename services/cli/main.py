@@ -12,6 +12,7 @@ import asyncio
 import importlib
 import inspect
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -55,12 +56,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = handler(args)
         if inspect.iscoroutine(result):
             result = asyncio.run(result)
+        sys.stdout.flush()  # here, so a reader that went away is seen below and not at interpreter exit
     except KeyboardInterrupt:
         return 130
     except CliError as error:
         print(f"fedsched: {error}", file=sys.stderr)
         return error.exit_code
+    except BrokenPipeError:
+        return _reader_gone()
     return int(result or 0)
+
+
+def _reader_gone() -> int:
+    """Stop quietly when standard output is closed early (``fedsched jobs | head``), as ``cat`` would."""
+    # Python flushes stdout again at exit and would report that write failing too: send what is left
+    # in the buffer nowhere.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 class CliError(Exception):

@@ -6,6 +6,7 @@ import argparse
 import logging
 from pathlib import Path
 
+from services.cli.args import positive_float, positive_int
 from services.runtime.collector import tune_for_service
 from services.runtime.logs import configure as configure_logging
 
@@ -17,10 +18,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     demo = sub.add_parser("demo", help="fedsched up, a real trace replayed through the API, then audit verify")
     _common(demo)
-    demo.add_argument("--pods", type=Path, help="pod list CSV (default: the openb default trace)")
-    demo.add_argument("--count", type=int, default=500, help="how many GPU pods to replay (default 500)")
-    demo.add_argument("--rate", type=float, default=50.0, help="submissions per second (default 50)")
-    demo.add_argument("--speed", type=float, default=60.0, help="simulated seconds per second (default 60)")
+    demo.add_argument(
+        "--pods",
+        type=Path,
+        help="openb pod list CSV (default: openb_pod_list_default.csv of the traces in FEDSCHED_TRACES)",
+    )
+    demo.add_argument("--count", type=positive_int, default=500, help="how many GPU pods to replay (default 500)")
+    demo.add_argument("--rate", type=positive_float, default=50.0, help="submissions per second (default 50)")
+    demo.add_argument("--speed", type=positive_float, default=60.0, help="simulated seconds per second (default 60)")
     demo.set_defaults(handler=run_demo)
 
 
@@ -83,11 +88,18 @@ async def run_up(args: argparse.Namespace) -> int:
 async def run_demo(args: argparse.Namespace) -> int:
     from services.cli.main import CliError
     from services.runtime.demo import DemoConfig, run
+    from services.scheduler.sim.traces import pods_csv
 
+    pods: Path = args.pods or pods_csv("default")
+    if not pods.is_file():  # noqa: ASYNC240 (nothing else runs yet)
+        # No pod trace ships with fedsched (the node list has a sample; a replay needs the real pods).
+        raise CliError(
+            f"--pods: no pod list at {pods}; pass --pods FILE (an openb pod list CSV such as"
+            " openb_pod_list_default.csv) or set FEDSCHED_TRACES to the directory holding alibaba-openb-2023/",
+            2,
+        )
     configure_logging(logging.WARNING)
 
     tune_for_service()
-    if args.count < 1 or args.speed <= 0 or args.rate <= 0:
-        raise CliError("--count must be at least 1, --speed and --rate positive", 2)
-    config = DemoConfig(up=config_from(args), pods=args.pods, count=args.count, rate=args.rate, speed=args.speed)
+    config = DemoConfig(up=config_from(args), pods=pods, count=args.count, rate=args.rate, speed=args.speed)
     return await run(config)

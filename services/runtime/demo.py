@@ -155,10 +155,9 @@ async def _allocation(running: up.Running) -> dict[str, float]:
 
 
 def _node_slice(data_dir: Path, count: int) -> Path:
-    from services.scheduler.sim.traces import default_nodes_csv
-
     data_dir.mkdir(parents=True, exist_ok=True)
-    lines = default_nodes_csv().read_text(encoding="utf-8").splitlines()
+    # The same node list as ``fedsched up``: the openb one, or the sample shipped with fedsched.
+    lines = up._default_nodes().read_text(encoding="utf-8").splitlines()
     target = data_dir / "demo-nodes.csv"
     target.write_text("\n".join(lines[: count + 1]) + "\n", encoding="utf-8")
     return target
