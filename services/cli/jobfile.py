@@ -79,14 +79,14 @@ def parse(text: str) -> tuple[jobs_pb2.JobSpec, str | None]:
     spec = jobs_pb2.JobSpec()
     for name, kind in _SCALARS.items():
         if name in doc:
-            _set(spec, name, _typed(name, doc[name], kind))
+            _set(spec, name, _typed(name, doc[name], kind), field=name)
     resources = doc.get("resources")
     if resources is not None:
         _resources(spec, _mapping("resources", resources))
     for name in _DURATIONS:
         for key in (name, f"{name}_s"):
             if key in doc:
-                _set(spec, f"{name}_s", seconds(key, doc[key]))
+                _set(spec, f"{name}_s", seconds(key, doc[key]), field=key)
     if "datasets" in doc:
         spec.datasets.extend(_strings("datasets", doc["datasets"]))
     for i, item in enumerate(_list("tolerations", doc.get("tolerations", []))):
@@ -99,7 +99,8 @@ def parse(text: str) -> tuple[jobs_pb2.JobSpec, str | None]:
         inference = _mapping("inference", doc["inference"])
         for part in ("min_replicas", "spread_clusters"):
             if part in inference:
-                _set(spec.inference, part, _typed(f"inference.{part}", inference[part], int))
+                field = f"inference.{part}"
+                _set(spec.inference, part, _typed(field, inference[part], int), field=field)
         spec.inference.SetInParent()
     if doc.get("template") is not None:
         spec.template_json = json.dumps(_mapping("template", doc["template"]), default=str)
@@ -115,7 +116,8 @@ def _resources(spec: jobs_pb2.JobSpec, doc: dict[str, Any]) -> None:
             raise JobFileError(f"resources.{key}", f"unknown field; known: {', '.join([*_RESOURCES, 'gpu_models'])}")
     for name, kind in _RESOURCES.items():
         if name in doc:
-            _set(spec.resources, name, _typed(f"resources.{name}", doc[name], kind))
+            field = f"resources.{name}"
+            _set(spec.resources, name, _typed(field, doc[name], kind), field=field)
     if "gpu_models" in doc:
         spec.resources.gpu_models.extend(_strings("resources.gpu_models", doc["gpu_models"]))
     spec.resources.SetInParent()
@@ -133,11 +135,12 @@ def seconds(field: str, value: Any) -> int:
     raise JobFileError(field, f"a duration is whole seconds or text like 90s, 30m, 6h, 2d; got {value!r}")
 
 
-def _set(message: Any, name: str, value: Any) -> None:
+def _set(message: Any, name: str, value: Any, *, field: str) -> None:
+    """Set ``name`` on a (nested) message; ``field`` is where the value is in the file, for the error."""
     try:
         setattr(message, name, value)
     except (ValueError, TypeError) as error:
-        raise JobFileError(name, f"out of range: {error}") from None
+        raise JobFileError(field, f"out of range: {error}") from None
 
 
 def _typed(field: str, value: Any, kind: type) -> Any:
