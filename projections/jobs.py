@@ -532,6 +532,7 @@ def _placed(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView,
         run=fact.run,
         runs=view.runs + 1,
         placed_ms=now,
+        started_ms=None,  # this run's start, when its cluster reports it (as ``placed_ms`` is this run's)
         waiting_ms=max(0, waited),
         queued_since_ms=None,
         superseded=superseded,
@@ -566,9 +567,9 @@ def _run_ended(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobVi
     if fact.event == "JobFailed":
         reason = fact.reason
     emitted += _demand(view, status == "queued")  # of fields the end of a run does not change
-    changes: dict[str, int | None]
-    if status == "queued":
-        changes = {"preemptions": view.preemptions + 1, "queued_since_ms": now}
+    changes: dict[str, int | str | None]
+    if status == "queued":  # back in the queue: no cluster holds it until it is placed again
+        changes = {"preemptions": view.preemptions + 1, "queued_since_ms": now, "cluster": None}
     else:
         changes = {"ended_ms": now, "queued_since_ms": None}
     logged = _log(view, now, status, fact, reason, fact.message, status=status, placement=(), **changes, **extra)

@@ -29,14 +29,29 @@ def _qualified(schema: str, table: str) -> str:
 
 
 async def ensure_schema(pool: asyncpg.Pool, schema: str) -> None:
-    """Create what is missing. Existing tables are left untouched: even ``IF NOT EXISTS`` DDL takes
-    locks that would deadlock against a running writer, so the check comes first."""
+    """Create what is missing, columns added since a table was made included. Nothing else of an
+    existing table is touched: even ``IF NOT EXISTS`` DDL takes locks that would deadlock against a
+    running writer, so the check comes first. (A new column is filled by the replay a new
+    ``STATE_FORMAT`` starts.)"""
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
         await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
         for table in TABLES.values():
             if await conn.fetchval("SELECT to_regclass($1)", f"{schema}.{table.name}") is None:
                 await conn.execute(table.ddl(schema))
+            else:
+                present = {
+                    row["column_name"]
+                    for row in await conn.fetch(
+                        "SELECT column_name FROM information_schema.columns"
+                        " WHERE table_schema = $1 AND table_name = $2",
+                        schema,
+                        table.name,
+                    )
+                }
+                for name, sql in table.columns:
+                    if name not in present:
+                        await conn.execute(f"ALTER TABLE {schema}.{table.name} ADD COLUMN {name} {sql}")
             for name, ddl in table.index_ddl(schema):  # also on tables made before the index existed
                 if await conn.fetchval("SELECT to_regclass($1)", name) is None:
                     await conn.execute(ddl)
@@ -62,12 +77,14 @@ async def load_positions(pool: asyncpg.Pool, schema: str) -> dict[tuple[str, int
     return {(row["topic"], row["partition"]): row["next_offset"] for row in rows}
 
 
-STATE_FORMAT = 4
-"""The layout of the pickled entities: raise it whenever a stage's entity class changes its fields.
+STATE_FORMAT = 5
+"""The layout of the pickled entities: raise it whenever a stage's entity class changes its fields, or
+a fold changes what the read models say (the log is then replayed into them).
 1: up to the batch folding of the projections; 2: running totals and plain published facts; 3: the
 quota's holdings and released runs and the fleet's nodes and pending jobs in persistent collections;
 4: the job view keeps its facts in job order (and what waits), so its answer does not depend on the
-order its partitions are read in."""
+order its partitions are read in; 5: replicas sharing a node count there (one allocation per node and
+job), a run's start and cluster are the current run's, and the jobs table has ``queued_since_ms``."""
 _FORMAT_KEY = ("_format", "")
 ENDED_JOBS = f"{JOB_STAGE}.ended"
 """The stage name an ended job's view is stored under: not loaded at start (the in-process host keeps

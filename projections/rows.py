@@ -94,6 +94,7 @@ def _job_rows(key: str, job: JobView) -> Sequence[Row]:
             _json(timeline),
             job.last_decision_type,
             job.last_decision or None,
+            job.queued_since_ms,
         )
     ]
 
@@ -216,6 +217,7 @@ TABLES: dict[str, Table] = {
             ("timeline", "jsonb"),
             ("last_decision_type", "text"),
             ("last_decision", "jsonb"),
+            ("queued_since_ms", "bigint"),  # a waiting job's wait so far is ``waiting_ms`` plus the time since
         ),
         _job_rows,
         _JOB_INDEXES,

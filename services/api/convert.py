@@ -49,7 +49,17 @@ def slots(placement: Sequence[Sequence[Any]] | None) -> list[jobs_pb2.ReplicaSlo
     ]
 
 
-def job(row: Row, *, with_timeline: bool = False) -> jobs_pb2.Job:
+def waited_ms(row: Row, now_ms: int) -> int:
+    """How long the job has waited in all: its finished waits, and for a job waiting now, the time since
+    it joined the queue (the view adds a wait up only when it ends)."""
+    waited = int(row.get("waiting_ms") or 0)
+    since = row.get("queued_since_ms")
+    if since is not None and row.get("status") in ("submitted", "queued"):
+        waited += max(0, now_ms - int(since))
+    return waited
+
+
+def job(row: Row, *, now_ms: int, with_timeline: bool = False) -> jobs_pb2.Job:
     message = jobs_pb2.Job(
         job_id=row["entity_key"],
         name=row["name"] or "",
@@ -62,7 +72,7 @@ def job(row: Row, *, with_timeline: bool = False) -> jobs_pb2.Job:
         cluster=row["cluster"] or "",
         replicas=row["replicas"] or 0,
         gpu_milli=row["gpu_milli"] or 0,
-        waiting_ms=row["waiting_ms"] or 0,
+        waiting_ms=waited_ms(row, now_ms),
         run=row["run"] or 0,
         runs=row["runs"] or 0,
         preemptions=row["preemptions"] or 0,

@@ -23,7 +23,7 @@ from events.catalog.decisions import (
 )
 from events.catalog.types import ResourceKind
 from events.envelope import format_time
-from services.api.convert import describe, reason_text, slots, timeline_entry
+from services.api.convert import describe, reason_text, slots, timeline_entry, waited_ms
 from services.api.pb import jobs_pb2
 
 _DECISIONS: dict[str, type[JobQueued | JobPlaced | JobPreemptionRequested | JobReclaimRequested]] = {
@@ -43,12 +43,12 @@ UNITS = {
 }
 
 
-def explain(row: Mapping[str, Any]) -> jobs_pb2.Explanation:
+def explain(row: Mapping[str, Any], now_ms: int) -> jobs_pb2.Explanation:
     status = row.get("status") or "unknown"
     out = jobs_pb2.Explanation(
         job_id=row["entity_key"],
         status=status,
-        waiting_ms=row.get("waiting_ms") or 0,
+        waiting_ms=waited_ms(row, now_ms),
         runs=row.get("runs") or 0,
         decision_type=row.get("last_decision_type") or "",
     )

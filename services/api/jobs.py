@@ -8,7 +8,8 @@ ago that the job view has not folded yet.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 
 from events.log.contract import EventLog
 from events.topics import JOBS
@@ -29,8 +30,15 @@ PRIORITY_CLASSES = ("production_inference", "critical_training", "standard", "be
 
 class JobService:
     def __init__(
-        self, commands: JobCommands, reads: ReadModels, store: ApiStore, log: EventLog, tails: WatchTails
+        self,
+        commands: JobCommands,
+        reads: ReadModels,
+        store: ApiStore,
+        log: EventLog,
+        tails: WatchTails,
+        clock: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
+        self._clock = clock  # a waiting job's wait so far is counted to now
         self._commands = commands
         self._reads = reads
         self._store = store
@@ -61,7 +69,7 @@ class JobService:
     async def GetJob(self, request: jobs_pb2.GetJobRequest, context: Context) -> jobs_pb2.Job:
         row = await self._visible_row(request.job_id)
         if row is not None:
-            return convert.job(row, with_timeline=True)
+            return convert.job(row, now_ms=self._clock(), with_timeline=True)
         entry = await self._store.submission(request.job_id)
         if entry is None:  # pragma: no cover - find() saw it a moment ago
             raise NotFound(f"no job {request.job_id}", field="job_id")
@@ -86,7 +94,8 @@ class JobService:
         query = {**where.as_query(), "scope": principal.tenant_scope()}
         after = validation.decode_page_token(request.page_token, query, 2)
         rows = await self._reads.jobs(where, principal.tenant_scope(), size + 1, after)
-        out = jobs_pb2.ListJobsResponse(jobs=[convert.job(r) for r in rows[:size]])
+        now = self._clock()
+        out = jobs_pb2.ListJobsResponse(jobs=[convert.job(r, now_ms=now) for r in rows[:size]])
         if len(rows) > size:
             last = rows[size - 1]
             out.next_page_token = validation.encode_page_token(query, [last["submitted_ms"] or 0, last["entity_key"]])
@@ -130,4 +139,4 @@ class JobService:
                 question="unknown",
                 summary=[f"The scheduler has made no decision about this job yet (status {status})."],
             )
-        return explain(row)
+        return explain(row, self._clock())

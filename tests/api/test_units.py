@@ -11,6 +11,7 @@ import pytest
 from events.catalog.decisions import CandidateScore, JobPlaced, ReplicaPlacement
 from events.catalog.jobs import JobKind, JobSubmitted, PriorityClass
 from services.api import codegen, validation
+from services.api.convert import waited_ms
 from services.api.errors import InvalidArgument, field_path
 from services.api.explain import explain
 from services.api.pb import jobs_pb2
@@ -107,10 +108,10 @@ def test_field_paths_are_cut_to_what_a_job_rejected_may_carry() -> None:
 
 def test_an_explanation_without_a_decision_says_so() -> None:
     row = {"entity_key": "j-1", "status": "submitted", "timeline": [], "last_decision": None, "last_decision_type": ""}
-    answer = explain(row)
+    answer = explain(row, 0)
     assert answer.question == "unknown" and "no decision" in answer.summary[0]
     row.update(last_decision={"job_id": "j-1", "from": "the future"}, last_decision_type="JobQueued")
-    assert "cannot read" in explain(row).summary[0]
+    assert "cannot read" in explain(row, 0).summary[0]
 
 
 def test_stubs_are_generated_with_package_imports_and_not_twice(tmp_path: Path) -> None:
@@ -153,9 +154,9 @@ def test_an_explanation_says_who_made_room_for_a_job_and_why_another_was_stopped
         "last_decision": json.loads(placed.model_dump_json()),
         "last_decision_type": "JobPlaced",
     }
-    text = "\n".join(explain(preemptor).summary)
+    text = "\n".join(explain(preemptor, 0).summary)
     assert "Room was made for it first: 1 job(s) asked to stop: be." in text
-    assert list(explain(preemptor).placement.victims) == ["be"]
+    assert list(explain(preemptor, 0).placement.victims) == ["be"]
 
     stopped = {
         "entity_key": "be",
@@ -168,7 +169,7 @@ def test_an_explanation_says_who_made_room_for_a_job_and_why_another_was_stopped
         "last_decision": None,
         "last_decision_type": "",
     }
-    text = "\n".join(explain(stopped).summary)
+    text = "\n".join(explain(stopped, 0).summary)
     latest = "the latest at 1970-01-01T00:00:00.003Z"
     assert f"Stopped 1 time(s) to make room; {latest}: PriorityPreemption - {stop.message}" in text
     assert "crit" in stop.message  # for whom
@@ -187,3 +188,11 @@ def test_the_cli_prints_64_bit_integers_as_numbers() -> None:
     assert out["preemptions"][0]["time_ms"] == 1_767_225_600_000
     job = to_dict(jobs_pb2.Job(job_id="j-1", gpu_milli=4000, submitted_ms=5))
     assert (job["gpu_milli"], job["submitted_ms"]) == (4000, 5)
+
+
+def test_a_waiting_job_has_waited_until_now_and_a_placed_one_until_its_placement() -> None:
+    waiting = {"status": "queued", "waiting_ms": 5_000, "queued_since_ms": 10_000}
+    assert waited_ms(waiting, 70_000) == 65_000
+    assert waited_ms({**waiting, "status": "placed", "queued_since_ms": None}, 70_000) == 5_000
+    assert waited_ms({**waiting, "status": "cancelled"}, 70_000) == 5_000  # ended: its wait is over
+    assert waited_ms(waiting, 9_000) == 5_000  # a clock behind the log's adds nothing, takes nothing

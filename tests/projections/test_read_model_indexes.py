@@ -1,4 +1,4 @@
-"""The job listing reads an index, on new read models and on ones made before the index existed."""
+"""Read models made by an earlier version: the job listing index and the columns added since are added to them."""
 
 from __future__ import annotations
 
@@ -49,5 +49,20 @@ async def test_the_job_indexes_are_made_and_added_to_older_read_models(fresh_dat
         rows = await pool.fetch(LISTING.format(s="older"), ["t3"], ["running"])
         expected = sorted((i for i in range(1, 20001) if i % 7 == 3 and i % 5 == 0), reverse=True)[:50]
         assert [r["entity_key"] for r in rows] == [f"j{i}" for i in expected]
+    finally:
+        await pool.close()
+
+
+async def test_columns_added_since_a_table_was_made_are_added_to_it(fresh_database: str) -> None:
+    pool = await asyncpg.create_pool(fresh_database, min_size=1, max_size=2)
+    try:
+        await pool.execute("CREATE SCHEMA before")
+        await pool.execute(TABLES["jobs"].ddl("before"))
+        await pool.execute("ALTER TABLE before.read_jobs DROP COLUMN queued_since_ms")  # as an earlier version made it
+        await pool.execute("INSERT INTO before.read_jobs (entity_key, status) VALUES ('j1', 'queued')")
+        await readmodels.ensure_schema(pool, "before")
+        row = await pool.fetchrow("SELECT * FROM before.read_jobs")
+        assert list(row.keys()) == [name for name, _ in TABLES["jobs"].columns]
+        assert row["entity_key"] == "j1" and row["queued_since_ms"] is None
     finally:
         await pool.close()

@@ -8,6 +8,7 @@ from events.catalog.jobs import JobPreempted, JobStarted, JobSucceeded
 from events.catalog.profiles import ResourceProfileUpdated
 from events.catalog.types import Health
 from projections.nodes import allocated_by_gpu
+from projections.rows import _job_rows
 from tests.unit.projections.builders import Fold, a_job, a_node, placed
 
 
@@ -35,13 +36,18 @@ def test_a_preempted_job_returns_to_the_queue_and_frees_its_gpus() -> None:
     fold.feed(a_job(gpus=2))
     fold.feed(placed(gpus=(0, 1)), at_s=1)
     assert sum(m for _, m in fold.get("nodes", "c1/n1").allocations[0].gpu_milli) == 2000
+    fold.feed(JobStarted(job_id="j1", cluster="c1"), at_s=5)
     fold.feed(JobPreempted(job_id="j1", cluster="c1"), at_s=60)
     job = fold.get("jobs", "j1")
     assert (job.status, job.preemptions, job.runs) == ("queued", 1, 1)
+    assert job.cluster is None  # waiting again: no cluster holds it
+    assert job.queued_since_ms == 1_060_000 and _job_rows("j1", job)[0][-1] == 1_060_000
     assert fold.get("nodes", "c1/n1").allocations == ()
     fold.feed(placed(gpus=(2, 3), run=2), at_s=90)
     job = fold.get("jobs", "j1")
-    assert (job.status, job.run, job.runs) == ("placed", 2, 2)
+    assert (job.status, job.run, job.runs, job.cluster) == ("placed", 2, 2, "c1")
+    assert job.placed_ms == 1_090_000 and job.started_ms is None  # the run's own start is still to come
+    assert job.waiting_ms == 1000 + 30_000 and job.queued_since_ms is None
 
 
 def test_replicas_that_share_a_node_all_count_there_and_all_go_when_the_job_ends() -> None:
