@@ -235,10 +235,12 @@ async def submit_job(args: argparse.Namespace, client: Client) -> int:
     try:
         spec, file_request_id = jobfile.parse(text)
     except jobfile.JobFileError as error:
-        if args.json:
-            print(json.dumps({"error": {"code": "INVALID_ARGUMENT", "message": str(error), "field": error.field}}))
-            return 2
-        raise CliError(f"{args.file}: {error}", 2) from None
+        from events.catalog.reasons import ReasonCode
+        from services.api.client import CallError
+
+        # Reported as the server reports a bad field, so a script reads one shape, on one stream, either way.
+        local = CallError("INVALID_ARGUMENT", f"{args.file}: {error}", error.field, ReasonCode.INVALID_REQUEST.value)
+        return _failed(args, local)
     request_id = args.request_id or file_request_id or f"cli-{uuid.uuid4().hex}"
     request = jobs_pb2.SubmitJobRequest(spec=spec, client_request_id=request_id)
     response = await client.call(client.jobs.SubmitJob, request)

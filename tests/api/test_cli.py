@@ -195,8 +195,8 @@ async def test_resources_quota_and_errors_have_tables_json_and_exit_codes(
     assert code == 2 and "gpu: unknown field" in err
     code, _, err = results["too many gpus"]
     assert code == 2 and "resources.gpus" in err
-    code, out, _ = results["bad duration"]
-    assert code == 2 and json.loads(out)["error"]["field"] == "expected_runtime"
+    code, _, err = results["bad duration"]
+    assert code == 2 and json.loads(err)["error"]["field"] == "expected_runtime"
 
 
 async def test_development_mode_prints_a_token_the_cli_finds_by_itself(api_process: RunningApi, tmp_path: Path) -> None:
