@@ -40,3 +40,12 @@ def positive_float(text: str) -> float:
     if not value > 0 or value == float("inf"):  # also refuses nan
         raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
     return value
+
+
+def time_range(since_ms: int | None, until_ms: int | None) -> None:
+    """Refuse ``--since`` after ``--until``: such a range holds nothing, which is never what was meant."""
+    from events.envelope import format_time
+    from services.cli.main import CliError
+
+    if since_ms is not None and until_ms is not None and since_ms > until_ms:
+        raise CliError(f"--since {format_time(since_ms)} is later than --until {format_time(until_ms)}", 2)

@@ -6,7 +6,7 @@ import argparse
 import json
 from dataclasses import asdict
 
-from services.cli.args import rfc3339_ms
+from services.cli.args import rfc3339_ms, time_range
 from services.runtime.signals import stop_on_signals
 
 
@@ -20,7 +20,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     chain.add_argument("--json", action="store_true", help="print one JSON object")
     chain.set_defaults(handler=verify_chain)
 
-    verify = audit_sub.add_parser("verify", help="re-execute every recorded scheduling cycle and compare")
+    verify = audit_sub.add_parser(
+        "verify",
+        help="re-execute every recorded scheduling cycle and compare",
+        epilog="exit status: 0 every cycle re-executed identically; 1 some cycle differs; 2 bad arguments;"
+        " 3 no scheduling cycle recorded in the range, so nothing was verified",
+    )
     verify.add_argument("--log", help="log URL (default: FEDSCHED_LOG)")
     verify.add_argument("--namespace", default="", help="topic prefix the scheduler ran with")
     verify.add_argument("--since", type=rfc3339_ms, help="only cycles at or after this time (RFC 3339)")
@@ -147,6 +152,7 @@ async def run_verify(args: argparse.Namespace) -> int:
     from services.runtime.collector import tune_for_service
     from services.scheduler.host import INPUT_TOPICS
 
+    time_range(args.since, args.until)
     tune_for_service()  # the whole folded history stays alive: full collections over it cost ~25%
 
     log = open_log(log_url(args.log))
@@ -158,11 +164,29 @@ async def run_verify(args: argparse.Namespace) -> int:
         )
     finally:
         await log.close()
+    if report.cycles == 0:
+        # Nothing re-executed is no evidence either way: not "100% identical", and not success.
+        if args.json:
+            print(json.dumps({**report.to_json(), "identical_pct": None}))
+        else:
+            print(
+                f"nothing verified: no scheduling cycle recorded{_range_text(args.since, args.until)}"
+                f" ({report.events_read} events read)"
+            )
+        return 3
     if args.json:
         print(json.dumps(report.to_json()))
     else:
         print("\n".join(report.lines()))
     return 0 if not report.differences else 1
+
+
+def _range_text(since_ms: int | None, until_ms: int | None) -> str:
+    from events.envelope import format_time
+
+    since = "" if since_ms is None else f" from {format_time(since_ms)}"
+    until = "" if until_ms is None else f" until {format_time(until_ms)}"
+    return since + until
 
 
 async def run_timeline(args: argparse.Namespace) -> int:
@@ -298,6 +322,7 @@ async def run_whatif(args: argparse.Namespace) -> int:
         candidate = policy_from_document(f"whatif:{Path(args.policy).name}", document)
     except (OSError, yaml.YAMLError, ValueError, TypeError) as error:
         raise CliError(f"--policy {args.policy}: {error}", 2) from None
+    time_range(args.since, args.until)
     log = open_log(log_url(args.log))
     await log.start()
     try:

@@ -79,6 +79,9 @@ async def run(config: DemoConfig, out: TextIO = sys.stdout) -> int:
     finally:
         await client.close()
         await up.stop(running)
+    if report.cycles == 0:
+        out.write(f"audit verify: no scheduling cycle recorded, nothing verified ({report.events_read} events)\n")
+        return 1
     out.write(
         f"audit verify: {report.cycles} cycles, {report.decisions} decisions re-executed, "
         f"{report.identical_pct:.2f}% identical ({report.events_read} events, {report.seconds:.1f} s)\n"
