@@ -94,7 +94,7 @@ class JobCommands:
             client_request_id=request_id,
             submitted_by=principal.subject,
         )
-        event = validation.event_from(JobSubmitted, body)
+        event = validation.asks_for_something(validation.event_from(JobSubmitted, body))
         envelope = self._publisher.envelope(
             event,
             id=f"submit-{event.job_id}",

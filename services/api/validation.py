@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from pydantic import TypeAdapter, ValidationError
 
 from events.catalog.base import Event
+from events.catalog.jobs import JobSubmitted
 from events.catalog.types import GpuModel, Id, RequestId
 from events.codec import invalid_event
 from events.errors import EventError, InvalidEvent
@@ -61,8 +62,8 @@ def job_spec_body(spec: jobs_pb2.JobSpec) -> dict[str, Any]:
 
     Unset fields are left out so the catalogue's defaults apply; proto3 ``optional`` fields tell unset
     from zero (``replicas: 0`` is refused, a missing ``replicas`` is 1)."""
-    body: dict[str, Any] = {"name": spec.name, "tenant": spec.tenant}
-    for name in ("project", "queue", "kind", "priority_class", "interconnect"):
+    body: dict[str, Any] = {}
+    for name in ("name", "tenant", "project", "queue", "kind", "priority_class", "interconnect"):
         value = getattr(spec, name)
         if value:
             body[name] = value
@@ -96,6 +97,15 @@ def job_spec_body(spec: jobs_pb2.JobSpec) -> dict[str, Any]:
     if spec.labels:
         body["labels"] = dict(spec.labels)
     return body
+
+
+def asks_for_something(event: JobSubmitted) -> JobSubmitted:
+    """The submission, if it asks for some resource. A job asking for nothing would wait forever (no
+    node "fits" it) with nothing to account; the catalogue allows it for records already in the log."""
+    r = event.resources
+    if not (r.cpu_milli or r.memory_mib or r.gpus or r.gpu_milli or r.npus):
+        raise InvalidArgument("resources", "asks for nothing: give cpu_milli, memory_mib, gpus, gpu_milli or npus")
+    return event
 
 
 def _toleration(t: jobs_pb2.Toleration) -> dict[str, Any]:

@@ -75,13 +75,17 @@ def test_a_bad_job_file_names_the_field(text: str, field: str) -> None:
         (spec(labels={"bad key!": "v"}), "labels.bad key!.[key]"),
         (spec(expected_runtime_s=10, max_runtime_s=5), "spec"),
         (jobs_pb2.JobSpec(name="n", tenant="t"), "resources"),
+        (spec(resources=jobs_pb2.Resources(gpu_models=["A100-80G"])), "resources"),  # asks for nothing
+        (spec(name=""), "name"),
+        (spec(tenant=""), "tenant"),
     ],
 )
 def test_edge_validation_names_the_field_as_the_catalogue_does(bad: jobs_pb2.JobSpec, field: str) -> None:
     with pytest.raises(InvalidArgument) as caught:
         body = validation.job_spec_body(bad)
-        validation.event_from(JobSubmitted, {**body, "job_id": "j-1"})
+        validation.asks_for_something(validation.event_from(JobSubmitted, {**body, "job_id": "j-1"}))
     assert caught.value.field == field
+    assert "at least 1 character" not in str(caught.value)  # a missing field is said to be missing
 
 
 def test_defaults_come_from_the_catalogue() -> None:
