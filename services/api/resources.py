@@ -7,6 +7,7 @@ not tenant data: any authenticated role may read it.
 from __future__ import annotations
 
 from services.api import convert, validation
+from services.api.errors import NotFound
 from services.api.handlers import Context
 from services.api.pb import resources_pb2
 from services.api.queries import ReadModels
@@ -27,6 +28,7 @@ class ResourceService:
         cluster = validation.optional_identifier("cluster", request.cluster)
         model = validation.optional_gpu_model("gpu_model", request.gpu_model)
         size = validation.page_size(request.page_size)
+        await self._known(cluster)
         query = {"cluster": cluster, "gpu_model": model or ""}
         after = validation.decode_page_token(request.page_token, query, 2)
         rows = await self._reads.nodes(cluster, model, size + 1, after)
@@ -38,5 +40,11 @@ class ResourceService:
 
     async def GetCapacity(self, request: resources_pb2.GetCapacityRequest, context: Context) -> resources_pb2.Capacity:
         cluster = validation.optional_identifier("cluster", request.cluster)
+        await self._known(cluster)
         per_cluster = await self._reads.capacity(cluster)
         return convert.capacity(per_cluster, await self._reads.fleet_models())
+
+    async def _known(self, cluster: str | None) -> None:
+        """A filter on a cluster the federation never heard of is a mistake (a typo), not an empty fleet."""
+        if cluster and cluster not in {row["cluster"] for row in await self._reads.clusters()}:
+            raise NotFound(f"no cluster {cluster}", field="cluster")

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from services.cli import jobfile
+from services.cli.args import positive_int
 from services.cli.main import CliError
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     jobs.add_argument("--status", action="append", default=[], choices=STATUSES, help="repeat for several")
     jobs.add_argument("--priority-class", default="")
     jobs.add_argument("--cluster", default="")
-    jobs.add_argument("--limit", type=int, default=50, help="at most this many jobs (default 50)")
+    jobs.add_argument("--limit", type=positive_int, default=50, help="at most this many jobs (default 50)")
     jobs.set_defaults(handler=_handler(list_jobs))
 
     job = sub.add_parser("job", parents=[common], help="one job: status, placement and timeline")
@@ -92,7 +93,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     what = resources.add_mutually_exclusive_group()
     what.add_argument("--clusters", action="store_true", help="list clusters instead")
     what.add_argument("--nodes", action="store_true", help="list nodes instead")
-    resources.add_argument("--limit", type=int, default=200, help="with --nodes: at most this many (default 200)")
+    resources.add_argument(
+        "--limit", type=positive_int, default=200, help="with --nodes: at most this many (default 200)"
+    )
     resources.set_defaults(handler=_handler(show_resources))
 
     quota = sub.add_parser("quota", parents=[common], help="quota and usage of tenant queues")
@@ -256,8 +259,6 @@ async def submit_job(args: argparse.Namespace, client: Client) -> int:
 async def list_jobs(args: argparse.Namespace, client: Client) -> int:
     from services.api.pb import jobs_pb2
 
-    if args.limit < 1:
-        raise CliError("--limit must be at least 1", 2)
     found: list[Any] = []
     token = ""
     while len(found) < args.limit:
