@@ -49,7 +49,8 @@ verify`` then tells the cycles recorded by other code (which may differ for that
 History: ``-2`` takes a run's first reported end and first placement as final (``-1`` took the last
 ones, so a second, conflicting report of a run's end changed the tenant's usage); a ``JobPlaced`` (v2)
 names the jobs stopped to make room for it; between clusters, preemption stops the least important
-jobs (``-1`` compared the GPUs taken away, then the cluster names)."""
+jobs (``-1`` compared the GPUs taken away, then the cluster names); a job of several replicas each of
+which fits on a node, though not all of them, is not given one replica's numbers as what binds."""
 
 
 def cycle_id(sequence: int) -> CycleId:

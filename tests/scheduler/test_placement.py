@@ -82,6 +82,10 @@ def test_a_job_that_cannot_fit_is_queued_with_the_binding_constraint(case, node,
         ("cpu short", a_node("n1").cpu(64000, 2000), a_job("j").gpus(1).cpu(8000), ("cpu", None, 8000, 2000)),
         ("gpus taken", a_node("n1").gpus(8, (1000,) * 3 + (0,) * 5), a_job("j").gpus(4), ("gpu", None, 4000, 3000)),
         ("share too big", a_node("n1").gpus(2, (300, 500)), a_job("j").share(600), ("gpu", None, 600, 500)),
+        # Each replica fits on the node, not all four: no one resource's numbers say so ("room for 2 of 4")
+        ("replicas", a_node("n1").gpus(16, (1000,) * 8 + (0,) * 8), a_job("j").gpus(4).replicas(4), (None, None, 0, 0)),
+        ("gang of two, one gpu short", a_node("n1").gpus(8, (1000,) * 3 + (0,) * 5), a_job("j").gpus(4).replicas(2),
+         ("gpu", None, 4000, 3000)),
     ],
 )  # fmt: skip
 def test_the_binding_constraint_carries_its_numbers(case, node, job, numbers):

@@ -71,6 +71,14 @@ def _cluster(ctx: Ctx, job: Job, d: Demand, ci: int, extra: np.ndarray | None) -
     def bound(reason: ReasonCode, resource: str | None = None, requested: int = 0, available: int = 0) -> Constraint:
         return Constraint(reason, resource, model if resource == "gpu" else None, cid, requested, available)
 
+    def per_replica(reason: ReasonCode, resource: str, requested: int, available: int) -> Constraint:
+        """One replica's numbers, when one replica is what does not fit; when a node has room for one but
+        the cluster not for all of them, no single resource's numbers say why (the detail counts them):
+        "requested 4 GPUs, available 8" would read as a contradiction."""
+        if job.replicas > 1 and available >= requested:
+            return bound(reason)
+        return bound(reason, resource, requested, available)
+
     needs_gpu = bool(d.gpus or d.gpu_milli)
     gpu_nodes = fs.gpu_count[lo:hi] > 0
     if needs_gpu:
@@ -123,17 +131,17 @@ def _cluster(ctx: Ctx, job: Job, d: Demand, ci: int, extra: np.ndarray | None) -
                         f"largest free block is {block} GPUs{where}; room for {total_now} of {job.replicas} replicas"
                     )
                     why = ClusterWhyNot(cid, ReasonCode.INSUFFICIENT_GPU, detail)
-                    return why, total_now, bound(why.reason, "gpu", gpu_ask, block * MILLI)
+                    return why, total_now, per_replica(why.reason, "gpu", gpu_ask, block * MILLI)
                 best = int(fs.gpu_free[lo:hi].max()) if hi > lo else 0
                 detail = f"largest free GPU share is {best}m, needs {d.gpu_milli}m"
                 why = ClusterWhyNot(cid, ReasonCode.INSUFFICIENT_GPU_SHARE, detail)
-                return why, total_now, bound(why.reason, "gpu", d.gpu_milli, best)
+                return why, total_now, per_replica(why.reason, "gpu", d.gpu_milli, best)
             assert code is not None
             most = int((fs.cpu_free if res == "cpu" else fs.mem_free)[lo:hi].max()) if hi > lo else 0
             unit = "m CPU" if res == "cpu" else " MiB"
             need = d.cpu_milli if res == "cpu" else d.memory_mib
             why = ClusterWhyNot(cid, code, f"most free on a node is {most}{unit}, needs {need}{unit}")
-            return why, total_now, bound(code, res, need, most)
+            return why, total_now, per_replica(code, res, need, most)
     why = ClusterWhyNot(cid, ReasonCode.NO_FEASIBLE_NODE, f"room for {total_now} of {job.replicas} replicas")
     return why, total_now, bound(why.reason)
 
