@@ -11,7 +11,9 @@ from services.runtime.signals import stop_on_signals
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    audit = sub.add_parser("audit", help="the audit trail: archive, verify")
+    audit = sub.add_parser(
+        "audit", help="the audit trail: archive, chain, verify, timeline, export, at (a past moment), whatif"
+    )
     audit_sub = audit.add_subparsers(dest="audit", metavar="WHAT")
 
     chain = audit_sub.add_parser("chain", help="check the hash chain of the audit archive")

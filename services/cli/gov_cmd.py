@@ -10,7 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from services.cli.args import positive_int, rfc3339_ms
+from services.cli.args import positive_float, positive_int, rfc3339_ms
 from services.cli.main import CliError
 from services.runtime.signals import stop_on_signals
 
@@ -41,10 +41,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--amount", type=positive_int, required=True, help="in the resource's unit (milli-GPU for gpu)"
     )
     request.add_argument("--from", dest="start", type=rfc3339_ms, help="RFC 3339 start (default: now)")
-    request.add_argument("--hours", type=float, default=24.0, help="length of the period")
+    request.add_argument("--hours", type=positive_float, default=24.0, help="length of the period (default 24)")
     request.add_argument("--justification", required=True)
     request.add_argument("--by", default="cli", help="who asks")
     request.add_argument("--log", help="log URL (default: FEDSCHED_LOG)")
+    request.add_argument("--json", action="store_true", help="print the published event as JSON")
     request.set_defaults(handler=run_request)
     for action in ("approve", "reject"):
         decide = quota_sub.add_parser(action, help=f"{action} a pending quota request")
@@ -59,6 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                 "--until", type=rfc3339_ms, help="RFC 3339 expiry (default: the end of the period asked)"
             )
         decide.add_argument("--log", help="log URL (default: FEDSCHED_LOG)")
+        decide.add_argument("--json", action="store_true", help="print the published decision as JSON")
         decide.set_defaults(handler=run_decide, approve=action == "approve")
     listing = quota_sub.add_parser("list", help="quota requests and their state")
     listing.add_argument("--log", help="log URL (default: FEDSCHED_LOG)")
@@ -74,6 +76,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     report.add_argument("--period", default="7d", help="how far back: 90m, 12h, 7d, 2w (default 7d)")
     report.add_argument("--until", type=rfc3339_ms, help="end of the period, RFC 3339 (default: the latest event time)")
     report.add_argument("--format", choices=("table", "csv", "json", "html"), default="table")
+    report.add_argument("--json", dest="format", action="store_const", const="json", help="same as --format json")
     report.add_argument("--out", help="file to write (default: standard output)")
     report.add_argument("--dsn", help="PostgreSQL DSN of the read models (default: FEDSCHED_POSTGRES_DSN)")
     report.add_argument("--log", help="log URL for findings (default: FEDSCHED_LOG; '-' to leave findings out)")
@@ -150,7 +153,9 @@ async def run_request(args: argparse.Namespace) -> int:
             requester=args.by,
         )
     except ValidationError as error:
-        raise CliError(f"invalid request: {error.errors()[0]['loc']}: {error.errors()[0]['msg']}", 2) from None
+        first = error.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"]) or "request"  # () for a check across fields
+        raise CliError(f"invalid request: {where}: {first['msg']}", 2) from None
     event_log = await _open(args.log)
     publisher = Publisher(event_log, "urn:fedsched:cli")
     await publisher.start()
@@ -159,14 +164,18 @@ async def run_request(args: argparse.Namespace) -> int:
     finally:
         await publisher.close()
         await event_log.close()
-    print(f"requested {submitted.request_id}: {submitted.amount} {submitted.resource.value} for {args.hours} h")
+    if args.json:
+        _print_event(submitted)
+    else:
+        print(f"requested {submitted.request_id}: {submitted.amount} {submitted.resource.value} for {args.hours} h")
     return 0
 
 
 async def run_decide(args: argparse.Namespace) -> int:
     from events.publisher import Publisher
+    from services.cli.people_cmd import EXIT_CODES
     from services.governance.commands import decide_request
-    from services.governance.quota import DecisionError
+    from services.governance.quota import AlreadyDecided, DecisionError, RequestNotFound
 
     event_log = await _open(args.log)
     publisher = Publisher(event_log, "urn:fedsched:cli")
@@ -183,12 +192,23 @@ async def run_decide(args: argparse.Namespace) -> int:
             expires_ms=getattr(args, "until", None),
         )
     except DecisionError as error:
-        raise CliError(str(error), exit_code=1) from None
+        # The people commands' exit codes: an unknown id is not found, a second decision a conflict.
+        status = {RequestNotFound: "NOT_FOUND", AlreadyDecided: "FAILED_PRECONDITION"}.get(
+            type(error), "INVALID_ARGUMENT"
+        )
+        raise CliError(str(error), exit_code=EXIT_CODES[status]) from None
     finally:
         await publisher.close()
         await event_log.close()
-    print(f"{decision.event_type.rsplit('.', 1)[1]} {args.request_id}")
+    if args.json:
+        _print_event(decision)
+    else:
+        print(f"{decision.event_type.rsplit('.', 1)[1]} {args.request_id}")
     return 0
+
+
+def _print_event(event: Any) -> None:
+    print(json.dumps({"event_type": event.event_type, **event.model_dump(mode="json")}, indent=2))
 
 
 async def run_list(args: argparse.Namespace) -> int:
@@ -210,6 +230,7 @@ async def run_list(args: argparse.Namespace) -> int:
                 "request_id": request_id,
                 "tenant": s.tenant,
                 "resource": s.resource.value,
+                "gpu_model": s.gpu_model,
                 "amount": s.amount,
                 "status": status,
                 "by": decider,
@@ -220,8 +241,10 @@ async def run_list(args: argparse.Namespace) -> int:
     elif not rows:
         print("(no quota requests)")
     else:
-        for row in rows:
-            print("  ".join(str(v) for v in row.values()))
+        from services.cli.people_cmd import table
+
+        headers = ["REQUEST", "TENANT", "RESOURCE", "GPU MODEL", "AMOUNT", "STATUS", "BY"]
+        print(table(headers, [[*row.values()] for row in rows], blank="-"))
     return 0
 
 

@@ -14,7 +14,7 @@ import inspect
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 COMMAND_MODULES = (
     "services.cli.events_cmd",
@@ -39,7 +39,26 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    _help_without_action(parser)
     return parser
+
+
+def _help_without_action(parser: argparse.ArgumentParser) -> None:
+    """A group named without its action (``fedsched gov quota``) prints its own help, not the top one."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            if parser.get_default("handler") is None:
+                parser.set_defaults(handler=_print_help(parser))
+            for child in action.choices.values():
+                _help_without_action(child)
+
+
+def _print_help(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        parser.print_help()
+        return 2
+
+    return run
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -48,12 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     parser = build_parser()
     args = parser.parse_args(argv)
-    handler = getattr(args, "handler", None)
-    if handler is None:
-        parser.print_help()
-        return 2
     try:
-        result = handler(args)
+        result = args.handler(args)
         if inspect.iscoroutine(result):
             result = asyncio.run(result)
         sys.stdout.flush()  # here, so a reader that went away is seen below and not at interpreter exit

@@ -199,8 +199,9 @@ def _wide_ints(descriptor: Any, value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    cells = [[str(h) for h in headers], *[["" if c is None else str(c) for c in row] for row in rows]]
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], blank: str = "") -> str:
+    """Aligned columns; ``blank`` stands for a cell with nothing in it (``None`` or empty text)."""
+    cells = [[str(h) for h in headers], *[[blank if c is None or c == "" else str(c) for c in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells)
 

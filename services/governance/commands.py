@@ -16,7 +16,7 @@ from events.log.contract import EventLog, TopicPartition
 from events.log.reading import read_to_end
 from events.publisher import Publisher
 from events.topics import GOVERNANCE
-from services.governance.quota import DecisionError, decide
+from services.governance.quota import RequestNotFound, decide
 from services.governance.state import GovState, Request
 
 
@@ -77,5 +77,5 @@ async def decide_request(
 def find_request(state: GovState, request_id: str) -> Request:
     request = state.requests.get(request_id)
     if request is None:
-        raise DecisionError(f"no quota request {request_id}")
+        raise RequestNotFound(f"no quota request {request_id}")
     return request

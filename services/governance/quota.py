@@ -28,7 +28,15 @@ from services.governance.state import GovState, Output, Request
 
 
 class DecisionError(ValueError):
-    """An operator's decision that cannot be applied (already decided, more than asked, bad window)."""
+    """An operator's decision that cannot be applied (more than asked, an amount below 1, a bad window)."""
+
+
+class RequestNotFound(DecisionError):
+    """No quota request has the id the decision names."""
+
+
+class AlreadyDecided(DecisionError):
+    """The request was approved or rejected before: a decision is final."""
 
 
 def auto_decide(request: QuotaRequestSubmitted, config: GovConfig) -> QuotaRequestApproved | None:
@@ -72,7 +80,7 @@ def decide(
 ) -> QuotaRequestApproved | QuotaRequestRejected:
     """A person's answer to a request; defaults (``None``): the amount asked, for the period asked."""
     if already_decided:
-        raise DecisionError(f"quota request {request.request_id} is already decided")
+        raise AlreadyDecided(f"quota request {request.request_id} is already decided")
     if not approve:
         return QuotaRequestRejected(
             request_id=request.request_id, tenant=request.tenant, decided_by=by, comment=comment
