@@ -4,7 +4,10 @@ and per cluster, the roll-up profile the scheduler reads first. One entity, key 
 Called by the projection hosts. Pure. Congestion of a model is pending demand over free capacity (in
 thousandths; 1000 means the queue would take every free card). A model is hot when its congestion
 reaches ``HOT_MILLI``. A job that accepts several models counts against each (it could go to any), and
-a job that accepts any model counts against every model, so demand is an upper bound.
+a job that accepts any model counts against every model, so demand is an upper bound. A job asking for
+more GPUs than the whole fleet has of the models it accepts counts against none: it cannot run as asked
+whatever the queue, and one such job made every model hot (each placement then paid for congestion
+that was not there). Whether a job fits is looked at again whenever a model's capacity changes.
 
 Totals are kept as running sums (per model, per cluster and model, pending demand per model), and the
 nodes and pending jobs are persistent maps (``projections.persistent``: a version is made by changing its
@@ -46,8 +49,10 @@ class FleetState:
     models: Totals = field(default_factory=dict)
     clusters: Mapping[str, Totals] = field(default_factory=dict)
     demand_any: int = 0
-    """Pending milli-GPU of jobs that accept any model."""
+    """Pending milli-GPU of jobs that accept any model (those that never fit left out)."""
     demand_by_model: Mapping[str, int] = field(default_factory=dict)
+    unfit: PMap[str, bool] = field(default_factory=PMap)
+    """Pending jobs that ask for more than the fleet's capacity of the models they accept."""
     versions: Mapping[str, int] = field(default_factory=dict)
     """Cluster -> roll-up version."""
     rollups: Mapping[str, tuple[RollupFacts, int]] = field(default_factory=dict)
@@ -139,9 +144,44 @@ def _capacity(fleet: FleetState, delta: NodeCapacity) -> FleetState | None:
             _add(models, model, capacity, free, 1)
             _add(in_cluster, model, capacity, free, 1)
     clusters[delta.cluster] = in_cluster
-    return FleetState(
-        nodes, fleet.pending, models, clusters, fleet.demand_any, fleet.demand_by_model, fleet.versions, fleet.rollups
+    changed = FleetState(
+        nodes,
+        fleet.pending,
+        models,
+        clusters,
+        fleet.demand_any,
+        fleet.demand_by_model,
+        fleet.unfit,
+        fleet.versions,
+        fleet.rollups,
     )
+    if _capacities(models) != _capacities(fleet.models):  # which jobs could ever fit may have changed
+        return _recount(changed)
+    return changed
+
+
+def _capacities(models: Totals) -> dict[str, int]:
+    return {model: capacity for model, (capacity, _, _) in models.items()}
+
+
+def _fits(models: Totals, demand: PendingDemand) -> bool:
+    accepted = set(demand.gpu_models) if demand.gpu_models else models.keys()
+    return demand.gpu_milli <= sum(models[model][0] for model in accepted if model in models)
+
+
+def _recount(fleet: FleetState) -> FleetState:
+    """Every pending job's demand counted again against the fleet's capacity now (capacity changes seldom:
+    a node comes, goes, or a GPU fails; what is free changes with every placement and is not looked at)."""
+    demand_any, by_model, unfit = 0, dict[str, int](), PMap[str, bool]()
+    for job_id, demand in sorted(fleet.pending.items()):
+        if not _fits(fleet.models, demand):
+            unfit = unfit.set(job_id, True)
+            continue
+        if not demand.gpu_models:
+            demand_any += demand.gpu_milli
+        for model in set(demand.gpu_models):
+            by_model[model] = by_model.get(model, 0) + demand.gpu_milli
+    return evolve(fleet, demand_any=demand_any, demand_by_model=by_model, unfit=unfit)
 
 
 def _add(totals: dict[str, tuple[int, int, int]], model: str, capacity: int, free: int, entries: int) -> None:
@@ -159,15 +199,26 @@ def _demand(fleet: FleetState, delta: PendingDemand) -> FleetState | None:
     pending = fleet.pending.set(delta.job_id, delta) if delta.pending else fleet.pending.remove(delta.job_id)
     demand_any = fleet.demand_any
     by_model = dict(fleet.demand_by_model)
+    unfit = fleet.unfit
     for demand, sign in ((old, -1), (delta if delta.pending else None, 1)):
         if demand is None:
+            continue
+        if sign < 0 and delta.job_id in unfit:
+            unfit = unfit.remove(delta.job_id)
+            continue
+        if sign > 0 and not _fits(fleet.models, demand):
+            unfit = unfit.set(delta.job_id, True)
             continue
         if not demand.gpu_models:
             demand_any += sign * demand.gpu_milli
         for model in set(demand.gpu_models):
-            by_model[model] = by_model.get(model, 0) + sign * demand.gpu_milli
+            total = by_model.get(model, 0) + sign * demand.gpu_milli
+            if total:
+                by_model[model] = total
+            else:
+                by_model.pop(model, None)
     return FleetState(
-        fleet.nodes, pending, fleet.models, fleet.clusters, demand_any, by_model, fleet.versions, fleet.rollups
+        fleet.nodes, pending, fleet.models, fleet.clusters, demand_any, by_model, unfit, fleet.versions, fleet.rollups
     )
 
 
@@ -245,6 +296,7 @@ def _rollups(
         fleet.clusters,
         fleet.demand_any,
         fleet.demand_by_model,
+        fleet.unfit,
         fleet.versions if versions is None else versions,
         fleet.rollups if rollups is None else rollups,
         applied,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from events.catalog.decisions import ReplicaPlacement
 from events.catalog.inventory import GpuHealthReported, GpuHealthSample
-from events.catalog.jobs import JobPreempted, JobStarted, JobSucceeded
+from events.catalog.jobs import JobCancelled, JobPreempted, JobStarted, JobSucceeded
 from events.catalog.profiles import ResourceProfileUpdated
 from events.catalog.types import Health
 from projections.nodes import allocated_by_gpu
@@ -161,10 +161,26 @@ def test_usage_above_the_guarantee_is_borrowed() -> None:
 
 def test_pending_demand_above_free_capacity_makes_a_model_hot() -> None:
     fold = Fold()
-    fold.feed(a_node(gpus=2, model="H100"))
-    fold.feed(a_job("j1", gpus=8))
+    fold.feed(a_node(gpus=4, model="H100"))
+    fold.feed(a_job("j1", gpus=4))
+    fold.feed(a_job("j2", gpus=4))
     fleet = fold.get("fleet", "fleet")
-    assert fleet.congestion()["H100"] == 4000
+    assert fleet.congestion()["H100"] == 2000
     assert fleet.hot_models() == ("H100",)
     rollups = [o.event for o in fold.outputs if isinstance(o.event, ResourceProfileUpdated) and o.event.node is None]
     assert rollups[-1].hot_models == ("H100",)
+
+
+def test_a_job_larger_than_the_fleet_counts_as_demand_only_once_the_fleet_could_hold_it() -> None:
+    fold = Fold()
+    fold.feed(a_node(node="n1", gpus=8, model="H100"))
+    fold.feed(a_node(node="n2", gpus=8, model="A100"))
+    fold.feed(a_job("huge", gpus=0).model_copy(update={"replicas": 3, "resources": a_job(gpus=8).resources}))
+    fleet = fold.get("fleet", "fleet")
+    assert fleet.hot_models() == () and fleet.congestion() == {"A100": 0, "H100": 0}  # 24 GPUs of 16: never
+    fold.feed(a_node(node="n3", gpus=8, model="A100"))  # 24 GPUs now: it could run, and it waits
+    fleet = fold.get("fleet", "fleet")
+    assert fleet.congestion() == {"A100": 1500, "H100": 3000} and fleet.hot_models() == ("A100", "H100")
+    fold.feed(JobCancelled(job_id="huge", cluster="c1", run=0))
+    fleet = fold.get("fleet", "fleet")
+    assert fleet.congestion() == {"A100": 0, "H100": 0} and fleet.demand_by_model == {} and fleet.demand_any == 0
