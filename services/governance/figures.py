@@ -4,8 +4,10 @@ Called by ``services.governance.report`` (which fetches the rows and renders the
 over integers (milli-GPU-milliseconds, micro-currency, milliseconds) in a fixed order; conversion to
 GPU-hours, money and minutes happens at rendering.
 
-Sources: utilisation, idle time and cost from ``read_usage`` (allocated time of finished runs, priced
-per hour bucket; used time from usage reports); waiting, reasons, interruptions and inference
+Sources: cost from ``read_usage`` (allocated time of finished runs, priced per hour bucket when a run
+ends); utilisation and idle time from ``read_usage`` too (used time from usage reports, which running
+jobs send as they run) plus the runs still holding GPUs, from ``read_jobs``, up to the report's end, so
+that allocated and used time cover the same runs; waiting, reasons, interruptions and inference
 disruption from ``read_jobs`` (status, timeline); quota from ``read_quota``; findings from the log.
 
 Inference disruption is derived at job level: the reported facts start and stop an inference job's
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 HOUR_MS = 3_600_000
 #: Ends of a run that interrupt the work (not the job's own success or failure of its code).
@@ -51,6 +53,18 @@ class UsageRow:
     cost_micro: int
     currency: str
     projects: tuple[tuple[str, int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class HeldRow:
+    """A run still holding GPUs (placed or running): ``gpu_milli`` of a model since ``placed_ms``."""
+
+    tenant: str
+    project: str
+    cluster: str
+    gpu_model: str
+    placed_ms: int
+    gpu_milli: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,14 +138,16 @@ def build(
     jobs: Sequence[JobRow],
     quota: Sequence[QuotaRow],
     findings: Sequence[FindingRow],
+    held: Sequence[HeldRow] = (),
 ) -> Report:
     usage = sorted((u for u in usage if since_ms <= u.hour_ms < until_ms), key=_usage_key)
+    to_date = with_held(usage, held, since_ms, until_ms)
     jobs = sorted((j for j in jobs if _in_period(j, since_ms, until_ms)), key=lambda j: j.job_id)
     report = Report(since_ms, until_ms)
-    report.utilisation = utilisation(usage)
+    report.utilisation = utilisation(to_date)
     report.cost_by_tenant, report.cost_by_project = cost(usage)
-    report.idle = idle(usage)
-    report.hourly = hourly(usage)
+    report.idle = idle(to_date)
+    report.hourly = hourly(to_date)
     report.waiting = waiting(jobs, until_ms)
     report.wait_reasons = wait_reasons(jobs)
     report.interruptions = interruptions(jobs, since_ms, until_ms)
@@ -139,9 +155,12 @@ def build(
     report.quota = [_quota(q) for q in sorted(quota, key=lambda q: (q.tenant, q.queue, q.resource, q.gpu_model or ""))]
     kept = sorted((f for f in findings if since_ms <= f.time_ms < until_ms), key=lambda f: (f.time_ms, f.subject))
     report.findings = [_finding(f) for f in kept]
-    report.impact = impact(report, usage, jobs, kept)
+    report.impact = impact(report, to_date, jobs, kept)
     report.notes = [
-        "Allocated GPU time and cost count finished runs; running jobs are counted when they end.",
+        "Allocated, used and idle GPU time count every run up to the report's end, running ones too; cost and "
+        "the GPU-hours beside it count finished runs (a run is priced when it ends).",
+        "Quota usage is a percentage of the limit, and of the guarantee: an unbounded quota has no limit to "
+        "be a percentage of.",
         "Inference disruption is per job: minutes an inference job was down after it first started (replicas "
         "start and stop together in the reported facts; partial replica loss is not reported).",
     ]
@@ -150,6 +169,25 @@ def build(
 
 def _usage_key(u: UsageRow) -> tuple[str, str, str, int]:
     return (u.tenant, u.cluster, u.gpu_model, u.hour_ms)
+
+
+def with_held(usage: Sequence[UsageRow], held: Iterable[HeldRow], since_ms: int, until_ms: int) -> list[UsageRow]:
+    """The usage buckets plus the GPU time of runs still holding GPUs, from their placement (or the
+    period's start) to the period's end, split into the same tenant x cluster x model x hour buckets."""
+    extra: dict[tuple[str, str, str, int], int] = defaultdict(int)
+    for run in held:
+        start = max(run.placed_ms, since_ms)
+        while start < until_ms:
+            end = min(until_ms, start - start % HOUR_MS + HOUR_MS)
+            extra[(run.tenant, run.cluster, run.gpu_model, start - start % HOUR_MS)] += run.gpu_milli * (end - start)
+            start = end
+    merged = []
+    for u in usage:
+        more = extra.pop(_usage_key(u), 0)
+        a = u.allocated_milli_ms + more
+        merged.append(replace(u, allocated_milli_ms=a, idle_milli_ms=max(0, a - u.used_milli_ms)))
+    merged += [UsageRow(t, c, m, h, a, 0, a, 0, "") for (t, c, m, h), a in extra.items()]
+    return sorted(merged, key=_usage_key)
 
 
 def _in_period(job: JobRow, since_ms: int, until_ms: int) -> bool:
@@ -350,7 +388,6 @@ def inference(jobs: Iterable[JobRow], since_ms: int, until_ms: int) -> list[dict
 
 
 def _quota(q: QuotaRow) -> dict[str, object]:
-    cap = q.limit if q.limit is not None else q.guaranteed
     return {
         "tenant": q.tenant,
         "queue": q.queue,
@@ -358,7 +395,8 @@ def _quota(q: QuotaRow) -> dict[str, object]:
         "used": q.used,
         "guaranteed": q.guaranteed,
         "limit": "unbounded" if q.limit is None else q.limit,
-        "used_pct_of_limit": _pct(q.used, cap) if cap else None,
+        "used_pct_of_guarantee": _pct(q.used, q.guaranteed) if q.guaranteed else None,
+        "used_pct_of_limit": _pct(q.used, q.limit) if q.limit else None,
     }
 
 
