@@ -155,9 +155,13 @@ def _capacity(fleet: FleetState, delta: NodeCapacity) -> FleetState | None:
         fleet.versions,
         fleet.rollups,
     )
-    if _capacities(models) != _capacities(fleet.models):  # which jobs could ever fit may have changed
-        return _recount(changed)
-    return changed
+    before, after = _capacities(fleet.models), _capacities(models)
+    if after == before:
+        return changed
+    # Which jobs could ever fit may have changed. A fleet that only grew (nodes arriving, the common
+    # case, thousands of times while a log is replayed) can only make unfit jobs fit: those are looked at.
+    grew = all(after.get(model, 0) >= capacity for model, capacity in before.items())
+    return _recount(changed, only_unfit=grew)
 
 
 def _capacities(models: Totals) -> dict[str, int]:
@@ -169,14 +173,22 @@ def _fits(models: Totals, demand: PendingDemand) -> bool:
     return demand.gpu_milli <= sum(models[model][0] for model in accepted if model in models)
 
 
-def _recount(fleet: FleetState) -> FleetState:
-    """Every pending job's demand counted again against the fleet's capacity now (capacity changes seldom:
-    a node comes, goes, or a GPU fails; what is free changes with every placement and is not looked at)."""
-    demand_any, by_model, unfit = 0, dict[str, int](), PMap[str, bool]()
-    for job_id, demand in sorted(fleet.pending.items()):
+def _recount(fleet: FleetState, *, only_unfit: bool) -> FleetState:
+    """Pending jobs' demand counted again against the fleet's capacity now, every job's or only the unfit
+    ones' (capacity changes seldom: a node comes, goes, or a GPU fails; what is free changes with every
+    placement and is not looked at)."""
+    if only_unfit:
+        demand_any, by_model, unfit = fleet.demand_any, dict(fleet.demand_by_model), fleet.unfit
+        candidates = [(job_id, fleet.pending.get(job_id)) for job_id, _ in sorted(unfit.items())]
+    else:
+        demand_any, by_model, unfit = 0, {}, PMap[str, bool]()
+        candidates = sorted(fleet.pending.items())
+    for job_id, demand in candidates:
+        assert demand is not None  # an unfit job is pending
         if not _fits(fleet.models, demand):
-            unfit = unfit.set(job_id, True)
+            unfit = unfit if job_id in unfit else unfit.set(job_id, True)
             continue
+        unfit = unfit.remove(job_id)
         if not demand.gpu_models:
             demand_any += demand.gpu_milli
         for model in set(demand.gpu_models):

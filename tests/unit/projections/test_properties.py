@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from events.catalog.base import Event
-from events.catalog.jobs import JobFailed, JobStarted, JobSucceeded
+from events.catalog.inventory import NodeRemoved
+from events.catalog.jobs import JobCancelled, JobFailed, JobStarted, JobSucceeded
 from events.catalog.reasons import ReasonCode
 from events.envelope import Envelope
 from projections.core import Batch, Input, Output, Position
@@ -153,3 +154,57 @@ def test_a_stage_folded_in_a_batch_publishes_the_latest_version_of_each_entity()
     assert [(out.id, time_ms) for out, time_ms in outputs] == [("profile:c1/n1:v2", 2000)]
     assert outputs[0][0].event.capacity.gpu_milli == 4000
     assert batch.publish(lambda key: entity) == []
+
+
+fleet_step = st.one_of(
+    # a node of one of three models, with 0 to 8 GPUs (its generation makes each observation count)
+    st.tuples(st.just("node"), st.integers(0, 3), st.integers(0, 8), st.sampled_from(("A100", "H100", "T4"))),
+    st.tuples(st.just("gone"), st.integers(0, 3), st.just(0), st.just("")),
+    # a job of 1 to 24 GPUs, of one model or any
+    st.tuples(st.just("job"), st.integers(0, 5), st.integers(1, 24), st.sampled_from(("A100", "H100", ""))),
+    st.tuples(st.just("cancel"), st.integers(0, 5), st.just(0), st.just("")),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(fleet_step, max_size=40))
+def test_the_fleets_demand_is_that_of_the_waiting_jobs_the_fleet_could_hold(steps) -> None:
+    """Kept up to date delta by delta (only the unfit jobs looked at again when the fleet grew), the
+    demand equals a count from scratch: the waiting jobs asking no more than the fleet has of what they
+    accept."""
+    fold = Fold()
+    nodes: dict[str, tuple[int, str]] = {}
+    waiting: dict[str, tuple[int, str]] = {}
+    for i, (what, n, size, model) in enumerate(steps):
+        if what == "node":
+            fold.feed(a_node(node=f"n{n}", gpus=size, model=model, generation=i + 1))
+            nodes[f"n{n}"] = (size, model)
+        elif what == "gone" and f"n{n}" in nodes:
+            fold.feed(NodeRemoved(cluster="c1", node=f"n{n}", generation=i + 1, reason=ReasonCode.NODE_DELETED))
+            del nodes[f"n{n}"]
+        elif what == "job" and f"j{i}" not in waiting:
+            job = a_job(f"j{i}", gpus=size)
+            if model:
+                job = job.model_copy(update={"resources": job.resources.model_copy(update={"gpu_models": (model,)})})
+            fold.feed(job)
+            waiting[f"j{i}"] = (size * 1000, model)
+        elif what == "cancel" and waiting:
+            job_id = sorted(waiting)[n % len(waiting)]
+            fold.feed(JobCancelled(job_id=job_id, cluster="c1", run=0))
+            del waiting[job_id]
+    fleet = fold.get("fleet", "fleet")
+    if fleet is None:
+        return
+    capacity: dict[str, int] = {}
+    for size, model in nodes.values():
+        if size:
+            capacity[model] = capacity.get(model, 0) + size * 1000
+    expected_any, expected = 0, dict[str, int]()
+    for ask, model in waiting.values():
+        if ask > (capacity.get(model, 0) if model else sum(capacity.values())):
+            continue
+        if model:
+            expected[model] = expected.get(model, 0) + ask
+        else:
+            expected_any += ask
+    assert (fleet.demand_any, dict(fleet.demand_by_model)) == (expected_any, expected)
