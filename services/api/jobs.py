@@ -24,6 +24,8 @@ from services.api.queries import JobFilter, ReadModels, Row
 from services.api.store import ApiStore
 from services.api.watch_tails import WatchTails
 
+_MODELS_FOR_S = 5.0
+
 STATUSES = ("submitted", "queued", "placed", "running", "succeeded", "failed", "cancelled", "rejected", "unknown")
 PRIORITY_CLASSES = ("production_inference", "critical_training", "standard", "best_effort")
 
@@ -39,6 +41,7 @@ class JobService:
         clock: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         self._clock = clock  # a waiting job's wait so far is counted to now
+        self._models: tuple[float, tuple[str, ...]] | None = None
         self._commands = commands
         self._reads = reads
         self._store = store
@@ -50,9 +53,22 @@ class JobService:
         request_id = validation.request_id("client_request_id", request.client_request_id)
         spec = validation.job_spec_body(request.spec)
         done = await self._commands.submit(principal, spec, request_id)
+        asked = list(request.spec.resources.gpu_models)
+        warnings = model_warnings(asked, await self._fleet_models()) if asked else []
+        if warnings:  # never from a list that may be a few seconds old
+            warnings = model_warnings(asked, await self._fleet_models(fresh=True))
         return jobs_pb2.SubmitJobResponse(
-            job_id=done.job_id, created=done.created, client_request_id=done.client_request_id
+            job_id=done.job_id, created=done.created, client_request_id=done.client_request_id, warnings=warnings
         )
+
+    async def _fleet_models(self, *, fresh: bool = False) -> tuple[str, ...]:
+        """The GPU models the fleet has, read at most every few seconds unless ``fresh`` (a submission
+        that asks for models the fleet has costs no query)."""
+        now = time.monotonic()
+        if fresh or self._models is None or now - self._models[0] > _MODELS_FOR_S:
+            rows = await self._reads.fleet_models()
+            self._models = (now, tuple(r["gpu_model"] for r in rows if r["capacity_milli"]))
+        return self._models[1]
 
     async def CancelJob(self, request: jobs_pb2.CancelJobRequest, context: Context) -> jobs_pb2.CancelJobResponse:
         request_id = validation.request_id("client_request_id", request.client_request_id)
@@ -140,3 +156,18 @@ class JobService:
                 summary=[f"The scheduler has made no decision about this job yet (status {status})."],
             )
         return explain(row, self._clock())
+
+
+def model_warnings(asked: list[str], fleet: tuple[str, ...]) -> list[str]:
+    """A warning per GPU model asked for that no node has (none when the fleet is not known yet)."""
+    if not fleet:
+        return []
+    by_case = {model.casefold(): model for model in fleet}
+    out = []
+    for model in asked:
+        if model in fleet:
+            continue
+        meant = by_case.get(model.casefold())
+        hint = f"did you mean {meant}?" if meant else f"the fleet has {', '.join(fleet)}"
+        out.append(f"no node has GPU model {model}: the job waits until one joins ({hint})")
+    return out
