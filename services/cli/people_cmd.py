@@ -248,9 +248,22 @@ async def submit_job(args: argparse.Namespace, client: Client) -> int:
     request_id = args.request_id or file_request_id or f"cli-{uuid.uuid4().hex}"
     request = jobs_pb2.SubmitJobRequest(spec=spec, client_request_id=request_id)
     response = await client.call(client.jobs.SubmitJob, request)
+    warnings = list(response.warnings)
     if args.json:
-        print(json.dumps({"job_id": response.job_id, "created": response.created, "client_request_id": request_id}))
-    elif response.created:
+        print(
+            json.dumps(
+                {
+                    "job_id": response.job_id,
+                    "created": response.created,
+                    "client_request_id": request_id,
+                    "warnings": warnings,
+                }
+            )
+        )
+        return 0
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if response.created:
         print(f"submitted {response.job_id} ({spec.tenant}/{spec.name})")
     else:
         print(f"{response.job_id} was already submitted with request id {request_id}: nothing new")

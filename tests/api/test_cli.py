@@ -82,6 +82,7 @@ async def test_a_person_submits_lists_inspects_explains_watches_and_cancels(
     code, out, err = await run("submit", str(job_file), "--json", "--request-id", "cli-1")
     assert code == 0, err
     job_id = json.loads(out)["job_id"]
+    assert json.loads(out)["warnings"] == []  # no fleet known yet: nothing to warn about
     code, out, _ = await run("submit", str(job_file), "--request-id", "cli-1")
     assert code == 0 and f"{job_id} was already submitted" in out
     job_file.write_text(JOB.replace("gpus: 2", "gpus: 4"))
