@@ -94,10 +94,15 @@ class VerifyReport:
         """The report for a person: the figures, the cycles other decision code recorded, and the first
         ``differences`` differences."""
         rate = f", {self.events_read / self.seconds:,.0f} events/s" if self.seconds else ""
+        read = (
+            f"{self.events_read} events read in {self.seconds:.2f} s{rate}, "
+            f"{self.workers} process{'es' if self.workers > 1 else ''}"
+        )
+        if self.identical_pct is None:
+            return [f"nothing verified: no scheduling cycle recorded ({read})"]
         out = [
             f"{self.cycles} cycles, {self.decisions} decisions re-executed: {self.identical_pct:.2f}% identical "
-            f"({self.events_read} events read in {self.seconds:.2f} s{rate}, "
-            f"{self.workers} process{'es' if self.workers > 1 else ''})"
+            f"({read})"
         ]
         other = self.other_engines
         if other:
@@ -119,14 +124,15 @@ class VerifyReport:
         return {e: n for e, n in sorted(self.cycles_by_engine.items()) if e != DECISION_ENGINE}
 
     @property
-    def identical_pct(self) -> float:
-        return 100.0 if self.cycles == 0 else 100.0 * self.identical_cycles / self.cycles
+    def identical_pct(self) -> float | None:
+        """None when no cycle was re-executed: nothing verified is no evidence either way."""
+        return None if self.cycles == 0 else 100.0 * self.identical_cycles / self.cycles
 
     def to_json(self) -> dict[str, object]:
         return {
             "cycles": self.cycles,
             "decisions": self.decisions,
-            "identical_pct": round(self.identical_pct, 4),
+            "identical_pct": None if self.identical_pct is None else round(self.identical_pct, 4),
             "events_read": self.events_read,
             "events_per_s": round(self.events_read / self.seconds) if self.seconds else None,
             "workers": self.workers,

@@ -169,7 +169,7 @@ async def run_verify(args: argparse.Namespace) -> int:
     if report.cycles == 0:
         # Nothing re-executed is no evidence either way: not "100% identical", and not success.
         if args.json:
-            print(json.dumps({**report.to_json(), "identical_pct": None}))
+            print(json.dumps(report.to_json()))
         else:
             print(
                 f"nothing verified: no scheduling cycle recorded{_range_text(args.since, args.until)}"

@@ -265,7 +265,7 @@ async def run(args: argparse.Namespace) -> int:
             f"{split['cycle_start_to_visible']['p50']} ms, p99 {split['cycle_start_to_visible']['p99']} ms"
         )
         print(
-            f"audit verify: {report['cycles']} cycles, {report['identical_pct']:.2f}% identical, "
+            f"audit verify: {report['cycles']} cycles, {_pct(report['identical_pct'])} identical, "
             f"{report['events_read']} events at {report['events_per_s']} events/s "
             f"({report['workers']} process{'es' if report['workers'] > 1 else ''})"
         )
@@ -331,3 +331,7 @@ async def _tail_placements(
                     cycle_at.setdefault(event.job_id, envelope.time_ms / 1000 - wall_minus_perf)
     finally:
         await tail.close()
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}%"

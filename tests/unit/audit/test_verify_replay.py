@@ -396,3 +396,9 @@ def test_verify_tells_which_differences_lie_in_cycles_recorded_by_other_decision
     listed = zip(report.differences[:20], report.lines()[2:], strict=True)
     assert all(f"(recorded by {d.engine})" in line for d, line in listed)
     assert {d.engine for d in report.differences} <= set(by_engine)
+
+
+def test_a_report_of_no_cycle_claims_nothing() -> None:
+    report = VerifyReport()
+    assert report.identical_pct is None and report.to_json()["identical_pct"] is None
+    assert report.lines()[0].startswith("nothing verified: no scheduling cycle recorded")
