@@ -123,7 +123,7 @@ def _price_interval(view: ClusterView, interval: UsageInterval) -> list[Emitted]
 
 def _price_sample(view: ClusterView, sample: UsageSample) -> list[Emitted]:
     hour = sample.end_ms - sample.end_ms % HOUR_MS
-    used = sample.gpus * 1000 * sample.utilisation_pct // 100 * sample.window_ms
+    used = sample.gpu_milli * sample.utilisation_pct // 100 * sample.window_ms
     piece = PricedUsage(sample.job_id, 0, sample.project, 0, used, 0, view.currency, True)
     return [Routed("usage", usage_key(sample.tenant, view.cluster, sample.gpu_model, hour), piece)]
 

@@ -87,7 +87,8 @@ class UsageSample(Delta):
     project: str
     cluster: str
     gpu_model: str
-    gpus: int
+    gpu_milli: int
+    """What the job holds of the GPUs it was measured on (a share of one GPU is less than 1000)."""
     utilisation_pct: int
     window_ms: int
     end_ms: int

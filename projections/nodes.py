@@ -235,19 +235,23 @@ def _count_failures(profile: NodeProfile, gpus: Sequence[Gpu], now: int) -> tupl
 
 def _usage(profile: NodeProfile, event: NodeUsageReported, now: int) -> tuple[NodeProfile, list[Emitted]]:
     pct = sum(g.utilisation_pct for g in event.gpus) // len(event.gpus) if event.gpus else 0
-    tenants = {a.job_id: a.tenant for a in profile.allocations}
+    held = {a.job_id: a for a in profile.allocations}
     emitted: list[Emitted] = []
     for job in event.jobs:
         if not job.gpu_indices:
             continue
         model = profile.model_of(job.gpu_indices[0])
+        allocation = held.get(job.job_id)
+        # What the job holds of those GPUs: a share of one is not the whole GPU (its placement not yet
+        # folded here: whole GPUs, as reported).
+        milli = sum(m for _, m in allocation.gpu_milli) if allocation else 1000 * len(job.gpu_indices)
         sample = UsageSample(
             job.job_id,
-            tenants.get(job.job_id, ""),
+            allocation.tenant if allocation else "",
             "",
             profile.cluster,
             model,
-            len(job.gpu_indices),
+            milli,
             job.utilisation_pct,
             event.window_ms,
             now,

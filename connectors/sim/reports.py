@@ -129,7 +129,11 @@ def node_usage(
         job = run.job
         idle = job.kind is JobKind.NOTEBOOK and now_ms - run.started_ms >= config.notebook_active_s * 1000
         draw = usage_draw(config, cluster, job.job_id, run.run, window, job.kind, idle)
-        pct = job.utilisation_pct if job.utilisation_pct is not None else draw.utilisation_pct
+        busy = job.utilisation_pct if job.utilisation_pct is not None else draw.utilisation_pct
+        # The average over the window, as an exporter averages it: a run that started within the window
+        # used its GPUs for part of it only (reported whole, a short job used more than it held).
+        ran = min(config.usage_interval_ms, max(0, now_ms - run.started_ms))
+        pct = busy * ran // config.usage_interval_ms if config.usage_interval_ms > 0 else busy
         replicas = [r for r in run.placement if r.node == spec.name]
         indices = sorted({i for r in replicas for i in r.gpu_indices})
         job_gpu_mem = 0

@@ -201,3 +201,13 @@ def test_the_usage_label_fixes_a_jobs_utilisation() -> None:
     [report] = [e.event for e in story.events(NodeUsageReported)]
     assert report.jobs[0].utilisation_pct == 42 and report.jobs[0].gpu_indices == (0, 1)  # type: ignore[attr-defined]
     assert [g.utilisation_pct for g in report.gpus[:3]] == [42, 42, 0]  # type: ignore[attr-defined]
+
+
+def test_a_run_that_starts_within_a_window_reports_its_average_over_the_window() -> None:
+    """As an exporter averages: busy at 42% for 40 s of a 60 s window is 28% of it (reported as 42%,
+    a short job used more GPU time than it held)."""
+    config = SimConfig(start_delay_s=20, usage_interval_s=60)
+    job = a_job().gpus(1).runtime(10**6).label("sim.fedsched.io/utilisation-pct", "42")
+    story = Story(a_cluster(a_node()), config).start(job, a_placement().on("node-0", 0)).at(120)
+    reports = [e.event for e in story.events(NodeUsageReported)]
+    assert [r.jobs[0].utilisation_pct for r in reports] == [28, 42]  # type: ignore[attr-defined]

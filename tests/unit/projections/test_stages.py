@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 from events.catalog.decisions import ReplicaPlacement
-from events.catalog.inventory import GpuHealthReported, GpuHealthSample
+from events.catalog.inventory import (
+    ClusterKind,
+    ClusterRegistered,
+    GpuHealthReported,
+    GpuHealthSample,
+    JobUsage,
+    NodeUsageReported,
+)
 from events.catalog.jobs import JobCancelled, JobPreempted, JobStarted, JobSucceeded
 from events.catalog.profiles import ResourceProfileUpdated
 from events.catalog.types import Health
+from projections.clusters import usage_key
 from projections.nodes import allocated_by_gpu
 from projections.rows import _job_rows
 from tests.unit.projections.builders import Fold, a_job, a_node, placed
@@ -184,3 +192,17 @@ def test_a_job_larger_than_the_fleet_counts_as_demand_only_once_the_fleet_could_
     fold.feed(JobCancelled(job_id="huge", cluster="c1", run=0))
     fleet = fold.get("fleet", "fleet")
     assert fleet.congestion() == {"A100": 0, "H100": 0} and fleet.demand_by_model == {} and fleet.demand_any == 0
+
+
+def test_a_share_of_a_gpu_is_measured_as_the_share_not_the_whole_gpu() -> None:
+    fold = Fold()
+    fold.feed(ClusterRegistered(cluster="c1", kind=ClusterKind.SIMULATED, site="s", region="r", currency="EUR"))
+    fold.feed(a_node(gpus=2))
+    fold.feed(a_job(gpus=0, gpu_milli=300))
+    fold.feed(placed(gpus=(0,), milli=300), at_s=1)
+    fold.feed(JobStarted(job_id="j1", cluster="c1"), at_s=2)
+    usage = JobUsage(job_id="j1", gpu_indices=(0,), utilisation_pct=50)
+    fold.feed(NodeUsageReported(cluster="c1", node="n1", window_ms=60_000, jobs=(usage,)), at_s=62)
+    hour = 1_062_000 - 1_062_000 % 3_600_000
+    bucket = fold.get("usage", usage_key("team-a", "c1", "A100", hour))
+    assert bucket.used_milli_ms == 300 * 50 // 100 * 60_000  # half of 0.3 GPU for a minute
