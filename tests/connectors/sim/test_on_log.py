@@ -145,7 +145,8 @@ async def test_an_idle_notebook_shows_low_utilisation(sim_log: EventLog, shared:
 
         await tail.wait_for(lambda: len(usage()) >= 4, "four usage windows of the notebook")
         await client.send(cancel_request(notebook))
-    assert usage()[0] >= 20, "busy in its first two minutes"
+    # Busy in its first two minutes: the first window is averaged over the part it ran, the next is whole.
+    assert usage()[1] >= 20, usage()
     assert all(pct <= 3 for pct in usage()[3:]), usage()
     last = [r for r in tail.events(NodeUsageReported) if r.jobs][-1]
     assert last.window_ms == 60_000 and last.gpus[1].utilisation_pct <= 3
