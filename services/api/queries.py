@@ -87,7 +87,7 @@ class ReadModels:
         sql = (
             f"SELECT entity_key, tenant, project, queue, name, kind, priority_class, status, cluster, replicas,"
             f" gpu_milli, submitted_ms, placed_ms, started_ms, ended_ms, waiting_ms, run, runs, preemptions,"
-            f" last_reason, last_message, placement, last_decision_type"
+            f" last_reason, last_message, placement, last_decision_type, queued_since_ms"
             f" FROM {self.schema}.read_jobs WHERE {' AND '.join(clauses)}"
             f" ORDER BY coalesce(submitted_ms, 0) DESC, entity_key DESC LIMIT {arg(limit)}"
         )

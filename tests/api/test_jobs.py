@@ -220,7 +220,13 @@ async def test_explain_gives_why_it_waits_where_it_went_and_why_it_was_preempted
     await append(stack.log, [queued(job_id)])
     await stack.fold()
     client = stack.client(stack.keys.hs(roles=["viewer"]))
+    # Waiting now: every view counts the wait so far, the listing as the job itself (it showed 0 s).
+    got = await client.call(client.jobs.GetJob, jobs_pb2.GetJobRequest(job_id=job_id))
+    listed = await client.call(client.jobs.ListJobs, jobs_pb2.ListJobsRequest(queue=got.queue, page_size=1000))
+    [row] = [j for j in listed.jobs if j.job_id == job_id]
+    assert 0 < got.waiting_ms <= row.waiting_ms, (got.waiting_ms, row.waiting_ms)
     answer = await client.call(client.jobs.ExplainJob, jobs_pb2.ExplainJobRequest(job_id=job_id))
+    assert row.waiting_ms <= answer.waiting_ms
     assert (answer.question, answer.status, answer.decision_type, answer.cycle_id) == (
         "waiting",
         "queued",
