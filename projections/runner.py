@@ -91,7 +91,9 @@ class ProjectionRunner:
             TopicPartition(topic, p) for topic in self._topics for p in range(await self._log.partitions(topic))
         ]
         self._reader = await self._log.reader()
-        self._producer = await self._log.producer()
+        # A runner that does not publish (a rebuild into fresh tables) writes nothing to the log: not its
+        # outputs, and not the dead letters the live host already wrote for the same records.
+        self._producer = await self._log.producer() if self._publish else None
 
     async def close(self) -> None:
         if self._reader is not None:

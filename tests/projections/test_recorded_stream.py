@@ -11,9 +11,11 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
-from events.log import EventLog, TopicPartition
+from events.deadletter import SOURCE
+from events.log import EventLog, OutRecord, TopicPartition
+from events.log.reading import read_to_end
 from events.publisher import to_record
-from events.topics import TOPICS, Cleanup, TopicSpec
+from events.topics import DEAD_LETTERS, TOPICS, Cleanup, TopicSpec
 from projections import readmodels
 from projections.runner import ProjectionRunner
 from tests.projections.recorded import FAILED_NODE, Expected, build
@@ -157,3 +159,33 @@ async def test_a_stream_written_in_transactions_is_folded_without_waiting_on_its
     await runner.close()
     check(await read_models(pool, "txn"), expected)
     assert waited_for_nothing == []
+
+
+async def test_a_rebuild_writes_nothing_to_the_log_not_even_dead_letters(
+    event_log: EventLog, make_topic: Callable[..., Awaitable[str]], pool: asyncpg.Pool
+) -> None:
+    """A rebuild re-reads what the live host already handled: its dead letters are written once, by the
+    live host (every rebuild wrote them again, under the live host's group name)."""
+    prefix = (await make_topic(1)).replace(".", "-")
+    names = await isolated_topics(event_log, prefix)
+    jobs = names["fedsched.jobs"]
+    producer = await event_log.producer()
+    await producer.append([OutRecord(jobs, value=b"{not json", key=b"j-bad")])
+    await producer.close()
+
+    async def letters() -> int:
+        reader = await event_log.reader()
+        try:
+            records = []
+            async for batch in read_to_end(reader, TopicPartition(DEAD_LETTERS.name, 0)):
+                records += batch
+        finally:
+            await reader.close()
+        return sum(1 for r in records if (r.header(SOURCE) or b"").startswith(jobs.encode()))
+
+    for schema, publish, written in (("rebuilt", False, 0), ("served", True, 1)):
+        runner = ProjectionRunner(event_log, pool, schema=schema, topics=[jobs], publish=publish)
+        await runner.start()
+        await runner.catch_up()
+        await runner.close()
+        assert runner.dead_lettered_total == 1 and await letters() == written, schema
