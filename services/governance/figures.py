@@ -10,6 +10,13 @@ jobs send as they run) plus the runs still holding GPUs, from ``read_jobs``, up 
 that allocated and used time cover the same runs; waiting, reasons, interruptions and inference
 disruption from ``read_jobs`` (status, timeline); quota from ``read_quota``; findings from the log.
 
+Usage is kept per hour, so the usage figures (utilisation, cost, idle, hourly) cover the whole hours the
+period touches: an hour is counted whole or not at all, as ``read_usage`` and ``fedsched quota`` count
+it. Counting part of an hour would mean guessing when in the hour its GPU time was spent (and a run is
+priced in the hour it ends); dropping the part hours lost up to an hour at each end. Runs still holding
+GPUs count up to the end of those hours, or to now if that is earlier, so they cover the same time as
+the usage samples that fill the hours.
+
 Inference disruption is derived at job level: the reported facts start and stop an inference job's
 replicas together, so "below minimum replicas" is counted as the minutes an inference job in the period
 was not running after it first started (restarting after a preemption, reclaim or infrastructure
@@ -22,6 +29,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+
+from events.envelope import format_time
 
 HOUR_MS = 3_600_000
 #: Ends of a run that interrupt the work (not the job's own success or failure of its code).
@@ -112,6 +121,9 @@ class Money:
 class Report:
     since_ms: int
     until_ms: int
+    #: The whole hours the usage figures cover: the period widened to hour boundaries.
+    usage_since_ms: int = 0
+    usage_until_ms: int = 0
     utilisation: list[dict[str, object]] = field(default_factory=list)
     cost_by_tenant: list[dict[str, object]] = field(default_factory=list)
     cost_by_project: list[dict[str, object]] = field(default_factory=list)
@@ -139,11 +151,16 @@ def build(
     quota: Sequence[QuotaRow],
     findings: Sequence[FindingRow],
     held: Sequence[HeldRow] = (),
+    now_ms: int | None = None,
 ) -> Report:
-    usage = sorted((u for u in usage if since_ms <= u.hour_ms < until_ms), key=_usage_key)
-    to_date = with_held(usage, held, since_ms, until_ms)
+    """The report of ``since_ms`` .. ``until_ms``; ``now_ms`` (default: the period's end) bounds the time
+    counted for the runs in ``held``, which hold GPUs now and have no end yet."""
+    usage_since, usage_until = whole_hours(since_ms, until_ms)
+    usage = sorted((u for u in usage if usage_since <= u.hour_ms < usage_until), key=_usage_key)
+    held_until = min(usage_until, until_ms if now_ms is None else now_ms)
+    to_date = with_held(usage, held, usage_since, held_until)
     jobs = sorted((j for j in jobs if _in_period(j, since_ms, until_ms)), key=lambda j: j.job_id)
-    report = Report(since_ms, until_ms)
+    report = Report(since_ms, until_ms, usage_since, usage_until)
     report.utilisation = utilisation(to_date)
     report.cost_by_tenant, report.cost_by_project = cost(usage)
     report.idle = idle(to_date)
@@ -157,7 +174,11 @@ def build(
     report.findings = [_finding(f) for f in kept]
     report.impact = impact(report, to_date, jobs, kept)
     report.notes = [
-        "Allocated, used and idle GPU time count every run up to the report's end, running ones too; cost and "
+        f"Utilisation, cost, idle and hourly figures cover whole hours, {format_time(usage_since)} .. "
+        f"{format_time(usage_until)}: usage is kept per hour, so an hour the period touches is counted "
+        "whole, as longer reports count it; the other figures cover the period itself.",
+        "Allocated, used and idle GPU time count every run in those hours, running ones too (up to now if the "
+        "hours end later); idle is an hour's allocated minus used, never below zero. Cost and "
         "the GPU-hours beside it count finished runs (a run is priced when it ends).",
         "Quota usage is a percentage of the limit, and of the guarantee: an unbounded quota has no limit to "
         "be a percentage of.",
@@ -165,6 +186,11 @@ def build(
         "start and stop together in the reported facts; partial replica loss is not reported).",
     ]
     return report
+
+
+def whole_hours(since_ms: int, until_ms: int) -> tuple[int, int]:
+    """The period widened to hour boundaries: the first hour it touches to the end of the last."""
+    return since_ms - since_ms % HOUR_MS, until_ms + (-until_ms) % HOUR_MS
 
 
 def _usage_key(u: UsageRow) -> tuple[str, str, str, int]:

@@ -57,13 +57,22 @@ def _rows(report: Report, attr: str) -> list[dict[str, object]]:
 
 
 def _table(report: Report) -> str:
-    out = [f"Governance report {format_time(report.since_ms)} .. {format_time(report.until_ms)}", ""]
+    out = [f"Governance report {format_time(report.since_ms)} .. {format_time(report.until_ms)}{_hours(report)}", ""]
     for title, attr in SECTIONS:
         out.append(f"== {title}")
         out += _text_table(_rows(report, attr)) or ["(none)"]
         out.append("")
     out += [f"note: {n}" for n in report.notes]
     return "\n".join(out) + "\n"
+
+
+def _hours(report: Report) -> str:
+    """Said beside the period when the usage figures' whole hours reach past it, so no one reads them as
+    the period's own."""
+    hours = (report.usage_since_ms, report.usage_until_ms)
+    if hours == (report.since_ms, report.until_ms) or hours == (0, 0):
+        return ""
+    return f" (usage figures: whole hours {format_time(hours[0])} .. {format_time(hours[1])})"
 
 
 def _text_table(rows: Sequence[dict[str, object]]) -> list[str]:
@@ -113,7 +122,8 @@ def _html(report: Report) -> str:
         "<style>body{font-family:sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse;"
         "margin-bottom:1.5em}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}th{background:#f0f0f0}"
         "td.n{text-align:right}</style></head><body>",
-        f"<h1>GPU governance report</h1><p>{format_time(report.since_ms)} to {format_time(report.until_ms)}</p>",
+        f"<h1>GPU governance report</h1><p>{format_time(report.since_ms)} to {format_time(report.until_ms)}"
+        f"{html.escape(_hours(report))}</p>",
     ]
     for title, svg in charts:
         parts.append(f"<h2>{html.escape(title)}</h2>{svg}")

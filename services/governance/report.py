@@ -8,6 +8,7 @@ event log (findings on the governance topic); the figures themselves are compute
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import asyncpg
@@ -141,7 +142,14 @@ async def latest_time(pool: asyncpg.Pool) -> int:
     return int(value or 0)
 
 
-async def gather(pool: asyncpg.Pool, event_log: EventLog | None, since_ms: int, until_ms: int) -> Report:
+async def gather(
+    pool: asyncpg.Pool, event_log: EventLog | None, since_ms: int, until_ms: int, *, now_ms: int | None = None
+) -> Report:
+    """The report of the period. The usage figures cover whole hours, so runs still holding GPUs count up to
+    the end of the last hour, but not past ``now_ms`` (default: the wall clock, or the read models' latest
+    time if a simulated fleet runs ahead of it), where no usage sample can be yet."""
+    if now_ms is None:
+        now_ms = max(int(time.time() * 1000), await latest_time(pool))
     findings = await finding_rows(event_log) if event_log is not None else []
     usage, jobs, quota, held = (
         await usage_rows(pool),
@@ -149,7 +157,7 @@ async def gather(pool: asyncpg.Pool, event_log: EventLog | None, since_ms: int, 
         await quota_rows(pool),
         await held_rows(pool),
     )
-    return build(since_ms, until_ms, usage, jobs, quota, findings, held)
+    return build(since_ms, until_ms, usage, jobs, quota, findings, held, now_ms)
 
 
 def _json(value: Any) -> Any:
