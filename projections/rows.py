@@ -3,6 +3,11 @@
 Called by ``projections.readmodels`` (the sink). Every table has an ``entity_key`` column (the stage's
 key); the sink replaces all rows of a changed entity at once, so an entity may map to several rows
 (the fleet has one per GPU model). Columns are plain values or JSON text, in a fixed order.
+
+A row says what the log says, whatever order its partitions were read in, so a rebuild equals the live
+tables. How many versions of a profile were published is not such a fact (it depends on which
+intermediate states a host went through): versions live in the published events, not here. (Tables made
+before kept a ``version`` column; it is left empty.)
 """
 
 from __future__ import annotations
@@ -125,7 +130,6 @@ def _node_rows(key: str, node: NodeProfile) -> Sequence[Row]:
             node.gpu_utilisation_pct,
             len(node.allocations),
             node.last_seen_ms,
-            node.version,
         )
     ]
 
@@ -153,7 +157,7 @@ def _quota_rows(key: str, quota: QueueQuota) -> Sequence[Row]:
         {"resource": r, "gpu_model": m, "used": u, "guaranteed": g, "limit": limit, "borrowed": b}
         for r, m, u, g, limit, b in lines
     ]  # what the published QuotaUsage lines say, as JSON
-    return [(key, quota.tenant, quota.queue, _json(usage), gpu_hours_milli, len(quota.holdings), quota.version)]
+    return [(key, quota.tenant, quota.queue, _json(usage), gpu_hours_milli, len(quota.holdings))]
 
 
 def _usage_rows(key: str, bucket: UsageBucket) -> Sequence[Row]:
@@ -246,7 +250,6 @@ TABLES: dict[str, Table] = {
             ("gpu_utilisation_pct", "int"),
             ("jobs", "int"),
             ("last_seen_ms", "bigint"),
-            ("version", "bigint"),
         ),
         _node_rows,
     ),
@@ -275,7 +278,6 @@ TABLES: dict[str, Table] = {
             ("usage", "jsonb"),
             ("gpu_hours_milli", "bigint"),
             ("running_jobs", "int"),
-            ("version", "bigint"),
         ),
         _quota_rows,
     ),
