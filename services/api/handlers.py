@@ -11,6 +11,7 @@ A servicer missing a method of its service fails at start, not at the first call
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import Counter
@@ -79,6 +80,9 @@ def _method_handler(
                     raise InvalidArgument("request", f"not a valid {request_cls.DESCRIPTOR.full_name}: {request.error}")
                 async for item in impl(request, context):
                     yield item
+            except asyncio.CancelledError:
+                code = _ended_early(context)
+                raise
             except Exception as error:
                 if _is_abort(error):
                     raise
@@ -99,6 +103,9 @@ def _method_handler(
                 raise InvalidArgument("request", f"not a valid {request_cls.DESCRIPTOR.full_name}: {request.error}")
             result: Message = await impl(request, context)
             return result
+        except asyncio.CancelledError:
+            code = _ended_early(context)
+            raise
         except Exception as error:
             if _is_abort(error):
                 raise
@@ -110,6 +117,14 @@ def _method_handler(
     return grpc.unary_unary_rpc_method_handler(
         unary, request_deserializer=parse, response_serializer=response_cls.SerializeToString
     )
+
+
+def _ended_early(context: Context) -> grpc.StatusCode:
+    """Why a call's task was cancelled: its deadline passed, or the client went away. Either way the
+    client saw no answer, whatever the call did meanwhile (a submission may still be appended: its
+    request id makes a retry return the same job), so it is not counted or logged as OK."""
+    remaining = context.time_remaining()
+    return grpc.StatusCode.DEADLINE_EXCEEDED if remaining is not None and remaining <= 0 else grpc.StatusCode.CANCELLED
 
 
 def _is_abort(error: BaseException) -> bool:
