@@ -147,14 +147,17 @@ def client_config(args: argparse.Namespace) -> Any:
     )
 
 
-def _failed(args: argparse.Namespace, error: CallError) -> int:
+def _failed(args: argparse.Namespace, error: CallError, *, answered: bool = False) -> int:
+    """Report a failed call. ``answered``: the server did answer this call (a stream that was cut off)."""
     code = EXIT_CODES.get(error.code, 1)
     if args.json:
         print(json.dumps({"error": error.as_json()}), file=sys.stderr)
         return code
     where = f" (field {error.field})" if error.field and error.field not in error.message else ""
     hint = ""
-    if error.code == "UNAVAILABLE":
+    if error.code == "UNAVAILABLE" and not answered and error.reason is None:
+        # Every error the API itself returns carries a reason code; without one no server answered, so
+        # asking whether it runs helps. An API that answered "database down" is running.
         hint = f"; is the API running at {args.server or os.environ.get('FEDSCHED_SERVER') or '127.0.0.1:50051'}?"
     elif error.code == "UNAUTHENTICATED":
         hint = "; pass --token or set FEDSCHED_TOKEN"
@@ -351,15 +354,21 @@ async def watch_job(args: argparse.Namespace, client: Client) -> int:
     from services.api.pb import jobs_pb2
 
     request = jobs_pb2.WatchJobRequest(job_id=args.job_id, skip_history=args.skip_history)
+    events = 0
     try:
         async for event in client.stream(client.jobs.WatchJob, request):
+            events += 1
             if args.json:
                 print(json.dumps(to_dict(event)), flush=True)
             else:
                 text = f"{when(event.time_ms)}  {event.event:<24} {event.status:<10} {event.reason}"
                 print((text + (f"  {event.message[:100]}" if event.message else "")).rstrip(), flush=True)
     except grpc.aio.AioRpcError as error:
-        raise call_error(error) from None
+        if not events:
+            raise call_error(error) from None
+        cut = call_error(error)
+        cut.message += f" (the watch ended after {events} events: the API stopped or restarted; watch again)"
+        return _failed(args, cut, answered=True)
     return 0
 
 
