@@ -5,8 +5,10 @@ every output id is derived from the facts, so the same log gives the same action
 
 - Idle (per job kind, ``IdleRule``): the trailing stretch of usage samples under ``threshold_pct``; once
   it is ``idle_after_ms`` long a ``JobIdleWarning`` says when the reclaim comes; a sample at or after that
-  moment still idle brings ``JobReclaimRequested`` (and a finding with the figures). When the cluster
-  reports ``JobReclaimed``, a ``JobCancelRequested`` keeps the scheduler from placing the job again.
+  moment still idle brings ``JobReclaimRequested`` (and a finding with the figures), preceded by a
+  ``JobCancelRequested``: the scheduler must not place the job again once its run stops (sent only after
+  the cluster reported ``JobReclaimed``, the cancel came after the scheduler had placed and the cluster
+  started the notebook again).
 - Runtime (``RuntimeRule``, or the job's own ``max_runtime_s``): a ``JobCancelRequested`` and a finding.
 - Lease (``LeaseRule``): a run placed but never started within the start lease, or on a node removed or a
   cluster unreachable for the lost lease, gets a ``JobFailed`` (``AllocationLeaseExpired``) published on
@@ -58,11 +60,10 @@ def idle(state: GovState, facts: JobFacts, rule: IdleRule, principal: str) -> li
     spec, now = facts.spec, state.now_ms
     out: list[Output] = []
     for ended in sorted(facts.runs.values(), key=lambda r: r.run):
-        if ended.ended_how == "reclaimed" and ended.reclaim_rule == rule.name and facts.terminal is None:
-            cancel = JobCancelRequested(
-                job_id=JobId(facts.job_id), requester=principal, reason=f"{rule.name}: reclaimed while idle"
-            )
-            out.append(Output(f"gov:idle-cancel:{facts.job_id}:{ended.run}", now, cancel))
+        # A reclaim recorded before the cancel went with it (older logs): the cancel now.
+        reclaimed = ended.ended_how == "reclaimed" and ended.reclaim_rule == rule.name
+        if reclaimed and facts.terminal is None and not facts.cancel_requested:
+            out.append(_idle_cancel(facts, ended.run, rule, principal, now))
     run = facts.live_run()
     if run is None or run.started_ms is None or facts.cancel_requested:
         return out
@@ -122,7 +123,20 @@ def idle(state: GovState, facts: JobFacts, rule: IdleRule, principal: str) -> li
         FindingKind.IDLE_RECLAIM, rule.name, ReasonCode.IDLE_GPU, facts, run, figures, now, reclaim.message
     )
     key = f"{facts.job_id}:{run.run}"
-    return [*out, Output(f"gov:idle-reclaim:{key}", now, reclaim), Output(f"gov:finding:idle:{key}", now, finding)]
+    cancel = _idle_cancel(facts, run.run, rule, principal, now)
+    return [
+        *out,
+        cancel,
+        Output(f"gov:idle-reclaim:{key}", now, reclaim),
+        Output(f"gov:finding:idle:{key}", now, finding),
+    ]
+
+
+def _idle_cancel(facts: JobFacts, run: int, rule: IdleRule, principal: str, now: int) -> Output:
+    cancel = JobCancelRequested(
+        job_id=JobId(facts.job_id), requester=principal, reason=f"{rule.name}: reclaimed while idle"
+    )
+    return Output(f"gov:idle-cancel:{facts.job_id}:{run}", now, cancel)
 
 
 def runtime(state: GovState, facts: JobFacts, config: GovConfig) -> list[Output]:
