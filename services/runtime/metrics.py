@@ -30,16 +30,19 @@ Sample = tuple[str, dict[str, str], float]  # name, labels, value
 Source = Callable[[], Iterable[Sample]]
 Check = Callable[[], bool]
 
+#: name: (Prometheus type, help text) of every metric a fedsched process exports.
 _HELP = {
     "fedsched_scheduler_cycles_total": ("counter", "Scheduling cycles recorded"),
     "fedsched_scheduler_decisions_total": ("counter", "Decision events published"),
     "fedsched_scheduler_placements_total": ("counter", "Jobs placed"),
     "fedsched_scheduler_cycle_seconds": ("gauge", "Duration of the last cycle"),
+    "fedsched_scheduler_cycle_phase_seconds": ("gauge", "Duration of each phase of the last cycle"),
     "fedsched_scheduler_leader": ("gauge", "1 when this instance leads"),
     "fedsched_queue_depth": ("gauge", "Jobs waiting, per priority class"),
     "fedsched_events_folded_total": ("counter", "Log records folded, per component"),
     "fedsched_consumer_lag": ("gauge", "Records committed but not yet folded, per component"),
     "fedsched_api_requests_total": ("counter", "API requests by method and status code"),
+    "fedsched_intake_requests_total": ("counter", "Intake requests by outcome: accepted, rejected, dead-lettered"),
     "fedsched_watch_streams": ("gauge", "Open WatchJob streams (one per watched partition)"),
     "fedsched_watch_partitions": ("gauge", "Partitions the API reads for its WatchJob streams, one reader each"),
     "fedsched_placement_latency_seconds": ("gauge", "Submit-to-placement latency quantiles (latest 1,024)"),
@@ -73,7 +76,8 @@ class Metrics:
                 log.exception("event=metrics_source_failed")
         lines = []
         for name in sorted(samples):
-            kind, text = _HELP.get(name, ("gauge", name))
+            # A name missing from _HELP (a test keeps that from happening) is not said to be a gauge.
+            kind, text = _HELP.get(name, ("untyped", "fedsched metric without a description"))
             lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
             for labels, value in samples[name]:
                 label_text = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
