@@ -9,7 +9,7 @@ ago that the job view has not folded yet.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 
 from events.log.contract import EventLog
 from events.topics import JOBS
@@ -24,7 +24,7 @@ from services.api.queries import JobFilter, ReadModels, Row
 from services.api.store import ApiStore
 from services.api.watch_tails import WatchTails
 
-_MODELS_FOR_S = 5.0
+_FLEET_VIEW_FOR_S = 5.0
 
 STATUSES = ("submitted", "queued", "placed", "running", "succeeded", "failed", "cancelled", "rejected", "unknown")
 PRIORITY_CLASSES = ("production_inference", "critical_training", "standard", "best_effort")
@@ -41,7 +41,7 @@ class JobService:
         clock: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         self._clock = clock  # a waiting job's wait so far is counted to now
-        self._models: tuple[float, tuple[str, ...]] | None = None
+        self._largest: tuple[float, dict[str, int]] | None = None
         self._commands = commands
         self._reads = reads
         self._store = store
@@ -53,22 +53,22 @@ class JobService:
         request_id = validation.request_id("client_request_id", request.client_request_id)
         spec = validation.job_spec_body(request.spec)
         done = await self._commands.submit(principal, spec, request_id)
-        asked = list(request.spec.resources.gpu_models)
-        warnings = model_warnings(asked, await self._fleet_models()) if asked else []
-        if warnings:  # never from a list that may be a few seconds old
-            warnings = model_warnings(asked, await self._fleet_models(fresh=True))
+        resources = request.spec.resources
+        asked, gpus = list(resources.gpu_models), resources.gpus
+        warnings = shape_warnings(asked, gpus, await self._largest_nodes()) if asked or gpus else []
+        if warnings:  # never from a view that may be a few seconds old
+            warnings = shape_warnings(asked, gpus, await self._largest_nodes(fresh=True))
         return jobs_pb2.SubmitJobResponse(
             job_id=done.job_id, created=done.created, client_request_id=done.client_request_id, warnings=warnings
         )
 
-    async def _fleet_models(self, *, fresh: bool = False) -> tuple[str, ...]:
-        """The GPU models the fleet has, read at most every few seconds unless ``fresh`` (a submission
-        that asks for models the fleet has costs no query)."""
+    async def _largest_nodes(self, *, fresh: bool = False) -> dict[str, int]:
+        """The most GPUs a node of each model has, read at most every few seconds unless ``fresh`` (a
+        submission that fits the fleet costs no query)."""
         now = time.monotonic()
-        if fresh or self._models is None or now - self._models[0] > _MODELS_FOR_S:
-            rows = await self._reads.fleet_models()
-            self._models = (now, tuple(r["gpu_model"] for r in rows if r["capacity_milli"]))
-        return self._models[1]
+        if fresh or self._largest is None or now - self._largest[0] > _FLEET_VIEW_FOR_S:
+            self._largest = (now, await self._reads.largest_nodes())
+        return self._largest[1]
 
     async def CancelJob(self, request: jobs_pb2.CancelJobRequest, context: Context) -> jobs_pb2.CancelJobResponse:
         request_id = validation.request_id("client_request_id", request.client_request_id)
@@ -158,16 +158,26 @@ class JobService:
         return explain(row, self._clock())
 
 
-def model_warnings(asked: list[str], fleet: tuple[str, ...]) -> list[str]:
-    """A warning per GPU model asked for that no node has (none when the fleet is not known yet)."""
-    if not fleet:
+def shape_warnings(asked: list[str], gpus: int, largest: Mapping[str, int]) -> list[str]:
+    """What a submitter should know of a job the fleet cannot run as asked (it is accepted, and waits):
+    a GPU model no node has (with the one probably meant), or more whole GPUs per replica than any node
+    of the models it accepts has. None while the fleet is not known yet."""
+    if not largest:
         return []
-    by_case = {model.casefold(): model for model in fleet}
+    models = sorted(largest)
+    by_case = {model.casefold(): model for model in models}
     out = []
     for model in asked:
-        if model in fleet:
+        if model in largest:
             continue
         meant = by_case.get(model.casefold())
-        hint = f"did you mean {meant}?" if meant else f"the fleet has {', '.join(fleet)}"
+        hint = f"did you mean {meant}?" if meant else f"the fleet has {', '.join(models)}"
         out.append(f"no node has GPU model {model}: the job waits until one joins ({hint})")
+    accepted = [model for model in asked if model in largest] if asked else models
+    most = max((largest[model] for model in accepted), default=0)
+    if accepted and gpus > most:
+        out.append(
+            f"no node of {', '.join(accepted)} has {gpus} GPUs (the largest has {most}): one replica cannot run "
+            f"as asked; ask for at most {most} GPUs per replica and more replicas"
+        )
     return out

@@ -143,6 +143,14 @@ class ReadModels:
             GROUP BY 1, 2 ORDER BY 1, 2"""
         return [_row(r) for r in await self._pool.fetch(sql, cluster)]
 
+    async def largest_nodes(self) -> dict[str, int]:
+        """GPU model -> the most GPUs a present node of it has."""
+        sql = (
+            f"SELECT gpu_model, max(gpus) AS gpus FROM {self.schema}.read_nodes"
+            f" WHERE present AND gpus > 0 AND gpu_model <> '' GROUP BY gpu_model"
+        )
+        return {r["gpu_model"]: int(r["gpus"]) for r in await self._pool.fetch(sql)}
+
     async def fleet_models(self) -> list[Row]:
         sql = (
             f"SELECT gpu_model, capacity_milli, free_milli, pending_milli, congestion_milli, hot"

@@ -74,11 +74,17 @@ async def test_capacity_per_cluster_and_model_with_pending_demand(stack: Stack) 
         (west, f"H100-{tag}"): (8000, 8000, 8000, 1),
     }
     # A model no node has is accepted with a warning: the one probably meant, or the fleet's models.
-    for asked, warned in (([model], ""), ([model.lower()], f"did you mean {model}?"), (["B200"], "the fleet has")):
+    cases = (
+        ([model], 1, ""),
+        ([model.lower()], 1, f"did you mean {model}?"),
+        (["B200"], 1, "the fleet has"),
+        ([model], 9, f"no node of {model} has 9 GPUs (the largest has 8)"),  # one replica never fits
+    )
+    for asked, gpus, warned in cases:
         answer = await submitter.call(
             submitter.jobs.SubmitJob,
             jobs_pb2.SubmitJobRequest(
-                spec=spec(resources=jobs_pb2.Resources(gpus=1, gpu_models=asked)), client_request_id=new_request_id()
+                spec=spec(resources=jobs_pb2.Resources(gpus=gpus, gpu_models=asked)), client_request_id=new_request_id()
             ),
         )
         assert answer.created and (warned in "\n".join(answer.warnings) if warned else not answer.warnings), asked
@@ -86,7 +92,7 @@ async def test_capacity_per_cluster_and_model_with_pending_demand(stack: Stack) 
     capacity = await client.call(client.resources.GetCapacity, resources_pb2.GetCapacityRequest())
     [a100] = [m for m in capacity.models if m.gpu_model == model]
     assert (a100.total_milli, a100.healthy_milli, a100.free_milli) == (20000, 19000, 11000)
-    assert a100.pending_milli == pending_before + 8000 + 1000
+    assert a100.pending_milli == pending_before + 8000 + 1000 + 9000
 
     only_west = await client.call(client.resources.GetCapacity, resources_pb2.GetCapacityRequest(cluster=west))
     assert {c.cluster for c in only_west.clusters} == {west}

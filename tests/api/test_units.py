@@ -14,6 +14,7 @@ from services.api import codegen, validation
 from services.api.convert import waited_ms
 from services.api.errors import InvalidArgument, field_path
 from services.api.explain import explain
+from services.api.jobs import shape_warnings
 from services.api.pb import jobs_pb2
 from services.cli import jobfile
 from services.scheduler.policy import Preempt, Queue, schedule
@@ -200,3 +201,15 @@ def test_a_waiting_job_has_waited_until_now_and_a_placed_one_until_its_placement
     assert waited_ms({**waiting, "status": "placed", "queued_since_ms": None}, 70_000) == 5_000
     assert waited_ms({**waiting, "status": "cancelled"}, 70_000) == 5_000  # ended: its wait is over
     assert waited_ms(waiting, 9_000) == 5_000  # a clock behind the log's adds nothing, takes nothing
+
+
+def test_a_shape_the_fleet_cannot_run_is_warned_about_with_what_it_has() -> None:
+    fleet = {"A100": 8, "T4": 4}
+    assert shape_warnings(["A100"], 8, fleet) == [] and shape_warnings([], 0, {}) == []
+    assert shape_warnings([], 64, {}) == []  # the fleet not known yet: nothing to say
+    [any_model] = shape_warnings([], 16, fleet)
+    assert "no node of A100, T4 has 16 GPUs (the largest has 8)" in any_model
+    [t4] = shape_warnings(["T4"], 8, fleet)
+    assert "no node of T4 has 8 GPUs (the largest has 4)" in t4
+    typo, too_big = shape_warnings(["a100", "T4"], 6, fleet)
+    assert "did you mean A100?" in typo and "no node of T4 has 6 GPUs" in too_big
