@@ -37,7 +37,8 @@ def _register_sim(kinds: argparse._SubParsersAction) -> None:  # type: ignore[ty
     sim.add_argument(
         "--nodes",
         type=Path,
-        help="node list: an openb or spot-GPU trace CSV, or a YAML file (default: the openb GPU node list)",
+        help="node list: an openb or spot-GPU trace CSV, or a YAML file (default: the openb GPU node list if "
+        "the traces are on this machine, else the 300-node sample shipped with fedsched, as fedsched up uses)",
     )
     part = sim.add_mutually_exclusive_group()
     part.add_argument("--slice", type=int, metavar="N", help="only the first N nodes of the list")
@@ -63,15 +64,15 @@ async def run_sim(args: argparse.Namespace) -> int:
     import logging
 
     from connectors.sim import ClusterSpec, NodeListError, SimCluster, SimConfig, load_nodes, parse_split
-    from connectors.sim.nodes import default_nodes_path
     from events.log import open_log
     from events.topics import TOPICS
     from services.cli.main import CliError
     from services.config import log_url
+    from services.runtime.up import default_nodes
 
     try:
         split = parse_split(args.split) if args.split else None
-        nodes = load_nodes(args.nodes or default_nodes_path(), slice_=args.slice, split=split)
+        nodes = load_nodes(args.nodes or default_nodes(), slice_=args.slice, split=split)
         spec = ClusterSpec.build(
             args.cluster,
             nodes.nodes,

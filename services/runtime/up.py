@@ -184,7 +184,7 @@ async def _start_fleet(running: Running) -> None:
         return
     fleet = SimFleet.from_node_list(
         running.log,
-        config.sim_nodes or _default_nodes(),
+        config.sim_nodes or default_nodes(),
         names=config.sim_clusters,
         config=SimConfig(speed=config.sim_speed),
         clock=running.clock,
@@ -193,14 +193,18 @@ async def _start_fleet(running: Running) -> None:
     running.closers.append(fleet.stop)
 
 
-def _default_nodes() -> Path:
-    """The openb GPU node list when the traces are on this machine, else the sample shipped with fedsched."""
+def default_nodes() -> Path:
+    """The openb GPU node list when the traces are on this machine, else the sample shipped with fedsched.
+    Also the default of ``fedsched connector sim``."""
     from connectors.sim import default_nodes_path
 
     full: Path = default_nodes_path()
     if full.is_file():
         return full
     return Path(__file__).resolve().parents[2] / "connectors" / "sim" / "data" / "openb_gpu_nodes_sample.csv"
+
+
+_default_nodes = default_nodes  # the old name, still called by services.runtime.demo
 
 
 async def _start_api(running: Running) -> None:
