@@ -44,7 +44,15 @@ def _register_sim(kinds: argparse._SubParsersAction) -> None:  # type: ignore[ty
     part.add_argument("--slice", type=int, metavar="N", help="only the first N nodes of the list")
     part.add_argument("--split", metavar="K:I", help="deal the nodes round-robin into K clusters and take number I")
     sim.add_argument("--log", help="log URL: kafka://host:port or a PostgreSQL DSN (default: FEDSCHED_LOG)")
-    sim.add_argument("--speed", type=float, default=1.0, help="simulated seconds per wall second (default 1)")
+    sim.add_argument(
+        "--speed",
+        type=float,
+        default=1.0,
+        help="simulated seconds per wall second (default 1). This connector stamps its events in simulated "
+        "time and the other processes of a distributed deployment use the wall clock, so any other speed "
+        "puts its events out of step with theirs (job timelines out of order, idle times wrong): for a faster "
+        "simulation use fedsched up, whose components share one clock",
+    )
     sim.add_argument("--seed", type=int, default=0, help="seed of the fault schedule and the job draws")
     sim.add_argument("--start-delay-s", type=float, default=5.0, help="placement to JobStarted, simulated s")
     sim.add_argument("--stop-delay-s", type=float, default=2.0, help="stop request to stopped, simulated s")
@@ -97,6 +105,16 @@ async def run_sim(args: argparse.Namespace) -> int:
     configure_logging()
     tune_for_service()
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
+    if config.speed != 1:
+        # Only fedsched up can share the simulated clock with the scheduler, API and governance: here
+        # they stamp wall time, and governance would judge a notebook idle for 45 min after 3.
+        logging.getLogger("fedsched.connector.sim").warning(
+            "event=sim_speed_not_shared cluster=%s speed=%g message=%r",
+            spec.cluster,
+            config.speed,
+            "events are stamped in simulated time while the other processes use the wall clock; "
+            "use --speed 1 with a distributed deployment, or fedsched up for a faster simulation",
+        )
     log = open_log(log_url(args.log))
     await log.start()
     cluster = SimCluster(log, spec, config)
