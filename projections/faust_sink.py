@@ -7,6 +7,10 @@ Only rows are written. In this host the positions an entity has applied, and the
 live in the stage's faust table (its changelog), not in ``projection_state``/``projection_positions``;
 the rows are a pure function of the entity and replaced whole, so writing an entity again writes
 the same rows.
+
+So a write that failed can simply be tried again: while PostgreSQL is away, ``write`` retries with
+backoff (``events.outage``; ``/healthz`` says ``postgres``) and the stage's batch waits, unacknowledged,
+instead of the worker crashing.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 
 import asyncpg
 
+from events.outage import Outage, transient
 from projections import readmodels
 from projections.rows import TABLES
 
@@ -27,6 +32,7 @@ class Sink:
         self._pool_size = pool_size
         self._pool: asyncpg.Pool | None = None
         self.writes = 0
+        self.outage = Outage("projections")
 
     async def start(self) -> None:
         if self._pool is None:
@@ -34,12 +40,26 @@ class Sink:
             await readmodels.ensure_schema(self._pool, self.schema)
 
     async def close(self) -> None:
+        self.outage.forget()
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
 
     async def write(self, stage: str, entities: Mapping[str, Any]) -> None:
-        """Replace the rows of these entities of one stage (None: the entity is gone)."""
+        """Replace the rows of these entities of one stage (None: the entity is gone), once PostgreSQL
+        answers."""
+        while True:
+            try:
+                await self._write(stage, entities)
+            except Exception as error:
+                if not transient(error):
+                    raise
+                await self.outage.wait("postgres", error)
+            else:
+                self.outage.recovered()
+                return
+
+    async def _write(self, stage: str, entities: Mapping[str, Any]) -> None:
         if self._pool is None:
             raise RuntimeError("the read-model sink is not started")
         table = TABLES[stage]

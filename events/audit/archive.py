@@ -8,6 +8,10 @@ Exactly once without a consumer group: the archiver's position in each partition
 row, updated in the same transaction as the records it covers. A restart resumes after the head, so
 nothing is skipped or doubled; two archivers serialise on the head row lock.
 
+An outage of the log or of the archive's database does not end ``run``: the pass is tried again with
+backoff (``events.outage``), from the heads read again from the database (a batch whose commit failed,
+or committed unseen, is then re-read and skipped or copied once), on a fresh log reader.
+
 Append-only is enforced twice: a trigger refuses UPDATE and DELETE on the archive, and, because a
 superuser can disable triggers, the hash chain reveals any edit, deletion, reordering or truncation.
 """
@@ -25,6 +29,7 @@ from events.audit.chain import ArchivedRecord, ChainHead, ChainProblem, ChainVer
 from events.log.contract import EventLog, LogReader, LogRecord, TopicPartition
 from events.log.headers import pack_headers
 from events.log.reading import EndWatch, read_to_end
+from events.outage import Outage, Unreachable, reaching
 
 _SCHEMA_LOCK = 7_215_002
 
@@ -109,6 +114,7 @@ class AuditArchiver:
         self.positions: dict[TopicPartition, int] = {}
         """Where the archive stood per partition after the latest catch-up (next offset to copy)."""
         self._ends = EndWatch()
+        self.outage = Outage("archiver")
 
     async def _partitions(self) -> list[TopicPartition]:
         return [
@@ -119,8 +125,13 @@ class AuditArchiver:
 
     async def catch_up(self) -> ArchiveProgress:
         """Archive everything committed to the log when called; returns how many records were added."""
+        with reaching("log"):
+            return await self._catch_up()
+
+    async def _catch_up(self) -> ArchiveProgress:
         if not self._schema_ready:
-            await ensure_schema(self._pool)
+            with reaching("postgres"):
+                await ensure_schema(self._pool)
             self._schema_ready = True
         reader = await self._ensure_reader()
         total = 0
@@ -134,20 +145,40 @@ class AuditArchiver:
         for tp, end in sorted((await self._ends.ahead(reader, positions)).items()):
             position = positions[tp]
             async for records in read_to_end(reader, tp, position, max_records=self._batch, end=end):
-                total += await self._archive(tp, records)
+                with reaching("postgres"):
+                    archived = await self._archive(tp, records)
+                total += archived
+                self.archived_total += archived  # counted as committed, though a later batch may fail
                 position = records[-1].offset + 1
             positions[tp] = position
             self._ends.reached(tp, position, end)
-        self.archived_total += total
         self.positions = positions
         return ArchiveProgress(total, positions)
 
     async def run(self, stop: asyncio.Event, *, idle_wait_s: float = 0.5) -> None:
-        while not stop.is_set():
-            progress = await self.catch_up()
-            if progress.archived == 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), idle_wait_s)
+        try:
+            while not stop.is_set():
+                try:
+                    progress = await self.catch_up()
+                except Unreachable as error:
+                    await self._after_failure()
+                    await self.outage.wait(error.dependency, error.error, stop)
+                    continue
+                self.outage.recovered()
+                if progress.archived == 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), idle_wait_s)
+        finally:
+            self.outage.forget()
+
+    async def _after_failure(self) -> None:
+        # Where we stand is the chain heads: read them again rather than trust a batch whose commit
+        # failed (it may have committed). A fresh reader too: the old one's connections may be dead.
+        self.positions = {}
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            with contextlib.suppress(Exception):
+                await reader.close()
 
     async def close(self) -> None:
         if self._reader is not None:
@@ -160,9 +191,12 @@ class AuditArchiver:
         return self._reader
 
     async def _position(self, tp: TopicPartition) -> int:
-        offset = await self._pool.fetchval(
-            'SELECT "offset" FROM fedsched_audit_heads WHERE topic = $1 AND partition = $2', tp.topic, tp.partition
-        )
+        with reaching("postgres"):
+            offset = await self._pool.fetchval(
+                'SELECT "offset" FROM fedsched_audit_heads WHERE topic = $1 AND partition = $2',
+                tp.topic,
+                tp.partition,
+            )
         return 0 if offset is None else int(offset) + 1
 
     async def _archive(self, tp: TopicPartition, records: Sequence[LogRecord]) -> int:

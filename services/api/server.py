@@ -7,6 +7,10 @@ tables, wires the servicers and starts the intake task.
 
 The server refuses messages over ``max_message_bytes`` (4 MiB) before parsing them, serves TLS when a
 certificate is configured (mutual TLS when a client CA is), and authenticates every call but health.
+
+Health: the log and the database are probed in the background (``services.runtime.health``); while
+either does not answer, the gRPC health service says NOT_SERVING and the process's ``/healthz`` fails
+naming it, as the calls that need it answer UNAVAILABLE.
 """
 
 from __future__ import annotations
@@ -21,10 +25,10 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from events.log import EventLog, open_log
+from events.log import EventLog, LogReader, TopicPartition, open_log
 from events.publisher import Publisher
 from events.tasks import cancel_and_wait
-from events.topics import TOPICS
+from events.topics import JOBS, TOPICS
 from projections import readmodels
 from services.api.audit import AuditService
 from services.api.auth import AuthInterceptor
@@ -39,6 +43,7 @@ from services.api.quota import QuotaService
 from services.api.resources import ResourceService
 from services.api.store import ApiStore
 from services.api.watch_tails import WatchTails
+from services.runtime.health import DependencyProbe
 
 logger = logging.getLogger("fedsched.api")
 
@@ -54,6 +59,7 @@ class ApiServer:
     publisher: Publisher
     intake: Intake | None = None
     tails: WatchTails | None = None
+    probe: DependencyProbe | None = None
     _intake_task: asyncio.Task[None] | None = None
     _owned: list[object] = field(default_factory=list)
 
@@ -63,6 +69,8 @@ class ApiServer:
         return f"{host}:{self.port}"
 
     async def stop(self, grace_s: float = 2.0) -> None:
+        if self.probe is not None:
+            await self.probe.close()  # before the shutdown status, which it must not overwrite
         await self.health.enter_graceful_shutdown()
         if self.intake is not None:
             self.intake.stop()
@@ -140,6 +148,8 @@ async def serve(config: ApiConfig, *, log: EventLog | None = None, pool: asyncpg
     for name in ("", *SERVICES):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     api = ApiServer(server, port, config, health_servicer, publisher, tails=tails, _owned=owned)
+    api.probe = _dependency_probe(log, pool, health_servicer)
+    api.probe.start()
     if config.intake:
         api.intake = Intake(log, jobs, config)
         await api.intake.start()
@@ -153,6 +163,38 @@ async def serve(config: ApiConfig, *, log: EventLog | None = None, pool: asyncpg
         ",".join(config.auth.algorithms),
     )
     return api
+
+
+def _dependency_probe(log: EventLog, pool: asyncpg.Pool, servicer: health.aio.HealthServicer) -> DependencyProbe:
+    async def database() -> None:
+        await pool.fetchval("SELECT 1")
+
+    async def serving(unreachable: list[str]) -> None:
+        status = health_pb2.HealthCheckResponse.NOT_SERVING if unreachable else health_pb2.HealthCheckResponse.SERVING
+        await servicer.set("", status)
+
+    return DependencyProbe({"log": _LogProbe(log).check, "postgres": database}, on_change=serving)
+
+
+class _LogProbe:
+    """Where one partition ends: a round trip to the log (one ListOffsets on Kafka, one small query on
+    the embedded log), on a reader kept between checks and replaced after a failure."""
+
+    def __init__(self, log: EventLog) -> None:
+        self._log = log
+        self._reader: LogReader | None = None
+
+    async def check(self) -> None:
+        try:
+            if self._reader is None:
+                self._reader = await self._log.reader()
+            await self._reader.end_offset(TopicPartition(JOBS.name, 0))
+        except BaseException:  # a timeout's cancellation too: the reader may be mid-request
+            reader, self._reader = self._reader, None
+            if reader is not None:
+                with contextlib.suppress(Exception):
+                    await reader.close()
+            raise
 
 
 def _bind(server: grpc.aio.Server, config: ApiConfig) -> int:

@@ -12,6 +12,10 @@ Recipe of one step:
     envelope at the log time of step 1 and under its derived id; remember the ids.
 
 A restarted host re-reads the log from the start, so it never repeats an action it published.
+
+An outage of the log does not end ``run``: the step is tried again with backoff (``events.outage``),
+on a fresh reader, and on a fresh producer if the append failed (its transaction aborted, or committed
+without our knowing: the next step folds what was committed first, so nothing is published twice).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from events.envelope import Envelope
 from events.errors import EventError
 from events.log.contract import EventLog, LogProducer, LogReader, ProducerFenced, TopicPartition
 from events.log.reading import EndWatch, read_to_end
+from events.outage import Outage, transient
 from events.publisher import to_record
 from events.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS
 from services.governance.config import GovConfig
@@ -67,29 +72,48 @@ class GovernanceHost:
         self._settled = False  # the last evaluation gave nothing, and nothing was folded or published since
         self._producer: LogProducer | None = None
         self._stepping = asyncio.Lock()  # one step at a time: a caller's step and the run loop's never interleave
+        self.outage = Outage("governance")
 
     async def start(self) -> None:
-        self._reader = await self._log.reader()
         for topic in INPUT_TOPICS:
             name = self._ns + topic
             for partition in range(await self._log.partitions(name)):
                 self.positions.setdefault(TopicPartition(name, partition), 0)
-        self._producer = await self._log.producer(self._transactional_id)
+        await self._ensure_producer()
 
     async def close(self) -> None:
-        if self._reader is not None:
-            await self._reader.close()
-        if self._producer is not None:
-            await self._producer.close()
-        self._reader, self._producer = None, None
+        await self._drop_reader()
+        await self._drop_producer()
+
+    async def _ensure_reader(self) -> LogReader:
+        if self._reader is None:
+            self._reader = await self._log.reader()
+        return self._reader
+
+    async def _ensure_producer(self) -> LogProducer:
+        if self._producer is None:
+            self._producer = await self._log.producer(self._transactional_id)
+        return self._producer
+
+    async def _drop_reader(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            with contextlib.suppress(Exception):  # it failed already: closing is only tidying up
+                await reader.close()
+
+    async def _drop_producer(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            with contextlib.suppress(Exception):
+                await producer.close()
 
     async def follow(self) -> int:
         """Fold every record committed now; returns how many were read."""
-        assert self._reader is not None
+        reader = await self._ensure_reader()
         folded = 0
-        for tp, end in sorted((await self._ends.ahead(self._reader, self.positions)).items()):
+        for tp, end in sorted((await self._ends.ahead(reader, self.positions)).items()):
             position = self.positions[tp]
-            async for records in read_to_end(self._reader, tp, position, max_records=5000, end=end):
+            async for records in read_to_end(reader, tp, position, max_records=5000, end=end):
                 for record in records:
                     try:
                         self.state.fold(decode(record.headers, record.value))
@@ -97,6 +121,7 @@ class GovernanceHost:
                         self.metrics.unreadable += 1
                 folded += len(records)
                 position = self.positions[tp] = records[-1].offset + 1
+                self._settled = False  # here, not after the loop: a failure later in it must not lose this
             self._ends.reached(tp, position, end)
         self.metrics.folded += folded
         return folded
@@ -107,9 +132,8 @@ class GovernanceHost:
             return await self._step()
 
     async def _step(self) -> list[Output]:
-        assert self._producer is not None
-        if await self.follow():
-            self._settled = False
+        producer = await self._ensure_producer()
+        await self.follow()
         if self._settled:
             return []
         outputs = evaluate(self.state, self.config)
@@ -123,7 +147,13 @@ class GovernanceHost:
         records = [to_record(e) for e in envelopes]
         if self._ns:
             records = [replace(r, topic=self._ns + r.topic) for r in records]
-        await self._producer.append(records)
+        try:
+            await producer.append(records)
+        except Exception as error:
+            if transient(error):
+                # Aborted, or in doubt: a new producer's start aborts whatever this one left open.
+                await self._drop_producer()
+            raise
         self.state.emitted.update(o.id for o in outputs)
         self.metrics.published += len(outputs)
         self.metrics.steps += 1
@@ -143,20 +173,30 @@ class GovernanceHost:
         )
 
     async def run(self, stop: asyncio.Event, *, poll_s: float = 0.5) -> None:
-        while not stop.is_set():
-            try:
-                await self.step()
-            except ProducerFenced:
-                log.warning("event=fenced reason='another governance instance took over'")
-                return
-            await self._wait_for_input(stop, poll_s)
+        try:
+            while not stop.is_set():
+                try:
+                    await self.step()
+                    await self._wait_for_input(stop, poll_s)
+                except ProducerFenced:
+                    log.warning("event=fenced reason='another governance instance took over'")
+                    return
+                except Exception as error:
+                    if not transient(error):
+                        raise
+                    await self._drop_reader()  # its consumers may be stuck on the old connections
+                    await self.outage.wait("log", error, stop)
+                else:
+                    self.outage.recovered()
+        finally:
+            self.outage.forget()
 
     async def _wait_for_input(self, stop: asyncio.Event, timeout_s: float) -> None:
         # Tail the jobs topic's first partition for a wake-up; on the embedded log any commit wakes it.
-        assert self._reader is not None
         tp = TopicPartition(self._ns + JOBS.name, 0)
         if tp in self.positions:
-            await self._reader.read(tp, self.positions[tp], max_records=1, timeout_s=timeout_s)
+            reader = await self._ensure_reader()
+            await reader.read(tp, self.positions[tp], max_records=1, timeout_s=timeout_s)
         else:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout_s)

@@ -3,7 +3,9 @@
 Called by composition roots (``fedsched up``, ``fedsched scheduler``...). A tiny asyncio server with
 two paths: ``/healthz`` (200 when every registered check passes, 503 naming the failing ones) and
 ``/metrics`` (Prometheus text exposition 0.0.4). Sources are callables polled at scrape time, so the
-services keep plain counters and pay nothing between scrapes.
+services keep plain counters and pay nothing between scrapes. Besides its own checks, ``/healthz``
+fails naming every dependency a loop of this process is waiting for (``events.outage``): a process that
+rides out an outage of the log or the database says so while it waits.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
     from services.governance.host import GovernanceHost
     from services.scheduler.host import SchedulerHost
 
+from events.outage import unreachable_now
 from events.tasks import cancel_and_wait
 
 log = logging.getLogger("fedsched.metrics")
@@ -93,7 +96,7 @@ class Metrics:
                 ok = False
             if not ok:
                 bad.append(name)
-        return bad
+        return sorted({*bad, *unreachable_now()})
 
     async def serve(self, host: str, port: int) -> asyncio.Server:
         return await asyncio.start_server(self._handle, host, port)
