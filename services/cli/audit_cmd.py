@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import asdict
+from typing import Any
 
 from services.cli.args import rfc3339_ms, time_range
 from services.runtime.signals import stop_on_signals
@@ -308,19 +309,47 @@ async def run_at(args: argparse.Namespace) -> int:
     return 0
 
 
+def comparison_lines(columns: dict[str, dict[str, Any]]) -> list[str]:
+    """The whatif table: one row per figure, one column per outcome, each column as wide as its widest
+    cell (a policy file's name makes a header of any length) and two spaces between columns."""
+    rows: list[tuple[str, list[str]]] = []
+    priorities = sorted({p for c in columns.values() for p in c["wait_by_priority"]})
+    for priority in priorities:
+        for stat in ("p50_s", "p95_s"):
+            waits = [c["wait_by_priority"].get(priority, {}) for c in columns.values()]
+            # No job of the class started in that column: no wait to show (not a wait of 0).
+            rows.append((f"wait {priority} {stat}", [f"{w[stat]:.1f}" if w.get("jobs") else "-" for w in waits]))
+    for key in ("preemptions", "gpu_allocation_pct", "never_started"):
+        rows.append((key, [str(c[key]) for c in columns.values()]))
+    tenants = sorted({t for c in columns.values() for t in c["cost_micro_by_tenant"]})
+    for tenant in tenants:
+        rows.append(
+            (f"cost {tenant}", [f"{c['cost_micro_by_tenant'].get(tenant, 0) / 1e6:.2f}" for c in columns.values()])
+        )
+    label = max([len(r[0]) for r in rows], default=0)
+    widths = [max(len(name), *(len(r[1][i]) for r in rows)) for i, name in enumerate(columns)]
+    lines = ["".ljust(label) + "".join(f"  {n:>{w}}" for n, w in zip(columns, widths, strict=True))]
+    lines += [r[0].ljust(label) + "".join(f"  {v:>{w}}" for v, w in zip(r[1], widths, strict=True)) for r in rows]
+    return lines
+
+
 async def run_whatif(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     import yaml
 
     from events.log import open_log
-    from services.audit.whatif import load_history, simulate
+    from services.audit.whatif import load_history, policy_settings, simulate
     from services.cli.main import CliError
     from services.config import log_url
     from services.scheduler.state import policy_from_document
 
     try:
         document = yaml.safe_load(Path(args.policy).read_text(encoding="utf-8")) or {}  # noqa: ASYNC240
+        unknown = sorted(set(document) - set(policy_settings())) if isinstance(document, dict) else []
+        if unknown:
+            # Named beside the valid ones, so a misspelt key can be corrected without reading the code.
+            raise ValueError(f"unknown settings {', '.join(unknown)}; valid settings: {', '.join(policy_settings())}")
         candidate = policy_from_document(f"whatif:{Path(args.policy).name}", document)
     except (OSError, yaml.YAMLError, ValueError, TypeError) as error:
         raise CliError(f"--policy {args.policy}: {error}", 2) from None
@@ -340,20 +369,6 @@ async def run_whatif(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"jobs": len(history.arrivals), "columns": columns}))
         return 0
-    names = list(columns)
     print(f"{len(history.arrivals)} recorded submissions replayed; policy in force: {current.version}")
-    print(f"{'':<34}" + "".join(f"{n:>28}" for n in names))
-    priorities = sorted({p for c in columns.values() for p in c["wait_by_priority"]})  # type: ignore[attr-defined]
-    for priority in priorities:
-        for stat in ("p50_s", "p95_s"):
-            waits = [c["wait_by_priority"].get(priority, {}) for c in columns.values()]  # type: ignore[attr-defined]
-            # No job of the class started in that column: no wait to show (not a wait of 0).
-            cells = [f"{w[stat]:.1f}" if w.get("jobs") else "-" for w in waits]
-            print(f"{'wait ' + priority + ' ' + stat:<34}" + "".join(f"{v:>28}" for v in cells))
-    for key in ("preemptions", "gpu_allocation_pct", "never_started"):
-        print(f"{key:<34}" + "".join(f"{c[key]:>28}" for c in columns.values()))
-    tenants = sorted({t for c in columns.values() for t in c["cost_micro_by_tenant"]})  # type: ignore[attr-defined]
-    for tenant in tenants:
-        cells = [c["cost_micro_by_tenant"].get(tenant, 0) / 1e6 for c in columns.values()]  # type: ignore[attr-defined]
-        print(f"{'cost ' + tenant:<34}" + "".join(f"{v:>28.2f}" for v in cells))
+    print("\n".join(comparison_lines(columns)))
     return 0
