@@ -65,12 +65,6 @@ class Outcome:
         }
 
 
-def policy_settings() -> list[str]:
-    """The settings a policy document may have (``policy_from_document`` refuses others): every field of
-    ``PolicyConfig`` but the version, which the document's name gives."""
-    return sorted(name for name in PolicyConfig.__dataclass_fields__ if name != "version")
-
-
 def _pct(ordered: list[int], q: int) -> int:
     if not ordered:
         return 0

@@ -160,7 +160,7 @@ async def _allocation(running: up.Running) -> dict[str, float]:
 def _node_slice(data_dir: Path, count: int) -> Path:
     data_dir.mkdir(parents=True, exist_ok=True)
     # The same node list as ``fedsched up``: the openb one, or the sample shipped with fedsched.
-    lines = up._default_nodes().read_text(encoding="utf-8").splitlines()
+    lines = up.default_nodes().read_text(encoding="utf-8").splitlines()
     target = data_dir / "demo-nodes.csv"
     target.write_text("\n".join(lines[: count + 1]) + "\n", encoding="utf-8")
     return target

@@ -204,9 +204,6 @@ def default_nodes() -> Path:
     return Path(__file__).resolve().parents[2] / "connectors" / "sim" / "data" / "openb_gpu_nodes_sample.csv"
 
 
-_default_nodes = default_nodes  # the old name, still called by services.runtime.demo
-
-
 async def _start_api(running: Running) -> None:
     from services.api.embedded import start_embedded
 

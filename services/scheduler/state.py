@@ -580,7 +580,8 @@ def policy_from_document(version: str, document: Any) -> m.PolicyConfig:
     known = {name for name in base.__dataclass_fields__ if name not in ("version",)}
     unknown = sorted(set(doc) - known)
     if unknown:
-        raise ValueError(f"policy document has unknown settings: {unknown}")
+        # Named beside the valid ones, so a misspelt key can be corrected without reading the code.
+        raise ValueError(f"unknown settings {', '.join(unknown)}; valid settings: {', '.join(sorted(known))}")
     if "node_policy" in doc:
         doc["node_policy"] = m.NodePolicy(doc["node_policy"])
     if "cluster_weights" in doc:

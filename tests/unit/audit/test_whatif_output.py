@@ -9,8 +9,9 @@ import pytest
 
 from events.catalog.jobs import PriorityClass
 from services.audit import whatif
-from services.audit.whatif import History, Outcome, policy_settings
+from services.audit.whatif import History, Outcome
 from services.cli.main import main
+from services.scheduler.policy.model import PolicyConfig
 from tests.scheduler.builders import a_job
 from tests.unit.audit.test_whatif import HOUR, T0, fleet
 
@@ -60,4 +61,5 @@ def test_an_unknown_policy_key_is_named_with_the_valid_ones(
     assert run_whatif(policy, monkeypatch) == 2
     err = capsys.readouterr().err
     assert "unknown settings preemtion" in err
-    assert "valid settings: " + ", ".join(policy_settings()) in err and "preemption" in policy_settings()
+    valid = sorted(name for name in PolicyConfig.__dataclass_fields__ if name != "version")
+    assert "valid settings: " + ", ".join(valid) in err and "preemption" in valid
