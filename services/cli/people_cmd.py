@@ -147,6 +147,10 @@ def client_config(args: argparse.Namespace) -> Any:
     )
 
 
+#: Failures after which a submission may or may not have been made.
+_UNKNOWN_OUTCOME = ("DEADLINE_EXCEEDED", "UNAVAILABLE", "CANCELLED", "INTERNAL", "UNKNOWN")
+
+
 def _failed(args: argparse.Namespace, error: CallError, *, answered: bool = False) -> int:
     """Report a failed call. ``answered``: the server did answer this call (a stream that was cut off)."""
     code = EXIT_CODES.get(error.code, 1)
@@ -233,6 +237,7 @@ def when(ms: int) -> str:
 
 
 async def submit_job(args: argparse.Namespace, client: Client) -> int:
+    from services.api.client import CallError
     from services.api.pb import jobs_pb2
 
     try:
@@ -243,14 +248,26 @@ async def submit_job(args: argparse.Namespace, client: Client) -> int:
         spec, file_request_id = jobfile.parse(text)
     except jobfile.JobFileError as error:
         from events.catalog.reasons import ReasonCode
-        from services.api.client import CallError
 
         # Reported as the server reports a bad field, so a script reads one shape, on one stream, either way.
         local = CallError("INVALID_ARGUMENT", f"{args.file}: {error}", error.field, ReasonCode.INVALID_REQUEST.value)
         return _failed(args, local)
     request_id = args.request_id or file_request_id or f"cli-{uuid.uuid4().hex}"
     request = jobs_pb2.SubmitJobRequest(spec=spec, client_request_id=request_id)
-    response = await client.call(client.jobs.SubmitJob, request)
+    try:
+        response = await client.call(client.jobs.SubmitJob, request)
+    except CallError as error:
+        if error.code not in _UNKNOWN_OUTCOME:
+            raise
+        # No answer is not "not submitted": the API may have appended it. The same request id returns
+        # that job on a retry, where a new one (the default) would submit a second job.
+        raise CallError(
+            error.code,
+            f"{error.message}; the job may have been submitted: retry with --request-id {request_id} "
+            "to get it rather than a second one",
+            error.field,
+            error.reason,
+        ) from None
     warnings = list(response.warnings)
     if args.json:
         print(
