@@ -29,6 +29,8 @@ from typing import Protocol
 import asyncpg
 from aiokafka.errors import KafkaError
 
+from events.backoff import Backoff
+
 log = logging.getLogger("fedsched.outage")
 
 # The server went away or is refusing connections for now (shutdown, restart, too many clients).
@@ -97,11 +99,8 @@ class Outage:
         rng: random.Random | None = None,
     ) -> None:
         self.component = component
-        self.initial_s = initial_s
-        self.maximum_s = maximum_s
-        self.jitter = jitter
+        self._backoff = Backoff(initial_s, maximum_s, jitter=jitter, rng=rng)
         self._clock = clock
-        self._rng = rng or random.Random()
         self.failing: str | None = None
         """The dependency the current streak is about; None: the last attempt got through."""
         self.attempts = 0
@@ -122,9 +121,8 @@ class Outage:
                 self.component, dependency, str(error) or type(error).__name__,
             )  # fmt: skip
         self.failing = dependency
-        base = min(self.maximum_s, self.initial_s * 2.0 ** min(self.attempts, 32))
         self.attempts += 1
-        return base * (1 + self.jitter * (2 * self._rng.random() - 1))
+        return self._backoff.next_delay()
 
     def recovered(self) -> None:
         """An attempt got through: the streak, if any, is over."""
@@ -135,10 +133,12 @@ class Outage:
             self.component, self.failing, self.attempts, self._clock() - self._since,
         )  # fmt: skip
         self.failing, self.attempts = None, 0
+        self._backoff.reset()
 
     def forget(self) -> None:
         """The loop has stopped: nothing is being retried, so nothing to report (no recovery either)."""
         self.failing, self.attempts = None, 0
+        self._backoff.reset()
 
     async def wait(self, dependency: str, error: BaseException, stop: asyncio.Event | None = None) -> None:
         """``failed``, then sleep its delay (less if ``stop`` is set meanwhile)."""

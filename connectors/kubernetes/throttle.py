@@ -2,15 +2,16 @@
 
 Called by ``kubeapi`` (every request takes a token) and by the loops that retry (the reflector, the
 executor). ``RateLimiter`` is a token bucket like client-go's (``qps`` steady, ``burst`` at once);
-``Backoff`` is capped exponential backoff with jitter, reset after a success.
+``Backoff`` (``events.backoff``, re-exported here) is capped exponential backoff with jitter.
 """
 
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from collections.abc import Callable
+
+from events.backoff import Backoff
 
 
 class RateLimiter:
@@ -42,32 +43,4 @@ class RateLimiter:
             self._tokens -= 1
 
 
-class Backoff:
-    def __init__(
-        self,
-        initial_s: float = 0.2,
-        maximum_s: float = 30.0,
-        *,
-        factor: float = 2.0,
-        jitter: float = 0.2,
-        rng: random.Random | None = None,
-    ) -> None:
-        self.initial_s = initial_s
-        self.maximum_s = maximum_s
-        self.factor = factor
-        self.jitter = jitter
-        self._rng = rng or random.Random()
-        self._attempt = 0
-
-    def next_delay(self) -> float:
-        base = min(self.maximum_s, self.initial_s * self.factor**self._attempt)
-        self._attempt = min(self._attempt + 1, 64)
-        return base * (1 + self.jitter * (2 * self._rng.random() - 1))
-
-    def reset(self) -> None:
-        self._attempt = 0
-
-    async def sleep(self) -> float:
-        delay = self.next_delay()
-        await asyncio.sleep(delay)
-        return delay
+__all__ = ["Backoff", "RateLimiter"]
