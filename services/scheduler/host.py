@@ -22,6 +22,7 @@ transactional id, which fences the old one: a deposed leader's next append fails
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -45,6 +46,7 @@ from events.log.contract import (
     TopicPartition,
 )
 from events.log.reading import read_to_end
+from events.outage import Outage, transient
 from events.publisher import to_record, wall_clock_ms
 from events.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS, PROFILES
 from services.scheduler.outputs import SOURCE, cycle_record, decision_events
@@ -111,6 +113,7 @@ class SchedulerHost:
         self._producer: LogProducer | None = None
         self._dirty = True
         self._last_cycle_at = 0
+        self.outage = Outage("scheduler")
 
     async def start(self) -> None:
         for topic in self._topics:
@@ -308,11 +311,39 @@ class SchedulerHost:
             await self._follow_tail(0.05)
 
     async def run(self, stop: asyncio.Event, *, poll_s: float = 0.05) -> None:
+        """Follow, and lead when elected, until ``stop``. An outage of the log does not end it: the
+        instance steps down and starts over from its positions, as a restart would (a cycle whose append
+        failed is in doubt: the next leader's producer aborts it or finds it committed when it catches up),
+        with backoff meanwhile; ``/healthz`` names the log until it answers again."""
+        while not stop.is_set():
+            try:
+                await self._follow_and_lead(stop, poll_s)
+            except Exception as error:
+                if not transient(error):
+                    raise
+                await self._start_over()
+                await self.outage.wait("log", error, stop)
+        self.outage.forget()
+
+    async def _follow_and_lead(self, stop: asyncio.Event, poll_s: float) -> None:
         await self.follow()
-        self._tail = await self._log.tail(self.positions)
+        if self._tail is None:
+            self._tail = await self._log.tail(self.positions)
+        self.outage.recovered()
         while not stop.is_set():
             if await self.is_leader() and self.needs_cycle(self._clock()):
                 await self.cycle()
                 continue
             # Wakes as soon as anything is committed on any input partition.
             await self._follow_tail(poll_s)
+
+    async def _start_over(self) -> None:
+        tail, self._tail = self._tail, None
+        if tail is not None:
+            with contextlib.suppress(Exception):  # it failed already: closing is only tidying up
+                await tail.close()
+        if self._producer is not None:
+            with contextlib.suppress(Exception):
+                await self._step_down("the log is unreachable")
+            self._producer = None
+            self.metrics.leader = False

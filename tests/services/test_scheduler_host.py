@@ -7,6 +7,7 @@ import itertools
 from collections.abc import Awaitable, Callable
 
 import pytest
+from aiokafka.errors import KafkaConnectionError
 
 from events.catalog.decisions import JobPlaced, JobQueued, SchedulingCycleCompleted
 from events.catalog.inventory import ClusterKind, ClusterRegistered
@@ -206,3 +207,59 @@ async def test_a_follower_keeps_only_open_jobs(event_log: EventLog, make_topic: 
     finally:
         await host.close()
         await pub.close()
+
+
+class FlakyAppends:
+    """The log, but the first ``failures`` transactional appends fail as Kafka's do when the broker is
+    away (each also leaves its transaction unfinished, as a real outage may)."""
+
+    def __init__(self, inner: EventLog, failures: int) -> None:
+        self._inner = inner
+        self.failures = failures
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    async def producer(self, transactional_id: str | None = None):  # type: ignore[no-untyped-def]
+        real = await self._inner.producer(transactional_id)
+        outer = self
+
+        class Producer:
+            def __getattr__(self, name: str) -> object:
+                return getattr(real, name)
+
+            async def append(self, records, offsets=None):  # type: ignore[no-untyped-def]
+                if outer.failures > 0:
+                    outer.failures -= 1
+                    raise KafkaConnectionError("the broker went away")
+                return await real.append(records, offsets=offsets)
+
+        return Producer()
+
+
+async def test_an_outage_of_the_log_makes_the_leader_start_over_not_exit(
+    event_log: EventLog, make_topic: Callable[..., Awaitable[str]]
+) -> None:
+    topics, pub = await cluster_c1(event_log, make_topic)
+    await pub.send(a_node(node="n1", gpus=8), a_job("j1", gpus=2))
+    flaky = FlakyAppends(event_log, failures=2)
+    host = SchedulerHost(flaky, namespace=topics.prefix, transactional_id=f"{topics.prefix}-sched")  # type: ignore[arg-type]
+    await host.start()
+    stop = asyncio.Event()
+    task = asyncio.create_task(host.run(stop))
+
+    async def placed() -> bool:
+        assert not task.done(), task  # an outage must not end it
+        return any(isinstance(e, JobPlaced) for e in await decisions(event_log, topics))
+
+    await wait_for(placed, timeout_s=60)
+    stop.set()
+    await task
+    await host.close()
+    await pub.close()
+    # Two streaks: the log answered the re-read between the two failed appends; health is ok again.
+    assert flaky.failures == 0 and host.outage.streaks == 2 and host.outage.failing is None
+    events = await decisions(event_log, topics)
+    assert [e.job_id for e in events if isinstance(e, JobPlaced)] == ["j1"]  # once, though tried three times
+    report = await verify(event_log, topics=tuple(topics.name(t) for t in host_topics()))
+    assert report.identical_pct == 100.0, report.differences
