@@ -204,7 +204,11 @@ def _serve_worker_metrics(app: Any, listen: str, lag_every_s: float) -> None:
     from services.runtime.metrics import Lag, serving
 
     def samples() -> list[tuple[str, dict[str, str], float]]:
-        return [("fedsched_events_folded_total", {"component": "projections"}, app.host.folded)]
+        # As the in-process runner reports them (``services.runtime.metrics.projections_samples``).
+        return [
+            ("fedsched_events_folded_total", {"component": "projections"}, app.host.folded),
+            ("fedsched_dead_lettered_total", {"component": "projections"}, app.host.router.counts.dead_lettered),
+        ]
 
     async def serve_metrics() -> None:
         log = KafkaEventLog(app.host.config.broker)
