@@ -155,17 +155,15 @@ def _capacity(fleet: FleetState, delta: NodeCapacity) -> FleetState | None:
         fleet.versions,
         fleet.rollups,
     )
-    before, after = _capacities(fleet.models), _capacities(models)
+    # The fleet's capacity changed exactly when this node's did (most deltas only change what is free).
+    before = {model: capacity for model, capacity, _ in old.per_model} if old is not None else {}
+    after = {model: capacity for model, capacity, _ in delta.per_model} if delta.present else {}
     if after == before:
         return changed
     # Which jobs could ever fit may have changed. A fleet that only grew (nodes arriving, the common
     # case, thousands of times while a log is replayed) can only make unfit jobs fit: those are looked at.
     grew = all(after.get(model, 0) >= capacity for model, capacity in before.items())
     return _recount(changed, only_unfit=grew)
-
-
-def _capacities(models: Totals) -> dict[str, int]:
-    return {model: capacity for model, (capacity, _, _) in models.items()}
 
 
 def _fits(models: Totals, demand: PendingDemand) -> bool:

@@ -195,10 +195,11 @@ class SchedulerHost:
 
     async def _step_down(self, why: str) -> None:
         log.warning("event=step_down reason=%r", why)
-        if self._producer is not None:
-            await self._producer.close()
-        self._producer = None
+        producer, self._producer = self._producer, None
         self.metrics.leader = False
+        if producer is not None:
+            with contextlib.suppress(Exception):  # fenced, or the log is away: closing is only tidying up
+                await producer.close()
 
     def needs_cycle(self, now_ms: int) -> bool:
         if self.state.pending_count() == 0 and not self.state.open_cancellations():
@@ -343,7 +344,4 @@ class SchedulerHost:
             with contextlib.suppress(Exception):  # it failed already: closing is only tidying up
                 await tail.close()
         if self._producer is not None:
-            with contextlib.suppress(Exception):
-                await self._step_down("the log is unreachable")
-            self._producer = None
-            self.metrics.leader = False
+            await self._step_down("the log is unreachable")
