@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from heapq import heapify, heappop, heappush
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -94,8 +94,12 @@ class PMap(_Versions, Generic[K, V]):
     def __init__(self, items: Mapping[K, V] | Iterable[tuple[K, V]] = ()) -> None:
         self._state, self._back, self._next = dict(items), None, None
 
-    def get(self, key: K, default: R = None) -> V | R:  # type: ignore[assignment]
-        return self._here().get(key, default)  # type: ignore[no-any-return]
+    @overload
+    def get(self, key: K) -> V | None: ...
+    @overload
+    def get(self, key: K, default: R) -> V | R: ...
+    def get(self, key: K, default: object = None) -> object:
+        return self._here().get(key, default)
 
     def __contains__(self, key: object) -> bool:
         return key in self._here()
