@@ -58,7 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 async def run(args: argparse.Namespace) -> int:
     from services.api.auth import AuthConfig, issue_token
-    from services.api.client import Client, ClientConfig
+    from services.api.client import CallError, Client, ClientConfig
     from services.api.pb import jobs_pb2
     from services.runtime.collector import tune_for_service
 
@@ -143,6 +143,7 @@ async def run(args: argparse.Namespace) -> int:
     placed: dict[str, float] = {}
     cycle_at: dict[str, float] = {}
     rpc_ms: list[float] = []
+    failed: dict[str, int] = {}  # gRPC code -> calls that got it (an overloaded API answers some with errors)
     tail: asyncio.Task[None] | None = None
     try:
         await _wait_for_api(client)
@@ -177,7 +178,11 @@ async def run(args: argparse.Namespace) -> int:
             )
             request = jobs_pb2.SubmitJobRequest(spec=spec, client_request_id=f"bench-{run_id}-{index}")
             began = time.perf_counter()
-            response = await client.call(client.jobs.SubmitJob, request)
+            try:
+                response = await client.call(client.jobs.SubmitJob, request)
+            except CallError as error:
+                failed[error.code] = failed.get(error.code, 0) + 1
+                return
             if index >= unmeasured:
                 sent[response.job_id] = began
                 rpc_ms.append((time.perf_counter() - began) * 1000)
@@ -231,6 +236,7 @@ async def run(args: argparse.Namespace) -> int:
     report = json.loads(out)
     figures = {
         "submitted": len(sent),
+        "failed": dict(sorted(failed.items())),
         "placed": len(latencies),
         "offered_rate_per_s": args.rate,
         "achieved_submit_rate_per_s": round(len(sent) / submit_s, 1),
@@ -252,6 +258,7 @@ async def run(args: argparse.Namespace) -> int:
         print(
             f"submitted {len(sent)} at {figures['achieved_submit_rate_per_s']}/s (offered {args.rate}/s), "
             f"placed {len(latencies)}"
+            + (f"; failed calls: {', '.join(f'{n} {code}' for code, n in sorted(failed.items()))}" if failed else "")
         )
         print(
             f"submit -> JobPlaced visible: p50 {lat['p50']} ms, p95 {lat['p95']} ms, p99 {lat['p99']} ms, "
