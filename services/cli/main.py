@@ -16,8 +16,6 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 
-from services.runtime.collector_tuning import tune_collector
-
 COMMAND_MODULES = (
     "services.cli.events_cmd",
     "services.cli.audit_cmd",
@@ -84,13 +82,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return int(result or 0)
 
 
-def entry() -> int:
-    """The ``fedsched`` program: ``main`` in a process of its own, whose collector it may tune (``main``
-    itself leaves the caller's alone: tests call it in theirs)."""
-    tune_collector()
-    return main()
-
-
 def _reader_gone() -> int:
     """Stop quietly when standard output is closed early (``fedsched jobs | head``), as ``cat`` would."""
     # Python flushes stdout again at exit and would report that write failing too: send what is left
@@ -112,6 +103,6 @@ class CliError(Exception):
 if __name__ == "__main__":
     # Run as a module, this file is ``__main__``; handlers raise ``services.cli.main.CliError``, so
     # call the main of that module, not this copy of it.
-    from services.cli.main import entry as package_entry
+    from services.cli.main import main as package_main
 
-    sys.exit(package_entry())
+    sys.exit(package_main())
