@@ -108,6 +108,9 @@ def synthetic(nodes: int, jobs: int) -> list[Envelope]:
 
 
 async def run(args: argparse.Namespace) -> int:
+    from services.runtime.collector import tune_for_service
+
+    tune_for_service()  # as the worker and the in-process runner do
     figures = await measure(args.kafka, args.postgres, nodes=args.nodes, jobs=args.jobs, partitions=args.partitions)
     if args.json:
         print(json.dumps(asdict(figures), indent=2))

@@ -90,9 +90,11 @@ async def run_rebuild(args: argparse.Namespace) -> int:
     from projections.runner import ProjectionRunner
     from services.cli.main import CliError
     from services.config import log_url, postgres_dsn
+    from services.runtime.collector import tune_for_service
 
     if args.into == args.schema:
         raise CliError("--into must differ from --schema: the rebuild drops its target first", 2)
+    tune_for_service()  # the whole fleet's and every open job's entities stay alive while the log is replayed
     log = open_log(log_url(args.log))
     await log.start()
     pool = await asyncpg.create_pool(postgres_dsn(args.dsn), min_size=1, max_size=4)
@@ -171,6 +173,7 @@ def run_worker(args: argparse.Namespace) -> int:
     from projections.faust_config import WorkerConfig
     from services.cli.main import CliError
     from services.config import log_url, postgres_dsn
+    from services.runtime.collector import tune_for_service
 
     url = log_url(args.log)
     if not url.startswith("kafka://"):
@@ -189,6 +192,7 @@ def run_worker(args: argparse.Namespace) -> int:
         session_timeout_s=args.session_timeout_s,
     )
     app = build_app(config)
+    tune_for_service()
     if args.metrics:
         _serve_worker_metrics(app, args.metrics, args.lag_every_s)
     faust.Worker(app, loglevel=args.loglevel, quiet=True).execute_from_commandline()
