@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from events.catalog.base import Event, has_field
 from events.catalog.decisions import JobPlaced, JobQueued, JobReclaimRequested
 from events.catalog.governance import (
-    GovernanceFinding,
     QuotaLine,
     QuotaRequestApproved,
     QuotaRequestRejected,
@@ -157,7 +156,6 @@ class GovState:
     granted_ms: dict[tuple[str, str], int] = field(default_factory=dict)
     """(tenant, queue) -> log time of the latest quota governance derived from grants."""
     emitted: set[str] = field(default_factory=set)
-    findings: list[tuple[int, GovernanceFinding]] = field(default_factory=list)
     active: set[str] = field(default_factory=set)
     """Jobs the job rules can still act on: not ended, or holding a live run. The rules run every step
     over these, not over every job ever seen (which made a step grow with the history)."""
@@ -349,11 +347,6 @@ def _decided(state: GovState, e: Event, _: int) -> None:
         request.decision = e
 
 
-def _finding(state: GovState, e: Event, t: int) -> None:
-    assert isinstance(e, GovernanceFinding)
-    state.findings.append((t, e))
-
-
 _HANDLERS = {
     JobSubmitted: _submitted,
     JobQueued: _queued,
@@ -369,5 +362,4 @@ _HANDLERS = {
     QuotaRequestSubmitted: _request,
     QuotaRequestApproved: _decided,
     QuotaRequestRejected: _decided,
-    GovernanceFinding: _finding,
 }
