@@ -582,6 +582,8 @@ def policy_from_document(version: str, document: Any) -> m.PolicyConfig:
     if unknown:
         # Named beside the valid ones, so a misspelt key can be corrected without reading the code.
         raise ValueError(f"unknown settings {', '.join(unknown)}; valid settings: {', '.join(sorted(known))}")
+    for name, value in doc.items():
+        _check_setting(name, value, getattr(base, name))
     if "node_policy" in doc:
         doc["node_policy"] = m.NodePolicy(doc["node_policy"])
     if "cluster_weights" in doc:
@@ -596,6 +598,45 @@ def policy_from_document(version: str, document: Any) -> m.PolicyConfig:
         # one per few records and make every cycle read them all (0 means no decay at all).
         raise ValueError(f"usage_half_life_ms must be 0 or at least {MIN_USAGE_HALF_LIFE_MS} ms")
     return config
+
+
+_PERCENT = {"typical_coverage_pct": 100}
+_MILLI_SCALE = {"hot_pressure_milli": 1000, "aging_unit_milli": 1000}
+_AT_LEAST_ONE = {"max_decisions", "aging_step_ms"}
+
+
+def _check_setting(name: str, value: Any, default: Any) -> None:
+    """A setting of the type its default has, in its range: a quoted ``"false"`` would otherwise be a
+    true value (preemption stays on), and a negative count a slice from the end."""
+
+    def refuse(reason: str) -> None:
+        raise ValueError(f"setting {name}: {reason}, not {json.dumps(value)}")
+
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            refuse("must be true or false")
+    elif isinstance(default, int) or (default is None and name.endswith(("_milli", "_ms", "_s"))):
+        if value is None and default is None:
+            return
+        if isinstance(value, bool) or not isinstance(value, int):
+            refuse("must be a whole number" + (" or null" if default is None else ""))
+        low = 1 if name in _AT_LEAST_ONE else 0
+        high = _PERCENT.get(name, _MILLI_SCALE.get(name))
+        if value < low or (high is not None and value > high):
+            refuse(f"must be from {low}" + (f" to {high}" if high is not None else " up"))
+    elif isinstance(default, m.ClusterWeights):
+        if not isinstance(value, dict):
+            refuse("must be a mapping of weights")
+        for term, weight in value.items():
+            if term not in default.__dataclass_fields__:
+                refuse(f"has an unknown term {term!r} (terms: {', '.join(default.__dataclass_fields__)})")
+            if isinstance(weight, bool) or not isinstance(weight, int) or weight < 0:
+                refuse(f"weight {term} must be a whole number from 0 up")
+    elif isinstance(default, tuple):
+        if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+            refuse("must be a list of shapes")
+    elif isinstance(default, str) and not isinstance(value, str):
+        refuse("must be a string")
 
 
 # -- handlers: each touches one entity ---------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
@@ -292,3 +293,47 @@ def test_a_policy_with_a_half_life_of_milliseconds_is_refused():
     with pytest.raises(ValueError, match="usage_half_life_ms"):
         policy_from_document("v1", {"usage_half_life_ms": -1})
     assert policy_from_document("v1", {"usage_half_life_ms": 0}).usage_half_life_ms == 0
+
+
+@pytest.mark.parametrize(
+    ("document", "reason"),
+    [
+        ({"preemption": "false"}, "setting preemption: must be true or false"),
+        ({"backfill": 0}, "setting backfill: must be true or false"),
+        ({"max_victims": -3}, "setting max_victims: must be from 0 up"),
+        ({"max_victims": 2.5}, "setting max_victims: must be a whole number"),
+        ({"max_victims": True}, "setting max_victims: must be a whole number"),
+        ({"typical_coverage_pct": 120}, "setting typical_coverage_pct: must be from 0 to 100"),
+        ({"hot_pressure_milli": 1001}, "setting hot_pressure_milli: must be from 0 to 1000"),
+        ({"max_decisions": 0}, "setting max_decisions: must be from 1 up"),
+        ({"hot_model_cap_milli": "8000"}, "setting hot_model_cap_milli: must be a whole number or null"),
+        ({"cluster_weights": {"fit": -1}}, "weight fit must be a whole number from 0 up"),
+        ({"cluster_weights": {"speed": 1}}, "unknown term 'speed'"),
+        ({"cluster_weights": [1, 2]}, "must be a mapping of weights"),
+        ({"typical_shapes": {"gpus": 1}}, "must be a list of shapes"),
+    ],
+)
+def test_a_policy_setting_of_the_wrong_type_or_out_of_range_is_refused_naming_it(
+    document: dict[str, object], reason: str
+) -> None:
+    from services.scheduler.state import policy_from_document
+
+    with pytest.raises(ValueError, match=re.escape(reason)):
+        policy_from_document("v1", document)
+
+
+def test_a_policy_of_valid_settings_is_read_as_given() -> None:
+    from services.scheduler.state import policy_from_document
+
+    config = policy_from_document(
+        "v2",
+        {
+            "preemption": False,
+            "max_victims": 0,
+            "hot_model_cap_milli": None,
+            "cluster_weights": {"fit": 0, "cost": 5},
+            "typical_coverage_pct": 100,
+        },
+    )
+    assert (config.preemption, config.max_victims, config.hot_model_cap_milli) == (False, 0, None)
+    assert (config.cluster_weights.fit, config.cluster_weights.cost, config.cluster_weights.locality) == (0, 5, 3)
