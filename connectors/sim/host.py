@@ -308,16 +308,18 @@ class SimFleet:
         clock: SimClock | None = None,
     ) -> SimFleet:
         """One cluster per name, the node list (default: the openb GPU nodes) dealt round-robin among
-        them, so each gets a similar mix of GPU models. Each cluster is its own site; ``regions`` (one
-        per name) default to ``sim``."""
+        them, so each gets a similar mix of GPU models. A YAML node list's ``cluster:`` section (display
+        name, site, region, currency, GPU rates, datasets, labels) applies to every cluster, as it does
+        for ``fedsched connector sim``. Without a site there, each cluster is its own site; ``regions``
+        (one per name) win over the section's region, and both default to ``sim``."""
         source = path or default_nodes_path()
-        where = list(regions) if regions is not None else ["sim"] * len(names)
+        where = list(regions) if regions is not None else [None] * len(names)
         if len(where) != len(names):
             raise ValueError("give one region per cluster name")
-        specs = [
-            ClusterSpec.build(name, load_nodes(source, split=(len(names), index)).nodes, site=name, region=region)
-            for index, (name, region) in enumerate(zip(names, where, strict=True))
-        ]
+        specs = []
+        for index, (name, region) in enumerate(zip(names, where, strict=True)):
+            listing = load_nodes(source, split=(len(names), index))
+            specs.append(ClusterSpec.build(name, listing.nodes, region=region, defaults=listing.cluster))
         return cls(event_log, specs, config, clock=clock)
 
     async def start(self) -> None:

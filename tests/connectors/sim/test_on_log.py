@@ -3,6 +3,7 @@ lifecycle timing in simulated time, stops, refusals, usage and seeded faults."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 
 import pytest
@@ -70,6 +71,28 @@ async def test_a_fleet_built_from_a_trace_slice_registers_every_node(sim_log: Ev
             await tail.__aexit__()
     for tail in tails:
         assert tail.events(ClusterStatusChanged)[-1].status is ClusterStatus.UNREACHABLE
+
+
+async def test_a_fleet_built_from_a_yaml_node_list_registers_its_cluster_section(sim_log: EventLog) -> None:
+    """``fedsched up --sim-nodes X.yaml`` (embedded mode) states the file's datasets, rates and names, as
+    ``fedsched connector sim`` does."""
+    names = [unique("sim-lab") for _ in range(3)]
+    fleet = SimFleet.from_node_list(sim_log, FIXTURES / "sim_nodes.yaml", names=names, config=SimConfig(speed=50))
+    tails = [await Tail(sim_log, name).__aenter__() for name in names]
+    try:
+        await fleet.start()
+        for tail, name in zip(tails, names, strict=True):
+            await tail.wait_for(functools.partial(tail.of, ClusterRegistered), f"{name} registered")
+            registered = tail.events(ClusterRegistered)[0]
+            assert registered.datasets == ("imagenet",)
+            assert ("A100-SXM4-80GB", 3_000_000) in {(r.model, r.micro_per_gpu_hour) for r in registered.gpu_rates}
+            assert (registered.display_name, registered.site, registered.region) == ("Lab cluster", "lab", "eu-west")
+            assert (registered.currency, registered.labels["tier"]) == ("EUR", "lab")
+    finally:
+        await fleet.stop()
+        for tail in tails:
+            await drain(tail)
+            await tail.__aexit__()
 
 
 async def test_a_placement_starts_after_the_delay_and_succeeds_after_its_runtime_in_simulated_time(
