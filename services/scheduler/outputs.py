@@ -39,7 +39,7 @@ _TEXT = 4096
 _VICTIMS = 256
 
 
-DECISION_ENGINE = "fedsched-decisions-2"
+DECISION_ENGINE = "fedsched-decisions-3"
 """The name of this code's decisions, recorded with every cycle. Change it in the same commit as anything
 that makes the same inputs give other decision events: a choice of the policy core, a reason, a message's
 words or figures, how an event is built. ``tests/scheduler/test_decision_engine.py`` holds the digest of
@@ -50,7 +50,9 @@ History: ``-2`` takes a run's first reported end and first placement as final (`
 ones, so a second, conflicting report of a run's end changed the tenant's usage); a ``JobPlaced`` (v2)
 names the jobs stopped to make room for it; between clusters, preemption stops the least important
 jobs (``-1`` compared the GPUs taken away, then the cluster names); a job of several replicas each of
-which fits on a node, though not all of them, is not given one replica's numbers as what binds."""
+which fits on a node, though not all of them, is not given one replica's numbers as what binds.
+``-3`` keeps a job off nodes whose NoSchedule or NoExecute taints it does not tolerate (``-2`` placed it
+there and the cluster refused it), and says so when it waits (``TaintNotTolerated``)."""
 
 
 def cycle_id(sequence: int) -> CycleId:

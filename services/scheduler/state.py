@@ -482,6 +482,7 @@ class SchedulerState:
             gpus=tuple(gpus),
             schedulable=schedulable,
             domain=observed.nvlink_domain or observed.rdma_fabric or "",
+            taints=_taints(observed),
         )
 
     def _cluster(self, cluster_id: str) -> m.Cluster:
@@ -570,7 +571,17 @@ def _job_of(e: JobSubmitted, submitted_ms: int) -> m.Job:
         max_runtime_s=e.max_runtime_s,
         submitted_at_ms=submitted_ms,
         times_preempted=0,
+        tolerations=tuple(
+            sorted(
+                ((t.key, t.value, None if t.effect is None else t.effect.value) for t in e.tolerations),
+                key=lambda t: (t[0], t[1] or "", t[2] or ""),
+            )
+        ),
     )
+
+
+def _taints(observed: NodeObserved) -> tuple[m.Taint, ...]:
+    return tuple(sorted((t.key, t.value, t.effect.value) for t in observed.taints))
 
 
 def policy_from_document(version: str, document: Any) -> m.PolicyConfig:

@@ -80,6 +80,9 @@ class JobBuilder:
     def runtime(self, expected_s: int | None = None, max_s: int | None = None) -> JobBuilder:
         return self._set(expected_runtime_s=expected_s, max_runtime_s=max_s)
 
+    def tolerates(self, key: str, value: str | None = None, effect: str | None = None) -> JobBuilder:
+        return self._set(tolerations=tuple(sorted((*self._j.tolerations, (key, value, effect)), key=str)))
+
     def not_preemptible(self) -> JobBuilder:
         return self._set(preemptible=False)
 
@@ -134,6 +137,9 @@ class NodeBuilder:
 
     def cordoned(self) -> NodeBuilder:
         return self._set(schedulable=False)
+
+    def tainted(self, key: str, value: str = "", effect: str = "NoSchedule") -> NodeBuilder:
+        return self._set(taints=tuple(sorted((*self._n.taints, (key, value, effect)))))
 
     def domain(self, d: str) -> NodeBuilder:
         return self._set(domain=d)

@@ -7,7 +7,7 @@ repository root::
 
 The scenario makes one cycle decide every kind of thing the service publishes: a placement across two
 clusters, a preemption, a wait for the preemption, a wait on quota, a wait for a GPU model no cluster
-has and one for more GPUs than any node holds.
+has, one for more GPUs than any node holds and one for a node reserved by a taint.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from pathlib import Path
 
 from events.catalog.decisions import CandidateScore, JobPlaced, ReplicaPlacement
 from events.catalog.governance import QuotaLine, QuotaSet
-from events.catalog.inventory import ClusterKind, ClusterRegistered, GpuDevice, GpuRate, NodeObserved
+from events.catalog.inventory import ClusterKind, ClusterRegistered, GpuDevice, GpuRate, NodeObserved, Taint
 from events.catalog.jobs import JobKind, JobStarted, JobSubmitted, PriorityClass
-from events.catalog.types import ResourceKind, Resources
+from events.catalog.types import ResourceKind, Resources, TaintEffect
 from events.envelope import Envelope
 from services.scheduler.outputs import DECISION_ENGINE, cycle_record, decision_events, digest
 from services.scheduler.policy import schedule
@@ -60,6 +60,20 @@ def scenario() -> tuple[list[Envelope], Envelope]:
                     gpus=gpus,
                 )
             )
+    # A cluster whose one node is reserved by a taint: a job that does not tolerate it waits.
+    facts.append(
+        ClusterRegistered(
+            cluster="north", kind=ClusterKind.SIMULATED, site="north", region="eu", currency="EUR",
+            gpu_rates=(GpuRate(model="L40", micro_per_gpu_hour=1_500_000),),
+        )
+    )  # fmt: skip
+    facts.append(
+        NodeObserved(
+            cluster="north", node="north-0", generation=1, cpu_milli=64_000, memory_mib=512_000,
+            gpus=tuple(GpuDevice(index=i, model="L40", memory_mib=49_152) for i in range(4)),
+            taints=(Taint(key="reserved", value="research", effect=TaintEffect.NO_SCHEDULE),),
+        )
+    )  # fmt: skip
     line = QuotaLine(resource=ResourceKind.GPU, guaranteed=0, limit=1000)
     facts.append(QuotaSet(tenant="capped", lines=(line,), set_by="golden"))
 
@@ -96,6 +110,7 @@ def scenario() -> tuple[list[Envelope], Envelope]:
         submitted("over-quota", 2, tenant="capped"),
         submitted("wrong-model", 1, resources={"gpu_models": ("H100",)}),
         submitted("too-big", 16),
+        submitted("untolerated", 2, resources={"gpu_models": ("L40",)}),
         submitted("gang", 8, replicas=2, gang=True, kind=JobKind.TRAINING, resources={"gpu_models": ("A100",)}),
     ]  # fmt: skip
     for i, data in enumerate(facts):

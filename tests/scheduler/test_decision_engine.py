@@ -14,7 +14,8 @@ def test_the_scenario_decides_every_kind_of_thing_the_service_publishes() -> Non
     kinds = Counter(e.type.rsplit(".", 1)[1] for e in events)
     assert kinds["JobPlaced"] >= 1 and kinds["JobPreemptionRequested"] >= 1
     reasons = {e.data.binding.reason.value for e in events if e.type.endswith("JobQueued")}  # type: ignore[attr-defined]
-    assert {"WaitingForPreemption", "QuotaExceeded", "GpuModelUnavailable", "NoFeasibleNode"} <= reasons
+    expected = {"WaitingForPreemption", "QuotaExceeded", "GpuModelUnavailable", "NoFeasibleNode", "TaintNotTolerated"}
+    assert expected <= reasons
 
 
 def test_decisions_change_only_with_the_engine_name() -> None:

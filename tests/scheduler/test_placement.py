@@ -135,6 +135,39 @@ def test_a_gang_is_placed_in_one_cluster_or_not_at_all():
     assert not [d for d in r.decisions if isinstance(d, Place)]
 
 
+def test_a_job_goes_only_to_nodes_whose_hard_taints_it_tolerates():
+    nodes = [
+        a_node("a-tainted").tainted("reserved", "research").build(),
+        a_node("b-soft").tainted("spot", "yes", "PreferNoSchedule").gpus(2).build(),
+    ]
+    # The tainted node is the better fit for 8 GPUs, but the job may not go there: it waits.
+    r = schedule(snapshot(nodes, [a_job("big").gpus(8).build()]))
+    q = queued(r, "big")
+    assert q.binding is ReasonCode.TAINT_NOT_TOLERATED
+    assert "reserved=research:NoSchedule" in q.per_cluster[0].detail
+    # A small job goes to the node with only a soft taint (PreferNoSchedule asks, it does not refuse).
+    assert placed(schedule(snapshot(nodes, [a_job("small").gpus(1).build()])), "small").replicas[0].node_id == "b-soft"
+    # Tolerated by key and value, by key alone, or not tolerated with another value or effect.
+    for job, fits in (
+        (a_job("kv").gpus(8).tolerates("reserved", "research"), True),
+        (a_job("k").gpus(8).tolerates("reserved"), True),
+        (a_job("k-effect").gpus(8).tolerates("reserved", None, "NoSchedule"), True),
+        (a_job("other-value").gpus(8).tolerates("reserved", "prod"), False),
+        (a_job("other-effect").gpus(8).tolerates("reserved", None, "NoExecute"), False),
+    ):
+        r = schedule(snapshot(nodes, [job.build()]))
+        decided = {d.job_id for d in r.decisions if isinstance(d, Place)}
+        assert (job.build().job_id in decided) is fits, job.build().job_id
+
+
+def test_a_job_that_tolerates_nothing_never_lands_on_a_tainted_node_of_a_busy_fleet():
+    nodes = [a_node(f"n{i}").gpus(1).build() for i in range(3)] + [a_node("t").tainted("gpu", "a100").gpus(8).build()]
+    jobs = [a_job(f"j{i}").gpus(1).build() for i in range(6)]
+    r = schedule(snapshot(nodes, jobs))
+    places = [d for d in r.decisions if isinstance(d, Place)]
+    assert len(places) == 3 and all(p.replicas[0].node_id != "t" for p in places)
+
+
 def test_multi_node_training_prefers_one_nvlink_domain():
     nodes = [
         a_node("n1").domain("d1").build(),
@@ -288,3 +321,32 @@ def test_the_authors_fgd_gives_a_share_the_first_gpu_with_the_best_quantised_sco
         inc = fm.frag(after, fs.cpu_free - 4000, fs.model_of) - fm.frag(fs.gpu_free, fs.cpu_free, fs.model_of)
         scores.append(int(-scoring.paper_score(inc, fm)[0]))
     assert int(cost[0]) == min(scores) and int(slot[0]) == scores.index(min(scores))
+
+
+def test_taints_and_tolerations_reach_the_policy_from_the_events_as_a_connector_reports_them():
+    from events.catalog.inventory import ClusterKind, ClusterRegistered, GpuDevice, NodeObserved, Taint
+    from events.catalog.jobs import JobSubmitted, Toleration
+    from events.catalog.types import Resources, TaintEffect
+    from events.envelope import Envelope
+    from services.scheduler.state import SchedulerState
+
+    state = SchedulerState()
+    reserved = Taint(key="reserved", value="research", effect=TaintEffect.NO_SCHEDULE)
+    soft = Taint(key="spot", value="", effect=TaintEffect.PREFER_NO_SCHEDULE)
+    facts = [
+        ClusterRegistered(cluster="c", kind=ClusterKind.SIMULATED, site="c", region="eu", currency="EUR"),
+        NodeObserved(
+            cluster="c", node="n", generation=1, cpu_milli=64_000, memory_mib=512_000,
+            gpus=tuple(GpuDevice(index=i, model="A100", memory_mib=81_920) for i in range(8)), taints=(reserved, soft),
+        ),
+        JobSubmitted(job_id="plain", name="plain", tenant="t", resources=Resources(gpus=1)),
+        JobSubmitted(
+            job_id="tolerant", name="tolerant", tenant="t", resources=Resources(gpus=1),
+            tolerations=(Toleration(key="reserved", value="research"),),
+        ),
+    ]  # fmt: skip
+    for i, data in enumerate(facts):
+        state.fold(Envelope(id=f"e-{i}", time_ms=1_000 + i, data=data))  # type: ignore[arg-type]
+    r = schedule(state.snapshot(10_000), state.policy_config())
+    assert placed(r, "tolerant").replicas[0].node_id.endswith("n")
+    assert queued(r, "plain").binding is ReasonCode.TAINT_NOT_TOLERATED

@@ -43,13 +43,13 @@ def per_node(
             fits = np.where(fs.gpu_mem[sl] >= d.min_gpu_memory_mib, fits, 0)
         fits = np.where(fs.gpu_count[sl] > 0, fits, 0)
     if "schedulable" not in ignore:
-        fits = np.where(fs.schedulable[sl], fits, 0)
+        fits = np.where(fs.usable(d)[sl], fits, 0)
     return np.minimum(fits, 1 << 20)
 
 
 def largest_whole_gpu_block(fs: FleetState, d: Demand, lo: int, hi: int) -> tuple[int, int]:
     """(most fully free GPUs on one eligible node, its position) in ``lo:hi``; CPU and memory must fit."""
-    probe = Demand(d.cpu_milli, d.memory_mib, 1, 0, d.models, d.min_gpu_memory_mib)
+    probe = Demand(d.cpu_milli, d.memory_mib, 1, 0, d.models, d.min_gpu_memory_mib, d.tolerations)
     ok = per_node(fs, probe, lo, hi, ignore=frozenset({"gpu"})) > 0
     full = np.where(ok, ((fs.gpu_free[lo:hi] == MILLI) & fs.gpu_usable[lo:hi]).sum(axis=1), 0)
     if not full.size:

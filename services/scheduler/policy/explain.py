@@ -19,7 +19,7 @@ from services.scheduler.policy.capacity import largest_whole_gpu_block, per_node
 from services.scheduler.policy.context import Ctx
 from services.scheduler.policy.decisions import Change, ClusterWhyNot, Constraint
 from services.scheduler.policy.fleet import Demand
-from services.scheduler.policy.model import MILLI, Job
+from services.scheduler.policy.model import MILLI, Job, hard_taints
 from services.scheduler.policy.placer import MASKED
 from services.scheduler.policy.reasons import ReasonCode
 
@@ -115,6 +115,13 @@ def _cluster(ctx: Ctx, job: Job, d: Demand, ci: int, extra: np.ndarray | None) -
         )
     # Could the cluster ever hold it (all running jobs gone)?
     empty = _empty_capacity(ctx, d, lo, hi)
+    if empty < job.replicas and _empty_capacity(ctx, d, lo, hi, tolerated=False) >= job.replicas:
+        taints = sorted({t for i in fs.tainted if lo <= i < hi for t in hard_taints(fs.nodes[i].taints)})
+        named = ", ".join(f"{key}={value}:{effect}" for key, value, effect in taints[:4])
+        detail = f"the nodes that could hold it carry taints it does not tolerate ({named}); room for {empty} of "
+        detail += f"{job.replicas} replicas on the others"
+        why = ClusterWhyNot(cid, ReasonCode.TAINT_NOT_TOLERATED, detail)
+        return why, total_now, bound(why.reason)
     if empty < job.replicas:
         reason = ReasonCode.GANG_TOO_LARGE if job.replicas > 1 else ReasonCode.NO_FEASIBLE_NODE
         why = ClusterWhyNot(cid, reason, f"holds at most {empty} of {job.replicas} replicas even when empty")
@@ -151,7 +158,7 @@ def _largest_node(ctx: Ctx, d: Demand, lo: int, hi: int, bound: Callable[..., Co
     that no suitable node has enough of, with the most any of them has (none: only a combination fails)."""
     fs = ctx.fleet
     sl = slice(lo, hi)
-    ok = fs.schedulable[sl].copy()
+    ok = fs.usable(d)[sl].copy()
     if d.gpus or d.gpu_milli:
         ok &= fs.model_mask(d.models)[sl] & (fs.gpu_mem[sl] >= d.min_gpu_memory_mib) & (fs.gpu_count[sl] > 0)
         gpus = int(fs.gpu_count[sl][ok].max()) * MILLI if ok.any() else 0
@@ -165,7 +172,9 @@ def _largest_node(ctx: Ctx, d: Demand, lo: int, hi: int, bound: Callable[..., Co
     return bound(ReasonCode.NO_FEASIBLE_NODE)
 
 
-def _empty_capacity(ctx: Ctx, d: Demand, lo: int, hi: int) -> int:
+def _empty_capacity(ctx: Ctx, d: Demand, lo: int, hi: int, *, tolerated: bool = True) -> int:
+    """Replicas the cluster's nodes could hold with no job running (on every schedulable node, taints
+    or not, when ``tolerated`` is False)."""
     fs = ctx.fleet
     sl = slice(lo, hi)
     fits = np.full(hi - lo, 1 << 20, dtype=np.int64)
@@ -179,15 +188,20 @@ def _empty_capacity(ctx: Ctx, d: Demand, lo: int, hi: int) -> int:
         fits = np.minimum(fits, fs.gpu_count[sl] * (MILLI // d.gpu_milli))
     if d.gpus or d.gpu_milli:
         fits = np.where(fs.model_mask(d.models)[sl] & (fs.gpu_mem[sl] >= d.min_gpu_memory_mib), fits, 0)
-    return int(np.where(fs.schedulable[sl], fits, 0).sum())
+    return int(np.where(fs.usable(d)[sl] if tolerated else fs.schedulable[sl], fits, 0).sum())
 
 
 def explain(ctx: Ctx, job: Job, d: Demand, extra: np.ndarray | None, estimate: bool) -> Shortfall:
     fs = ctx.fleet
     rows = [_cluster(ctx, job, d, ci, extra) for ci in range(len(fs.clusters))]
     per = tuple(r[0] for r in rows)
-    # Binding: the cluster closest to fitting (most replicas now), ties by cluster id.
-    closest = max(range(len(rows)), key=lambda i: (rows[i][1], -i)) if rows else -1
+    # Binding: the cluster closest to fitting (most replicas now); among equals, one that has the GPU
+    # model asked for (its reason says more than "no such model here"), then by cluster id.
+    closest = (
+        max(range(len(rows)), key=lambda i: (rows[i][1], per[i].reason is not ReasonCode.GPU_MODEL_UNAVAILABLE, -i))
+        if rows
+        else -1
+    )
     binding = per[closest].reason if closest >= 0 else ReasonCode.NO_FEASIBLE_NODE
     binding_detail = f"{per[closest].cluster}: {per[closest].detail}" if closest >= 0 else "no cluster"
     constraint = rows[closest][2] if closest >= 0 else Constraint(binding)
@@ -207,7 +221,7 @@ def explain(ctx: Ctx, job: Job, d: Demand, extra: np.ndarray | None, estimate: b
             changes.append(f"would fit now with {now} replicas in {per[closest].cluster}")
             fields.append(Change("replicas", str(job.replicas), str(now), f"would fit now in {per[closest].cluster}"))
     if d.models:
-        other = Demand(d.cpu_milli, d.memory_mib, d.gpus, d.gpu_milli, (), d.min_gpu_memory_mib)
+        other = Demand(d.cpu_milli, d.memory_mib, d.gpus, d.gpu_milli, (), d.min_gpu_memory_mib, d.tolerations)
         fits_any = [
             fs.clusters[ci]
             for ci, (lo, hi) in enumerate(fs.cluster_range)

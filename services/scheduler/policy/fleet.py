@@ -16,7 +16,18 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from services.scheduler.policy.model import MILLI, ClusterId, Health, Job, Node, NodeId, ReplicaPlacement
+from services.scheduler.policy.model import (
+    MILLI,
+    ClusterId,
+    Health,
+    Job,
+    Node,
+    NodeId,
+    ReplicaPlacement,
+    Toleration,
+    hard_taints,
+    tolerates,
+)
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
@@ -32,6 +43,7 @@ class Demand:
     gpu_milli: int = 0  # a share of one GPU (1..999)
     models: tuple[str, ...] = ()
     min_gpu_memory_mib: int = 0
+    tolerations: tuple[Toleration, ...] = ()
 
     @property
     def is_share(self) -> bool:
@@ -53,6 +65,7 @@ class Demand:
             gpu_milli=share,
             models=tuple(sorted(set(job.gpu_models))),
             min_gpu_memory_mib=job.min_gpu_memory_mib,
+            tolerations=job.tolerations,
         )
 
 
@@ -95,6 +108,8 @@ class FleetState:
         self.mem_free: I64 = np.array([x.memory_free_mib for x in ordered], dtype=np.int64)
         self.gpu_mem: I64 = np.array([x.gpu_memory_mib for x in ordered], dtype=np.int64)
         self.schedulable: B = np.array([x.schedulable for x in ordered], dtype=np.bool_)
+        self.tainted: tuple[int, ...] = tuple(i for i, x in enumerate(ordered) if hard_taints(x.taints))
+        self._tolerated: dict[tuple[Toleration, ...], B] = {}
         self.version: I64 = np.zeros(n, dtype=np.int64)
         # GPU replicas placed through this fleet, per node and class (column 0: GPU shares, k: k whole GPUs),
         # for the GPU-clustering baseline. Replicas already running in a snapshot are not known by class.
@@ -155,10 +170,27 @@ class FleetState:
                 allowed[self.models.index(m)] = True
         return allowed[self.model_of]
 
+    def tolerated(self, tolerations: tuple[Toleration, ...]) -> B:
+        """Per node: does a job with these tolerations tolerate its taints (nodes without any: yes)."""
+        mask = self._tolerated.get(tolerations)
+        if mask is None:
+            mask = np.ones(self.size, dtype=np.bool_)
+            for i in self.tainted:
+                mask[i] = tolerates(tolerations, self.nodes[i].taints)
+            mask.flags.writeable = False
+            self._tolerated[tolerations] = mask
+        return mask
+
+    def usable(self, d: Demand) -> B:
+        """Per node: may a replica of ``d`` go there at all (schedulable, its taints tolerated)."""
+        if not self.tainted:
+            return self.schedulable
+        return self.schedulable & self.tolerated(d.tolerations)
+
     def feasible(self, d: Demand, idx: I64 | None = None) -> B:
         """Per node (or per listed node): can one replica of ``d`` go there now."""
         sel = slice(None) if idx is None else idx
-        ok = self.schedulable[sel] & (self.cpu_free[sel] >= d.cpu_milli) & (self.mem_free[sel] >= d.memory_mib)
+        ok = self.usable(d)[sel] & (self.cpu_free[sel] >= d.cpu_milli) & (self.mem_free[sel] >= d.memory_mib)
         if d.models:
             ok &= self.model_mask(d.models)[sel]
         if d.gpus or d.gpu_milli:
@@ -172,6 +204,8 @@ class FleetState:
     def feasible_one(self, d: Demand, i: int) -> bool:
         """``feasible`` for node ``i`` alone, in Python scalars."""
         if not (self.schedulable[i] and self.cpu_free[i] >= d.cpu_milli and self.mem_free[i] >= d.memory_mib):
+            return False
+        if self.tainted and not self.tolerated(d.tolerations)[i]:
             return False
         if d.models:
             m = int(self.model_of[i])
@@ -326,6 +360,7 @@ def _same_layout(new: Node, old: Node) -> bool:
         and new.gpu_model == old.gpu_model
         and new.domain == old.domain
         and len(new.gpus) == len(old.gpus)
+        and new.taints == old.taints
     )
 
 

@@ -8,6 +8,7 @@ collection by a stable key before it uses it, so the order in which entities are
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -53,6 +54,30 @@ class Gpu:
     health: Health = Health.OK
 
 
+Taint = tuple[str, str, str]
+"""(key, value, effect) of a node taint."""
+Toleration = tuple[str, str | None, str | None]
+"""(key, value, effect) of a job's toleration; a None value or effect matches any."""
+HARD_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
+"""Effects that keep an untolerating job off a node (PreferNoSchedule only asks, and is not one)."""
+
+
+def tolerates(tolerations: Sequence[Toleration], taints: Sequence[Taint]) -> bool:
+    """Does a job with ``tolerations`` tolerate every hard one of ``taints`` (the rule of Kubernetes)."""
+    return all(
+        any(
+            key == t_key and (value is None or value == t_value) and (effect is None or effect == t_effect)
+            for key, value, effect in tolerations
+        )
+        for t_key, t_value, t_effect in taints
+        if t_effect in HARD_TAINT_EFFECTS
+    )
+
+
+def hard_taints(taints: Sequence[Taint]) -> tuple[Taint, ...]:
+    return tuple(t for t in taints if t[2] in HARD_TAINT_EFFECTS)
+
+
 @dataclass(frozen=True, slots=True)
 class Node:
     node_id: NodeId
@@ -66,6 +91,8 @@ class Node:
     gpus: tuple[Gpu, ...] = ()
     schedulable: bool = True
     domain: str = ""  # NVLink / RDMA domain; replicas of a multi-node job prefer one domain
+    taints: tuple[Taint, ...] = ()
+    """Sorted; those with a hard effect (``HARD_TAINT_EFFECTS``) keep a job off unless it tolerates them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +173,8 @@ class Job:
     submitted_at_ms: int = 0
     interruption_budget: int = 3  # how many times it may be preempted
     times_preempted: int = 0
+    tolerations: tuple[Toleration, ...] = ()
+    """Sorted; see ``tolerates``."""
 
     def gpu_milli_per_replica(self) -> int:
         return self.gpus * MILLI + self.gpu_milli
@@ -251,6 +280,7 @@ class FleetSnapshot:
 
 
 __all__ = [
+    "HARD_TAINT_EFFECTS",
     "MILLI",
     "PRIORITY_ORDER",
     "Cluster",
@@ -273,9 +303,13 @@ __all__ = [
     "RunningDelta",
     "RunningJob",
     "Shape",
+    "Taint",
     "Tenant",
     "TenantId",
+    "Toleration",
     "UsageHistory",
     "UsageRecord",
+    "hard_taints",
     "priority_rank",
+    "tolerates",
 ]
