@@ -52,7 +52,9 @@ names the jobs stopped to make room for it; between clusters, preemption stops t
 jobs (``-1`` compared the GPUs taken away, then the cluster names); a job of several replicas each of
 which fits on a node, though not all of them, is not given one replica's numbers as what binds.
 ``-3`` keeps a job off nodes whose NoSchedule or NoExecute taints it does not tolerate (``-2`` placed it
-there and the cluster refused it), and says so when it waits (``TaintNotTolerated``)."""
+there and the cluster refused it), and says so when it waits (``TaintNotTolerated``); an inference
+service that is not a gang starts with as many replicas as fit, down to its ``inference.min_replicas``,
+when neither free room nor preemption gives it all (``-2`` ignored ``min_replicas``)."""
 
 
 def cycle_id(sequence: int) -> CycleId:

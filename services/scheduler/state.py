@@ -51,6 +51,7 @@ from events.catalog.jobs import (
     JobCancelled,
     JobCancelRequested,
     JobFailed,
+    JobKind,
     JobPreempted,
     JobReclaimed,
     JobRejected,
@@ -388,6 +389,8 @@ class SchedulerState:
         if placed is None:
             return
         job = job_model(facts)
+        if len(placed.replicas) < job.replicas:  # started with fewer (``min_replicas``): it holds only those
+            job = replace(job, replicas=len(placed.replicas))
         replicas = tuple(
             m.ReplicaPlacement(core_node_id(placed.cluster, r.node), tuple(r.gpu_indices), r.gpu_milli_each)
             for r in placed.replicas
@@ -571,6 +574,7 @@ def _job_of(e: JobSubmitted, submitted_ms: int) -> m.Job:
         max_runtime_s=e.max_runtime_s,
         submitted_at_ms=submitted_ms,
         times_preempted=0,
+        min_replicas=_min_replicas(e),
         tolerations=tuple(
             sorted(
                 ((t.key, t.value, None if t.effect is None else t.effect.value) for t in e.tolerations),
@@ -578,6 +582,14 @@ def _job_of(e: JobSubmitted, submitted_ms: int) -> m.Job:
             )
         ),
     )
+
+
+def _min_replicas(e: JobSubmitted) -> int | None:
+    """An inference service that is not a gang may start with ``inference.min_replicas`` (at least one);
+    every other job starts with all its replicas or waits."""
+    if e.kind is not JobKind.INFERENCE or e.inference is None or e.gang or e.inference.min_replicas >= e.replicas:
+        return None
+    return max(1, e.inference.min_replicas)
 
 
 def _taints(observed: NodeObserved) -> tuple[m.Taint, ...]:

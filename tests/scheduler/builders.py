@@ -83,6 +83,9 @@ class JobBuilder:
     def tolerates(self, key: str, value: str | None = None, effect: str | None = None) -> JobBuilder:
         return self._set(tolerations=tuple(sorted((*self._j.tolerations, (key, value, effect)), key=str)))
 
+    def min_replicas(self, n: int) -> JobBuilder:
+        return self._set(min_replicas=n)
+
     def not_preemptible(self) -> JobBuilder:
         return self._set(preemptible=False)
 

@@ -7,7 +7,8 @@ repository root::
 
 The scenario makes one cycle decide every kind of thing the service publishes: a placement across two
 clusters, a preemption, a wait for the preemption, a wait on quota, a wait for a GPU model no cluster
-has, one for more GPUs than any node holds and one for a node reserved by a taint.
+has, one for more GPUs than any node holds and one for a node reserved by a taint, and an inference
+service started with fewer replicas than it asks.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from events.catalog.decisions import CandidateScore, JobPlaced, ReplicaPlacement
 from events.catalog.governance import QuotaLine, QuotaSet
 from events.catalog.inventory import ClusterKind, ClusterRegistered, GpuDevice, GpuRate, NodeObserved, Taint
-from events.catalog.jobs import JobKind, JobStarted, JobSubmitted, PriorityClass
+from events.catalog.jobs import InferenceSpec, JobKind, JobStarted, JobSubmitted, PriorityClass
 from events.catalog.types import ResourceKind, Resources, TaintEffect
 from events.envelope import Envelope
 from services.scheduler.outputs import DECISION_ENGINE, cycle_record, decision_events, digest
@@ -111,6 +112,7 @@ def scenario() -> tuple[list[Envelope], Envelope]:
         submitted("wrong-model", 1, resources={"gpu_models": ("H100",)}),
         submitted("too-big", 16),
         submitted("untolerated", 2, resources={"gpu_models": ("L40",)}),
+        submitted("service", 1, replicas=24, kind=JobKind.INFERENCE, inference=InferenceSpec(min_replicas=4)),
         submitted("gang", 8, replicas=2, gang=True, kind=JobKind.TRAINING, resources={"gpu_models": ("A100",)}),
     ]  # fmt: skip
     for i, data in enumerate(facts):

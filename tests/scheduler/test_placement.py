@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from events.catalog.jobs import JobKind, PriorityClass
 from services.scheduler.policy import (
     Demand,
     FleetState,
@@ -15,13 +16,14 @@ from services.scheduler.policy import (
     NodePolicy,
     Place,
     Placer,
+    Preempt,
     Queue,
     ReasonCode,
     Shape,
     schedule,
     scoring,
 )
-from tests.scheduler.builders import a_job, a_node, config, snapshot
+from tests.scheduler.builders import a_job, a_node, config, running, snapshot
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -350,3 +352,69 @@ def test_taints_and_tolerations_reach_the_policy_from_the_events_as_a_connector_
     r = schedule(state.snapshot(10_000), state.policy_config())
     assert placed(r, "tolerant").replicas[0].node_id.endswith("n")
     assert queued(r, "plain").binding is ReasonCode.TAINT_NOT_TOLERATED
+
+
+def test_an_inference_service_starts_with_as_many_replicas_as_fit_down_to_its_min_replicas():
+    nodes = [a_node("a1").gpus(2).build(), a_node("a2").gpus(1).build()]
+    service = a_job("svc").kind(JobKind.INFERENCE).gpus(1).replicas(5, gang=False)
+    # Three of five fit now: a service that may start with two starts with three, and says so.
+    p = placed(schedule(snapshot(nodes, [service.min_replicas(2).build()])), "svc")
+    assert len(p.replicas) == 3 and "started with 3 of its 5 replicas" in p.message
+    # One that needs four waits; a gang, or a job of another kind, waits for all five.
+    assert queued(schedule(snapshot(nodes, [service.min_replicas(4).build()])), "svc")
+    for job in (
+        a_job("gang").kind(JobKind.INFERENCE).gpus(1).replicas(5, gang=True).build(),
+        a_job("batch").gpus(1).replicas(5, gang=False).build(),
+    ):
+        assert not [d for d in schedule(snapshot(nodes, [job])).decisions if isinstance(d, Place)]
+
+
+def test_a_service_that_may_start_smaller_still_preempts_for_all_its_replicas_first():
+    nodes = [a_node("a1").gpus(2, free=(0, 1000)).build()]
+    busy = a_job("busy").gpus(1).priority(PriorityClass.BEST_EFFORT).build()
+    service = a_job("svc").kind(JobKind.INFERENCE).priority(PriorityClass.PRODUCTION_INFERENCE)
+    service = service.gpus(1).replicas(2, gang=False)
+    r = schedule(snapshot(nodes, [service.min_replicas(1).build()], [running(busy, "cluster-a", ("a1", (0,), 1000))]))
+    assert [d.victim for d in r.decisions if isinstance(d, Preempt)] == ["busy"]
+    assert not [d for d in r.decisions if isinstance(d, Place)]
+
+
+def test_a_service_started_smaller_holds_only_the_replicas_it_was_given():
+    from events.catalog.decisions import CandidateScore, JobPlaced, ReplicaPlacement
+    from events.catalog.inventory import ClusterKind, ClusterRegistered, GpuDevice, NodeObserved
+    from events.catalog.jobs import InferenceSpec, JobSubmitted
+    from events.catalog.types import Resources
+    from events.envelope import Envelope
+    from services.scheduler.state import SchedulerState
+
+    state = SchedulerState()
+    facts = [
+        ClusterRegistered(cluster="c", kind=ClusterKind.SIMULATED, site="c", region="eu", currency="EUR"),
+        NodeObserved(
+            cluster="c", node="n", generation=1, cpu_milli=64_000, memory_mib=512_000,
+            gpus=tuple(GpuDevice(index=i, model="A100", memory_mib=81_920) for i in range(4)),
+        ),
+        JobSubmitted(
+            job_id="svc", name="svc", tenant="t", kind=JobKind.INFERENCE, replicas=8, resources=Resources(gpus=1),
+            inference=InferenceSpec(min_replicas=2),
+        ),
+    ]  # fmt: skip
+    for i, data in enumerate(facts):
+        state.fold(Envelope(id=f"e-{i}", time_ms=1_000 + i, data=data))  # type: ignore[arg-type]
+    p = placed(schedule(state.snapshot(10_000), state.policy_config()), "svc")
+    assert len(p.replicas) == 4
+    replicas = tuple(
+        ReplicaPlacement(replica=i, node="n", gpu_indices=x.gpu_indices, gpu_milli_each=1000)
+        for i, x in enumerate(p.replicas)
+    )
+    state.fold(
+        Envelope(
+            id="placed", time_ms=20_000,
+            data=JobPlaced(
+                job_id="svc", cycle_id="c1", cluster="c", replicas=replicas,
+                chosen=CandidateScore(cluster="c", total=0), explanation="x",
+            ),
+        )
+    )  # fmt: skip
+    (run,) = state.snapshot(30_000).running
+    assert (run.job.replicas, run.job.total_gpu_milli(), len(run.placements)) == (4, 4000, 4)

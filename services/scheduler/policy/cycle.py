@@ -14,7 +14,10 @@ tests. The recipe:
       ends before the reservation starts);
    d. place all replicas in one cluster (what-if per cluster, federation score, commit the best);
    e. otherwise preempt the smallest set of eligible lower-priority or borrowing jobs (the job waits for
-      them to stop), otherwise reserve capacity for a large head-of-line gang job, otherwise queue it.
+      them to stop);
+   f. otherwise, for an inference service that may start smaller (``min_replicas``), place as many
+      replicas as fit now in one cluster; otherwise reserve capacity for a large head-of-line gang job,
+      otherwise queue it.
 4. Explain every queued job (per-cluster why-not, binding constraint, smallest change, position and
    estimated start) and return the decisions: placements, preemptions and reservations in the order they
    were made, then the queue in order.
@@ -24,10 +27,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+import numpy as np
 
 from services.scheduler.policy.backfill import may_backfill, reserve
-from services.scheduler.policy.capacity import model_pressure
+from services.scheduler.policy.capacity import model_pressure, per_node
 from services.scheduler.policy.context import Ctx, Plan
 from services.scheduler.policy.decisions import (
     CandidateScore,
@@ -57,7 +62,7 @@ from services.scheduler.policy.model import (
     Shape,
     TenantId,
 )
-from services.scheduler.policy.placer import Placer
+from services.scheduler.policy.placer import MASKED, Placer
 from services.scheduler.policy.preemption import find_victims
 from services.scheduler.policy.quota import QuotaCheck, book_from, fmt_amount
 from services.scheduler.policy.reasons import ReasonCode
@@ -364,6 +369,16 @@ def schedule(snapshot: FleetSnapshot, config: PolicyConfig | None = None, memo: 
                     )
                 )
                 continue
+        # f. fewer replicas: a service that may start smaller (``min_replicas``) takes what fits now,
+        # once neither the room it asks for nor preemption can give it all of them.
+        if job.min_replicas is not None:
+            fewer = _fewer_replicas(ctx, job, d, extra)
+            if fewer is not None:
+                placing, (plan, ranked) = fewer
+                q2 = ctx.book.check(placing, plan.models[0] if plan.models else None)
+                if q2.ok:
+                    made.append(_place(ctx, placing, d, plan, ranked, q2.borrowed, backfill, asked=job.replicas))
+                    continue
         if (
             config.backfill
             and ctx.reservation is None
@@ -392,8 +407,38 @@ def schedule(snapshot: FleetSnapshot, config: PolicyConfig | None = None, memo: 
     )
 
 
+def _fewer_replicas(
+    ctx: Ctx, job: Job, d: Demand, extra: np.ndarray | None
+) -> tuple[Job, tuple[Plan, list[ClusterScore]]] | None:
+    """The job with as many replicas as fit now in one cluster (fewer than it asks, at least its
+    ``min_replicas``) and their plan, or None. Replicas of one shape fit node by node independently, so
+    the count of each cluster's nodes is exact."""
+    assert job.min_replicas is not None
+    fs = ctx.fleet
+    most = 0
+    for lo, hi in fs.cluster_range:
+        cap = per_node(fs, d, lo, hi)
+        if extra is not None:
+            cap = np.where(extra[lo:hi] < MASKED, cap, 0)
+        most = max(most, int(cap.sum()))
+    count = min(most, job.replicas - 1)
+    if count < job.min_replicas:
+        return None
+    fewer = replace(job, replicas=count)
+    got = ctx.try_place(fewer, d, extra)
+    return None if got is None else (fewer, got)
+
+
 def _place(
-    ctx: Ctx, job: Job, d: Demand, plan: Plan, ranked: list[ClusterScore], borrowed: bool, backfill: bool
+    ctx: Ctx,
+    job: Job,
+    d: Demand,
+    plan: Plan,
+    ranked: list[ClusterScore],
+    borrowed: bool,
+    backfill: bool,
+    *,
+    asked: int | None = None,
 ) -> Place:
     fs = ctx.fleet
     replicas = ctx.commit(plan, d)
@@ -422,6 +467,12 @@ def _place(
         f"{job.job_id} placed in {cid} on {gpus}{share} by {ctx.config.node_policy.value}: placement cost "
         f"{plan.cost}, federation score {ranked[0].total} = {terms} (weighted; lower wins){alt}"
         + ("; uses quota above its guarantee (borrowed, reclaimable)" if borrowed else "")
+        + (
+            f"; started with {job.replicas} of its {asked} replicas, as many as fit now (inference.min_replicas "
+            f"{job.min_replicas}); this run keeps that many"
+            if asked is not None and asked > job.replicas
+            else ""
+        )
     )
     return Place(
         job_id=job.job_id,

@@ -175,6 +175,9 @@ class Job:
     times_preempted: int = 0
     tolerations: tuple[Toleration, ...] = ()
     """Sorted; see ``tolerates``."""
+    min_replicas: int | None = None
+    """Fewest replicas the job may start with when not all fit (an inference service's
+    ``inference.min_replicas``); None: all of them or none."""
 
     def gpu_milli_per_replica(self) -> int:
         return self.gpus * MILLI + self.gpu_milli
