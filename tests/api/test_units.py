@@ -14,7 +14,7 @@ from services.api import codegen, validation
 from services.api.convert import waited_ms
 from services.api.errors import InvalidArgument, field_path
 from services.api.explain import explain
-from services.api.jobs import shape_warnings
+from services.api.jobs import shape_warnings, spec_warnings
 from services.api.pb import jobs_pb2
 from services.cli import jobfile
 from services.scheduler.policy import Preempt, Queue, schedule
@@ -213,3 +213,11 @@ def test_a_shape_the_fleet_cannot_run_is_warned_about_with_what_it_has() -> None
     assert "no node of T4 has 8 GPUs (the largest has 4)" in t4
     typo, too_big = shape_warnings(["a100", "T4"], 6, fleet)
     assert "did you mean A100?" in typo and "no node of T4 has 6 GPUs" in too_big
+
+
+def test_spreading_a_service_over_clusters_is_warned_about_as_not_applied() -> None:
+    spread = jobs_pb2.JobSpec(kind="inference", replicas=4, inference=jobs_pb2.InferenceSpec(spread_clusters=2))
+    [warning] = spec_warnings(spread)
+    assert warning.startswith("inference.spread_clusters 2 is not applied")
+    one = jobs_pb2.JobSpec(kind="inference", replicas=4, inference=jobs_pb2.InferenceSpec(spread_clusters=1))
+    assert spec_warnings(one) == [] and spec_warnings(jobs_pb2.JobSpec(kind="batch")) == []
