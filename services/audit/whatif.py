@@ -5,6 +5,12 @@ they really had), the recorded fleet and the tenants' quotas are fed through the
 core the service runs, under the candidate policy, and the outcome is printed beside what really
 happened: waiting-time percentiles per priority class, preemptions, GPU allocation and cost per tenant.
 A policy change can be tried on real history before it goes live.
+
+Both sides count the same things, so that the policy in force, replayed, comes out close to what was
+recorded: submissions within the window (``--since``/``--until``), preemptions requested within it, and
+as never started the jobs that were never placed at all (a preempted job waiting again has started).
+Cancellations are replayed at their recorded time: a job still waiting then leaves the queue, a running
+one ends then, and a job that was cancelled while running runs until then (it had not ended by itself).
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
 from events.catalog.decisions import JobPreemptionRequested
-from events.catalog.jobs import JobFailed, JobStarted, JobSucceeded
+from events.catalog.jobs import JobCancelled, JobFailed, JobStarted, JobSucceeded
 from events.codec import decode
 from events.envelope import Envelope
 from events.errors import EventError
@@ -78,13 +84,14 @@ class History:
     actual: Outcome
     start_ms: int
     end_ms: int
+    cancels: dict[str, int] = field(default_factory=dict)
+    """Job id to when it was cancelled (its recorded ``JobCancelled``), for the jobs that ended so."""
 
 
 async def load_history(
     event_log: EventLog, *, namespace: str = "", since_ms: int | None = None, until_ms: int | None = None
 ) -> History:
     prefix = f"{namespace}." if namespace else ""
-    state = SchedulerState(keep_settled=True)  # every job's facts: the history is what it reads
     envelopes: list[Envelope] = []
     reader = await event_log.reader()
     try:
@@ -98,10 +105,17 @@ async def load_history(
                             continue
     finally:
         await reader.close()
-    envelopes.sort(key=lambda e: e.time_ms)
+    return history_of(envelopes, since_ms=since_ms, until_ms=until_ms)
+
+
+def history_of(envelopes: list[Envelope], *, since_ms: int | None = None, until_ms: int | None = None) -> History:
+    """The recorded history (and what really happened in the window) from the scheduler's input events."""
+    state = SchedulerState(keep_settled=True)  # every job's facts: the history is what it reads
+    envelopes = sorted(envelopes, key=lambda e: e.time_ms)
     started: dict[tuple[str, int], int] = {}
     ended: dict[tuple[str, int], int] = {}
-    preemptions = 0
+    cancelled_at: dict[str, int] = {}
+    preempted_at: list[int] = []
     for envelope in envelopes:
         state.fold(envelope)
         data = envelope.data
@@ -109,19 +123,25 @@ async def load_history(
             started.setdefault((data.job_id, data.run), envelope.time_ms)
         elif isinstance(data, JobSucceeded | JobFailed):
             ended[(data.job_id, data.run)] = envelope.time_ms
+        elif isinstance(data, JobCancelled):
+            cancelled_at.setdefault(data.job_id, envelope.time_ms)
         elif isinstance(data, JobPreemptionRequested):
-            preemptions += 1
+            preempted_at.append(envelope.time_ms)
     start = max(since_ms or 0, min((e.time_ms for e in envelopes), default=0))
     end = min(until_ms or 2**62, max((e.time_ms for e in envelopes), default=0))
     snapshot = state.snapshot(end)
     capacity = sum(len(n.gpus) for n in snapshot.nodes) * 1000
+    preemptions = sum(1 for at in preempted_at if start <= at <= end)
     actual = Outcome(preemptions=preemptions, capacity_milli=capacity, span_ms=max(1, end - start))
     arrivals: list[tuple[Job, int, int]] = []
+    cancels: dict[str, int] = {}
     rates = _rates(state)
     for job_id, facts in sorted(state.jobs.items()):
         if facts.spec is None or not (start <= facts.submitted_ms <= end):
             continue
         job = replace(_job_of(state, job_id), times_preempted=0)
+        if facts.terminal == "cancelled" and job_id in cancelled_at:
+            cancels[job_id] = cancelled_at[job_id]
         first = min(facts.placements, default=None)
         runtime = 0
         if first is not None:
@@ -141,17 +161,20 @@ async def load_history(
             last = max(facts.placements)
             if (job_id, last) in ended:
                 runtime = ended[(job_id, last)] - started.get((job_id, last), facts.placed_at[last])
+            elif job_id in cancels and facts.ended.get(last) == "cancelled":
+                runtime = end - facts.submitted_ms + 1  # it ran until cancelled: no end of its own in the window
         else:
             actual.never_started += 1
         runtime = runtime or (job.expected_runtime_s or 3600) * 1000
         arrivals.append((job, facts.submitted_ms, max(1, runtime)))
-    return History(state, arrivals, actual, start, end)
+    return History(state, arrivals, actual, start, end, cancels)
 
 
 def simulate(history: History, config: PolicyConfig) -> Outcome:
-    """Replay the arrivals through ``schedule`` on the recorded fleet, jobs running their real runtimes,
-    up to the end of the recorded window, as what really happened is counted: GPU time and cost within
-    it, waits of the jobs placed within it, and the jobs still waiting at its end as never started.
+    """Replay the arrivals through ``schedule`` on the recorded fleet, jobs running their real runtimes and
+    cancelled at their recorded time, up to the end of the recorded window, as what really happened is
+    counted: GPU time and cost within it, waits of the jobs placed within it, and the jobs never placed
+    in it as never started (a preempted job still waiting at its end has started).
 
     A preempted job stops at once in the simulation: the cycle runs again at the same moment, so the job
     that asked for the room gets it then, not at the next arrival or end (hours later, on a quiet
@@ -179,6 +202,10 @@ def simulate(history: History, config: PolicyConfig) -> Outcome:
     arrivals = sorted(history.arrivals, key=lambda a: (a[1], a[0].job_id))
     runtime: dict[str, int] = {job.job_id: r for job, _, r in arrivals}
     arrived = {job.job_id: a for job, a, _ in arrivals}
+    cancels = sorted((at, job_id) for job_id, at in history.cancels.items() if job_id in runtime)
+    next_cancel = 0
+    cancelled: set[str] = set()
+    placed_once: set[str] = set()
     pending: dict[str, Job] = {}
     running: dict[str, tuple[RunningJob, int]] = {}
     ends: list[tuple[int, str]] = []
@@ -186,10 +213,14 @@ def simulate(history: History, config: PolicyConfig) -> Outcome:
     now = history.start_ms
     horizon = history.end_ms
     again = 0  # cycles run at this moment in a row, each after a preemption
-    while index < len(arrivals) or ends or again:
+    while index < len(arrivals) or ends or again or next_cancel < len(cancels):
         upcoming = [
             t
-            for t in (arrivals[index][1] if index < len(arrivals) else None, ends[0][0] if ends else None)
+            for t in (
+                arrivals[index][1] if index < len(arrivals) else None,
+                ends[0][0] if ends else None,
+                cancels[next_cancel][0] if next_cancel < len(cancels) else None,
+            )
             if t is not None
         ]
         now = now if again else min(upcoming)
@@ -204,8 +235,18 @@ def simulate(history: History, config: PolicyConfig) -> Outcome:
             _account(outcome, entry, now, rates, models)
             _release(nodes, entry[0])
         while index < len(arrivals) and arrivals[index][1] <= now:
-            pending[arrivals[index][0].job_id] = arrivals[index][0]
+            if arrivals[index][0].job_id not in cancelled:
+                pending[arrivals[index][0].job_id] = arrivals[index][0]
             index += 1
+        while next_cancel < len(cancels) and cancels[next_cancel][0] <= now:
+            job_id = cancels[next_cancel][1]
+            next_cancel += 1
+            cancelled.add(job_id)
+            pending.pop(job_id, None)  # cancelled while waiting: it leaves the queue
+            entry = running.pop(job_id, None)
+            if entry is not None:  # cancelled while running: it ends now
+                _account(outcome, entry, now, rates, models)
+                _release(nodes, entry[0])
         if not pending:
             again = 0
             continue
@@ -224,6 +265,7 @@ def simulate(history: History, config: PolicyConfig) -> Outcome:
                 placed = RunningJob(job, decision.cluster, decision.replicas, now)
                 _take(nodes, placed)
                 running[job.job_id] = (placed, now)
+                placed_once.add(job.job_id)
                 if job.times_preempted == 0:
                     outcome.waits_ms[job.priority_class.value].append(now - arrived[job.job_id])
                 heapq.heappush(ends, (now + runtime[job.job_id], job.job_id))
@@ -236,11 +278,11 @@ def simulate(history: History, config: PolicyConfig) -> Outcome:
                 pending[victim.job_id] = replace(victim, times_preempted=victim.times_preempted + 1)
                 freed = True
         again = again + 1 if freed and again < SAME_INSTANT_LIMIT else 0
-        if not ends and index >= len(arrivals) and not again:
+        if not ends and index >= len(arrivals) and next_cancel >= len(cancels) and not again:
             break  # what is left can never start on this fleet
     for entry in running.values():  # still running at the end of the window: counted up to it
         _account(outcome, entry, max(entry[1], min(now, horizon)), rates, models)
-    outcome.never_started = len(pending)
+    outcome.never_started = sum(1 for job, _, _ in arrivals if job.job_id not in placed_once)
     return outcome
 
 
