@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from services.cli.args import rfc3339_ms, time_range
 from services.runtime.signals import stop_on_signals
+
+if TYPE_CHECKING:
+    from services.scheduler.policy.model import Quota
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -304,9 +307,30 @@ async def run_at(args: argparse.Namespace) -> int:
         print(f"{cluster:<16}{model:<16}{nodes:>7}{gpus:>7}{free:>7}{healthy:>9}")
     for priority, count in sorted(queues.items()):
         print(f"waiting {priority}: {count}")
-    for q in quotas:
-        print(f"quota {q['tenant']}/{q['queue']} {q['resource']}: guaranteed {q['guaranteed']} limit {q['limit']}")
+    for t in snapshot.tenants:
+        for q in t.quotas:
+            print(quota_line(t.tenant_id, q))
     return 0
+
+
+# The units ``fedsched quota`` shows (``people_cmd.show_quota``): whole CPUs and GPUs, MiB, NPUs.
+QUOTA_UNITS: dict[str, tuple[int, str]] = {
+    "cpu": (1000, "CPUs"),
+    "gpu": (1000, "GPUs"),
+    "memory": (1, "MiB"),
+    "npu": (1, "NPUs"),
+}
+UNBOUNDED = 2**62
+"""The limit the scheduler's state gives a quota line without one."""
+
+
+def quota_line(tenant: str, quota: Quota) -> str:
+    """One quota as ``audit at`` prints it, amounts in the units of ``fedsched quota`` (``gpu:A100`` in GPUs,
+    an unbounded limit as ``-``)."""
+    scale, unit = QUOTA_UNITS.get(quota.resource.partition(":")[0], (1, "units"))
+    limit = "-" if quota.limit >= UNBOUNDED else f"{quota.limit / scale:g}"
+    where = f"{tenant}/{quota.queue or 'default'}"
+    return f"quota {where} {quota.resource}: guaranteed {quota.guaranteed / scale:g} limit {limit} ({unit})"
 
 
 def comparison_lines(columns: dict[str, dict[str, Any]]) -> list[str]:
