@@ -54,7 +54,9 @@ which fits on a node, though not all of them, is not given one replica's numbers
 ``-3`` keeps a job off nodes whose NoSchedule or NoExecute taints it does not tolerate (``-2`` placed it
 there and the cluster refused it), and says so when it waits (``TaintNotTolerated``); an inference
 service that is not a gang starts with as many replicas as fit, down to its ``inference.min_replicas``,
-when neither free room nor preemption gives it all (``-2`` ignored ``min_replicas``)."""
+when neither free room nor preemption gives it all (``-2`` ignored ``min_replicas``); a job held by its
+quota (or a hot-model cap) is not said to lack room in clusters that have it, and is told the GPUs per
+replica its quota would allow."""
 
 
 def cycle_id(sequence: int) -> CycleId:

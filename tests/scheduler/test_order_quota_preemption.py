@@ -139,6 +139,24 @@ def test_borrowing_from_an_idle_cohort_is_allowed_and_marked_reclaimable():
     assert p.borrowed
 
 
+def test_a_job_held_by_its_quota_is_not_said_to_lack_room_and_is_told_the_size_that_fits_it():
+    node = one_node_with(4).build()
+    held = running(a_job("x").tenant("team-q").gpus(4).build(), "cluster-a", ("n1", (4, 5, 6, 7), 1000))
+    t = tenant("team-q", Quota("gpu", 4000, 6000))
+    r = schedule(snapshot([node], [a_job("j").tenant("team-q").gpus(3).build()], [held], [t]))
+    q = next(d for d in r.decisions if isinstance(d, Queue))
+    assert q.binding is ReasonCode.QUOTA_EXCEEDED and q.reasons == (ReasonCode.QUOTA_EXCEEDED,)
+    [cluster] = q.per_cluster
+    assert cluster.detail == "room for 1 of 1 replicas now; it waits for its quota"
+    assert q.change is not None
+    assert (q.change.field, q.change.current, q.change.suggested) == ("resources.gpus", "3", "2")
+    assert q.message.endswith("would fit its quota with 2 GPU(s) per replica")
+    # With nothing left under the limit, no size fits: none is suggested.
+    full = tenant("team-q", Quota("gpu", 4000, 4000))
+    r = schedule(snapshot([node], [a_job("j").tenant("team-q").gpus(3).build()], [held], [full]))
+    assert next(d for d in r.decisions if isinstance(d, Queue)).change is None
+
+
 def test_borrowing_stops_when_the_cohort_has_nothing_idle():
     node = one_node_with(2).build()
     held = running(a_job("bj").tenant("b").gpus(6).build(), "cluster-a", ("n1", (2, 3, 4, 5, 6, 7), 1000))

@@ -36,6 +36,7 @@ from services.scheduler.policy.capacity import model_pressure, per_node
 from services.scheduler.policy.context import Ctx, Plan
 from services.scheduler.policy.decisions import (
     CandidateScore,
+    Change,
     Constraint,
     CycleResult,
     Decision,
@@ -497,6 +498,16 @@ def _quota_constraint(q: QuotaCheck) -> Constraint:
     return Constraint(ReasonCode.QUOTA_EXCEEDED, resource, model or None, None, q.request, q.available)
 
 
+def _within_quota(job: Job, constraint: Constraint) -> Change | None:
+    """Fewer whole GPUs per replica that the GPU quota left would allow, when there is such a number."""
+    if constraint.resource != "gpu" or not job.gpus or job.replicas < 1:
+        return None
+    per_replica = max(0, constraint.available) // MILLI // job.replicas
+    if not 0 < per_replica < job.gpus:
+        return None
+    return Change("resources.gpus", str(job.gpus), str(per_replica), "fits the quota left")
+
+
 def _queue_decisions(ctx: Ctx, waiting: list[Waiting]) -> list[Queue]:
     out = []
     for pos, (job, d, forced, note, forced_constraint) in enumerate(waiting, start=1):
@@ -505,9 +516,13 @@ def _queue_decisions(ctx: Ctx, waiting: list[Waiting]) -> list[Queue]:
         # preemption under way), the fleet cannot say when it starts; and for a quota or a preemption, no
         # other shape of the request would start it sooner either.
         estimate = forced is None and pos <= ctx.config.estimate_limit
-        short = explain(ctx, job, d, extra, estimate=estimate)
+        short = explain(ctx, job, d, extra, estimate=estimate, forced=forced)
         fleet_changes = forced not in (ReasonCode.QUOTA_EXCEEDED, ReasonCode.WAITING_FOR_PREEMPTION)
         changes = short.smallest_change if fleet_changes else ""
+        change = short.change if fleet_changes else None
+        if forced is ReasonCode.QUOTA_EXCEEDED and forced_constraint is not None:
+            change = _within_quota(job, forced_constraint)
+            changes = f"would fit its quota with {change.suggested} GPU(s) per replica" if change else ""
         binding = forced or short.binding
         reasons = tuple(dict.fromkeys([binding] + [w.reason for w in short.per_cluster]))
         detail = note or short.binding_detail
@@ -529,7 +544,7 @@ def _queue_decisions(ctx: Ctx, waiting: list[Waiting]) -> list[Queue]:
                 position=pos,
                 estimated_start_ms=short.estimated_start_ms,
                 constraint=forced_constraint or (short.constraint if forced is None else Constraint(binding)),
-                change=short.change if fleet_changes else None,
+                change=change,
             )
         )
     return out

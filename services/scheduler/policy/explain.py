@@ -60,8 +60,11 @@ def describe(job: Job) -> str:
     )
 
 
-def _cluster(ctx: Ctx, job: Job, d: Demand, ci: int, extra: np.ndarray | None) -> tuple[ClusterWhyNot, int, Constraint]:
-    """The cluster's reason, how many replicas it could take now, and the constraint with its numbers."""
+def _cluster(
+    ctx: Ctx, job: Job, d: Demand, ci: int, extra: np.ndarray | None, forced: ReasonCode | None = None
+) -> tuple[ClusterWhyNot, int, Constraint]:
+    """The cluster's reason, how many replicas it could take now, and the constraint with its numbers.
+    ``forced``: what holds the job when it is not the fleet (its quota, a hot-model cap, a preemption)."""
     fs = ctx.fleet
     lo, hi = fs.cluster_range[ci]
     cid = fs.clusters[ci]
@@ -113,6 +116,12 @@ def _cluster(ctx: Ctx, job: Job, d: Demand, ci: int, extra: np.ndarray | None) -
             0,
             bound(ReasonCode.NODE_UNSCHEDULABLE),
         )
+    if forced is not None and total_now >= job.replicas:
+        # Room enough here: what holds the job is not this cluster.
+        waits_for = _WAITS_FOR.get(forced, forced.value)
+        detail = f"room for {total_now} of {job.replicas} replicas now; it waits for {waits_for}"
+        why = ClusterWhyNot(cid, forced, detail)
+        return why, total_now, bound(forced)
     # Could the cluster ever hold it (all running jobs gone)?
     empty = _empty_capacity(ctx, d, lo, hi)
     if empty < job.replicas and _empty_capacity(ctx, d, lo, hi, tolerated=False) >= job.replicas:
@@ -191,9 +200,18 @@ def _empty_capacity(ctx: Ctx, d: Demand, lo: int, hi: int, *, tolerated: bool = 
     return int(np.where(fs.usable(d)[sl] if tolerated else fs.schedulable[sl], fits, 0).sum())
 
 
-def explain(ctx: Ctx, job: Job, d: Demand, extra: np.ndarray | None, estimate: bool) -> Shortfall:
+_WAITS_FOR = {
+    ReasonCode.QUOTA_EXCEEDED: "its quota",
+    ReasonCode.HOT_MODEL_CAP: "its tenant's cap on hot GPU models",
+    ReasonCode.WAITING_FOR_PREEMPTION: "the jobs asked to stop",
+}
+
+
+def explain(
+    ctx: Ctx, job: Job, d: Demand, extra: np.ndarray | None, estimate: bool, forced: ReasonCode | None = None
+) -> Shortfall:
     fs = ctx.fleet
-    rows = [_cluster(ctx, job, d, ci, extra) for ci in range(len(fs.clusters))]
+    rows = [_cluster(ctx, job, d, ci, extra, forced) for ci in range(len(fs.clusters))]
     per = tuple(r[0] for r in rows)
     # Binding: the cluster closest to fitting (most replicas now); among equals, one that has the GPU
     # model asked for (its reason says more than "no such model here"), then by cluster id.
