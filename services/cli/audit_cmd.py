@@ -313,13 +313,6 @@ async def run_at(args: argparse.Namespace) -> int:
     return 0
 
 
-# The units ``fedsched quota`` shows (``people_cmd.show_quota``): whole CPUs and GPUs, MiB, NPUs.
-QUOTA_UNITS: dict[str, tuple[int, str]] = {
-    "cpu": (1000, "CPUs"),
-    "gpu": (1000, "GPUs"),
-    "memory": (1, "MiB"),
-    "npu": (1, "NPUs"),
-}
 UNBOUNDED = 2**62
 """The limit the scheduler's state gives a quota line without one."""
 
@@ -327,7 +320,9 @@ UNBOUNDED = 2**62
 def quota_line(tenant: str, quota: Quota) -> str:
     """One quota as ``audit at`` prints it, amounts in the units of ``fedsched quota`` (``gpu:A100`` in GPUs,
     an unbounded limit as ``-``)."""
-    scale, unit = QUOTA_UNITS.get(quota.resource.partition(":")[0], (1, "units"))
+    from services.cli.quantities import unit_of
+
+    scale, unit = unit_of(quota.resource)
     limit = "-" if quota.limit >= UNBOUNDED else f"{quota.limit / scale:g}"
     where = f"{tenant}/{quota.queue or 'default'}"
     return f"quota {where} {quota.resource}: guaranteed {quota.guaranteed / scale:g} limit {limit} ({unit})"

@@ -509,11 +509,12 @@ async def show_quota(args: argparse.Namespace, client: Client) -> int:
     if args.json:
         _print_json(to_dict(answer))
         return 0
-    units = {"cpu": 1000, "gpu": 1000, "memory": 1, "npu": 1}
+    from services.cli.quantities import unit_of
+
     rows = []
     for q in answer.queues:
         for line in q.lines:
-            scale = units.get(line.resource, 1)
+            scale, _ = unit_of(line.resource)
             limit = f"{line.limit / scale:g}" if line.HasField("limit") else "-"
             rows.append(
                 [

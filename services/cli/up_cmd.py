@@ -36,7 +36,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics", default="127.0.0.1:9464", help="health and metrics address")
     parser.add_argument("--no-api", action="store_true", help="do not start the gRPC API")
     parser.add_argument("--sim-speed", type=float, default=1.0, help="simulated seconds per second (up)")
-    parser.add_argument("--sim-nodes", type=Path, help="node list CSV of the simulated fleet (default: openb)")
+    parser.add_argument(
+        "--sim-nodes", type=Path, help="simulated fleet: an openb node CSV or a YAML node list (default: openb)"
+    )
     parser.add_argument("--no-sim", action="store_true", help="do not start the simulated fleet")
     parser.add_argument(
         "--config", type=Path, help="distributed mode: run each component as its own process (see docs in supervisor)"
