@@ -418,3 +418,12 @@ def test_a_service_started_smaller_holds_only_the_replicas_it_was_given():
     )  # fmt: skip
     (run,) = state.snapshot(30_000).running
     assert (run.job.replicas, run.job.total_gpu_milli(), len(run.placements)) == (4, 4000, 4)
+
+
+def test_a_wait_binds_on_the_cluster_that_comes_closest_to_holding_the_job_when_none_has_room_now():
+    full = (0,) * 8
+    nodes = [a_node(f"a{i}").cluster("cluster-a").gpus(8, free=full).build() for i in range(3)]
+    nodes += [a_node(f"b{i}").cluster("cluster-b").gpus(8, free=full).build() for i in range(5)]
+    q = queued(schedule(snapshot(nodes, [a_job("g").gpus(8).replicas(6).build()])), "g")
+    assert q.binding is ReasonCode.GANG_TOO_LARGE
+    assert "cluster-b: holds at most 5 of 6 replicas even when empty" in q.message

@@ -214,9 +214,14 @@ def explain(
     rows = [_cluster(ctx, job, d, ci, extra, forced) for ci in range(len(fs.clusters))]
     per = tuple(r[0] for r in rows)
     # Binding: the cluster closest to fitting (most replicas now); among equals, one that has the GPU
-    # model asked for (its reason says more than "no such model here"), then by cluster id.
+    # model asked for (its reason says more than "no such model here"), then the one that holds the most
+    # replicas when empty, then by cluster id.
+    empty = [_empty_capacity(ctx, d, lo, hi) for lo, hi in fs.cluster_range]
     closest = (
-        max(range(len(rows)), key=lambda i: (rows[i][1], per[i].reason is not ReasonCode.GPU_MODEL_UNAVAILABLE, -i))
+        max(
+            range(len(rows)),
+            key=lambda i: (rows[i][1], per[i].reason is not ReasonCode.GPU_MODEL_UNAVAILABLE, empty[i], -i),
+        )
         if rows
         else -1
     )
