@@ -56,7 +56,8 @@ there and the cluster refused it), and says so when it waits (``TaintNotTolerate
 service that is not a gang starts with as many replicas as fit, down to its ``inference.min_replicas``,
 when neither free room nor preemption gives it all (``-2`` ignored ``min_replicas``); a job held by its
 quota (or a hot-model cap) is not said to lack room in clusters that have it, and is told the GPUs per
-replica its quota would allow."""
+replica its quota would allow; a wait no cluster can take now binds on the cluster that holds most when
+empty; a replica asking more CPU or memory than any suitable node has free is told the most there is."""
 
 
 def cycle_id(sequence: int) -> CycleId:

@@ -427,3 +427,16 @@ def test_a_wait_binds_on_the_cluster_that_comes_closest_to_holding_the_job_when_
     q = queued(schedule(snapshot(nodes, [a_job("g").gpus(8).replicas(6).build()])), "g")
     assert q.binding is ReasonCode.GANG_TOO_LARGE
     assert "cluster-b: holds at most 5 of 6 replicas even when empty" in q.message
+
+
+def test_a_replica_that_asks_more_cpu_or_memory_than_any_node_has_free_is_told_the_most_it_could_have():
+    nodes = [a_node("n1").cpu(64_000, free=48_000).build(), a_node("n2").cpu(96_000).model("T4").build()]
+    q = queued(schedule(snapshot(nodes, [a_job("cpu").cpu(100_000).build()])), "cpu")
+    assert q.change is not None
+    assert (q.change.field, q.change.current, q.change.suggested) == ("resources.cpu_milli", "100000", "96000")
+    # Only nodes where the rest of the replica fits count: on T4 nodes an A100 job's CPU is no help.
+    q = queued(schedule(snapshot(nodes, [a_job("a100").cpu(100_000).gpus(1).models("A100").build()])), "a100")
+    assert q.change is not None and q.change.suggested == "48000"
+    big = a_node("n3").memory(256_000, free=100_000).build()
+    q = queued(schedule(snapshot([big], [a_job("mem").memory(300_000).build()])), "mem")
+    assert q.change is not None and (q.change.field, q.change.suggested) == ("resources.memory_mib", "100000")

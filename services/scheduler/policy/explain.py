@@ -238,6 +238,20 @@ def explain(
         if 0 < b < d.gpus:
             changes.append(f"would fit now with {b} GPUs in {where}")
             fields.append(Change("resources.gpus", str(d.gpus), str(b), f"would fit now in {where}"))
+    if job.replicas == 1:
+        for resource, free, asked, name, unit in (
+            ("cpu", fs.cpu_free, d.cpu_milli, "resources.cpu_milli", "m CPU"),
+            ("memory", fs.mem_free, d.memory_mib, "resources.memory_mib", " MiB"),
+        ):
+            # The most of it free on a node where everything else the replica asks for fits now.
+            best, where = 0, ""
+            for ci, (lo, hi) in enumerate(fs.cluster_range):
+                ok = per_node(fs, d, lo, hi, ignore=frozenset({resource})) > 0
+                if ok.any() and int(free[lo:hi][ok].max()) > best:
+                    best, where = int(free[lo:hi][ok].max()), fs.clusters[ci]
+            if 0 < best < asked:
+                changes.append(f"would fit now with {best}{unit} in {where}")
+                fields.append(Change(name, str(asked), str(best), f"would fit now in {where}"))
     if job.replicas > 1 and rows:
         now = rows[closest][1]
         if 0 < now < job.replicas:
