@@ -57,7 +57,9 @@ service that is not a gang starts with as many replicas as fit, down to its ``in
 when neither free room nor preemption gives it all (``-2`` ignored ``min_replicas``); a job held by its
 quota (or a hot-model cap) is not said to lack room in clusters that have it, and is told the GPUs per
 replica its quota would allow; a wait no cluster can take now binds on the cluster that holds most when
-empty; a replica asking more CPU or memory than any suitable node has free is told the most there is."""
+empty; a replica asking more CPU or memory than any suitable node has free is told the most there is;
+a cluster its connector reports unreachable or draining is said to be so (``-2``: "every node is
+cordoned")."""
 
 
 def cycle_id(sequence: int) -> CycleId:

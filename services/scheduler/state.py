@@ -193,6 +193,8 @@ class SchedulerState:
     nodes: dict[tuple[str, str], NodeFacts] = field(default_factory=dict)
     clusters: dict[str, ClusterRegistered] = field(default_factory=dict)
     unreachable: dict[str, bool] = field(default_factory=dict)
+    cluster_status: dict[str, str] = field(default_factory=dict)
+    """Cluster -> its last reported status (why its nodes take no work while it is not reachable)."""
     congestion: dict[str, tuple[int, int]] = field(default_factory=dict)  # cluster -> (version, milli)
     tenants: dict[str, TenantRegistered] = field(default_factory=dict)
     quotas: dict[tuple[str, str], QuotaSet] = field(default_factory=dict)
@@ -496,6 +498,7 @@ class SchedulerState:
             datasets=tuple(sorted(registered.datasets)),
             congestion_milli=self.congestion.get(cluster_id, (0, 0))[1],
             cost_milli_per_gpu_hour=(sum(rates) // len(rates) // 1000) if rates else 0,
+            status=self.cluster_status.get(cluster_id, ClusterStatus.REACHABLE.value),
         )
 
     def usage_histories(self, half_life_ms: int) -> dict[str, m.UsageHistory]:
@@ -689,6 +692,7 @@ def _cluster_registered(state: SchedulerState, e: ClusterRegistered, _: int) -> 
 
 def _cluster_status(state: SchedulerState, e: ClusterStatusChanged, _: int) -> None:
     state.unreachable[e.cluster] = e.status is not ClusterStatus.REACHABLE
+    state.cluster_status[e.cluster] = e.status.value
 
 
 def _profile(state: SchedulerState, e: ResourceProfileUpdated, _: int) -> None:

@@ -440,3 +440,37 @@ def test_a_replica_that_asks_more_cpu_or_memory_than_any_node_has_free_is_told_t
     big = a_node("n3").memory(256_000, free=100_000).build()
     q = queued(schedule(snapshot([big], [a_job("mem").memory(300_000).build()])), "mem")
     assert q.change is not None and (q.change.field, q.change.suggested) == ("resources.memory_mib", "100000")
+
+
+def test_a_cluster_its_connector_reports_unreachable_or_draining_is_said_to_be_so_not_cordoned():
+    from events.catalog.inventory import (
+        ClusterKind,
+        ClusterRegistered,
+        ClusterStatus,
+        ClusterStatusChanged,
+        GpuDevice,
+        NodeObserved,
+    )
+    from events.catalog.jobs import JobSubmitted
+    from events.catalog.types import Resources
+    from events.envelope import Envelope
+    from services.scheduler.state import SchedulerState
+
+    for status, reason in (
+        (ClusterStatus.UNREACHABLE, ReasonCode.CLUSTER_UNREACHABLE),
+        (ClusterStatus.DRAINING, ReasonCode.CLUSTER_DRAINING),
+    ):
+        state = SchedulerState()
+        facts = [
+            ClusterRegistered(cluster="c", kind=ClusterKind.SIMULATED, site="c", region="eu", currency="EUR"),
+            NodeObserved(
+                cluster="c", node="n", generation=1, cpu_milli=64_000, memory_mib=512_000,
+                gpus=tuple(GpuDevice(index=i, model="A100", memory_mib=81_920) for i in range(8)),
+            ),
+            ClusterStatusChanged(cluster="c", status=status, reason=reason),
+            JobSubmitted(job_id="j", name="j", tenant="t", resources=Resources(gpus=1)),
+        ]  # fmt: skip
+        for i, data in enumerate(facts):
+            state.fold(Envelope(id=f"e-{i}", time_ms=1_000 + i, data=data))  # type: ignore[arg-type]
+        q = queued(schedule(state.snapshot(10_000), state.policy_config()), "j")
+        assert q.binding is reason and "cordoned" not in q.message

@@ -111,11 +111,9 @@ def _cluster(
         cap_now = np.where(masked, 0, cap_now)
     total_now = int(cap_now.sum())
     if not fs.schedulable[lo:hi].any():
-        return (
-            ClusterWhyNot(cid, ReasonCode.NODE_UNSCHEDULABLE, "every node is cordoned"),
-            0,
-            bound(ReasonCode.NODE_UNSCHEDULABLE),
-        )
+        status = next((c.status for c in ctx.snap.clusters if c.cluster_id == cid), "reachable")
+        reason, detail = _CLOSED.get(status, (ReasonCode.NODE_UNSCHEDULABLE, "every node is cordoned"))
+        return ClusterWhyNot(cid, reason, detail), 0, bound(reason)
     if forced is not None and total_now >= job.replicas:
         # Room enough here: what holds the job is not this cluster.
         waits_for = _WAITS_FOR.get(forced, forced.value)
@@ -199,6 +197,12 @@ def _empty_capacity(ctx: Ctx, d: Demand, lo: int, hi: int, *, tolerated: bool = 
         fits = np.where(fs.model_mask(d.models)[sl] & (fs.gpu_mem[sl] >= d.min_gpu_memory_mib), fits, 0)
     return int(np.where(fs.usable(d)[sl] if tolerated else fs.schedulable[sl], fits, 0).sum())
 
+
+_CLOSED = {
+    "unreachable": (ReasonCode.CLUSTER_UNREACHABLE, "its connector reports the cluster unreachable"),
+    "draining": (ReasonCode.CLUSTER_DRAINING, "the cluster is draining: it takes no new work"),
+}
+"""Why a cluster whose nodes all take no work does not, when its status says so."""
 
 _WAITS_FOR = {
     ReasonCode.QUOTA_EXCEEDED: "its quota",

@@ -103,6 +103,7 @@ class Cluster:
     stability_milli: int = MILLI  # 1000 = no recent failures
     cost_milli_per_gpu_hour: int = 0
     gpu_model_pressure_milli: tuple[tuple[str, int], ...] = ()  # profile-reported demand pressure
+    status: str = "reachable"  # as its connector last reported: reachable, unreachable or draining
 
 
 @dataclass(frozen=True, slots=True)
