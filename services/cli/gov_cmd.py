@@ -136,9 +136,12 @@ async def run_request(args: argparse.Namespace) -> int:
     from events.catalog.governance import QuotaRequestSubmitted
     from events.catalog.types import ResourceKind
     from events.publisher import Publisher, wall_clock_ms
-    from services.governance.commands import request_quota
+    from services.cli.people_cmd import EXIT_CODES
+    from services.governance.commands import submit_request
+    from services.governance.quota import RequestIdInUse
 
-    start = wall_clock_ms() if args.start is None else args.start
+    now = wall_clock_ms()
+    start = now if args.start is None else args.start
     try:
         submitted = QuotaRequestSubmitted(
             request_id=args.id,
@@ -160,14 +163,18 @@ async def run_request(args: argparse.Namespace) -> int:
     publisher = Publisher(event_log, "urn:fedsched:cli")
     await publisher.start()
     try:
-        await request_quota(publisher, submitted)
+        recorded, created = await submit_request(event_log, publisher, submitted, any_start=args.start is None)
+    except RequestIdInUse as error:
+        raise CliError(f"{error}; use a new --id", exit_code=EXIT_CODES["ALREADY_EXISTS"]) from None
     finally:
         await publisher.close()
         await event_log.close()
     if args.json:
-        _print_event(submitted)
+        _print_event(recorded)
     else:
-        print(f"requested {submitted.request_id}: {submitted.amount} {submitted.resource.value} for {args.hours} h")
+        hours = (recorded.period_end_ms - recorded.period_start_ms) / 3_600_000
+        again = "" if created else " (already recorded)"
+        print(f"requested {recorded.request_id}: {recorded.amount} {recorded.resource.value} for {hours} h{again}")
     return 0
 
 

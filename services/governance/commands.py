@@ -16,7 +16,7 @@ from events.log.contract import EventLog, TopicPartition
 from events.log.reading import read_to_end
 from events.publisher import Publisher
 from events.topics import GOVERNANCE
-from services.governance.quota import RequestNotFound, decide
+from services.governance.quota import RequestIdInUse, RequestNotFound, decide, same_request
 from services.governance.state import GovState, Request
 
 
@@ -42,6 +42,30 @@ async def request_quota(publisher: Publisher, request: QuotaRequestSubmitted) ->
     envelope = publisher.envelope(request, id=f"quota-request:{request.request_id}", tenant=request.tenant)
     await publisher.publish([envelope])
     return envelope
+
+
+async def submit_request(
+    event_log: EventLog, publisher: Publisher, request: QuotaRequestSubmitted, *, any_start: bool = False
+) -> tuple[QuotaRequestSubmitted, bool]:
+    """Publish a request unless its id is taken: ``(the request as recorded, whether this call recorded
+    it)``. A retry of the same request (``same_request``; ``any_start`` when its start defaulted to now)
+    answers with the recorded one; another request under the same id raises ``RequestIdInUse``: the log
+    keeps the first event of an id, so publishing it would be reported as done and silently dropped.
+    The topic is read again after publishing, so a concurrent request under the same id is caught too."""
+    recorded = (await governance_state(event_log)).requests.get(request.request_id)
+    created = recorded is None
+    if recorded is None:
+        await request_quota(publisher, request)
+        recorded = (await governance_state(event_log)).requests.get(request.request_id)
+        if recorded is None:
+            return request, True
+    if not same_request(recorded.submitted, request, any_start=any_start):
+        first = recorded.submitted
+        raise RequestIdInUse(
+            f"quota request id {request.request_id} is already used by another request"
+            f" ({first.tenant}, {first.amount} {first.resource.value}, by {first.requester})"
+        )
+    return recorded.submitted, created
 
 
 async def decide_request(

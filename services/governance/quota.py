@@ -22,7 +22,8 @@ from events.catalog.governance import (
     QuotaRequestSubmitted,
     QuotaSet,
 )
-from events.catalog.types import QueueId, QuotaRequestId, TenantId
+from events.catalog.types import QueueId, QuotaRequestId, ResourceKind, TenantId
+from events.envelope import format_time
 from services.governance.config import GovConfig
 from services.governance.state import GovState, Output, Request
 
@@ -37,6 +38,39 @@ class RequestNotFound(DecisionError):
 
 class AlreadyDecided(DecisionError):
     """The request was approved or rejected before: a decision is final."""
+
+
+class RequestIdInUse(ValueError):
+    """A quota request id already names another request (a retry of the same request is no conflict)."""
+
+
+#: The resources a request may name a GPU model on (as ``QuotaLine`` allows).
+MODEL_RESOURCES = frozenset({ResourceKind.GPU, ResourceKind.NPU})
+
+
+def request_problem(request: QuotaRequestSubmitted, now_ms: int) -> tuple[str, str] | None:
+    """What makes a new request unacceptable at ``now_ms``, as (field, message), or ``None``: a GPU model
+    on a resource that has none, or a period that has already ended (it could only ever be granted for
+    the past)."""
+    if request.gpu_model is not None and request.resource not in MODEL_RESOURCES:
+        return "gpu_model", f"is only for the gpu and npu resources, not {request.resource.value}"
+    if request.period_end_ms <= now_ms:
+        return "period_end_ms", (
+            f"the period ends at {format_time(request.period_end_ms)}, not after now ({format_time(now_ms)});"
+            " ask for a period that has not ended"
+        )
+    return None
+
+
+def same_request(recorded: QuotaRequestSubmitted, asked: QuotaRequestSubmitted, *, any_start: bool = False) -> bool:
+    """Whether ``asked`` is a retry of ``recorded``: every field alike but who asked. ``any_start``: the
+    retry's start was not given (it defaulted to now), so the period's length counts, not when it starts."""
+    skip = {"requester", "period_start_ms", "period_end_ms"} if any_start else {"requester"}
+    if recorded.model_dump(exclude=skip) != asked.model_dump(exclude=skip):
+        return False
+    if any_start:
+        return recorded.period_end_ms - recorded.period_start_ms == asked.period_end_ms - asked.period_start_ms
+    return True
 
 
 def auto_decide(request: QuotaRequestSubmitted, config: GovConfig) -> QuotaRequestApproved | None:

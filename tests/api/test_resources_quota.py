@@ -189,3 +189,27 @@ async def test_quota_is_set_by_an_admin_requested_by_a_submitter_and_decided_onc
         "root@example.com",
         1_900_086_400_000,
     )
+
+
+async def test_a_quota_request_key_reused_for_another_request_is_refused_naming_it(stack: Stack) -> None:
+    tenant = f"team-{uuid.uuid4().hex[:8]}"
+    submitter = stack.client(stack.keys.hs(tenants=[tenant]))
+    ask = quota_pb2.RequestQuotaRequest(
+        tenant=tenant,
+        resource="gpu",
+        amount=4000,
+        period_start_ms=1_900_000_000_000,
+        period_end_ms=1_900_086_400_000,
+        justification="paper deadline",
+        client_request_id="req-1",
+    )
+    made = await submitter.call(submitter.quota.RequestQuota, ask)
+    again = await submitter.call(submitter.quota.RequestQuota, ask)
+    assert made.created and (again.request_id, again.created) == (made.request_id, False)
+    other = quota_pb2.RequestQuotaRequest()
+    other.CopyFrom(ask)
+    other.amount = 500
+    with pytest.raises(CallError) as caught:
+        await submitter.call(submitter.quota.RequestQuota, other)
+    assert (caught.value.code, caught.value.field) == ("ALREADY_EXISTS", "client_request_id")
+    assert "different quota request" in caught.value.message

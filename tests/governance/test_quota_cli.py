@@ -87,3 +87,42 @@ async def test_an_operator_requests_decides_and_lists_with_json_and_exit_codes(f
         ["qr-1", "team-a", "gpu", "V100M32", "8000", "approved", "operator"],
         ["qr-2", "team-a", "gpu", "-", "8000", "pending", "-"],
     ]
+
+
+@pytest.mark.asyncio(loop_scope="session")
+@pytest.mark.postgres
+async def test_a_request_id_names_one_request_a_retry_is_answered_another_refused(fresh_database: str) -> None:
+    log = open_log(fresh_database)
+    await log.start()
+    await log.create_topics(TOPICS)
+    await log.close()
+    period = ("--from", "2099-01-01T00:00:00Z", "--hours", "10")
+
+    code, out = await fedsched(*ask("req-1", *period), dsn=fresh_database)
+    assert (code, out.strip()) == (0, "requested req-1: 8000 gpu for 10.0 h"), out
+    code, out = await fedsched(*ask("req-1", *period, "--by", "bob@example.com"), dsn=fresh_database)
+    assert (code, out.strip()) == (0, "requested req-1: 8000 gpu for 10.0 h (already recorded)"), out
+    # Without --from the start is now, on a retry as well: the same length of period is the same request.
+    code, out = await fedsched(*ask("req-2"), dsn=fresh_database)
+    assert code == 0, out
+    code, out = await fedsched(*ask("req-2", "--json"), dsn=fresh_database)
+    assert code == 0, out
+    assert json.loads(out)["request_id"] == "req-2"
+
+    code, out = await fedsched(
+        *ask("req-1", *period, "--tenant", "team-c", "--amount", "500", "--justification", "dup"), dsn=fresh_database
+    )
+    assert code == 5, out
+    assert "quota request id req-1 is already used by another request (team-a, 8000 gpu" in out
+    assert "use a new --id" in out
+    code, out = await fedsched(*ask("req-1", "--from", "2099-01-01T00:00:00Z", "--hours", "11"), dsn=fresh_database)
+    assert code == 5, out
+    code, out = await fedsched(*ask("req-2", "--hours", "48"), dsn=fresh_database)
+    assert code == 5, out
+
+    code, out = await fedsched("gov", "quota", "list", "--json", dsn=fresh_database)
+    assert code == 0, out
+    assert [(r["request_id"], r["tenant"], r["amount"]) for r in json.loads(out)] == [
+        ("req-1", "team-a", 8000),
+        ("req-2", "team-a", 8000),
+    ]
