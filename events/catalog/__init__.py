@@ -20,6 +20,7 @@ from events.catalog.decisions import (
     SchedulingCycleCompleted,
 )
 from events.catalog.governance import (
+    GovernanceClockTicked,
     GovernanceFinding,
     JobIdleWarning,
     PolicyConfigured,
@@ -57,6 +58,7 @@ __all__ = [
     "ClusterRegistered",
     "ClusterStatusChanged",
     "Event",
+    "GovernanceClockTicked",
     "GovernanceFinding",
     "GpuHealthReported",
     "JobCancelRequested",

@@ -265,9 +265,24 @@ class JobIdleWarning(Event):
     message: Text = ""
 
 
+class GovernanceClockTicked(Event):
+    """Time passed with nothing else logged while a rule waits for a moment (a quota grant's start or
+    end, a runtime limit, an allocation lease, an idle stretch): governance notes the moment, so the rule
+    acts on time on a quiet log. Carries only its time; every reader of time takes it from the log."""
+
+    event_type: ClassVar[str] = "io.fedsched.GovernanceClockTicked"
+    schema_version: ClassVar[int] = 1
+    key_field: ClassVar[str | None] = "ticked_by"
+    topic: ClassVar[str] = GOVERNANCE.name
+
+    ticked_by: Id = "governance"
+    """The governance deployment that noted it."""
+
+
 __all__ = [
     "Figure",
     "FindingKind",
+    "GovernanceClockTicked",
     "GovernanceFinding",
     "JobIdleWarning",
     "PolicyConfigured",

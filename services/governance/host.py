@@ -1,7 +1,8 @@
 """The governance service: follows the log, runs the pure rules, publishes what they decide.
 
 Called by ``fedsched gov run`` and by ``fedsched up``. Calls the log ports and the pure rules
-(``services.governance.rules``); never reads the clock: time is the latest event time in the log.
+(``services.governance.rules``). Time is the latest event time in the log; the host reads the clock only
+to note, on a quiet log, that time passed (``tick``), so that what a rule waits for happens on time.
 
 Recipe of one step:
  1. Fold every committed record of the inventory, jobs, decisions and governance topics into
@@ -23,15 +24,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from events.catalog.governance import GovernanceClockTicked
 from events.codec import decode
 from events.envelope import Envelope
 from events.errors import EventError
 from events.log.contract import EventLog, LogProducer, LogReader, ProducerFenced, TopicPartition
 from events.log.reading import EndWatch, read_to_end
 from events.outage import Outage, transient
-from events.publisher import to_record
+from events.publisher import to_record, wall_clock_ms
 from events.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS
 from services.governance.config import GovConfig
 from services.governance.rules import evaluate
@@ -41,6 +44,8 @@ log = logging.getLogger("fedsched.governance")
 
 INPUT_TOPICS = (DECISIONS.name, GOVERNANCE.name, INVENTORY.name, JOBS.name)
 TRANSACTIONAL_ID = "fedsched-governance"
+TICK_MS = 15_000
+"""How long the log may stay quiet while a rule waits for time before ``run`` notes the moment in it."""
 
 
 @dataclass
@@ -49,6 +54,7 @@ class GovMetrics:
     published: int = 0
     steps: int = 0
     unreadable: int = 0
+    ticks: int = 0
 
 
 class GovernanceHost:
@@ -59,8 +65,12 @@ class GovernanceHost:
         *,
         namespace: str = "",
         transactional_id: str = TRANSACTIONAL_ID,
+        clock: Callable[[], int] = wall_clock_ms,
+        tick_ms: int | None = TICK_MS,
     ) -> None:
         self._log = event_log
+        self._clock = clock
+        self._tick_ms = tick_ms
         self.config = config or GovConfig()
         self._ns = f"{namespace}." if namespace else ""
         self._transactional_id = self._ns + transactional_id
@@ -172,11 +182,38 @@ class GovernanceHost:
             tenant=None if tenant is None else str(tenant),
         )
 
+    async def tick(self) -> bool:
+        """Note the moment in the log (a ``GovernanceClockTicked`` at the wall clock's time) when nothing
+        was logged for ``tick_ms`` while a rule waits for time to pass; the next step folds it like any
+        record, so the rule acts within about ``tick_ms`` of its moment and a replay acts at the same one.
+        Returns whether it did."""
+        async with self._stepping:
+            now = self._clock()
+            if self._tick_ms is None or now - self.state.now_ms < self._tick_ms or not self.state.waits_for_time():
+                return False
+            producer = await self._ensure_producer()
+            event = GovernanceClockTicked(ticked_by=self._transactional_id)
+            envelope = Envelope(
+                id=f"gov:tick:{now}", time_ms=now, data=event, source=SOURCE, subject=event.partition_key()
+            )
+            record = to_record(envelope)
+            if self._ns:
+                record = replace(record, topic=self._ns + record.topic)
+            try:
+                await producer.append([record])
+            except Exception as error:
+                if transient(error):
+                    await self._drop_producer()
+                raise
+            self.metrics.ticks += 1
+            return True
+
     async def run(self, stop: asyncio.Event, *, poll_s: float = 0.5) -> None:
         try:
             while not stop.is_set():
                 try:
                     await self.step()
+                    await self.tick()
                     await self._wait_for_input(stop, poll_s)
                 except ProducerFenced:
                     log.warning("event=fenced reason='another governance instance took over'")

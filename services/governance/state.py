@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from events.catalog.base import Event, has_field
 from events.catalog.decisions import JobPlaced, JobQueued, JobReclaimRequested
 from events.catalog.governance import (
+    GovernanceClockTicked,
     QuotaLine,
     QuotaRequestApproved,
     QuotaRequestRejected,
@@ -169,6 +170,19 @@ class GovState:
     what still comes for them is ignored."""
     keep_settled: bool = False
 
+    def waits_for_time(self) -> bool:
+        """Could time passing alone make a rule act: an open job (its runtime limit, idle stretch, lease,
+        wait) or a quota grant still to start or to expire."""
+        if self.active:
+            return True
+        for request in self.requests.values():
+            grant = request.decision
+            if isinstance(grant, QuotaRequestApproved) and (
+                grant.effective_from_ms > self.now_ms or (grant.expires_ms or 0) > self.now_ms
+            ):
+                return True
+        return False
+
     def job(self, job_id: str) -> JobFacts:
         facts = self.jobs.get(job_id)
         if facts is None:
@@ -179,8 +193,8 @@ class GovState:
 
     def fold(self, envelope: Envelope) -> None:
         self.now_ms = max(self.now_ms, envelope.time_ms)
-        if envelope.source == SOURCE:
-            self.emitted.add(envelope.id)
+        if envelope.source == SOURCE and not isinstance(envelope.data, GovernanceClockTicked):
+            self.emitted.add(envelope.id)  # (a tick is no action: nothing to keep from doing twice)
         # Handlers get the log clock (the latest event time so far), not the event's own time: producers
         # on different clocks (a simulated fleet runs ahead of the scheduler) then never make a fact
         # look older than what was already seen.

@@ -179,3 +179,59 @@ async def test_an_idle_host_evaluates_its_rules_again_only_after_something_was_f
         assert len(calls) > before
     finally:
         await host.close()
+
+
+async def test_a_quiet_log_is_ticked_so_a_runtime_limit_is_enforced_on_time(story: Story) -> None:
+    job, cluster = JobId("long-1"), ClusterId("c1")
+    placed = JobPlaced(
+        job_id=job,
+        cycle_id=CycleId("c1"),
+        cluster=cluster,
+        replicas=(ReplicaPlacement(replica=0, node=NodeId("n1"), gpu_indices=(0,), gpu_milli_each=1000),),
+        chosen=CandidateScore(cluster=cluster, total=0),
+        explanation="test",
+    )
+    submitted = JobSubmitted(
+        job_id=job, name="long", tenant=TenantId("team-a"), resources=Resources(gpus=1), max_runtime_s=600
+    )
+    await story.tell(submitted, placed, JobStarted(job_id=job, cluster=cluster))
+    wall = [0]
+    host = GovernanceHost(
+        story.log, namespace=story.prefix, transactional_id="gov-tick", clock=lambda: wall[0], tick_ms=15_000
+    )
+    await host.start()
+    try:
+        deadline = asyncio.get_running_loop().time() + 20
+        while host.metrics.folded < 3:
+            assert asyncio.get_running_loop().time() < deadline
+            assert await host.step() == []
+        started = host.state.now_ms
+        wall[0] = started + 10_000  # quiet for less than a tick: nothing noted
+        assert not await host.tick()
+        wall[0] = started + 601_000  # the limit passed while nothing was logged
+        assert await host.step() == []  # the log's time has not moved: the rule cannot see it yet
+        assert await host.tick()
+        assert "gov:runtime:long-1:1" in await outputs_until(host, {"gov:runtime:long-1:1"})
+        assert host.state.now_ms == started + 601_000
+        assert not await host.tick()  # the tick is the latest moment now
+        ticks = [e for e in await story.governance() if e.event_type == "io.fedsched.GovernanceClockTicked"]
+        assert len(ticks) == 1
+    finally:
+        await host.close()
+
+
+async def test_nothing_is_ticked_while_no_rule_waits_for_time(story: Story) -> None:
+    line = QuotaLine(resource=ResourceKind.GPU, guaranteed=1000, limit=1000)
+    await story.tell(QuotaSet(tenant=TenantId("team-a"), lines=(line,), set_by="ops"))
+    host = GovernanceHost(
+        story.log, namespace=story.prefix, transactional_id="gov-no-tick", clock=lambda: T0 + 10**9, tick_ms=15_000
+    )
+    await host.start()
+    try:
+        deadline = asyncio.get_running_loop().time() + 20
+        while not host.metrics.folded:
+            assert asyncio.get_running_loop().time() < deadline
+            await host.step()
+        assert not await host.tick()
+    finally:
+        await host.close()

@@ -32,6 +32,7 @@ from events.catalog.decisions import (
 from events.catalog.governance import (
     Figure,
     FindingKind,
+    GovernanceClockTicked,
     GovernanceFinding,
     JobIdleWarning,
     PolicyConfigured,
@@ -344,6 +345,7 @@ def _decisions() -> list[Event]:
 
 def _governance() -> list[Event]:
     return [
+        GovernanceClockTicked(ticked_by="governance"),
         PolicyConfigured(
             policy="default",
             policy_version="policy-v7",

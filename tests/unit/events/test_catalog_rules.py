@@ -36,6 +36,7 @@ pytestmark = pytest.mark.timeout(30)
 CATALOGUE = {
     "io.fedsched.ClusterRegistered": 1,
     "io.fedsched.ClusterStatusChanged": 1,
+    "io.fedsched.GovernanceClockTicked": 1,
     "io.fedsched.GovernanceFinding": 1,
     "io.fedsched.GpuHealthReported": 2,
     "io.fedsched.JobCancelRequested": 1,
