@@ -8,11 +8,14 @@ import re
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from services.cli.args import positive_float, positive_int, rfc3339_ms
 from services.cli.main import CliError
 from services.runtime.signals import stop_on_signals
+
+if TYPE_CHECKING:
+    from services.governance.state import GovState
 
 _PERIOD = re.compile(r"^(\d+)([mhdw])$")
 _UNIT_MS = {"m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 7 * 86_400_000}
@@ -218,20 +221,22 @@ def _print_event(event: Any) -> None:
     print(json.dumps({"event_type": event.event_type, **event.model_dump(mode="json")}, indent=2))
 
 
-async def run_list(args: argparse.Namespace) -> int:
-    from services.governance.commands import governance_state
+#: The unit a quota request counts its amount in, by resource (the unit ``--amount`` takes).
+REQUEST_UNITS = {"cpu": "milli-CPU", "gpu": "milli-GPU", "memory": "MiB", "npu": "NPUs"}
 
-    event_log = await _open(args.log)
-    try:
-        state = await governance_state(event_log)
-    finally:
-        await event_log.close()
+
+def request_rows(state: GovState) -> list[dict[str, Any]]:
+    """One row per quota request of a ``GovState``: what was asked and, once approved, what was granted
+    (the amount and its period; a grant may be less than asked). Amounts in the request's unit."""
+    from events.catalog.governance import QuotaRequestApproved
+
     rows = []
     for request_id in sorted(state.requests):
         request = state.requests[request_id]
         s, d = request.submitted, request.decision
         status = "pending" if d is None else d.event_type.rsplit("Request", 1)[1].lower()
         decider = "" if d is None else (d.rule and f"rule {d.rule}") or f"{d.decided_by}"
+        grant = d if isinstance(d, QuotaRequestApproved) else None
         rows.append(
             {
                 "request_id": request_id,
@@ -239,10 +244,27 @@ async def run_list(args: argparse.Namespace) -> int:
                 "resource": s.resource.value,
                 "gpu_model": s.gpu_model,
                 "amount": s.amount,
+                "granted": None if grant is None else grant.approved_amount,
+                "unit": REQUEST_UNITS.get(s.resource.value, "units"),
+                "granted_from_ms": None if grant is None else grant.effective_from_ms,
+                "granted_until_ms": None if grant is None else grant.expires_ms,
                 "status": status,
                 "by": decider,
             }
         )
+    return rows
+
+
+async def run_list(args: argparse.Namespace) -> int:
+    from events.envelope import format_time
+    from services.governance.commands import governance_state
+
+    event_log = await _open(args.log)
+    try:
+        state = await governance_state(event_log)
+    finally:
+        await event_log.close()
+    rows = request_rows(state)
     if args.json:
         print(json.dumps(rows, indent=2))
     elif not rows:
@@ -250,8 +272,23 @@ async def run_list(args: argparse.Namespace) -> int:
     else:
         from services.cli.people_cmd import table
 
-        headers = ["REQUEST", "TENANT", "RESOURCE", "GPU MODEL", "AMOUNT", "STATUS", "BY"]
-        print(table(headers, [[*row.values()] for row in rows], blank="-"))
+        headers = ["REQUEST", "TENANT", "RESOURCE", "GPU MODEL", "ASKED", "GRANTED", "UNIT", "UNTIL", "STATUS", "BY"]
+        cells = [
+            [
+                r["request_id"],
+                r["tenant"],
+                r["resource"],
+                r["gpu_model"],
+                r["amount"],
+                r["granted"],
+                r["unit"],
+                None if r["granted_until_ms"] is None else format_time(r["granted_until_ms"]),
+                r["status"],
+                r["by"],
+            ]
+            for r in rows
+        ]
+        print(table(headers, cells, blank="-"))
     return 0
 
 

@@ -185,6 +185,10 @@ async def test_idle_reclaim_crash_loop_quota_approval_and_cost_from_raw_events(
                 "resource": "gpu",
                 "gpu_model": None,
                 "amount": 4000,
+                "granted": None,
+                "unit": "milli-GPU",
+                "granted_from_ms": None,
+                "granted_until_ms": None,
                 "status": "pending",
                 "by": "",
             }
@@ -293,6 +297,10 @@ async def test_a_person_files_decides_and_lists_a_quota_request_from_the_command
             "resource": "gpu",
             "gpu_model": "V100M32",
             "amount": 8000,
+            "granted": None,
+            "unit": "milli-GPU",
+            "granted_from_ms": None,
+            "granted_until_ms": None,
             "status": "rejected",
             "by": "bob@example.com",
         }

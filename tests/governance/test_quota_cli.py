@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from events.envelope import format_time
 from events.log import open_log
 from events.topics import TOPICS
 from services.cli.main import build_parser, main
@@ -82,11 +83,23 @@ async def test_an_operator_requests_decides_and_lists_with_json_and_exit_codes(f
 
     code, out = await fedsched("gov", "quota", "list", dsn=fresh_database)
     assert code == 0, out
+    until = format_time(asked["period_end_ms"])  # the grant lasts for the period asked
     assert [line.split() for line in out.splitlines()] == [
-        ["REQUEST", "TENANT", "RESOURCE", "GPU", "MODEL", "AMOUNT", "STATUS", "BY"],
-        ["qr-1", "team-a", "gpu", "V100M32", "8000", "approved", "operator"],
-        ["qr-2", "team-a", "gpu", "-", "8000", "pending", "-"],
+        ["REQUEST", "TENANT", "RESOURCE", "GPU", "MODEL", "ASKED", "GRANTED", "UNIT", "UNTIL", "STATUS", "BY"],
+        ["qr-1", "team-a", "gpu", "V100M32", "8000", "5000", "milli-GPU", until, "approved", "operator"],
+        ["qr-2", "team-a", "gpu", "-", "8000", "-", "milli-GPU", "-", "pending", "-"],
     ]
+    code, out = await fedsched("gov", "quota", "list", "--json", dsn=fresh_database)
+    assert code == 0, out
+    first, second = json.loads(out)
+    assert (first["amount"], first["granted"], first["unit"]) == (8000, 5000, "milli-GPU")
+    assert (first["granted_from_ms"], first["granted_until_ms"]) == (asked["period_start_ms"], asked["period_end_ms"])
+    assert (second["amount"], second["granted"], second["granted_until_ms"], second["status"]) == (
+        8000,
+        None,
+        None,
+        "pending",
+    )
 
 
 @pytest.mark.asyncio(loop_scope="session")
