@@ -164,7 +164,12 @@ def _failed(args: argparse.Namespace, error: CallError, *, answered: bool = Fals
         # asking whether it runs helps. An API that answered "database down" is running.
         hint = f"; is the API running at {args.server or os.environ.get('FEDSCHED_SERVER') or '127.0.0.1:50051'}?"
     elif error.code == "UNAUTHENTICATED":
-        hint = "; pass --token or set FEDSCHED_TOKEN"
+        from services.api.client import DEV_TOKEN_FILE
+
+        hint = (
+            "; pass --token or set FEDSCHED_TOKEN (fedsched up leaves its development token in "
+            f"{DEV_TOKEN_FILE} of the directory it runs in)"
+        )
     raise CliError(f"{error.code.lower().replace('_', ' ')}: {error.message}{where}{hint}", code)
 
 

@@ -183,7 +183,7 @@ async def test_resources_quota_and_errors_have_tables_json_and_exit_codes(
     code, _, err = results["not found"]
     assert code == 3 and "not found" in err
     code, _, err = results["no token"]
-    assert code == 4 and "unauthenticated" in err
+    assert code == 4 and "unauthenticated" in err and ".fedsched/dev-token" in err
     code, _, err = results["bad token"]
     assert code == 4 and json.loads(err)["error"]["code"] == "UNAUTHENTICATED"
     code, _, err = results["other tenant"]
