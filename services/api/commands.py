@@ -29,7 +29,7 @@ from services.api.errors import FailedPrecondition, InvalidArgument, NotFound
 from services.api.queries import ReadModels
 from services.api.store import ApiStore, Submission
 from services.governance import commands as governance
-from services.governance.quota import DecisionError, decide
+from services.governance.quota import DecisionError, decide, request_problem
 
 FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled", "rejected"})
 
@@ -199,6 +199,9 @@ class QuotaCommands:
         event = validation.event_from(
             QuotaRequestSubmitted, {**body, "request_id": request_id, "requester": principal.subject}, whole="request"
         )
+        problem = request_problem(event, self._publisher.clock())  # the API's clock (config.clock) is now
+        if problem is not None:
+            raise InvalidArgument(*problem)
         digest = hashlib.sha256(event.model_dump_json(exclude={"requester"}).encode()).hexdigest()
         created = await self._store.record_quota_request(
             request_id, event.tenant, digest, lambda: governance.request_quota(self._publisher, event)

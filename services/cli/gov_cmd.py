@@ -90,7 +90,10 @@ def period_ms(text: str) -> int:
     match = _PERIOD.match(text)
     if match is None:
         raise CliError(f"period must look like 90m, 12h, 7d or 2w, not {text!r}", exit_code=2)
-    return int(match.group(1)) * _UNIT_MS[match.group(2)]
+    span = int(match.group(1)) * _UNIT_MS[match.group(2)]
+    if span <= 0:
+        raise CliError(f"period must be more than 0, not {text!r}", exit_code=2)
+    return span
 
 
 async def _open(flag: str | None) -> Any:
@@ -141,7 +144,7 @@ async def run_request(args: argparse.Namespace) -> int:
     from events.publisher import Publisher, wall_clock_ms
     from services.cli.people_cmd import EXIT_CODES
     from services.governance.commands import submit_request
-    from services.governance.quota import RequestIdInUse
+    from services.governance.quota import RequestIdInUse, request_problem
 
     now = wall_clock_ms()
     start = now if args.start is None else args.start
@@ -162,6 +165,11 @@ async def run_request(args: argparse.Namespace) -> int:
         first = error.errors(include_url=False)[0]
         where = ".".join(str(part) for part in first["loc"]) or "request"  # () for a check across fields
         raise CliError(f"invalid request: {where}: {first['msg']}", 2) from None
+    problem = request_problem(submitted, now)
+    if problem is not None:
+        field, message = problem
+        option = {"gpu_model": "--gpu-model", "period_end_ms": "--from/--hours"}.get(field, field)
+        raise CliError(f"invalid request: {field} ({option}): {message}", 2)
     event_log = await _open(args.log)
     publisher = Publisher(event_log, "urn:fedsched:cli")
     await publisher.start()

@@ -148,6 +148,8 @@ async def gather(
     """The report of the period. The usage figures cover whole hours, so runs still holding GPUs count up to
     the end of the last hour, but not past ``now_ms`` (default: the wall clock, or the read models' latest
     time if a simulated fleet runs ahead of it), where no usage sample can be yet."""
+    if until_ms <= since_ms:
+        raise ValueError(f"the report's period is empty: it ends at {until_ms} ms, not after its start {since_ms} ms")
     if now_ms is None:
         now_ms = max(int(time.time() * 1000), await latest_time(pool))
     findings = await finding_rows(event_log) if event_log is not None else []

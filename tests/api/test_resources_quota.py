@@ -213,3 +213,35 @@ async def test_a_quota_request_key_reused_for_another_request_is_refused_naming_
         await submitter.call(submitter.quota.RequestQuota, other)
     assert (caught.value.code, caught.value.field) == ("ALREADY_EXISTS", "client_request_id")
     assert "different quota request" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"resource": "cpu", "gpu_model": "NVIDIA-H100-80GB-HBM3"}, "gpu_model"),
+        ({"period_start_ms": 1_606_780_800_000, "period_end_ms": 1_606_867_200_000}, "period_end_ms"),  # 2020
+    ],
+)
+async def test_a_quota_request_that_could_never_be_used_is_refused_naming_the_field(
+    stack: Stack, change: dict[str, object], field: str
+) -> None:
+    tenant = f"team-{uuid.uuid4().hex[:8]}"
+    submitter = stack.client(stack.keys.hs(tenants=[tenant]))
+    now = stack.config.clock()
+    body: dict[str, object] = {
+        "tenant": tenant,
+        "resource": "gpu",
+        "amount": 500,
+        "period_start_ms": now - 3_600_000,  # begun an hour ago, still running: fine
+        "period_end_ms": now + 3_600_000,
+        "justification": "dup",
+        "client_request_id": "ask-1",
+    }
+    fine = await submitter.call(submitter.quota.RequestQuota, quota_pb2.RequestQuotaRequest(**body))  # type: ignore[arg-type]
+    assert fine.created
+    with pytest.raises(CallError) as caught:
+        await submitter.call(
+            submitter.quota.RequestQuota,
+            quota_pb2.RequestQuotaRequest(**{**body, **change, "client_request_id": "ask-2"}),  # type: ignore[arg-type]
+        )
+    assert (caught.value.code, caught.value.field) == ("INVALID_ARGUMENT", field)
