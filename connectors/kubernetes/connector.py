@@ -102,6 +102,7 @@ class KubernetesConnector:
             backoff=Backoff(0.2, config.max_backoff_s),
             has_pods=self.pods.has_job,
         )
+        self.pods.is_over = self.executor.is_over
         self.node_reflector = self._reflector("/api/v1/nodes", "nodes", None)
         self.pod_reflector = self._reflector("/api/v1/pods", "pods", self.pods.label_selector)
         self.consumer = EventConsumer(

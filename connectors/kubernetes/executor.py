@@ -14,6 +14,15 @@ time, in log order. Calls the API server and the ``Reporter``; reads the ``JobBo
   jobs this process placed): annotate each pod with why (``fedsched.io/stop``), then delete it with
   the grace period. The pod watcher reports ``JobPreempted`` / ``JobReclaimed`` / ``JobCancelled``
   once every pod has stopped.
+- The end of a run of this cluster published by someone else (``JobFailed`` / ``JobCancelled`` /
+  ``JobSucceeded`` / ``JobPreempted`` / ``JobReclaimed``, e.g. governance's ``AllocationLeaseExpired``
+  for a run that never started): its pods are stopped with the cancel grace period and a quiet stop
+  (``fedsched.io/stop: ended``), so the pod watcher reports nothing more for that run. Ends this
+  connector published need nothing: the pod watcher and the placement path already handle their pods.
+- A ``JobPlaced`` of run N (for any cluster) makes every older run of the job stale: its pods here are
+  stopped the same way (``fedsched.io/stop: stale``), and a late placement of an older run creates
+  nothing. ``is_over`` tells the pod watcher about both, so nothing is reported even before the pods
+  carry the annotation.
 - While the API server is unreachable, a decision is retried with backoff and the consumer waits:
   its offsets are committed only after the handler returns, so nothing is skipped.
 
@@ -34,7 +43,16 @@ from connectors.kubernetes.kubeapi import KubeApi, KubeError, Obj
 from connectors.kubernetes.reporting import Reporter
 from connectors.kubernetes.throttle import Backoff
 from events.catalog.decisions import JobPlaced, JobPreemptionRequested, JobReclaimRequested
-from events.catalog.jobs import JobCancelled, JobCancelRequested, JobFailed, JobRejected, JobSubmitted, JobSucceeded
+from events.catalog.jobs import (
+    JobCancelled,
+    JobCancelRequested,
+    JobFailed,
+    JobPreempted,
+    JobReclaimed,
+    JobRejected,
+    JobSubmitted,
+    JobSucceeded,
+)
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import JobId
 from events.envelope import Envelope
@@ -44,6 +62,9 @@ from events.topics import JOBS
 log = logging.getLogger("fedsched.connector.kubernetes")
 T = TypeVar("T")
 PODS = "/api/v1/pods"
+RUN_ENDS = (JobSucceeded, JobFailed, JobCancelled, JobPreempted, JobReclaimed)
+MAX_OVER = 10_000
+"""How many runs ended by others the executor remembers for ``is_over`` (their pods carry it after that)."""
 
 
 class LaunchFailed(Exception):
@@ -73,6 +94,10 @@ class Executor:
         self._has_pods = has_pods
         self._placed: set[JobId] = set()
         """Jobs this process placed pods for (the pod watch may not have shown them yet)."""
+        self._current: dict[JobId, int] = {}
+        """The newest run placed (on any cluster) of every live job whose placement was read."""
+        self._over: dict[lifecycle.RunKey, None] = {}
+        """Runs of this cluster ended by someone else (insertion-ordered, the oldest forgotten first)."""
         self.created = 0
 
     async def handle(self, record: LogRecord, envelope: Envelope) -> None:
@@ -80,8 +105,13 @@ class Executor:
         try:
             if event.topic == JOBS.name:
                 self.book.apply(event)
+                if isinstance(event, RUN_ENDS) and event.cluster == self.cluster and not self._mine(envelope):
+                    await self._ended_elsewhere(event)
                 if isinstance(event, JobSucceeded | JobFailed | JobCancelled | JobRejected):
                     self._placed.discard(event.job_id)
+                    self._current.pop(event.job_id, None)
+            if isinstance(event, JobPlaced):
+                await self._supersede(event)
             if isinstance(event, JobPlaced) and event.cluster == self.cluster:
                 await self.place(event)
             elif isinstance(event, JobPreemptionRequested) and event.cluster == self.cluster:
@@ -96,6 +126,39 @@ class Executor:
             log.exception("event=decision_error type=%s id=%s", envelope.type, envelope.id)
             if isinstance(event, JobPlaced) and event.cluster == self.cluster:
                 await self._failed(event, "the connector could not carry out the placement (see its log)")
+
+    def _mine(self, envelope: Envelope) -> bool:
+        """Whether this connector (this process or an earlier one for the cluster) published the event."""
+        return envelope.source == self.reporter.publisher.source
+
+    def is_over(self, key: lifecycle.RunKey) -> bool:
+        """Whether the log says the run is over here: ended by someone else, or not the job's newest run."""
+        return key.run < self._current.get(key.job_id, 0) or key in self._over
+
+    async def _ended_elsewhere(
+        self, event: JobSucceeded | JobFailed | JobCancelled | JobPreempted | JobReclaimed
+    ) -> None:
+        run = event.run or None  # a cancellation of run 0 names no run: all of them
+        self._over[lifecycle.RunKey(event.job_id, event.run)] = None
+        while len(self._over) > MAX_OVER:
+            del self._over[next(iter(self._over))]
+        if self._ours(event.job_id):
+            log.info("event=run_ended_elsewhere job=%s run=%s type=%s", event.job_id, run, type(event).__name__)
+            await self.stop(event.job_id, run, "ended", self.cancel_grace_s, None)
+
+    async def _supersede(self, placed: JobPlaced) -> None:
+        """Note the job's newest run; stop the pods of its older runs here (a newer placement replaced them)."""
+        newest = max(self._current.get(placed.job_id, 0), placed.run)
+        older = self._current.get(placed.job_id)
+        self._current[placed.job_id] = newest
+        if placed.run < newest or not self._ours(placed.job_id):
+            return
+        if older is None and placed.run == 1:
+            return  # the first run known: nothing older can be here (a restart relies on the pod watcher's view)
+        try:
+            await self.stop(placed.job_id, None, "stale", self.cancel_grace_s, None, before_run=placed.run)
+        except KubeError as error:
+            log.warning("event=stale_stop_error job=%s run=%d error=%r", placed.job_id, placed.run, str(error))
 
     def _ours(self, job_id: JobId) -> bool:
         """Whether the job may have pods here: cancel requests for every other job need no API call."""
@@ -141,7 +204,7 @@ class Executor:
 
     async def place(self, placed: JobPlaced) -> None:
         job_id, run = placed.job_id, placed.run
-        if self.book.run_ended(job_id, run):
+        if self.book.run_ended(job_id, run) or self.is_over(lifecycle.RunKey(job_id, run)):
             log.info("event=placement_skipped job=%s run=%d reason=run_already_ended", job_id, run)
             return
         job = await self.book.get(job_id)
@@ -190,8 +253,18 @@ class Executor:
             parts.append(f"{names.LABEL_RUN}={run}")
         return ",".join(parts)
 
-    async def stop(self, job_id: JobId, run: int | None, why: str, grace_s: int, requester: str | None) -> int:
-        """Annotate and delete the job's pods (of one run, or all); the number of pods being stopped."""
+    async def stop(
+        self,
+        job_id: JobId,
+        run: int | None,
+        why: str,
+        grace_s: int,
+        requester: str | None,
+        *,
+        before_run: int | None = None,
+    ) -> int:
+        """Annotate and delete the job's pods (of one run, or all, or all runs before ``before_run``); the
+        number of pods being stopped."""
         selector = self._selector(job_id, run)
         listing = await self._retrying(lambda: self.api.request("GET", PODS, query={"labelSelector": selector}))
         count = 0
@@ -199,11 +272,15 @@ class Executor:
             meta = pod.get("metadata") or {}
             if (meta.get("annotations") or {}).get(names.ANN_JOB) != job_id:
                 continue  # a shortened label shared by another job id
+            ident = lifecycle.identify(pod)
+            if before_run is not None and (ident is None or ident.key.run >= before_run):
+                continue
             if lifecycle.reported_of(pod) & lifecycle.TERMINAL and why != "failed":
                 continue  # this run has ended already; its pods stay as they are
             await self._stop_pod(pod, why, grace_s, requester)
             count += 1
-        log.info("event=stop job=%s run=%s why=%s grace_s=%d pods=%d", job_id, run, why, grace_s, count)
+        if count or before_run is None:
+            log.info("event=stop job=%s run=%s why=%s grace_s=%d pods=%d", job_id, run, why, grace_s, count)
         return count
 
     async def _stop_pod(self, pod: Obj, why: str, grace_s: int, requester: str | None) -> None:

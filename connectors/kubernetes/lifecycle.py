@@ -14,6 +14,8 @@ The rules, per run (the pods sharing ``fedsched.io/job-id`` and ``fedsched.io/ru
   ``fedsched.io/stop`` on any of its pods) and every pod has stopped: terminated, deleted with grace 0
   by the kubelet, removed, or past its deletion deadline plus a margin. A stop outranks failures of
   pods being killed by it; a run whose every replica already succeeded still counts as succeeded.
+- nothing at all for a run whose pods carry a quiet stop (``QUIET_STOPS``: its end is in the log
+  already, or it is no longer the job's current run): the executor stops those pods, silently.
 
 Each transition is reported once per run: ``decide`` leaves out what ``reported`` holds, and after a
 terminal transition nothing more. Event ids derive from job, run and transition (``names.event_id``).
@@ -48,6 +50,10 @@ class Transition(StrEnum):
 TERMINAL = frozenset(Transition) - {Transition.STARTED}
 #: Values of the ``fedsched.io/stop`` annotation that end a run with their own transition.
 STOPS = {"preempted": Transition.PREEMPTED, "reclaimed": Transition.RECLAIMED, "cancelled": Transition.CANCELLED}
+#: Values of ``fedsched.io/stop`` after which nothing is reported for the run: ``ended`` (the log holds the
+#: run's end already, published by someone else, e.g. governance's ``AllocationLeaseExpired``) and
+#: ``stale`` (a newer run of the job was placed). The pods are only stopped and cleaned up.
+QUIET_STOPS = frozenset({"ended", "stale"})
 #: Waiting reasons after which the kubelet will never start the container.
 HOPELESS_WAITING = frozenset({"InvalidImageName", "ErrImageNeverPull"})
 _POD_REASONS = {
@@ -233,7 +239,7 @@ def removed(state: ReplicaState) -> ReplicaState:
 
 def decide(states: Sequence[ReplicaState], replicas: int, reported: frozenset[Transition]) -> list[Outcome]:
     """The transitions to report now for one run, in order (``started`` before a terminal one)."""
-    if reported & TERMINAL or not states:
+    if reported & TERMINAL or not states or any(s.stop in QUIET_STOPS for s in states):
         return []
     ordered = sorted(states, key=lambda s: s.replica)
     complete = len({s.replica for s in ordered}) >= replicas

@@ -15,6 +15,10 @@ disappears, a finished one stays for its logs until someone deletes it); a pod t
 only because its deadline passed is deleted with grace 0 (what the pod garbage collector does for pods
 of lost nodes); after a failure the other replicas are deleted; a pod that carries a stop annotation
 but is not being deleted (the connector stopped between the two steps) is deleted now.
+
+A run whose pods carry a quiet stop (``lifecycle.QUIET_STOPS``: its end is in the log already, or a newer
+run replaced it), or that the executor says is over (``is_over``), gets no report at all: its pods are
+only deleted and reconciled as an ended run's.
 """
 
 from __future__ import annotations
@@ -67,6 +71,9 @@ class PodWatcher:
         self.failure_grace_s = failure_grace_s
         self.runs: dict[RunKey, Run] = {}
         self._lock = asyncio.Lock()
+        self.is_over: Callable[[RunKey], bool] = lambda key: False
+        """Whether the log says the run is over (ended, or not the job's current run): set by the connector
+        to the executor's view, so nothing is reported for such a run even before its pods carry the stop."""
 
     @property
     def label_selector(self) -> str:
@@ -137,21 +144,23 @@ class PodWatcher:
         states = self.states(key)
         for state in states:
             run.reported |= state.reported
-        for outcome in lifecycle.decide(states, run.replicas, frozenset(run.reported)):
+        quiet = any(s.stop in lifecycle.QUIET_STOPS for s in states)
+        outcomes = [] if quiet or self.is_over(key) else lifecycle.decide(states, run.replicas, frozenset(run.reported))
+        for outcome in outcomes:
             event = lifecycle.to_event(outcome, key, self.cluster, run.replicas)
             await self._reporter.publish_one(event, lifecycle.event_id(self.cluster, key, outcome.transition))
             run.reported.add(outcome.transition)
             log.info("event=reported job=%s run=%d transition=%s", key.job_id, key.run, outcome.transition)
         try:
-            await self._reconcile(key, run)
+            await self._reconcile(key, run, quiet)
         except KubeError as error:
             log.warning("event=reconcile_error job=%s run=%d error=%r", key.job_id, key.run, str(error))
-        if not run.pods and (run.reported & lifecycle.TERMINAL or not run.gone):
+        if not run.pods and (run.reported & lifecycle.TERMINAL or quiet or not run.gone):
             del self.runs[key]
 
-    async def _reconcile(self, key: RunKey, run: Run) -> None:
+    async def _reconcile(self, key: RunKey, run: Run, quiet: bool = False) -> None:
         reported = frozenset(run.reported)
-        ended = bool(reported & lifecycle.TERMINAL)
+        ended = bool(reported & lifecycle.TERMINAL) or quiet
         wanted = lifecycle.format_reported(reported)
         now = self._clock_ms()
         for replica, pod in sorted(run.pods.items()):
