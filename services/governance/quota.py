@@ -168,6 +168,8 @@ def quota_changes(state: GovState, config: GovConfig) -> list[Output]:
     for request_id in sorted(state.requests):
         request = state.requests[request_id]
         if request.decision is None:
+            if request.submitted.period_end_ms <= state.now_ms:
+                continue  # a period already over is never granted by rule (a person may still decide it)
             approved = auto_decide(request.submitted, config)
             if approved is not None:
                 out.append(Output(f"gov:quota-approve:{request_id}", state.now_ms, approved))

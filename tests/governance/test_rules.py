@@ -40,6 +40,14 @@ def test_a_request_under_the_threshold_is_approved_by_the_named_rule_for_the_per
     assert approved[0].approved_amount == 1000 and approved[0].expires_ms == T0 + 24 * 60 * MIN
 
 
+def test_a_request_whose_period_is_over_when_it_is_read_is_not_approved_by_rule() -> None:
+    # Asked for one hour from minute 0, read only at minute 90 (the log's time moved on before governance ran).
+    late = a_history().quota("team-a", 4000).request("qr-late", 1000, hours=1).tick(90)
+    assert [o for o in late.evaluate() if isinstance(o.event, QuotaRequestApproved)] == []
+    on_time = a_history().quota("team-a", 4000).request("qr-late", 1000, hours=1).tick(30)
+    assert [o.event.request_id for o in on_time.evaluate() if isinstance(o.event, QuotaRequestApproved)] == ["qr-late"]
+
+
 def test_a_request_above_the_threshold_waits_for_a_person() -> None:
     assert a_history().quota("team-a", 4000).request("qr-1", 8000).evaluate() == []
 
