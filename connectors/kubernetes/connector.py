@@ -9,7 +9,8 @@ in-process. ``run()`` works until cancelled:
    (``pod_watcher``), plus a one-second timer for deletion deadlines;
 4. consume the decisions and jobs topics in the group ``fedsched-connector-kubernetes-<cluster>`` and
    carry out this cluster's decisions (``executor``);
-5. follow reachability: ``ClusterStatusChanged`` when the API server stops or starts answering.
+5. follow reachability: ``ClusterStatusChanged`` when the API server stops or starts answering, or
+   refuses or again allows the connector's requests (401, or the authoriser's 403).
 
 Its producer is transactional with the id ``fedsched-connector-kubernetes-<cluster>``: a second
 connector for the same cluster fences the first, which then stops (``ProducerFenced``).
@@ -60,6 +61,10 @@ class ConnectorConfig:
     """How long past a pod's deletion deadline it counts as stopped without a kubelet's word."""
     cancel_grace_s: int = 30
     failure_grace_s: int = 30
+    denied_retry_s: float = 300.0
+    """How long a decision is retried while the API server refuses the connector itself (401/403)."""
+    forget_denied_s: float = 60.0
+    """How long a refusal not seen again keeps the cluster reported unreachable."""
     watch_timeout_s: int = 300
     max_backoff_s: float = 30.0
     publish_batch: int = 500
@@ -80,7 +85,12 @@ class KubernetesConnector:
         self.api = api
         self.publisher = Publisher(event_log, config.source, transactional_id=config.group_id)
         self.reporter = Reporter(self.publisher)
-        self.reachability = Reachability(config.cluster, self.reporter, unreachable_after_s=config.unreachable_after_s)
+        self.reachability = Reachability(
+            config.cluster,
+            self.reporter,
+            unreachable_after_s=config.unreachable_after_s,
+            forget_denied_s=config.forget_denied_s,
+        )
         api.on_result = self.reachability.result
         self.nodes = NodeWatcher(config.cluster, self.reporter, batch=config.publish_batch)
         self.pods = PodWatcher(
@@ -101,6 +111,7 @@ class KubernetesConnector:
             cancel_grace_s=config.cancel_grace_s,
             backoff=Backoff(0.2, config.max_backoff_s),
             has_pods=self.pods.has_job,
+            denied_retry_s=config.denied_retry_s,
         )
         self.pods.is_over = self.executor.is_over
         self.node_reflector = self._reflector("/api/v1/nodes", "nodes", None)

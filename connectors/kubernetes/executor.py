@@ -25,6 +25,13 @@ time, in log order. Calls the API server and the ``Reporter``; reads the ``JobBo
   carry the annotation.
 - While the API server is unreachable, a decision is retried with backoff and the consumer waits:
   its offsets are committed only after the handler returns, so nothing is skipped.
+- A refusal of the connector itself (401, or the authoriser's 403: RBAC missing, or not loaded yet
+  after an API server restart) is the infrastructure's problem, not the job's: it is retried the same
+  way for at most ``denied_retry_s`` (meanwhile ``Reachability`` reports the cluster unreachable), then
+  the decision is given up with one error line and no report: the job is not failed, its run keeps
+  its allocation until it ends in the log (the lease rule of governance releases a run that never
+  starts), and whatever pods it had here are stopped then. Only a refusal about the job itself (422
+  invalid, an admission check's 403, ...) fails the launch.
 
 The handler never raises: an unexpected error is logged and, for a placement, reported as a failed
 launch, so one bad record cannot stall the cluster.
@@ -71,6 +78,10 @@ class LaunchFailed(Exception):
     pass
 
 
+class ClusterRefused(Exception):
+    """The API server kept refusing the connector itself (``KubeError.denied``) past ``denied_retry_s``."""
+
+
 class Executor:
     def __init__(
         self,
@@ -82,6 +93,7 @@ class Executor:
         cancel_grace_s: int = 30,
         backoff: Backoff | None = None,
         has_pods: Callable[[JobId], bool] = lambda job_id: True,
+        denied_retry_s: float = 300.0,
     ) -> None:
         self.api = api
         self.book = book
@@ -89,6 +101,7 @@ class Executor:
         self.options = options
         self.cluster = options.cluster
         self.cancel_grace_s = cancel_grace_s
+        self.denied_retry_s = denied_retry_s
         self._backoff = backoff or Backoff(0.2, 10.0)
         self._namespaces: set[str] = set()
         self._has_pods = has_pods
@@ -122,6 +135,8 @@ class Executor:
                 await self.stop(event.job_id, None, "cancelled", self.cancel_grace_s, event.requester)
         except ProducerFenced:
             raise
+        except ClusterRefused as error:
+            log.error("event=decision_given_up type=%s id=%s error=%r", envelope.type, envelope.id, str(error))
         except Exception:
             log.exception("event=decision_error type=%s id=%s", envelope.type, envelope.id)
             if isinstance(event, JobPlaced) and event.cluster == self.cluster:
@@ -165,7 +180,10 @@ class Executor:
         return job_id in self._placed or self._has_pods(job_id)
 
     async def _retrying(self, call: Callable[[], Awaitable[T]]) -> T:
-        """Run an API call, retrying transient failures (unreachable, 429, 5xx) with backoff forever."""
+        """Run an API call, retrying transient failures (unreachable, 429, 5xx) with backoff forever, and
+        refusals of the connector itself for ``denied_retry_s`` (then ``ClusterRefused``)."""
+        loop = asyncio.get_running_loop()
+        denied_since: float | None = None
         while True:
             try:
                 result = await call()
@@ -174,6 +192,11 @@ class Executor:
             except KubeError as error:
                 if not error.retryable:
                     raise
+                if error.denied:
+                    denied_since = loop.time() if denied_since is None else denied_since
+                    if loop.time() - denied_since >= self.denied_retry_s:
+                        waited = loop.time() - denied_since
+                        raise ClusterRefused(f"refused for {waited:.0f} s: {error}") from None
                 delay = self._backoff.next_delay()
                 log.warning("event=api_retry error=%r retry_in_s=%.2f", str(error), delay)
                 await asyncio.sleep(delay)

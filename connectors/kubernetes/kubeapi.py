@@ -6,7 +6,12 @@ nothing is converted into generated model classes and back.
 
 Every request takes a token from the rate limiter and reports its result to ``on_result`` (the
 reachability tracker). Errors are typed: ``KubeError.status`` is the HTTP status, 0 when the server
-could not be reached; ``retryable`` is true for 0, 429 and 5xx.
+could not be reached; ``retryable`` is true for 0, 429, 5xx and a refusal of the connector itself
+(``denied``: 401, or a 403 from the authoriser, e.g. RBAC missing or not yet loaded after a restart).
+Those are the infrastructure's problems, not the job's; a 403 from an admission check about the object
+(Pod Security, quota) is not ``denied``. Each request's result goes to ``on_result`` with what it was
+(method and resource, e.g. ``POST pods``), so a refusal of one kind of request is cleared only by a
+success of the same kind.
 
 Authentication comes from a kubeconfig (tokens, client certificates, exec plugins: whatever
 kubernetes-asyncio supports) or, inside a pod, from the service account (``in_cluster``).
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
@@ -28,11 +34,24 @@ from connectors.kubernetes.throttle import RateLimiter
 log = logging.getLogger("fedsched.connector.kubernetes")
 
 Obj = dict[str, Any]
-ResultHook = Callable[["KubeError | None"], None]
+ResultHook = Callable[["KubeError | None", str], None]
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
+
+
+#: The authoriser's refusal, as the API server words it: 'User "x" cannot create resource "pods" ...'.
+_AUTHZ_DENIAL = re.compile(r'\bcannot [a-z]+ (?:resource|path) "')
+
+
+def resource_of(path: str) -> str:
+    """The kind of object a request path is about: ``/api/v1/namespaces/ns/pods/p/status`` -> ``pods``."""
+    parts = [p for p in path.split("?")[0].split("/") if p]
+    parts = parts[2:] if parts[:1] == ["api"] else parts[3:]  # /api/v1/... or /apis/group/version/...
+    if len(parts) >= 3 and parts[0] == "namespaces":
+        return parts[2]
+    return parts[0] if parts else ""
 
 
 class KubeError(Exception):
@@ -43,8 +62,14 @@ class KubeError(Exception):
         self.message = message
 
     @property
+    def denied(self) -> bool:
+        """The server refused the connector itself: not authenticated (401), or not authorised (403 from
+        the authoriser). Not about the object: an admission check's 403 (Pod Security, quota) is not."""
+        return self.status == 401 or (self.status == 403 and bool(_AUTHZ_DENIAL.search(self.message)))
+
+    @property
     def retryable(self) -> bool:
-        return self.status == 0 or self.status == 429 or self.status >= 500
+        return self.status == 0 or self.status == 429 or self.status >= 500 or self.denied
 
     @property
     def unreachable(self) -> bool:
@@ -93,9 +118,9 @@ class KubeApi:
     async def close(self) -> None:
         await self._client.close()
 
-    def _report(self, error: KubeError | None) -> None:
+    def _report(self, error: KubeError | None, what: str) -> None:
         if self.on_result is not None:
-            self.on_result(error)
+            self.on_result(error, what)
 
     async def _open(
         self,
@@ -107,6 +132,7 @@ class KubeApi:
         limits: aiohttp.ClientTimeout,
     ) -> aiohttp.ClientResponse:
         await self.limiter.acquire()
+        what = f"{method} {resource_of(path)}"
         try:
             response: aiohttp.ClientResponse = await self._client.call_api(
                 path,
@@ -120,14 +146,14 @@ class KubeApi:
             )
         except (TimeoutError, aiohttp.ClientError, OSError) as error:
             failure = KubeError(0, type(error).__name__, str(error) or type(error).__name__)
-            self._report(failure)
+            self._report(failure, what)
             raise failure from error
         if response.status >= 400:
             failure = _status_error(response.status, await response.read())
             response.release()
-            self._report(failure if failure.unreachable else None)
+            self._report(failure if failure.unreachable or failure.denied else None, what)
             raise failure
-        self._report(None)
+        self._report(None, what)
         return response
 
     async def request(

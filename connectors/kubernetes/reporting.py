@@ -10,6 +10,13 @@ goes out in the next, so a burst of watch events costs a few transactions, not o
 ``unreachable_after_s`` it logs one clear error and publishes ``ClusterStatusChanged(unreachable)``;
 the first success after that publishes ``reachable`` again. The first success ever also publishes
 ``reachable`` (the connector's start).
+
+A refusal of the connector itself (``KubeError.denied``: 401, or the authoriser's 403) counts the same
+way, but per kind of request (``POST pods``): other requests succeeding do not clear it, only a
+success of the same kind does, so a connector that may watch pods but not create them is reported
+unreachable and does not flap. A refusal not seen again for ``forget_denied_s`` is forgotten (nothing
+retries it any more, e.g. no placement comes to an unreachable cluster), so the cluster is offered
+again and the next attempt tells.
 """
 
 from __future__ import annotations
@@ -144,45 +151,70 @@ class Reachability:
         reporter: Reporter,
         *,
         unreachable_after_s: float = 5.0,
+        forget_denied_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cluster = cluster
         self._reporter = reporter
         self.unreachable_after_s = unreachable_after_s
+        self.forget_denied_s = max(forget_denied_s, unreachable_after_s)
         self._clock = clock
         self.status: ClusterStatus | None = None
         self._failing_since: float | None = None
         self._last_error = ""
+        self._denied: dict[str, tuple[float, float, str]] = {}
+        """Kind of request -> (refused since, last refused, the error) while the connector is refused it."""
         self._changes: asyncio.Queue[ClusterStatusChanged] = asyncio.Queue()
 
-    def result(self, error: KubeError | None) -> None:
-        """The outcome of one API request (``None``: it succeeded)."""
+    def result(self, error: KubeError | None, what: str = "") -> None:
+        """The outcome of one API request (``None``: it succeeded) and what it was (``POST pods``)."""
+        now = self._clock()
         if error is None:
             self._failing_since = None
-            if self.status is not ClusterStatus.REACHABLE:
-                if self.status is ClusterStatus.UNREACHABLE:
-                    log.warning("event=cluster_reachable cluster=%s", self.cluster)
-                self._change(ClusterStatus.REACHABLE, ReasonCode.RECOVERED, "the API server answers")
+            self._denied.pop(what, None)
+            self._forget(now)
+            if self.status is not ClusterStatus.REACHABLE and not self._denied:
+                self._reachable()
             return
-        self._last_error = str(error)
-        if self._failing_since is None:
-            self._failing_since = self._clock()
+        if error.denied:
+            since = self._denied[what][0] if what in self._denied else now
+            self._denied[what] = (since, now, str(error))
+        else:
+            self._last_error = str(error)
+            if self._failing_since is None:
+                self._failing_since = now
         self.check()
+
+    def _forget(self, now: float) -> None:
+        for what, (_, last, _) in list(self._denied.items()):
+            if now - last >= self.forget_denied_s:
+                del self._denied[what]
+
+    def _reachable(self) -> None:
+        if self.status is ClusterStatus.UNREACHABLE:
+            log.warning("event=cluster_reachable cluster=%s", self.cluster)
+        self._change(ClusterStatus.REACHABLE, ReasonCode.RECOVERED, "the API server answers")
 
     def check(self) -> None:
         """Declare the cluster unreachable once failures have lasted long enough (also run on a timer)."""
-        if self._failing_since is None or self.status is ClusterStatus.UNREACHABLE:
+        now = self._clock()
+        self._forget(now)
+        if self.status is ClusterStatus.UNREACHABLE:
+            if self._failing_since is None and not self._denied:
+                self._reachable()  # the refusals were forgotten: offer the cluster again
             return
-        failing_s = self._clock() - self._failing_since
-        if failing_s >= self.unreachable_after_s:
-            log.error(
-                "event=cluster_unreachable cluster=%s failing_for_s=%.1f error=%r",
-                self.cluster,
-                failing_s,
-                self._last_error,
-            )
-            message = f"the API server has not answered for {failing_s:.0f} s: {self._last_error}"
-            self._change(ClusterStatus.UNREACHABLE, ReasonCode.CLUSTER_API_UNAVAILABLE, message[:4096])
+        if self._failing_since is not None and now - self._failing_since >= self.unreachable_after_s:
+            failing_s = now - self._failing_since
+            error = self._last_error
+            message = f"the API server has not answered for {failing_s:.0f} s: {error}"
+        else:
+            since, what, error = min(((s, w, e) for w, (s, _, e) in self._denied.items()), default=(now, "", ""))
+            failing_s = now - since
+            if not what or failing_s < self.unreachable_after_s:
+                return
+            message = f"the API server has refused the connector ({what}) for {failing_s:.0f} s: {error}"
+        log.error("event=cluster_unreachable cluster=%s failing_for_s=%.1f error=%r", self.cluster, failing_s, error)
+        self._change(ClusterStatus.UNREACHABLE, ReasonCode.CLUSTER_API_UNAVAILABLE, message[:4096])
 
     def _change(self, status: ClusterStatus, reason: ReasonCode, message: str) -> None:
         self.status = status
