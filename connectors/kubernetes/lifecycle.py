@@ -8,7 +8,9 @@ The rules, per run (the pods sharing ``fedsched.io/job-id`` and ``fedsched.io/ru
 - ``started``: every replica's pod exists and has run (phase Running or Succeeded, or Failed after a
   container started).
 - ``failed``: a replica failed (phase Failed, a container that cannot be created, or a pod deleted by
-  someone other than fedsched) while no stop was requested; the first such replica names the reason.
+  someone other than fedsched) while no stop was requested, and every pod of the run has stopped (the
+  pod watcher deletes the others, ``failing``): the job's outcome frees all its GPUs, so it is told
+  only once none is in use any more, as for a stop. The first failed replica names the reason.
 - ``succeeded``: every replica's pod Succeeded.
 - ``preempted`` / ``reclaimed`` / ``cancelled``: fedsched asked to stop the run (annotation
   ``fedsched.io/stop`` on any of its pods) and every pod has stopped: terminated, deleted with grace 0
@@ -255,10 +257,17 @@ def decide(states: Sequence[ReplicaState], replicas: int, reported: frozenset[Tr
         return out  # else wait: a stop is under way and a replica still runs
     failure = next((s.failure for s in ordered if s.failure is not None), None)
     if failure is not None:
-        out.append(Outcome(Transition.FAILED, failure))
-    elif succeeded:
+        if all(s.stopped for s in ordered):
+            out.append(Outcome(Transition.FAILED, failure))
+        return out  # else wait: the pod watcher stops the other replicas, and their GPUs are still held
+    if succeeded:
         out.append(Outcome(Transition.SUCCEEDED))
     return out
+
+
+def failing(states: Sequence[ReplicaState]) -> bool:
+    """A replica failed and no stop was asked for: the run's other replicas are to be stopped."""
+    return not any(s.stop in STOPS or s.stop in QUIET_STOPS for s in states) and any(s.failure for s in states)
 
 
 def to_event(outcome: Outcome, key: RunKey, cluster: ClusterId, replicas: int) -> Event:

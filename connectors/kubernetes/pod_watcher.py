@@ -13,7 +13,9 @@ publishing and annotating (a crash exactly there repeats the event with the same
 Reconciling a run, after its outcome is known: the finalizer comes off every pod (a stopped pod then
 disappears, a finished one stays for its logs until someone deletes it); a pod that counts as stopped
 only because its deadline passed is deleted with grace 0 (what the pod garbage collector does for pods
-of lost nodes); after a failure the other replicas are deleted; a pod that carries a stop annotation
+of lost nodes); after a replica's failure the other replicas (and a failed pod still holding its
+node, e.g. an image that can never be pulled) are deleted with ``failure_grace_s`` before the failure
+is reported, which happens once every pod has stopped; a pod that carries a stop annotation
 but is not being deleted (the connector stopped between the two steps) is deleted now.
 
 A run whose pods carry a quiet stop (``lifecycle.QUIET_STOPS``: its end is in the log already, or a newer
@@ -163,10 +165,15 @@ class PodWatcher:
         ended = bool(reported & lifecycle.TERMINAL) or quiet
         wanted = lifecycle.format_reported(reported)
         now = self._clock_ms()
+        failing = lifecycle.failing(self.states(key)) and not ended
         for replica, pod in sorted(run.pods.items()):
             meta = pod.get("metadata") or {}
             path = f"/api/v1/namespaces/{meta.get('namespace')}/pods/{meta.get('name')}"
             ops: list[Obj] = []
+            state = lifecycle.replica_state(pod, replica, now, self.stop_margin_ms)
+            failed_other = (Transition.FAILED in reported or failing) and not state.deleting and not state.stopped
+            if failed_other and not state.stop:  # our deletion must not read as one by someone else
+                ops.append({"op": "add", "path": "/metadata/annotations/fedsched.io~1stop", "value": "failed"})
             if wanted and (meta.get("annotations") or {}).get(names.ANN_REPORTED) != wanted:
                 ops.append({"op": "add", "path": "/metadata/annotations/fedsched.io~1reported", "value": wanted})
             finalizers = list(meta.get("finalizers") or [])
@@ -176,9 +183,7 @@ class PodWatcher:
                 ops.append({"op": "remove", "path": f"/metadata/finalizers/{index}"})
             if ops:
                 await self._patch(path, ops)
-            state = lifecycle.replica_state(pod, replica, now, self.stop_margin_ms)
             stop_pending = state.stop and not state.deleting
-            failed_other = Transition.FAILED in reported and not state.deleting and not state.stopped
             if ended and state.deleting and state.stopped and meta.get("deletionGracePeriodSeconds") != 0:
                 # Past its deadline with no kubelet's final word (node lost): finish the deletion, as the
                 # pod garbage collector does for pods of dead nodes, so its GPUs are free in the API too.

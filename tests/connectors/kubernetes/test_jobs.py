@@ -156,16 +156,19 @@ async def test_a_failed_replica_fails_the_job_with_the_containers_reason_and_sto
     await scene.set_status(pods, RUNNING)
     await scene.tap.wait(JobStarted, job_id=job)
     await scene.set_status(pods[1:], pod_status("Failed", container_status(**terminated(137, "OOMKilled"))))
-    (failed,) = await scene.tap.wait(JobFailed, job_id=job)
-    assert (failed.reason, failed.exit_code, failed.node) == (ReasonCode.OUT_OF_MEMORY, 137, scene.nodes[1])
-    assert "OOMKilled" in failed.message
 
     async def other_replica_deleted() -> bool:
         found = await scene.kube.job_pods(scene.cluster, job)
         return bool(found) and found[0]["metadata"].get("deletionTimestamp") is not None
 
     await wait_until(other_replica_deleted, 30, "the surviving replica deleted")
+    # Replica 0 still holds its GPU: the job's outcome (which frees all of them) waits for it.
+    await scene.tap.poll()
+    assert scene.tap.events(JobFailed, job_id=job) == []
     await scene.kube.delete_pod(pods[0], 0)  # the kubelet finishes it
+    (failed,) = await scene.tap.wait(JobFailed, job_id=job)
+    assert (failed.reason, failed.exit_code, failed.node) == (ReasonCode.OUT_OF_MEMORY, 137, scene.nodes[1])
+    assert "OOMKilled" in failed.message
 
     async def only_the_failed_one_left() -> bool:
         found = await scene.kube.job_pods(scene.cluster, job)

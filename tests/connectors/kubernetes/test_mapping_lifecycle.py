@@ -112,7 +112,12 @@ def test_a_failed_replica_fails_the_job_with_the_containers_reason(
     status: dict[str, Any], reason: str, exit_code: int | None, words: str
 ) -> None:
     a, b = the_pods()
-    (outcome,) = decide(with_status(a, RUNNING), with_status(b, status), reported=frozenset({Transition.STARTED}))
+    started = frozenset({Transition.STARTED})
+    assert decide(with_status(a, RUNNING), with_status(b, status), reported=started) == []  # replica 0 still runs
+    # The pod watcher deleted both (grace 0: the kubelet's final word); replica 1's reason stands.
+    gone = {"deletionTimestamp": "2026-12-02T13:06:00Z", "deletionGracePeriodSeconds": 0}
+    killed = stopping(with_status(a, RUNNING), "failed", grace=0)
+    (outcome,) = decide(killed, with_status(b, status, **gone), reported=started)
     assert outcome.transition is Transition.FAILED and outcome.failure is not None
     assert (outcome.failure.reason, outcome.failure.exit_code) == (ReasonCode(reason), exit_code)
     assert words in outcome.failure.message and "replica 1" in outcome.failure.message
@@ -124,7 +129,11 @@ def test_a_pod_deleted_by_someone_else_fails_the_job_with_the_disruption_reason(
     a, b = the_pods()
     status = pod_status("Running", conditions=[{"type": "DisruptionTarget", "reason": "DeletionByTaintManager"}])
     deleted = with_status(b, status, deletionTimestamp="2026-12-02T13:06:00Z")
-    started, outcome = decide(with_status(a, RUNNING), deleted)
+    assert kinds(decide(with_status(a, RUNNING), deleted)) == [Transition.STARTED]  # until replica 0 stops
+    started, outcome = decide(
+        stopping(with_status(a, RUNNING), "failed", grace=0),
+        with_status(b, status, deletionTimestamp="2026-12-02T13:04:00Z"),
+    )
     assert (started.transition, outcome.transition) == (Transition.STARTED, Transition.FAILED)
     assert outcome.failure is not None and outcome.failure.reason is ReasonCode.NODE_FAILURE
 
@@ -167,7 +176,10 @@ def test_after_a_terminal_transition_nothing_more_is_reported() -> None:
 def test_a_pod_removed_before_it_finished_is_a_failure_unless_it_was_being_stopped() -> None:
     a, b = the_pods()
     (gone_a, run_b) = states(with_status(a, RUNNING), with_status(b, RUNNING))
-    outcomes = lifecycle.decide([lifecycle.removed(gone_a), run_b], 2, frozenset({Transition.STARTED}))
+    assert lifecycle.decide([lifecycle.removed(gone_a), run_b], 2, frozenset({Transition.STARTED})) == []
+    outcomes = lifecycle.decide(
+        [lifecycle.removed(gone_a), lifecycle.removed(run_b)], 2, frozenset({Transition.STARTED})
+    )
     assert kinds(outcomes) == [Transition.FAILED]
     (stopped_a, stopped_b) = states(*(stopping(with_status(p, RUNNING), "reclaimed", grace=30) for p in (a, b)))
     outcomes = lifecycle.decide([lifecycle.removed(stopped_a), lifecycle.removed(stopped_b)], 2, frozenset())
