@@ -7,7 +7,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from events.catalog.jobs import JobKind, PriorityClass
+from events.catalog.base import Event
+from events.catalog.decisions import CandidateScore, JobPlaced, ReplicaPlacement
+from events.catalog.inventory import (
+    ClusterKind,
+    ClusterRegistered,
+    ClusterStatus,
+    ClusterStatusChanged,
+    GpuDevice,
+    NodeObserved,
+    Taint,
+)
+from events.catalog.jobs import InferenceSpec, JobKind, JobSubmitted, PriorityClass, Toleration
+from events.catalog.types import Resources, TaintEffect
+from events.envelope import Envelope
 from services.scheduler.policy import (
     Demand,
     FleetState,
@@ -23,6 +36,7 @@ from services.scheduler.policy import (
     schedule,
     scoring,
 )
+from services.scheduler.state import SchedulerState
 from tests.scheduler.builders import a_job, a_node, config, running, snapshot
 
 pytestmark = pytest.mark.timeout(30)
@@ -40,6 +54,25 @@ def queued(result, job_id: str) -> Queue:
         if isinstance(d, Queue) and d.job_id == job_id:
             return d
     raise AssertionError(f"{job_id} not queued")
+
+
+def one_node_cluster(gpus: int = 8, **node: object) -> list[Event]:
+    """A cluster ``c`` of one A100 node ``n``, as a connector reports them."""
+    return [
+        ClusterRegistered(cluster="c", kind=ClusterKind.SIMULATED, site="c", region="eu", currency="EUR"),
+        NodeObserved(
+            cluster="c", node="n", generation=1, cpu_milli=64_000, memory_mib=512_000,
+            gpus=tuple(GpuDevice(index=i, model="A100", memory_mib=81_920) for i in range(gpus)), **node,  # type: ignore[arg-type]
+        ),
+    ]  # fmt: skip
+
+
+def folded(facts: list[Event]) -> SchedulerState:
+    """The scheduler's state after reading ``facts``, one log millisecond apart."""
+    state = SchedulerState()
+    for i, data in enumerate(facts):
+        state.fold(Envelope(id=f"e-{i}", time_ms=1_000 + i, data=data))
+    return state
 
 
 def test_a_whole_gpu_job_gets_distinct_free_gpus_on_one_node():
@@ -326,29 +359,18 @@ def test_the_authors_fgd_gives_a_share_the_first_gpu_with_the_best_quantised_sco
 
 
 def test_taints_and_tolerations_reach_the_policy_from_the_events_as_a_connector_reports_them():
-    from events.catalog.inventory import ClusterKind, ClusterRegistered, GpuDevice, NodeObserved, Taint
-    from events.catalog.jobs import JobSubmitted, Toleration
-    from events.catalog.types import Resources, TaintEffect
-    from events.envelope import Envelope
-    from services.scheduler.state import SchedulerState
-
-    state = SchedulerState()
     reserved = Taint(key="reserved", value="research", effect=TaintEffect.NO_SCHEDULE)
     soft = Taint(key="spot", value="", effect=TaintEffect.PREFER_NO_SCHEDULE)
-    facts = [
-        ClusterRegistered(cluster="c", kind=ClusterKind.SIMULATED, site="c", region="eu", currency="EUR"),
-        NodeObserved(
-            cluster="c", node="n", generation=1, cpu_milli=64_000, memory_mib=512_000,
-            gpus=tuple(GpuDevice(index=i, model="A100", memory_mib=81_920) for i in range(8)), taints=(reserved, soft),
-        ),
-        JobSubmitted(job_id="plain", name="plain", tenant="t", resources=Resources(gpus=1)),
-        JobSubmitted(
-            job_id="tolerant", name="tolerant", tenant="t", resources=Resources(gpus=1),
-            tolerations=(Toleration(key="reserved", value="research"),),
-        ),
-    ]  # fmt: skip
-    for i, data in enumerate(facts):
-        state.fold(Envelope(id=f"e-{i}", time_ms=1_000 + i, data=data))  # type: ignore[arg-type]
+    state = folded(
+        [
+            *one_node_cluster(taints=(reserved, soft)),
+            JobSubmitted(job_id="plain", name="plain", tenant="t", resources=Resources(gpus=1)),
+            JobSubmitted(
+                job_id="tolerant", name="tolerant", tenant="t", resources=Resources(gpus=1),
+                tolerations=(Toleration(key="reserved", value="research"),),
+            ),
+        ]
+    )  # fmt: skip
     r = schedule(state.snapshot(10_000), state.policy_config())
     assert placed(r, "tolerant").replicas[0].node_id.endswith("n")
     assert queued(r, "plain").binding is ReasonCode.TAINT_NOT_TOLERATED
@@ -380,27 +402,15 @@ def test_a_service_that_may_start_smaller_still_preempts_for_all_its_replicas_fi
 
 
 def test_a_service_started_smaller_holds_only_the_replicas_it_was_given():
-    from events.catalog.decisions import CandidateScore, JobPlaced, ReplicaPlacement
-    from events.catalog.inventory import ClusterKind, ClusterRegistered, GpuDevice, NodeObserved
-    from events.catalog.jobs import InferenceSpec, JobSubmitted
-    from events.catalog.types import Resources
-    from events.envelope import Envelope
-    from services.scheduler.state import SchedulerState
-
-    state = SchedulerState()
-    facts = [
-        ClusterRegistered(cluster="c", kind=ClusterKind.SIMULATED, site="c", region="eu", currency="EUR"),
-        NodeObserved(
-            cluster="c", node="n", generation=1, cpu_milli=64_000, memory_mib=512_000,
-            gpus=tuple(GpuDevice(index=i, model="A100", memory_mib=81_920) for i in range(4)),
-        ),
-        JobSubmitted(
-            job_id="svc", name="svc", tenant="t", kind=JobKind.INFERENCE, replicas=8, resources=Resources(gpus=1),
-            inference=InferenceSpec(min_replicas=2),
-        ),
-    ]  # fmt: skip
-    for i, data in enumerate(facts):
-        state.fold(Envelope(id=f"e-{i}", time_ms=1_000 + i, data=data))  # type: ignore[arg-type]
+    state = folded(
+        [
+            *one_node_cluster(gpus=4),
+            JobSubmitted(
+                job_id="svc", name="svc", tenant="t", kind=JobKind.INFERENCE, replicas=8, resources=Resources(gpus=1),
+                inference=InferenceSpec(min_replicas=2),
+            ),
+        ]
+    )  # fmt: skip
     p = placed(schedule(state.snapshot(10_000), state.policy_config()), "svc")
     assert len(p.replicas) == 4
     replicas = tuple(
@@ -443,34 +453,16 @@ def test_a_replica_that_asks_more_cpu_or_memory_than_any_node_has_free_is_told_t
 
 
 def test_a_cluster_its_connector_reports_unreachable_or_draining_is_said_to_be_so_not_cordoned():
-    from events.catalog.inventory import (
-        ClusterKind,
-        ClusterRegistered,
-        ClusterStatus,
-        ClusterStatusChanged,
-        GpuDevice,
-        NodeObserved,
-    )
-    from events.catalog.jobs import JobSubmitted
-    from events.catalog.types import Resources
-    from events.envelope import Envelope
-    from services.scheduler.state import SchedulerState
-
     for status, reason in (
         (ClusterStatus.UNREACHABLE, ReasonCode.CLUSTER_UNREACHABLE),
         (ClusterStatus.DRAINING, ReasonCode.CLUSTER_DRAINING),
     ):
-        state = SchedulerState()
-        facts = [
-            ClusterRegistered(cluster="c", kind=ClusterKind.SIMULATED, site="c", region="eu", currency="EUR"),
-            NodeObserved(
-                cluster="c", node="n", generation=1, cpu_milli=64_000, memory_mib=512_000,
-                gpus=tuple(GpuDevice(index=i, model="A100", memory_mib=81_920) for i in range(8)),
-            ),
-            ClusterStatusChanged(cluster="c", status=status, reason=reason),
-            JobSubmitted(job_id="j", name="j", tenant="t", resources=Resources(gpus=1)),
-        ]  # fmt: skip
-        for i, data in enumerate(facts):
-            state.fold(Envelope(id=f"e-{i}", time_ms=1_000 + i, data=data))  # type: ignore[arg-type]
+        state = folded(
+            [
+                *one_node_cluster(),
+                ClusterStatusChanged(cluster="c", status=status, reason=reason),
+                JobSubmitted(job_id="j", name="j", tenant="t", resources=Resources(gpus=1)),
+            ]
+        )
         q = queued(schedule(state.snapshot(10_000), state.policy_config()), "j")
         assert q.binding is reason and "cordoned" not in q.message
