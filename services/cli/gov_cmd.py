@@ -15,6 +15,7 @@ from services.cli.main import CliError
 from services.runtime.signals import stop_on_signals
 
 if TYPE_CHECKING:
+    from services.governance.config import GovConfig
     from services.governance.state import GovState
 
 _PERIOD = re.compile(r"^(\d+)([mhdw])$")
@@ -107,8 +108,24 @@ async def _open(flag: str | None) -> Any:
     return event_log
 
 
+def governance_settings(path: str | Path, option: str) -> GovConfig:
+    """Governance settings from a YAML or JSON file (``gov run --config``, ``up --governance``); a file that
+    cannot be read or says something invalid is a clear error naming ``option``."""
+    import yaml
+
+    from services.governance.config import from_document
+
+    try:
+        document = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        if not isinstance(document, dict):
+            raise ValueError("must be a mapping of settings")
+        return from_document(document)
+    except (OSError, yaml.YAMLError, ValueError, TypeError) as error:
+        raise CliError(f"{option} {path}: {error}", 2) from None
+
+
 async def run_service(args: argparse.Namespace) -> int:
-    from services.governance.config import GovConfig, from_document
+    from services.governance.config import GovConfig
     from services.governance.host import GovernanceHost
     from services.runtime.collector import tune_for_service
     from services.runtime.logs import configure as configure_logging
@@ -117,11 +134,7 @@ async def run_service(args: argparse.Namespace) -> int:
     configure_logging()
     tune_for_service()
 
-    config = GovConfig()
-    if args.config:
-        import yaml
-
-        config = from_document(yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) or {})  # noqa: ASYNC240
+    config = governance_settings(args.config, "--config") if args.config else GovConfig()
     event_log = await _open(args.log)
     host = GovernanceHost(event_log, config, namespace=args.namespace)
     await host.start()

@@ -40,12 +40,14 @@ def _common(parser: argparse.ArgumentParser) -> None:
         "--sim-nodes", type=Path, help="simulated fleet: an openb node CSV or a YAML node list (default: openb)"
     )
     parser.add_argument("--no-sim", action="store_true", help="do not start the simulated fleet")
+    parser.add_argument("--governance", type=Path, help="governance settings, as fedsched gov run --config takes them")
     parser.add_argument(
         "--config", type=Path, help="distributed mode: run each component as its own process (see docs in supervisor)"
     )
 
 
 def config_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from services.cli.gov_cmd import governance_settings
     from services.runtime.up import UpConfig
 
     return UpConfig(
@@ -57,6 +59,7 @@ def config_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         sim_nodes=args.sim_nodes,
         sim_speed=args.sim_speed,
         with_api=not args.no_api,
+        governance=governance_settings(args.governance, "--governance") if args.governance else None,
     )
 
 

@@ -131,4 +131,22 @@ def _build(cls: type[T], value: object) -> T:
     if unknown:
         raise ValueError(f"{cls.__name__}: unknown settings {unknown}")
     settings: dict[str, Any] = {str(k): v for k, v in value.items()}
+    kinds = {f.name: f.type for f in fields(cls)}  # type: ignore[arg-type]
+    for name, setting in settings.items():
+        _check(cls.__name__, name, kinds[name], setting)
     return cls(**settings)
+
+
+def _check(owner: str, name: str, kind: object, value: object) -> None:
+    """A rule's setting of the kind its field declares (every one is a string or a whole number), a
+    number not negative and a percentage at most 100: a quoted or fractional amount would otherwise
+    be compared with amounts and times as it is."""
+    where = f"{owner}.{name}"
+    if kind == "str" and not isinstance(value, str):
+        raise ValueError(f"{where}: must be a string, not {value!r}")
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{where}: must be a whole number, not {value!r}")
+        if value < 0 or (name.endswith("_pct") and value > 100):
+            upper = " to 100" if name.endswith("_pct") else " up"
+            raise ValueError(f"{where}: must be from 0{upper}, not {value}")

@@ -129,6 +129,21 @@ def test_settings_come_from_a_document_and_unknown_ones_are_refused() -> None:
         from_document({"lease": {"nope": 1}})
 
 
+@pytest.mark.parametrize(
+    ("document", "reason"),
+    [
+        ({"auto_approve": [{"name": "x", "max_amount": "4000"}]}, "AutoApproveRule.max_amount: must be a whole number"),
+        ({"idle": [{"threshold_pct": 120}]}, "IdleRule.threshold_pct: must be from 0 to 100"),
+        ({"lease": {"start_lease_ms": -1}}, "LeaseRule.start_lease_ms: must be from 0 up"),
+        ({"abnormal": {"crash_loop_failures": True}}, "AbnormalRules.crash_loop_failures: must be a whole number"),
+        ({"runtime": [{"name": 7, "kind": "batch", "max_runtime_ms": 1}]}, "RuntimeRule.name: must be a string"),
+    ],
+)
+def test_a_setting_of_the_wrong_kind_or_out_of_range_is_refused_naming_it(document: dict, reason: str) -> None:  # type: ignore[type-arg]
+    with pytest.raises(ValueError, match=reason):
+        from_document(document)
+
+
 # -- reclamation ---------------------------------------------------------------------------------------
 
 IDLE = GovConfig(idle=(IdleRule(idle_after_ms=20 * MIN, grace_ms=10 * MIN),))
