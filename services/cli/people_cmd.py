@@ -518,8 +518,10 @@ async def show_quota(args: argparse.Namespace, client: Client) -> int:
 
     rows = []
     for q in answer.queues:
-        for line in q.lines:
+        for index, line in enumerate(q.lines):
             scale, _ = unit_of(line.resource)
+            # RUNNING and GPU-HOURS are the queue's, not a line's: shown once, on its first line.
+            first = index == 0
             limit = f"{line.limit / scale:g}" if line.HasField("limit") else "-"
             rows.append(
                 [
@@ -530,8 +532,8 @@ async def show_quota(args: argparse.Namespace, client: Client) -> int:
                     f"{line.guaranteed / scale:g}",
                     limit,
                     f"{line.borrowed / scale:g}",
-                    q.running_jobs,
-                    f"{q.gpu_hours_milli / 1000:g}",
+                    q.running_jobs if first else "",
+                    f"{q.gpu_hours_milli / 1000:g}" if first else "",
                 ]
             )
         if not q.lines:
@@ -540,5 +542,5 @@ async def show_quota(args: argparse.Namespace, client: Client) -> int:
             )
     headers = ["TENANT", "QUEUE", "RESOURCE", "USED", "GUARANTEED", "LIMIT", "BORROWED", "RUNNING", "GPU-HOURS"]
     print(table(headers, rows))
-    print("(cpu in CPUs, gpu in GPUs, memory in MiB)")
+    print("(cpu in CPUs, gpu in GPUs, memory in MiB; RUNNING and GPU-HOURS per queue)")
     return 0
