@@ -192,9 +192,8 @@ class _Derived:
 class SchedulerState:
     nodes: dict[tuple[str, str], NodeFacts] = field(default_factory=dict)
     clusters: dict[str, ClusterRegistered] = field(default_factory=dict)
-    unreachable: dict[str, bool] = field(default_factory=dict)
     cluster_status: dict[str, str] = field(default_factory=dict)
-    """Cluster -> its last reported status (why its nodes take no work while it is not reachable)."""
+    """Cluster -> its last reported status; its nodes take no work unless it is reachable."""
     congestion: dict[str, tuple[int, int]] = field(default_factory=dict)  # cluster -> (version, milli)
     tenants: dict[str, TenantRegistered] = field(default_factory=dict)
     quotas: dict[tuple[str, str], QuotaSet] = field(default_factory=dict)
@@ -474,7 +473,8 @@ class SchedulerState:
             if suspect and health == m.Health.OK.value:
                 health = m.Health.DEGRADED.value
             gpus.append(m.Gpu(device.index, max(0, _MILLI - used.get(device.index, 0)), m.Health(health)))
-        schedulable = observed.schedulable and not self.unreachable.get(key[0], False)
+        reachable = self.cluster_status.get(key[0], _REACHABLE) == _REACHABLE
+        schedulable = observed.schedulable and reachable
         return m.Node(
             node_id=core_node_id(*key),
             cluster=ClusterId(key[0]),
@@ -498,7 +498,7 @@ class SchedulerState:
             datasets=tuple(sorted(registered.datasets)),
             congestion_milli=self.congestion.get(cluster_id, (0, 0))[1],
             cost_milli_per_gpu_hour=(sum(rates) // len(rates) // 1000) if rates else 0,
-            status=self.cluster_status.get(cluster_id, ClusterStatus.REACHABLE.value),
+            status=self.cluster_status.get(cluster_id, _REACHABLE),
         )
 
     def usage_histories(self, half_life_ms: int) -> dict[str, m.UsageHistory]:
@@ -587,6 +587,9 @@ def _job_of(e: JobSubmitted, submitted_ms: int) -> m.Job:
     )
 
 
+_REACHABLE = ClusterStatus.REACHABLE.value
+
+
 def _min_replicas(e: JobSubmitted) -> int | None:
     """An inference service that is not a gang may start with ``inference.min_replicas`` (at least one);
     every other job starts with all its replicas or waits."""
@@ -629,6 +632,7 @@ def policy_from_document(version: str, document: Any) -> m.PolicyConfig:
 _PERCENT = {"typical_coverage_pct": 100}
 _MILLI_SCALE = {"hot_pressure_milli": 1000, "aging_unit_milli": 1000}
 _AT_LEAST_ONE = {"max_decisions", "aging_step_ms"}
+_NULLABLE = {"hot_model_cap_milli"}  # a whole number, or null for none
 
 
 def _check_setting(name: str, value: Any, default: Any) -> None:
@@ -641,11 +645,11 @@ def _check_setting(name: str, value: Any, default: Any) -> None:
     if isinstance(default, bool):
         if not isinstance(value, bool):
             refuse("must be true or false")
-    elif isinstance(default, int) or (default is None and name.endswith(("_milli", "_ms", "_s"))):
-        if value is None and default is None:
+    elif isinstance(default, int) or name in _NULLABLE:
+        if value is None and name in _NULLABLE:
             return
         if isinstance(value, bool) or not isinstance(value, int):
-            refuse("must be a whole number" + (" or null" if default is None else ""))
+            refuse("must be a whole number" + (" or null" if name in _NULLABLE else ""))
         low = 1 if name in _AT_LEAST_ONE else 0
         high = _PERCENT.get(name, _MILLI_SCALE.get(name))
         if value < low or (high is not None and value > high):
@@ -691,7 +695,6 @@ def _cluster_registered(state: SchedulerState, e: ClusterRegistered, _: int) -> 
 
 
 def _cluster_status(state: SchedulerState, e: ClusterStatusChanged, _: int) -> None:
-    state.unreachable[e.cluster] = e.status is not ClusterStatus.REACHABLE
     state.cluster_status[e.cluster] = e.status.value
 
 

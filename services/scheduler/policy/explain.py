@@ -61,10 +61,11 @@ def describe(job: Job) -> str:
 
 
 def _cluster(
-    ctx: Ctx, job: Job, d: Demand, ci: int, extra: np.ndarray | None, forced: ReasonCode | None = None
+    ctx: Ctx, job: Job, d: Demand, ci: int, extra: np.ndarray | None, empty: int, forced: ReasonCode | None = None
 ) -> tuple[ClusterWhyNot, int, Constraint]:
     """The cluster's reason, how many replicas it could take now, and the constraint with its numbers.
-    ``forced``: what holds the job when it is not the fleet (its quota, a hot-model cap, a preemption)."""
+    ``empty``: the replicas it could hold with no job running; ``forced``: what holds the job when it is
+    not the fleet (its quota, a hot-model cap, a preemption)."""
     fs = ctx.fleet
     lo, hi = fs.cluster_range[ci]
     cid = fs.clusters[ci]
@@ -121,7 +122,6 @@ def _cluster(
         why = ClusterWhyNot(cid, forced, detail)
         return why, total_now, bound(forced)
     # Could the cluster ever hold it (all running jobs gone)?
-    empty = _empty_capacity(ctx, d, lo, hi)
     if empty < job.replicas and _empty_capacity(ctx, d, lo, hi, tolerated=False) >= job.replicas:
         taints = sorted({t for i in fs.tainted if lo <= i < hi for t in hard_taints(fs.nodes[i].taints)})
         named = ", ".join(f"{key}={value}:{effect}" for key, value, effect in taints[:4])
@@ -215,12 +215,12 @@ def explain(
     ctx: Ctx, job: Job, d: Demand, extra: np.ndarray | None, estimate: bool, forced: ReasonCode | None = None
 ) -> Shortfall:
     fs = ctx.fleet
-    rows = [_cluster(ctx, job, d, ci, extra, forced) for ci in range(len(fs.clusters))]
+    empty = [_empty_capacity(ctx, d, lo, hi) for lo, hi in fs.cluster_range]
+    rows = [_cluster(ctx, job, d, ci, extra, empty[ci], forced) for ci in range(len(fs.clusters))]
     per = tuple(r[0] for r in rows)
     # Binding: the cluster closest to fitting (most replicas now); among equals, one that has the GPU
     # model asked for (its reason says more than "no such model here"), then the one that holds the most
     # replicas when empty, then by cluster id.
-    empty = [_empty_capacity(ctx, d, lo, hi) for lo, hi in fs.cluster_range]
     closest = (
         max(
             range(len(rows)),

@@ -100,7 +100,7 @@ def full_snapshot(state: SchedulerState, now_ms: int) -> m.FleetSnapshot:
                 gpu_model=seen.gpus[0].model if seen.gpus else "",
                 gpu_memory_mib=seen.gpus[0].memory_mib if seen.gpus else 0,
                 gpus=tuple(gpus),
-                schedulable=seen.schedulable and not state.unreachable.get(key[0], False),
+                schedulable=seen.schedulable and state.cluster_status.get(key[0], "reachable") == "reachable",
                 domain=seen.nvlink_domain or seen.rdma_fabric or "",
             )
         )
