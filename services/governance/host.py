@@ -153,8 +153,17 @@ class GovernanceHost:
             # jobs running it cost most of an idle host's CPU, twice a second.
             self._settled = True
             return []
-        envelopes = [self._envelope(o) for o in outputs]
-        records = [to_record(e) for e in envelopes]
+        await self._append(producer, outputs)
+        self.state.emitted.update(o.id for o in outputs)
+        self.metrics.published += len(outputs)
+        self.metrics.steps += 1
+        for output in outputs:
+            log.info("event=governance_output id=%s type=%s", output.id, output.event.event_type)
+        return outputs
+
+    async def _append(self, producer: LogProducer, outputs: list[Output]) -> None:
+        """Append ``outputs`` in one transaction, under this deployment's topic names."""
+        records = [to_record(self._envelope(o)) for o in outputs]
         if self._ns:
             records = [replace(r, topic=self._ns + r.topic) for r in records]
         try:
@@ -164,12 +173,6 @@ class GovernanceHost:
                 # Aborted, or in doubt: a new producer's start aborts whatever this one left open.
                 await self._drop_producer()
             raise
-        self.state.emitted.update(o.id for o in outputs)
-        self.metrics.published += len(outputs)
-        self.metrics.steps += 1
-        for output in outputs:
-            log.info("event=governance_output id=%s type=%s", output.id, output.event.event_type)
-        return outputs
 
     def _envelope(self, output: Output) -> Envelope:
         tenant = getattr(output.event, "tenant", None)
@@ -191,20 +194,8 @@ class GovernanceHost:
             now = self._clock()
             if self._tick_ms is None or now - self.state.now_ms < self._tick_ms or not self.state.waits_for_time():
                 return False
-            producer = await self._ensure_producer()
-            event = GovernanceClockTicked(ticked_by=self._transactional_id)
-            envelope = Envelope(
-                id=f"gov:tick:{now}", time_ms=now, data=event, source=SOURCE, subject=event.partition_key()
-            )
-            record = to_record(envelope)
-            if self._ns:
-                record = replace(record, topic=self._ns + record.topic)
-            try:
-                await producer.append([record])
-            except Exception as error:
-                if transient(error):
-                    await self._drop_producer()
-                raise
+            tick = Output(f"gov:tick:{now}", now, GovernanceClockTicked(ticked_by=self._transactional_id))
+            await self._append(await self._ensure_producer(), [tick])
             self.metrics.ticks += 1
             return True
 
