@@ -242,14 +242,11 @@ def _print_event(event: Any) -> None:
     print(json.dumps({"event_type": event.event_type, **event.model_dump(mode="json")}, indent=2))
 
 
-#: The unit a quota request counts its amount in, by resource (the unit ``--amount`` takes).
-REQUEST_UNITS = {"cpu": "milli-CPU", "gpu": "milli-GPU", "memory": "MiB", "npu": "NPUs"}
-
-
 def request_rows(state: GovState) -> list[dict[str, Any]]:
     """One row per quota request of a ``GovState``: what was asked and, once approved, what was granted
     (the amount and its period; a grant may be less than asked). Amounts in the request's unit."""
     from events.catalog.governance import QuotaRequestApproved
+    from services.cli.quantities import RAW_UNITS
 
     rows = []
     for request_id in sorted(state.requests):
@@ -266,7 +263,7 @@ def request_rows(state: GovState) -> list[dict[str, Any]]:
                 "gpu_model": s.gpu_model,
                 "amount": s.amount,
                 "granted": None if grant is None else grant.approved_amount,
-                "unit": REQUEST_UNITS.get(s.resource.value, "units"),
+                "unit": RAW_UNITS.get(s.resource.value, "units"),
                 "granted_from_ms": None if grant is None else grant.effective_from_ms,
                 "granted_until_ms": None if grant is None else grant.expires_ms,
                 "status": status,

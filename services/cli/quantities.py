@@ -1,5 +1,6 @@
 """How the CLI shows amounts of resources: whole CPUs and GPUs (the API and the log count milli-units),
-MiB of memory, NPUs. Called by ``fedsched quota`` and ``fedsched audit at``, so both read alike."""
+MiB of memory, NPUs; and the units the log counts them in. Called by ``fedsched quota``, ``audit at`` and
+``gov quota list``, so they read alike."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ QUOTA_UNITS: dict[str, tuple[int, str]] = {
     "npu": (1, "NPUs"),
 }
 """Resource -> (milli-units or units per shown unit, the unit's name)."""
+
+RAW_UNITS = {"cpu": "milli-CPU", "gpu": "milli-GPU", "memory": "MiB", "npu": "NPUs"}
+"""The unit the API, the log and quota requests count each resource in."""
 
 
 def unit_of(resource: str) -> tuple[int, str]:
