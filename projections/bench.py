@@ -24,7 +24,7 @@ from events.catalog.governance import QuotaLine, QuotaSet
 from events.catalog.inventory import ClusterKind, ClusterRegistered, GpuDevice, GpuRate, NodeObserved
 from events.catalog.jobs import JobStarted, JobSubmitted, JobSucceeded
 from events.catalog.types import ClusterId, CycleId, JobId, NodeId, ResourceKind, Resources, TenantId
-from events.envelope import Envelope
+from events.wire.envelope import Envelope
 
 BASE_MS = 1_767_225_600_000
 GPUS_PER_NODE = 8
@@ -108,7 +108,7 @@ def synthetic(nodes: int, jobs: int) -> list[Envelope]:
 
 
 async def run(args: argparse.Namespace) -> int:
-    from services.runtime.collector import tune_for_service
+    from events.plumbing.collector import tune_for_service
 
     tune_for_service()  # as the worker and the in-process runner do
     figures = await measure(args.kafka, args.postgres, nodes=args.nodes, jobs=args.jobs, partitions=args.partitions)
@@ -132,10 +132,10 @@ async def measure(kafka: str, dsn: str, *, nodes: int, jobs: int, partitions: in
     from aiokafka import AIOKafkaConsumer
     from aiokafka.admin import AIOKafkaAdminClient
 
+    from events.catalog.topics import TOPICS, Cleanup, TopicSpec
     from events.log.contract import OutRecord
     from events.log.kafka import KafkaEventLog
-    from events.publisher import to_record
-    from events.topics import TOPICS, Cleanup, TopicSpec
+    from events.log.publisher import to_record
     from projections import readmodels
     from projections.faust_config import WorkerConfig
     from projections.faust_probe import WorkerProcess, group_topics, lag, wait_members, wait_quiet

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import field
 
 from events.catalog.inventory import ClusterRegistered, ClusterStatusChanged
-from events.envelope import Envelope
+from events.wire.envelope import Envelope
 from projections.core import Applied, Delta, Emitted, Input, Routed, Silent, evolve, record
 from projections.deltas import UsageInterval, UsageSample
 

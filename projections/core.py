@@ -26,7 +26,7 @@ from operator import attrgetter
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar, dataclass_transform
 
 from events.catalog.base import Event
-from events.envelope import Envelope
+from events.wire.envelope import Envelope
 
 R = TypeVar("R")
 

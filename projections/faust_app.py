@@ -52,11 +52,11 @@ from faust.serializers import codecs
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from mode.services import WaitResults
 
-from events.envelope import Envelope
+from events.catalog.topics import DEAD_LETTERS, Cleanup, TopicSpec, partition_for, topic
 from events.log.contract import OutRecord
 from events.log.contract import TopicPartition as LogPartition
-from events.publisher import to_record
-from events.topics import DEAD_LETTERS, Cleanup, TopicSpec, partition_for, topic
+from events.log.publisher import to_record
+from events.wire.envelope import Envelope
 from projections.core import Output, Stage
 from projections.faust_config import WorkerConfig
 from projections.faust_fold import Record, fold

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from events.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS, TOPICS, TopicSpec
+from events.catalog.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS, TOPICS, TopicSpec
 from projections.readmodels import STATE_FORMAT
 
 SOURCES = (INVENTORY, JOBS, DECISIONS, GOVERNANCE)

@@ -20,11 +20,11 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from events.codec import decode
-from events.deadletter import dead_letter
-from events.envelope import Envelope
-from events.errors import EventError
+from events.catalog.errors import EventError
 from events.log.contract import Headers, LogRecord, OutRecord
+from events.log.deadletter import dead_letter
+from events.wire.codec import decode
+from events.wire.envelope import Envelope
 from projections.core import KeyedBy, Position, Stage
 from projections.faust_align import TP, Aligner
 from projections.faust_wire import Item, pack, partition_of, split

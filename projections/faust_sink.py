@@ -9,7 +9,7 @@ the rows are a pure function of the entity and replaced whole, so writing an ent
 the same rows.
 
 So a write that failed can simply be tried again: while PostgreSQL is away, ``write`` retries with
-backoff (``events.outage``; ``/healthz`` says ``postgres``) and the stage's batch waits, unacknowledged,
+backoff (``events.plumbing.outage``; ``/healthz`` says ``postgres``) and the stage's batch waits, unacknowledged,
 instead of the worker crashing.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import asyncpg
 
-from events.outage import Outage, transient
+from events.plumbing.outage import Outage, transient
 from projections import readmodels
 from projections.rows import TABLES
 

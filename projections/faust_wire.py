@@ -5,7 +5,7 @@ Called by ``projections.faust_router`` and ``projections.faust_fold``. Pure apar
 An internal record carries a *pack*: the inputs for one stage's partition that one upstream batch
 produced, in order. One record per (stage, partition) per batch instead of one per entity keeps
 the per-record cost of Kafka and faust off the hot path; the partition is still the entity key's
-(Kafka's murmur2, as ``events.topics.partition_for``), so every entity lives on exactly one
+(Kafka's murmur2, as ``events.catalog.topics.partition_for``), so every entity lives on exactly one
 partition and its inputs arrive in the order they were sent.
 
 Serialisation is pickle (protocol 5) of plain tuples, the event or delta dataclass inside. It is
@@ -31,7 +31,7 @@ from functools import lru_cache
 from operator import attrgetter
 from typing import Any
 
-from events.topics import partition_for
+from events.catalog.topics import partition_for
 from projections.core import Input, Position
 
 ITEM_BITS = 16

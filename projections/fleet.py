@@ -23,7 +23,7 @@ from dataclasses import field
 
 from events.catalog.profiles import GpuModelProfile, Quantities, ResourceProfileUpdated
 from events.catalog.types import ClusterId
-from events.envelope import Envelope
+from events.wire.envelope import Envelope
 from projections.core import Applied, Emitted, Input, Output, evolve, record
 from projections.deltas import NodeCapacity, PendingDemand
 from projections.persistent import PMap

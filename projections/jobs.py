@@ -61,7 +61,7 @@ from events.catalog.jobs import (
     JobSubmitted,
     JobSucceeded,
 )
-from events.envelope import Envelope
+from events.wire.envelope import Envelope
 from projections.core import Applied, Emitted, Input, Routed, Silent, evolve, record
 from projections.deltas import NodeAllocation, PendingDemand, QueueAllocation, ShapeSeen, UsageInterval
 from projections.shapes import shape_of

@@ -20,7 +20,7 @@ from events.catalog.base import Event
 from events.catalog.inventory import GpuHealthReported, NodeObserved, NodeRemoved, NodeUsageReported
 from events.catalog.profiles import GpuModelProfile, Quantities, ResourceProfileUpdated
 from events.catalog.types import ClusterId, Health, NodeId
-from events.envelope import Envelope
+from events.wire.envelope import Envelope
 from projections.core import Applied, Emitted, Input, Output, Routed, evolve, record, split_key
 from projections.deltas import NodeAllocation, NodeCapacity, QueueAllocation, UsageInterval, UsageSample
 

@@ -21,7 +21,7 @@ from dataclasses import field
 from events.catalog.governance import QuotaSet
 from events.catalog.profiles import QuotaUsage, QuotaUsageUpdated
 from events.catalog.types import QueueId, ResourceKind, TenantId
-from events.envelope import Envelope
+from events.wire.envelope import Envelope
 from projections.core import Applied, Emitted, Input, Output, evolve, record
 from projections.deltas import QueueAllocation
 from projections.persistent import PMap, RunSet

@@ -21,13 +21,13 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from events.codec import decode
-from events.deadletter import dead_letter
-from events.envelope import Envelope
-from events.errors import EventError
+from events.catalog.errors import EventError
+from events.catalog.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS
 from events.log.contract import EventLog, LogProducer, LogReader, LogRecord, OutRecord, TopicPartition
-from events.publisher import to_record
-from events.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS
+from events.log.deadletter import dead_letter
+from events.log.publisher import to_record
+from events.wire.codec import decode
+from events.wire.envelope import Envelope
 from projections import readmodels
 from projections.core import Output, Position
 from projections.jobs import STAGE as JOB_STAGE

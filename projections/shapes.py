@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import field
 
-from events.envelope import Envelope
+from events.wire.envelope import Envelope
 from projections.core import Applied, Emitted, Input, Silent, evolve, record
 from projections.deltas import ShapeSeen
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from events.envelope import Envelope
+from events.wire.envelope import Envelope
 from projections.clusters import ClusterStage
 from projections.core import Input, KeyedBy, Output, Position, Routed, Stage
 from projections.fleet import FleetStage

@@ -12,7 +12,7 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import field
 
-from events.envelope import Envelope
+from events.wire.envelope import Envelope
 from projections.clusters import PricedUsage
 from projections.core import Applied, Emitted, Input, Silent, evolve, record
 

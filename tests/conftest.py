@@ -17,8 +17,8 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 import pytest_asyncio
 
+from events.catalog.topics import Cleanup, TopicSpec
 from events.log import EventLog, open_log
-from events.topics import Cleanup, TopicSpec
 
 
 def _require(variable: str, what: str) -> str:

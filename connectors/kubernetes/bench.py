@@ -24,10 +24,10 @@ from connectors.kubernetes import names
 from connectors.kubernetes.connector import ConnectorConfig, KubernetesConnector
 from connectors.kubernetes.kubeapi import MERGE_PATCH, KubeApi
 from connectors.kubernetes.throttle import RateLimiter
+from events.catalog.topics import TOPICS
 from events.catalog.types import ClusterId
 from events.log import open_log
-from events.tasks import cancel_and_wait
-from events.topics import TOPICS
+from events.plumbing.tasks import cancel_and_wait
 
 LABEL = "fedsched.io/bench"
 

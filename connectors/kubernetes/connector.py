@@ -36,12 +36,12 @@ from connectors.kubernetes.reporting import Reachability, Reporter
 from connectors.kubernetes.throttle import Backoff
 from events.catalog.decisions import EXPLANATIONS_AND_CYCLES
 from events.catalog.inventory import ClusterKind, ClusterRegistered
+from events.catalog.topics import DECISIONS, JOBS
 from events.catalog.types import ClusterId
-from events.consumer import EventConsumer
+from events.hosting.consumer import EventConsumer
 from events.log import EventLog, LogError, ProducerFenced
-from events.publisher import Publisher, wall_clock_ms
-from events.tasks import cancel_and_wait
-from events.topics import DECISIONS, JOBS
+from events.log.publisher import Publisher, wall_clock_ms
+from events.plumbing.tasks import cancel_and_wait
 
 log = logging.getLogger("fedsched.connector.kubernetes")
 

@@ -61,10 +61,10 @@ from events.catalog.jobs import (
     JobSucceeded,
 )
 from events.catalog.reasons import ReasonCode
+from events.catalog.topics import JOBS
 from events.catalog.types import JobId
-from events.envelope import Envelope
 from events.log import LogRecord, ProducerFenced
-from events.topics import JOBS
+from events.wire.envelope import Envelope
 
 log = logging.getLogger("fedsched.connector.kubernetes")
 T = TypeVar("T")

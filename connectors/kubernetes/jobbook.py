@@ -19,6 +19,7 @@ import logging
 from dataclasses import dataclass, field
 
 from events.catalog.base import Event
+from events.catalog.errors import EventError
 from events.catalog.jobs import (
     JobCancelled,
     JobCancelRequested,
@@ -29,12 +30,11 @@ from events.catalog.jobs import (
     JobSubmitted,
     JobSucceeded,
 )
+from events.catalog.topics import JOBS, partition_for
 from events.catalog.types import ClusterId, JobId
-from events.codec import decode
-from events.errors import EventError
 from events.log import EventLog, TopicPartition
 from events.log.reading import read_to_end
-from events.topics import JOBS, partition_for
+from events.wire.codec import decode
 
 log = logging.getLogger("fedsched.connector.kubernetes")
 

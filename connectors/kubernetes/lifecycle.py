@@ -35,7 +35,7 @@ from events.catalog.base import Event
 from events.catalog.jobs import JobCancelled, JobFailed, JobPreempted, JobReclaimed, JobStarted, JobSucceeded
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import ClusterId, JobId, NodeId
-from events.envelope import parse_time
+from events.wire.envelope import parse_time
 
 Obj = Mapping[str, Any]
 

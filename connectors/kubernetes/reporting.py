@@ -32,10 +32,10 @@ from events.catalog.base import Event
 from events.catalog.inventory import ClusterStatus, ClusterStatusChanged
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import ClusterId
-from events.envelope import Envelope
 from events.log import LogError, ProducerFenced
-from events.publisher import Publisher
-from events.tasks import cancel_and_wait
+from events.log.publisher import Publisher
+from events.plumbing.tasks import cancel_and_wait
+from events.wire.envelope import Envelope
 
 log = logging.getLogger("fedsched.connector.kubernetes")
 

@@ -2,7 +2,7 @@
 
 Called by ``kubeapi`` (every request takes a token) and by the loops that retry (the reflector, the
 executor). ``RateLimiter`` is a token bucket like client-go's (``qps`` steady, ``burst`` at once);
-``Backoff`` (``events.backoff``, re-exported here) is capped exponential backoff with jitter.
+``Backoff`` (``events.plumbing.backoff``, re-exported here) is capped exponential backoff with jitter.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from events.backoff import Backoff
+from events.plumbing.backoff import Backoff
 
 
 class RateLimiter:

@@ -23,7 +23,7 @@ from events.catalog.decisions import CandidateScore, JobPlaced, ReplicaPlacement
 from events.catalog.jobs import JobSubmitted
 from events.catalog.types import ClusterId, CycleId, JobId, Resources, TenantId
 from events.log import EventLog
-from events.publisher import Publisher
+from events.log.publisher import Publisher
 
 _TERMINAL = ("JobSucceeded", "JobFailed", "JobCancelled", "JobPreempted", "JobReclaimed")
 

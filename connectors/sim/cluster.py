@@ -39,6 +39,7 @@ from connectors.sim.spec import ClusterSpec
 from connectors.sim.state import NodeState, Phase, Run, RunKey, StopKind, allocate
 from events.catalog.base import Event
 from events.catalog.decisions import JobPlaced, JobPreemptionRequested, JobReclaimRequested
+from events.catalog.errors import EventError
 from events.catalog.inventory import ClusterStatus, ClusterStatusChanged, NodeRemoved
 from events.catalog.jobs import (
     JobCancelled,
@@ -53,9 +54,8 @@ from events.catalog.jobs import (
 )
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import JobId, NodeId
-from events.codec import Headers, decode
-from events.envelope import Envelope
-from events.errors import EventError
+from events.wire.codec import Headers, decode
+from events.wire.envelope import Envelope
 
 _USAGE_CATCH_UP = 12
 """After a gap (the connector was down), report usage for at most this many of the windows missed."""

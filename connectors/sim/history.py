@@ -29,8 +29,8 @@ from events.catalog.jobs import (
     JobSucceeded,
 )
 from events.catalog.types import ClusterId, JobId, NodeId
-from events.codec import Headers
-from events.envelope import Envelope
+from events.wire.codec import Headers
+from events.wire.envelope import Envelope
 
 TERMINAL = (JobSucceeded, JobFailed, JobCancelled, JobPreempted, JobReclaimed)
 StopRequest = JobPreemptionRequested | JobReclaimRequested

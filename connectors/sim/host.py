@@ -41,12 +41,12 @@ from connectors.sim.reports import Emit
 from connectors.sim.restore import read_history
 from connectors.sim.spec import ClusterSpec
 from events.catalog.decisions import EXPLANATIONS_AND_CYCLES
-from events.consumer import EventConsumer
-from events.envelope import Envelope
+from events.catalog.topics import DECISIONS, JOBS
+from events.hosting.consumer import EventConsumer
 from events.log import EventLog, GroupOffsets, LogRecord, ProducerFenced, TopicPartition
-from events.publisher import Publisher
-from events.tasks import cancel_and_wait
-from events.topics import DECISIONS, JOBS
+from events.log.publisher import Publisher
+from events.plumbing.tasks import cancel_and_wait
+from events.wire.envelope import Envelope
 
 log = logging.getLogger("fedsched.connector.sim")
 

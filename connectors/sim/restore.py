@@ -12,12 +12,12 @@ from __future__ import annotations
 import logging
 
 from connectors.sim.history import History
-from events.codec import decode
-from events.envelope import parse_time
-from events.errors import EventError
+from events.catalog.errors import EventError
+from events.catalog.topics import DECISIONS, INVENTORY, JOBS
 from events.log import EventLog, LogRecord, TopicPartition
 from events.log.reading import read_to_end
-from events.topics import DECISIONS, INVENTORY, JOBS
+from events.wire.codec import decode
+from events.wire.envelope import parse_time
 
 log = logging.getLogger("fedsched.connector.sim")
 

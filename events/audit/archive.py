@@ -9,7 +9,7 @@ row, updated in the same transaction as the records it covers. A restart resumes
 nothing is skipped or doubled; two archivers serialise on the head row lock.
 
 An outage of the log or of the archive's database does not end ``run``: the pass is tried again with
-backoff (``events.outage``), from the heads read again from the database (a batch whose commit failed,
+backoff (``events.plumbing.outage``), from the heads read again from the database (a batch whose commit failed,
 or committed unseen, is then re-read and skipped or copied once), on a fresh log reader.
 
 Append-only is enforced twice: a trigger refuses UPDATE and DELETE on the archive, and, because a
@@ -29,7 +29,7 @@ from events.audit.chain import ArchivedRecord, ChainHead, ChainProblem, ChainVer
 from events.log.contract import EventLog, LogReader, LogRecord, TopicPartition
 from events.log.headers import pack_headers
 from events.log.reading import EndWatch, read_to_end
-from events.outage import Outage, Unreachable, reaching
+from events.plumbing.outage import Outage, Unreachable, reaching
 
 _SCHEMA_LOCK = 7_215_002
 

@@ -12,7 +12,7 @@ An event class declares four class variables, checked when the class is declared
 - ``schema_version``: bumped whenever the payload changes shape; older payloads are brought forward by
   upcasters (``events.catalog.upcasters``) before validation. A superseded version stays declared as a
   class of its own (``events.catalog.legacy``) so its schema and golden fixture stay checkable.
-- ``topic``: the name of its topic in ``events.topics``.
+- ``topic``: the name of its topic in ``events.catalog.topics``.
 - ``key_field``: the field whose value is the partition key, or several joined by ``/`` (for example
   ``cluster/node``: the key is ``"<cluster>/<node>"``, leaving out parts that are ``None``).
 
@@ -29,7 +29,7 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict
 
 from events.catalog.registry import REGISTRY
-from events.topics import topic as topic_spec
+from events.catalog.topics import topic as topic_spec
 
 _TYPE_RE = re.compile(r"^io\.fedsched\.[A-Z][A-Za-z0-9]{1,95}\Z")
 
@@ -51,7 +51,7 @@ class Event(BaseModel):
     key_field: ClassVar[str | None] = None
     """Name of the field whose value is the partition key (``a/b`` joins several fields)."""
     topic: ClassVar[str]
-    """Name of the topic (from ``events.topics``) this event is published to."""
+    """Name of the topic (from ``events.catalog.topics``) this event is published to."""
     retired_fields: ClassVar[tuple[str, ...]] = ()
     """Dotted paths of fields earlier versions had; never reused with another meaning."""
 

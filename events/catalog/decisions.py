@@ -20,6 +20,7 @@ from pydantic import Field, model_validator
 
 from events.catalog.base import Event
 from events.catalog.reasons import ReasonCode
+from events.catalog.topics import DECISIONS
 from events.catalog.types import (
     MAX_REPLICAS,
     ClusterIdField,
@@ -46,7 +47,6 @@ from events.catalog.types import (
     TopicName,
     Unique,
 )
-from events.topics import DECISIONS
 
 #: One weighted term of a score, in milli-points; small enough that 32 of them add up exactly.
 ScorePoints = Annotated[int, Field(ge=-(2**47), le=2**47)]

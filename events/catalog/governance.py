@@ -20,6 +20,7 @@ from pydantic import Field, model_validator
 
 from events.catalog.base import Event
 from events.catalog.reasons import ReasonCode
+from events.catalog.topics import GOVERNANCE
 from events.catalog.types import (
     ClusterIdField,
     EpochMillis,
@@ -46,7 +47,6 @@ from events.catalog.types import (
     Text,
     Unique,
 )
-from events.topics import GOVERNANCE
 
 
 class PolicyConfigured(Event):

@@ -23,6 +23,7 @@ from pydantic import Field, StringConstraints
 
 from events.catalog.base import Event
 from events.catalog.reasons import ReasonCode
+from events.catalog.topics import INVENTORY
 from events.catalog.types import (
     ClusterIdField,
     CurrencyCode,
@@ -46,7 +47,6 @@ from events.catalog.types import (
     Text,
     Unique,
 )
-from events.topics import INVENTORY
 
 
 class ClusterKind(StrEnum):

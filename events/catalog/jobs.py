@@ -28,6 +28,7 @@ from pydantic import Field, model_validator
 
 from events.catalog.base import Event
 from events.catalog.reasons import ReasonCode
+from events.catalog.topics import JOBS
 from events.catalog.types import (
     MAX_REPLICAS,
     ClusterIdField,
@@ -55,7 +56,6 @@ from events.catalog.types import (
     Text,
     Unique,
 )
-from events.topics import JOBS
 
 
 class JobKind(StrEnum):

@@ -25,6 +25,7 @@ from pydantic import Field, JsonValue, model_validator
 from events.catalog.base import Event
 from events.catalog.decisions import CandidateScore, DecisionEvent, ReplicaPlacement, TopicOffset
 from events.catalog.reasons import ReasonCode
+from events.catalog.topics import DECISIONS, INVENTORY
 from events.catalog.types import (
     MAX_REPLICAS,
     ClusterIdField,
@@ -43,7 +44,6 @@ from events.catalog.types import (
     Unique,
 )
 from events.catalog.upcasters import Payload, upcaster
-from events.topics import DECISIONS, INVENTORY
 
 
 class GpuHealthSampleV1(Frozen):

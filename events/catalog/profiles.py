@@ -16,6 +16,7 @@ from typing import Annotated, ClassVar
 from pydantic import Field
 
 from events.catalog.base import Event
+from events.catalog.topics import PROFILES, QUOTA_USAGE
 from events.catalog.types import (
     ClusterIdField,
     EpochMillis,
@@ -30,7 +31,6 @@ from events.catalog.types import (
     TenantIdField,
     Unique,
 )
-from events.topics import PROFILES, QUOTA_USAGE
 
 
 class Quantities(Frozen):

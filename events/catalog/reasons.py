@@ -2,7 +2,7 @@
 
 Called by catalogue modules (fields typed ``ReasonCode``), by the scheduler (its policy core decides
 with these codes), by the API and CLI (``DESCRIPTIONS`` gives each code a plain sentence) and by
-consumers that dead-letter a record (the four event-layer codes match ``events.errors``). Values are
+consumers that dead-letter a record (the four event-layer codes match ``events.catalog.errors``). Values are
 stable strings in PascalCase: add codes, never rename or reuse one.
 """
 
@@ -77,7 +77,7 @@ class ReasonCode(StrEnum):
     STUCK_PENDING = "StuckPending"
     SUSPECT_NODE = "SuspectNode"
     STRAGGLING_GANG = "StragglingGang"
-    # The event layer (a dead-lettered record's reason; see ``events.errors``).
+    # The event layer (a dead-lettered record's reason; see ``events.catalog.errors``).
     INVALID_EVENT = "InvalidEvent"
     UNKNOWN_EVENT_TYPE = "UnknownEventType"
     UNSUPPORTED_SCHEMA_VERSION = "UnsupportedSchemaVersion"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from events.errors import UnknownEventType, UnsupportedSchemaVersion
+from events.catalog.errors import UnknownEventType, UnsupportedSchemaVersion
 
 if TYPE_CHECKING:
     from events.catalog.base import Event

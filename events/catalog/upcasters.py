@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from pydantic import JsonValue
 
-from events.errors import UnsupportedSchemaVersion
+from events.catalog.errors import UnsupportedSchemaVersion
 
 Payload = dict[str, JsonValue]
 Upcaster = Callable[[Payload], Payload]

@@ -5,7 +5,7 @@ implemented by ``events.log.kafka`` (aiokafka) and ``events.log.postgres`` (the 
 Both pass one contract suite (``tests/contract``), so neither can drift from the other.
 
 What the contract promises:
-- A record's partition is decided by its key (``events.topics.partition_for``), so per-key order holds.
+- A record's partition is decided by its key (``events.catalog.topics.partition_for``), so per-key order holds.
 - Offsets within a partition are strictly increasing; a reader that follows ``offset + 1`` of what it
   read sees every committed record exactly once and in order. (The embedded log's offsets are also
   dense. Kafka's are not under transactions: its commit markers take offsets too.)
@@ -22,7 +22,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
-from events.topics import TopicSpec
+from events.catalog.topics import TopicSpec
 
 Headers = tuple[tuple[str, bytes], ...]
 

@@ -7,7 +7,7 @@ Called by hosts in distributed mode through ``events.log.open_log``. Calls aioka
   id fences this one (``ProducerFenced``: stop, never retry).
 - Readers and group consumers read with ``isolation_level="read_committed"``: an aborted or unfinished
   transaction is never seen.
-- The partition of a record is computed by ``events.topics.partition_for`` (Kafka's murmur2), not by
+- The partition of a record is computed by ``events.catalog.topics.partition_for`` (Kafka's murmur2), not by
   the client, so the embedded log and Java producers agree with us.
 """
 
@@ -27,6 +27,7 @@ from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 from aiokafka.errors import ProducerFenced as KafkaProducerFenced
 from aiokafka.structs import OffsetAndMetadata
 
+from events.catalog.topics import TopicSpec, partition_for
 from events.log.contract import (
     Appended,
     GroupOffsets,
@@ -36,7 +37,6 @@ from events.log.contract import (
     TopicPartition,
     UnknownTopic,
 )
-from events.topics import TopicSpec, partition_for
 
 _FETCH_WAIT_MS = 20
 _TAIL_FETCH_WAIT_MS = 500

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from events.codec import encode
-from events.envelope import Envelope
+from events.catalog.topics import TOPICS, partition_for
 from events.log.contract import Headers, LogRecord, TopicPartition
-from events.topics import TOPICS, partition_for
+from events.wire.codec import encode
+from events.wire.envelope import Envelope
 
 
 class MemoryLog:

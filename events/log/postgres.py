@@ -29,6 +29,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 
 import asyncpg
 
+from events.catalog.topics import TopicSpec, murmur2, partition_for
 from events.log.contract import (
     Appended,
     GroupOffsets,
@@ -39,7 +40,6 @@ from events.log.contract import (
     UnknownTopic,
 )
 from events.log.headers import pack_headers, unpack_headers
-from events.topics import TopicSpec, murmur2, partition_for
 
 _SCHEMA_LOCK = 7_215_001
 _NOTIFY_CHANNEL = "fedsched_log"

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from events.catalog.governance import QuotaRequestApproved, QuotaRequestSubmitted, QuotaSet
 from events.catalog.jobs import JobCancelRequested, JobSubmitted
 from events.log.contract import EventLog
-from events.publisher import Publisher
+from events.log.publisher import Publisher
 from services.api import validation
 from services.api.auth import Action, Principal, authorize
 from services.api.errors import FailedPrecondition, InvalidArgument, NotFound

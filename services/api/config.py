@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from events.publisher import wall_clock_ms
+from events.log.publisher import wall_clock_ms
 from services.api.auth import AuthConfig
 
 DEFAULT_LISTEN = "127.0.0.1:50051"

@@ -13,7 +13,7 @@ from pathlib import Path
 import asyncpg
 
 from events.log import EventLog
-from events.publisher import wall_clock_ms
+from events.log.publisher import wall_clock_ms
 from services.api.auth import dev_auth, dev_token, write_dev_token
 from services.api.config import DEFAULT_LISTEN, ApiConfig
 from services.api.server import ApiServer, serve

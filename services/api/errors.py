@@ -21,8 +21,8 @@ import grpc
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 
+from events.catalog.errors import EventError, InvalidEvent
 from events.catalog.reasons import ReasonCode
-from events.errors import EventError, InvalidEvent
 from events.log.contract import LogError
 from services.api.metadata import FIELD_HEADER, REASON_HEADER
 

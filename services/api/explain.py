@@ -22,7 +22,7 @@ from events.catalog.decisions import (
     JobReclaimRequested,
 )
 from events.catalog.types import ResourceKind
-from events.envelope import format_time
+from events.wire.envelope import format_time
 from services.api.convert import describe, reason_text, slots, timeline_entry, waited_ms
 from services.api.pb import jobs_pb2
 

@@ -38,14 +38,14 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from events.catalog.errors import EventError, MalformedRecord, UnknownEventType
 from events.catalog.jobs import JobCancelRequested, JobRejected, JobSubmitted
+from events.catalog.topics import INTAKE
 from events.catalog.types import Id, JobId, RequestId, TenantId
-from events.deadletter import dead_letter
-from events.envelope import SPEC_VERSION
-from events.errors import EventError, MalformedRecord, UnknownEventType
 from events.log.contract import EventLog, GroupConsumer, GroupOffsets, LogProducer, LogRecord, OutRecord, TopicPartition
-from events.publisher import Publisher
-from events.topics import INTAKE
+from events.log.deadletter import dead_letter
+from events.log.publisher import Publisher
+from events.wire.envelope import SPEC_VERSION
 from services.api import auth
 from services.api.commands import JobCommands, derived_id
 from services.api.config import ApiConfig

@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 
+from events.catalog.topics import JOBS
 from events.log.contract import EventLog
-from events.topics import JOBS
 from services.api import convert, validation, watch
 from services.api.auth import check_scope, current_principal
 from services.api.commands import JobCommands

@@ -8,7 +8,7 @@ tables, wires the servicers and starts the intake task.
 The server refuses messages over ``max_message_bytes`` (4 MiB) before parsing them, serves TLS when a
 certificate is configured (mutual TLS when a client CA is), and authenticates every call but health.
 
-Health: the log and the database are probed in the background (``services.runtime.health``); while
+Health: the log and the database are probed in the background (``events.plumbing.health``); while
 either does not answer, the gRPC health service says NOT_SERVING and the process's ``/healthz`` fails
 naming it, as the calls that need it answer UNAVAILABLE.
 """
@@ -25,10 +25,11 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from events.catalog.topics import JOBS, TOPICS
 from events.log import EventLog, LogReader, TopicPartition, open_log
-from events.publisher import Publisher
-from events.tasks import cancel_and_wait
-from events.topics import JOBS, TOPICS
+from events.log.publisher import Publisher
+from events.plumbing.health import DependencyProbe
+from events.plumbing.tasks import cancel_and_wait
 from projections import readmodels
 from services.api.audit import AuditService
 from services.api.auth import AuthInterceptor
@@ -43,7 +44,6 @@ from services.api.quota import QuotaService
 from services.api.resources import ResourceService
 from services.api.store import ApiStore
 from services.api.watch_tails import WatchTails
-from services.runtime.health import DependencyProbe
 
 logger = logging.getLogger("fedsched.api")
 

@@ -17,10 +17,10 @@ from typing import Any, TypeVar
 from pydantic import TypeAdapter, ValidationError
 
 from events.catalog.base import Event
+from events.catalog.errors import EventError, InvalidEvent
 from events.catalog.jobs import JobSubmitted
 from events.catalog.types import GpuModel, Id, RequestId
-from events.codec import invalid_event
-from events.errors import EventError, InvalidEvent
+from events.wire.codec import invalid_event
 from services.api.errors import InvalidArgument
 from services.api.pb import jobs_pb2
 

@@ -13,11 +13,11 @@ import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
-from events.codec import decode
-from events.errors import EventError
+from events.catalog.errors import EventError
+from events.catalog.topics import DECISIONS, JOBS, partition_for
 from events.log.contract import EventLog, LogReader, LogRecord, TopicPartition
-from events.tasks import cancel_and_wait
-from events.topics import DECISIONS, JOBS, partition_for
+from events.plumbing.tasks import cancel_and_wait
+from events.wire.codec import decode
 from services.api.pb import jobs_pb2
 
 FINAL = frozenset({"succeeded", "failed", "cancelled", "rejected"})

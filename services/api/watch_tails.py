@@ -26,7 +26,7 @@ from bisect import bisect_left
 from collections.abc import Sequence
 
 from events.log.contract import EventLog, LogReader, LogRecord, TopicPartition
-from events.tasks import cancel_and_wait
+from events.plumbing.tasks import cancel_and_wait
 
 WINDOW = 4096
 """Records a window keeps behind its slowest watch (more for none: a watch that starts from a position

@@ -25,10 +25,10 @@ from events.catalog.governance import TenantRegistered
 from events.catalog.inventory import ClusterKind, ClusterRegistered, GpuDevice, NodeObserved
 from events.catalog.jobs import JobSubmitted, JobSucceeded
 from events.catalog.types import ClusterId, JobId, NodeId, Resources, TenantId
-from events.codec import decode
-from events.envelope import Envelope
 from events.log.contract import TopicPartition
 from events.log.memory import MemoryLog
+from events.wire.codec import decode
+from events.wire.envelope import Envelope
 
 T0 = 1_800_000_000_000
 
@@ -204,8 +204,8 @@ def state_memory(log: MemoryLog, service: str, *, keep_settled: bool) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from events.plumbing.collector import tune_for_service
     from services.audit.verify import verify
-    from services.runtime.collector import tune_for_service
     from services.scheduler.host import INPUT_TOPICS
 
     tune_for_service()  # as ``fedsched audit verify`` does

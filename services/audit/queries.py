@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from events.codec import decode
-from events.errors import EventError
+from events.catalog.errors import EventError
 from events.log.contract import EventLog, TopicPartition
 from events.log.headers import unpack_headers
 from events.log.reading import read_to_end
+from events.wire.codec import decode
 from services.scheduler.host import INPUT_TOPICS
 from services.scheduler.state import SchedulerState
 

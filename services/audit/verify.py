@@ -33,11 +33,11 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from events.catalog.decisions import SchedulingCycleCompleted
-from events.codec import decode, encode
-from events.envelope import Envelope
-from events.errors import EventError
+from events.catalog.errors import EventError
 from events.log.contract import EventLog, TopicPartition
 from events.log.reading import read_to_end
+from events.wire.codec import decode, encode
+from events.wire.envelope import Envelope
 from services.scheduler.host import INPUT_TOPICS
 from services.scheduler.outputs import DECISION_ENGINE, SOURCE, decision_events, digest
 from services.scheduler.policy import CycleMemo, schedule

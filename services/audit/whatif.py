@@ -20,12 +20,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
 from events.catalog.decisions import JobPreemptionRequested
+from events.catalog.errors import EventError
 from events.catalog.jobs import JobCancelled, JobFailed, JobStarted, JobSucceeded
-from events.codec import decode
-from events.envelope import Envelope
-from events.errors import EventError
 from events.log.contract import EventLog, TopicPartition
 from events.log.reading import read_to_end
+from events.wire.codec import decode
+from events.wire.envelope import Envelope
 from services.scheduler.host import INPUT_TOPICS
 from services.scheduler.policy import FleetSnapshot, Job, Place, PolicyConfig, Preempt, RunningJob, schedule
 from services.scheduler.policy import model as m

@@ -17,10 +17,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from events.plumbing.collector import tune_for_service
+from events.plumbing.logs import configure as configure_logging
+from events.plumbing.signals import stop_on_signals
 from services.cli.main import CliError
-from services.runtime.collector import tune_for_service
-from services.runtime.logs import configure as configure_logging
-from services.runtime.signals import stop_on_signals
 
 if TYPE_CHECKING:
     from services.api.auth import AuthConfig
@@ -188,9 +188,9 @@ async def run_intake(args: argparse.Namespace) -> int:
 
     import asyncpg
 
+    from events.catalog.topics import TOPICS
     from events.log import open_log
-    from events.publisher import Publisher
-    from events.topics import TOPICS
+    from events.log.publisher import Publisher
     from projections import readmodels
     from services.api.commands import JobCommands
     from services.api.intake import Intake

@@ -12,7 +12,7 @@ import argparse
 
 def rfc3339_ms(text: str) -> int:
     """An RFC 3339 time with its offset, as epoch milliseconds."""
-    from events.envelope import parse_time  # imported here so ``fedsched --help`` stays fast
+    from events.wire.envelope import parse_time  # imported here so ``fedsched --help`` stays fast
 
     try:
         return parse_time(text)
@@ -44,7 +44,7 @@ def positive_float(text: str) -> float:
 
 def time_range(since_ms: int | None, until_ms: int | None) -> None:
     """Refuse ``--since`` after ``--until``: such a range holds nothing, which is never what was meant."""
-    from events.envelope import format_time
+    from events.wire.envelope import format_time
     from services.cli.main import CliError
 
     if since_ms is not None and until_ms is not None and since_ms > until_ms:

@@ -7,8 +7,8 @@ import json
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from events.plumbing.signals import stop_on_signals
 from services.cli.args import rfc3339_ms, time_range
-from services.runtime.signals import stop_on_signals
 
 if TYPE_CHECKING:
     from services.scheduler.policy.model import Quota
@@ -120,11 +120,11 @@ async def run_archiver(args: argparse.Namespace) -> int:
     import asyncpg
 
     from events.audit.archive import AuditArchiver
+    from events.catalog.topics import TOPICS
     from events.log import open_log
-    from events.topics import TOPICS
+    from events.plumbing.collector import tune_for_service
+    from events.plumbing.logs import configure as configure_logging
     from services.config import log_url, postgres_dsn
-    from services.runtime.collector import tune_for_service
-    from services.runtime.logs import configure as configure_logging
     from services.runtime.metrics import Lag, archiver_samples, serving
 
     configure_logging()
@@ -153,9 +153,9 @@ async def run_archiver(args: argparse.Namespace) -> int:
 
 async def run_verify(args: argparse.Namespace) -> int:
     from events.log import open_log
+    from events.plumbing.collector import tune_for_service
     from services.audit.verify import verify
     from services.config import log_url
-    from services.runtime.collector import tune_for_service
     from services.scheduler.host import INPUT_TOPICS
 
     time_range(args.since, args.until)
@@ -188,7 +188,7 @@ async def run_verify(args: argparse.Namespace) -> int:
 
 
 def _range_text(since_ms: int | None, until_ms: int | None) -> str:
-    from events.envelope import format_time
+    from events.wire.envelope import format_time
 
     since = "" if since_ms is None else f" from {format_time(since_ms)}"
     until = "" if until_ms is None else f" until {format_time(until_ms)}"
@@ -198,7 +198,7 @@ def _range_text(since_ms: int | None, until_ms: int | None) -> str:
 async def run_timeline(args: argparse.Namespace) -> int:
     import asyncpg
 
-    from events.envelope import format_time
+    from events.wire.envelope import format_time
     from services.audit.queries import timeline
     from services.cli.main import CliError
     from services.config import postgres_dsn
@@ -244,8 +244,8 @@ async def run_export(args: argparse.Namespace) -> int:
 
 
 async def run_at(args: argparse.Namespace) -> int:
-    from events.envelope import format_time
     from events.log import open_log
+    from events.wire.envelope import format_time
     from services.audit.queries import state_at
     from services.config import log_url
 

@@ -9,7 +9,7 @@ import argparse
 import importlib
 
 BENCH_MODULES = (
-    "events.log.bench",
+    "events.bench.log",
     "services.scheduler.bench",
     "services.audit.bench",
     "services.runtime.bench_e2e",

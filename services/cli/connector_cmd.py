@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from services.runtime.collector import tune_for_service
-from services.runtime.logs import configure as configure_logging
-from services.runtime.signals import stop_on_signals
+from events.plumbing.collector import tune_for_service
+from events.plumbing.logs import configure as configure_logging
+from events.plumbing.signals import stop_on_signals
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -72,8 +72,8 @@ async def run_sim(args: argparse.Namespace) -> int:
     import logging
 
     from connectors.sim import ClusterSpec, NodeListError, SimCluster, SimConfig, load_nodes, parse_split
+    from events.catalog.topics import TOPICS
     from events.log import open_log
-    from events.topics import TOPICS
     from services.cli.main import CliError
     from services.config import log_url
     from services.runtime.up import default_nodes
@@ -175,9 +175,9 @@ async def run_kubernetes(args: argparse.Namespace) -> int:
 
     from connectors.kubernetes import ConnectorConfig, KubeApi, KubernetesConnector
     from connectors.kubernetes.throttle import RateLimiter
+    from events.catalog.topics import TOPICS
     from events.log import open_log
-    from events.tasks import cancel_and_wait
-    from events.topics import TOPICS
+    from events.plumbing.tasks import cancel_and_wait
     from services.cli.main import CliError
     from services.config import log_url
 
@@ -242,8 +242,8 @@ async def run_sim_bench(args: argparse.Namespace) -> int:
     import json
 
     from connectors.sim.bench import run_bench
+    from events.catalog.topics import TOPICS
     from events.log import open_log
-    from events.topics import TOPICS
     from services.config import log_url
 
     log = open_log(log_url(args.log))

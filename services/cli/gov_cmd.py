@@ -10,9 +10,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from events.plumbing.signals import stop_on_signals
 from services.cli.args import positive_float, positive_int, rfc3339_ms
 from services.cli.main import CliError
-from services.runtime.signals import stop_on_signals
 
 if TYPE_CHECKING:
     from services.governance.config import GovConfig
@@ -98,8 +98,8 @@ def period_ms(text: str) -> int:
 
 
 async def _open(flag: str | None) -> Any:
+    from events.catalog.topics import TOPICS
     from events.log import open_log
-    from events.topics import TOPICS
     from services.config import log_url
 
     event_log = open_log(log_url(flag))
@@ -125,10 +125,10 @@ def governance_settings(path: str | Path, option: str) -> GovConfig:
 
 
 async def run_service(args: argparse.Namespace) -> int:
+    from events.plumbing.collector import tune_for_service
+    from events.plumbing.logs import configure as configure_logging
     from services.governance.config import GovConfig
     from services.governance.host import GovernanceHost
-    from services.runtime.collector import tune_for_service
-    from services.runtime.logs import configure as configure_logging
     from services.runtime.metrics import Lag, governance_samples, serving
 
     configure_logging()
@@ -154,7 +154,7 @@ async def run_request(args: argparse.Namespace) -> int:
 
     from events.catalog.governance import QuotaRequestSubmitted
     from events.catalog.types import ResourceKind
-    from events.publisher import Publisher, wall_clock_ms
+    from events.log.publisher import Publisher, wall_clock_ms
     from services.cli.people_cmd import EXIT_CODES
     from services.governance.commands import submit_request
     from services.governance.quota import RequestIdInUse, request_problem
@@ -203,7 +203,7 @@ async def run_request(args: argparse.Namespace) -> int:
 
 
 async def run_decide(args: argparse.Namespace) -> int:
-    from events.publisher import Publisher
+    from events.log.publisher import Publisher
     from services.cli.people_cmd import EXIT_CODES
     from services.governance.commands import decide_request
     from services.governance.quota import AlreadyDecided, DecisionError, RequestNotFound
@@ -274,7 +274,7 @@ def request_rows(state: GovState) -> list[dict[str, Any]]:
 
 
 async def run_list(args: argparse.Namespace) -> int:
-    from events.envelope import format_time
+    from events.wire.envelope import format_time
     from services.governance.commands import governance_state
 
     event_log = await _open(args.log)
@@ -311,7 +311,7 @@ async def run_list(args: argparse.Namespace) -> int:
 
 
 async def run_findings(args: argparse.Namespace) -> int:
-    from events.envelope import format_time
+    from events.wire.envelope import format_time
     from services.governance.report import finding_rows
 
     event_log = await _open(args.log)

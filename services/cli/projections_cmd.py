@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from services.runtime.signals import stop_on_signals
+from events.plumbing.signals import stop_on_signals
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -51,8 +51,8 @@ async def run_inprocess(args: argparse.Namespace) -> int:
 
     import asyncpg
 
-    from services.runtime.collector import tune_for_service
-    from services.runtime.logs import configure as configure_logging
+    from events.plumbing.collector import tune_for_service
+    from events.plumbing.logs import configure as configure_logging
 
     configure_logging()
     tune_for_service()
@@ -86,11 +86,11 @@ async def run_rebuild(args: argparse.Namespace) -> int:
     import asyncpg
 
     from events.log import open_log
+    from events.plumbing.collector import tune_for_service
     from projections import readmodels
     from projections.runner import ProjectionRunner
     from services.cli.main import CliError
     from services.config import log_url, postgres_dsn
-    from services.runtime.collector import tune_for_service
 
     if args.into == args.schema:
         raise CliError("--into must differ from --schema: the rebuild drops its target first", 2)
@@ -169,11 +169,11 @@ def _register_worker(commands: argparse._SubParsersAction) -> None:  # type: ign
 def run_worker(args: argparse.Namespace) -> int:
     import faust
 
+    from events.plumbing.collector import tune_for_service
     from projections.faust_app import build_app
     from projections.faust_config import WorkerConfig
     from services.cli.main import CliError
     from services.config import log_url, postgres_dsn
-    from services.runtime.collector import tune_for_service
 
     url = log_url(args.log)
     if not url.startswith("kafka://"):

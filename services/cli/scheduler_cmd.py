@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from services.runtime.collector import tune_for_service
-from services.runtime.logs import configure as configure_logging
-from services.runtime.signals import stop_on_signals
+from events.plumbing.collector import tune_for_service
+from events.plumbing.logs import configure as configure_logging
+from events.plumbing.signals import stop_on_signals
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -19,8 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 async def run(args: argparse.Namespace) -> int:
+    from events.catalog.topics import TOPICS
     from events.log import open_log
-    from events.topics import TOPICS
     from services.config import log_url
     from services.runtime.metrics import Lag, scheduler_samples, serving
     from services.scheduler.host import SchedulerHost

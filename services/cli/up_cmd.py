@@ -6,9 +6,9 @@ import argparse
 import logging
 from pathlib import Path
 
+from events.plumbing.collector import tune_for_service
+from events.plumbing.logs import configure as configure_logging
 from services.cli.args import positive_float, positive_int
-from services.runtime.collector import tune_for_service
-from services.runtime.logs import configure as configure_logging
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

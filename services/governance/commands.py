@@ -8,14 +8,14 @@ when an approved grant starts and when it expires.
 
 from __future__ import annotations
 
+from events.catalog.errors import EventError
 from events.catalog.governance import QuotaRequestApproved, QuotaRequestRejected, QuotaRequestSubmitted
-from events.codec import decode
-from events.envelope import Envelope
-from events.errors import EventError
+from events.catalog.topics import GOVERNANCE
 from events.log.contract import EventLog, TopicPartition
+from events.log.publisher import Publisher
 from events.log.reading import read_to_end
-from events.publisher import Publisher
-from events.topics import GOVERNANCE
+from events.wire.codec import decode
+from events.wire.envelope import Envelope
 from services.governance.quota import RequestIdInUse, RequestNotFound, decide, same_request
 from services.governance.state import GovState, Request
 

@@ -30,7 +30,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from events.envelope import format_time
+from events.wire.envelope import format_time
 
 HOUR_MS = 3_600_000
 #: Ends of a run that interrupt the work (not the job's own success or failure of its code).

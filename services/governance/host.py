@@ -14,7 +14,7 @@ Recipe of one step:
 
 A restarted host re-reads the log from the start, so it never repeats an action it published.
 
-An outage of the log does not end ``run``: the step is tried again with backoff (``events.outage``),
+An outage of the log does not end ``run``: the step is tried again with backoff (``events.plumbing.outage``),
 on a fresh reader, and on a fresh producer if the append failed (its transaction aborted, or committed
 without our knowing: the next step folds what was committed first, so nothing is published twice).
 """
@@ -27,15 +27,15 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from events.catalog.errors import EventError
 from events.catalog.governance import GovernanceClockTicked
-from events.codec import decode
-from events.envelope import Envelope
-from events.errors import EventError
+from events.catalog.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS
 from events.log.contract import EventLog, LogProducer, LogReader, ProducerFenced, TopicPartition
+from events.log.publisher import to_record, wall_clock_ms
 from events.log.reading import EndWatch, read_to_end
-from events.outage import Outage, transient
-from events.publisher import to_record, wall_clock_ms
-from events.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS
+from events.plumbing.outage import Outage, transient
+from events.wire.codec import decode
+from events.wire.envelope import Envelope
 from services.governance.config import GovConfig
 from services.governance.rules import evaluate
 from services.governance.state import SOURCE, GovState, Output

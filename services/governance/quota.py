@@ -23,7 +23,7 @@ from events.catalog.governance import (
     QuotaSet,
 )
 from events.catalog.types import QueueId, QuotaRequestId, ResourceKind, TenantId
-from events.envelope import format_time
+from events.wire.envelope import format_time
 from services.governance.config import GovConfig
 from services.governance.state import GovState, Output, Request
 

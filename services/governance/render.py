@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from events.envelope import format_time
+from events.wire.envelope import format_time
 from services.governance.figures import Report
 
 if TYPE_CHECKING:

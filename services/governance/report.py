@@ -13,12 +13,12 @@ from typing import Any
 
 import asyncpg
 
+from events.catalog.errors import EventError
 from events.catalog.governance import GovernanceFinding
-from events.codec import decode
-from events.errors import EventError
+from events.catalog.topics import GOVERNANCE
 from events.log.contract import EventLog, TopicPartition
 from events.log.reading import read_to_end
-from events.topics import GOVERNANCE
+from events.wire.codec import decode
 from services.governance.figures import FindingRow, HeldRow, JobRow, QuotaRow, Report, UsageRow, build
 
 SCHEMA = "fedsched_rm"

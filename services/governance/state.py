@@ -34,7 +34,7 @@ from events.catalog.jobs import (
     JobSubmitted,
     JobSucceeded,
 )
-from events.envelope import Envelope
+from events.wire.envelope import Envelope
 from services.governance.failures import Entry, FailureIndex
 
 SOURCE = "urn:fedsched:governance"

@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING
 
 from events.catalog.decisions import JobPlaced
 from events.catalog.inventory import ClusterKind, ClusterRegistered, GpuDevice, NodeObserved
+from events.catalog.topics import DECISIONS, TOPICS
 from events.catalog.types import ClusterId, NodeId
-from events.codec import decode
 from events.log import EventLog, TopicPartition, open_log
-from events.publisher import Publisher
-from events.tasks import cancel_and_wait
-from events.topics import DECISIONS, TOPICS
+from events.log.publisher import Publisher
+from events.plumbing.tasks import cancel_and_wait
+from events.wire.codec import decode
 
 if TYPE_CHECKING:
     from services.api.client import Client
@@ -57,10 +57,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 async def run(args: argparse.Namespace) -> int:
+    from events.plumbing.collector import tune_for_service
     from services.api.auth import AuthConfig, issue_token
     from services.api.client import CallError, Client, ClientConfig
     from services.api.pb import jobs_pb2
-    from services.runtime.collector import tune_for_service
 
     tune_for_service()  # a collector pause here would count as placement latency
 

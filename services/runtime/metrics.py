@@ -4,7 +4,7 @@ Called by composition roots (``fedsched up``, ``fedsched scheduler``...). A tiny
 two paths: ``/healthz`` (200 when every registered check passes, 503 naming the failing ones) and
 ``/metrics`` (Prometheus text exposition 0.0.4). Sources are callables polled at scrape time, so the
 services keep plain counters and pay nothing between scrapes. Besides its own checks, ``/healthz``
-fails naming every dependency a loop of this process is waiting for (``events.outage``): a process that
+fails naming every dependency a loop of this process is waiting for (``events.plumbing.outage``): a process that
 rides out an outage of the log or the database says so while it waits.
 """
 
@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from services.governance.host import GovernanceHost
     from services.scheduler.host import SchedulerHost
 
-from events.outage import unreachable_now
-from events.tasks import cancel_and_wait
+from events.plumbing.outage import unreachable_now
+from events.plumbing.tasks import cancel_and_wait
 
 log = logging.getLogger("fedsched.metrics")
 

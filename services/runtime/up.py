@@ -28,10 +28,10 @@ import asyncpg
 
 from connectors.sim.clock import SimClock
 from events.audit.archive import AuditArchiver
+from events.catalog.topics import TOPICS
 from events.log.postgres import PostgresEventLog
-from events.publisher import wall_clock_ms
-from events.tasks import cancel_and_wait
-from events.topics import TOPICS
+from events.log.publisher import wall_clock_ms
+from events.plumbing.tasks import cancel_and_wait
 from projections.runner import ProjectionRunner
 from services.governance.config import GovConfig
 from services.governance.host import GovernanceHost

@@ -31,8 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from events.catalog.decisions import JobPlaced
-from events.codec import decode
-from events.errors import EventError
+from events.catalog.errors import EventError
+from events.catalog.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS, PROFILES
 from events.log.contract import (
     Appended,
     EventLog,
@@ -45,10 +45,10 @@ from events.log.contract import (
     ProducerFenced,
     TopicPartition,
 )
+from events.log.publisher import to_record, wall_clock_ms
 from events.log.reading import read_to_end
-from events.outage import Outage, transient
-from events.publisher import to_record, wall_clock_ms
-from events.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS, PROFILES
+from events.plumbing.outage import Outage, transient
+from events.wire.codec import decode
 from services.scheduler.outputs import SOURCE, cycle_record, decision_events
 from services.scheduler.policy import CycleMemo, schedule
 from services.scheduler.state import SchedulerState

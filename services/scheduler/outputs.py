@@ -28,8 +28,8 @@ from events.catalog.decisions import (
 from events.catalog.jobs import JobCancelled
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import ClusterId, CycleId, JobId, ResourceKind
-from events.codec import encode
-from events.envelope import Envelope
+from events.wire.codec import encode
+from events.wire.envelope import Envelope
 from services.scheduler.policy import decisions as core
 from services.scheduler.state import SchedulerState, event_node
 

@@ -60,7 +60,7 @@ from events.catalog.jobs import (
 )
 from events.catalog.profiles import ResourceProfileUpdated
 from events.catalog.types import ClusterId, JobId, NodeId, ResourceKind, TenantId
-from events.envelope import Envelope
+from events.wire.envelope import Envelope
 from services.scheduler.policy import model as m
 from services.scheduler.policy.usage import UsageLedger, history_of
 

@@ -12,8 +12,8 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
+from events.catalog.topics import TopicSpec
 from events.log.contract import Appended, EventLog, GroupOffsets, LogRecord, OutRecord, TopicPartition
-from events.topics import TopicSpec
 
 
 class PrefixedLog:

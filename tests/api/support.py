@@ -15,11 +15,11 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from events.catalog.base import Event
-from events.codec import decode
-from events.envelope import Envelope
-from events.errors import EventError
+from events.catalog.errors import EventError
 from events.log.contract import EventLog, LogRecord, TopicPartition
-from events.publisher import to_record
+from events.log.publisher import to_record
+from events.wire.codec import decode
+from events.wire.envelope import Envelope
 from services.api.auth import AuthConfig
 from services.api.pb import jobs_pb2
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from events.catalog.topics import TOPICS
 from events.log import open_log
-from events.topics import TOPICS
 from services.cli.main import main
 from tests.cli import fedsched
 

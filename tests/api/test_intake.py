@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from events.deadletter import CODE, REASON
+from events.catalog.topics import DEAD_LETTERS, INTAKE, JOBS
 from events.log.contract import LogRecord, OutRecord
-from events.topics import DEAD_LETTERS, INTAKE, JOBS
+from events.log.deadletter import CODE, REASON
 from services.api.commands import job_id_for
 from services.api.intake import AUTH_HEADER, CANCEL, SUBMIT
 from tests.api.conftest import Stack

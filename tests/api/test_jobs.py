@@ -22,8 +22,8 @@ from events.catalog.decisions import (
 )
 from events.catalog.jobs import JobCancelled, JobStarted, JobSucceeded
 from events.catalog.reasons import ReasonCode
+from events.catalog.topics import JOBS, partition_for
 from events.catalog.types import ResourceKind
-from events.topics import JOBS, partition_for
 from services.api.client import CallError, Client, ClientConfig
 from services.api.commands import job_id_for
 from services.api.config import ApiConfig

@@ -8,8 +8,8 @@ import uuid
 import pytest
 
 from events.catalog.inventory import ClusterKind, ClusterRegistered, GpuDevice, NodeObserved
+from events.catalog.topics import GOVERNANCE
 from events.catalog.types import Health
-from events.topics import GOVERNANCE
 from services.api.client import CallError
 from services.api.pb import jobs_pb2, quota_pb2, resources_pb2
 from tests.api.conftest import Stack

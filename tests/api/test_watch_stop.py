@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
+from events.catalog.topics import JOBS
 from events.log import LogRecord, TopicPartition
-from events.topics import JOBS
 from services.api.watch import live
 from tests.stubborn import LosesFirstCancel
 

@@ -12,10 +12,10 @@ import pytest
 
 from events.catalog.decisions import CandidateScore, JobPlaced, ReplicaPlacement
 from events.catalog.jobs import JobStarted, JobSucceeded
-from events.codec import encode
-from events.envelope import Envelope
+from events.catalog.topics import DECISIONS, JOBS, partition_for
 from events.log.contract import LogRecord, TopicPartition
-from events.topics import DECISIONS, JOBS, partition_for
+from events.wire.codec import encode
+from events.wire.envelope import Envelope
 from services.api import watch, watch_tails
 from services.api.pb import jobs_pb2
 from services.api.watch_tails import WatchTails

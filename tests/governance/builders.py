@@ -15,7 +15,7 @@ from events.catalog.inventory import JobUsage, NodeRemoved, NodeUsageReported
 from events.catalog.jobs import JobFailed, JobKind, JobReclaimed, JobStarted, JobSubmitted
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import ClusterId, CycleId, JobId, NodeId, QuotaRequestId, ResourceKind, Resources, TenantId
-from events.envelope import Envelope
+from events.wire.envelope import Envelope
 from services.governance.config import GovConfig
 from services.governance.rules import evaluate
 from services.governance.state import GovState, Output

@@ -45,13 +45,13 @@ from events.catalog.jobs import (
     JobSubmitted,
     JobSucceeded,
 )
+from events.catalog.topics import TOPICS
 from events.catalog.types import QuotaRequestId, ResourceKind, Resources, TenantId
-from events.codec import decode
-from events.envelope import Envelope
 from events.log.contract import EventLog, TopicPartition
+from events.log.publisher import Publisher
 from events.log.reading import read_to_end
-from events.publisher import Publisher
-from events.topics import TOPICS
+from events.wire.codec import decode
+from events.wire.envelope import Envelope
 from projections.runner import ProjectionRunner
 from services.governance.config import MINUTE_MS, GovConfig, IdleRule, LeaseRule
 from services.runtime import up

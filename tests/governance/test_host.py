@@ -21,12 +21,12 @@ from events.catalog.governance import (
 )
 from events.catalog.jobs import JobFailed, JobStarted, JobSubmitted
 from events.catalog.reasons import ReasonCode
+from events.catalog.topics import GOVERNANCE, TOPICS, Cleanup, TopicSpec
 from events.catalog.types import ClusterId, CycleId, JobId, NodeId, QuotaRequestId, ResourceKind, Resources, TenantId
-from events.codec import decode
 from events.log import EventLog, TopicPartition
+from events.log.publisher import Publisher, to_record
 from events.log.reading import read_to_end
-from events.publisher import Publisher, to_record
-from events.topics import GOVERNANCE, TOPICS, Cleanup, TopicSpec
+from events.wire.codec import decode
 from services.governance.host import GovernanceHost
 from services.governance.quota import decide
 

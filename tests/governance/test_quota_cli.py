@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from events.envelope import format_time
+from events.catalog.topics import TOPICS
 from events.log import open_log
-from events.topics import TOPICS
+from events.wire.envelope import format_time
 from services.cli.main import build_parser, main
 from tests.cli import fedsched
 

@@ -7,11 +7,11 @@ import json
 import asyncpg
 import pytest
 
-from events import codec
 from events.catalog.jobs import JobStarted
-from events.envelope import Envelope
+from events.catalog.topics import JOBS, TOPICS
 from events.log import OutRecord, open_log
-from events.topics import JOBS, TOPICS
+from events.wire import codec
+from events.wire.envelope import Envelope
 from tests.cli import fedsched
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.postgres]

@@ -7,13 +7,13 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from events import codec
 from events.catalog.jobs import JobStarted
-from events.consumer import EventConsumer
-from events.deadletter import CODE, GROUP, REASON, SOURCE
-from events.envelope import Envelope
+from events.catalog.topics import DEAD_LETTERS, TOPICS
+from events.hosting.consumer import EventConsumer
 from events.log import EventLog, LogRecord, OutRecord, TopicPartition
-from events.topics import DEAD_LETTERS, TOPICS
+from events.log.deadletter import CODE, GROUP, REASON, SOURCE
+from events.wire import codec
+from events.wire.envelope import Envelope
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

@@ -14,9 +14,9 @@ import pytest
 import pytest_asyncio
 
 from events.audit.archive import AuditArchiver, verify_chain
+from events.catalog.topics import TOPICS, Cleanup, TopicSpec
 from events.log import OutRecord
 from events.log.postgres import PostgresEventLog
-from events.topics import TOPICS, Cleanup, TopicSpec
 from services.runtime.metrics import Metrics
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.postgres, pytest.mark.timeout(90)]

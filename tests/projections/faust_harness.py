@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from events.envelope import Envelope
 from events.log import EventLog, OutRecord
-from events.publisher import to_record
+from events.log.publisher import to_record
+from events.wire.envelope import Envelope
 from projections.faust_probe import WorkerProcess, lag, wait_members, wait_quiet
 
 __all__ = ["WorkerProcess", "append_causally", "lag", "wait_members", "wait_quiet"]

@@ -28,7 +28,7 @@ from events.catalog.inventory import (
 from events.catalog.jobs import JobFailed, JobStarted, JobSubmitted, JobSucceeded
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import Health, ResourceKind, Resources
-from events.envelope import Envelope
+from events.wire.envelope import Envelope
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 BASE_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z

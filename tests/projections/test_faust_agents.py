@@ -18,12 +18,12 @@ from faust.types import TP
 from faust.types.tuples import ConsumerMessage
 
 from events.catalog.jobs import JobSubmitted
+from events.catalog.topics import TOPICS
 from events.catalog.types import JobId, Resources, TenantId
-from events.deadletter import REASON
-from events.envelope import Envelope
 from events.log.contract import OutRecord
-from events.publisher import to_record
-from events.topics import TOPICS
+from events.log.deadletter import REASON
+from events.log.publisher import to_record
+from events.wire.envelope import Envelope
 from projections.core import Input, Position
 from projections.deltas import ShapeSeen
 from projections.faust_align import Aligner

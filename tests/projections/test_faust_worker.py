@@ -20,14 +20,14 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.structs import OffsetAndMetadata
 
-from events.codec import decode
-from events.deadletter import REASON
-from events.envelope import Envelope
+from events.catalog.topics import DEAD_LETTERS, PROFILES, QUOTA_USAGE, Cleanup, TopicSpec
 from events.log.contract import LogRecord, OutRecord, TopicPartition
+from events.log.deadletter import REASON
 from events.log.kafka import KafkaEventLog
+from events.log.publisher import to_record
 from events.log.reading import read_to_end
-from events.publisher import to_record
-from events.topics import DEAD_LETTERS, PROFILES, QUOTA_USAGE, Cleanup, TopicSpec
+from events.wire.codec import decode
+from events.wire.envelope import Envelope
 from projections import readmodels
 from projections.bench import synthetic
 from projections.faust_config import WorkerConfig

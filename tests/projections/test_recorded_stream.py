@@ -11,11 +11,11 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
-from events.deadletter import SOURCE
+from events.catalog.topics import DEAD_LETTERS, TOPICS, Cleanup, TopicSpec
 from events.log import EventLog, OutRecord, TopicPartition
+from events.log.deadletter import SOURCE
+from events.log.publisher import to_record
 from events.log.reading import read_to_end
-from events.publisher import to_record
-from events.topics import DEAD_LETTERS, TOPICS, Cleanup, TopicSpec
 from projections import readmodels
 from projections.runner import ProjectionRunner
 from tests.projections.recorded import FAILED_NODE, Expected, build

@@ -21,7 +21,7 @@ from events.catalog.governance import QuotaLine, QuotaSet
 from events.catalog.inventory import ClusterKind, ClusterRegistered, GpuDevice, GpuRate, NodeObserved, Taint
 from events.catalog.jobs import InferenceSpec, JobKind, JobStarted, JobSubmitted, PriorityClass
 from events.catalog.types import ResourceKind, Resources, TaintEffect
-from events.envelope import Envelope
+from events.wire.envelope import Envelope
 from services.scheduler.outputs import DECISION_ENGINE, cycle_record, decision_events, digest
 from services.scheduler.policy import schedule
 from services.scheduler.state import SchedulerState

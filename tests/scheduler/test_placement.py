@@ -20,7 +20,7 @@ from events.catalog.inventory import (
 )
 from events.catalog.jobs import InferenceSpec, JobKind, JobSubmitted, PriorityClass, Toleration
 from events.catalog.types import Resources, TaintEffect
-from events.envelope import Envelope
+from events.wire.envelope import Envelope
 from services.scheduler.policy import (
     Demand,
     FleetState,

@@ -12,11 +12,11 @@ from aiokafka.errors import KafkaConnectionError
 from events.catalog.decisions import JobPlaced, JobQueued, SchedulingCycleCompleted
 from events.catalog.inventory import ClusterKind, ClusterRegistered
 from events.catalog.jobs import JobSucceeded
-from events.codec import decode
+from events.catalog.topics import TOPICS, Cleanup, TopicSpec
 from events.log import EventLog, TopicPartition
+from events.log.publisher import Publisher
 from events.log.reading import read_to_end
-from events.publisher import Publisher
-from events.topics import TOPICS, Cleanup, TopicSpec
+from events.wire.codec import decode
 from services.audit.verify import verify
 from services.scheduler.host import SchedulerHost
 from tests.unit.projections.builders import a_job, a_node, placed
@@ -49,7 +49,7 @@ class Renaming(Publisher):
         self._topics = topics
 
     async def send(self, *events) -> None:  # type: ignore[no-untyped-def]
-        from events.publisher import to_record
+        from events.log.publisher import to_record
 
         records = [to_record(self.envelope(e)) for e in events]
         assert self._producer is not None

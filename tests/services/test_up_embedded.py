@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from events.envelope import format_time
+from events.wire.envelope import format_time
 from services.api.client import Client, ClientConfig
 from services.api.pb import jobs_pb2
 from services.audit.verify import verify

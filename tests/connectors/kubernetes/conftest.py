@@ -9,9 +9,9 @@ import pytest_asyncio
 
 from connectors.kubernetes import KubeApi
 from connectors.kubernetes.throttle import RateLimiter
+from events.catalog.topics import INVENTORY, JOBS, TOPICS
 from events.log import EventLog, TopicPartition
-from events.publisher import Publisher
-from events.topics import INVENTORY, JOBS, TOPICS
+from events.log.publisher import Publisher
 
 from .support import Kube, Running, Tap
 

@@ -23,11 +23,11 @@ from connectors.kubernetes import ConnectorConfig, KubeApi, KubeError, Kubernete
 from connectors.kubernetes.kubeapi import MERGE_PATCH
 from connectors.kubernetes.throttle import RateLimiter
 from events.catalog.base import Event
-from events.codec import decode
-from events.envelope import Envelope
-from events.errors import EventError
+from events.catalog.errors import EventError
 from events.log import EventLog, LogReader, TopicPartition
-from events.tasks import cancel_and_wait
+from events.plumbing.tasks import cancel_and_wait
+from events.wire.codec import decode
+from events.wire.envelope import Envelope
 
 Obj = dict[str, Any]
 _counter = itertools.count()

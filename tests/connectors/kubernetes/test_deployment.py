@@ -16,7 +16,7 @@ from events.catalog.decisions import JobPreemptionRequested
 from events.catalog.inventory import ClusterRegistered, NodeObserved
 from events.catalog.jobs import JobPreempted, JobStarted
 from events.catalog.types import ClusterId, CycleId, JobId
-from events.publisher import Publisher
+from events.log.publisher import Publisher
 
 from .builders import a_job, a_node, a_placement, container_status, pod_status, running
 from .support import Kube, Running, Tap, config, delete_nodes, unique, wait_until

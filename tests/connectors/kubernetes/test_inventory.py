@@ -24,7 +24,7 @@ from events.catalog.inventory import (
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import ClusterId, Health
 from events.log import EventLog
-from events.publisher import Publisher
+from events.log.publisher import Publisher
 
 from .builders import a_node
 from .support import Kube, Running, Tap, config, delete_nodes, unique, wait_until

@@ -26,7 +26,7 @@ from events.catalog.jobs import (
 )
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import ClusterId, CycleId, JobId
-from events.publisher import Publisher
+from events.log.publisher import Publisher
 
 from .builders import a_job, a_node, a_placement, container_status, pod_status, running, terminated
 from .support import Kube, Obj, Running, Tap, config, delete_nodes, unique, wait_until

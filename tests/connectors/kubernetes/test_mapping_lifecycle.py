@@ -11,7 +11,7 @@ from connectors.kubernetes.lifecycle import Outcome, ReplicaState, Transition
 from events.catalog.jobs import JobCancelled, JobFailed, JobStarted
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import ClusterId, JobId
-from events.envelope import parse_time
+from events.wire.envelope import parse_time
 
 from .builders import (
     a_job,

@@ -20,7 +20,7 @@ from connectors.kubernetes.kubeapi import resource_of
 from events.catalog.inventory import ClusterStatus, ClusterStatusChanged, NodeObserved
 from events.catalog.jobs import JobFailed, JobStarted
 from events.catalog.reasons import ReasonCode
-from events.publisher import Publisher
+from events.log.publisher import Publisher
 
 from .builders import a_job, a_node, a_placement, container_status, pod_status, running
 from .support import Kube, Running, Tap, config, delete_nodes, unique, wait_until

@@ -12,9 +12,9 @@ from connectors.kubernetes import KubernetesConnector, names
 from events.catalog.decisions import JobPreemptionRequested
 from events.catalog.inventory import ClusterStatus, ClusterStatusChanged, NodeObserved
 from events.catalog.jobs import JobPreempted, JobStarted, JobSucceeded
+from events.catalog.topics import JOBS
 from events.catalog.types import ClusterId, CycleId, JobId
-from events.publisher import Publisher
-from events.topics import JOBS
+from events.log.publisher import Publisher
 
 from .builders import a_job, a_node, a_placement, container_status, pod_status, running, terminated
 from .support import Kube, Proxy, Running, Tap, config, delete_nodes, kubeconfig_via, unique, wait_until

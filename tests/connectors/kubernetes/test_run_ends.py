@@ -15,7 +15,7 @@ from connectors.kubernetes import names
 from events.catalog.jobs import JobFailed, JobStarted
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import ClusterId, JobId
-from events.publisher import Publisher
+from events.log.publisher import Publisher
 
 from .builders import a_job, a_node, a_placement, container_status, pod_status, running
 from .support import Kube, Obj, Running, Tap, config, delete_nodes, unique, wait_until

@@ -21,7 +21,7 @@ from events.catalog.decisions import (
 from events.catalog.inventory import Taint
 from events.catalog.jobs import JobCancelRequested, JobKind, JobSubmitted, Toleration
 from events.catalog.types import ClusterId, JobId, NodeId, Resources, TaintEffect, TenantId
-from events.envelope import Envelope
+from events.wire.envelope import Envelope
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "traces"
 T0 = 1_767_225_600_000

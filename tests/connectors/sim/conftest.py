@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest_asyncio
 
+from events.catalog.topics import TOPICS
 from events.log import EventLog
-from events.topics import TOPICS
 
 
 @pytest_asyncio.fixture(loop_scope="session", scope="session")

@@ -11,12 +11,12 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from events.catalog.base import Event
-from events.codec import decode
-from events.envelope import Envelope
-from events.errors import EventError
+from events.catalog.errors import EventError
+from events.catalog.topics import INVENTORY, JOBS
 from events.log import EventLog, LogReader, TopicPartition
-from events.publisher import Publisher
-from events.topics import INVENTORY, JOBS
+from events.log.publisher import Publisher
+from events.wire.codec import decode
+from events.wire.envelope import Envelope
 
 E = TypeVar("E", bound=Event)
 

@@ -22,8 +22,8 @@ from events.catalog.inventory import (
 from events.catalog.jobs import JobCancelled, JobFailed, JobPreempted, JobReclaimed, JobStarted, JobSucceeded
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import ClusterId
-from events.envelope import Envelope
 from events.log import EventLog
+from events.wire.envelope import Envelope
 
 from .builders import FIXTURES, a_job, a_node, a_placement, cancel_request, preemption_request, reclaim_request
 from .logtools import Client, Tail, drain, unique

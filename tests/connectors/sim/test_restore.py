@@ -13,7 +13,7 @@ from events.catalog.inventory import GpuHealthReported, NodeObserved, NodeRemove
 from events.catalog.jobs import JobCancelled, JobFailed, JobPreempted, JobStarted, JobSucceeded
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import ClusterId
-from events.codec import encode
+from events.wire.codec import encode
 
 from .builders import (
     SOURCE,

@@ -7,7 +7,7 @@ import pytest
 
 from events.catalog.governance import QuotaLine, QuotaSet
 from events.catalog.types import QueueId, ResourceKind, TenantId
-from events.envelope import Envelope
+from events.wire.envelope import Envelope
 from services.audit import queries
 from services.cli.main import main
 from services.scheduler.state import SchedulerState

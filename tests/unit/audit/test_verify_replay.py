@@ -13,14 +13,14 @@ from collections import defaultdict
 import pytest
 
 from events.catalog.decisions import JobPlaced, SchedulingCycleCompleted
+from events.catalog.errors import EventError
 from events.catalog.governance import PolicyConfigured
 from events.catalog.inventory import ClusterKind, ClusterRegistered
 from events.catalog.jobs import JobCancelRequested, JobSucceeded
-from events.codec import decode, encode
-from events.envelope import Envelope
-from events.errors import EventError
 from events.log.contract import TopicPartition
 from events.log.memory import MemoryLog
+from events.wire.codec import decode, encode
+from events.wire.envelope import Envelope
 from services.audit import verify as verify_module
 from services.audit.verify import Difference, VerifyReport, load, verify
 from services.scheduler.host import INPUT_TOPICS

@@ -16,7 +16,7 @@ from events.catalog.jobs import (
     PriorityClass,
 )
 from events.catalog.types import ClusterId, CycleId, JobId, NodeId, Resources, TenantId
-from events.envelope import Envelope
+from events.wire.envelope import Envelope
 from services.audit.whatif import History, Outcome, history_of, simulate
 from services.scheduler.policy import PolicyConfig
 from services.scheduler.state import SchedulerState

@@ -23,8 +23,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from events import codec
 from events.catalog import REGISTRY, Event
+from events.wire import codec
 
 from .catalog_samples import envelope_for, samples
 

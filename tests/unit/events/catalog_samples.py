@@ -91,7 +91,7 @@ from events.catalog.types import (
     TaintEffect,
     TenantId,
 )
-from events.envelope import Envelope
+from events.wire.envelope import Envelope
 
 T0 = 1_764_680_400_000  # 2025-12-02T13:00:00.000Z
 HOUR = 3_600_000

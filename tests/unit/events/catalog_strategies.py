@@ -31,7 +31,7 @@ from events.catalog.governance import QuotaLine, QuotaRequestApproved, QuotaRequ
 from events.catalog.jobs import JobKind, JobSubmitted
 from events.catalog.legacy import JobPlacedV1
 from events.catalog.types import MAX_SAFE_INT, JsonLimits, ResourceKind, Resources, Unique
-from events.envelope import Envelope
+from events.wire.envelope import Envelope
 
 SIZE_CAP = 3
 TEXT_CAP = 24

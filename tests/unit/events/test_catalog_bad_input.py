@@ -11,13 +11,13 @@ import json
 import pytest
 from pydantic import JsonValue
 
-from events import codec
 from events.catalog import REGISTRY
+from events.catalog.errors import EventError, InvalidEvent, MalformedRecord, UnknownEventType, UnsupportedSchemaVersion
 from events.catalog.inventory import GpuHealthReported, NodeObserved
 from events.catalog.jobs import JobStarted, JobSubmitted
 from events.catalog.reasons import ReasonCode
-from events.envelope import Envelope
-from events.errors import EventError, InvalidEvent, MalformedRecord, UnknownEventType, UnsupportedSchemaVersion
+from events.wire import codec
+from events.wire.envelope import Envelope
 
 from .catalog_samples import broken, envelope_for, payload, sample
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import pytest
 
-from events import codec
 from events.catalog import REGISTRY, Event
 from events.catalog.inventory import GpuHealthReported, GpuHealthSample
 from events.catalog.types import ClusterId, Health, NodeId
+from events.wire import codec
 
 from .catalog_golden import GOLDEN_DIR, body_path, headers_path, read, wire_files, wire_headers
 from .catalog_samples import envelope_for

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from events import codec
 from events.catalog import REGISTRY
 from events.catalog.inventory import GpuHealthReported
 from events.catalog.legacy import GpuHealthReportedV1
-from events.envelope import Envelope
+from events.wire import codec
+from events.wire.envelope import Envelope
 
 from .catalog_strategies import envelopes, events_of
 
@@ -62,6 +62,6 @@ def test_a_v1_gpu_health_record_decodes_as_v2_with_its_count_as_xid_errors(envel
 @settings(max_examples=50, deadline=None)
 @given(st.integers(0, 253_402_300_799_999))
 def test_envelope_time_survives_rfc3339_to_the_millisecond(time_ms: int) -> None:
-    from events.envelope import format_time, parse_time
+    from events.wire.envelope import format_time, parse_time
 
     assert parse_time(format_time(time_ms)) == time_ms

@@ -22,11 +22,11 @@ import events.catalog
 from events.catalog import REGISTRY, Event
 from events.catalog.base import Event as BaseEvent
 from events.catalog.decisions import SchedulingCycleCompleted
+from events.catalog.errors import UnknownEventType, UnsupportedSchemaVersion
 from events.catalog.inventory import ClusterRegistered, NodeObserved
 from events.catalog.profiles import ResourceProfileUpdated
 from events.catalog.reasons import DESCRIPTIONS, ReasonCode
 from events.catalog.registry import EventRegistry
-from events.errors import UnknownEventType, UnsupportedSchemaVersion
 
 from .catalog_samples import sample
 from .catalog_strategies import fixup_for, limits_of, unwrap

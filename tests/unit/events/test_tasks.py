@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from events.tasks import cancel_and_wait
+from events.plumbing.tasks import cancel_and_wait
 
 
 def test_a_task_that_swallows_a_cancellation_is_cancelled_again_until_it_ends() -> None:

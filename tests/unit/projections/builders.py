@@ -11,7 +11,7 @@ from events.catalog.decisions import CandidateScore, JobPlaced, ReplicaPlacement
 from events.catalog.inventory import GpuDevice, NodeObserved
 from events.catalog.jobs import JobSubmitted
 from events.catalog.types import Resources
-from events.envelope import Envelope
+from events.wire.envelope import Envelope
 from projections.core import Output, Position
 from projections.topology import MemoryStore, Processed, Topology
 

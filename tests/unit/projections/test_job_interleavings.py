@@ -41,9 +41,9 @@ from events.catalog.jobs import (
     JobSucceeded,
 )
 from events.catalog.reasons import ReasonCode
+from events.catalog.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS
 from events.catalog.types import ResourceKind, Resources
-from events.envelope import Envelope
-from events.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS
+from events.wire.envelope import Envelope
 from projections.core import Applied, Output, Position
 from projections.rows import TABLES
 from projections.topology import MemoryStore, Processed, Topology

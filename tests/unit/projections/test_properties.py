@@ -13,7 +13,7 @@ from events.catalog.base import Event
 from events.catalog.inventory import NodeRemoved
 from events.catalog.jobs import JobCancelled, JobFailed, JobStarted, JobSucceeded
 from events.catalog.reasons import ReasonCode
-from events.envelope import Envelope
+from events.wire.envelope import Envelope
 from projections.core import Batch, Input, Output, Position
 from projections.nodes import NodeStage
 from projections.rows import TABLES

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from services.runtime.logs import RetryWarnings
+from events.plumbing.logs import RetryWarnings
 from services.runtime.metrics import latency_quantiles
 
 

@@ -50,7 +50,7 @@ async def test_metrics_are_exposed_in_prometheus_text_and_health_names_what_fail
 async def test_the_scheduler_reports_queue_depth_per_class_and_where_its_last_cycle_went() -> None:
     from types import SimpleNamespace
 
-    from events.envelope import Envelope
+    from events.wire.envelope import Envelope
     from services.runtime.metrics import scheduler_samples
     from services.scheduler.host import Metrics as SchedulerMetrics
     from services.scheduler.state import SchedulerState

@@ -1,4 +1,4 @@
-"""Riding out an outage (``events.outage``): backoff, one warning per streak, the health it reports, and
+"""Riding out an outage (``events.plumbing.outage``): backoff, one warning per streak, the health it reports, and
 the loops that use it (governance, archiver, read-model sink) on fakes that fail N times then work."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from aiokafka.errors import KafkaTimeoutError
 
 from events.audit.archive import AuditArchiver
 from events.log.contract import LogRecord, ProducerFenced, TopicPartition
-from events.outage import Outage, Unreachable, reaching, transient, unreachable_now
+from events.plumbing.health import DependencyProbe
+from events.plumbing.outage import Outage, Unreachable, reaching, transient, unreachable_now
 from projections.faust_sink import Sink
 from services.governance.host import GovernanceHost
-from services.runtime.health import DependencyProbe
 from services.runtime.metrics import Metrics
 
 pytestmark = [pytest.mark.timeout(30)]

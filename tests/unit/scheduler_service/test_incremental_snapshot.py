@@ -27,7 +27,7 @@ from events.catalog.inventory import (
 from events.catalog.jobs import JobCancelRequested, JobFailed, JobPreempted, JobSucceeded
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import Health, ResourceKind
-from events.envelope import Envelope
+from events.wire.envelope import Envelope
 from services.scheduler.policy import CycleMemo, schedule
 from services.scheduler.policy import model as m
 from services.scheduler.policy.usage import history_of

@@ -7,7 +7,7 @@ from events.catalog.governance import FindingKind, GovernanceFinding
 from events.catalog.inventory import ClusterKind, ClusterRegistered
 from events.catalog.jobs import JobPreempted, PriorityClass
 from events.catalog.reasons import ReasonCode
-from events.envelope import Envelope
+from events.wire.envelope import Envelope
 from services.scheduler.outputs import decision_events
 from services.scheduler.policy import Place, schedule
 from services.scheduler.state import SUSPECT_FOR_MS, SchedulerState

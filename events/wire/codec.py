@@ -16,11 +16,11 @@ from pydantic import ValidationError
 
 from events import catalog
 from events.catalog.base import Event
+from events.catalog.errors import EventError, InvalidEvent, MalformedRecord, UnsupportedSchemaVersion
 from events.catalog.registry import REGISTRY
+from events.catalog.topics import topic
 from events.catalog.upcasters import upcast
-from events.envelope import CONTENT_TYPE, SPEC_VERSION, Envelope, format_time, parse_time
-from events.errors import EventError, InvalidEvent, MalformedRecord, UnsupportedSchemaVersion
-from events.topics import topic
+from events.wire.envelope import CONTENT_TYPE, SPEC_VERSION, Envelope, format_time, parse_time
 
 Headers = tuple[tuple[str, bytes], ...]
 

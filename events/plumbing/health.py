@@ -3,7 +3,7 @@
 Called by the API (``services.api.server``): its calls answer UNAVAILABLE while the event log or the
 database is away, and ``/healthz`` must say so too. A probe per health request would put a query on
 the database for every load balancer's poll, so the checks run here every ``every_s`` (one round trip
-each, bounded by ``timeout_s``) and ``/healthz`` reads the last answer through ``events.outage``.
+each, bounded by ``timeout_s``) and ``/healthz`` reads the last answer through ``events.plumbing.outage``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
-from events.outage import watch
-from events.tasks import cancel_and_wait
+from events.plumbing.outage import watch
+from events.plumbing.tasks import cancel_and_wait
 
 log = logging.getLogger("fedsched.health")
 

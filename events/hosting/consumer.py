@@ -13,11 +13,11 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from events.codec import decode
-from events.deadletter import dead_letter
-from events.envelope import Envelope
-from events.errors import EventError
+from events.catalog.errors import EventError
 from events.log.contract import EventLog, GroupConsumer, GroupOffsets, LogProducer, LogRecord, TopicPartition
+from events.log.deadletter import dead_letter
+from events.wire.codec import decode
+from events.wire.envelope import Envelope
 
 log = logging.getLogger("fedsched.consumer")
 

@@ -29,7 +29,7 @@ from typing import Protocol
 import asyncpg
 from aiokafka.errors import KafkaError
 
-from events.backoff import Backoff
+from events.plumbing.backoff import Backoff
 
 log = logging.getLogger("fedsched.outage")
 

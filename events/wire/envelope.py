@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from events.catalog.base import Event
-from events.errors import InvalidEvent
+from events.catalog.errors import InvalidEvent
 
 SPEC_VERSION = "1.0"
 CONTENT_TYPE = "application/json"

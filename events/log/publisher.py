@@ -12,9 +12,9 @@ import uuid
 from collections.abc import Callable, Sequence
 
 from events.catalog.base import Event
-from events.codec import encode
-from events.envelope import Envelope
 from events.log.contract import Appended, EventLog, GroupOffsets, LogProducer, OutRecord
+from events.wire.codec import encode
+from events.wire.envelope import Envelope
 
 Clock = Callable[[], int]
 IdSource = Callable[[], str]

@@ -15,9 +15,9 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 
+from events.catalog.topics import Cleanup, TopicSpec
 from events.log.contract import EventLog, OutRecord, TopicPartition
 from events.log.reading import read_to_end
-from events.topics import Cleanup, TopicSpec
 
 _PARTITIONS = 3
 

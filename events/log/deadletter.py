@@ -1,15 +1,15 @@
 """Dead letters: a record that could not be read, kept whole with the reason, so nothing is lost.
 
-Called by ``events.consumer`` when decoding fails. Pure. The dead-letter record keeps the original
+Called by ``events.hosting.consumer`` when decoding fails. Pure. The dead-letter record keeps the original
 value and headers byte for byte (so it can be replayed after a fix) and adds ``fedsched_dlq_*``
 headers: the reason (naming the field), its code, the source position and the consumer group.
 """
 
 from __future__ import annotations
 
-from events.errors import EventError
+from events.catalog.errors import EventError
+from events.catalog.topics import DEAD_LETTERS
 from events.log.contract import LogRecord, OutRecord
-from events.topics import DEAD_LETTERS
 
 REASON = "fedsched_dlq_reason"
 CODE = "fedsched_dlq_code"

@@ -1,7 +1,7 @@
 """Capped exponential backoff with jitter, reset after a success.
 
 Called by every loop that retries: the Kubernetes connector's reflector and executor, and the loops
-that ride out an outage of the log or the database (``events.outage``).
+that ride out an outage of the log or the database (``events.plumbing.outage``).
 """
 
 from __future__ import annotations
