@@ -30,7 +30,7 @@ from events.log import EventLog, LogReader, TopicPartition, open_log
 from events.log.publisher import Publisher
 from events.plumbing.health import DependencyProbe
 from events.plumbing.tasks import cancel_and_wait
-from projections import readmodels
+from projections.readmodel import writer as readmodels
 from services.api.audit import AuditService
 from services.api.auth import AuthInterceptor
 from services.api.commands import JobCommands, QuotaCommands

@@ -191,7 +191,7 @@ async def run_intake(args: argparse.Namespace) -> int:
     from events.catalog.topics import TOPICS
     from events.log import open_log
     from events.log.publisher import Publisher
-    from projections import readmodels
+    from projections.readmodel import writer as readmodels
     from services.api.commands import JobCommands
     from services.api.intake import Intake
     from services.api.queries import ReadModels

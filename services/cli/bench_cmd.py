@@ -13,7 +13,7 @@ BENCH_MODULES = (
     "services.scheduler.bench",
     "services.audit.bench",
     "services.runtime.bench_e2e",
-    "projections.bench",
+    "projections.bench.throughput",
 )
 
 

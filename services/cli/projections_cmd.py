@@ -1,6 +1,6 @@
 """Sub-commands: ``fedsched projections ...``, the hosts of the projections.
 
-``worker`` runs one faust-streaming worker of the distributed host (``projections.faust_app``);
+``worker`` runs one faust-streaming worker of the distributed host (``projections.faust.app``);
 start several and they share the partitions. Each sub-command is one ``_register_<name>`` function
 added in ``register``, with its handler beside it; heavy imports stay inside the handlers so
 ``fedsched --help`` stays fast.
@@ -58,7 +58,7 @@ async def run_inprocess(args: argparse.Namespace) -> int:
     tune_for_service()
 
     from events.log import open_log
-    from projections.runner import ProjectionRunner
+    from projections.inprocess.runner import ProjectionRunner
     from services.config import log_url, postgres_dsn
     from services.runtime.metrics import Lag, projections_samples, serving
 
@@ -87,8 +87,8 @@ async def run_rebuild(args: argparse.Namespace) -> int:
 
     from events.log import open_log
     from events.plumbing.collector import tune_for_service
-    from projections import readmodels
-    from projections.runner import ProjectionRunner
+    from projections.inprocess.runner import ProjectionRunner
+    from projections.readmodel import writer as readmodels
     from services.cli.main import CliError
     from services.config import log_url, postgres_dsn
 
@@ -170,8 +170,8 @@ def run_worker(args: argparse.Namespace) -> int:
     import faust
 
     from events.plumbing.collector import tune_for_service
-    from projections.faust_app import build_app
-    from projections.faust_config import WorkerConfig
+    from projections.faust.app import build_app
+    from projections.faust.config import WorkerConfig
     from services.cli.main import CliError
     from services.config import log_url, postgres_dsn
 

@@ -80,7 +80,7 @@ async def held_rows(pool: asyncpg.Pool) -> list[HeldRow]:
     )
     return [
         HeldRow(
-            # Spelt as the usage buckets spell a missing tenant or model (projections.clusters.usage_key).
+            # Spelt as the usage buckets spell a missing tenant or model (projections.stages.clusters.usage_key).
             r["tenant"] or "unknown",
             r["project"] or "",
             r["cluster"] or "",

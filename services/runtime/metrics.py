@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from events.audit.archive import AuditArchiver
     from events.log.contract import EventLog, LogReader, TopicPartition
-    from projections.runner import ProjectionRunner
+    from projections.inprocess.runner import ProjectionRunner
     from services.governance.host import GovernanceHost
     from services.scheduler.host import SchedulerHost
 

@@ -32,7 +32,7 @@ from events.catalog.topics import TOPICS
 from events.log.postgres import PostgresEventLog
 from events.log.publisher import wall_clock_ms
 from events.plumbing.tasks import cancel_and_wait
-from projections.runner import ProjectionRunner
+from projections.inprocess.runner import ProjectionRunner
 from services.governance.config import GovConfig
 from services.governance.host import GovernanceHost
 from services.runtime import embedded_pg

@@ -25,7 +25,7 @@ import pytest
 import pytest_asyncio
 
 from events.log import EventLog
-from projections.runner import ProjectionRunner
+from projections.inprocess.runner import ProjectionRunner
 from services.api.client import Client, ClientConfig
 from services.api.config import ApiConfig
 from services.api.server import ApiServer, serve

@@ -16,7 +16,7 @@ import pytest_asyncio
 
 from events.catalog.jobs import JobCancelled
 from events.log import open_log
-from projections.runner import ProjectionRunner
+from projections.inprocess.runner import ProjectionRunner
 from tests.api.conftest import RunningApi, start_api, stop_api
 from tests.api.support import append
 from tests.api.test_jobs import queued

@@ -52,7 +52,7 @@ from events.log.publisher import Publisher
 from events.log.reading import read_to_end
 from events.wire.codec import decode
 from events.wire.envelope import Envelope
-from projections.runner import ProjectionRunner
+from projections.inprocess.runner import ProjectionRunner
 from services.governance.config import MINUTE_MS, GovConfig, IdleRule, LeaseRule
 from services.runtime import up
 

@@ -1,5 +1,5 @@
 """Test helpers for the faust projection host: worker processes and quiet detection (from
-``projections.faust_probe``), and appending a recorded stream the way live producers would."""
+``projections.bench.workers``), and appending a recorded stream the way live producers would."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from events.log import EventLog, OutRecord
 from events.log.publisher import to_record
 from events.wire.envelope import Envelope
-from projections.faust_probe import WorkerProcess, lag, wait_members, wait_quiet
+from projections.bench.workers import WorkerProcess, lag, wait_members, wait_quiet
 
 __all__ = ["WorkerProcess", "append_causally", "lag", "wait_members", "wait_quiet"]
 

@@ -24,17 +24,17 @@ from events.log.contract import OutRecord
 from events.log.deadletter import REASON
 from events.log.publisher import to_record
 from events.wire.envelope import Envelope
-from projections.core import Input, Position
-from projections.deltas import ShapeSeen
-from projections.faust_align import Aligner
-from projections.faust_app import build_app
-from projections.faust_config import WorkerConfig
-from projections.faust_fold import Record, fold
-from projections.faust_router import Router
-from projections.faust_source import SourceBuffer
-from projections.faust_wire import Item, delta_position, dumps, pack, partition_of, unpack
-from projections.shapes import ShapeStage
-from projections.topology import default_stages
+from projections.faust.align import Aligner
+from projections.faust.app import build_app
+from projections.faust.config import WorkerConfig
+from projections.faust.fold import Record, fold
+from projections.faust.router import Router
+from projections.faust.source import SourceBuffer
+from projections.faust.wire import Item, delta_position, dumps, pack, partition_of, unpack
+from projections.stages.core import Input, Position
+from projections.stages.deltas import ShapeSeen
+from projections.stages.shapes import ShapeStage
+from projections.stages.topology import default_stages
 
 CONFIG = WorkerConfig(broker="127.0.0.1:1", dsn="postgresql://unused", app_id="unit", topic_prefix="u", align=False)
 PARTITIONS = {stage.name: CONFIG.stage_partitions(stage.name) for stage in default_stages()}

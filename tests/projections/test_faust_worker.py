@@ -28,11 +28,11 @@ from events.log.publisher import to_record
 from events.log.reading import read_to_end
 from events.wire.codec import decode
 from events.wire.envelope import Envelope
-from projections import readmodels
-from projections.bench import synthetic
-from projections.faust_config import WorkerConfig
-from projections.faust_probe import STAGES
-from projections.runner import ProjectionRunner
+from projections.bench.throughput import synthetic
+from projections.bench.workers import STAGES
+from projections.faust.config import WorkerConfig
+from projections.inprocess.runner import ProjectionRunner
+from projections.readmodel import writer as readmodels
 from tests.projections.faust_harness import WorkerProcess, append_causally, wait_members, wait_quiet
 from tests.projections.recorded import build
 from tests.projections.test_recorded_stream import check, isolated_topics, read_models

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from projections import readmodels
-from projections.rows import TABLES
+from projections.readmodel import writer as readmodels
+from projections.readmodel.rows import TABLES
 
 pytestmark = [pytest.mark.postgres, pytest.mark.asyncio(loop_scope="session")]
 

@@ -16,8 +16,8 @@ from events.log import EventLog, OutRecord, TopicPartition
 from events.log.deadletter import SOURCE
 from events.log.publisher import to_record
 from events.log.reading import read_to_end
-from projections import readmodels
-from projections.runner import ProjectionRunner
+from projections.inprocess.runner import ProjectionRunner
+from projections.readmodel import writer as readmodels
 from tests.projections.recorded import FAILED_NODE, Expected, build
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.postgres]

@@ -125,7 +125,7 @@ async def test_a_submitted_job_runs_to_completion_and_every_cycle_verifies(fresh
     # The live read models, brought up to the end of the log, equal a rebuild from offset 0.
     import asyncpg
 
-    from projections.runner import ProjectionRunner
+    from projections.inprocess.runner import ProjectionRunner
 
     log = PostgresEventLog(fresh_database)
     await log.start()

@@ -12,8 +12,8 @@ from events.catalog.inventory import GpuDevice, NodeObserved
 from events.catalog.jobs import JobSubmitted
 from events.catalog.types import Resources
 from events.wire.envelope import Envelope
-from projections.core import Output, Position
-from projections.topology import MemoryStore, Processed, Topology
+from projections.stages.core import Output, Position
+from projections.stages.topology import MemoryStore, Processed, Topology
 
 _ids = itertools.count()
 

@@ -44,9 +44,9 @@ from events.catalog.reasons import ReasonCode
 from events.catalog.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS
 from events.catalog.types import ResourceKind, Resources
 from events.wire.envelope import Envelope
-from projections.core import Applied, Output, Position
-from projections.rows import TABLES
-from projections.topology import MemoryStore, Processed, Topology
+from projections.readmodel.rows import TABLES
+from projections.stages.core import Applied, Output, Position
+from projections.stages.topology import MemoryStore, Processed, Topology
 from tests.unit.projections.builders import a_node
 
 NODES = ("n0", "n1")
@@ -224,7 +224,7 @@ def views(store: MemoryStore) -> dict[str, Any]:
 
 
 def _without_applied(view: Any) -> Any:
-    from projections.core import evolve
+    from projections.stages.core import evolve
 
     return evolve(view, applied=Applied())
 

@@ -12,14 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from projections import quota as quota_module
-from projections.core import Batch, Input
-from projections.deltas import NodeCapacity, PendingDemand, QueueAllocation
-from projections.faust_wire import dumps
-from projections.fleet import FleetStage
-from projections.persistent import PMap, RunSet
-from projections.quota import QuotaStage
-from projections.rows import TABLES
+from projections.faust.wire import dumps
+from projections.readmodel.rows import TABLES
+from projections.stages import quota as quota_module
+from projections.stages.core import Batch, Input
+from projections.stages.deltas import NodeCapacity, PendingDemand, QueueAllocation
+from projections.stages.fleet import FleetStage
+from projections.stages.persistent import PMap, RunSet
+from projections.stages.quota import QuotaStage
 
 ops = st.lists(
     st.tuples(st.integers(0, 6), st.sampled_from(["set", "remove", "read"]), st.integers(0, 9), st.integers()),

@@ -14,10 +14,10 @@ from events.catalog.inventory import NodeRemoved
 from events.catalog.jobs import JobCancelled, JobFailed, JobStarted, JobSucceeded
 from events.catalog.reasons import ReasonCode
 from events.wire.envelope import Envelope
-from projections.core import Batch, Input, Output, Position
-from projections.nodes import NodeStage
-from projections.rows import TABLES
-from projections.topology import MemoryStore, Processed, Topology
+from projections.readmodel.rows import TABLES
+from projections.stages.core import Batch, Input, Output, Position
+from projections.stages.nodes import NodeStage
+from projections.stages.topology import MemoryStore, Processed, Topology
 from tests.unit.projections.builders import Fold, a_job, a_node, placed
 
 JOBS = 6

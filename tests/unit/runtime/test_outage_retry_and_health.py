@@ -17,7 +17,7 @@ from events.audit.archive import AuditArchiver
 from events.log.contract import LogRecord, ProducerFenced, TopicPartition
 from events.plumbing.health import DependencyProbe
 from events.plumbing.outage import Outage, Unreachable, reaching, transient, unreachable_now
-from projections.faust_sink import Sink
+from projections.faust.sink import Sink
 from services.governance.host import GovernanceHost
 from services.runtime.metrics import Metrics
 

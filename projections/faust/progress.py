@@ -1,6 +1,6 @@
 """Whether a source partition has nothing more to read now: what the router's alignment waits on.
 
-Called by ``projections.faust_app`` (the router). Calls aiokafka on a connection of its own (the
+Called by ``projections.faust.app`` (the router). Calls aiokafka on a connection of its own (the
 group consumer's may be held by a long-polling fetch, which would delay these answers by seconds).
 
 A partition the router holds nothing of is *caught up* when the broker, asked after everything the

@@ -10,7 +10,7 @@ whatever the queue, and one such job made every model hot (each placement then p
 that was not there). Whether a job fits is looked at again whenever a model's capacity changes.
 
 Totals are kept as running sums (per model, per cluster and model, pending demand per model), and the
-nodes and pending jobs are persistent maps (``projections.persistent``: a version is made by changing its
+nodes and pending jobs are persistent maps (``projections.stages.persistent``: a version is made by changing its
 predecessor's state in place, not by copying it), so a delta costs the size of what it changes, not of
 the fleet. A roll-up's version grows with every input
 that changes it (anything but ``last_seen_ms``); its event is built only when published.
@@ -24,9 +24,9 @@ from dataclasses import field
 from events.catalog.profiles import GpuModelProfile, Quantities, ResourceProfileUpdated
 from events.catalog.types import ClusterId
 from events.wire.envelope import Envelope
-from projections.core import Applied, Emitted, Input, Output, evolve, record
-from projections.deltas import NodeCapacity, PendingDemand
-from projections.persistent import PMap
+from projections.stages.core import Applied, Emitted, Input, Output, evolve, record
+from projections.stages.deltas import NodeCapacity, PendingDemand
+from projections.stages.persistent import PMap
 
 STAGE = "fleet"
 HOT_MILLI = 800

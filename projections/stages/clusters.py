@@ -12,8 +12,8 @@ from dataclasses import field
 
 from events.catalog.inventory import ClusterRegistered, ClusterStatusChanged
 from events.wire.envelope import Envelope
-from projections.core import Applied, Delta, Emitted, Input, Routed, Silent, evolve, record
-from projections.deltas import UsageInterval, UsageSample
+from projections.stages.core import Applied, Delta, Emitted, Input, Routed, Silent, evolve, record
+from projections.stages.deltas import UsageInterval, UsageSample
 
 STAGE = "clusters"
 HOUR_MS = 3_600_000

@@ -7,7 +7,7 @@ repartition topics between them. Pure: entities live in a store the host provide
 entities, breadth first, in emission order; outputs (events to publish) are collected in that order.
 A host that works in batches calls ``fold`` for each event and ``flush`` once at the end of the batch
 instead: the same entities, and one output per changed entity (its latest version) rather than one per
-input (see ``projections.core.Stage``).
+input (see ``projections.stages.core.Stage``).
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from events.wire.envelope import Envelope
-from projections.clusters import ClusterStage
-from projections.core import Input, KeyedBy, Output, Position, Routed, Stage
-from projections.fleet import FleetStage
-from projections.jobs import JobStage
-from projections.nodes import NodeStage
-from projections.quota import QuotaStage
-from projections.shapes import ShapeStage
-from projections.usage import UsageStage
+from projections.stages.clusters import ClusterStage
+from projections.stages.core import Input, KeyedBy, Output, Position, Routed, Stage
+from projections.stages.fleet import FleetStage
+from projections.stages.jobs import JobStage
+from projections.stages.nodes import NodeStage
+from projections.stages.quota import QuotaStage
+from projections.stages.shapes import ShapeStage
+from projections.stages.usage import UsageStage
 
 Key = tuple[str, str]
 _new = tuple.__new__  # a delta's ``Input`` made directly (half the cost of calling the named tuple's class)

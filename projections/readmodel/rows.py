@@ -1,6 +1,6 @@
 """Read-model rows: each stage's entity as rows of its PostgreSQL table. Pure converters.
 
-Called by ``projections.readmodels`` (the sink). Every table has an ``entity_key`` column (the stage's
+Called by ``projections.readmodel.writer`` (the sink). Every table has an ``entity_key`` column (the stage's
 key); the sink replaces all rows of a changed entity at once, so an entity may map to several rows
 (the fleet has one per GPU model). Columns are plain values or JSON text, in a fixed order.
 
@@ -17,13 +17,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from projections.clusters import ClusterView
-from projections.fleet import FleetState
-from projections.jobs import JobView
-from projections.nodes import NodeProfile, profile_facts
-from projections.quota import QueueQuota, usage_facts
-from projections.shapes import ShapeCount
-from projections.usage import UsageBucket
+from projections.stages.clusters import ClusterView
+from projections.stages.fleet import FleetState
+from projections.stages.jobs import JobView
+from projections.stages.nodes import NodeProfile, profile_facts
+from projections.stages.quota import QueueQuota, usage_facts
+from projections.stages.shapes import ShapeCount
+from projections.stages.usage import UsageBucket
 
 Row = tuple[Any, ...]
 

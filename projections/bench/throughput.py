@@ -136,10 +136,10 @@ async def measure(kafka: str, dsn: str, *, nodes: int, jobs: int, partitions: in
     from events.log.contract import OutRecord
     from events.log.kafka import KafkaEventLog
     from events.log.publisher import to_record
-    from projections import readmodels
-    from projections.faust_config import WorkerConfig
-    from projections.faust_probe import WorkerProcess, group_topics, lag, wait_members, wait_quiet
-    from projections.runner import ProjectionRunner
+    from projections.bench.workers import WorkerProcess, group_topics, lag, wait_members, wait_quiet
+    from projections.faust.config import WorkerConfig
+    from projections.inprocess.runner import ProjectionRunner
+    from projections.readmodel import writer as readmodels
 
     envelopes = synthetic(nodes, jobs)
     tag = uuid.uuid4().hex[:8]

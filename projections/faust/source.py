@@ -1,6 +1,6 @@
 """The router's intake: source records as faust's conductor fetched them, raw, taken in batches.
 
-Called by ``projections.faust_app``: its router task waits on a ``SourceBuffer`` and takes it whole;
+Called by ``projections.faust.app``: its router task waits on a ``SourceBuffer`` and takes it whole;
 faust's conductor fills it through ``SourceTopic``, the source topics' channel. Calls faust (the
 ``Topic`` it subclasses) and asyncio.
 

@@ -28,10 +28,10 @@ from events.log.deadletter import dead_letter
 from events.log.publisher import to_record
 from events.wire.codec import decode
 from events.wire.envelope import Envelope
-from projections import readmodels
-from projections.core import Output, Position
-from projections.jobs import STAGE as JOB_STAGE
-from projections.topology import MemoryStore, Processed, Topology
+from projections.readmodel import writer as readmodels
+from projections.stages.core import Output, Position
+from projections.stages.jobs import STAGE as JOB_STAGE
+from projections.stages.topology import MemoryStore, Processed, Topology
 
 log = logging.getLogger("fedsched.projections")
 

@@ -1,7 +1,7 @@
 """Settings of a faust projection worker and the names of every topic it reads and writes.
 
-Called by ``projections.faust_app``, the ``fedsched projections worker`` command, the benchmark
-and the tests. No I/O (it takes the entity layout marker ``STATE_FORMAT`` from ``projections.readmodels``).
+Called by ``projections.faust.app``, the ``fedsched projections worker`` command, the benchmark
+and the tests. No I/O (it takes the entity layout marker ``STATE_FORMAT`` from ``projections.readmodel.writer``).
 
 Every topic has an explicit partition count: source and public topics take theirs from the topic
 catalogue; each stage's internal topic and its table's changelog share ``partitions`` (one for the
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from events.catalog.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS, TOPICS, TopicSpec
-from projections.readmodels import STATE_FORMAT
+from projections.readmodel.writer import STATE_FORMAT
 
 SOURCES = (INVENTORY, JOBS, DECISIONS, GOVERNANCE)
 SINGLE_PARTITION_STAGES = frozenset({"fleet"})

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from dataclasses import field
 
 from events.wire.envelope import Envelope
-from projections.core import Applied, Emitted, Input, Silent, evolve, record
-from projections.deltas import ShapeSeen
+from projections.stages.core import Applied, Emitted, Input, Silent, evolve, record
+from projections.stages.deltas import ShapeSeen
 
 STAGE = "shapes"
 _CPU_STEP = 1000

@@ -7,7 +7,7 @@ entry only if the run matches.
 
 from __future__ import annotations
 
-from projections.core import Delta, record
+from projections.stages.core import Delta, record
 
 
 @record

@@ -1,8 +1,8 @@
 """One stage folding one batch of its internal records: the part of a faust stage agent that is not I/O.
 
-Called by ``projections.faust_app`` (the stage agents). Pure: entities come from a getter (the
+Called by ``projections.faust.app`` (the stage agents). Pure: entities come from a getter (the
 agent's faust table), results go back to the caller, which sends, writes and acknowledges them in
-the order that keeps the effect exactly once (see ``projections.faust_app``).
+the order that keeps the effect exactly once (see ``projections.faust.app``).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from projections.core import Batch, Output, Routed, Stage
-from projections.faust_wire import Item, delta_position, partition_of
+from projections.faust.wire import Item, delta_position, partition_of
+from projections.stages.core import Batch, Output, Routed, Stage
 
 _ABSENT = object()
 
@@ -27,7 +27,7 @@ class Folded:
     """Deltas for other stages, by (stage, partition), in emission order."""
     outputs: list[tuple[Output, int]] = field(default_factory=list)
     """Events to publish, each with the time of the last input that changed its entity: the latest
-    version of every entity the batch changed (``projections.core.Batch``)."""
+    version of every entity the batch changed (``projections.stages.core.Batch``)."""
     inputs: int = 0
 
 

@@ -1,7 +1,7 @@
 """Persistent collections for the stages' entities: a map and a capped set of runs whose every version
 stays valid, while the newest is changed in O(1) (the map) or O(log n) (the set) instead of copied.
 
-Called by ``projections.quota`` and ``projections.fleet``. Pure; no I/O.
+Called by ``projections.stages.quota`` and ``projections.stages.fleet``. Pure; no I/O.
 
 An entity is a value: a host keeps older versions (the faust table holds the version before a batch
 until the batch's changelog is written; a batch host publishes against the version before it; a test

@@ -1,7 +1,7 @@
 """The faust host's PostgreSQL sink: one transaction of read-model rows per stage batch.
 
-Called by the stage agents of ``projections.faust_app``. Calls asyncpg, with the tables and row
-converters of ``projections.rows`` (the same read models as the in-process runner writes).
+Called by the stage agents of ``projections.faust.app``. Calls asyncpg, with the tables and row
+converters of ``projections.readmodel.rows`` (the same read models as the in-process runner writes).
 
 Only rows are written. In this host the positions an entity has applied, and the entity itself,
 live in the stage's faust table (its changelog), not in ``projection_state``/``projection_positions``;
@@ -21,8 +21,8 @@ from typing import Any
 import asyncpg
 
 from events.plumbing.outage import Outage, transient
-from projections import readmodels
-from projections.rows import TABLES
+from projections.readmodel import writer as readmodels
+from projections.readmodel.rows import TABLES
 
 
 class Sink:

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import field
 
 from events.wire.envelope import Envelope
-from projections.clusters import PricedUsage
-from projections.core import Applied, Emitted, Input, Silent, evolve, record
+from projections.stages.clusters import PricedUsage
+from projections.stages.core import Applied, Emitted, Input, Silent, evolve, record
 
 STAGE = "usage"
 

@@ -1,7 +1,7 @@
 """The distributed projection host: a faust-streaming app running the same stages as the in-process runner.
 
 Called by ``fedsched projections worker`` (``build_app`` then a faust ``Worker``), the benchmark and
-the tests. Calls faust, aiokafka (through faust), asyncpg (through ``projections.faust_sink``) and
+the tests. Calls faust, aiokafka (through faust), asyncpg (through ``projections.faust.sink``) and
 the pure stages; no reducer is implemented twice.
 
 Topology, per worker (several workers share every topic's partitions and take over when one dies):
@@ -12,13 +12,13 @@ Topology, per worker (several workers share every topic's partitions and take ov
      governance)       dead-letter junk                               profiles / quota-usage; rows to PG
 
 The router is a task, not an agent: it takes source records from faust's conductor as they were
-fetched, a batch at a time, without a stream's per-record machinery (``projections.faust_source``).
+fetched, a batch at a time, without a stream's per-record machinery (``projections.faust.source``).
 
 Exactly-once effect from at-least-once delivery (``processing_guarantee`` stays ``at_least_once``;
 faust's exactly-once mode is not used). A stage agent handles one batch of its records thus:
-1. fold every input with the stage's reducer, a batch at a time (``projections.core.Batch``: the
+1. fold every input with the stage's reducer, a batch at a time (``projections.stages.core.Batch``: the
    outputs are those of each changed entity's latest version); each input carries a position (its
-   source position, or one derived from its parent record's, see ``faust_wire``) that the entity
+   source position, or one derived from its parent record's, see ``projections.faust.wire``) that the entity
    remembers, so an input seen before changes nothing and emits nothing;
 2. send the deltas and output events and wait until Kafka has them;
 3. meanwhile, write the changed entities' read-model rows to PostgreSQL in one transaction;
@@ -57,15 +57,15 @@ from events.log.contract import OutRecord
 from events.log.contract import TopicPartition as LogPartition
 from events.log.publisher import to_record
 from events.wire.envelope import Envelope
-from projections.core import Output, Stage
-from projections.faust_config import WorkerConfig
-from projections.faust_fold import Record, fold
-from projections.faust_progress import SourceProgress
-from projections.faust_router import Outbox, Router
-from projections.faust_sink import Sink
-from projections.faust_source import SourceBuffer, source_topic
-from projections.faust_wire import dumps, pack, partition_of, split, unpack
-from projections.topology import default_stages
+from projections.faust.config import WorkerConfig
+from projections.faust.fold import Record, fold
+from projections.faust.progress import SourceProgress
+from projections.faust.router import Outbox, Router
+from projections.faust.sink import Sink
+from projections.faust.source import SourceBuffer, source_topic
+from projections.faust.wire import dumps, pack, partition_of, split, unpack
+from projections.stages.core import Output, Stage
+from projections.stages.topology import default_stages
 
 log = logging.getLogger("fedsched.projections.faust")
 
@@ -77,8 +77,8 @@ STREAM_BUFFER = 16384
 
 
 class _StateCodec(codecs.Codec):
-    """Pickle (protocol 5, dataclasses as constructor calls: ``faust_wire.dumps``) of our own entity
-    dataclasses, for our own changelog topics only (named after the entity layout: ``faust_config``)."""
+    """Pickle (protocol 5, dataclasses as constructor calls: ``projections.faust.wire.dumps``) of our own entity
+    dataclasses, for our own changelog topics only (named after the entity layout: ``projections.faust.config``)."""
 
     def _loads(self, s: bytes) -> Any:
         return pickle.loads(s)

@@ -16,10 +16,10 @@ from typing import Any
 
 import asyncpg
 
-from projections.faust_wire import dumps
-from projections.jobs import STAGE as JOB_STAGE
-from projections.jobs import TERMINAL, JobView
-from projections.rows import TABLES
+from projections.faust.wire import dumps
+from projections.readmodel.rows import TABLES
+from projections.stages.jobs import STAGE as JOB_STAGE
+from projections.stages.jobs import TERMINAL, JobView
 
 _SCHEMA_LOCK = 7_215_003
 
@@ -77,14 +77,16 @@ async def load_positions(pool: asyncpg.Pool, schema: str) -> dict[tuple[str, int
     return {(row["topic"], row["partition"]): row["next_offset"] for row in rows}
 
 
-STATE_FORMAT = 5
-"""The layout of the pickled entities: raise it whenever a stage's entity class changes its fields, or
-a fold changes what the read models say (the log is then replayed into them).
+STATE_FORMAT = 6
+"""The layout of the pickled entities: raise it whenever a stage's entity class changes its fields or its
+module (a pickle names the class by its module path), or a fold changes what the read models say (the log
+is then replayed into them).
 1: up to the batch folding of the projections; 2: running totals and plain published facts; 3: the
 quota's holdings and released runs and the fleet's nodes and pending jobs in persistent collections;
 4: the job view keeps its facts in job order (and what waits), so its answer does not depend on the
 order its partitions are read in; 5: replicas sharing a node count there (one allocation per node and
-job), a run's start and cluster are the current run's, and the jobs table has ``queued_since_ms``."""
+job), a run's start and cluster are the current run's, and the jobs table has ``queued_since_ms``; 6: the
+stages moved to ``projections.stages`` (the same fields)."""
 _FORMAT_KEY = ("_format", "")
 ENDED_JOBS = f"{JOB_STAGE}.ended"
 """The stage name an ended job's view is stored under: not loaded at start (the in-process host keeps

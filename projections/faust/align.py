@@ -1,6 +1,6 @@
 """Event-time alignment of several source partitions: release records causes first. Pure.
 
-Called by ``projections.faust_router``. The in-process runner merges what it reads from every
+Called by ``projections.faust.router``. The in-process runner merges what it reads from every
 source partition by event time (ties by topic rank, partition, offset); a stream processor instead
 sees each partition at its own pace, so a placement could be folded before the node it lands on
 was observed, or a finished run priced before its cluster's rates arrived. The router holds what

@@ -7,7 +7,7 @@ consumed (the input of fair share) grow when a run is released, by its GPU milli
 Borrowed is what is used above the guarantee (within the limit): capacity lent by the cohort.
 
 Used amounts are running totals kept beside the holdings, and the holdings and the released runs are
-persistent collections (``projections.persistent``: a version is made by changing its predecessor's
+persistent collections (``projections.stages.persistent``: a version is made by changing its predecessor's
 state in place, not by copying it), so a delta costs the size of what it changes, not of the queue's
 history. The version grows with every input that changes what the usage event says; the event is
 built only when published.
@@ -22,9 +22,9 @@ from events.catalog.governance import QuotaSet
 from events.catalog.profiles import QuotaUsage, QuotaUsageUpdated
 from events.catalog.types import QueueId, ResourceKind, TenantId
 from events.wire.envelope import Envelope
-from projections.core import Applied, Emitted, Input, Output, evolve, record
-from projections.deltas import QueueAllocation
-from projections.persistent import PMap, RunSet
+from projections.stages.core import Applied, Emitted, Input, Output, evolve, record
+from projections.stages.deltas import QueueAllocation
+from projections.stages.persistent import PMap, RunSet
 
 STAGE = "quota"
 _HOUR_MS = 3_600_000

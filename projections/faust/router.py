@@ -1,6 +1,6 @@
 """The router: source records in, stage inputs out, causes first; unreadable records to the dead letters.
 
-Called by the router task of ``projections.faust_app``. Calls the codec and the stages' ``keys``;
+Called by the router task of ``projections.faust.app``. Calls the codec and the stages' ``keys``;
 sends through an injected outbox, so it runs the same under faust, in agent test contexts and in
 plain unit tests.
 
@@ -25,9 +25,9 @@ from events.log.contract import Headers, LogRecord, OutRecord
 from events.log.deadletter import dead_letter
 from events.wire.codec import decode
 from events.wire.envelope import Envelope
-from projections.core import KeyedBy, Position, Stage
-from projections.faust_align import TP, Aligner
-from projections.faust_wire import Item, pack, partition_of, split
+from projections.faust.align import TP, Aligner
+from projections.faust.wire import Item, pack, partition_of, split
+from projections.stages.core import KeyedBy, Position, Stage
 
 log = logging.getLogger("fedsched.projections.router")
 

@@ -29,7 +29,7 @@ partitions that do not cause each other, such as a cancellation and a wait, or c
 that an effect is stamped before its cause) is different: it emits what takes the other stages from
 what was emitted to what the facts now say (``_net``: the runs it releases anew, the job's
 allocations, queue hold and pending demand as they now stand). The states are then exact (the deltas
-are stated per job and run, see ``projections.deltas``), but an aggregate (a queue, a node, a
+are stated per job and run, see ``projections.stages.deltas``), but an aggregate (a queue, a node, a
 cluster's roll-up) may count another number of versions than a fold in job order would. A run's GPU
 time is released by its own end only: a placement that replaces a run still held (its end comes later
 in job order, or was lost) frees its nodes at once and releases the run's GPU time when its end is
@@ -62,9 +62,9 @@ from events.catalog.jobs import (
     JobSucceeded,
 )
 from events.wire.envelope import Envelope
-from projections.core import Applied, Emitted, Input, Routed, Silent, evolve, record
-from projections.deltas import NodeAllocation, PendingDemand, QueueAllocation, ShapeSeen, UsageInterval
-from projections.shapes import shape_of
+from projections.stages.core import Applied, Emitted, Input, Routed, Silent, evolve, record
+from projections.stages.deltas import NodeAllocation, PendingDemand, QueueAllocation, ShapeSeen, UsageInterval
+from projections.stages.shapes import shape_of
 
 STAGE = "jobs"
 TIMELINE_LIMIT = 200

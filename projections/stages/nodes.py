@@ -21,8 +21,8 @@ from events.catalog.inventory import GpuHealthReported, NodeObserved, NodeRemove
 from events.catalog.profiles import GpuModelProfile, Quantities, ResourceProfileUpdated
 from events.catalog.types import ClusterId, Health, NodeId
 from events.wire.envelope import Envelope
-from projections.core import Applied, Emitted, Input, Output, Routed, evolve, record, split_key
-from projections.deltas import NodeAllocation, NodeCapacity, QueueAllocation, UsageInterval, UsageSample
+from projections.stages.core import Applied, Emitted, Input, Output, Routed, evolve, record, split_key
+from projections.stages.deltas import NodeAllocation, NodeCapacity, QueueAllocation, UsageInterval, UsageSample
 
 STAGE = "nodes"
 HALF_LIFE_MS = 24 * 3600 * 1000

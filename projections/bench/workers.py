@@ -25,8 +25,8 @@ from aiokafka.errors import KafkaError
 
 from events.log.contract import LogReader
 from events.log.contract import TopicPartition as LogPartition
-from projections.faust_config import WorkerConfig
-from projections.topology import default_stages
+from projections.faust.config import WorkerConfig
+from projections.stages.topology import default_stages
 
 STAGES = tuple(stage.name for stage in default_stages())
 

@@ -1,6 +1,6 @@
 """What travels on the faust host's internal topics: batches of stage inputs, and where they go.
 
-Called by ``projections.faust_router`` and ``projections.faust_fold``. Pure apart from ``pickle``.
+Called by ``projections.faust.router`` and ``projections.faust.fold``. Pure apart from ``pickle``.
 
 An internal record carries a *pack*: the inputs for one stage's partition that one upstream batch
 produced, in order. One record per (stage, partition) per batch instead of one per entity keeps
@@ -12,7 +12,7 @@ Serialisation is pickle (protocol 5) of plain tuples, the event or delta datacla
 read only by this code from topics only this code writes (the app's own ``<app id>.stage.*``
 topics); nothing from outside is ever unpickled. Public events keep the CloudEvents binding.
 
-Positions make every input idempotent at its target (see ``projections.core.Applied``):
+Positions make every input idempotent at its target (see ``projections.stages.core.Applied``):
 - an event read from the log keeps its source position and envelope id, so a record the router
   forwards twice (after a crash) or an event appended twice is recognised by the first stage;
 - a delta gets a position derived from where its parent input was read: the internal topic and
@@ -32,7 +32,7 @@ from operator import attrgetter
 from typing import Any
 
 from events.catalog.topics import partition_for
-from projections.core import Input, Position
+from projections.stages.core import Input, Position
 
 ITEM_BITS = 16
 EMIT_BITS = 12

@@ -1,7 +1,7 @@
 """What every projection stage is made of: inputs, derived deltas, outputs, and the stage contract.
 
-Called by the stage modules (``projections.jobs``, ``nodes``, ``quota``, ``usage``, ``fleet``,
-``shapes``) and by their hosts (``projections.runner`` in-process, ``projections.faust_app``
+Called by the stage modules (``projections.stages.jobs``, ``nodes``, ``quota``, ``usage``, ``fleet``,
+``shapes``) and by their hosts (``projections.inprocess.runner`` in-process, ``projections.faust.app``
 distributed). Pure: no I/O, clock or randomness.
 
 A projection is a small topology of stages. Each stage owns entities under string keys (a job id, a
