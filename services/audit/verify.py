@@ -38,10 +38,10 @@ from events.log.contract import EventLog, TopicPartition
 from events.log.reading import read_to_end
 from events.wire.codec import decode, encode
 from events.wire.envelope import Envelope
+from services.scheduler.core.outputs import DECISION_ENGINE, SOURCE, decision_events, digest
+from services.scheduler.core.policy import CycleMemo, schedule
+from services.scheduler.core.state import SchedulerState
 from services.scheduler.host import INPUT_TOPICS
-from services.scheduler.outputs import DECISION_ENGINE, SOURCE, decision_events, digest
-from services.scheduler.policy import CycleMemo, schedule
-from services.scheduler.state import SchedulerState
 
 #: Below this many cycles per worker, a fork and the catch-up fold cost more than they save.
 MIN_CYCLES_PER_WORKER = 100

@@ -122,7 +122,7 @@ def auth_config(args: argparse.Namespace) -> tuple[AuthConfig, bool]:
 
 def api_config(args: argparse.Namespace, *, intake: bool) -> tuple[ApiConfig, bool]:
     from services.api.config import ApiConfig, TlsConfig
-    from services.config import log_url, postgres_dsn
+    from services.cli.config import log_url, postgres_dsn
 
     auth, dev = auth_config(args)
     tls = None

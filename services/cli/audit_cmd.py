@@ -11,7 +11,7 @@ from events.plumbing.signals import stop_on_signals
 from services.cli.args import rfc3339_ms, time_range
 
 if TYPE_CHECKING:
-    from services.scheduler.policy.model import Quota
+    from services.scheduler.core.policy.model import Quota
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -79,7 +79,7 @@ async def verify_chain(args: argparse.Namespace) -> int:
     import asyncpg
 
     from events.audit.archive import verify_chain as verify
-    from services.config import postgres_dsn
+    from services.cli.config import postgres_dsn
 
     pool = await asyncpg.create_pool(postgres_dsn(args.dsn), min_size=1, max_size=2)
     try:
@@ -124,7 +124,7 @@ async def run_archiver(args: argparse.Namespace) -> int:
     from events.log import open_log
     from events.plumbing.collector import tune_for_service
     from events.plumbing.logs import configure as configure_logging
-    from services.config import log_url, postgres_dsn
+    from services.cli.config import log_url, postgres_dsn
     from services.runtime.metrics import Lag, archiver_samples, serving
 
     configure_logging()
@@ -155,7 +155,7 @@ async def run_verify(args: argparse.Namespace) -> int:
     from events.log import open_log
     from events.plumbing.collector import tune_for_service
     from services.audit.verify import verify
-    from services.config import log_url
+    from services.cli.config import log_url
     from services.scheduler.host import INPUT_TOPICS
 
     time_range(args.since, args.until)
@@ -200,8 +200,8 @@ async def run_timeline(args: argparse.Namespace) -> int:
 
     from events.wire.envelope import format_time
     from services.audit.queries import timeline
+    from services.cli.config import postgres_dsn
     from services.cli.main import CliError
-    from services.config import postgres_dsn
 
     pool = await asyncpg.create_pool(postgres_dsn(args.dsn), min_size=1, max_size=2)
     try:
@@ -225,7 +225,7 @@ async def run_export(args: argparse.Namespace) -> int:
     import asyncpg
 
     from services.audit.queries import export
-    from services.config import postgres_dsn
+    from services.cli.config import postgres_dsn
 
     pool = await asyncpg.create_pool(postgres_dsn(args.dsn), min_size=1, max_size=2)
     out = open(args.out, "w", encoding="utf-8") if args.out else sys.stdout  # noqa: SIM115, ASYNC230
@@ -247,7 +247,7 @@ async def run_at(args: argparse.Namespace) -> int:
     from events.log import open_log
     from events.wire.envelope import format_time
     from services.audit.queries import state_at
-    from services.config import log_url
+    from services.cli.config import log_url
 
     moment = args.time
     log = open_log(log_url(args.log))
@@ -359,9 +359,9 @@ async def run_whatif(args: argparse.Namespace) -> int:
 
     from events.log import open_log
     from services.audit.whatif import load_history, simulate
+    from services.cli.config import log_url
     from services.cli.main import CliError
-    from services.config import log_url
-    from services.scheduler.state import policy_from_document
+    from services.scheduler.core.state import policy_from_document
 
     try:
         document = yaml.safe_load(Path(args.policy).read_text(encoding="utf-8")) or {}  # noqa: ASYNC240

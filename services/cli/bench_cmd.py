@@ -10,9 +10,9 @@ import importlib
 
 BENCH_MODULES = (
     "events.bench.log",
-    "services.scheduler.bench",
-    "services.audit.bench",
-    "services.runtime.bench_e2e",
+    "services.bench.scheduler",
+    "services.bench.verify",
+    "services.bench.e2e",
     "projections.bench.throughput",
 )
 

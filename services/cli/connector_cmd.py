@@ -74,8 +74,8 @@ async def run_sim(args: argparse.Namespace) -> int:
     from connectors.sim import ClusterSpec, NodeListError, SimCluster, SimConfig, load_nodes, parse_split
     from events.catalog.topics import TOPICS
     from events.log import open_log
+    from services.cli.config import log_url
     from services.cli.main import CliError
-    from services.config import log_url
     from services.runtime.up import default_nodes
 
     try:
@@ -178,8 +178,8 @@ async def run_kubernetes(args: argparse.Namespace) -> int:
     from events.catalog.topics import TOPICS
     from events.log import open_log
     from events.plumbing.tasks import cancel_and_wait
+    from services.cli.config import log_url
     from services.cli.main import CliError
-    from services.config import log_url
 
     configure_logging()
 
@@ -241,10 +241,10 @@ def _register_sim_bench(kinds: argparse._SubParsersAction) -> None:  # type: ign
 async def run_sim_bench(args: argparse.Namespace) -> int:
     import json
 
-    from connectors.sim.bench import run_bench
+    from connectors.bench.sim import run_bench
     from events.catalog.topics import TOPICS
     from events.log import open_log
-    from services.config import log_url
+    from services.cli.config import log_url
 
     log = open_log(log_url(args.log))
     await log.start()

@@ -100,7 +100,7 @@ def period_ms(text: str) -> int:
 async def _open(flag: str | None) -> Any:
     from events.catalog.topics import TOPICS
     from events.log import open_log
-    from services.config import log_url
+    from services.cli.config import log_url
 
     event_log = open_log(log_url(flag))
     await event_log.start()
@@ -330,8 +330,8 @@ async def run_findings(args: argparse.Namespace) -> int:
 async def run_report(args: argparse.Namespace) -> int:
     import asyncpg
 
-    from services.config import postgres_dsn
-    from services.governance.render import render
+    from services.cli.config import postgres_dsn
+    from services.cli.gov_render import render
     from services.governance.report import gather, latest_time
 
     span = period_ms(args.period)

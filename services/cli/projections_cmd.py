@@ -59,7 +59,7 @@ async def run_inprocess(args: argparse.Namespace) -> int:
 
     from events.log import open_log
     from projections.inprocess.runner import ProjectionRunner
-    from services.config import log_url, postgres_dsn
+    from services.cli.config import log_url, postgres_dsn
     from services.runtime.metrics import Lag, projections_samples, serving
 
     log = open_log(log_url(args.log))
@@ -89,8 +89,8 @@ async def run_rebuild(args: argparse.Namespace) -> int:
     from events.plumbing.collector import tune_for_service
     from projections.inprocess.runner import ProjectionRunner
     from projections.readmodel import writer as readmodels
+    from services.cli.config import log_url, postgres_dsn
     from services.cli.main import CliError
-    from services.config import log_url, postgres_dsn
 
     if args.into == args.schema:
         raise CliError("--into must differ from --schema: the rebuild drops its target first", 2)
@@ -172,8 +172,8 @@ def run_worker(args: argparse.Namespace) -> int:
     from events.plumbing.collector import tune_for_service
     from projections.faust.app import build_app
     from projections.faust.config import WorkerConfig
+    from services.cli.config import log_url, postgres_dsn
     from services.cli.main import CliError
-    from services.config import log_url, postgres_dsn
 
     url = log_url(args.log)
     if not url.startswith("kafka://"):

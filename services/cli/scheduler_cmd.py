@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 async def run(args: argparse.Namespace) -> int:
     from events.catalog.topics import TOPICS
     from events.log import open_log
-    from services.config import log_url
+    from services.cli.config import log_url
     from services.runtime.metrics import Lag, scheduler_samples, serving
     from services.scheduler.host import SchedulerHost
 

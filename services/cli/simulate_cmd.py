@@ -65,10 +65,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def run(args: argparse.Namespace) -> int:
     if args.mode == "timed":
-        from services.scheduler.sim.cli import run_timed
+        from services.cli.simulate_run import run_timed
 
         return run_timed(args)
-    from services.scheduler.sim.cli import run_arrival_cli
+    from services.cli.simulate_run import run_arrival_cli
 
     return run_arrival_cli(args)
 

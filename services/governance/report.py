@@ -2,7 +2,7 @@
 
 Called by the CLI and by tests. Calls PostgreSQL (``fedsched_rm`` read models, through asyncpg) and the
 event log (findings on the governance topic); the figures themselves are computed by the pure
-``services.governance.figures``; ``services.governance.render`` writes them out.
+``services.governance.figures``; ``services.cli.gov_render`` writes them out.
 """
 
 from __future__ import annotations

@@ -49,9 +49,9 @@ from events.log.publisher import to_record, wall_clock_ms
 from events.log.reading import read_to_end
 from events.plumbing.outage import Outage, transient
 from events.wire.codec import decode
-from services.scheduler.outputs import SOURCE, cycle_record, decision_events
-from services.scheduler.policy import CycleMemo, schedule
-from services.scheduler.state import SchedulerState
+from services.scheduler.core.outputs import SOURCE, cycle_record, decision_events
+from services.scheduler.core.policy import CycleMemo, schedule
+from services.scheduler.core.state import SchedulerState
 
 log = logging.getLogger("fedsched.scheduler")
 

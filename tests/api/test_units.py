@@ -17,7 +17,7 @@ from services.api.explain import explain
 from services.api.jobs import shape_warnings, spec_warnings
 from services.api.pb import jobs_pb2
 from services.cli import jobfile
-from services.scheduler.policy import Preempt, Queue, schedule
+from services.scheduler.core.policy import Preempt, Queue, schedule
 from tests.api.support import spec
 from tests.scheduler.builders import a_job, a_node, running, snapshot
 

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from services.cli.gov_render import render
 from services.governance.figures import (
     HOUR_MS,
     FindingRow,
@@ -18,7 +19,6 @@ from services.governance.figures import (
     not_running_ms,
     percentile,
 )
-from services.governance.render import render
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from services.cli.gov_render import render
 from services.governance.figures import HOUR_MS, HeldRow, UsageRow, build
-from services.governance.render import render
 
 pytestmark = pytest.mark.timeout(30)
 

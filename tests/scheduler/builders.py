@@ -7,7 +7,7 @@ from typing import Any
 
 from events.catalog.jobs import Interconnect, JobKind, PriorityClass
 from events.catalog.types import ClusterId, JobId, NodeId, TenantId
-from services.scheduler.policy import (
+from services.scheduler.core.policy import (
     Cluster,
     FleetSnapshot,
     Gpu,

@@ -22,9 +22,9 @@ from events.catalog.inventory import ClusterKind, ClusterRegistered, GpuDevice, 
 from events.catalog.jobs import InferenceSpec, JobKind, JobStarted, JobSubmitted, PriorityClass
 from events.catalog.types import ResourceKind, Resources, TaintEffect
 from events.wire.envelope import Envelope
-from services.scheduler.outputs import DECISION_ENGINE, cycle_record, decision_events, digest
-from services.scheduler.policy import schedule
-from services.scheduler.state import SchedulerState
+from services.scheduler.core.outputs import DECISION_ENGINE, cycle_record, decision_events, digest
+from services.scheduler.core.policy import schedule
+from services.scheduler.core.state import SchedulerState
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "decisions"
 T0 = 1_767_225_600_000

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from services.scheduler.outputs import DECISION_ENGINE, digest
+from services.scheduler.core.outputs import DECISION_ENGINE, digest
 from tests.scheduler.decision_golden import golden_path, scenario
 
 
@@ -27,6 +27,6 @@ def test_decisions_change_only_with_the_engine_name() -> None:
     )
     assert digest(events) == path.read_text().strip(), (
         "the same inputs now give other decision events: name a new DECISION_ENGINE in "
-        "services/scheduler/outputs.py (audit verify then tells the cycles of the old code apart) and "
+        "services/scheduler/core/outputs.py (audit verify then tells the cycles of the old code apart) and "
         "record its digest with python -m tests.scheduler.decision_golden"
     )

@@ -13,14 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from events.catalog.jobs import PriorityClass
-from services.scheduler.policy import FleetSnapshot, NodePolicy, Place, PolicyConfig, Quota, schedule
+from services.scheduler.core.policy import FleetSnapshot, NodePolicy, Place, PolicyConfig, Quota, schedule
 from tests.scheduler.builders import a_job, a_node, snapshot, tenant
 
 REPO = Path(__file__).resolve().parents[2]
 
 SCRIPT = """
 from tests.scheduler.test_determinism_properties import rich_snapshot
-from services.scheduler.policy import schedule
+from services.scheduler.core.policy import schedule
 print(schedule(rich_snapshot()).to_json())
 """
 

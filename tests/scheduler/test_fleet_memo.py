@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.scheduler.policy.fleet import STAMP, Demand, FleetMemo, FleetState, fleet_for
-from services.scheduler.policy.model import Node
+from services.scheduler.core.policy.fleet import STAMP, Demand, FleetMemo, FleetState, fleet_for
+from services.scheduler.core.policy.model import Node
 from tests.scheduler.builders import a_node
 
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.scheduler.policy import FleetState, FragModel, Shape, typical_shapes
+from services.scheduler.core.policy import FleetState, FragModel, Shape, typical_shapes
 from tests.scheduler.builders import a_node
 
 pytestmark = pytest.mark.timeout(60)

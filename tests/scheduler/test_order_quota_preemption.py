@@ -8,7 +8,7 @@ import re
 import pytest
 
 from events.catalog.jobs import JobKind, PriorityClass
-from services.scheduler.policy import (
+from services.scheduler.core.policy import (
     Place,
     PolicyConfig,
     Preempt,
@@ -19,7 +19,7 @@ from services.scheduler.policy import (
     UsageRecord,
     schedule,
 )
-from services.scheduler.policy.usage import UsageLedger, decayed, history_of
+from services.scheduler.core.policy.usage import UsageLedger, decayed, history_of
 from tests.scheduler.builders import a_job, a_node, config, running, snapshot, tenant
 
 pytestmark = pytest.mark.timeout(30)
@@ -304,7 +304,7 @@ def test_any_clock_gives_a_bounded_history_quickly():
 
 
 def test_a_policy_with_a_half_life_of_milliseconds_is_refused():
-    from services.scheduler.state import policy_from_document
+    from services.scheduler.core.state import policy_from_document
 
     with pytest.raises(ValueError, match="usage_half_life_ms"):
         policy_from_document("v1", {"usage_half_life_ms": 5})
@@ -334,14 +334,14 @@ def test_a_policy_with_a_half_life_of_milliseconds_is_refused():
 def test_a_policy_setting_of_the_wrong_type_or_out_of_range_is_refused_naming_it(
     document: dict[str, object], reason: str
 ) -> None:
-    from services.scheduler.state import policy_from_document
+    from services.scheduler.core.state import policy_from_document
 
     with pytest.raises(ValueError, match=re.escape(reason)):
         policy_from_document("v1", document)
 
 
 def test_a_policy_of_valid_settings_is_read_as_given() -> None:
-    from services.scheduler.state import policy_from_document
+    from services.scheduler.core.state import policy_from_document
 
     config = policy_from_document(
         "v2",

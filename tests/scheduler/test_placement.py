@@ -21,7 +21,7 @@ from events.catalog.inventory import (
 from events.catalog.jobs import InferenceSpec, JobKind, JobSubmitted, PriorityClass, Toleration
 from events.catalog.types import Resources, TaintEffect
 from events.wire.envelope import Envelope
-from services.scheduler.policy import (
+from services.scheduler.core.policy import (
     Demand,
     FleetState,
     FragModel,
@@ -36,7 +36,7 @@ from services.scheduler.policy import (
     schedule,
     scoring,
 )
-from services.scheduler.state import SchedulerState
+from services.scheduler.core.state import SchedulerState
 from tests.scheduler.builders import a_job, a_node, config, running, snapshot
 
 pytestmark = pytest.mark.timeout(30)

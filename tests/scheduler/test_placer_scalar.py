@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.scheduler.policy import Demand, FleetState, FragModel, Health, NodePolicy, Placer, Shape
-from services.scheduler.policy import placer as placer_module
-from services.scheduler.policy.fleet import FleetMemo, fleet_for
+from services.scheduler.core.policy import Demand, FleetState, FragModel, Health, NodePolicy, Placer, Shape
+from services.scheduler.core.policy import placer as placer_module
+from services.scheduler.core.policy.fleet import FleetMemo, fleet_for
 from tests.scheduler.builders import a_node
 
 pytestmark = pytest.mark.timeout(60)

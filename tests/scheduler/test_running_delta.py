@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from services.scheduler.policy import CycleMemo, schedule
-from services.scheduler.policy.model import FleetSnapshot, RunningDelta, RunningJob
+from services.scheduler.core.policy import CycleMemo, schedule
+from services.scheduler.core.policy.model import FleetSnapshot, RunningDelta, RunningJob
 from tests.scheduler.builders import a_job, a_node, running, snapshot
 
 NODES = [a_node("n1").model("A100").build(), a_node("n2").model("H100").build()]

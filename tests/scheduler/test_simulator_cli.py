@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from services.cli.main import main
-from services.scheduler.policy import NodePolicy
+from services.scheduler.core.policy import NodePolicy
 from services.scheduler.sim.arrival import inflate, run_arrival
 from services.scheduler.sim.timed import run_timed
 from services.scheduler.sim.traces import TracePod, load_openb_nodes, load_pods

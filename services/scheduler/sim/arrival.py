@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from services.scheduler.policy.federation import choose_replica_across_clusters
-from services.scheduler.policy.fleet import Demand, FleetState
-from services.scheduler.policy.fragmentation import FragModel, typical_shapes
-from services.scheduler.policy.model import ClusterWeights, Node, NodePolicy
-from services.scheduler.policy.placer import Placer
+from services.scheduler.core.policy.federation import choose_replica_across_clusters
+from services.scheduler.core.policy.fleet import Demand, FleetState
+from services.scheduler.core.policy.fragmentation import FragModel, typical_shapes
+from services.scheduler.core.policy.model import ClusterWeights, Node, NodePolicy
+from services.scheduler.core.policy.placer import Placer
 from services.scheduler.sim.traces import TracePod
 
 TUNE_RATIO_PCT = 130

@@ -1,29 +1,26 @@
 """Timed-mode simulation: the trace's creation and deletion times replayed through full cycles.
 
-Called by ``fedsched simulate --mode timed``. Each pod becomes a job (priority class from its QoS: LS ->
-production inference, Guaranteed -> critical training, Burstable -> standard, BE -> best effort; one of
-four tenants; runtime = deletion - scheduled time). Time advances from event to event; whenever jobs
-arrived or ended, one scheduling cycle (``schedule``, the same core the service runs) decides on every
-waiting job: placements start running, preemptions send their victims back to the queue. Reports
-queueing delay, job completion time, GPU utilisation and preemptions per policy.
+Called by ``fedsched simulate --mode timed`` (``services.cli.simulate_run``). Each pod becomes a job
+(priority class from its QoS: LS -> production inference, Guaranteed -> critical training, Burstable ->
+standard, BE -> best effort; one of four tenants; runtime = deletion - scheduled time). Time advances
+from event to event; whenever jobs arrived or ended, one scheduling cycle (``schedule``, the same core
+the service runs) decides on every waiting job: placements start running, preemptions send their victims
+back to the queue. Reports queueing delay, job completion time, GPU utilisation and preemptions per
+policy.
 """
 
 from __future__ import annotations
 
-import argparse
 import heapq
-import json
-import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from events.catalog.jobs import JobKind, PriorityClass
 from events.catalog.types import ClusterId, JobId, TenantId
-from services.scheduler.policy import (
+from services.scheduler.core.policy import (
     Cluster,
     FleetSnapshot,
     FleetState,
@@ -37,8 +34,8 @@ from services.scheduler.policy import (
     RunningJob,
     schedule,
 )
-from services.scheduler.policy.fleet import Demand
-from services.scheduler.sim.traces import TracePod, default_nodes_csv, load_openb_nodes, load_pods
+from services.scheduler.core.policy.fleet import Demand
+from services.scheduler.sim.traces import TracePod
 
 QOS = {
     "LS": (PriorityClass.PRODUCTION_INFERENCE, JobKind.INFERENCE),
@@ -192,38 +189,4 @@ def run_timed(nodes: list[Node], pods: list[TracePod], policy: NodePolicy, seed:
     }
 
 
-def run_timed_cli(args: argparse.Namespace) -> int:
-    from services.scheduler.sim.cli import SimError, _policies, _trace_paths
-
-    try:
-        traces = _trace_paths(args.pods)
-        policies = _policies(args.policy)
-    except SimError as e:
-        print(f"fedsched simulate: {e}", file=sys.stderr)
-        return 2
-    nodes_csv = Path(args.nodes) if args.nodes else default_nodes_csv()
-    nodes = load_openb_nodes(nodes_csv, args.clusters)
-    trace, path = traces[0]
-    pods = [p for p in load_pods(path) if p.creation_s is not None]
-    if not pods:
-        print(f"fedsched simulate: {path} has no creation times", file=sys.stderr)
-        return 2
-    seed = args.seeds[0]
-    out: dict[str, Any] = {}
-    for pol in policies:
-        m = run_timed(nodes, pods, pol, seed, args.max_pods)
-        out[pol.value] = m
-        print(f"{trace} {pol.value}: {m['completed']}/{m['jobs']} done in {m['wall_s']} s", file=sys.stderr)
-    if args.json:
-        print(json.dumps({"mode": "timed", "trace": trace, "policies": out}))
-        return 0
-    cols = ("jobs", "completed", "dropped", "preemptions", "mean_queue_s", "p99_queue_s", "mean_jct_s",
-            "gpu_utilisation_pct", "wall_s")  # fmt: skip
-    print(f"timed replay of {trace} ({len(nodes)} nodes, {args.clusters} cluster(s), seed {seed})")
-    print(f"{'policy':<10} " + " ".join(f"{c:>14}" for c in cols))
-    for name, m in out.items():
-        print(f"{name:<10} " + " ".join(f"{m[c]:>14}" for c in cols))
-    return 0
-
-
-__all__ = ["run_timed", "run_timed_cli", "to_job"]
+__all__ = ["run_timed", "to_job"]

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from events.catalog.types import ClusterId, NodeId
-from services.scheduler.policy.fleet import Demand
-from services.scheduler.policy.model import Gpu, Node, Shape
+from services.scheduler.core.policy.fleet import Demand
+from services.scheduler.core.policy.model import Gpu, Node, Shape
 
 # GPU memory per model (MiB), as published by the trace's authors; internal codes G1-G3 are unknown.
 GPU_MEMORY_MIB = {

@@ -10,7 +10,7 @@ from events.catalog.types import QueueId, ResourceKind, TenantId
 from events.wire.envelope import Envelope
 from services.audit import queries
 from services.cli.main import main
-from services.scheduler.state import SchedulerState
+from services.scheduler.core.state import SchedulerState
 from tests.unit.audit.test_whatif import T0
 from tests.unit.audit.test_whatif_output import NoLog
 

@@ -23,10 +23,10 @@ from events.wire.codec import decode, encode
 from events.wire.envelope import Envelope
 from services.audit import verify as verify_module
 from services.audit.verify import Difference, VerifyReport, load, verify
+from services.scheduler.core.outputs import SOURCE, cycle_record, decision_events, digest
+from services.scheduler.core.policy import CycleMemo, schedule
+from services.scheduler.core.state import SchedulerState
 from services.scheduler.host import INPUT_TOPICS
-from services.scheduler.outputs import SOURCE, cycle_record, decision_events, digest
-from services.scheduler.policy import CycleMemo, schedule
-from services.scheduler.state import SchedulerState
 from tests.unit.projections.builders import a_job, a_node
 
 T0 = 1_800_000_000_000
@@ -376,7 +376,7 @@ def test_verify_tells_which_differences_lie_in_cycles_recorded_by_other_decision
     log = recorded_by(log, "fedsched-decisions-0", slice(10, 12))
     report = asyncio.run(verify(log, workers=1))  # type: ignore[arg-type]
     assert json_of(report) == json_of(asyncio.run(reference_verify(log)))
-    from services.scheduler.outputs import DECISION_ENGINE
+    from services.scheduler.core.outputs import DECISION_ENGINE
 
     by_engine = report.cycles_by_engine
     assert by_engine["unnamed"] == 10 and by_engine["fedsched-decisions-0"] == 2

@@ -18,8 +18,8 @@ from events.catalog.jobs import (
 from events.catalog.types import ClusterId, CycleId, JobId, NodeId, Resources, TenantId
 from events.wire.envelope import Envelope
 from services.audit.whatif import History, Outcome, history_of, simulate
-from services.scheduler.policy import PolicyConfig
-from services.scheduler.state import SchedulerState
+from services.scheduler.core.policy import PolicyConfig
+from services.scheduler.core.state import SchedulerState
 from tests.scheduler.builders import a_job
 
 T0 = 1_767_225_600_000

@@ -11,7 +11,7 @@ from events.catalog.jobs import PriorityClass
 from services.audit import whatif
 from services.audit.whatif import History, Outcome
 from services.cli.main import main
-from services.scheduler.policy.model import PolicyConfig
+from services.scheduler.core.policy.model import PolicyConfig
 from tests.scheduler.builders import a_job
 from tests.unit.audit.test_whatif import HOUR, T0, fleet
 

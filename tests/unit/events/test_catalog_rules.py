@@ -281,6 +281,6 @@ def test_every_reason_code_has_a_plain_description_and_a_pascal_case_value() -> 
 
 
 def test_the_scheduler_decides_with_the_wire_vocabulary() -> None:
-    scheduler = pytest.importorskip("services.scheduler.policy.reasons")
+    scheduler = pytest.importorskip("services.scheduler.core.policy.reasons")
     assert scheduler.ReasonCode is ReasonCode
     assert set(scheduler.CAPACITY_REASON_ORDER) <= set(ReasonCode)

@@ -52,8 +52,8 @@ async def test_the_scheduler_reports_queue_depth_per_class_and_where_its_last_cy
 
     from events.wire.envelope import Envelope
     from services.runtime.metrics import scheduler_samples
+    from services.scheduler.core.state import SchedulerState
     from services.scheduler.host import Metrics as SchedulerMetrics
-    from services.scheduler.state import SchedulerState
     from tests.unit.projections.builders import a_job
 
     state = SchedulerState()

@@ -28,10 +28,10 @@ from events.catalog.jobs import JobCancelRequested, JobFailed, JobPreempted, Job
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import Health, ResourceKind
 from events.wire.envelope import Envelope
-from services.scheduler.policy import CycleMemo, schedule
-from services.scheduler.policy import model as m
-from services.scheduler.policy.usage import history_of
-from services.scheduler.state import Placement, SchedulerState, core_node_id, job_model
+from services.scheduler.core.policy import CycleMemo, schedule
+from services.scheduler.core.policy import model as m
+from services.scheduler.core.policy.usage import history_of
+from services.scheduler.core.state import Placement, SchedulerState, core_node_id, job_model
 from tests.unit.projections.builders import a_job, a_node, placed
 
 T0 = 1_800_000_000_000

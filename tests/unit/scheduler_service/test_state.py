@@ -8,9 +8,9 @@ from events.catalog.inventory import ClusterKind, ClusterRegistered
 from events.catalog.jobs import JobPreempted, PriorityClass
 from events.catalog.reasons import ReasonCode
 from events.wire.envelope import Envelope
-from services.scheduler.outputs import decision_events
-from services.scheduler.policy import Place, schedule
-from services.scheduler.state import SUSPECT_FOR_MS, SchedulerState
+from services.scheduler.core.outputs import decision_events
+from services.scheduler.core.policy import Place, schedule
+from services.scheduler.core.state import SUSPECT_FOR_MS, SchedulerState
 from tests.unit.projections.builders import a_job, a_node, placed
 
 T0 = 1_800_000_000_000

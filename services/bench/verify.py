@@ -45,10 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def scheduled_log(nodes: int, jobs: int, per_cycle: int, runtime_cycles: int) -> tuple[MemoryLog, int]:
+    from services.scheduler.core.outputs import SOURCE, cycle_record, decision_events
+    from services.scheduler.core.policy import CycleMemo, schedule
+    from services.scheduler.core.state import SchedulerState
     from services.scheduler.host import INPUT_TOPICS
-    from services.scheduler.outputs import SOURCE, cycle_record, decision_events
-    from services.scheduler.policy import CycleMemo, schedule
-    from services.scheduler.state import SchedulerState
 
     log = MemoryLog()
     serial = iter(range(10**12))
@@ -119,10 +119,10 @@ def phases(log: MemoryLog) -> tuple[dict[str, float], list[float]]:
     """One pass of verify's work with a clock around each phase (seconds), and each cycle's snapshot and
     schedule time (what must not grow with the history)."""
     from services.audit.verify import load
+    from services.scheduler.core.outputs import decision_events, digest
+    from services.scheduler.core.policy import CycleMemo, schedule
+    from services.scheduler.core.state import SchedulerState
     from services.scheduler.host import INPUT_TOPICS
-    from services.scheduler.outputs import decision_events, digest
-    from services.scheduler.policy import CycleMemo, schedule
-    from services.scheduler.state import SchedulerState
 
     spent: dict[str, float] = defaultdict(float)
     deciding: list[float] = []
@@ -172,8 +172,8 @@ def state_memory(log: MemoryLog, service: str, *, keep_settled: bool) -> int:
 
     from services.governance.host import INPUT_TOPICS as GOVERNANCE_INPUTS
     from services.governance.state import GovState
+    from services.scheduler.core.state import SchedulerState
     from services.scheduler.host import INPUT_TOPICS as SCHEDULER_INPUTS
-    from services.scheduler.state import SchedulerState
 
     topics = SCHEDULER_INPUTS if service == "scheduler" else GOVERNANCE_INPUTS
     envelopes = [

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from services.scheduler.policy.fleet import Demand, FleetState
-from services.scheduler.policy.model import MILLI
+from services.scheduler.core.policy.fleet import Demand, FleetState
+from services.scheduler.core.policy.model import MILLI
 
 I64 = npt.NDArray[np.int64]
 BIG = 1 << 40

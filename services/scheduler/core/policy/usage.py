@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from services.scheduler.policy.model import UsageHistory, UsageRecord
+from services.scheduler.core.policy.model import UsageHistory, UsageRecord
 
 EPOCH_HALF_LIVES = 32
 ONE = 1_000_000_000  # the table's fixed-point scale

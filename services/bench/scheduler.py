@@ -32,11 +32,11 @@ def _measure(name: str, nodes: list[Any], pods: list[Any], policy: str, count: i
 
     import numpy as np
 
-    from services.scheduler.policy.federation import choose_replica_across_clusters
-    from services.scheduler.policy.fleet import FleetState
-    from services.scheduler.policy.fragmentation import FragModel, typical_shapes
-    from services.scheduler.policy.model import ClusterWeights, NodePolicy
-    from services.scheduler.policy.placer import Placer
+    from services.scheduler.core.policy.federation import choose_replica_across_clusters
+    from services.scheduler.core.policy.fleet import FleetState
+    from services.scheduler.core.policy.fragmentation import FragModel, typical_shapes
+    from services.scheduler.core.policy.model import ClusterWeights, NodePolicy
+    from services.scheduler.core.policy.placer import Placer
 
     fleet = FleetState(nodes)
     frag = FragModel(typical_shapes((p.shape() for p in pods), 95), fleet.models)

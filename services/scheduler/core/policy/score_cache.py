@@ -15,10 +15,10 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from services.scheduler.policy.fleet import STAMP, Demand, FleetState
-from services.scheduler.policy.fragmentation import FragModel
-from services.scheduler.policy.model import MILLI
-from services.scheduler.policy.scoring import INF
+from services.scheduler.core.policy.fleet import STAMP, Demand, FleetState
+from services.scheduler.core.policy.fragmentation import FragModel
+from services.scheduler.core.policy.model import MILLI
+from services.scheduler.core.policy.scoring import INF
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]

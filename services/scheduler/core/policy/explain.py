@@ -14,14 +14,14 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from services.scheduler.policy.backfill import earliest_start
-from services.scheduler.policy.capacity import largest_whole_gpu_block, per_node
-from services.scheduler.policy.context import Ctx
-from services.scheduler.policy.decisions import Change, ClusterWhyNot, Constraint
-from services.scheduler.policy.fleet import Demand
-from services.scheduler.policy.model import MILLI, Job, hard_taints
-from services.scheduler.policy.placer import MASKED
-from services.scheduler.policy.reasons import ReasonCode
+from services.scheduler.core.policy.backfill import earliest_start
+from services.scheduler.core.policy.capacity import largest_whole_gpu_block, per_node
+from services.scheduler.core.policy.context import Ctx
+from services.scheduler.core.policy.decisions import Change, ClusterWhyNot, Constraint
+from services.scheduler.core.policy.fleet import Demand
+from services.scheduler.core.policy.model import MILLI, Job, hard_taints
+from services.scheduler.core.policy.placer import MASKED
+from services.scheduler.core.policy.reasons import ReasonCode
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,8 +61,8 @@ from events.catalog.jobs import (
 from events.catalog.profiles import ResourceProfileUpdated
 from events.catalog.types import ClusterId, JobId, NodeId, ResourceKind, TenantId
 from events.wire.envelope import Envelope
-from services.scheduler.policy import model as m
-from services.scheduler.policy.usage import UsageLedger, history_of
+from services.scheduler.core.policy import model as m
+from services.scheduler.core.policy.usage import UsageLedger, history_of
 
 _MILLI = 1000
 

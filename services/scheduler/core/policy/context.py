@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from services.scheduler.policy.capacity import per_node
-from services.scheduler.policy.fairshare import Held
-from services.scheduler.policy.federation import ClusterScore, score_clusters
-from services.scheduler.policy.fleet import Demand, FleetState
-from services.scheduler.policy.model import (
+from services.scheduler.core.policy.capacity import per_node
+from services.scheduler.core.policy.fairshare import Held
+from services.scheduler.core.policy.federation import ClusterScore, score_clusters
+from services.scheduler.core.policy.fleet import Demand, FleetState
+from services.scheduler.core.policy.model import (
     Cluster,
     ClusterId,
     FleetSnapshot,
@@ -28,8 +28,8 @@ from services.scheduler.policy.model import (
     RunningJob,
     TenantId,
 )
-from services.scheduler.policy.placer import MASKED, Choice, Placer
-from services.scheduler.policy.quota import QuotaBook
+from services.scheduler.core.policy.placer import MASKED, Choice, Placer
+from services.scheduler.core.policy.quota import QuotaBook
 
 I64 = npt.NDArray[np.int64]
 HOT_PENALTY = 10_000_000_000

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from services.scheduler.policy.model import Job, Quota, Tenant, TenantId
+from services.scheduler.core.policy.model import Job, Quota, Tenant, TenantId
 
 GENERIC = ("cpu", "memory", "gpu")
 

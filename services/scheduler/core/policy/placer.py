@@ -20,11 +20,11 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from services.scheduler.policy import scoring
-from services.scheduler.policy.fleet import Demand, FleetState
-from services.scheduler.policy.fragmentation import FragModel
-from services.scheduler.policy.model import NodePolicy, ReplicaPlacement
-from services.scheduler.policy.score_cache import MAX_BYTES, MAX_CACHED, ScoreCache
+from services.scheduler.core.policy import scoring
+from services.scheduler.core.policy.fleet import Demand, FleetState
+from services.scheduler.core.policy.fragmentation import FragModel
+from services.scheduler.core.policy.model import NodePolicy, ReplicaPlacement
+from services.scheduler.core.policy.score_cache import MAX_BYTES, MAX_CACHED, ScoreCache
 
 I64 = npt.NDArray[np.int64]
 INF = scoring.INF

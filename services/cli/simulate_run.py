@@ -1,4 +1,5 @@
-"""The simulator's command handlers (the CLI module stays light; this one imports numpy and friends)."""
+"""The simulator's command handlers: ``fedsched simulate --mode arrival|timed`` (``simulate_cmd`` registers
+them and stays light; this one imports numpy and friends). Calls ``services.scheduler.sim``."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from services.scheduler.policy.model import NodePolicy
+from services.scheduler.core.policy.model import NodePolicy
 from services.scheduler.sim import report
 from services.scheduler.sim.arrival import ArrivalRun, run_arrival
 from services.scheduler.sim.traces import default_nodes_csv, load_openb_nodes, load_pods, pods_csv
@@ -140,9 +141,37 @@ def _append_placements(path: Path, runs: list[ArrivalRun], trace: str, first: bo
 
 
 def run_timed(args: argparse.Namespace) -> int:
-    from services.scheduler.sim.timed import run_timed_cli
+    from services.scheduler.sim.timed import run_timed as simulate_timed
 
-    return run_timed_cli(args)
+    try:
+        traces = _trace_paths(args.pods)
+        policies = _policies(args.policy)
+    except SimError as e:
+        print(f"fedsched simulate: {e}", file=sys.stderr)
+        return 2
+    nodes_csv = Path(args.nodes) if args.nodes else default_nodes_csv()
+    nodes = load_openb_nodes(nodes_csv, args.clusters)
+    trace, path = traces[0]
+    pods = [p for p in load_pods(path) if p.creation_s is not None]
+    if not pods:
+        print(f"fedsched simulate: {path} has no creation times", file=sys.stderr)
+        return 2
+    seed = args.seeds[0]
+    out: dict[str, Any] = {}
+    for pol in policies:
+        m = simulate_timed(nodes, pods, pol, seed, args.max_pods)
+        out[pol.value] = m
+        print(f"{trace} {pol.value}: {m['completed']}/{m['jobs']} done in {m['wall_s']} s", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"mode": "timed", "trace": trace, "policies": out}))
+        return 0
+    cols = ("jobs", "completed", "dropped", "preemptions", "mean_queue_s", "p99_queue_s", "mean_jct_s",
+            "gpu_utilisation_pct", "wall_s")  # fmt: skip
+    print(f"timed replay of {trace} ({len(nodes)} nodes, {args.clusters} cluster(s), seed {seed})")
+    print(f"{'policy':<10} " + " ".join(f"{c:>14}" for c in cols))
+    for name, m in out.items():
+        print(f"{name:<10} " + " ".join(f"{m[c]:>14}" for c in cols))
+    return 0
 
 
 __all__ = ["run_arrival_cli", "run_timed"]

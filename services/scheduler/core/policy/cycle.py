@@ -31,10 +31,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from services.scheduler.policy.backfill import may_backfill, reserve
-from services.scheduler.policy.capacity import model_pressure, per_node
-from services.scheduler.policy.context import Ctx, Plan
-from services.scheduler.policy.decisions import (
+from services.scheduler.core.policy.backfill import may_backfill, reserve
+from services.scheduler.core.policy.capacity import model_pressure, per_node
+from services.scheduler.core.policy.context import Ctx, Plan
+from services.scheduler.core.policy.decisions import (
     CandidateScore,
     Change,
     Constraint,
@@ -45,12 +45,12 @@ from services.scheduler.policy.decisions import (
     Queue,
     Reserve,
 )
-from services.scheduler.policy.explain import describe, explain, moment
-from services.scheduler.policy.fairshare import Capacity, FairShare, Held
-from services.scheduler.policy.federation import ClusterScore
-from services.scheduler.policy.fleet import Demand, FleetMemo, FleetState, fleet_for
-from services.scheduler.policy.fragmentation import FragModel, typical_shapes_from_counts
-from services.scheduler.policy.model import (
+from services.scheduler.core.policy.explain import describe, explain, moment
+from services.scheduler.core.policy.fairshare import Capacity, FairShare, Held
+from services.scheduler.core.policy.federation import ClusterScore
+from services.scheduler.core.policy.fleet import Demand, FleetMemo, FleetState, fleet_for
+from services.scheduler.core.policy.fragmentation import FragModel, typical_shapes_from_counts
+from services.scheduler.core.policy.model import (
     MILLI,
     FleetSnapshot,
     Job,
@@ -63,11 +63,11 @@ from services.scheduler.policy.model import (
     Shape,
     TenantId,
 )
-from services.scheduler.policy.placer import MASKED, Placer
-from services.scheduler.policy.preemption import find_victims
-from services.scheduler.policy.quota import QuotaCheck, book_from, fmt_amount
-from services.scheduler.policy.reasons import ReasonCode
-from services.scheduler.policy.score_cache import ScoreCache
+from services.scheduler.core.policy.placer import MASKED, Placer
+from services.scheduler.core.policy.preemption import find_victims
+from services.scheduler.core.policy.quota import QuotaCheck, book_from, fmt_amount
+from services.scheduler.core.policy.reasons import ReasonCode
+from services.scheduler.core.policy.score_cache import ScoreCache
 
 FALLBACK_SHAPES = (Shape(cpu_milli=8000, gpu_milli=MILLI, gpus=1, weight=1),)
 

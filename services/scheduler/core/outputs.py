@@ -30,8 +30,8 @@ from events.catalog.reasons import ReasonCode
 from events.catalog.types import ClusterId, CycleId, JobId, ResourceKind
 from events.wire.codec import encode
 from events.wire.envelope import Envelope
-from services.scheduler.policy import decisions as core
-from services.scheduler.state import SchedulerState, event_node
+from services.scheduler.core.policy import decisions as core
+from services.scheduler.core.state import SchedulerState, event_node
 
 SOURCE = "urn:fedsched:scheduler"
 _SHORT = 256

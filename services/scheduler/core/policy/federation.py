@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from services.scheduler.policy.fleet import Demand
-from services.scheduler.policy.model import Cluster, ClusterId, ClusterWeights, NodePolicy
-from services.scheduler.policy.placer import INF, Choice, Placer
+from services.scheduler.core.policy.fleet import Demand
+from services.scheduler.core.policy.model import Cluster, ClusterId, ClusterWeights, NodePolicy
+from services.scheduler.core.policy.placer import INF, Choice, Placer
 
 SCALE = 1000
 

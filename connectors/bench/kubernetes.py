@@ -2,7 +2,7 @@
 
 Run against an API server and a log (``deploy/local/kube.sh``, ``kafka.sh``, ``postgres.py``):
 
-    python -m connectors.kubernetes.bench --kubeconfig DIR/kubeconfig --log kafka://127.0.0.1:9092 --nodes 2000
+    python -m connectors.bench.kubernetes --kubeconfig DIR/kubeconfig --log kafka://127.0.0.1:9092 --nodes 2000
 
 1. creates ``--nodes`` GPU nodes (labelled ``fedsched.io/bench=<run>``) through the API;
 2. starts a connector and times the initial list: ``NodeObserved`` (+ ``GpuHealthReported``) published

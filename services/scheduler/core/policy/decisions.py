@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Literal
 
-from services.scheduler.policy.model import ClusterId, JobId, ReplicaPlacement, TenantId
-from services.scheduler.policy.reasons import ReasonCode
+from services.scheduler.core.policy.model import ClusterId, JobId, ReplicaPlacement, TenantId
+from services.scheduler.core.policy.reasons import ReasonCode
 
 JsonScalar = str | int | bool | None
 

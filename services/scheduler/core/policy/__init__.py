@@ -4,8 +4,8 @@ Entry points: ``schedule(snapshot, config) -> CycleResult`` for a whole cycle, a
 ``FleetState``) for the simulator's and benchmark's hot loop; both use the same scoring code.
 """
 
-from services.scheduler.policy.cycle import CycleMemo, schedule
-from services.scheduler.policy.decisions import (
+from services.scheduler.core.policy.cycle import CycleMemo, schedule
+from services.scheduler.core.policy.decisions import (
     CandidateScore,
     ClusterWhyNot,
     CycleResult,
@@ -15,9 +15,9 @@ from services.scheduler.policy.decisions import (
     Queue,
     Reserve,
 )
-from services.scheduler.policy.fleet import Demand, FleetState
-from services.scheduler.policy.fragmentation import FragModel, typical_shapes
-from services.scheduler.policy.model import (
+from services.scheduler.core.policy.fleet import Demand, FleetState
+from services.scheduler.core.policy.fragmentation import FragModel, typical_shapes
+from services.scheduler.core.policy.model import (
     Cluster,
     ClusterWeights,
     FleetSnapshot,
@@ -36,8 +36,8 @@ from services.scheduler.policy.model import (
     UsageHistory,
     UsageRecord,
 )
-from services.scheduler.policy.placer import Choice, Placer
-from services.scheduler.policy.reasons import ReasonCode
+from services.scheduler.core.policy.placer import Choice, Placer
+from services.scheduler.core.policy.reasons import ReasonCode
 
 __all__ = [
     "CandidateScore",

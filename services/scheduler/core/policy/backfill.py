@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.scheduler.policy.capacity import per_node
-from services.scheduler.policy.context import Ctx, Reservation
-from services.scheduler.policy.fleet import Demand
-from services.scheduler.policy.model import Job, RunningJob
+from services.scheduler.core.policy.capacity import per_node
+from services.scheduler.core.policy.context import Ctx, Reservation
+from services.scheduler.core.policy.fleet import Demand
+from services.scheduler.core.policy.model import Job, RunningJob
 
 
 def expected_end_ms(ctx: Ctx, r: RunningJob) -> int:

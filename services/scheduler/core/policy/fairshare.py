@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from services.scheduler.policy.model import Job, PolicyConfig, Tenant, TenantId, priority_rank
-from services.scheduler.policy.usage import decayed
+from services.scheduler.core.policy.model import Job, PolicyConfig, Tenant, TenantId, priority_rank
+from services.scheduler.core.policy.usage import decayed
 
 SCALE = 1000
 

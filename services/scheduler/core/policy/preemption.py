@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.scheduler.policy.capacity import per_node
-from services.scheduler.policy.context import Ctx
-from services.scheduler.policy.fleet import Demand
-from services.scheduler.policy.model import Job, JobKind, RunningJob, priority_rank
-from services.scheduler.policy.reasons import ReasonCode
+from services.scheduler.core.policy.capacity import per_node
+from services.scheduler.core.policy.context import Ctx
+from services.scheduler.core.policy.fleet import Demand
+from services.scheduler.core.policy.model import Job, JobKind, RunningJob, priority_rank
+from services.scheduler.core.policy.reasons import ReasonCode
 
 
 @dataclass(frozen=True, slots=True)

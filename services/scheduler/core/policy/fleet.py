@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from services.scheduler.policy.model import (
+from services.scheduler.core.policy.model import (
     MILLI,
     ClusterId,
     Health,

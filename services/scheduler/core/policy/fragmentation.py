@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from services.scheduler.policy.model import Shape
+from services.scheduler.core.policy.model import Shape
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
