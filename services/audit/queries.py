@@ -19,8 +19,8 @@ from events.log.contract import EventLog, TopicPartition
 from events.log.headers import unpack_headers
 from events.log.reading import read_to_end
 from events.wire.codec import decode
+from services.scheduler.core.decide import INPUT_TOPICS
 from services.scheduler.core.state import SchedulerState
-from services.scheduler.host import INPUT_TOPICS
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,10 +38,10 @@ from events.log.contract import EventLog, TopicPartition
 from events.log.reading import read_to_end
 from events.wire.codec import decode, encode
 from events.wire.envelope import Envelope
-from services.scheduler.core.outputs import DECISION_ENGINE, SOURCE, decision_events, digest
-from services.scheduler.core.policy import CycleMemo, schedule
+from services.scheduler.core.decide import INPUT_TOPICS, decide
+from services.scheduler.core.outputs import DECISION_ENGINE, SOURCE, digest
+from services.scheduler.core.policy import CycleMemo
 from services.scheduler.core.state import SchedulerState
-from services.scheduler.host import INPUT_TOPICS
 
 #: Below this many cycles per worker, a fork and the catch-up fold cost more than they save.
 MIN_CYCLES_PER_WORKER = 100
@@ -202,6 +202,22 @@ async def verify(
     return report
 
 
+def fold_inputs(
+    state: SchedulerState, records: Records, cursors: dict[TopicPartition, int], cycle: SchedulingCycleCompleted
+) -> None:
+    """Fold every record below the cycle's recorded offsets that ``cursors`` (where each partition's fold
+    stands) has not folded yet: the state the cycle decided on, whatever order partitions come in."""
+    for point in cycle.input_offsets:
+        tp = TopicPartition(point.topic, point.partition)
+        items = records.get(tp, [])
+        index = cursors[tp]
+        end = len(items)
+        while index < end and items[index][0] < point.offset:
+            state.fold(items[index][1])
+            index += 1
+        cursors[tp] = index
+
+
 def _in_window(cycle: SchedulingCycleCompleted, since_ms: int | None, until_ms: int | None) -> bool:
     return not (
         (since_ms is not None and cycle.logical_time_ms < since_ms)
@@ -237,25 +253,15 @@ class _Replayer:
         records, cursors, state = self.records, self.cursors, self.state
         for position in range(self.position, stop):
             cycle = self.cycles[position]
-            for point in cycle.input_offsets:
-                tp = TopicPartition(point.topic, point.partition)
-                items = records.get(tp, [])
-                index = cursors[tp]
-                end = len(items)
-                while index < end and items[index][0] < point.offset:
-                    state.fold(items[index][1])
-                    index += 1
-                cursors[tp] = index
+            fold_inputs(state, records, cursors, cycle)
             self.position = position + 1
             if position >= first and _in_window(cycle, self.since_ms, self.until_ms):
                 self._cycle(cycle, part)
         return part
 
     def _cycle(self, cycle: SchedulingCycleCompleted, part: VerifyReport) -> None:
-        state = self.state
-        config = state.policy_config()
-        result = schedule(state.snapshot(cycle.logical_time_ms), config, self.memo)
-        replayed = decision_events(state, result, cycle.sequence)
+        decided = decide(self.state, cycle.logical_time_ms, self.memo, sequence=cycle.sequence)
+        config, replayed = decided.config, decided.events
         engine = cycle.engine or UNNAMED
         part.cycles += 1
         part.decisions += cycle.decision_count

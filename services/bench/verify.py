@@ -45,10 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def scheduled_log(nodes: int, jobs: int, per_cycle: int, runtime_cycles: int) -> tuple[MemoryLog, int]:
-    from services.scheduler.core.outputs import SOURCE, cycle_record, decision_events
-    from services.scheduler.core.policy import CycleMemo, schedule
+    from services.scheduler.core.decide import INPUT_TOPICS, decide
+    from services.scheduler.core.outputs import SOURCE
+    from services.scheduler.core.policy import CycleMemo
     from services.scheduler.core.state import SchedulerState
-    from services.scheduler.host import INPUT_TOPICS
 
     log = MemoryLog()
     serial = iter(range(10**12))
@@ -101,12 +101,11 @@ def scheduled_log(nodes: int, jobs: int, per_cycle: int, runtime_cycles: int) ->
                 publish(JobSucceeded(job_id=JobId(job_id), cluster=cluster), now)
         if not follow() and submitted >= jobs:
             break
-        result = schedule(state.snapshot(now), state.policy_config(), memo)
-        events = decision_events(state, result, state.cycles)
-        if not events:
+        decided = decide(state, now, memo)
+        if not decided.events:
             continue
         offsets = [(tp.topic, tp.partition, o) for tp, o in positions.items()]
-        for envelope in [*events, cycle_record(state.cycles, offsets, result, events)]:
+        for envelope in [*decided.events, decided.record(offsets)]:
             log.append(envelope)
             if isinstance(envelope.data, JobPlaced):
                 placed[cycles].append(envelope.data.job_id)
@@ -118,11 +117,11 @@ def scheduled_log(nodes: int, jobs: int, per_cycle: int, runtime_cycles: int) ->
 def phases(log: MemoryLog) -> tuple[dict[str, float], list[float]]:
     """One pass of verify's work with a clock around each phase (seconds), and each cycle's snapshot and
     schedule time (what must not grow with the history)."""
-    from services.audit.verify import load
-    from services.scheduler.core.outputs import decision_events, digest
-    from services.scheduler.core.policy import CycleMemo, schedule
+    from services.audit.verify import fold_inputs, load
+    from services.scheduler.core.decide import INPUT_TOPICS, decide
+    from services.scheduler.core.outputs import digest
+    from services.scheduler.core.policy import CycleMemo
     from services.scheduler.core.state import SchedulerState
-    from services.scheduler.host import INPUT_TOPICS
 
     spent: dict[str, float] = defaultdict(float)
     deciding: list[float] = []
@@ -136,31 +135,24 @@ def phases(log: MemoryLog) -> tuple[dict[str, float], list[float]]:
     spent["read+decode"] += clock() - at
     state, memo = SchedulerState(), CycleMemo()
     cursors: dict[TopicPartition, int] = defaultdict(int)
+    last = clock()
+    this_cycle: dict[str, float] = {}
+
+    def step_done(name: str) -> None:
+        nonlocal last
+        now = clock()
+        this_cycle[name] = now - last
+        spent[name] += now - last
+        last = now
+
     for cycle in cycles:
-        at = clock()
-        for point in cycle.input_offsets:
-            tp = TopicPartition(point.topic, point.partition)
-            items, index = records.get(tp, []), cursors[tp]
-            while index < len(items) and items[index][0] < point.offset:
-                state.fold(items[index][1])
-                index += 1
-            cursors[tp] = index
-        config = state.policy_config()
-        t1 = clock()
-        snapshot = state.snapshot(cycle.logical_time_ms)
-        t2 = clock()
-        result = schedule(snapshot, config, memo)
-        t3 = clock()
-        replayed = decision_events(state, result, cycle.sequence)
-        t4 = clock()
-        digest(replayed)
-        t5 = clock()
-        spent["fold"] += t1 - at
-        spent["snapshot"] += t2 - t1
-        spent["schedule"] += t3 - t2
-        spent["decision events"] += t4 - t3
-        spent["digest"] += t5 - t4
-        deciding.append(t3 - t1)
+        last = clock()
+        fold_inputs(state, records, cursors, cycle)
+        step_done("fold")
+        decided = decide(state, cycle.logical_time_ms, memo, sequence=cycle.sequence, step_done=step_done)
+        deciding.append(this_cycle["snapshot"] + this_cycle["schedule"])
+        digest(decided.events)
+        step_done("digest")
     return dict(spent), deciding
 
 
@@ -172,8 +164,8 @@ def state_memory(log: MemoryLog, service: str, *, keep_settled: bool) -> int:
 
     from services.governance.host import INPUT_TOPICS as GOVERNANCE_INPUTS
     from services.governance.state import GovState
+    from services.scheduler.core.decide import INPUT_TOPICS as SCHEDULER_INPUTS
     from services.scheduler.core.state import SchedulerState
-    from services.scheduler.host import INPUT_TOPICS as SCHEDULER_INPUTS
 
     topics = SCHEDULER_INPUTS if service == "scheduler" else GOVERNANCE_INPUTS
     envelopes = [
@@ -206,7 +198,7 @@ def state_memory(log: MemoryLog, service: str, *, keep_settled: bool) -> int:
 def run(args: argparse.Namespace) -> int:
     from events.plumbing.collector import tune_for_service
     from services.audit.verify import verify
-    from services.scheduler.host import INPUT_TOPICS
+    from services.scheduler.core.decide import INPUT_TOPICS
 
     tune_for_service()  # as ``fedsched audit verify`` does
     started = time.perf_counter()

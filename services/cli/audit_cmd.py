@@ -156,7 +156,7 @@ async def run_verify(args: argparse.Namespace) -> int:
     from events.plumbing.collector import tune_for_service
     from services.audit.verify import verify
     from services.cli.config import log_url
-    from services.scheduler.host import INPUT_TOPICS
+    from services.scheduler.core.decide import INPUT_TOPICS
 
     time_range(args.since, args.until)
     tune_for_service()  # the whole folded history stays alive: full collections over it cost ~25%

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 
 from events.catalog.decisions import JobPlaced
 from events.catalog.errors import EventError
-from events.catalog.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS, PROFILES
+from events.catalog.topics import DECISIONS
 from events.log.contract import (
     Appended,
     EventLog,
@@ -49,13 +49,13 @@ from events.log.publisher import to_record, wall_clock_ms
 from events.log.reading import read_to_end
 from events.plumbing.outage import Outage, transient
 from events.wire.codec import decode
-from services.scheduler.core.outputs import SOURCE, cycle_record, decision_events
-from services.scheduler.core.policy import CycleMemo, schedule
+from services.scheduler.core.decide import INPUT_TOPICS, decide
+from services.scheduler.core.outputs import SOURCE
+from services.scheduler.core.policy import CycleMemo
 from services.scheduler.core.state import SchedulerState
 
 log = logging.getLogger("fedsched.scheduler")
 
-INPUT_TOPICS = (INVENTORY.name, JOBS.name, DECISIONS.name, GOVERNANCE.name, PROFILES.name)
 GROUP = "fedsched-scheduler"
 LEADER_GROUP = "fedsched-scheduler-leader"
 TRANSACTIONAL_ID = "fedsched-scheduler"
@@ -212,18 +212,16 @@ class SchedulerHost:
         loop = asyncio.get_running_loop()
         started = loop.time()
         now = self._clock()
-        config = self.state.policy_config()
-        result = schedule(self.state.snapshot(now), config, self._memo)
-        sequence = self.state.cycles
-        events = decision_events(self.state, result, sequence)
+        decided = decide(self.state, now, self._memo)
+        events = decided.events
         if not events:
             # Nothing to say (every waiting job already has its explanation): no cycle to record.
             self._dirty = False
             self._last_cycle_at = now
             return 0
-        decided = loop.time()
+        decided_at = loop.time()
         offsets = dict(self.positions)
-        record = cycle_record(sequence, [(tp.topic, tp.partition, o) for tp, o in offsets.items()], result, events)
+        record = decided.record([(tp.topic, tp.partition, o) for tp, o in offsets.items()])
         try:
             records = [to_record(e) for e in [*events, record]]
             if self._ns:
@@ -250,8 +248,8 @@ class SchedulerHost:
         m = self.metrics
         m.last_cycle_ms = (loop.time() - started) * 1000
         m.last_phases_ms = {
-            "decide": (decided - started) * 1000,
-            "append": (appended_at - decided) * 1000,
+            "decide": (decided_at - started) * 1000,
+            "append": (appended_at - decided_at) * 1000,
             "fold": (loop.time() - appended_at) * 1000,
         }
         m.decide_ms += m.last_phases_ms["decide"]

@@ -22,8 +22,8 @@ from events.catalog.inventory import ClusterKind, ClusterRegistered, GpuDevice, 
 from events.catalog.jobs import InferenceSpec, JobKind, JobStarted, JobSubmitted, PriorityClass
 from events.catalog.types import ResourceKind, Resources, TaintEffect
 from events.wire.envelope import Envelope
-from services.scheduler.core.outputs import DECISION_ENGINE, cycle_record, decision_events, digest
-from services.scheduler.core.policy import schedule
+from services.scheduler.core.decide import decide
+from services.scheduler.core.outputs import DECISION_ENGINE, digest
 from services.scheduler.core.state import SchedulerState
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "decisions"
@@ -118,9 +118,8 @@ def scenario() -> tuple[list[Envelope], Envelope]:
     for i, data in enumerate(facts):
         state.fold(Envelope(id=f"golden-{i}", time_ms=T0 + i, data=data))  # type: ignore[arg-type]
     now = T0 + 60_000
-    result = schedule(state.snapshot(now), state.policy_config())
-    events = decision_events(state, result, 0)
-    return events, cycle_record(0, [], result, events)
+    decided = decide(state, now, sequence=0)
+    return decided.events, decided.record([])
 
 
 def main(argv: list[str]) -> int:

@@ -19,7 +19,7 @@ from events.catalog.jobs import JobSubmitted
 from events.catalog.types import Resources
 from events.log import EventLog, open_log
 from services.audit.verify import verify
-from services.scheduler.host import INPUT_TOPICS
+from services.scheduler.core.decide import INPUT_TOPICS
 from tests.services.test_scheduler_host import Renaming, decisions, private_topics
 from tests.unit.projections.builders import a_node
 

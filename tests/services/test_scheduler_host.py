@@ -165,7 +165,7 @@ async def test_the_leader_folds_its_own_output_as_appended_and_never_places_a_jo
 
 
 def host_topics() -> tuple[str, ...]:
-    from services.scheduler.host import INPUT_TOPICS
+    from services.scheduler.core.decide import INPUT_TOPICS
 
     return INPUT_TOPICS
 

@@ -23,10 +23,10 @@ from events.wire.codec import decode, encode
 from events.wire.envelope import Envelope
 from services.audit import verify as verify_module
 from services.audit.verify import Difference, VerifyReport, load, verify
+from services.scheduler.core.decide import INPUT_TOPICS
 from services.scheduler.core.outputs import SOURCE, cycle_record, decision_events, digest
 from services.scheduler.core.policy import CycleMemo, schedule
 from services.scheduler.core.state import SchedulerState
-from services.scheduler.host import INPUT_TOPICS
 from tests.unit.projections.builders import a_job, a_node
 
 T0 = 1_800_000_000_000

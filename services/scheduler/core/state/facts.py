@@ -1,0 +1,129 @@
+"""What the scheduler keeps of each job and node, as facts keyed by run, and the maps that hold them.
+
+Called by the fold (``services.scheduler.core.state.fold``), which changes these facts one entity at a
+time, and by ``SchedulerState``, which derives snapshots from them. Pure data.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+
+from events.catalog.decisions import ReplicaPlacement as EventReplicaPlacement
+from events.catalog.governance import PolicyConfigured, QuotaSet, TenantRegistered
+from events.catalog.inventory import ClusterRegistered, NodeObserved
+from services.scheduler.core.policy import model as m
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """What the state keeps of a ``JobPlaced``: where the run went. The scores and the explanation are
+    for readers of the log; kept whole, they were most of what every job ever placed cost in memory."""
+
+    cluster: str
+    replicas: tuple[EventReplicaPlacement, ...]
+
+
+@dataclass(slots=True)
+class JobFacts:
+    """Everything known of one job, as sets of facts keyed by run (order-independent)."""
+
+    spec: m.Job | None = None
+    """The request as the core reads it, made once when it is folded (the event itself, kept for every job
+    ever submitted, cost several times as much memory)."""
+    submitted_ms: int = 0
+    placements: dict[int, Placement] = field(default_factory=dict)
+    placed_at: dict[int, int] = field(default_factory=dict)
+    ended: dict[int, str] = field(default_factory=dict)  # run -> succeeded/failed/preempted/reclaimed/cancelled
+    ended_at: dict[int, int] = field(default_factory=dict)
+    terminal: str = ""
+    cancel_requested: bool = False
+    stop_requested: set[int] = field(default_factory=set)  # runs asked to stop (preempt / reclaim)
+    last_queued: tuple[str, ...] = ()  # reason codes of the latest JobQueued
+    victims: tuple[str, ...] = ()
+    """Jobs asked to stop to make room for it since its latest placement (both on the decisions topic, so
+    in one order everywhere): its next ``JobPlaced`` names them."""
+
+    def current_run(self) -> int:
+        return max(self.placements, default=0)
+
+    def running_placement(self) -> Placement | None:
+        run = self.current_run()
+        if run and run not in self.ended and not self.terminal:
+            return self.placements[run]
+        return None
+
+    def pending(self) -> bool:
+        if self.spec is None or self.terminal or self.cancel_requested:
+            return False
+        return self.running_placement() is None
+
+    def times_preempted(self) -> int:
+        return sum(1 for how in self.ended.values() if how in ("preempted", "reclaimed"))
+
+    def settled(self) -> bool:
+        """Ended for good, and every run placed has ended and every run ended was placed: nothing that
+        may still come for it can change a decision (see the module's docstring)."""
+        return bool(self.terminal) and self.placements.keys() == self.ended.keys()
+
+
+SUSPECT_FOR_MS = 24 * 3600 * 1000
+MIN_USAGE_HALF_LIFE_MS = 60_000
+
+
+@dataclass(slots=True)
+class NodeFacts:
+    observed: NodeObserved | None = None
+    removed_generation: int = -1
+    gpu_health: dict[int, str] = field(default_factory=dict)
+    suspect_until_ms: int = 0
+    """Governance found jobs failing on this node: until then its healthy GPUs count as degraded, so
+    placement steers work elsewhere while the node stays usable."""
+
+
+@dataclass(slots=True)
+class SettledUsage:
+    """One tenant's settled usage records, packed two machine ints each (16 bytes a record, where the
+    objects took about 120)."""
+
+    packed: array[int] = field(default_factory=lambda: array("q"))
+    wide: list[m.UsageRecord] = field(default_factory=list)  # beyond 64 bits (absurd times): kept as they are
+
+    def extend(self, records: list[m.UsageRecord]) -> None:
+        for record in records:
+            try:
+                pair = array("q", (record.at_ms, record.gpu_milli_ms))  # made first: a failure adds nothing
+            except OverflowError:
+                self.wide.append(record)
+            else:
+                self.packed.extend(pair)
+
+    def records(self) -> list[m.UsageRecord]:
+        it = iter(self.packed)
+        return [*(m.UsageRecord(at, amount) for at, amount in zip(it, it, strict=True)), *self.wide]
+
+
+@dataclass(slots=True)
+class Facts:
+    """Every entity the fold keeps, by key. ``SchedulerState`` adds what snapshots are derived from."""
+
+    nodes: dict[tuple[str, str], NodeFacts] = field(default_factory=dict)
+    clusters: dict[str, ClusterRegistered] = field(default_factory=dict)
+    cluster_status: dict[str, str] = field(default_factory=dict)
+    """Cluster -> its last reported status; its nodes take no work unless it is reachable."""
+    congestion: dict[str, tuple[int, int]] = field(default_factory=dict)  # cluster -> (version, milli)
+    tenants: dict[str, TenantRegistered] = field(default_factory=dict)
+    quotas: dict[tuple[str, str], QuotaSet] = field(default_factory=dict)
+    policy: PolicyConfigured | None = None
+    jobs: dict[str, JobFacts] = field(default_factory=dict)
+    settled: set[str] = field(default_factory=set)
+    """Jobs whose facts were dropped once settled; what still comes for them is ignored."""
+    cycles: int = 0
+
+    def job(self, job_id: str) -> JobFacts:
+        facts = self.jobs.get(job_id)
+        if facts is None:
+            if job_id in self.settled:
+                return JobFacts()  # folded into nothing: a settled job's later records change no decision
+            facts = self.jobs[job_id] = JobFacts()
+        return facts

@@ -1,0 +1,81 @@
+"""A policy document (``PolicyConfigured``) as the core's ``PolicyConfig``, every setting checked.
+
+Called by the fold (an invalid document never takes effect), by ``SchedulerState.policy_config`` and by
+``fedsched audit whatif`` (a policy file). Pure.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from services.scheduler.core.policy import model as m
+
+MIN_USAGE_HALF_LIFE_MS = 60_000
+
+
+def policy_from_document(version: str, document: Any) -> m.PolicyConfig:
+    """The policy configuration from a ``PolicyConfigured`` document; unknown keys are refused."""
+    doc = json.loads(json.dumps(document))  # a plain, detached copy
+    base = m.PolicyConfig()
+    known = {name for name in base.__dataclass_fields__ if name not in ("version",)}
+    unknown = sorted(set(doc) - known)
+    if unknown:
+        # Named beside the valid ones, so a misspelt key can be corrected without reading the code.
+        raise ValueError(f"unknown settings {', '.join(unknown)}; valid settings: {', '.join(sorted(known))}")
+    for name, value in doc.items():
+        _check_setting(name, value, getattr(base, name))
+    if "node_policy" in doc:
+        doc["node_policy"] = m.NodePolicy(doc["node_policy"])
+    if "cluster_weights" in doc:
+        doc["cluster_weights"] = m.ClusterWeights(**doc["cluster_weights"])
+    if "typical_shapes" in doc:
+        doc["typical_shapes"] = tuple(
+            m.Shape(**{**s, "models": tuple(s.get("models", ()))}) for s in doc["typical_shapes"]
+        )
+    config = m.PolicyConfig(version=version, **doc)
+    if config.usage_half_life_ms < 0 or 0 < config.usage_half_life_ms < MIN_USAGE_HALF_LIFE_MS:
+        # Fair share's history keeps one sum per 32 half-lives: a half-life of milliseconds would keep
+        # one per few records and make every cycle read them all (0 means no decay at all).
+        raise ValueError(f"usage_half_life_ms must be 0 or at least {MIN_USAGE_HALF_LIFE_MS} ms")
+    return config
+
+
+_PERCENT = {"typical_coverage_pct": 100}
+_MILLI_SCALE = {"hot_pressure_milli": 1000, "aging_unit_milli": 1000}
+_AT_LEAST_ONE = {"max_decisions", "aging_step_ms"}
+_NULLABLE = {"hot_model_cap_milli"}  # a whole number, or null for none
+
+
+def _check_setting(name: str, value: Any, default: Any) -> None:
+    """A setting of the type its default has, in its range: a quoted ``"false"`` would otherwise be a
+    true value (preemption stays on), and a negative count a slice from the end."""
+
+    def refuse(reason: str) -> None:
+        raise ValueError(f"setting {name}: {reason}, not {json.dumps(value)}")
+
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            refuse("must be true or false")
+    elif isinstance(default, int) or name in _NULLABLE:
+        if value is None and name in _NULLABLE:
+            return
+        if isinstance(value, bool) or not isinstance(value, int):
+            refuse("must be a whole number" + (" or null" if name in _NULLABLE else ""))
+        low = 1 if name in _AT_LEAST_ONE else 0
+        high = _PERCENT.get(name, _MILLI_SCALE.get(name))
+        if value < low or (high is not None and value > high):
+            refuse(f"must be from {low}" + (f" to {high}" if high is not None else " up"))
+    elif isinstance(default, m.ClusterWeights):
+        if not isinstance(value, dict):
+            refuse("must be a mapping of weights")
+        for term, weight in value.items():
+            if term not in default.__dataclass_fields__:
+                refuse(f"has an unknown term {term!r} (terms: {', '.join(default.__dataclass_fields__)})")
+            if isinstance(weight, bool) or not isinstance(weight, int) or weight < 0:
+                refuse(f"weight {term} must be a whole number from 0 up")
+    elif isinstance(default, tuple):
+        if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+            refuse("must be a list of shapes")
+    elif isinstance(default, str) and not isinstance(value, str):
+        refuse("must be a string")
