@@ -108,6 +108,7 @@ class Reporter:
         return batch
 
     async def _flush_forever(self) -> None:
+        batch: list[tuple[list[Envelope], asyncio.Future[None]]] = []
         try:
             while True:
                 if not self._queue:
@@ -119,12 +120,16 @@ class Reporter:
                     self._pending -= len(envelopes)
                     if not future.done():
                         future.set_result(None)
+                batch = []
                 self._room.set()
         except BaseException as error:
             self._failure = error if isinstance(error, ProducerFenced) else RuntimeError("the reporter stopped")
-            for _, future in self._queue:
+            for _, future in [*batch, *self._queue]:  # the batch being appended too: it is in doubt
                 if not future.done():
                     future.set_exception(self._failure)
+                    # Its submitter may have stopped waiting (cancelled with the connector): taken here, so
+                    # asyncio does not log it as never retrieved; a waiting submitter still gets it.
+                    future.exception()
             raise
 
     async def _append(self, envelopes: list[Envelope]) -> None:
