@@ -28,13 +28,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from events.catalog.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS, TOPICS, TopicSpec
+from events.catalog.topics import TOPICS, TopicSpec, topic
 from projections.readmodel.writer import STATE_FORMAT
+from projections.stages.sources import SOURCE_TOPICS, source_rank
 
-SOURCES = (INVENTORY, JOBS, DECISIONS, GOVERNANCE)
+SOURCES = tuple(topic(name) for name in SOURCE_TOPICS)
 SINGLE_PARTITION_STAGES = frozenset({"fleet"})
-# Within one moment, what enables comes before what it enables (as the in-process runner orders it).
-RANK = {GOVERNANCE.name: 0, INVENTORY.name: 1, JOBS.name: 2, DECISIONS.name: 3}
 
 
 @dataclass(frozen=True)
@@ -99,7 +98,7 @@ class WorkerConfig:
         ]
 
     def rank(self, topic: str) -> int:
-        return RANK.get(self.logical(topic), 9)
+        return source_rank(self.logical(topic))
 
     def internal_topics(self, stages: Iterable[str]) -> list[str]:
         return [name for stage in stages for name in (self.stage_topic(stage), self.changelog_topic(stage))]

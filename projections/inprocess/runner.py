@@ -22,7 +22,6 @@ from dataclasses import dataclass
 import asyncpg
 
 from events.catalog.errors import EventError
-from events.catalog.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS
 from events.log.contract import EventLog, LogProducer, LogReader, LogRecord, OutRecord, TopicPartition
 from events.log.deadletter import dead_letter
 from events.log.publisher import to_record
@@ -31,11 +30,11 @@ from events.wire.envelope import Envelope
 from projections.readmodel import writer as readmodels
 from projections.stages.core import Output, Position
 from projections.stages.jobs import STAGE as JOB_STAGE
+from projections.stages.sources import SOURCE_TOPICS, source_rank
 from projections.stages.topology import MemoryStore, Processed, Topology
 
 log = logging.getLogger("fedsched.projections")
 
-SOURCE_TOPICS = (INVENTORY.name, JOBS.name, DECISIONS.name, GOVERNANCE.name)
 GROUP = "fedsched-projections"
 
 Item = tuple[int, int, LogRecord, "Envelope | None"]
@@ -120,7 +119,7 @@ class ProjectionRunner:
                     errors[(record.topic, record.partition, record.offset)] = error
                     envelope = None
                 time_ms = envelope.time_ms if envelope is not None else time_ms
-                items.append((time_ms, _RANK.get(record.topic, 9), record, envelope))
+                items.append((time_ms, source_rank(record.topic), record, envelope))
             decoded.append(items)
         merged = self._merge(decoded)
         await self._bring_back_jobs(envelope for _, _, _, envelope in merged if envelope is not None)
@@ -256,11 +255,6 @@ class ProjectionRunner:
         )
         merged = heapq.merge(*decoded, key=lambda item: (item[0], item[1], item[2].partition, item[2].offset))
         return [item for item in merged if cut is None or item[0] <= cut]
-
-
-# Within one moment, what enables comes before what it enables: policy and quota, then inventory,
-# then requests and reports, then the decisions taken on them.
-_RANK = {GOVERNANCE.name: 0, INVENTORY.name: 1, JOBS.name: 2, DECISIONS.name: 3}
 
 
 def _envelope(output: Output, time_ms: int) -> Envelope:

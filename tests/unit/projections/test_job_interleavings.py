@@ -41,17 +41,17 @@ from events.catalog.jobs import (
     JobSucceeded,
 )
 from events.catalog.reasons import ReasonCode
-from events.catalog.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS
+from events.catalog.topics import JOBS
 from events.catalog.types import ResourceKind, Resources
 from events.wire.envelope import Envelope
 from projections.readmodel.rows import TABLES
 from projections.stages.core import Applied, Output, Position
+from projections.stages.sources import source_rank
 from projections.stages.topology import MemoryStore, Processed, Topology
 from tests.unit.projections.builders import a_node
 
 NODES = ("n0", "n1")
 Record = tuple[Position, int, Event]  # where it is read, its event time (ms), the event
-_RANK = {GOVERNANCE.name: 0, INVENTORY.name: 1, JOBS.name: 2, DECISIONS.name: 3}  # as the runner merges
 
 
 @dataclass
@@ -215,7 +215,7 @@ def interleaved(parts: dict[tuple[str, int], list[Record]], choices: list[int]) 
 
 def in_time_order(parts: dict[tuple[str, int], list[Record]]) -> list[Record]:
     merged = [record for records in parts.values() for record in records]
-    return sorted(merged, key=lambda r: (r[1], _RANK[r[0].topic], r[0].partition, r[0].offset))
+    return sorted(merged, key=lambda r: (r[1], source_rank(r[0].topic), r[0].partition, r[0].offset))
 
 
 def views(store: MemoryStore) -> dict[str, Any]:
