@@ -1,10 +1,11 @@
-"""The one consuming loop every host uses: decode, hand good events on, dead-letter bad ones.
+"""The step of a consumer-group host whose work is per event: decode, hand good events on, dead-letter bad ones.
 
-Called by the projection runner, the scheduler host, the audit service and connectors. Calls the
-``EventLog`` ports. For each poll: every record is decoded; valid ones go to the handler in log order;
-invalid ones go to the dead-letter topic with the reason. The dead letters and the group's new offsets
-are committed in one transaction, so a crash never loses a bad record nor skips a good one (the
-handler sees a record at least once; handlers are idempotent).
+Called by the connectors (the simulated cluster and the Kubernetes connector act on the decisions and job
+requests of their cluster). Calls ``GroupFollower`` (the group's records) and ``LogSink`` (the dead
+letters with the group's offsets). For each poll: every record is decoded; valid ones go to the handler
+in log order; invalid ones go to the dead-letter topic with the reason. The dead letters and the group's
+new offsets are committed in one transaction, so a crash never loses a bad record nor skips a good one
+(the handler sees a record at least once; handlers are idempotent).
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from events.catalog.errors import EventError
-from events.log.contract import EventLog, GroupConsumer, GroupOffsets, LogProducer, LogRecord, TopicPartition
+from events.hosting.follower import GroupFollower, after
+from events.hosting.sink import LogSink
+from events.log.contract import EventLog, LogRecord
 from events.log.deadletter import dead_letter
 from events.wire.codec import decode
 from events.wire.envelope import Envelope
@@ -44,37 +47,32 @@ class EventConsumer:
         """``skip_types``: event types the handler never reads, passed over without decoding when the
         record's ``ce_type`` header names one (a record without that header is decoded, and
         dead-lettered if it is bad, as any other)."""
-        self._log = event_log
         self._group_id = group_id
-        self._topics = tuple(topics)
         self._handler = handler
         self._skip = frozenset(t.encode() for t in skip_types)
-        self._transactional_id = f"{group_id}-dlq-{instance}"
-        self._consumer: GroupConsumer | None = None
-        self._producer: LogProducer | None = None
+        self._follower = GroupFollower(event_log, group_id, topics)
+        self._sink = LogSink(event_log, f"{group_id}-dlq-{instance}", group=group_id)
+        self._started = False
 
     async def start(self) -> None:
-        self._consumer = await self._log.group_consumer(self._group_id, self._topics)
-        self._producer = await self._log.producer(self._transactional_id)
+        await self._follower.start()
+        await self._sink.start()
+        self._started = True
 
     async def close(self) -> None:
-        if self._consumer is not None:
-            await self._consumer.close()
-        if self._producer is not None:
-            await self._producer.close()
+        await self._follower.close()
+        await self._sink.close()
 
     async def poll_once(self, *, max_records: int = 500, timeout_s: float = 1.0) -> PollResult:
-        if self._consumer is None or self._producer is None:
+        if not self._started:
             raise RuntimeError("the consumer is not started")
-        records = await self._consumer.poll(max_records=max_records, timeout_s=timeout_s)
+        records = await self._follower.poll(max_records=max_records, timeout_s=timeout_s)
         if not records:
             return PollResult(0, 0)
         dead = []
         handled = 0
-        next_offsets: dict[TopicPartition, int] = {}
         skip = self._skip
         for record in records:
-            next_offsets[record.tp] = record.offset + 1
             if skip and any(name == "ce_type" and value in skip for name, value in record.headers):
                 continue
             try:
@@ -92,5 +90,5 @@ class EventConsumer:
                 continue
             await self._handler(record, envelope)
             handled += 1
-        await self._producer.append(dead, offsets=GroupOffsets(self._group_id, next_offsets))
+        await self._sink.commit(dead, after(records))
         return PollResult(handled, len(dead))

@@ -22,6 +22,10 @@ not a request at all, go to the dead-letter topic with the reason (a ``JobReject
 would mark the job itself rejected). The ``ce_authorization`` header is removed from everything the
 intake writes, dead letters included.
 
+The intake has every host's shape (``events.hosting``): a ``GroupFollower`` reads the intake topic, the
+step validates and authorises each request, a ``LogSink`` commits the dead letters with the group's
+offsets, and ``ride_out`` keeps it going through an outage of the log.
+
 Delivery is at least once: answers carry ids derived from the request, so a redelivered request is a
 recognisable duplicate; offsets and dead letters commit in one transaction. While the database or the
 log is unavailable the intake retries the same request with a bounded backoff instead of refusing it.
@@ -42,9 +46,13 @@ from events.catalog.errors import EventError, MalformedRecord, UnknownEventType
 from events.catalog.jobs import JobCancelRequested, JobRejected, JobSubmitted
 from events.catalog.topics import INTAKE
 from events.catalog.types import Id, JobId, RequestId, TenantId
-from events.log.contract import EventLog, GroupConsumer, GroupOffsets, LogProducer, LogRecord, OutRecord, TopicPartition
+from events.hosting.follower import GroupFollower
+from events.hosting.loop import ride_out
+from events.hosting.sink import LogSink
+from events.log.contract import EventLog, LogRecord, OutRecord, TopicPartition
 from events.log.deadletter import dead_letter
 from events.log.publisher import Publisher
+from events.plumbing.outage import Outage
 from events.wire.envelope import SPEC_VERSION
 from services.api import auth
 from services.api.commands import JobCommands, derived_id
@@ -96,32 +104,41 @@ class Intake:
         self._auth = config.auth
         self._instance = config.instance_name
         self._answers = Publisher(log, "urn:fedsched:intake", clock=config.clock)
-        self._consumer: GroupConsumer | None = None
-        self._producer: LogProducer | None = None
+        self._requests = GroupFollower(log, GROUP, [INTAKE.name])
+        self._sink = LogSink(log, f"{GROUP}-{self._instance}", group=GROUP)
+        self._started = False
         self._stop = asyncio.Event()
         self.stats = IntakeStats()
+        self.outage = Outage("intake")
 
     async def start(self) -> None:
-        self._consumer = await self._log.group_consumer(GROUP, [INTAKE.name])
-        self._producer = await self._log.producer(f"{GROUP}-{self._instance}")
+        await self._requests.start()
+        await self._sink.start()
         await self._answers.start()
+        self._started = True
 
     def stop(self) -> None:
         self._stop.set()
 
     async def close(self) -> None:
-        for part in (self._consumer, self._producer, self._answers):
-            if part is not None:
-                await part.close()
+        await self._requests.close()
+        await self._sink.close()
+        await self._answers.close()
 
     async def run(self) -> None:
-        while not self._stop.is_set():
-            await self.poll_once(timeout_s=0.5)
+        """Poll until ``stop()``; an outage of the log is ridden out (``events.hosting.loop``): the group
+        member starts over from the offsets committed with the last answers, and ``/healthz`` names the
+        log meanwhile."""
+        await ride_out(lambda: self.poll_once(timeout_s=0.5), self._stop, self.outage, start_over=self._start_over)
+
+    async def _start_over(self) -> None:
+        await self._requests.close()  # its connection may be dead; a new member resumes at the group's offsets
+        await self._requests.start()
 
     async def poll_once(self, *, timeout_s: float = 1.0) -> IntakeStats:
         """Handle what one poll returns; commit dead letters and offsets together."""
-        assert self._consumer is not None and self._producer is not None, "start() first"
-        records = await self._consumer.poll(max_records=200, timeout_s=timeout_s)
+        assert self._started, "start() first"
+        records = await self._requests.poll(max_records=200, timeout_s=timeout_s)
         done = IntakeStats()
         dead: list[OutRecord] = []
         offsets: dict[TopicPartition, int] = {}
@@ -138,7 +155,7 @@ class Intake:
                 done.rejected += 1
             offsets[record.tp] = record.offset + 1
         if offsets:
-            await self._producer.append(dead, offsets=GroupOffsets(GROUP, offsets))
+            await self._sink.commit(dead, offsets)
         for name in ("accepted", "rejected", "dead_lettered"):
             setattr(self.stats, name, getattr(self.stats, name) + getattr(done, name))
         return done

@@ -14,9 +14,11 @@ Recipe of one step:
 
 A restarted host re-reads the log from the start, so it never repeats an action it published.
 
-An outage of the log does not end ``run``: the step is tried again with backoff (``events.plumbing.outage``),
-on a fresh reader, and on a fresh producer if the append failed (its transaction aborted, or committed
-without our knowing: the next step folds what was committed first, so nothing is published twice).
+Every host's shape (``events.hosting``): a ``Follower`` of the input topics, the pure step above, a
+``LogSink`` for the outputs, and ``ride_out`` around it. An outage of the log does not end ``run``: the
+step is tried again with backoff (``events.plumbing.outage``), on a fresh reader, and on a fresh
+producer if the append failed (its transaction aborted, or committed without our knowing: the next step
+folds what was committed first, so nothing is published twice).
 """
 
 from __future__ import annotations
@@ -25,15 +27,17 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from events.catalog.errors import EventError
 from events.catalog.governance import GovernanceClockTicked
 from events.catalog.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS
-from events.log.contract import EventLog, LogProducer, LogReader, ProducerFenced, TopicPartition
+from events.hosting.follower import Follower
+from events.hosting.loop import ride_out
+from events.hosting.sink import LogSink
+from events.log.contract import EventLog, ProducerFenced, TopicPartition
 from events.log.publisher import to_record, wall_clock_ms
-from events.log.reading import EndWatch, read_to_end
-from events.plumbing.outage import Outage, transient
+from events.plumbing.outage import Outage
 from events.wire.codec import decode
 from events.wire.envelope import Envelope
 from services.governance.config import GovConfig
@@ -76,63 +80,36 @@ class GovernanceHost:
         self._transactional_id = self._ns + transactional_id
         self.state = GovState()
         self.metrics = GovMetrics()
-        self.positions: dict[TopicPartition, int] = {}
-        self._reader: LogReader | None = None
-        self._ends = EndWatch()
+        self.follower = Follower(event_log, [self._ns + topic for topic in INPUT_TOPICS])
+        self._sink = LogSink(event_log, self._transactional_id, namespace=namespace)
         self._settled = False  # the last evaluation gave nothing, and nothing was folded or published since
-        self._producer: LogProducer | None = None
         self._stepping = asyncio.Lock()  # one step at a time: a caller's step and the run loop's never interleave
         self.outage = Outage("governance")
 
+    @property
+    def positions(self) -> dict[TopicPartition, int]:
+        """Where the fold stands, per input partition (next offset)."""
+        return self.follower.positions
+
     async def start(self) -> None:
-        for topic in INPUT_TOPICS:
-            name = self._ns + topic
-            for partition in range(await self._log.partitions(name)):
-                self.positions.setdefault(TopicPartition(name, partition), 0)
-        await self._ensure_producer()
+        await self.follower.start()
+        await self._sink.start()
 
     async def close(self) -> None:
-        await self._drop_reader()
-        await self._drop_producer()
-
-    async def _ensure_reader(self) -> LogReader:
-        if self._reader is None:
-            self._reader = await self._log.reader()
-        return self._reader
-
-    async def _ensure_producer(self) -> LogProducer:
-        if self._producer is None:
-            self._producer = await self._log.producer(self._transactional_id)
-        return self._producer
-
-    async def _drop_reader(self) -> None:
-        reader, self._reader = self._reader, None
-        if reader is not None:
-            with contextlib.suppress(Exception):  # it failed already: closing is only tidying up
-                await reader.close()
-
-    async def _drop_producer(self) -> None:
-        producer, self._producer = self._producer, None
-        if producer is not None:
-            with contextlib.suppress(Exception):
-                await producer.close()
+        await self.follower.close()
+        await self._sink.close()
 
     async def follow(self) -> int:
         """Fold every record committed now; returns how many were read."""
-        reader = await self._ensure_reader()
         folded = 0
-        for tp, end in sorted((await self._ends.ahead(reader, self.positions)).items()):
-            position = self.positions[tp]
-            async for records in read_to_end(reader, tp, position, max_records=5000, end=end):
-                for record in records:
-                    try:
-                        self.state.fold(decode(record.headers, record.value))
-                    except EventError:
-                        self.metrics.unreadable += 1
-                folded += len(records)
-                position = self.positions[tp] = records[-1].offset + 1
-                self._settled = False  # here, not after the loop: a failure later in it must not lose this
-            self._ends.reached(tp, position, end)
+        async for records in self.follower.committed():
+            for record in records:
+                try:
+                    self.state.fold(decode(record.headers, record.value))
+                except EventError:
+                    self.metrics.unreadable += 1
+            folded += len(records)
+            self._settled = False  # here, not after the loop: a failure later in it must not lose this
         self.metrics.folded += folded
         return folded
 
@@ -142,7 +119,7 @@ class GovernanceHost:
             return await self._step()
 
     async def _step(self) -> list[Output]:
-        producer = await self._ensure_producer()
+        await self._sink.start()  # fenced before reading: what an earlier instance left is then committed
         await self.follow()
         if self._settled:
             return []
@@ -153,7 +130,7 @@ class GovernanceHost:
             # jobs running it cost most of an idle host's CPU, twice a second.
             self._settled = True
             return []
-        await self._append(producer, outputs)
+        await self._append(outputs)
         self.state.emitted.update(o.id for o in outputs)
         self.metrics.published += len(outputs)
         self.metrics.steps += 1
@@ -161,18 +138,9 @@ class GovernanceHost:
             log.info("event=governance_output id=%s type=%s", output.id, output.event.event_type)
         return outputs
 
-    async def _append(self, producer: LogProducer, outputs: list[Output]) -> None:
+    async def _append(self, outputs: list[Output]) -> None:
         """Append ``outputs`` in one transaction, under this deployment's topic names."""
-        records = [to_record(self._envelope(o)) for o in outputs]
-        if self._ns:
-            records = [replace(r, topic=self._ns + r.topic) for r in records]
-        try:
-            await producer.append(records)
-        except Exception as error:
-            if transient(error):
-                # Aborted, or in doubt: a new producer's start aborts whatever this one left open.
-                await self._drop_producer()
-            raise
+        await self._sink.commit([to_record(self._envelope(o)) for o in outputs])
 
     def _envelope(self, output: Output) -> Envelope:
         tenant = getattr(output.event, "tenant", None)
@@ -195,36 +163,26 @@ class GovernanceHost:
             if self._tick_ms is None or now - self.state.now_ms < self._tick_ms or not self.state.waits_for_time():
                 return False
             tick = Output(f"gov:tick:{now}", now, GovernanceClockTicked(ticked_by=self._transactional_id))
-            await self._append(await self._ensure_producer(), [tick])
+            await self._append([tick])
             self.metrics.ticks += 1
             return True
 
     async def run(self, stop: asyncio.Event, *, poll_s: float = 0.5) -> None:
+        async def once() -> None:
+            await self.step()
+            await self.tick()
+            await self._wait_for_input(stop, poll_s)
+
         try:
-            while not stop.is_set():
-                try:
-                    await self.step()
-                    await self.tick()
-                    await self._wait_for_input(stop, poll_s)
-                except ProducerFenced:
-                    log.warning("event=fenced reason='another governance instance took over'")
-                    return
-                except Exception as error:
-                    if not transient(error):
-                        raise
-                    await self._drop_reader()  # its consumers may be stuck on the old connections
-                    await self.outage.wait("log", error, stop)
-                else:
-                    self.outage.recovered()
-        finally:
-            self.outage.forget()
+            await ride_out(once, stop, self.outage, start_over=self.follower.forget)
+        except ProducerFenced:
+            log.warning("event=fenced reason='another governance instance took over'")
 
     async def _wait_for_input(self, stop: asyncio.Event, timeout_s: float) -> None:
         # Tail the jobs topic's first partition for a wake-up; on the embedded log any commit wakes it.
         tp = TopicPartition(self._ns + JOBS.name, 0)
         if tp in self.positions:
-            reader = await self._ensure_reader()
-            await reader.read(tp, self.positions[tp], max_records=1, timeout_s=timeout_s)
+            await self.follower.wait(tp, timeout_s)
         else:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout_s)

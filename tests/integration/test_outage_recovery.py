@@ -153,7 +153,7 @@ async def test_governance_rides_out_an_outage_of_the_embedded_log(fresh_database
     stop = asyncio.Event()
     run = asyncio.create_task(host.run(stop, poll_s=0.05))
     try:
-        await wait_until(lambda: host._reader is not None, "it follows the log")
+        await wait_until(lambda: host.follower.reading, "it follows the log")
         await relay.cut()
         await wait_until(lambda: run.done() or "log" in metrics.failing(), "health reports the log")
         assert not run.done(), run  # the old host ended here

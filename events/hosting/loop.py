@@ -1,0 +1,50 @@
+"""The loop every host runs: take a step, again and again, riding out outages of what it depends on.
+
+Called by the hosts' ``run`` methods (the scheduler, governance, the audit archiver, the in-process
+projection runner, the intake). Calls ``events.plumbing.outage`` for the backoff, the one warning per
+failure streak and what ``/healthz`` reports meanwhile.
+
+A step that fails because a dependency is away for now (a transient error, or ``Unreachable`` naming the
+dependency) does not end the loop: the host starts over from the positions its sink kept, as a restart
+would (``start_over``: drop connections, reload state where it lives in the sink), waits the backoff,
+and steps again. Any other error ends the loop: a bug, or ``ProducerFenced`` (another instance took
+over), which the host handles as it must.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from events.plumbing.outage import Outage, Unreachable, transient
+
+
+async def ride_out(
+    step: Callable[[], Awaitable[object]],
+    stop: asyncio.Event,
+    outage: Outage,
+    *,
+    start_over: Callable[[], Awaitable[None]],
+    dependency: str = "log",
+) -> None:
+    """Run ``step`` until ``stop`` is set. ``dependency``: what a bare transient error is blamed on (an
+    ``Unreachable`` names its own)."""
+    try:
+        while not stop.is_set():
+            try:
+                await step()
+            except Unreachable as error:
+                await start_over()
+                await outage.wait(error.dependency, error.error, stop)
+            except Exception as error:
+                if not transient(error):
+                    raise
+                await start_over()
+                await outage.wait(dependency, error, stop)
+            else:
+                outage.recovered()
+    finally:
+        outage.forget()
+
+
+__all__ = ["ride_out"]
