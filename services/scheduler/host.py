@@ -6,11 +6,16 @@ Numbered recipe of one cycle (leader only):
  1. Fold every committed input record into ``SchedulerState`` (standbys do this too: they stay hot).
  2. If anything but our own decisions arrived since the last cycle and work is waiting, read the clock
     once: that is the cycle's logical time.
- 3. Snapshot the state, run ``schedule(snapshot, policy in force)``.
- 4. Turn the decisions into events (ids derived from the cycle) and a ``SchedulingCycleCompleted`` with
-    the input offsets, the logical time, the policy version and a digest of the decisions.
+ 3. ``decide`` (``services.scheduler.core.decide``, as audit verify replays it): snapshot the state, run
+    ``schedule(snapshot, policy in force)``, turn the decisions into events (ids derived from the cycle).
+ 4. Add a ``SchedulingCycleCompleted`` with the input offsets, the logical time, the policy version and a
+    digest of the decisions.
  5. Append all of it in one transaction together with the scheduler group's offsets: a crash leaves
     either the whole cycle or none of it, and never a decision twice.
+
+Every host's shape (``events.hosting``): a ``Follower`` of the input topics (from the start of the log,
+which a scheduler replays), the pure step (``SchedulerState.fold``, and ``decide`` when leading), a
+``LogSink`` that commits a cycle with the group's offsets, and ``ride_out`` around it.
 
 Leadership: every instance is a member of one consumer group on the single-partition decisions topic;
 the member that holds the partition leads (Kafka's group coordinator, or on the embedded log an
@@ -22,32 +27,22 @@ transactional id, which fences the old one: a deposed leader's next append fails
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from events.catalog.decisions import JobPlaced
 from events.catalog.errors import EventError
 from events.catalog.topics import DECISIONS
-from events.log.contract import (
-    Appended,
-    EventLog,
-    GroupConsumer,
-    GroupOffsets,
-    LogProducer,
-    LogRecord,
-    LogTail,
-    OutRecord,
-    ProducerFenced,
-    TopicPartition,
-)
+from events.hosting.follower import Follower
+from events.hosting.loop import ride_out
+from events.hosting.sink import LogSink
+from events.log.contract import Appended, EventLog, GroupConsumer, LogRecord, OutRecord, ProducerFenced, TopicPartition
 from events.log.publisher import to_record, wall_clock_ms
-from events.log.reading import read_to_end
-from events.plumbing.outage import Outage, transient
+from events.plumbing.outage import Outage
 from events.wire.codec import decode
 from services.scheduler.core.decide import INPUT_TOPICS, decide
 from services.scheduler.core.outputs import SOURCE
@@ -96,29 +91,32 @@ class SchedulerHost:
     ) -> None:
         self._log = event_log
         self._clock = clock
-        self._transactional_id = transactional_id
         # A namespace prefixes every topic and group (several deployments, or tests, on one log).
         self._ns = f"{namespace}." if namespace else ""
-        self._topics = tuple(self._ns + t for t in INPUT_TOPICS)
         self._idle_cycle_ms = idle_cycle_ms
         self._leader_group = self._ns + LEADER_GROUP
-        self._group = self._ns + GROUP
         self.state = SchedulerState()
         self.metrics = Metrics()
-        self.positions: dict[TopicPartition, int] = {}
-        self._tail: LogTail | None = None
+        # A reader for each catch-up pass, closed after: a Kafka reader's consumers keep long-polling their
+        # partitions while open (an idle scheduler's twenty cost ~0.3 cores, and as much of the broker's).
+        self.follower = Follower(event_log, [self._ns + t for t in INPUT_TOPICS], reader_per_pass=True)
+        # Opened when elected (fencing any earlier leader), dropped when deposed.
+        self._sink = LogSink(event_log, transactional_id, namespace=namespace, group=self._ns + GROUP)
         self._own_end: dict[TopicPartition, int] = {}  # where our last directly folded records ended
         self._memo = CycleMemo()  # what a cycle's set-up leaves for the next (same decisions either way)
         self._leadership: GroupConsumer | None = None
-        self._producer: LogProducer | None = None
+        self._caught_up = False  # the run loop has read everything committed since it (re)started
         self._dirty = True
         self._last_cycle_at = 0
         self.outage = Outage("scheduler")
 
+    @property
+    def positions(self) -> dict[TopicPartition, int]:
+        """Where the fold stands, per input partition (next offset)."""
+        return self.follower.positions
+
     async def start(self) -> None:
-        for topic in self._topics:
-            for partition in range(await self._log.partitions(topic)):
-                self.positions.setdefault(TopicPartition(topic, partition), 0)
+        await self.follower.start()
         # The oldest instance sorts first and keeps the lead when a standby joins (no hand-over on join).
         member = f"fedsched-scheduler-{time.time_ns():020d}-{os.getpid()}"
         self._leadership = await self._log.group_consumer(
@@ -127,41 +125,31 @@ class SchedulerHost:
 
     async def close(self) -> None:
         self._summary()
-        for closeable in (self._tail, self._leadership, self._producer):
-            if closeable is not None:
-                await closeable.close()
-        self._tail = self._leadership = self._producer = None
+        await self.follower.close()
+        await self._sink.close()
+        if self._leadership is not None:
+            await self._leadership.close()
+        self._leadership = None
 
     # -- following the log -----------------------------------------------------------------------
 
     async def follow(self) -> int:
         """Fold every record committed now; returns how many were folded."""
-        # A reader of its own, closed after: a Kafka reader's consumers keep long-polling their partitions
-        # while open (an idle scheduler's twenty cost ~0.3 cores, and as much of the broker's).
-        reader = await self._log.reader()
         folded = 0
-        try:
-            for tp in sorted(self.positions):
-                async for records in read_to_end(reader, tp, self.positions[tp], max_records=5000):
-                    folded += self._fold(records)
-        finally:
-            await reader.close()
+        async for records in self.follower.committed():
+            folded += self._fold(records)
         self.metrics.folded += folded
         return folded
 
     async def _follow_tail(self, timeout_s: float) -> int:
         """Fold what has arrived on any input partition, waiting up to ``timeout_s`` for something."""
-        assert self._tail is not None
-        folded = self._fold(await self._tail.poll(max_records=5000, timeout_s=timeout_s))
+        folded = self._fold(await self.follower.poll(timeout_s))
         self.metrics.folded += folded
         return folded
 
     def _fold(self, records: list[LogRecord]) -> int:
-        folded = 0
+        """Fold records the follower handed out (its positions are past them already)."""
         for record in records:
-            tp = record.tp
-            if record.offset < self.positions[tp]:
-                continue  # already folded by a catch-up read
             try:
                 envelope = decode(record.headers, record.value)
             except EventError:
@@ -170,11 +158,9 @@ class SchedulerHost:
                 self.state.fold(envelope)
                 if envelope.source != SOURCE:
                     self._dirty = True
-            self.positions[tp] = record.offset + 1
-            folded += 1
-        if folded:
+        if records:
             self.state.refresh()  # a standby takes no snapshot: it would keep every job it ever saw
-        return folded
+        return len(records)
 
     # -- leading ---------------------------------------------------------------------------------
 
@@ -182,24 +168,21 @@ class SchedulerHost:
         assert self._leadership is not None
         await self._leadership.poll(max_records=1, timeout_s=0.0)  # heartbeat and rebalance
         leading = bool(self._leadership.assignment())
-        if leading and self._producer is None:
+        if leading and not self._sink.open:
             # Fence any earlier leader, then catch up on what it may have written before the fence.
-            self._producer = await self._log.producer(self._transactional_id)
+            await self._sink.start()
             await self.follow()
             self._dirty = True
-            log.info("event=leader_elected transactional_id=%s", self._transactional_id)
-        elif not leading and self._producer is not None:
+            log.info("event=leader_elected transactional_id=%s", self._sink.transactional_id)
+        elif not leading and self._sink.open:
             await self._step_down("lost the leadership group assignment")
-        self.metrics.leader = self._producer is not None
+        self.metrics.leader = self._sink.open
         return self.metrics.leader
 
     async def _step_down(self, why: str) -> None:
         log.warning("event=step_down reason=%r", why)
-        producer, self._producer = self._producer, None
         self.metrics.leader = False
-        if producer is not None:
-            with contextlib.suppress(Exception):  # fenced, or the log is away: closing is only tidying up
-                await producer.close()
+        await self._sink.drop()
 
     def needs_cycle(self, now_ms: int) -> bool:
         if self.state.pending_count() == 0 and not self.state.open_cancellations():
@@ -208,7 +191,7 @@ class SchedulerHost:
 
     async def cycle(self) -> int:
         """Run one cycle now (the caller checked leadership); returns the number of decision events."""
-        assert self._producer is not None
+        assert self._sink.open, "not the leader"
         loop = asyncio.get_running_loop()
         started = loop.time()
         now = self._clock()
@@ -222,11 +205,9 @@ class SchedulerHost:
         decided_at = loop.time()
         offsets = dict(self.positions)
         record = decided.record([(tp.topic, tp.partition, o) for tp, o in offsets.items()])
+        records = [to_record(e) for e in [*events, record]]
         try:
-            records = [to_record(e) for e in [*events, record]]
-            if self._ns:
-                records = [replace(r, topic=self._ns + r.topic) for r in records]
-            appended = await self._producer.append(records, offsets=GroupOffsets(self._group, offsets))
+            appended = await self._sink.commit(records, offsets)
         except ProducerFenced:
             await self._step_down("fenced by a newer leader")
             return 0
@@ -292,12 +273,14 @@ class SchedulerHost:
                 self.metrics.own_read_back += 1
                 continue
             self.metrics.own_direct += 1
-            self._fold([LogRecord(tp.topic, tp.partition, o, r.key, r.value, tuple(r.headers), 0) for r, o in ours])
+            mine = [LogRecord(tp.topic, tp.partition, o, r.key, r.value, tuple(r.headers), 0) for r, o in ours]
+            self.follower.moved(mine)
+            self._fold(mine)
             self._own_end[tp] = self.positions[tp]
         return remaining
 
     async def _fold_through(self, appended: dict[TopicPartition, int]) -> None:
-        if self._tail is None:
+        if not self._caught_up:  # a cycle outside ``run`` (tests): no tail to wait on
             await self.follow()
             return
         loop = asyncio.get_running_loop()
@@ -310,36 +293,24 @@ class SchedulerHost:
             await self._follow_tail(0.05)
 
     async def run(self, stop: asyncio.Event, *, poll_s: float = 0.05) -> None:
-        """Follow, and lead when elected, until ``stop``. An outage of the log does not end it: the
-        instance steps down and starts over from its positions, as a restart would (a cycle whose append
-        failed is in doubt: the next leader's producer aborts it or finds it committed when it catches up),
-        with backoff meanwhile; ``/healthz`` names the log until it answers again."""
-        while not stop.is_set():
-            try:
-                await self._follow_and_lead(stop, poll_s)
-            except Exception as error:
-                if not transient(error):
-                    raise
-                await self._start_over()
-                await self.outage.wait("log", error, stop)
-        self.outage.forget()
+        """Follow, and lead when elected, until ``stop``. An outage of the log does not end it
+        (``ride_out``): the instance steps down and starts over from its positions, as a restart would (a
+        cycle whose append failed is in doubt: the next leader's producer aborts it or finds it committed
+        when it catches up), with backoff meanwhile; ``/healthz`` names the log until it answers again."""
 
-    async def _follow_and_lead(self, stop: asyncio.Event, poll_s: float) -> None:
-        await self.follow()
-        if self._tail is None:
-            self._tail = await self._log.tail(self.positions)
-        self.outage.recovered()
-        while not stop.is_set():
-            if await self.is_leader() and self.needs_cycle(self._clock()):
+        async def once() -> None:
+            if not self._caught_up:  # a step of its own: the log answered it, whatever the next one meets
+                await self.follow()
+                self._caught_up = True
+            elif await self.is_leader() and self.needs_cycle(self._clock()):
                 await self.cycle()
-                continue
-            # Wakes as soon as anything is committed on any input partition.
-            await self._follow_tail(poll_s)
+            else:
+                await self._follow_tail(poll_s)  # wakes as soon as anything is committed on any input
+
+        await ride_out(once, stop, self.outage, start_over=self._start_over)
 
     async def _start_over(self) -> None:
-        tail, self._tail = self._tail, None
-        if tail is not None:
-            with contextlib.suppress(Exception):  # it failed already: closing is only tidying up
-                await tail.close()
-        if self._producer is not None:
+        self._caught_up = False
+        await self.follower.forget()
+        if self._sink.open:
             await self._step_down("the log is unreachable")
