@@ -8,9 +8,10 @@ Exactly once without a consumer group: the archiver's position in each partition
 row, updated in the same transaction as the records it covers. A restart resumes after the head, so
 nothing is skipped or doubled; two archivers serialise on the head row lock.
 
-An outage of the log or of the archive's database does not end ``run``: the pass is tried again with
-backoff (``events.plumbing.outage``), from the heads read again from the database (a batch whose commit failed,
-or committed unseen, is then re-read and skipped or copied once), on a fresh log reader.
+An outage of the log or of the archive's database does not end ``run`` (``events.hosting.loop``): the
+pass is tried again with backoff (``events.plumbing.outage``), from the heads read again from the
+database (a batch whose commit failed, or committed unseen, is then re-read and skipped or copied once),
+on a fresh log reader.
 
 Append-only is enforced twice: a trigger refuses UPDATE and DELETE on the archive, and, because a
 superuser can disable triggers, the hash chain reveals any edit, deletion, reordering or truncation.
@@ -20,16 +21,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import asyncpg
 
 from events.audit.chain import ArchivedRecord, ChainHead, ChainProblem, ChainVerifier, extend
-from events.log.contract import EventLog, LogReader, LogRecord, TopicPartition
+from events.hosting.follower import Follower
+from events.hosting.loop import ride_out
+from events.log.contract import EventLog, LogRecord, TopicPartition
 from events.log.headers import pack_headers
-from events.log.reading import EndWatch, read_to_end
-from events.plumbing.outage import Outage, Unreachable, reaching
+from events.plumbing.outage import Outage, reaching
 
 _SCHEMA_LOCK = 7_215_002
 
@@ -100,106 +102,35 @@ class ArchiveProgress:
     positions: dict[TopicPartition, int]
 
 
-class AuditArchiver:
-    """Copies the log into the archive. ``catch_up`` for batch use, ``run`` to follow the log."""
+class ArchiveSink:
+    """The archive's transactional sink: a batch of one partition's records chained onto its head, and
+    the head moved past them, in one transaction (the head *is* the archiver's position there)."""
 
-    def __init__(self, log: EventLog, pool: asyncpg.Pool, topics: Sequence[str], *, batch: int = 2000) -> None:
-        self._log = log
+    def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
-        self._topics = tuple(sorted(topics))
-        self._batch = batch
-        self._reader: LogReader | None = None
-        self.archived_total = 0
         self._schema_ready = False
-        self.positions: dict[TopicPartition, int] = {}
-        """Where the archive stood per partition after the latest catch-up (next offset to copy)."""
-        self._ends = EndWatch()
-        self.outage = Outage("archiver")
 
-    async def _partitions(self) -> list[TopicPartition]:
-        return [
-            TopicPartition(topic, partition)
-            for topic in self._topics
-            for partition in range(await self._log.partitions(topic))
-        ]
-
-    async def catch_up(self) -> ArchiveProgress:
-        """Archive everything committed to the log when called; returns how many records were added."""
-        with reaching("log"):
-            return await self._catch_up()
-
-    async def _catch_up(self) -> ArchiveProgress:
+    async def ensure_schema(self) -> None:
         if not self._schema_ready:
-            with reaching("postgres"):
-                await ensure_schema(self._pool)
+            await ensure_schema(self._pool)
             self._schema_ready = True
-        reader = await self._ensure_reader()
-        total = 0
-        positions: dict[TopicPartition, int] = {}
-        for tp in await self._partitions():
-            # The chain head is read once; after that this process knows where it stands. Another
-            # archiver may have gone further: what it copied is read again and skipped (``_archive``
-            # checks the head under its lock), never copied twice.
-            position = self.positions.get(tp)
-            positions[tp] = await self._position(tp) if position is None else position
-        for tp, end in sorted((await self._ends.ahead(reader, positions)).items()):
-            position = positions[tp]
-            async for records in read_to_end(reader, tp, position, max_records=self._batch, end=end):
-                with reaching("postgres"):
-                    archived = await self._archive(tp, records)
-                total += archived
-                self.archived_total += archived  # counted as committed, though a later batch may fail
-                position = records[-1].offset + 1
-            positions[tp] = position
-            self._ends.reached(tp, position, end)
-        self.positions = positions
-        return ArchiveProgress(total, positions)
 
-    async def run(self, stop: asyncio.Event, *, idle_wait_s: float = 0.5) -> None:
-        try:
-            while not stop.is_set():
-                try:
-                    progress = await self.catch_up()
-                except Unreachable as error:
-                    await self._after_failure()
-                    await self.outage.wait(error.dependency, error.error, stop)
-                    continue
-                self.outage.recovered()
-                if progress.archived == 0:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), idle_wait_s)
-        finally:
-            self.outage.forget()
-
-    async def _after_failure(self) -> None:
-        # Where we stand is the chain heads: read them again rather than trust a batch whose commit
-        # failed (it may have committed). A fresh reader too: the old one's connections may be dead.
-        self.positions = {}
-        reader, self._reader = self._reader, None
-        if reader is not None:
-            with contextlib.suppress(Exception):
-                await reader.close()
-
-    async def close(self) -> None:
-        if self._reader is not None:
-            await self._reader.close()
-            self._reader = None
-
-    async def _ensure_reader(self) -> LogReader:
-        if self._reader is None:
-            self._reader = await self._log.reader()
-        return self._reader
-
-    async def _position(self, tp: TopicPartition) -> int:
-        with reaching("postgres"):
-            offset = await self._pool.fetchval(
-                'SELECT "offset" FROM fedsched_audit_heads WHERE topic = $1 AND partition = $2',
-                tp.topic,
-                tp.partition,
-            )
+    async def position(self, tp: TopicPartition) -> int:
+        """The next offset to archive in ``tp``: past its chain head (0 before any)."""
+        offset = await self._pool.fetchval(
+            'SELECT "offset" FROM fedsched_audit_heads WHERE topic = $1 AND partition = $2',
+            tp.topic,
+            tp.partition,
+        )
         return 0 if offset is None else int(offset) + 1
 
-    async def _archive(self, tp: TopicPartition, records: Sequence[LogRecord]) -> int:
+    async def commit(self, records: Sequence[LogRecord], positions: Mapping[TopicPartition, int] | None = None) -> int:
+        """Archive ``records`` (one partition's, in offset order); returns how many were new. Records at or
+        below the head, copied already by this or another archiver, are skipped under the head's lock.
+        ``positions``: implied by the records (the head moves past the last), accepted for the shape."""
+        if not records:
+            return 0
+        tp = records[0].tp
         async with self._pool.acquire() as conn, conn.transaction():
             await conn.execute(
                 'INSERT INTO fedsched_audit_heads (topic, partition, seq, "offset", hash)'
@@ -244,6 +175,68 @@ class AuditArchiver:
                 last.hash,
             )
             return len(chained)
+
+
+class AuditArchiver:
+    """Copies the log into the archive. ``catch_up`` for batch use, ``run`` to follow the log.
+
+    Every host's shape (``events.hosting``): a ``Follower`` of every topic, positioned at the chain
+    heads; the step is the pure chain (``events.audit.chain.extend``, inside the sink); an
+    ``ArchiveSink``; ``ride_out`` around it."""
+
+    def __init__(self, log: EventLog, pool: asyncpg.Pool, topics: Sequence[str], *, batch: int = 2000) -> None:
+        self._sink = ArchiveSink(pool)
+        self.follower = Follower(log, sorted(topics), batch=batch)
+        self._positioned = False  # the follower's positions are the chain heads as last read
+        self.archived_total = 0
+        self.outage = Outage("archiver")
+
+    @property
+    def positions(self) -> dict[TopicPartition, int]:
+        """Where the archive stood per partition after the latest catch-up (next offset to copy)."""
+        return self.follower.positions if self._positioned else {}
+
+    async def catch_up(self) -> ArchiveProgress:
+        """Archive everything committed to the log when called; returns how many records were added."""
+        with reaching("log"):
+            return await self._catch_up()
+
+    async def _catch_up(self) -> ArchiveProgress:
+        with reaching("postgres"):
+            await self._sink.ensure_schema()
+        if not self._positioned:
+            # The chain heads are read once; after that this process knows where it stands. Another
+            # archiver may have gone further: what it copied is read again and skipped (``commit``
+            # checks the head under its lock), never copied twice.
+            await self.follower.start()
+            with reaching("postgres"):
+                heads = {tp: await self._sink.position(tp) for tp in sorted(self.follower.positions)}
+            await self.follower.start(heads)
+            self._positioned = True
+        total = 0
+        async for records in self.follower.committed():
+            with reaching("postgres"):
+                archived = await self._sink.commit(records)
+            total += archived
+            self.archived_total += archived  # counted as committed, though a later batch may fail
+        return ArchiveProgress(total, dict(self.follower.positions))
+
+    async def run(self, stop: asyncio.Event, *, idle_wait_s: float = 0.5) -> None:
+        async def once() -> None:
+            if (await self.catch_up()).archived == 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), idle_wait_s)
+
+        await ride_out(once, stop, self.outage, start_over=self._start_over)
+
+    async def _start_over(self) -> None:
+        # Where we stand is the chain heads: read them again rather than trust a batch whose commit
+        # failed (it may have committed). A fresh reader too: the old one's connections may be dead.
+        self._positioned = False
+        await self.follower.forget()
+
+    async def close(self) -> None:
+        await self.follower.close()
 
 
 async def iter_archive(pool: asyncpg.Pool, tp: TopicPartition, *, page: int = 5000) -> AsyncIterator[ArchivedRecord]:

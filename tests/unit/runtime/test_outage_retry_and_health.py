@@ -247,7 +247,7 @@ async def test_archiver_rides_out_a_refused_database_and_then_an_away_log() -> N
     archiver = AuditArchiver(
         FakeLog(Flaky(2, KAFKA_DOWN)), FailingPool(Flaky(2, ConnectionRefusedError(111, "no"))), ["t"]
     )  # type: ignore[arg-type]
-    archiver._schema_ready = True  # the schema is the real PostgreSQL test's business
+    archiver._sink._schema_ready = True  # the schema is the real PostgreSQL test's business
     archiver.outage = quick("archiver")
     blamed: list[str] = []
     failed = archiver.outage.failed
