@@ -21,11 +21,13 @@ from connectors.sim.spec import ClusterSpec
 from events.catalog.base import Event
 from events.catalog.decisions import CandidateScore, JobPlaced, ReplicaPlacement
 from events.catalog.jobs import JobSubmitted
+from events.catalog.lifecycle import RUN_END_EVENTS
 from events.catalog.types import ClusterId, CycleId, JobId, Resources, TenantId
 from events.log import EventLog
 from events.log.publisher import Publisher
 
-_TERMINAL = ("JobSucceeded", "JobFailed", "JobCancelled", "JobPreempted", "JobReclaimed")
+_RUN_ENDS = tuple(cls.event_type.removeprefix("io.fedsched.") for cls in RUN_END_EVENTS)
+"""The names the sim counts its events by (``SimStats.by_type``) of the events that end a run."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +110,7 @@ async def _load(event_log: EventLog, cluster: SimCluster, spec: ClusterSpec, job
         began = time.perf_counter()
         for start in range(0, len(inputs), 1000):
             await publisher.publish(inputs[start : start + 1000])
-        while sum(cluster.stats.by_type[t] for t in _TERMINAL) < jobs:
+        while sum(cluster.stats.by_type[t] for t in _RUN_ENDS) < jobs:
             if cluster.error is not None:
                 raise cluster.error
             await asyncio.sleep(0.01)

@@ -54,12 +54,9 @@ from events.catalog.jobs import (
     JobCancelled,
     JobCancelRequested,
     JobFailed,
-    JobPreempted,
-    JobReclaimed,
-    JobRejected,
     JobSubmitted,
-    JobSucceeded,
 )
+from events.catalog.lifecycle import JOB_END_EVENTS, RUN_END_EVENTS, RunEndEvent
 from events.catalog.reasons import ReasonCode
 from events.catalog.topics import JOBS
 from events.catalog.types import JobId
@@ -69,7 +66,6 @@ from events.wire.envelope import Envelope
 log = logging.getLogger("fedsched.connector.kubernetes")
 T = TypeVar("T")
 PODS = "/api/v1/pods"
-RUN_ENDS = (JobSucceeded, JobFailed, JobCancelled, JobPreempted, JobReclaimed)
 MAX_OVER = 10_000
 """How many runs ended by others the executor remembers for ``is_over`` (their pods carry it after that)."""
 
@@ -118,9 +114,9 @@ class Executor:
         try:
             if event.topic == JOBS.name:
                 self.book.apply(event)
-                if isinstance(event, RUN_ENDS) and event.cluster == self.cluster and not self._mine(envelope):
+                if isinstance(event, RUN_END_EVENTS) and event.cluster == self.cluster and not self._mine(envelope):
                     await self._ended_elsewhere(event)
-                if isinstance(event, JobSucceeded | JobFailed | JobCancelled | JobRejected):
+                if isinstance(event, JOB_END_EVENTS):
                     self._placed.discard(event.job_id)
                     self._current.pop(event.job_id, None)
             if isinstance(event, JobPlaced):
@@ -150,9 +146,7 @@ class Executor:
         """Whether the log says the run is over here: ended by someone else, or not the job's newest run."""
         return key.run < self._current.get(key.job_id, 0) or key in self._over
 
-    async def _ended_elsewhere(
-        self, event: JobSucceeded | JobFailed | JobCancelled | JobPreempted | JobReclaimed
-    ) -> None:
+    async def _ended_elsewhere(self, event: RunEndEvent) -> None:
         run = event.run or None  # a cancellation of run 0 names no run: all of them
         self._over[lifecycle.RunKey(event.job_id, event.run)] = None
         while len(self._over) > MAX_OVER:
@@ -298,7 +292,7 @@ class Executor:
             ident = lifecycle.identify(pod)
             if before_run is not None and (ident is None or ident.key.run >= before_run):
                 continue
-            if lifecycle.reported_of(pod) & lifecycle.TERMINAL and why != "failed":
+            if lifecycle.reported_of(pod) & lifecycle.RUN_ENDS and why != "failed":
                 continue  # this run has ended already; its pods stay as they are
             await self._stop_pod(pod, why, grace_s, requester)
             count += 1

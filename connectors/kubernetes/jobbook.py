@@ -3,8 +3,8 @@
 Called by the executor. A ``JobPlaced`` names nodes and devices, but the pods also need what the job
 asked for (tenant, resources, tolerations, the workload template): that lives in the job's
 ``JobSubmitted`` on the jobs topic. Decision: the connector reads the jobs topic in its consumer group
-and keeps each ``JobSubmitted`` in memory until the job ends (``JobSucceeded``, ``JobFailed``,
-``JobCancelled``, ``JobRejected``); it also notes cancel requests and the runs that ended here.
+and keeps each ``JobSubmitted`` in memory until the job ends for good (``JOB_END_EVENTS`` of
+``events.catalog.lifecycle``); it also notes cancel requests and the runs that ended here.
 
 A restart loses that memory while the group's offsets are already past the submissions, and a
 ``JobPlaced`` can be read before its ``JobSubmitted`` (two topics, no order between them). Either way
@@ -20,16 +20,8 @@ from dataclasses import dataclass, field
 
 from events.catalog.base import Event
 from events.catalog.errors import EventError
-from events.catalog.jobs import (
-    JobCancelled,
-    JobCancelRequested,
-    JobFailed,
-    JobPreempted,
-    JobReclaimed,
-    JobRejected,
-    JobSubmitted,
-    JobSucceeded,
-)
+from events.catalog.jobs import JobCancelRequested, JobSubmitted
+from events.catalog.lifecycle import JOB_END_EVENTS, RUN_END_EVENTS
 from events.catalog.topics import JOBS, partition_for
 from events.catalog.types import ClusterId, JobId
 from events.log import EventLog, TopicPartition
@@ -38,9 +30,7 @@ from events.wire.codec import decode
 
 log = logging.getLogger("fedsched.connector.kubernetes")
 
-_ENDED = (JobSucceeded, JobFailed, JobCancelled, JobRejected)
-_RUN_ENDED = (JobSucceeded, JobFailed, JobCancelled, JobPreempted, JobReclaimed)
-_TYPES = {cls.event_type.encode() for cls in (JobSubmitted, JobCancelRequested, *_ENDED, *_RUN_ENDED)}
+_TYPES = {cls.event_type.encode() for cls in (JobSubmitted, JobCancelRequested, *JOB_END_EVENTS, *RUN_END_EVENTS)}
 
 
 @dataclass
@@ -69,9 +59,9 @@ class JobBook:
             self._jobs.setdefault(event.job_id, JobEntry()).submitted = event
         elif isinstance(event, JobCancelRequested):
             self._jobs.setdefault(event.job_id, JobEntry()).cancel_requester = event.requester
-        elif isinstance(event, _ENDED):
+        elif isinstance(event, JOB_END_EVENTS):
             self._jobs.pop(event.job_id, None)
-        elif isinstance(event, _RUN_ENDED) and event.cluster == self.cluster:
+        elif isinstance(event, RUN_END_EVENTS) and event.cluster == self.cluster:
             self._jobs.setdefault(event.job_id, JobEntry()).runs_ended.add(event.run)
 
     def entry(self, job_id: JobId) -> JobEntry | None:

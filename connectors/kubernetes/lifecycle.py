@@ -20,7 +20,8 @@ The rules, per run (the pods sharing ``fedsched.io/job-id`` and ``fedsched.io/ru
   already, or it is no longer the job's current run): the executor stops those pods, silently.
 
 Each transition is reported once per run: ``decide`` leaves out what ``reported`` holds, and after a
-terminal transition nothing more. Event ids derive from job, run and transition (``names.event_id``).
+transition that ends the run (``RUN_ENDS``) nothing more. Event ids derive from job, run and transition
+(``names.event_id``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Any
 from connectors.kubernetes import names
 from events.catalog.base import Event
 from events.catalog.jobs import JobCancelled, JobFailed, JobPreempted, JobReclaimed, JobStarted, JobSucceeded
+from events.catalog.lifecycle import RunEnd
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import ClusterId, JobId, NodeId
 from events.wire.envelope import parse_time
@@ -49,7 +51,10 @@ class Transition(StrEnum):
     CANCELLED = "cancelled"
 
 
-TERMINAL = frozenset(Transition) - {Transition.STARTED}
+#: The transitions that report the end of the run: one per way a run ends (``RunEnd`` of the catalogue's
+#: lifecycle vocabulary, whose words they are), each reported as its run-ending event (``to_event``).
+#: After one, nothing more is reported for the run.
+RUN_ENDS = frozenset(Transition(how.value) for how in RunEnd)
 #: Values of the ``fedsched.io/stop`` annotation that end a run with their own transition.
 STOPS = {"preempted": Transition.PREEMPTED, "reclaimed": Transition.RECLAIMED, "cancelled": Transition.CANCELLED}
 #: Values of ``fedsched.io/stop`` after which nothing is reported for the run: ``ended`` (the log holds the
@@ -240,8 +245,8 @@ def removed(state: ReplicaState) -> ReplicaState:
 
 
 def decide(states: Sequence[ReplicaState], replicas: int, reported: frozenset[Transition]) -> list[Outcome]:
-    """The transitions to report now for one run, in order (``started`` before a terminal one)."""
-    if reported & TERMINAL or not states or any(s.stop in QUIET_STOPS for s in states):
+    """The transitions to report now for one run, in order (``started`` before one that ends the run)."""
+    if reported & RUN_ENDS or not states or any(s.stop in QUIET_STOPS for s in states):
         return []
     ordered = sorted(states, key=lambda s: s.replica)
     complete = len({s.replica for s in ordered}) >= replicas

@@ -157,12 +157,12 @@ class PodWatcher:
             await self._reconcile(key, run, quiet)
         except KubeError as error:
             log.warning("event=reconcile_error job=%s run=%d error=%r", key.job_id, key.run, str(error))
-        if not run.pods and (run.reported & lifecycle.TERMINAL or quiet or not run.gone):
+        if not run.pods and (run.reported & lifecycle.RUN_ENDS or quiet or not run.gone):
             del self.runs[key]
 
     async def _reconcile(self, key: RunKey, run: Run, quiet: bool = False) -> None:
         reported = frozenset(run.reported)
-        ended = bool(reported & lifecycle.TERMINAL) or quiet
+        ended = bool(reported & lifecycle.RUN_ENDS) or quiet
         wanted = lifecycle.format_reported(reported)
         now = self._clock_ms()
         failing = lifecycle.failing(self.states(key)) and not ended

@@ -32,7 +32,7 @@ from enum import IntEnum
 from connectors.sim.checks import check_placement
 from connectors.sim.config import SimConfig
 from connectors.sim.faults import Fault, FaultKind, FaultPlan, RunFailure, run_failure
-from connectors.sim.history import TERMINAL, History, StopRequest
+from connectors.sim.history import History, StopRequest
 from connectors.sim.jobs import JobSpec
 from connectors.sim.reports import Emit, event_id, gpu_health, node_snapshot, node_usage
 from connectors.sim.spec import ClusterSpec
@@ -52,6 +52,7 @@ from events.catalog.jobs import (
     JobSubmitted,
     JobSucceeded,
 )
+from events.catalog.lifecycle import RUN_END_EVENTS
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import JobId, NodeId
 from events.wire.codec import Headers, decode
@@ -221,7 +222,7 @@ class ClusterModel:
             self._on_placed(out, now_ms, event, envelope.id)
         elif isinstance(event, JobPreemptionRequested | JobReclaimRequested):
             self._on_stop_request(out, now_ms, event, envelope.id)
-        elif isinstance(event, TERMINAL) and envelope.source != self.source:
+        elif isinstance(event, RUN_END_EVENTS) and envelope.source != self.source:
             run = self.runs.get((event.job_id, event.run))
             if run is not None:  # someone else closed the run (an operator tool): let it go silently
                 self._release(out, now_ms, run)

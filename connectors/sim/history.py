@@ -18,21 +18,12 @@ from dataclasses import dataclass, field
 from connectors.sim.state import RunKey
 from events.catalog.decisions import JobPlaced, JobPreemptionRequested, JobReclaimRequested
 from events.catalog.inventory import ClusterStatus, ClusterStatusChanged, NodeObserved, NodeRemoved
-from events.catalog.jobs import (
-    JobCancelled,
-    JobCancelRequested,
-    JobFailed,
-    JobPreempted,
-    JobReclaimed,
-    JobStarted,
-    JobSubmitted,
-    JobSucceeded,
-)
+from events.catalog.jobs import JobCancelRequested, JobStarted, JobSubmitted
+from events.catalog.lifecycle import RUN_END_EVENTS
 from events.catalog.types import ClusterId, JobId, NodeId
 from events.wire.codec import Headers
 from events.wire.envelope import Envelope
 
-TERMINAL = (JobSucceeded, JobFailed, JobCancelled, JobPreempted, JobReclaimed)
 StopRequest = JobPreemptionRequested | JobReclaimRequested
 
 
@@ -77,7 +68,7 @@ class History:
             self.stops.setdefault((event.job_id, event.run), (event, envelope.id))
         elif isinstance(event, JobStarted):
             self.started.setdefault((event.job_id, event.run), envelope.time_ms)
-        elif isinstance(event, TERMINAL):
+        elif isinstance(event, RUN_END_EVENTS):
             self.finished[(event.job_id, event.run)] = None
         elif own:
             self._own_inventory(event)
@@ -102,4 +93,4 @@ class History:
             self.last_status = event.status
 
 
-__all__ = ["TERMINAL", "History", "StopRequest"]
+__all__ = ["History", "StopRequest"]

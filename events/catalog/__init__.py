@@ -5,9 +5,11 @@ Called by everything that produces or consumes events. Importing this package re
 imports no I/O library.
 
 Modules by area: ``inventory`` (clusters, nodes, devices), ``jobs`` (requests and the job lifecycle),
-``decisions`` (the scheduler's decisions and cycle records), ``governance`` (policies, tenants, quotas),
-``profiles`` (projection outputs), ``legacy`` (superseded versions and their upcasters); shared pieces in
-``types``, ``reasons``, ``base``, ``registry``, ``upcasters`` and ``schema`` (JSON Schema).
+``lifecycle`` (the lifecycle's vocabulary: job statuses, which are final, which events end a run or the
+job, how a run ended), ``decisions`` (the scheduler's decisions and cycle records), ``governance``
+(policies, tenants, quotas), ``profiles`` (projection outputs), ``legacy`` (superseded versions and their
+upcasters); shared pieces in ``types``, ``reasons``, ``base``, ``registry``, ``upcasters`` and ``schema``
+(JSON Schema).
 """
 
 from events.catalog import decisions, governance, inventory, jobs, legacy, profiles, schema

@@ -13,6 +13,9 @@ The job state machine (every transition is one event keyed by job id; decisions 
     running --(JobReclaimRequested .. JobReclaimed)--> queued again (if it can retry)
     a request refused at intake gets JobRejected and never enters the queue.
 
+Its words (the statuses, which are final, which events end a run or the job, how a run ended) are
+defined once, in ``events.catalog.lifecycle``.
+
 ``run`` counts the attempts of a job: 1 for the first placement, one more after each preemption or
 reclaim, so facts about an earlier attempt that arrive late are recognised as such.
 

@@ -61,6 +61,7 @@ from events.catalog.jobs import (
     JobSubmitted,
     JobSucceeded,
 )
+from events.catalog.lifecycle import FINAL_STATUSES, RUN_END_OF, STATUS_AFTER
 from events.wire.envelope import Envelope
 from projections.stages.core import Applied, Emitted, Input, Routed, Silent, evolve, record
 from projections.stages.deltas import NodeAllocation, PendingDemand, QueueAllocation, ShapeSeen, UsageInterval
@@ -70,15 +71,14 @@ STAGE = "jobs"
 TIMELINE_LIMIT = 200
 FACTS_LIMIT = 64
 
-TERMINAL = frozenset({"succeeded", "failed", "cancelled", "rejected"})
-"""Statuses a job view ends in."""
+TERMINAL = FINAL_STATUSES
+"""Statuses a job view ends in: the catalogue's final statuses (``projections.readmodel.writer`` reads it)."""
 _RUN_ENDS: dict[str, tuple[str, str]] = {
-    "JobSucceeded": ("succeeded", "Succeeded"),
-    "JobFailed": ("failed", "Failed"),
-    "JobPreempted": ("queued", "Preempted"),
-    "JobReclaimed": ("queued", "Reclaimed"),
-    "JobCancelled": ("cancelled", "Cancelled"),
+    cls.event_type.rsplit(".", 1)[-1]: (STATUS_AFTER[cls].value, how.value.capitalize())
+    for cls, how in RUN_END_OF.items()
 }
+"""Each event that ends a run (by its name, as facts keep it) -> the status the view is then in and the
+timeline's reason (``Preempted``). Plain strings: the view is stored as it is."""
 _RUN_FACTS = frozenset({"JobStarted", *_RUN_ENDS})
 _REQUESTS = frozenset({"JobPreemptionRequested", "JobReclaimRequested", "JobCancelRequested"})
 _RANK = {

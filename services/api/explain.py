@@ -21,6 +21,7 @@ from events.catalog.decisions import (
     JobQueued,
     JobReclaimRequested,
 )
+from events.catalog.lifecycle import FINAL_STATUSES
 from events.catalog.types import ResourceKind
 from events.wire.envelope import format_time
 from services.api.convert import describe, reason_text, slots, timeline_entry, waited_ms
@@ -34,7 +35,6 @@ _DECISIONS: dict[str, type[JobQueued | JobPlaced | JobPreemptionRequested | JobR
 }
 _PREEMPTION_EVENTS = ("JobPreemptionRequested", "JobPreempted", "JobReclaimRequested", "JobReclaimed")
 _STOP_REQUESTS = ("JobPreemptionRequested", "JobReclaimRequested")
-_FINAL = ("succeeded", "failed", "cancelled", "rejected")
 UNITS = {
     ResourceKind.CPU: "milli-CPU",
     ResourceKind.MEMORY: "MiB",
@@ -59,25 +59,25 @@ def explain(row: Mapping[str, Any], now_ms: int) -> jobs_pb2.Explanation:
         out.decision_json = json.dumps(body, sort_keys=True)
     summary: list[str] = []
     if isinstance(decision, JobQueued):
-        out.question = "finished" if status in _FINAL else "waiting"
+        out.question = "finished" if status in FINAL_STATUSES else "waiting"
         out.cycle_id = decision.cycle_id
         out.wait.CopyFrom(_wait(decision))
         summary += _wait_lines(decision, row)
     elif isinstance(decision, JobPlaced):
-        out.question = "finished" if status in _FINAL else "placed"
+        out.question = "finished" if status in FINAL_STATUSES else "placed"
         out.cycle_id = decision.cycle_id
         out.placement.CopyFrom(_placement(decision))
         summary += _placement_lines(decision)
     elif isinstance(decision, JobPreemptionRequested | JobReclaimRequested):
-        out.question = "finished" if status in _FINAL else "preempted"
+        out.question = "finished" if status in FINAL_STATUSES else "preempted"
         out.cycle_id = decision.cycle_id
         out.preemption.CopyFrom(_preemption(decision))
         summary += _preemption_lines(decision)
     else:
-        out.question = "finished" if status in _FINAL else "unknown"
+        out.question = "finished" if status in FINAL_STATUSES else "unknown"
         summary.append(_no_decision(status, body is not None))
     summary += _history_lines(out.preemptions)
-    if status in _FINAL:
+    if status in FINAL_STATUSES:
         summary.insert(0, f"The job has ended: {status} ({row.get('last_reason') or 'no reason given'}).")
     out.summary.extend(summary)
     return out

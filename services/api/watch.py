@@ -14,25 +14,16 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from events.catalog.errors import EventError
+from events.catalog.lifecycle import FINAL_STATUSES, status_after
 from events.catalog.topics import DECISIONS, JOBS, partition_for
 from events.log.contract import EventLog, LogReader, LogRecord, TopicPartition
 from events.plumbing.tasks import cancel_and_wait
 from events.wire.codec import decode
 from services.api.pb import jobs_pb2
 
-FINAL = frozenset({"succeeded", "failed", "cancelled", "rejected"})
-_STATUS_AFTER = {
-    "JobSubmitted": "submitted",
-    "JobQueued": "queued",
-    "JobPlaced": "placed",
-    "JobStarted": "running",
-    "JobSucceeded": "succeeded",
-    "JobFailed": "failed",
-    "JobCancelled": "cancelled",
-    "JobRejected": "rejected",
-    "JobPreempted": "queued",
-    "JobReclaimed": "queued",
-}
+FINAL = FINAL_STATUSES
+"""Statuses after which a watch ends unless it follows on: the catalogue's final statuses (``services.api.jobs``
+reads it)."""
 _POLL_S = 1.0
 
 
@@ -146,6 +137,7 @@ def _event(record: LogRecord, job_id: str) -> jobs_pb2.JobEvent | None:
         return None  # the consumers dead-letter it; a watcher just skips it
     data = envelope.data
     short = envelope.type.rsplit(".", 1)[-1]
+    after = status_after(data)
     reason = str(getattr(data, "reason", "") or "")
     reasons = getattr(data, "reasons", None)
     if not reason and reasons:
@@ -154,7 +146,7 @@ def _event(record: LogRecord, job_id: str) -> jobs_pb2.JobEvent | None:
         job_id=job_id,
         time_ms=envelope.time_ms,
         event=short,
-        status=_STATUS_AFTER.get(short, ""),
+        status=after.value if after is not None else "",
         reason=reason,
         message=str(getattr(data, "message", "") or getattr(data, "explanation", "")),
         history=False,

@@ -30,6 +30,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
+from events.catalog.lifecycle import FINAL_STATUSES, JobStatus
 from events.wire.envelope import format_time
 
 HOUR_MS = 3_600_000
@@ -311,11 +312,11 @@ def percentile(values: Sequence[int], pct: int) -> int:
 def _waits(jobs: Iterable[JobRow], until_ms: int) -> dict[str, list[int]]:
     waits: dict[str, list[int]] = defaultdict(list)
     for job in jobs:
-        if job.submitted_ms is None or job.status == "rejected":
+        if job.submitted_ms is None or job.status == JobStatus.REJECTED:
             continue
         if job.waiting_ms is not None and job.placed_ms is not None:
             waits[job.priority_class].append(job.waiting_ms)
-        elif job.status == "queued":
+        elif job.status == JobStatus.QUEUED:
             waits[job.priority_class].append(max(0, until_ms - job.submitted_ms))
     return waits
 
@@ -386,11 +387,11 @@ def not_running_ms(job: JobRow, since_ms: int, until_ms: int) -> int:
     started = False
     for time_ms, status, *_ in job.timeline:
         at = min(max(time_ms, since_ms), until_ms)
-        if status == "running":
+        if status == JobStatus.RUNNING:
             if stopped_at is not None:
                 down += at - stopped_at
             started, stopped_at = True, None
-        elif status in ("succeeded", "failed", "cancelled", "rejected"):
+        elif status in FINAL_STATUSES:
             if stopped_at is not None:
                 down += at - stopped_at
             return down

@@ -23,25 +23,14 @@ from events.catalog.governance import (
     QuotaSet,
 )
 from events.catalog.inventory import ClusterStatus, ClusterStatusChanged, NodeObserved, NodeRemoved, NodeUsageReported
-from events.catalog.jobs import (
-    JobCancelled,
-    JobCancelRequested,
-    JobFailed,
-    JobKind,
-    JobPreempted,
-    JobReclaimed,
-    JobStarted,
-    JobSubmitted,
-    JobSucceeded,
-)
+from events.catalog.jobs import JobCancelRequested, JobFailed, JobKind, JobStarted, JobSubmitted
+from events.catalog.lifecycle import RUN_END_EVENTS, RUN_END_OF, JobStatus, RunEnd, RunEndEvent, ends_run, final_status
 from events.wire.envelope import Envelope
 from services.governance.failures import Entry, FailureIndex
 
 SOURCE = "urn:fedsched:governance"
 #: Usage samples kept per run (the idle rule needs the recent stretch only).
 MAX_SAMPLES = 64
-
-Ended = JobSucceeded | JobFailed | JobPreempted | JobReclaimed | JobCancelled
 
 
 def derived_id(*parts: object) -> str:
@@ -79,7 +68,7 @@ class RunFacts:
     placed_ms: int
     started_ms: int | None = None
     ended_ms: int | None = None
-    ended_how: str | None = None
+    ended_how: RunEnd | None = None
     fail_reason: str | None = None
     fail_node: str | None = None
     reclaim_rule: str | None = None
@@ -115,7 +104,8 @@ class JobFacts:
     queued_message: str = ""
     runs: dict[int, RunFacts] = field(default_factory=dict)
     cancel_requested: bool = False
-    terminal: str | None = None
+    terminal: JobStatus | None = None
+    """The job's final status, once it has ended for good."""
     early: dict[int, list[tuple[Event, int]]] = field(default_factory=dict)
     """Facts about a run read before its placement (topics are read one after another), kept for it."""
 
@@ -202,7 +192,7 @@ class GovState:
         handler = _HANDLERS.get(type(data))
         if handler is not None:
             handler(self, data, self.now_ms)
-        elif isinstance(data, Ended):
+        elif isinstance(data, RUN_END_EVENTS):
             _ended(self, data, self.now_ms)
         if has_field(type(data), "job_id"):
             job_id = data.job_id  # type: ignore[attr-defined]
@@ -226,7 +216,7 @@ class GovState:
         workload: list[tuple[Hashable, Entry]] = []
         nodes: list[tuple[Hashable, Entry]] = []
         for run in sorted(facts.runs.values(), key=lambda r: r.run):
-            if run.ended_how != "failed" or run.ended_ms is None:
+            if run.ended_how != RunEnd.FAILED or run.ended_ms is None:
                 continue
             node = run.fail_node or ""
             workload.append(((spec.tenant, spec.name), (run.ended_ms, job_id, run.run, run.cluster, node)))
@@ -262,7 +252,7 @@ def _placed(state: GovState, e: Event, t: int) -> None:
     for early, at in facts.early.pop(e.run, []):
         if isinstance(early, JobStarted):
             _started(state, early, at)
-        elif isinstance(early, Ended):
+        elif isinstance(early, RUN_END_EVENTS):
             _ended(state, early, at)
 
 
@@ -276,14 +266,14 @@ def _started(state: GovState, e: Event, t: int) -> None:
         run.started_ms = t
 
 
-def _ended(state: GovState, e: Ended, t: int) -> None:
+def _ended(state: GovState, e: RunEndEvent, t: int) -> None:
     facts = state.job(e.job_id)
-    if isinstance(e, JobCancelled) and e.run == 0:
-        facts.terminal = "cancelled"
+    how = RUN_END_OF[type(e)]
+    final = final_status(how)
+    if final is not None:
+        facts.terminal = final
+    if not ends_run(e):  # a job cancelled before it ever ran: it ends, and no run does
         return
-    how = type(e).__name__.removeprefix("Job").lower()
-    if how in ("succeeded", "failed", "cancelled"):
-        facts.terminal = how
     run = facts.runs.get(e.run)
     if run is None:
         facts.early.setdefault(e.run, []).append((e, t))

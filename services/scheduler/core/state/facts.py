@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from events.catalog.decisions import ReplicaPlacement as EventReplicaPlacement
 from events.catalog.governance import PolicyConfigured, QuotaSet, TenantRegistered
 from events.catalog.inventory import ClusterRegistered, NodeObserved
+from events.catalog.lifecycle import REQUEUED, JobStatus, RunEnd
 from services.scheduler.core.policy import model as m
 
 
@@ -34,9 +35,10 @@ class JobFacts:
     submitted_ms: int = 0
     placements: dict[int, Placement] = field(default_factory=dict)
     placed_at: dict[int, int] = field(default_factory=dict)
-    ended: dict[int, str] = field(default_factory=dict)  # run -> succeeded/failed/preempted/reclaimed/cancelled
+    ended: dict[int, RunEnd] = field(default_factory=dict)  # run -> how it ended
     ended_at: dict[int, int] = field(default_factory=dict)
-    terminal: str = ""
+    terminal: JobStatus | None = None
+    """The job's final status, once it has ended for good."""
     cancel_requested: bool = False
     stop_requested: set[int] = field(default_factory=set)  # runs asked to stop (preempt / reclaim)
     last_queued: tuple[str, ...] = ()  # reason codes of the latest JobQueued
@@ -59,7 +61,7 @@ class JobFacts:
         return self.running_placement() is None
 
     def times_preempted(self) -> int:
-        return sum(1 for how in self.ended.values() if how in ("preempted", "reclaimed"))
+        return sum(1 for how in self.ended.values() if how in REQUEUED)
 
     def settled(self) -> bool:
         """Ended for good, and every run placed has ended and every run ended was placed: nothing that

@@ -6,9 +6,9 @@ depend on how partitions interleave.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from events.catalog.base import Event
 from events.catalog.decisions import (
     JobPlaced,
     JobPreemptionRequested,
@@ -24,16 +24,8 @@ from events.catalog.inventory import (
     NodeObserved,
     NodeRemoved,
 )
-from events.catalog.jobs import (
-    JobCancelled,
-    JobCancelRequested,
-    JobFailed,
-    JobPreempted,
-    JobReclaimed,
-    JobRejected,
-    JobSubmitted,
-    JobSucceeded,
-)
+from events.catalog.jobs import JobCancelRequested, JobRejected, JobSubmitted
+from events.catalog.lifecycle import RUN_END_OF, JobStatus, RunEnd, RunEndEvent, ends_run, final_status
 from events.catalog.profiles import ResourceProfileUpdated
 from services.scheduler.core.state.convert import job_of
 from services.scheduler.core.state.facts import SUSPECT_FOR_MS, Facts, NodeFacts, Placement
@@ -98,26 +90,29 @@ def _cancel_requested(state: Facts, e: JobCancelRequested, _: int) -> None:
     state.job(e.job_id).cancel_requested = True
 
 
-def _ended(how: str) -> Any:
-    def handle(state: Facts, e: Event, time_ms: int) -> None:
-        facts = state.job(e.job_id)  # type: ignore[attr-defined]
-        run = getattr(e, "run", 0)
-        if how == "cancelled" and run == 0:
-            facts.terminal = facts.terminal or "cancelled"
+def _ended(how: RunEnd) -> Callable[[Facts, RunEndEvent, int], None]:
+    """The handler of the events that end a run ``how`` (``events.catalog.lifecycle``)."""
+    final = final_status(how)  # once here, not per event
+
+    def handle(state: Facts, e: RunEndEvent, time_ms: int) -> None:
+        facts = state.job(e.job_id)
+        if not ends_run(e):  # a job cancelled before it ever ran: it ends, and no run does
+            facts.terminal = facts.terminal or final
             return
+        run = e.run
         if run in facts.ended:
             return  # a run's first end is final: a later report (a failure while it was being stopped) is not
         facts.ended[run] = how
         facts.ended_at[run] = time_ms
-        if how in ("succeeded", "failed", "cancelled"):
-            facts.terminal = how
+        if final is not None:
+            facts.terminal = final
 
     return handle
 
 
 def _rejected(state: Facts, e: JobRejected, _: int) -> None:
     facts = state.job(e.job_id)
-    facts.terminal = facts.terminal or "rejected"
+    facts.terminal = facts.terminal or JobStatus.REJECTED
 
 
 def _placed(state: Facts, e: JobPlaced, time_ms: int) -> None:
@@ -164,11 +159,7 @@ HANDLERS: dict[type, Any] = {
     PolicyConfigured: _policy,
     JobSubmitted: _submitted,
     JobCancelRequested: _cancel_requested,
-    JobSucceeded: _ended("succeeded"),
-    JobFailed: _ended("failed"),
-    JobPreempted: _ended("preempted"),
-    JobReclaimed: _ended("reclaimed"),
-    JobCancelled: _ended("cancelled"),
+    **{cls: _ended(how) for cls, how in RUN_END_OF.items()},
     JobRejected: _rejected,
     JobPlaced: _placed,
     JobQueued: _queued,

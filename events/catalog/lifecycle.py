@@ -1,0 +1,186 @@
+"""The job lifecycle's vocabulary: which statuses are final, which events end a run or the job, and the
+word for how a run ended. Defined once, beside the events it reads (``events.catalog.jobs``).
+
+Called by every reader that asks whether a job or a run has ended: the job view
+(``projections.stages.jobs``), the scheduler's fold and facts, governance's state and report figures, the
+API's watch and explain, the simulated cluster and its benchmark, and the Kubernetes connector (job book,
+executor, pod lifecycle). Pure: imports only the catalogue; the functions are a dict lookup or an
+``isinstance`` against a tuple, cheap enough for the scheduler's fold.
+
+The words, in the terms of the state machine at the top of ``events.catalog.jobs``:
+
+- A job's status (``JobStatus``) is where the job stands: submitted, queued, placed, running, or one of
+  the ``FINAL_STATUSES`` it never leaves (succeeded, failed, cancelled, rejected). ``status_after``
+  names the status an event leaves a job in.
+- A run (one attempt: the events' ``run``) is opened by its ``JobPlaced``; its workload starts with
+  ``JobStarted`` (``RUN_START_EVENTS``) and it ends with one of ``RUN_END_EVENTS``. How it ended is a
+  ``RunEnd`` word (``run_end``). A preempted or reclaimed run sends the job back to the queue
+  (``REQUEUED``); the other ends of a run end the job too (``final_status``).
+- A job ends for good with one of ``JOB_END_EVENTS``: its run succeeded, failed or was cancelled, or the
+  intake rejected the request. A ``JobCancelled`` whose ``run`` is ``NEVER_RAN`` (0) cancels a job that
+  was never placed: it ends the job and no run (``ends_job`` is true, ``ends_run`` false).
+- Every other event about a job (``OTHER_JOB_EVENTS``: the submission, the scheduler's decisions, the
+  requests to stop, governance's notes) starts and ends nothing. A test holds every event type that
+  names a ``job_id`` to these lists, so a new one cannot go unclassified.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from types import MappingProxyType
+from typing import TypeAlias
+
+from events.catalog.base import Event
+from events.catalog.decisions import JobPlaced, JobPreemptionRequested, JobQueued, JobReclaimRequested
+from events.catalog.governance import GovernanceFinding, JobIdleWarning
+from events.catalog.jobs import (
+    JobCancelled,
+    JobCancelRequested,
+    JobFailed,
+    JobPreempted,
+    JobReclaimed,
+    JobRejected,
+    JobStarted,
+    JobSubmitted,
+    JobSucceeded,
+)
+
+
+class JobStatus(StrEnum):
+    """Where a job stands, after the latest step of its lifecycle (``status_after``)."""
+
+    SUBMITTED = "submitted"
+    QUEUED = "queued"
+    PLACED = "placed"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    REJECTED = "rejected"
+
+
+FINAL_STATUSES: frozenset[JobStatus] = frozenset(
+    {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.REJECTED}
+)
+"""The statuses a job never leaves: it has ended for good. (A plain ``str`` is found in it by its value.)"""
+
+
+class RunEnd(StrEnum):
+    """How a run ended, as a word: one per event of ``RUN_END_EVENTS``."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    PREEMPTED = "preempted"
+    RECLAIMED = "reclaimed"
+    CANCELLED = "cancelled"
+
+
+REQUEUED: frozenset[RunEnd] = frozenset({RunEnd.PREEMPTED, RunEnd.RECLAIMED})
+"""Ends of a run after which the job waits in the queue again (the scheduler had it stopped)."""
+
+RunEndEvent: TypeAlias = JobSucceeded | JobFailed | JobCancelled | JobPreempted | JobReclaimed
+JobEndEvent: TypeAlias = JobSucceeded | JobFailed | JobCancelled | JobRejected
+
+RUN_START_EVENTS: tuple[type[JobStarted], ...] = (JobStarted,)
+"""The cluster started the run's workload."""
+RUN_END_EVENTS: tuple[type[RunEndEvent], ...] = (JobSucceeded, JobFailed, JobCancelled, JobPreempted, JobReclaimed)
+"""The run is over and its resources are free (except a cancellation of a job that never ran, see
+``ends_run``)."""
+JOB_END_EVENTS: tuple[type[JobEndEvent], ...] = (JobSucceeded, JobFailed, JobCancelled, JobRejected)
+"""The job has ended for good: its status is final."""
+OTHER_JOB_EVENTS: tuple[type[Event], ...] = (
+    JobSubmitted,
+    JobQueued,
+    JobPlaced,
+    JobCancelRequested,
+    JobPreemptionRequested,
+    JobReclaimRequested,
+    JobIdleWarning,
+    GovernanceFinding,
+)
+"""The events about a job that start and end nothing."""
+
+NEVER_RAN = 0
+"""The ``run`` of a ``JobCancelled`` that cancels a job never placed: it ends the job and no run."""
+
+RUN_END_OF: Mapping[type[Event], RunEnd] = MappingProxyType(
+    {
+        JobSucceeded: RunEnd.SUCCEEDED,
+        JobFailed: RunEnd.FAILED,
+        JobCancelled: RunEnd.CANCELLED,
+        JobPreempted: RunEnd.PREEMPTED,
+        JobReclaimed: RunEnd.RECLAIMED,
+    }
+)
+"""Each event of ``RUN_END_EVENTS`` -> how the run ended."""
+
+_STATUS_AFTER_END: Mapping[RunEnd, JobStatus] = {
+    RunEnd.SUCCEEDED: JobStatus.SUCCEEDED,
+    RunEnd.FAILED: JobStatus.FAILED,
+    RunEnd.CANCELLED: JobStatus.CANCELLED,
+    RunEnd.PREEMPTED: JobStatus.QUEUED,
+    RunEnd.RECLAIMED: JobStatus.QUEUED,
+}
+
+STATUS_AFTER: Mapping[type[Event], JobStatus] = MappingProxyType(
+    {
+        JobSubmitted: JobStatus.SUBMITTED,
+        JobQueued: JobStatus.QUEUED,
+        JobPlaced: JobStatus.PLACED,
+        JobStarted: JobStatus.RUNNING,
+        JobRejected: JobStatus.REJECTED,
+        **{cls: _STATUS_AFTER_END[how] for cls, how in RUN_END_OF.items()},
+    }
+)
+"""Each event that moves a job along -> the status it leaves the job in. The others (requests, governance's
+notes) leave the status as it was."""
+
+
+def status_after(event: Event) -> JobStatus | None:
+    """The status ``event`` leaves its job in; ``None`` if it leaves the status as it was."""
+    return STATUS_AFTER.get(type(event))
+
+
+def final_status(how: RunEnd) -> JobStatus | None:
+    """The final status a run that ended so gives its job; ``None`` if the job goes back to the queue."""
+    status = _STATUS_AFTER_END[how]
+    return status if status in FINAL_STATUSES else None
+
+
+def ends_run(event: Event) -> bool:
+    """Whether ``event`` ends a run: one of ``RUN_END_EVENTS``, but not a cancellation of a job that never
+    ran (``NEVER_RAN``)."""
+    return isinstance(event, RUN_END_EVENTS) and event.run != NEVER_RAN
+
+
+def ends_job(event: Event) -> bool:
+    """Whether ``event`` ends its job for good (one of ``JOB_END_EVENTS``)."""
+    return isinstance(event, JOB_END_EVENTS)
+
+
+def run_end(event: Event) -> RunEnd | None:
+    """How the run ``event`` is about ended; ``None`` if it ends no run (see ``ends_run``)."""
+    return RUN_END_OF[type(event)] if ends_run(event) else None
+
+
+__all__ = [
+    "FINAL_STATUSES",
+    "JOB_END_EVENTS",
+    "NEVER_RAN",
+    "OTHER_JOB_EVENTS",
+    "REQUEUED",
+    "RUN_END_EVENTS",
+    "RUN_END_OF",
+    "RUN_START_EVENTS",
+    "STATUS_AFTER",
+    "JobEndEvent",
+    "JobStatus",
+    "RunEnd",
+    "RunEndEvent",
+    "ends_job",
+    "ends_run",
+    "final_status",
+    "run_end",
+    "status_after",
+]

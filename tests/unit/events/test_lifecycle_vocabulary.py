@@ -1,0 +1,248 @@
+"""The lifecycle vocabulary (``events.catalog.lifecycle``): every job event type is classified, and the
+words are pinned.
+
+Every event type that names a ``job_id`` is listed here with what it does to the job's lifecycle (starts
+a run, ends a run, ends the job, or none of these) and the status it leaves the job in; the vocabulary
+must say the same. A new job event type fails the first test until it is classified in both places.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from typing import NamedTuple
+
+import pytest
+
+from events.catalog import REGISTRY, Event, lifecycle
+from events.catalog.base import has_field
+from events.catalog.decisions import JobPlaced, JobPreemptionRequested, JobQueued, JobReclaimRequested
+from events.catalog.governance import GovernanceFinding, JobIdleWarning
+from events.catalog.jobs import (
+    JobCancelled,
+    JobCancelRequested,
+    JobFailed,
+    JobPreempted,
+    JobReclaimed,
+    JobRejected,
+    JobStarted,
+    JobSubmitted,
+    JobSucceeded,
+)
+from events.catalog.lifecycle import (
+    FINAL_STATUSES,
+    JOB_END_EVENTS,
+    NEVER_RAN,
+    OTHER_JOB_EVENTS,
+    REQUEUED,
+    RUN_END_EVENTS,
+    RUN_END_OF,
+    RUN_START_EVENTS,
+    STATUS_AFTER,
+    JobStatus,
+    RunEnd,
+    ends_job,
+    ends_run,
+    final_status,
+    run_end,
+    status_after,
+)
+
+from .catalog_samples import sample
+
+pytestmark = pytest.mark.timeout(30)
+
+STARTS_RUN, ENDS_RUN, ENDS_JOB = "starts a run", "ends a run", "ends the job"
+NEITHER: frozenset[str] = frozenset()
+
+CLASSIFIED: dict[type[Event], tuple[frozenset[str], JobStatus | None]] = {
+    JobSubmitted: (NEITHER, JobStatus.SUBMITTED),
+    JobQueued: (NEITHER, JobStatus.QUEUED),
+    JobPlaced: (NEITHER, JobStatus.PLACED),
+    JobStarted: (frozenset({STARTS_RUN}), JobStatus.RUNNING),
+    JobSucceeded: (frozenset({ENDS_RUN, ENDS_JOB}), JobStatus.SUCCEEDED),
+    JobFailed: (frozenset({ENDS_RUN, ENDS_JOB}), JobStatus.FAILED),
+    JobCancelled: (frozenset({ENDS_RUN, ENDS_JOB}), JobStatus.CANCELLED),
+    JobPreempted: (frozenset({ENDS_RUN}), JobStatus.QUEUED),
+    JobReclaimed: (frozenset({ENDS_RUN}), JobStatus.QUEUED),
+    JobRejected: (frozenset({ENDS_JOB}), JobStatus.REJECTED),
+    JobCancelRequested: (NEITHER, None),
+    JobPreemptionRequested: (NEITHER, None),
+    JobReclaimRequested: (NEITHER, None),
+    JobIdleWarning: (NEITHER, None),
+    GovernanceFinding: (NEITHER, None),
+}
+"""Every event type that names a job -> what it does to the lifecycle, and the status it leaves."""
+
+
+def roles(cls: type[Event]) -> frozenset[str]:
+    """What the vocabulary says events of ``cls`` do."""
+    listed = {STARTS_RUN: RUN_START_EVENTS, ENDS_RUN: RUN_END_EVENTS, ENDS_JOB: JOB_END_EVENTS}
+    return frozenset(role for role, classes in listed.items() if cls in classes)
+
+
+def test_every_event_type_that_names_a_job_is_classified_here() -> None:
+    # A new event type about a job: say what it does to the lifecycle, here and in events.catalog.lifecycle.
+    assert {cls for cls in REGISTRY.classes() if has_field(cls, "job_id")} == set(CLASSIFIED)
+
+
+@pytest.mark.parametrize("cls", list(CLASSIFIED), ids=lambda cls: cls.__name__)
+def test_the_vocabulary_classifies_each_job_event_type_as_listed(cls: type[Event]) -> None:
+    expected_roles, expected_status = CLASSIFIED[cls]
+    assert roles(cls) == expected_roles
+    assert (cls in OTHER_JOB_EVENTS) == (not expected_roles), "listed as neither starting nor ending, or not"
+    assert STATUS_AFTER.get(cls) == expected_status
+
+
+def test_the_vocabulary_lists_only_current_job_event_types() -> None:
+    listed = {*RUN_START_EVENTS, *RUN_END_EVENTS, *JOB_END_EVENTS, *OTHER_JOB_EVENTS, *STATUS_AFTER}
+    assert listed <= set(CLASSIFIED)
+    assert len(OTHER_JOB_EVENTS) == len(set(OTHER_JOB_EVENTS))
+
+
+def test_each_end_of_a_run_has_one_word_and_each_word_one_event() -> None:
+    assert set(RUN_END_OF) == set(RUN_END_EVENTS)
+    assert sorted(RUN_END_OF.values()) == sorted(RunEnd)
+    assert {cls.__name__: how.value for cls, how in RUN_END_OF.items()} == {
+        "JobSucceeded": "succeeded",
+        "JobFailed": "failed",
+        "JobPreempted": "preempted",
+        "JobReclaimed": "reclaimed",
+        "JobCancelled": "cancelled",
+    }
+
+
+def test_the_words_are_pinned() -> None:
+    # Stored in read-model rows, timelines, pod annotations and the API: renaming one is a migration.
+    assert [s.value for s in JobStatus] == [
+        "submitted",
+        "queued",
+        "placed",
+        "running",
+        "succeeded",
+        "failed",
+        "cancelled",
+        "rejected",
+    ]
+    assert sorted(s.value for s in FINAL_STATUSES) == ["cancelled", "failed", "rejected", "succeeded"]
+    assert [h.value for h in RunEnd] == ["succeeded", "failed", "preempted", "reclaimed", "cancelled"]
+    assert NEVER_RAN == 0
+
+
+@pytest.mark.parametrize(
+    ("how", "final"),
+    [
+        (RunEnd.SUCCEEDED, JobStatus.SUCCEEDED),
+        (RunEnd.FAILED, JobStatus.FAILED),
+        (RunEnd.CANCELLED, JobStatus.CANCELLED),
+        (RunEnd.PREEMPTED, None),
+        (RunEnd.RECLAIMED, None),
+    ],
+)
+def test_a_run_that_succeeded_failed_or_was_cancelled_ends_its_job_and_the_others_requeue_it(
+    how: RunEnd, final: JobStatus | None
+) -> None:
+    assert final_status(how) == final
+    assert (how in REQUEUED) == (final is None)
+
+
+def test_the_status_after_an_end_of_a_run_is_final_exactly_when_the_event_ends_the_job() -> None:
+    for cls, how in RUN_END_OF.items():
+        after = STATUS_AFTER[cls]
+        assert (after in FINAL_STATUSES) == (cls in JOB_END_EVENTS)
+        assert final_status(how) == (after if after in FINAL_STATUSES else None)
+    assert {STATUS_AFTER[cls] for cls in JOB_END_EVENTS} == FINAL_STATUSES
+
+
+class Case(NamedTuple):
+    story: str
+    event: Event
+    ends_run: bool
+    ends_job: bool
+    run_end: RunEnd | None
+    status: JobStatus | None
+
+
+def _of(cls: type[Event], **changes: object) -> Event:
+    return sample(cls).model_copy(update=changes)
+
+
+CASES = [
+    Case("a job cancelled before it was ever placed", _of(JobCancelled, run=0, cluster=None), False, True, None,
+         JobStatus.CANCELLED),
+    Case("a running job cancelled", _of(JobCancelled, run=2), True, True, RunEnd.CANCELLED, JobStatus.CANCELLED),
+    Case("a run that succeeded", _of(JobSucceeded, run=1), True, True, RunEnd.SUCCEEDED, JobStatus.SUCCEEDED),
+    Case("a run that failed", _of(JobFailed, run=3), True, True, RunEnd.FAILED, JobStatus.FAILED),
+    Case("a run preempted", _of(JobPreempted, run=1), True, False, RunEnd.PREEMPTED, JobStatus.QUEUED),
+    Case("a run reclaimed", _of(JobReclaimed, run=2), True, False, RunEnd.RECLAIMED, JobStatus.QUEUED),
+    Case("a request rejected at intake", _of(JobRejected), False, True, None, JobStatus.REJECTED),
+    Case("a run started", _of(JobStarted, run=1), False, False, None, JobStatus.RUNNING),
+    Case("a job submitted", _of(JobSubmitted), False, False, None, JobStatus.SUBMITTED),
+    Case("a job placed", _of(JobPlaced), False, False, None, JobStatus.PLACED),
+    Case("a cancellation asked for", _of(JobCancelRequested), False, False, None, None),
+    Case("a preemption asked for", _of(JobPreemptionRequested), False, False, None, None),
+    Case("an idle warning", _of(JobIdleWarning), False, False, None, None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.story for case in CASES])
+def test_what_an_event_ends_and_the_status_it_leaves(case: Case) -> None:
+    assert ends_run(case.event) is case.ends_run
+    assert ends_job(case.event) is case.ends_job
+    assert run_end(case.event) == case.run_end
+    assert status_after(case.event) == case.status
+
+
+def test_a_status_read_back_as_a_plain_string_is_found_by_its_word() -> None:
+    # Readers hold statuses as plain strings (database rows, timelines, protobuf fields).
+    assert "succeeded" in FINAL_STATUSES and "rejected" in FINAL_STATUSES
+    assert "running" not in FINAL_STATUSES and "unknown" not in FINAL_STATUSES
+    assert JobStatus("running") is JobStatus.RUNNING and RunEnd.PREEMPTED in {"preempted"}
+    assert f"{JobStatus.CANCELLED}" == "cancelled" and str(RunEnd.RECLAIMED) == "reclaimed"
+
+
+def test_the_vocabulary_imports_only_the_catalogue() -> None:
+    tree = ast.parse(inspect.getsource(lifecycle))
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    outside = {name for name in imported if not name.startswith("events.catalog.")}
+    assert outside <= {"__future__", "collections.abc", "enum", "types", "typing"}
+
+
+def test_the_readers_old_names_are_the_vocabulary_itself() -> None:
+    # Kept importable for modules that still read them; they must not drift from the vocabulary again.
+    from connectors.kubernetes import lifecycle as pods
+    from projections.stages import jobs as job_view
+    from services.api import watch
+
+    assert job_view.TERMINAL is FINAL_STATUSES
+    assert watch.FINAL is FINAL_STATUSES
+    assert {t.value for t in pods.RUN_ENDS} == {h.value for h in RunEnd}
+    assert set(pods.Transition) - pods.RUN_ENDS == {pods.Transition.STARTED}
+
+
+def test_the_public_names_are_pinned() -> None:
+    assert sorted(lifecycle.__all__) == sorted(
+        [
+            "FINAL_STATUSES",
+            "JOB_END_EVENTS",
+            "NEVER_RAN",
+            "OTHER_JOB_EVENTS",
+            "REQUEUED",
+            "RUN_END_EVENTS",
+            "RUN_END_OF",
+            "RUN_START_EVENTS",
+            "STATUS_AFTER",
+            "JobEndEvent",
+            "JobStatus",
+            "RunEnd",
+            "RunEndEvent",
+            "ends_job",
+            "ends_run",
+            "final_status",
+            "run_end",
+            "status_after",
+        ]
+    )
+    for name in lifecycle.__all__:
+        assert getattr(lifecycle, name) is not None
