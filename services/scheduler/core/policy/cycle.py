@@ -1,55 +1,47 @@
-"""One scheduling cycle: ``schedule(snapshot, config) -> CycleResult``. Pure and deterministic.
+"""One scheduling cycle: ``schedule(snapshot, config, memo) -> CycleResult``. Pure and deterministic.
 
-Called by the scheduler service (a later issue feeds it from the log), by the timed simulator and by the
-tests. The recipe:
-1. Build the fleet arrays (nodes in canonical order), the quota book and the GPU-model pressure from the
-   snapshot; derive the typical shapes for fragmentation unless the policy gives them.
-2. Order the pending jobs: priority class, then weighted fair share (DRF on held resources plus decayed
-   usage history), aging; ties by submission time and job id.
-3. For each job in that order:
-   a. quota: the tenant's (and queue's) limits, borrowing from its cohort; refuse with ``QuotaExceeded``;
-   b. hot-spot governance: steer jobs that accept several GPU models off hot ones, and keep a tenant
-      under its cap on hot models;
-   c. honour the head-of-line gang's reservation (a job may backfill onto it only if its maximum runtime
-      ends before the reservation starts);
-   d. place all replicas in one cluster (what-if per cluster, federation score, commit the best);
-   e. otherwise preempt the smallest set of eligible lower-priority or borrowing jobs (the job waits for
-      them to stop);
-   f. otherwise, for an inference service that may start smaller (``min_replicas``), place as many
-      replicas as fit now in one cluster; otherwise reserve capacity for a large head-of-line gang job,
-      otherwise queue it.
-4. Explain every queued job (per-cluster why-not, binding constraint, smallest change, position and
-   estimated start) and return the decisions: placements, preemptions and reservations in the order they
-   were made, then the queue in order.
+Called by ``core.decide`` (the scheduler service, ``audit verify``, the verify benchmark), by ``audit
+whatif``, the timed simulator and the tests. Calls the per-job steps (``job_steps``) and the explanations
+(``explain``). The recipe, as ``schedule`` reads:
+1. Set up (``_context``): the fleet arrays (nodes in canonical order), the quota book and the GPU-model
+   pressure from the snapshot; the typical shapes for fragmentation unless the policy gives them.
+2. Order (``_fair``): the pending jobs by priority class, then weighted fair share (DRF on held
+   resources plus decayed usage history), aging; ties by submission time and job id.
+3. Decide each job in that order (``_decide_each``): its turn goes through ``job_steps.JOB_STEPS`` until
+   a step gives a verdict (decisions made, the job left waiting with its reason, or both):
+   a. ``asks_nothing``: a job that asks for no resources waits;
+   b. ``within_quota``: the tenant's (and queue's) limits, borrowing from its cohort; else ``QuotaExceeded``;
+   c. ``hot_model_cap``: hot-spot governance: would the job take its tenant above its cap on hot models;
+   d. ``honour_reservation``: the room it may use: off the head-of-line gang's reserved nodes unless its
+      maximum runtime ends before the reservation starts; steered off hot models, or kept off them (c);
+   e. ``place``: all replicas in one cluster (what-if per cluster, federation score, commit the best);
+   f. ``hot_model_wait``: if only a hot model would take it, the tenant's cap is why it waits;
+   g. ``preempt``: the smallest set of eligible lower-priority or borrowing jobs (the job waits for them
+      to stop);
+   h. ``fewer_replicas``: an inference service that may start smaller (``min_replicas``) takes as many
+      replicas as fit now in one cluster;
+   i. ``reserve``: hold capacity for a large head-of-line gang job (it still waits);
+   j. ``wait``: otherwise it waits in the queue.
+4. Explain the waiting ones (``_queue_decisions``: per-cluster why-not, binding constraint, smallest
+   change, position and estimated start) and return the decisions: placements, preemptions and
+   reservations in the order they were made, then the queue in order.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-import numpy as np
-
-from services.scheduler.core.policy.backfill import may_backfill, reserve
-from services.scheduler.core.policy.capacity import model_pressure, per_node
-from services.scheduler.core.policy.context import Ctx, Plan
-from services.scheduler.core.policy.decisions import (
-    CandidateScore,
-    Change,
-    Constraint,
-    CycleResult,
-    Decision,
-    Place,
-    Preempt,
-    Queue,
-    Reserve,
-)
-from services.scheduler.core.policy.explain import describe, explain, moment
+from services.scheduler.core.policy.backfill import may_backfill
+from services.scheduler.core.policy.capacity import model_pressure
+from services.scheduler.core.policy.context import Ctx
+from services.scheduler.core.policy.decisions import Change, Constraint, CycleResult, Decision, Queue
+from services.scheduler.core.policy.explain import describe, explain
 from services.scheduler.core.policy.fairshare import Capacity, FairShare, Held
-from services.scheduler.core.policy.federation import ClusterScore
 from services.scheduler.core.policy.fleet import Demand, FleetMemo, FleetState, fleet_for
 from services.scheduler.core.policy.fragmentation import FragModel, typical_shapes_from_counts
+from services.scheduler.core.policy.job_steps import Waiting, decide_job
 from services.scheduler.core.policy.model import (
     MILLI,
     FleetSnapshot,
@@ -63,9 +55,8 @@ from services.scheduler.core.policy.model import (
     Shape,
     TenantId,
 )
-from services.scheduler.core.policy.placer import MASKED, Placer
-from services.scheduler.core.policy.preemption import find_victims
-from services.scheduler.core.policy.quota import QuotaCheck, book_from, fmt_amount
+from services.scheduler.core.policy.placer import Placer
+from services.scheduler.core.policy.quota import book_from
 from services.scheduler.core.policy.reasons import ReasonCode
 from services.scheduler.core.policy.score_cache import ScoreCache
 
@@ -285,220 +276,30 @@ def _fair(ctx: Ctx) -> FairShare:
     return FairShare(ctx.book.tenants, ctx.held, cap, ctx.snap.now_ms, ctx.config)
 
 
-def _candidate(ctx: Ctx, s: ClusterScore, nodes: Sequence[str]) -> CandidateScore:
-    return CandidateScore(cluster=s.cluster, nodes=tuple(nodes), breakdown=tuple(sorted(s.breakdown().items())))
-
-
 def schedule(snapshot: FleetSnapshot, config: PolicyConfig | None = None, memo: CycleMemo | None = None) -> CycleResult:
     config = config or PolicyConfig()
-    ctx = _context(snapshot, config, memo)
-    order = _fair(ctx).order(snapshot.pending)
-    made: list[Decision] = []
-    waiting: list[Waiting] = []
-    for job in order:
-        d = Demand.of(job)
-        if job.replicas <= 0 or (d.gpus == 0 and d.gpu_milli == 0 and d.cpu_milli == 0 and d.memory_mib == 0):
-            waiting.append((job, d, ReasonCode.NO_FEASIBLE_NODE, "the job asks for nothing", None))
-            continue
-        # a. quota (GPU-model quotas are checked on the model the plan uses, below).
-        q = ctx.book.check(job, None)
-        if not q.ok:
-            waiting.append((job, d, ReasonCode.QUOTA_EXCEEDED, q.message, _quota_constraint(q)))
-            continue
-        # b. hot-spot cap.
-        cap = ctx.hot_cap(job.tenant)
-        forbid_hot = cap is not None and ctx.hot_usage.get(job.tenant, 0) + job.total_gpu_milli() > cap
-        # c. reservation / backfill.
-        backfill = may_backfill(ctx, job)
-        extra = ctx.extra_for(job, d, forbid_hot, backfill)
-        # d. placement.
-        got = ctx.try_place(job, d, extra)
-        if got is not None:
-            plan, ranked = got
-            model = plan.models[0] if plan.models else None
-            q2 = ctx.book.check(job, model)
-            if not q2.ok:
-                waiting.append((job, d, ReasonCode.QUOTA_EXCEEDED, q2.message, _quota_constraint(q2)))
-                continue
-            made.append(_place(ctx, job, d, plan, ranked, q2.borrowed or q.borrowed, backfill))
-            continue
-        if forbid_hot and ctx.try_place(job, d, ctx.extra_for(job, d, False, backfill)) is not None:
-            used = ctx.hot_usage.get(job.tenant, 0)
-            note = (
-                f"{job.tenant} holds {fmt_amount('gpu', used)} GPUs of hot models ({', '.join(sorted(ctx.hot))}); "
-                f"this job would take it to {fmt_amount('gpu', used + job.total_gpu_milli())}, above its cap of "
-                f"{fmt_amount('gpu', cap or 0)}"
-            )
-            hot = Constraint(
-                ReasonCode.HOT_MODEL_CAP, "gpu", None, None, job.total_gpu_milli(), max(0, (cap or 0) - used)
-            )
-            waiting.append((job, d, ReasonCode.HOT_MODEL_CAP, note, hot))
-            continue
-        # e. preemption, reservation.
-        if config.preemption:
-            victims = find_victims(ctx, job, d)
-            if victims is not None:
-                ci, vs = victims
-                cid = ctx.fleet.clusters[ci]
-                for v in vs:
-                    made.append(
-                        Preempt(
-                            victim=v.running.job.job_id,
-                            victim_tenant=v.running.job.tenant,
-                            preemptor=job.job_id,
-                            cluster=cid,
-                            rule=v.rule,
-                            message=(
-                                f"{v.running.job.job_id} ({v.running.job.priority_class.value}, "
-                                f"{fmt_amount('gpu', v.running.job.total_gpu_milli())} GPUs) is preempted for "
-                                f"{job.job_id} ({job.priority_class.value}) in {cid} by rule {v.rule.value}"
-                            ),
-                        )
-                    )
-                    # The victim keeps its resources until its cluster reports it stopped; it cannot be
-                    # chosen again in this cycle.
-                    ctx.running = [r for r in ctx.running if r.job.job_id != v.running.job.job_id]
-                names = ", ".join(v.running.job.job_id for v in vs[:8]) + (", ..." if len(vs) > 8 else "")
-                asked = f"{len(vs)} job(s) in {cid} are asked to stop: {names}"
-                waiting.append(
-                    (
-                        job,
-                        d,
-                        ReasonCode.WAITING_FOR_PREEMPTION,
-                        asked,
-                        Constraint(ReasonCode.WAITING_FOR_PREEMPTION, cluster=cid),
-                    )
-                )
-                continue
-        # f. fewer replicas: a service that may start smaller (``min_replicas``) takes what fits now,
-        # once neither the room it asks for nor preemption can give it all of them.
-        if job.min_replicas is not None:
-            fewer = _fewer_replicas(ctx, job, d, extra)
-            if fewer is not None:
-                placing, (plan, ranked) = fewer
-                q2 = ctx.book.check(placing, plan.models[0] if plan.models else None)
-                if q2.ok:
-                    made.append(_place(ctx, placing, d, plan, ranked, q2.borrowed, backfill, asked=job.replicas))
-                    continue
-        if (
-            config.backfill
-            and ctx.reservation is None
-            and job.replicas * max(d.gpus, 1 if d.gpu_milli else 0) >= config.reservation_min_gpus
-        ):
-            r = reserve(ctx, job, d)
-            if r is not None:
-                ctx.reservation = r
-                cid = ctx.fleet.clusters[r.cluster]
-                made.append(
-                    Reserve(
-                        job_id=job.job_id,
-                        cluster=cid,
-                        nodes=tuple(ctx.fleet.node_ids[i] for i in sorted(r.nodes)),
-                        expected_start_ms=r.start_ms,
-                        message=(
-                            f"{len(r.nodes)} node(s) in {cid} are held for {job.job_id} "
-                            f"({describe(job)}), expected to start at {moment(r.start_ms)}; shorter jobs may backfill"
-                        ),
-                    )
-                )
-        waiting.append((job, d, None, "", None))
-    made.extend(_queue_decisions(ctx, waiting))
+    ctx = _context(snapshot, config, memo)  # 1. set up
+    order = _fair(ctx).order(snapshot.pending)  # 2. order
+    made, waiting = _decide_each(ctx, order)  # 3. decide each job
+    made.extend(_queue_decisions(ctx, waiting))  # 4. explain the waiting ones
     return CycleResult(
         now_ms=snapshot.now_ms, policy_version=config.version, decisions=tuple(made[: config.max_decisions])
     )
 
 
-def _fewer_replicas(
-    ctx: Ctx, job: Job, d: Demand, extra: np.ndarray | None
-) -> tuple[Job, tuple[Plan, list[ClusterScore]]] | None:
-    """The job with as many replicas as fit now in one cluster (fewer than it asks, at least its
-    ``min_replicas``) and their plan, or None. Replicas of one shape fit node by node independently, so
-    the count of each cluster's nodes is exact."""
-    assert job.min_replicas is not None
-    fs = ctx.fleet
-    most = 0
-    for lo, hi in fs.cluster_range:
-        cap = per_node(fs, d, lo, hi)
-        if extra is not None:
-            cap = np.where(extra[lo:hi] < MASKED, cap, 0)
-        most = max(most, int(cap.sum()))
-    count = min(most, job.replicas - 1)
-    if count < job.min_replicas:
-        return None
-    fewer = replace(job, replicas=count)
-    got = ctx.try_place(fewer, d, extra)
-    return None if got is None else (fewer, got)
+def _decide_each(ctx: Ctx, order: Sequence[Job]) -> tuple[list[Decision], list[Waiting]]:
+    """Each job's turn (``JOB_STEPS``), in order: the decisions made, then the jobs left waiting."""
+    made: list[Decision] = []
+    waiting: list[Waiting] = []
+    for job in order:
+        verdict = decide_job(ctx, job)
+        made.extend(verdict.made)
+        if verdict.waits is not None:
+            waiting.append(verdict.waits)
+    return made, waiting
 
 
-def _place(
-    ctx: Ctx,
-    job: Job,
-    d: Demand,
-    plan: Plan,
-    ranked: list[ClusterScore],
-    borrowed: bool,
-    backfill: bool,
-    *,
-    asked: int | None = None,
-) -> Place:
-    fs = ctx.fleet
-    replicas = ctx.commit(plan, d)
-    model = plan.models[0] if plan.models else None
-    ctx.book.add(job, model)
-    if model in ctx.hot:
-        ctx.hot_usage[job.tenant] = ctx.hot_usage.get(job.tenant, 0) + job.total_gpu_milli()
-    cid = fs.clusters[plan.cluster]
-    nodes = tuple(p.node_id for p in replicas)
-    chosen = _candidate(ctx, ranked[0], nodes)
-    runner = _candidate(ctx, ranked[1], ()) if len(ranked) > 1 else None
-    reasons = [ReasonCode.PLACED] + ([ReasonCode.BACKFILLED] if backfill else [])
-    gpus = ", ".join(
-        f"{p.node_id}[{','.join(map(str, p.gpu_indices))}]" if p.gpu_indices else p.node_id for p in replicas
-    )
-    alt = f"; runner-up {runner.cluster} scored {ranked[1].total} vs {ranked[0].total}" if runner is not None else ""
-    if runner is not None and ranked[1].total == ranked[0].total:
-        # Equal scores: say what decided, so "why there" never reads as chance.
-        if ranked[1].placement_cost != ranked[0].placement_cost:
-            alt += f", a tie won on placement cost ({ranked[0].placement_cost} vs {ranked[1].placement_cost})"
-        else:
-            alt += f", a tie decided by the stable cluster order ({cid} before {runner.cluster})"
-    share = f" ({d.gpu_milli}m each)" if d.is_share else ""
-    terms = " + ".join(f"{name} {points}" for name, points in ranked[0].terms().items())
-    msg = (
-        f"{job.job_id} placed in {cid} on {gpus}{share} by {ctx.config.node_policy.value}: placement cost "
-        f"{plan.cost}, federation score {ranked[0].total} = {terms} (weighted; lower wins){alt}"
-        + ("; uses quota above its guarantee (borrowed, reclaimable)" if borrowed else "")
-        + (
-            f"; started with {job.replicas} of its {asked} replicas, as many as fit now (inference.min_replicas "
-            f"{job.min_replicas}); this run keeps that many"
-            if asked is not None and asked > job.replicas
-            else ""
-        )
-    )
-    return Place(
-        job_id=job.job_id,
-        tenant=job.tenant,
-        cluster=cid,
-        replicas=replicas,
-        chosen=chosen,
-        runner_up=runner,
-        reasons=tuple(reasons),
-        message=msg,
-        borrowed=borrowed,
-    )
-
-
-Waiting = tuple[Job, Demand, ReasonCode | None, str, Constraint | None]
-"""A job left waiting: its demand, the reason found before the fleet was searched (None: explain it from
-the fleet), a note with that reason's numbers in words, and the same as a ``Constraint``."""
-
-
-def _quota_constraint(q: QuotaCheck) -> Constraint:
-    resource, _, model = q.resource.partition(":")
-    return Constraint(ReasonCode.QUOTA_EXCEEDED, resource, model or None, None, q.request, q.available)
-
-
-def _within_quota(job: Job, constraint: Constraint) -> Change | None:
+def _quota_change(job: Job, constraint: Constraint) -> Change | None:
     """Fewer whole GPUs per replica that the GPU quota left would allow, when there is such a number."""
     if constraint.resource != "gpu" or not job.gpus or job.replicas < 1:
         return None
@@ -521,7 +322,7 @@ def _queue_decisions(ctx: Ctx, waiting: list[Waiting]) -> list[Queue]:
         changes = short.smallest_change if fleet_changes else ""
         change = short.change if fleet_changes else None
         if forced is ReasonCode.QUOTA_EXCEEDED and forced_constraint is not None:
-            change = _within_quota(job, forced_constraint)
+            change = _quota_change(job, forced_constraint)
             changes = f"would fit its quota with {change.suggested} GPU(s) per replica" if change else ""
         binding = forced or short.binding
         reasons = tuple(dict.fromkeys([binding] + [w.reason for w in short.per_cluster]))

@@ -1,0 +1,345 @@
+"""One job's turn in a scheduling cycle: ``decide_job(ctx, job) -> Verdict``, the steps of ``JOB_STEPS``
+tried in order. Pure and deterministic.
+
+Called by the cycle (``schedule``, step 3 of its recipe) once per pending job, in fair-share order. Each
+step takes the cycle's working state (``Ctx``: the fleet arrays, the quota book, hot-model usage, the
+reservation) and the job's ``Turn``, and returns a ``Verdict`` (decisions made, the job left waiting with
+the reason found, or both) or ``None``: go on to the next step. ``wait``, the last step, always gives one.
+Steps that place, preempt or reserve change ``Ctx`` as they decide; ``hot_model_cap`` and
+``honour_reservation`` only note on the turn what later steps read. Calls the placer through
+``Ctx.try_place``, preemption (``find_victims``), backfill (``may_backfill``, ``reserve``) and the quota
+book.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import NamedTuple
+
+import numpy as np
+
+from services.scheduler.core.policy import backfill
+from services.scheduler.core.policy.capacity import per_node
+from services.scheduler.core.policy.context import I64, Ctx, Plan
+from services.scheduler.core.policy.decisions import CandidateScore, Constraint, Decision, Place, Preempt, Reserve
+from services.scheduler.core.policy.explain import describe, moment
+from services.scheduler.core.policy.federation import ClusterScore
+from services.scheduler.core.policy.fleet import Demand
+from services.scheduler.core.policy.model import Job
+from services.scheduler.core.policy.placer import MASKED
+from services.scheduler.core.policy.preemption import find_victims
+from services.scheduler.core.policy.quota import QuotaCheck, fmt_amount
+from services.scheduler.core.policy.reasons import ReasonCode
+
+
+class Waiting(NamedTuple):
+    """A job left waiting, for the cycle to explain and put in the queue."""
+
+    job: Job
+    demand: Demand
+    reason: ReasonCode | None  # found before the fleet was searched; None: explain it from the fleet
+    note: str  # that reason's numbers in words
+    constraint: Constraint | None  # the same as a ``Constraint``
+
+
+class Verdict(NamedTuple):
+    """What a step decided for the job: the decisions made, in order, and the job's place in the queue
+    if it waits (None: it was placed)."""
+
+    made: tuple[Decision, ...]
+    waits: Waiting | None
+
+
+@dataclass(slots=True)
+class Turn:
+    """One job's working record in the cycle: the job, what one replica asks for, and what the steps so
+    far found."""
+
+    job: Job
+    demand: Demand
+    borrowed: bool = False  # within_quota: the job uses quota above its tenant's guarantee
+    hot_cap: int | None = None  # hot_model_cap: the tenant's cap on hot GPU models
+    forbid_hot: bool = False  # hot_model_cap: the job would take the tenant above that cap
+    may_backfill: bool = False  # honour_reservation: it ends before the reservation starts
+    extra: I64 | None = None  # honour_reservation: the per-node extra cost of the room it may use
+
+    def waits(self, reason: ReasonCode | None, note: str = "", constraint: Constraint | None = None) -> Verdict:
+        return Verdict((), Waiting(self.job, self.demand, reason, note, constraint))
+
+
+Step = Callable[[Ctx, Turn], Verdict | None]
+
+
+def asks_nothing(ctx: Ctx, t: Turn) -> Verdict | None:
+    """A job that asks for no resources, or no replicas, fits nowhere meaningful: it waits."""
+    d = t.demand
+    if t.job.replicas <= 0 or (d.gpus == 0 and d.gpu_milli == 0 and d.cpu_milli == 0 and d.memory_mib == 0):
+        return t.waits(ReasonCode.NO_FEASIBLE_NODE, "the job asks for nothing")
+    return None
+
+
+def within_quota(ctx: Ctx, t: Turn) -> Verdict | None:
+    """The tenant's (and queue's) limits, borrowing from its cohort; refused with ``QuotaExceeded``.
+    GPU-model quotas are checked on the model the plan uses (``place``, ``fewer_replicas``)."""
+    q = ctx.book.check(t.job, None)
+    if not q.ok:
+        return t.waits(ReasonCode.QUOTA_EXCEEDED, q.message, quota_constraint(q))
+    t.borrowed = q.borrowed
+    return None
+
+
+def hot_model_cap(ctx: Ctx, t: Turn) -> Verdict | None:
+    """Hot-spot governance: would this job take its tenant above its cap on hot GPU models? Then it is
+    kept off them (``honour_reservation`` masks them; ``hot_model_wait`` says so if that is what holds
+    it). Decides nothing."""
+    job = t.job
+    t.hot_cap = cap = ctx.hot_cap(job.tenant)
+    t.forbid_hot = cap is not None and ctx.hot_usage.get(job.tenant, 0) + job.total_gpu_milli() > cap
+    return None
+
+
+def honour_reservation(ctx: Ctx, t: Turn) -> Verdict | None:
+    """The room the job may use: off the head-of-line gang's reserved nodes unless it may backfill onto
+    them (its maximum runtime ends before the reservation starts), steered off hot models if it accepts
+    several, off them altogether if over its hot-model cap. Decides nothing."""
+    t.may_backfill = backfill.may_backfill(ctx, t.job)
+    t.extra = ctx.extra_for(t.job, t.demand, t.forbid_hot, t.may_backfill)
+    return None
+
+
+def place(ctx: Ctx, t: Turn) -> Verdict | None:
+    """All replicas in one cluster: a what-if per cluster, the federation score, commit the best. The
+    plan's GPU model must be within the tenant's quota for that model."""
+    job, d = t.job, t.demand
+    got = ctx.try_place(job, d, t.extra)
+    if got is None:
+        return None
+    plan, ranked = got
+    q = ctx.book.check(job, plan.models[0] if plan.models else None)
+    if not q.ok:
+        return t.waits(ReasonCode.QUOTA_EXCEEDED, q.message, quota_constraint(q))
+    return Verdict((_place(ctx, job, d, plan, ranked, q.borrowed or t.borrowed, t.may_backfill),), None)
+
+
+def hot_model_wait(ctx: Ctx, t: Turn) -> Verdict | None:
+    """The job would fit on a hot model, but its tenant's cap keeps it off: that cap is why it waits."""
+    job, d = t.job, t.demand
+    if not t.forbid_hot or ctx.try_place(job, d, ctx.extra_for(job, d, False, t.may_backfill)) is None:
+        return None
+    used, cap = ctx.hot_usage.get(job.tenant, 0), t.hot_cap or 0
+    note = (
+        f"{job.tenant} holds {fmt_amount('gpu', used)} GPUs of hot models ({', '.join(sorted(ctx.hot))}); "
+        f"this job would take it to {fmt_amount('gpu', used + job.total_gpu_milli())}, above its cap of "
+        f"{fmt_amount('gpu', cap)}"
+    )
+    hot = Constraint(ReasonCode.HOT_MODEL_CAP, "gpu", None, None, job.total_gpu_milli(), max(0, cap - used))
+    return t.waits(ReasonCode.HOT_MODEL_CAP, note, hot)
+
+
+def preempt(ctx: Ctx, t: Turn) -> Verdict | None:
+    """The smallest set of eligible lower-priority or borrowing jobs to stop; the job waits for them."""
+    job = t.job
+    if not ctx.config.preemption:
+        return None
+    victims = find_victims(ctx, job, t.demand)
+    if victims is None:
+        return None
+    ci, vs = victims
+    cid = ctx.fleet.clusters[ci]
+    made: list[Decision] = []
+    for v in vs:
+        vj = v.running.job
+        made.append(
+            Preempt(
+                victim=vj.job_id,
+                victim_tenant=vj.tenant,
+                preemptor=job.job_id,
+                cluster=cid,
+                rule=v.rule,
+                message=(
+                    f"{vj.job_id} ({vj.priority_class.value}, {fmt_amount('gpu', vj.total_gpu_milli())} GPUs) is "
+                    f"preempted for {job.job_id} ({job.priority_class.value}) in {cid} by rule {v.rule.value}"
+                ),
+            )
+        )
+        # The victim keeps its resources until its cluster reports it stopped; it cannot be chosen again
+        # in this cycle.
+        ctx.running = [r for r in ctx.running if r.job.job_id != vj.job_id]
+    names = ", ".join(v.running.job.job_id for v in vs[:8]) + (", ..." if len(vs) > 8 else "")
+    asked = f"{len(vs)} job(s) in {cid} are asked to stop: {names}"
+    waiting = Waiting(
+        job,
+        t.demand,
+        ReasonCode.WAITING_FOR_PREEMPTION,
+        asked,
+        Constraint(ReasonCode.WAITING_FOR_PREEMPTION, cluster=cid),
+    )
+    return Verdict(tuple(made), waiting)
+
+
+def fewer_replicas(ctx: Ctx, t: Turn) -> Verdict | None:
+    """A service that may start smaller (``min_replicas``) takes what fits now, once neither the room it
+    asks for nor preemption can give it all of them."""
+    job, d = t.job, t.demand
+    if job.min_replicas is None:
+        return None
+    fewer = _most_that_fit(ctx, job, d, t.extra)
+    if fewer is None:
+        return None
+    placing, (plan, ranked) = fewer
+    q = ctx.book.check(placing, plan.models[0] if plan.models else None)
+    if not q.ok:
+        return None
+    return Verdict((_place(ctx, placing, d, plan, ranked, q.borrowed, t.may_backfill, asked=job.replicas),), None)
+
+
+def reserve(ctx: Ctx, t: Turn) -> Verdict | None:
+    """Hold nodes for a large head-of-line gang job (one reservation a cycle) where it will fit at the
+    earliest; shorter jobs may backfill onto them. The job still waits."""
+    job, d, config = t.job, t.demand, ctx.config
+    if (
+        not config.backfill
+        or ctx.reservation is not None
+        or job.replicas * max(d.gpus, 1 if d.gpu_milli else 0) < config.reservation_min_gpus
+    ):
+        return None
+    r = backfill.reserve(ctx, job, d)
+    if r is None:
+        return None
+    ctx.reservation = r
+    cid = ctx.fleet.clusters[r.cluster]
+    held = Reserve(
+        job_id=job.job_id,
+        cluster=cid,
+        nodes=tuple(ctx.fleet.node_ids[i] for i in sorted(r.nodes)),
+        expected_start_ms=r.start_ms,
+        message=(
+            f"{len(r.nodes)} node(s) in {cid} are held for {job.job_id} "
+            f"({describe(job)}), expected to start at {moment(r.start_ms)}; shorter jobs may backfill"
+        ),
+    )
+    return Verdict((held,), Waiting(job, d, None, "", None))
+
+
+def wait(ctx: Ctx, t: Turn) -> Verdict | None:
+    """Otherwise the job waits in the queue; the cycle explains why from the fleet."""
+    return t.waits(None)
+
+
+JOB_STEPS: tuple[Step, ...] = (
+    asks_nothing,
+    within_quota,
+    hot_model_cap,
+    honour_reservation,
+    place,
+    hot_model_wait,
+    preempt,
+    fewer_replicas,
+    reserve,
+    wait,
+)
+"""A job's turn, in order: the first step to give a verdict decides it."""
+
+
+def decide_job(ctx: Ctx, job: Job) -> Verdict:
+    turn = Turn(job, Demand.of(job))
+    for step in JOB_STEPS:
+        verdict = step(ctx, turn)
+        if verdict is not None:
+            return verdict
+    raise AssertionError("the last step, wait, always gives a verdict")
+
+
+def quota_constraint(q: QuotaCheck) -> Constraint:
+    resource, _, model = q.resource.partition(":")
+    return Constraint(ReasonCode.QUOTA_EXCEEDED, resource, model or None, None, q.request, q.available)
+
+
+def _most_that_fit(
+    ctx: Ctx, job: Job, d: Demand, extra: I64 | None
+) -> tuple[Job, tuple[Plan, list[ClusterScore]]] | None:
+    """The job with as many replicas as fit now in one cluster (fewer than it asks, at least its
+    ``min_replicas``) and their plan, or None. Replicas of one shape fit node by node independently, so
+    the count of each cluster's nodes is exact."""
+    assert job.min_replicas is not None
+    fs = ctx.fleet
+    most = 0
+    for lo, hi in fs.cluster_range:
+        cap = per_node(fs, d, lo, hi)
+        if extra is not None:
+            cap = np.where(extra[lo:hi] < MASKED, cap, 0)
+        most = max(most, int(cap.sum()))
+    count = min(most, job.replicas - 1)
+    if count < job.min_replicas:
+        return None
+    fewer = replace(job, replicas=count)
+    got = ctx.try_place(fewer, d, extra)
+    return None if got is None else (fewer, got)
+
+
+def _candidate(s: ClusterScore, nodes: tuple[str, ...]) -> CandidateScore:
+    return CandidateScore(cluster=s.cluster, nodes=nodes, breakdown=tuple(sorted(s.breakdown().items())))
+
+
+def _place(
+    ctx: Ctx,
+    job: Job,
+    d: Demand,
+    plan: Plan,
+    ranked: list[ClusterScore],
+    borrowed: bool,
+    backfilled: bool,
+    *,
+    asked: int | None = None,
+) -> Place:
+    """Commit ``plan`` (the fleet, the quota book, hot-model usage) and say why there: the federation
+    score's terms, the runner-up, what broke a tie."""
+    fs = ctx.fleet
+    replicas = ctx.commit(plan, d)
+    model = plan.models[0] if plan.models else None
+    ctx.book.add(job, model)
+    if model in ctx.hot:
+        ctx.hot_usage[job.tenant] = ctx.hot_usage.get(job.tenant, 0) + job.total_gpu_milli()
+    cid = fs.clusters[plan.cluster]
+    nodes = tuple(p.node_id for p in replicas)
+    chosen = _candidate(ranked[0], nodes)
+    runner = _candidate(ranked[1], ()) if len(ranked) > 1 else None
+    reasons = [ReasonCode.PLACED] + ([ReasonCode.BACKFILLED] if backfilled else [])
+    gpus = ", ".join(
+        f"{p.node_id}[{','.join(map(str, p.gpu_indices))}]" if p.gpu_indices else p.node_id for p in replicas
+    )
+    alt = f"; runner-up {runner.cluster} scored {ranked[1].total} vs {ranked[0].total}" if runner is not None else ""
+    if runner is not None and ranked[1].total == ranked[0].total:
+        # Equal scores: say what decided, so "why there" never reads as chance.
+        if ranked[1].placement_cost != ranked[0].placement_cost:
+            alt += f", a tie won on placement cost ({ranked[0].placement_cost} vs {ranked[1].placement_cost})"
+        else:
+            alt += f", a tie decided by the stable cluster order ({cid} before {runner.cluster})"
+    share = f" ({d.gpu_milli}m each)" if d.is_share else ""
+    terms = " + ".join(f"{name} {points}" for name, points in ranked[0].terms().items())
+    msg = (
+        f"{job.job_id} placed in {cid} on {gpus}{share} by {ctx.config.node_policy.value}: placement cost "
+        f"{plan.cost}, federation score {ranked[0].total} = {terms} (weighted; lower wins){alt}"
+        + ("; uses quota above its guarantee (borrowed, reclaimable)" if borrowed else "")
+        + (
+            f"; started with {job.replicas} of its {asked} replicas, as many as fit now (inference.min_replicas "
+            f"{job.min_replicas}); this run keeps that many"
+            if asked is not None and asked > job.replicas
+            else ""
+        )
+    )
+    return Place(
+        job_id=job.job_id,
+        tenant=job.tenant,
+        cluster=cid,
+        replicas=replicas,
+        chosen=chosen,
+        runner_up=runner,
+        reasons=tuple(reasons),
+        message=msg,
+        borrowed=borrowed,
+    )
+
+
+__all__ = ["JOB_STEPS", "Step", "Turn", "Verdict", "Waiting", "decide_job", "quota_constraint"]
