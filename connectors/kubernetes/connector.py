@@ -13,7 +13,9 @@ in-process. ``run()`` works until cancelled:
    refuses or again allows the connector's requests (401, or the authoriser's 403).
 
 Its producer is transactional with the id ``fedsched-connector-kubernetes-<cluster>``: a second
-connector for the same cluster fences the first, which then stops (``ProducerFenced``).
+connector for the same cluster fences the first, which then stops (``ProducerFenced``). Step 4 has every
+host's shape (``events.hosting``): the ``EventConsumer`` (a group follower, the executor as its step, a
+sink for dead letters and offsets) inside ``ride_out``, which rides out an outage of the log.
 """
 
 from __future__ import annotations
@@ -39,8 +41,10 @@ from events.catalog.inventory import ClusterKind, ClusterRegistered
 from events.catalog.topics import DECISIONS, JOBS
 from events.catalog.types import ClusterId
 from events.hosting.consumer import EventConsumer
-from events.log import EventLog, LogError, ProducerFenced
+from events.hosting.loop import ride_out
+from events.log import EventLog
 from events.log.publisher import Publisher, wall_clock_ms
+from events.plumbing.outage import Outage
 from events.plumbing.tasks import cancel_and_wait
 
 log = logging.getLogger("fedsched.connector.kubernetes")
@@ -116,6 +120,7 @@ class KubernetesConnector:
         self.pods.is_over = self.executor.is_over
         self.node_reflector = self._reflector("/api/v1/nodes", "nodes", None)
         self.pod_reflector = self._reflector("/api/v1/pods", "pods", self.pods.label_selector)
+        self.outage = Outage(f"connector-{config.cluster}")
         self.consumer = EventConsumer(
             event_log,
             config.group_id,
@@ -148,19 +153,17 @@ class KubernetesConnector:
         )
 
     async def _consume(self) -> None:
-        backoff = Backoff(0.2, self.config.max_backoff_s)
+        """Act on the cluster's decisions until cancelled; an outage of the log is ridden out
+        (``events.hosting.loop``), a fence ends the connector."""
         await self.pod_reflector.synced.wait()  # know our pods before acting on decisions
         await self.consumer.start()
-        while True:
-            try:
-                await self.consumer.poll_once(timeout_s=0.5)
-                backoff.reset()
-            except ProducerFenced:
-                raise
-            except LogError as error:
-                delay = backoff.next_delay()
-                log.warning("event=consume_error error=%r retry_in_s=%.1f", str(error), delay)
-                await asyncio.sleep(delay)
+        await ride_out(
+            lambda: self.consumer.poll_once(timeout_s=0.5),
+            asyncio.Event(),  # never set: the connector's tasks are cancelled when it stops
+            self.outage,
+            start_over=_nothing,
+            retry=_log_trouble,
+        )
 
     async def run(self) -> None:
         """Run until cancelled (or fenced by another connector of the same cluster)."""
@@ -187,3 +190,13 @@ class KubernetesConnector:
             await self.reporter.close()
             await self.publisher.close()
             log.info("event=connector_stopped cluster=%s", self.config.cluster)
+
+
+async def _nothing() -> None:
+    """Nothing to start over: the consumer keeps its place in the group, and its sink drops a producer
+    whose append failed."""
+
+
+def _log_trouble(error: BaseException) -> bool:
+    """The log away, or refusing for now; not a fence (another connector took this cluster over)."""
+    return transient(error) or (isinstance(error, LogError) and not isinstance(error, ProducerFenced))

@@ -17,8 +17,10 @@ after it. The consumer group's committed offsets only spare re-reading: a record
 recognised (by job and run) and ignored, and at start the group is moved past what the restore read.
 Event ids are derived from the facts, so even a consumer that reads a record twice can tell.
 
-Errors: a fenced publisher stops the cluster (another instance owns it); any other error closes the
-consumer and publisher, waits a little, and starts over from the log.
+Every host's shape (``events.hosting``): the ``EventConsumer`` (a group follower and a sink for dead
+letters and offsets), the pure model as the step, a transactional ``Publisher`` for what it reports, and
+``ride_out`` around it. Errors: a fenced publisher stops the cluster (another instance owns it); any
+other error closes the consumer and publisher, backs off, and starts over from the log.
 """
 
 from __future__ import annotations
@@ -43,14 +45,18 @@ from connectors.sim.spec import ClusterSpec
 from events.catalog.decisions import EXPLANATIONS_AND_CYCLES
 from events.catalog.topics import DECISIONS, JOBS
 from events.hosting.consumer import EventConsumer
+from events.hosting.loop import ride_out
 from events.log import EventLog, GroupOffsets, LogRecord, ProducerFenced, TopicPartition
 from events.log.publisher import Publisher
+from events.plumbing.outage import Outage
 from events.plumbing.tasks import cancel_and_wait
 from events.wire.envelope import Envelope
 
 log = logging.getLogger("fedsched.connector.sim")
 
-_RETRY_S = (0.5, 1.0, 2.0, 5.0)
+
+def _not_fenced(error: BaseException) -> bool:
+    return not isinstance(error, ProducerFenced)
 
 
 @dataclass(slots=True)
@@ -100,7 +106,8 @@ class SimCluster:
         self._restored_to: dict[TopicPartition, int] = {}
         self._inbox: list[Envelope] = []
         self._task: asyncio.Task[None] | None = None
-        self._stopping = False
+        self._stop = asyncio.Event()
+        self.outage = Outage(f"sim-{spec.cluster}")
         self._done = asyncio.Event()
         self.error: BaseException | None = None
 
@@ -152,7 +159,7 @@ class SimCluster:
 
     async def stop(self, *, timeout_s: float = 10.0) -> None:
         """Finish the current step, publish that the cluster is stopping, close everything."""
-        self._stopping = True
+        self._stop.set()
         if self._task is not None:
             await cancel_and_wait([self._task], grace_s=timeout_s)
         if self.error is None and self.model is not None and self._publisher is not None:
@@ -204,29 +211,22 @@ class SimCluster:
                     await closing.close()
 
     async def _loop(self) -> None:
-        failures = 0
-        while not self._stopping:
-            try:
-                await self._step()
-                failures = 0
-            except asyncio.CancelledError:
-                raise
-            except ProducerFenced as error:
-                log.error("event=sim_fenced cluster=%s reason=%r", self.cluster, str(error))
-                self.error = error
-                await self._close()
-                self._done.set()
-                return
-            except Exception as error:
-                delay = _RETRY_S[min(failures, len(_RETRY_S) - 1)]
-                failures += 1
-                log.exception("event=sim_error cluster=%s retry_in_s=%s reason=%r", self.cluster, delay, str(error))
-                await self._close()
-                await asyncio.sleep(delay)
-                self.stats.restarts += 1
-                with contextlib.suppress(Exception):
-                    self.clock.start(await self.prepare())
-                    await self._open()
+        """Step until stopped. Any failure but being fenced starts the cluster over (``ride_out``): close,
+        back off, then rebuild the model from the log as a restart would; fenced, it stops for good."""
+        try:
+            await ride_out(self._step_or_reopen, self._stop, self.outage, start_over=self._close, retry=_not_fenced)
+        except ProducerFenced as error:
+            log.error("event=sim_fenced cluster=%s reason=%r", self.cluster, str(error))
+            self.error = error
+            await self._close()
+            self._done.set()
+
+    async def _step_or_reopen(self) -> None:
+        if self._consumer is None:  # a failure closed it: rebuild the model from the log, then go on
+            self.stats.restarts += 1
+            self.clock.start(await self.prepare())
+            await self._open()
+        await self._step()
 
     async def _step(self) -> None:
         assert self.model is not None and self._consumer is not None

@@ -14,9 +14,12 @@ over), which the host handles as it must.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 
 from events.plumbing.outage import Outage, Unreachable, transient
+
+log = logging.getLogger("fedsched.hosting")
 
 
 async def ride_out(
@@ -26,9 +29,12 @@ async def ride_out(
     *,
     start_over: Callable[[], Awaitable[None]],
     dependency: str = "log",
+    retry: Callable[[BaseException], bool] = transient,
 ) -> None:
     """Run ``step`` until ``stop`` is set. ``dependency``: what a bare transient error is blamed on (an
-    ``Unreachable`` names its own)."""
+    ``Unreachable`` names its own). ``retry``: which errors start over rather than end the loop (a host
+    that restarts itself on any failure but being fenced, as a simulated cluster does, says so; such an
+    error that is not an outage is logged with its traceback, since it is a bug being survived)."""
     try:
         while not stop.is_set():
             try:
@@ -37,8 +43,10 @@ async def ride_out(
                 await start_over()
                 await outage.wait(error.dependency, error.error, stop)
             except Exception as error:
-                if not transient(error):
+                if not retry(error):
                     raise
+                if not transient(error):
+                    log.exception("event=step_failed component=%s retrying=true", outage.component)
                 await start_over()
                 await outage.wait(dependency, error, stop)
             else:
