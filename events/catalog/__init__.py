@@ -8,12 +8,13 @@ Modules by area: ``inventory`` (clusters, nodes, devices), ``jobs`` (requests an
 ``lifecycle`` (the lifecycle's vocabulary: job statuses, which are final, which events end a run or the
 job, how a run ended), ``decisions`` (the scheduler's decisions and cycle records), ``governance``
 (policies, tenants, quotas), ``profiles`` (projection outputs), ``legacy`` (superseded versions and their
-upcasters); shared pieces in ``types``, ``reasons``, ``base``, ``registry``, ``upcasters`` and ``schema``
-(JSON Schema).
+upcasters); shared pieces in ``types``, ``reasons``, ``base`` (the base class and the registry),
+``upcasters``, ``errors`` (why a record is not a valid event), ``topics`` (the topic catalogue) and
+``schema`` (JSON Schema).
 """
 
-from events.catalog import decisions, governance, inventory, jobs, legacy, profiles, schema
-from events.catalog.base import Event
+from events.catalog import decisions, governance, inventory, jobs, legacy, lifecycle, profiles, schema
+from events.catalog.base import REGISTRY, Event
 from events.catalog.decisions import (
     JobPlaced,
     JobPreemptionRequested,
@@ -53,7 +54,6 @@ from events.catalog.jobs import (
 )
 from events.catalog.profiles import QuotaUsageUpdated, ResourceProfileUpdated
 from events.catalog.reasons import ReasonCode
-from events.catalog.registry import REGISTRY
 
 __all__ = [
     "REGISTRY",
@@ -95,6 +95,7 @@ __all__ = [
     "inventory",
     "jobs",
     "legacy",
+    "lifecycle",
     "profiles",
     "schema",
 ]

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from pydantic import JsonValue
 
-from events.catalog.base import Event
-from events.catalog.registry import REGISTRY
+from events.catalog.base import REGISTRY, Event
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from events import catalog
-from events.catalog.base import Event
+from events.catalog.base import REGISTRY, Event
 from events.catalog.errors import EventError, InvalidEvent, MalformedRecord, UnsupportedSchemaVersion
-from events.catalog.registry import REGISTRY
 from events.catalog.topics import topic
 from events.catalog.upcasters import upcast
 from events.wire.envelope import CONTENT_TYPE, SPEC_VERSION, Envelope, format_time, parse_time

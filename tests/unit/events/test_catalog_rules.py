@@ -21,12 +21,12 @@ from pydantic import BaseModel, JsonValue
 import events.catalog
 from events.catalog import REGISTRY, Event
 from events.catalog.base import Event as BaseEvent
+from events.catalog.base import EventRegistry
 from events.catalog.decisions import SchedulingCycleCompleted
 from events.catalog.errors import UnknownEventType, UnsupportedSchemaVersion
 from events.catalog.inventory import ClusterRegistered, NodeObserved
 from events.catalog.profiles import ResourceProfileUpdated
 from events.catalog.reasons import DESCRIPTIONS, ReasonCode
-from events.catalog.registry import EventRegistry
 
 from .catalog_samples import sample
 from .catalog_strategies import fixup_for, limits_of, unwrap
@@ -70,7 +70,7 @@ CATALOGUE = {
 PUBLIC = sorted(
     ["REGISTRY", "Event", "ReasonCode"]
     + [name.rsplit(".", 1)[1] for name in CATALOGUE]
-    + ["decisions", "governance", "inventory", "jobs", "legacy", "profiles", "schema"]
+    + ["decisions", "governance", "inventory", "jobs", "legacy", "lifecycle", "profiles", "schema"]
 )
 
 
