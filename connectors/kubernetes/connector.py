@@ -42,9 +42,9 @@ from events.catalog.topics import DECISIONS, JOBS
 from events.catalog.types import ClusterId
 from events.hosting.consumer import EventConsumer
 from events.hosting.loop import ride_out
-from events.log import EventLog
+from events.log import EventLog, LogError, ProducerFenced
 from events.log.publisher import Publisher, wall_clock_ms
-from events.plumbing.outage import Outage
+from events.plumbing.outage import Outage, transient
 from events.plumbing.tasks import cancel_and_wait
 
 log = logging.getLogger("fedsched.connector.kubernetes")
