@@ -1,8 +1,10 @@
 """Read-model rows: each stage's entity as rows of its PostgreSQL table. Pure converters.
 
-Called by ``projections.readmodel.writer`` (the sink). Every table has an ``entity_key`` column (the stage's
-key); the sink replaces all rows of a changed entity at once, so an entity may map to several rows
-(the fleet has one per GPU model). Columns are plain values or JSON text, in a fixed order.
+Called by the sinks (``projections.readmodel.writer``, the faust host's). Calls nothing with I/O; the
+tables themselves (names, columns, indexes) are ``projections.readmodel.tables``. Every table has an
+``entity_key`` column (the stage's key); the sink replaces all rows of a changed entity at once, so an
+entity may map to several rows (the fleet has one per GPU model). Columns are plain values or JSON text,
+in the table's column order.
 
 A row says what the log says, whatever order its partitions were read in, so a rebuild equals the live
 tables. How many versions of a profile were published is not such a fact (it depends on which
@@ -14,9 +16,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from projections.readmodel import tables
 from projections.stages.clusters import ClusterView
 from projections.stages.fleet import FleetState
 from projections.stages.jobs import JobView
@@ -33,39 +36,14 @@ def _json(value: Any) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Table:
-    name: str
-    columns: tuple[tuple[str, str], ...]  # (name, SQL type), entity_key first
-    rows: Callable[[str, Any], Sequence[Row]]
-    indexes: tuple[tuple[str, str], ...] = ()
-    """(name suffix, what follows ``ON table``) of the indexes the API's queries read by."""
+class Table(tables.Table):
+    """A read-model table with the pure converter of its stage's entities to rows, in column order."""
 
-    def ddl(self, schema: str) -> str:
-        cols = ",\n    ".join(f"{name} {sql}" for name, sql in self.columns)
-        return (
-            f"CREATE TABLE IF NOT EXISTS {schema}.{self.name} (\n    {cols}\n);\n"
-            f"CREATE INDEX IF NOT EXISTS {self.name}_entity ON {schema}.{self.name} (entity_key);"
-        )
-
-    def index_ddl(self, schema: str) -> list[tuple[str, str]]:
-        """(qualified index name, its DDL) per index."""
-        return [
-            (
-                f"{schema}.{self.name}_{suffix}",
-                f"CREATE INDEX IF NOT EXISTS {self.name}_{suffix} ON {schema}.{self.name} {on}",
-            )
-            for suffix, on in self.indexes
-        ]
+    rows: Callable[[str, Any], Sequence[Row]] = field(kw_only=True)
 
 
-# ListJobs pages by (submission time, id), newest first, over a tenant's jobs or everyone's, optionally
-# of some statuses: without these, each page sorted the whole history (38 ms at 300,000 jobs, growing).
-_JOB_ORDER = "(coalesce(submitted_ms, 0)) DESC, entity_key DESC"
-_JOB_INDEXES = (
-    ("by_time", f"({_JOB_ORDER}) WHERE NOT orphan"),
-    ("by_tenant", f"(tenant, {_JOB_ORDER}) WHERE NOT orphan"),
-    ("by_tenant_status", f"(tenant, status, {_JOB_ORDER}) WHERE NOT orphan"),
-)
+def _converted(table: tables.Table, rows: Callable[[str, Any], Sequence[Row]]) -> Table:
+    return Table(table.name, table.columns, table.indexes, rows=rows)
 
 
 def _job_rows(key: str, job: JobView) -> Sequence[Row]:
@@ -192,136 +170,12 @@ def _fleet_rows(key: str, fleet: FleetState) -> Sequence[Row]:
 
 
 TABLES: dict[str, Table] = {
-    "jobs": Table(
-        "read_jobs",
-        (
-            ("entity_key", "text NOT NULL"),
-            ("tenant", "text"),
-            ("project", "text"),
-            ("queue", "text"),
-            ("name", "text"),
-            ("kind", "text"),
-            ("priority_class", "text"),
-            ("status", "text"),
-            ("orphan", "boolean"),
-            ("cluster", "text"),
-            ("replicas", "int"),
-            ("gpu_milli", "bigint"),
-            ("submitted_ms", "bigint"),
-            ("placed_ms", "bigint"),
-            ("started_ms", "bigint"),
-            ("ended_ms", "bigint"),
-            ("waiting_ms", "bigint"),
-            ("run", "int"),
-            ("runs", "int"),
-            ("preemptions", "int"),
-            ("last_reason", "text"),
-            ("last_message", "text"),
-            ("placement", "jsonb"),
-            ("timeline", "jsonb"),
-            ("last_decision_type", "text"),
-            ("last_decision", "jsonb"),
-            ("queued_since_ms", "bigint"),  # a waiting job's wait so far is ``waiting_ms`` plus the time since
-        ),
-        _job_rows,
-        _JOB_INDEXES,
-    ),
-    "nodes": Table(
-        "read_nodes",
-        (
-            ("entity_key", "text NOT NULL"),
-            ("cluster", "text"),
-            ("node", "text"),
-            ("present", "boolean"),
-            ("schedulable", "boolean"),
-            ("generation", "bigint"),
-            ("gpu_model", "text"),
-            ("gpus", "int"),
-            ("cpu_milli", "bigint"),
-            ("memory_mib", "bigint"),
-            ("gpu_capacity_milli", "bigint"),
-            ("gpu_allocated_milli", "bigint"),
-            ("gpu_free_milli", "bigint"),
-            ("health_milli", "int"),
-            ("failures", "int"),
-            ("failures_per_kgpu_hour_milli", "bigint"),
-            ("fit_training", "boolean"),
-            ("fit_inference", "boolean"),
-            ("gpu_utilisation_pct", "int"),
-            ("jobs", "int"),
-            ("last_seen_ms", "bigint"),
-        ),
-        _node_rows,
-    ),
-    "clusters": Table(
-        "read_clusters",
-        (
-            ("entity_key", "text NOT NULL"),
-            ("registered", "boolean"),
-            ("kind", "text"),
-            ("site", "text"),
-            ("region", "text"),
-            ("status", "text"),
-            ("status_reason", "text"),
-            ("currency", "text"),
-            ("rates", "jsonb"),
-            ("datasets", "jsonb"),
-        ),
-        _cluster_rows,
-    ),
-    "quota": Table(
-        "read_quota",
-        (
-            ("entity_key", "text NOT NULL"),
-            ("tenant", "text"),
-            ("queue", "text"),
-            ("usage", "jsonb"),
-            ("gpu_hours_milli", "bigint"),
-            ("running_jobs", "int"),
-        ),
-        _quota_rows,
-    ),
-    "usage": Table(
-        "read_usage",
-        (
-            ("entity_key", "text NOT NULL"),
-            ("tenant", "text"),
-            ("cluster", "text"),
-            ("gpu_model", "text"),
-            ("hour_ms", "bigint"),
-            ("allocated_milli_ms", "bigint"),
-            ("used_milli_ms", "bigint"),
-            ("idle_milli_ms", "bigint"),
-            ("cost_micro", "bigint"),
-            ("currency", "text"),
-            ("projects", "jsonb"),
-        ),
-        _usage_rows,
-    ),
-    "shapes": Table(
-        "read_shapes",
-        (
-            ("entity_key", "text NOT NULL"),
-            ("cpu_milli", "bigint"),
-            ("memory_mib", "bigint"),
-            ("gpu_milli", "bigint"),
-            ("gpu_model", "text"),
-            ("count", "bigint"),
-            ("replicas", "bigint"),
-        ),
-        _shape_rows,
-    ),
-    "fleet": Table(
-        "read_fleet_models",
-        (
-            ("entity_key", "text NOT NULL"),
-            ("gpu_model", "text"),
-            ("capacity_milli", "bigint"),
-            ("free_milli", "bigint"),
-            ("pending_milli", "bigint"),
-            ("congestion_milli", "bigint"),
-            ("hot", "boolean"),
-        ),
-        _fleet_rows,
-    ),
+    "jobs": _converted(tables.JOBS, _job_rows),
+    "nodes": _converted(tables.NODES, _node_rows),
+    "clusters": _converted(tables.CLUSTERS, _cluster_rows),
+    "quota": _converted(tables.QUOTA, _quota_rows),
+    "usage": _converted(tables.USAGE, _usage_rows),
+    "shapes": _converted(tables.SHAPES, _shape_rows),
+    "fleet": _converted(tables.FLEET, _fleet_rows),
 }
+"""Each stage's table, by stage name."""

@@ -1,6 +1,7 @@
-"""PostgreSQL read models: the tables the API, CLI and reports query, written transactionally.
+"""PostgreSQL read models, written transactionally (``projections.readmodel.reader`` reads them).
 
-Called by the projection hosts. Calls asyncpg. One ``flush`` writes, in one transaction, the rows of
+Called by the projection hosts. Calls asyncpg, with the tables of ``projections.readmodel.tables`` and
+the row converters of ``projections.readmodel.rows``. One ``flush`` writes, in one transaction, the rows of
 every changed entity, the entities' state (so a restarted host resumes without replaying history) and
 the log positions they cover. A replayed or duplicated event is therefore either before the stored
 position (skipped by the host) or already inside the entity's own applied positions (ignored by the
@@ -9,7 +10,6 @@ reducer): the read models change exactly once per event.
 
 from __future__ import annotations
 
-import hashlib
 import pickle
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -17,7 +17,9 @@ from typing import Any
 import asyncpg
 
 from projections.faust.wire import dumps
+from projections.readmodel.reader import ReadModels
 from projections.readmodel.rows import TABLES
+from projections.readmodel.tables import POSITIONS, STATE, bookkeeping_ddl
 from projections.stages.jobs import STAGE as JOB_STAGE
 from projections.stages.jobs import TERMINAL, JobView
 
@@ -55,17 +57,8 @@ async def ensure_schema(pool: asyncpg.Pool, schema: str) -> None:
             for name, ddl in table.index_ddl(schema):  # also on tables made before the index existed
                 if await conn.fetchval("SELECT to_regclass($1)", name) is None:
                     await conn.execute(ddl)
-        if await conn.fetchval("SELECT to_regclass($1)", f"{schema}.projection_state") is None:
-            await conn.execute(
-                f"""
-                CREATE TABLE IF NOT EXISTS {schema}.projection_positions (
-                    topic text NOT NULL, partition int NOT NULL, next_offset bigint NOT NULL,
-                    PRIMARY KEY (topic, partition));
-                CREATE TABLE IF NOT EXISTS {schema}.projection_state (
-                    stage text NOT NULL, entity_key text NOT NULL, state bytea NOT NULL,
-                    PRIMARY KEY (stage, entity_key));
-                """
-            )
+        if await conn.fetchval("SELECT to_regclass($1)", f"{schema}.{STATE}") is None:
+            await conn.execute(bookkeeping_ddl(schema))
 
 
 async def drop_schema(pool: asyncpg.Pool, schema: str) -> None:
@@ -73,7 +66,7 @@ async def drop_schema(pool: asyncpg.Pool, schema: str) -> None:
 
 
 async def load_positions(pool: asyncpg.Pool, schema: str) -> dict[tuple[str, int], int]:
-    rows = await pool.fetch(f"SELECT topic, partition, next_offset FROM {schema}.projection_positions")
+    rows = await pool.fetch(f"SELECT topic, partition, next_offset FROM {schema}.{POSITIONS}")
     return {(row["topic"], row["partition"]): row["next_offset"] for row in rows}
 
 
@@ -102,16 +95,16 @@ async def load_state(pool: asyncpg.Pool, schema: str) -> dict[str, dict[str, Any
     """The stored entities, by stage and key; None when they were written in another ``STATE_FORMAT``
     (the caller then replays the log into fresh read models: see ``reset``)."""
     stored = await pool.fetchval(
-        f"SELECT state FROM {schema}.projection_state WHERE stage = $1 AND entity_key = $2", *_FORMAT_KEY
+        f"SELECT state FROM {schema}.{STATE} WHERE stage = $1 AND entity_key = $2", *_FORMAT_KEY
     )
-    if stored is None and await pool.fetchval(f"SELECT count(*) FROM {schema}.projection_state") == 0:
+    if stored is None and await pool.fetchval(f"SELECT count(*) FROM {schema}.{STATE}") == 0:
         return {}
     if stored is None or pickle.loads(stored) != STATE_FORMAT:
         return None
     tables: dict[str, dict[str, Any]] = {}
     async with pool.acquire() as conn, conn.transaction():
         async for row in conn.cursor(
-            f"SELECT stage, entity_key, state FROM {schema}.projection_state WHERE stage <> $1 AND stage <> $2",
+            f"SELECT stage, entity_key, state FROM {schema}.{STATE} WHERE stage <> $1 AND stage <> $2",
             _FORMAT_KEY[0],
             ENDED_JOBS,
         ):
@@ -122,14 +115,14 @@ async def load_state(pool: asyncpg.Pool, schema: str) -> dict[str, dict[str, Any
 
 async def ended_job_keys(pool: asyncpg.Pool, schema: str) -> set[str]:
     """The jobs whose views are stored as ended (their keys only)."""
-    rows = await pool.fetch(f"SELECT entity_key FROM {schema}.projection_state WHERE stage = $1", ENDED_JOBS)
+    rows = await pool.fetch(f"SELECT entity_key FROM {schema}.{STATE} WHERE stage = $1", ENDED_JOBS)
     return {row["entity_key"] for row in rows}
 
 
 async def load_ended_jobs(pool: asyncpg.Pool, schema: str, keys: Iterable[str]) -> dict[str, Any]:
     """The stored views of ended jobs among ``keys``."""
     rows = await pool.fetch(
-        f"SELECT entity_key, state FROM {schema}.projection_state WHERE stage = $1 AND entity_key = ANY($2::text[])",
+        f"SELECT entity_key, state FROM {schema}.{STATE} WHERE stage = $1 AND entity_key = ANY($2::text[])",
         ENDED_JOBS,
         sorted(keys),
     )
@@ -141,8 +134,8 @@ async def reset(pool: asyncpg.Pool, schema: str) -> None:
     async with pool.acquire() as conn, conn.transaction():
         for table in TABLES.values():
             await conn.execute(f"DELETE FROM {_qualified(schema, table.name)}")
-        await conn.execute(f"DELETE FROM {schema}.projection_state")
-        await conn.execute(f"DELETE FROM {schema}.projection_positions")
+        await conn.execute(f"DELETE FROM {schema}.{STATE}")
+        await conn.execute(f"DELETE FROM {schema}.{POSITIONS}")
 
 
 async def flush(
@@ -176,25 +169,24 @@ async def flush(
                 )
             if stage == JOB_STAGE:  # a job view is stored under one of two names: the other one goes
                 await conn.execute(
-                    f"DELETE FROM {schema}.projection_state"
-                    " WHERE stage = ANY($1::text[]) AND entity_key = ANY($2::text[])",
+                    f"DELETE FROM {schema}.{STATE} WHERE stage = ANY($1::text[]) AND entity_key = ANY($2::text[])",
                     [JOB_STAGE, ENDED_JOBS],
                     keys,
                 )
             if states:
                 await conn.executemany(
-                    f"INSERT INTO {schema}.projection_state (stage, entity_key, state) VALUES ($1, $2, $3)"
+                    f"INSERT INTO {schema}.{STATE} (stage, entity_key, state) VALUES ($1, $2, $3)"
                     " ON CONFLICT (stage, entity_key) DO UPDATE SET state = EXCLUDED.state",
                     states,
                 )
             if gone and stage != JOB_STAGE:
                 await conn.execute(
-                    f"DELETE FROM {schema}.projection_state WHERE stage = $1 AND entity_key = ANY($2::text[])",
+                    f"DELETE FROM {schema}.{STATE} WHERE stage = $1 AND entity_key = ANY($2::text[])",
                     stage,
                     gone,
                 )
         await conn.execute(
-            f"INSERT INTO {schema}.projection_state (stage, entity_key, state) VALUES ($1, $2, $3)"
+            f"INSERT INTO {schema}.{STATE} (stage, entity_key, state) VALUES ($1, $2, $3)"
             " ON CONFLICT (stage, entity_key) DO UPDATE SET state = EXCLUDED.state",
             *_FORMAT_KEY,
             pickle.dumps(STATE_FORMAT, protocol=5),
@@ -202,7 +194,7 @@ async def flush(
         if positions:
             items = sorted(positions.items())
             await conn.execute(
-                f"INSERT INTO {schema}.projection_positions (topic, partition, next_offset)"
+                f"INSERT INTO {schema}.{POSITIONS} (topic, partition, next_offset)"
                 " SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[])"
                 " ON CONFLICT (topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset",
                 [tp[0] for tp, _ in items],
@@ -212,14 +204,5 @@ async def flush(
 
 
 async def checksums(pool: asyncpg.Pool, schema: str) -> dict[str, str]:
-    """A digest of each read-model table's content, independent of physical row order."""
-    out: dict[str, str] = {}
-    for table in TABLES.values():
-        columns = ", ".join(name for name, _ in table.columns)
-        rows = await pool.fetch(f"SELECT ({columns})::text AS line FROM {schema}.{table.name}")
-        digest = hashlib.sha256()
-        for line in sorted(row["line"] for row in rows):
-            digest.update(line.encode())
-            digest.update(b"\n")
-        out[table.name] = f"{len(rows)}:{digest.hexdigest()[:16]}"
-    return out
+    """A digest of each read-model table's content, independent of physical row order (the reader's)."""
+    return await ReadModels(pool, schema).checksums()

@@ -1,0 +1,243 @@
+"""What the reader answers with: typed rows of the read models, and the filter of a job list. Pure.
+
+Built by ``projections.readmodel.reader`` (through ``from_records``); read by the API, governance's
+report, the demo and the CLI. Quantities are integers;
+JSON columns come back parsed (a timeline entry, a replica's slot, a quota line, a project's share).
+A NULL reads as the entity's own default (``""``, 0), as the writer writes it: only a column added
+after a row was written is NULL, until the replay a new state format starts. Values the job view
+leaves unset (a cluster, the times of what has not happened yet) stay ``None``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from events.catalog.types import ClusterId, JobId, TenantId
+
+Positions = dict[tuple[str, int], int]
+"""(topic, partition) -> the next offset the projections will fold: what the rows reflect."""
+
+
+class Slot(NamedTuple):
+    """Where one replica runs."""
+
+    node: str
+    gpu_indices: tuple[int, ...]
+    gpu_milli_each: int
+
+
+class TimelineEntry(NamedTuple):
+    time_ms: int
+    status: str
+    event: str
+    reason: str
+    message: str
+
+
+class ProjectShare(NamedTuple):
+    """A project's part of a usage hour."""
+
+    project: str
+    allocated_milli_ms: int
+    cost_micro: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """A job list's filters; each one given narrows it (``statuses``: any of them)."""
+
+    tenant: str | None = None
+    project: str | None = None
+    queue: str | None = None
+    statuses: tuple[str, ...] = ()
+    priority_class: str | None = None
+    cluster: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobSummary:
+    """A job as a list shows it: everything but its timeline and the scheduler's latest decision."""
+
+    job_id: JobId
+    tenant: TenantId
+    project: str
+    queue: str
+    name: str
+    kind: str
+    priority_class: str
+    status: str
+    cluster: ClusterId | None
+    replicas: int
+    gpu_milli: int
+    submitted_ms: int | None
+    placed_ms: int | None
+    started_ms: int | None
+    ended_ms: int | None
+    waiting_ms: int
+    queued_since_ms: int | None
+    run: int
+    runs: int
+    preemptions: int
+    last_reason: str
+    last_message: str
+    placement: tuple[Slot, ...]
+    last_decision_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow(JobSummary):
+    """A job's whole row. ``orphan``: only events about it were seen, not its submission."""
+
+    orphan: bool
+    timeline: tuple[TimelineEntry, ...]
+    last_decision: dict[str, Any] | None
+    """The scheduler's latest decision about the job, its JSON body as published."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobHistory:
+    """What a report needs of a job: who it is for, when it waited and ran, its timeline."""
+
+    job_id: JobId
+    tenant: TenantId
+    project: str
+    kind: str
+    priority_class: str
+    status: str
+    submitted_ms: int | None
+    placed_ms: int | None
+    waiting_ms: int
+    timeline: tuple[TimelineEntry, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class HeldRun:
+    """A run holding GPUs now (placed or running), with the GPU model of its first replica's node."""
+
+    tenant: TenantId
+    project: str
+    cluster: ClusterId
+    gpu_model: str | None
+    """``None`` when the node is not known (any more)."""
+    placed_ms: int
+    placement: tuple[Slot, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutcome:
+    status: str
+    runs: int
+    preemptions: int
+    last_reason: str
+    last_message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSummary:
+    """A cluster as registered and as its present nodes add up (either may be missing)."""
+
+    cluster: ClusterId
+    registered: bool
+    kind: str
+    site: str
+    region: str
+    status: str
+    status_reason: str
+    nodes: int
+    gpus: int
+    gpu_capacity_milli: int
+    gpu_free_milli: int
+    """Free on schedulable nodes."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    cluster: ClusterId
+    node: str
+    present: bool
+    schedulable: bool
+    gpu_model: str
+    gpus: int
+    cpu_milli: int
+    memory_mib: int
+    gpu_capacity_milli: int
+    gpu_allocated_milli: int
+    gpu_free_milli: int
+    health_milli: int
+    failures: int
+    gpu_utilisation_pct: int
+    jobs: int
+    last_seen_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCapacity:
+    """One GPU model's capacity in one cluster, over its present nodes with GPUs."""
+
+    cluster: ClusterId
+    gpu_model: str
+    nodes: int
+    total_milli: int
+    healthy_milli: int
+    free_milli: int
+    """Free on schedulable nodes."""
+    allocated_milli: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterAllocation:
+    """A cluster's GPU capacity and what is allocated of it, over every node it has reported."""
+
+    cluster: ClusterId
+    capacity_milli: int
+    allocated_milli: int
+
+
+@dataclass(frozen=True, slots=True)
+class FleetModel:
+    """One GPU model across the federation: capacity, free, pending demand, congestion."""
+
+    gpu_model: str
+    capacity_milli: int
+    free_milli: int
+    pending_milli: int
+    congestion_milli: int
+    hot: bool
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaUsage:
+    """One line of a queue's quota, with what is used and borrowed of it."""
+
+    resource: str
+    gpu_model: str | None
+    used: int
+    guaranteed: int
+    limit: int | None
+    borrowed: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueQuota:
+    tenant: TenantId
+    queue: str
+    usage: tuple[QuotaUsage, ...]
+    gpu_hours_milli: int
+    running_jobs: int
+
+
+@dataclass(frozen=True, slots=True)
+class UsageHour:
+    """A tenant's GPU time on one model of one cluster in one hour, and its cost."""
+
+    tenant: TenantId
+    cluster: ClusterId
+    gpu_model: str
+    hour_ms: int
+    allocated_milli_ms: int
+    used_milli_ms: int
+    idle_milli_ms: int
+    cost_micro: int
+    currency: str
+    projects: tuple[ProjectShare, ...]

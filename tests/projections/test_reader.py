@@ -1,0 +1,148 @@
+"""The typed reader on real PostgreSQL, over rows the writer wrote from folded entities: each question
+the API, the report and the demo ask, with tenant scoping and keyset pages."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+import pytest_asyncio
+
+from events.catalog.governance import QuotaLine, QuotaSet
+from events.catalog.jobs import JobStarted, JobSucceeded
+from events.catalog.types import ResourceKind
+from projections.readmodel import writer
+from projections.readmodel.read_rows import JobFilter, Slot
+from projections.readmodel.reader import ReadModels
+from projections.readmodel.rows import TABLES
+from tests.unit.projections.builders import Fold, a_job, a_node, placed
+
+pytestmark = [pytest.mark.postgres, pytest.mark.asyncio(loop_scope="session")]
+
+POSITIONS = {("fedsched.jobs", 0): 7, ("fedsched.decisions", 0): 3}
+
+
+def a_small_federation() -> Fold:
+    """Team a: j1 running on c1/n1 (2 GPUs), j3 succeeded; team b: j2 waiting, with a quota of 4 GPUs. Two
+    A100 nodes, one H100."""
+    fold = Fold()
+    fold.feed(
+        QuotaSet(
+            tenant="team-b",
+            queue="default",
+            lines=(QuotaLine(resource=ResourceKind.GPU, guaranteed=4),),
+            set_by="admin",
+        )
+    )
+    fold.feed(a_node("c1", "n1"))
+    fold.feed(a_node("c1", "n2"))
+    fold.feed(a_node("c2", "m1", gpus=4, model="H100"))
+    fold.feed(a_job("j1", gpus=2), at_s=10)
+    fold.feed(a_job("j2", tenant="team-b", gpus=8), at_s=20)
+    fold.feed(a_job("j3"), at_s=30)
+    fold.feed(placed("j1", gpus=(0, 1)), at_s=40)
+    fold.feed(JobStarted(job_id="j1", cluster="c1"), at_s=45)
+    fold.feed(placed("j3", node="n2"), at_s=50)
+    fold.feed(JobStarted(job_id="j3", cluster="c1"), at_s=55)
+    fold.feed(JobSucceeded(job_id="j3", cluster="c1"), at_s=90)
+    return fold
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def written(fresh_database: str) -> AsyncIterator[tuple[asyncpg.Pool, str]]:
+    """A pool and a schema holding the small federation's rows and positions."""
+    pool = await asyncpg.create_pool(fresh_database, min_size=1, max_size=2)
+    schema = f"rm_{uuid.uuid4().hex[:8]}"
+    try:
+        await writer.ensure_schema(pool, schema)
+        tables = a_small_federation().store.tables
+        changed = [(stage, key) for stage, entities in tables.items() if stage in TABLES for key in entities]
+        await writer.flush(pool, schema, changed, tables, POSITIONS)
+        yield pool, schema
+    finally:
+        await pool.close()
+
+
+@pytest.fixture
+def reads(written: tuple[asyncpg.Pool, str]) -> ReadModels:
+    return ReadModels(*written)
+
+
+async def test_a_job_reads_with_the_positions_its_row_reflects(reads: ReadModels) -> None:
+    row, positions = await reads.job_and_positions("j1")
+    assert row is not None and (row.status, row.cluster, row.placement) == (
+        "running",
+        "c1",
+        (Slot("n1", (0, 1), 1000),),
+    )
+    assert positions == POSITIONS
+    assert await reads.job("j1") == row
+    assert await reads.job("nobody") is None
+
+
+async def test_a_tenants_jobs_page_newest_first_and_never_show_another_tenants(reads: ReadModels) -> None:
+    everyone = await reads.jobs(JobFilter(), None, 10, None)
+    assert [j.job_id for j in everyone] == ["j3", "j2", "j1"]
+    first = await reads.jobs(JobFilter(), ["team-a"], 1, None)
+    assert [j.job_id for j in first] == ["j3"]
+    rest = await reads.jobs(JobFilter(), ["team-a"], 10, (first[0].submitted_ms or 0, first[0].job_id))
+    assert [j.job_id for j in rest] == ["j1"]
+    assert await reads.jobs(JobFilter(tenant="team-b"), ["team-a"], 10, None) == []
+    assert [j.job_id for j in await reads.jobs(JobFilter(statuses=("queued", "submitted")), None, 10, None)] == ["j2"]
+
+
+async def test_the_reports_and_the_demos_questions(reads: ReadModels) -> None:
+    assert await reads.status_counts() == {"running": 1, "submitted": 1, "succeeded": 1}
+    assert sorted((o.status, o.runs) for o in await reads.job_outcomes()) == [
+        ("running", 1),
+        ("submitted", 0),
+        ("succeeded", 1),
+    ]
+    (held,) = await reads.held_runs()
+    assert (held.tenant, held.cluster, held.gpu_model, held.placement) == (
+        "team-a",
+        "c1",
+        "A100",
+        (Slot("n1", (0, 1), 1000),),
+    )
+    histories = {h.job_id: h for h in await reads.job_histories()}
+    assert sorted(histories) == ["j1", "j2", "j3"] and [e.status for e in histories["j3"].timeline][-1] == "succeeded"
+    assert await reads.latest_time_ms() == 1_090_000
+    allocation = {a.cluster: (a.capacity_milli, a.allocated_milli) for a in await reads.allocation()}
+    assert allocation == {"c1": (16_000, 2000), "c2": (4000, 0)}
+
+
+async def test_the_fleet_as_clusters_nodes_and_capacity(reads: ReadModels) -> None:
+    assert [(c.cluster, c.nodes, c.gpus, c.status) for c in await reads.clusters()] == [
+        ("c1", 2, 16, "unknown"),
+        ("c2", 1, 4, "unknown"),
+    ]
+    page = await reads.nodes(None, None, 2, None)
+    assert [(n.cluster, n.node) for n in page] == [("c1", "n1"), ("c1", "n2")]
+    assert [(n.cluster, n.node) for n in await reads.nodes(None, None, 2, ("c1", "n2"))] == [("c2", "m1")]
+    assert [n.node for n in await reads.nodes(None, "H100", 10, None)] == ["m1"]
+    assert [(m.cluster, m.gpu_model, m.allocated_milli) for m in await reads.capacity("c1")] == [("c1", "A100", 2000)]
+    assert await reads.largest_nodes() == {"A100": 8, "H100": 4}
+    assert {m.gpu_model for m in await reads.fleet_models()} == {"A100", "H100"}
+
+
+async def test_quota_is_scoped_to_the_callers_tenants(reads: ReadModels) -> None:
+    assert [(q.tenant, q.queue) for q in await reads.quota(None)] == [("team-a", "default"), ("team-b", "default")]
+    (mine,) = await reads.quota(["team-a"])
+    assert mine.tenant == "team-a" and mine.running_jobs == 1
+    assert await reads.quota(["team-a"], tenant="team-b") == []
+    (theirs,) = await reads.quota(None, tenant="team-b", queue="default")
+    assert [(line.resource, line.guaranteed, line.used) for line in theirs.usage] == [("gpu", 4, 0)]
+
+
+async def test_checksums_see_a_change_in_any_row(written: tuple[asyncpg.Pool, str], reads: ReadModels) -> None:
+    before = await reads.checksums()
+    assert set(before) == {table.name for table in TABLES.values()} and before["read_jobs"].startswith("3:")
+    assert await writer.checksums(*written) == before
+    fold = a_small_federation()
+    fold.feed(JobSucceeded(job_id="j1", cluster="c1"), at_s=100)
+    await writer.flush(*written, [("jobs", "j1")], fold.store.tables, {})
+    after = await reads.checksums()
+    assert after["read_jobs"] != before["read_jobs"] and after["read_nodes"] == before["read_nodes"]

@@ -1,0 +1,71 @@
+"""What the writer writes, the reader reads back typed: the rows of folded entities, as PostgreSQL returns
+them (JSON columns as text), parse into the reader's rows with the entity's own values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from events.catalog.jobs import JobStarted
+from projections.readmodel import from_records
+from projections.readmodel.read_rows import QuotaUsage, Slot, TimelineEntry
+from projections.readmodel.rows import TABLES
+from tests.unit.projections.builders import Fold, a_job, a_node, placed
+
+
+def record(stage: str, key: str, entity: Any) -> dict[str, Any]:
+    """The entity's first row as a record of its table's columns (asyncpg returns jsonb as text)."""
+    table = TABLES[stage]
+    return dict(zip((name for name, _ in table.columns), table.rows(key, entity)[0], strict=True))
+
+
+def a_running_job() -> Fold:
+    fold = Fold()
+    fold.feed(a_node())
+    fold.feed(a_job(gpus=2), at_s=10)
+    fold.feed(placed(gpus=(0, 1)), at_s=40)
+    fold.feed(JobStarted(job_id="j1", cluster="c1"), at_s=45)
+    return fold
+
+
+def test_a_running_jobs_row_reads_back_with_its_slots_timeline_and_decision() -> None:
+    view = a_running_job().get("jobs", "j1")
+    row = from_records.job_row(record("jobs", "j1", view))
+    assert (row.job_id, row.tenant, row.status, row.cluster, row.orphan) == ("j1", "team-a", "running", "c1", False)
+    assert (row.submitted_ms, row.placed_ms, row.started_ms, row.ended_ms) == (1_010_000, 1_040_000, 1_045_000, None)
+    assert (row.waiting_ms, row.queued_since_ms, row.run, row.runs) == (30_000, None, 1, 1)
+    assert row.placement == (Slot("n1", (0, 1), 1000),)
+    entries = tuple(TimelineEntry(e.time_ms, e.status, e.event, e.reason, e.message) for e in view.timeline)
+    assert row.timeline == entries and [e.status for e in entries] == ["submitted", "placed", "running"]
+    assert row.last_decision_type == "JobPlaced" and row.last_decision is not None
+    assert row.last_decision["cluster"] == "c1"
+
+
+def test_a_list_reads_the_same_job_without_its_timeline() -> None:
+    view = a_running_job().get("jobs", "j1")
+    whole = from_records.job_row(record("jobs", "j1", view))
+    summary = from_records.job_summary(record("jobs", "j1", view))
+    assert not hasattr(summary, "timeline")
+    assert summary == type(summary)(**{name: getattr(whole, name) for name in type(summary).__dataclass_fields__})
+
+
+def test_a_column_added_after_the_row_was_written_reads_as_the_views_default() -> None:
+    older = {**record("jobs", "j1", a_running_job().get("jobs", "j1")), "queued_since_ms": None, "name": None}
+    older.update(waiting_ms=None, last_decision_type=None, last_decision=None, placement=None)
+    row = from_records.job_row(older)
+    assert (row.queued_since_ms, row.name, row.waiting_ms, row.last_decision_type) == (None, "", 0, "")
+    assert (row.last_decision, row.placement) == (None, ())
+
+
+def test_a_queues_quota_lines_read_back_typed() -> None:
+    fold = a_running_job()
+    quota = from_records.queue_quota(record("quota", "team-a/default", fold.get("quota", "team-a/default")))
+    assert (quota.tenant, quota.queue, quota.running_jobs) == ("team-a", "default", 1)
+    assert all(isinstance(line, QuotaUsage) for line in quota.usage)
+    gpu = [line for line in quota.usage if line.resource == "gpu"]
+    assert [(line.used, line.limit, line.gpu_model) for line in gpu] == [(2000, None, "A100")]
+
+
+def test_a_nodes_row_reads_back_with_its_capacity_and_what_is_allocated() -> None:
+    node = from_records.node_row(record("nodes", "c1/n1", a_running_job().get("nodes", "c1/n1")))
+    assert (node.cluster, node.node, node.gpu_model, node.gpus, node.jobs) == ("c1", "n1", "A100", 8, 1)
+    assert (node.gpu_capacity_milli, node.gpu_allocated_milli, node.gpu_free_milli) == (8000, 2000, 6000)
