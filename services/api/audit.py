@@ -6,12 +6,12 @@ the log and the audit archive (``fedsched audit timeline``); this is the view a 
 
 from __future__ import annotations
 
+from projections.readmodel.reader import ReadModels
 from services.api import convert, validation
 from services.api.auth import current_principal
 from services.api.commands import JobCommands
 from services.api.handlers import Context
 from services.api.pb import audit_pb2
-from services.api.queries import ReadModels
 from services.api.store import ApiStore
 
 
@@ -25,9 +25,9 @@ class AuditService:
         job_id = validation.identifier("job_id", request.job_id)
         ref = await self._commands.find(current_principal(), job_id)
         row = await self._reads.job(job_id)
-        if row is not None and not row["orphan"]:
-            entries = [convert.timeline_entry(e) for e in row.get("timeline") or ()]
-            return audit_pb2.JobTimeline(job_id=job_id, tenant=row["tenant"], status=row["status"], entries=entries)
+        if row is not None and not row.orphan:
+            entries = [convert.timeline_entry(e) for e in row.timeline]
+            return audit_pb2.JobTimeline(job_id=job_id, tenant=row.tenant, status=row.status, entries=entries)
         accepted = (
             convert.accepted_job(entry, with_timeline=True) if (entry := await self._store.submission(job_id)) else None
         )

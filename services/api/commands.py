@@ -23,13 +23,12 @@ from events.catalog.governance import QuotaRequestApproved, QuotaRequestSubmitte
 from events.catalog.jobs import JobCancelRequested, JobSubmitted
 from events.log.contract import EventLog
 from events.log.publisher import Publisher
+from projections.readmodel.reader import ReadModels
 from services.api import validation
 from services.api.auth import Action, Principal, authorize
 from services.api.errors import FailedPrecondition, InvalidArgument, NotFound
-from services.api.queries import ReadModels
+from services.api.quota_rules import QuotaRules
 from services.api.store import ApiStore, Submission
-from services.governance import commands as governance
-from services.governance.quota import DecisionError, decide, request_problem
 
 FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled", "rejected"})
 
@@ -117,8 +116,8 @@ class JobCommands:
     async def find(self, principal: Principal, job_id: str) -> JobRef:
         """The job if the principal may see it; ``NotFound`` otherwise (another tenant's job included)."""
         row = await self._reads.job(job_id)
-        if row is not None and not row["orphan"]:
-            ref = JobRef(job_id, row["tenant"], row["status"])
+        if row is not None and not row.orphan:
+            ref = JobRef(job_id, row.tenant, row.status)
         else:
             entry = await self._store.submission(job_id)
             if entry is None:
@@ -173,14 +172,15 @@ def spec_digest(event: JobSubmitted) -> str:
 
 
 class QuotaCommands:
-    """Quota writes. Requests and decisions follow the governance service's own rules and event ids
-    (``services.governance``): a decision is checked against the request as the governance topic has it
-    (a request the governance host already approved by rule is decided), one decider at a time."""
+    """Quota writes. Requests and decisions follow the governance service's own rules (``rules``, its
+    side of the port) and event ids: a decision is checked against the request as the governance topic
+    has it (a request the governance host already approved by rule is decided), one decider at a time."""
 
-    def __init__(self, publisher: Publisher, store: ApiStore, log: EventLog) -> None:
+    def __init__(self, publisher: Publisher, store: ApiStore, log: EventLog, rules: QuotaRules) -> None:
         self._publisher = publisher
         self._store = store
         self._log = log
+        self._rules = rules
 
     async def set_quota(self, principal: Principal, body: Mapping[str, Any]) -> str:
         authorize_on(principal, Action.SET_QUOTA, body.get("tenant"))
@@ -199,14 +199,17 @@ class QuotaCommands:
         event = validation.event_from(
             QuotaRequestSubmitted, {**body, "request_id": request_id, "requester": principal.subject}, whole="request"
         )
-        problem = request_problem(event, self._publisher.clock())  # the API's clock (config.clock) is now
+        problem = self._rules.problem(event, self._publisher.clock())  # the API's clock (config.clock) is now
         if problem is not None:
             raise InvalidArgument(*problem)
         digest = hashlib.sha256(event.model_dump_json(exclude={"requester"}).encode()).hexdigest()
-        created = await self._store.record_quota_request(
-            request_id, event.tenant, digest, lambda: governance.request_quota(self._publisher, event)
-        )
+        created = await self._store.record_quota_request(request_id, event.tenant, digest, lambda: self._publish(event))
         return request_id, created
+
+    async def _publish(self, request: QuotaRequestSubmitted) -> None:
+        # The id ``fedsched gov quota request`` gives it too, so a retried request is recognisably the same.
+        envelope = self._publisher.envelope(request, id=f"quota-request:{request.request_id}", tenant=request.tenant)
+        await self._publisher.publish([envelope])
 
     async def decide(
         self,
@@ -221,8 +224,7 @@ class QuotaCommands:
     ) -> str:
         request_id = validation.identifier("request_id", request_id)
         async with self._store.decision_lock(request_id):
-            state = await governance.governance_state(self._log)
-            found = state.requests.get(request_id)
+            found = await self._rules.recorded(self._log, request_id)
             if found is None or not principal.sees(found.submitted.tenant):
                 raise NotFound(f"no quota request {request_id}", field="request_id")
             asked = found.submitted
@@ -233,7 +235,7 @@ class QuotaCommands:
             if approve and approved_amount > asked.amount:
                 raise InvalidArgument("approved_amount", f"is more than the {asked.amount} that was asked")
             try:
-                decision = decide(
+                decision = self._rules.decision(
                     asked,
                     approve=approve,
                     by=principal.subject,
@@ -242,10 +244,10 @@ class QuotaCommands:
                     effective_from_ms=effective_from_ms or None,
                     expires_ms=expires_ms,
                 )
-            except DecisionError as error:
-                raise InvalidArgument("expires_ms", str(error)) from None
-            except ValidationError as error:
+            except ValidationError as error:  # a ValueError too: the narrower one first
                 raise InvalidArgument(*_first_error(error)) from None
+            except ValueError as error:  # the rules refuse the amount or the window
+                raise InvalidArgument("expires_ms", str(error)) from None
             envelope = self._publisher.envelope(decision, id=f"quota-decision:{request_id}", tenant=asked.tenant)
             await self._publisher.publish([envelope])
         return "approved" if approve else "rejected"

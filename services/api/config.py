@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from events.log.publisher import wall_clock_ms
+from projections.readmodel.tables import SCHEMA
 from services.api.auth import AuthConfig
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
@@ -41,7 +42,7 @@ class ApiConfig:
     auth: AuthConfig
     listen: str = DEFAULT_LISTEN
     tls: TlsConfig | None = None
-    read_schema: str = "fedsched_rm"
+    read_schema: str = SCHEMA
     """Schema of the read models the projections write."""
     api_schema: str = "fedsched_api"
     intake: bool = True

@@ -1,19 +1,28 @@
 """Read-model rows and accepted submissions as protobuf messages. Pure.
 
-Called by the servicers. Rows are ``services.api.queries`` dicts (JSON columns parsed).
+Called by the servicers. Rows are the reader's typed rows (``projections.readmodel.read_rows``);
+``as_mapping`` gives a job row as the column mapping ``watch.history`` and ``explain`` read.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from events.catalog.jobs import JobSubmitted
 from events.catalog.reasons import DESCRIPTIONS, ReasonCode
+from projections.readmodel.read_rows import (
+    ClusterSummary,
+    FleetModel,
+    JobRow,
+    JobSummary,
+    ModelCapacity,
+    NodeRow,
+    QueueQuota,
+)
 from services.api.pb import jobs_pb2, quota_pb2, resources_pb2
 from services.api.store import Submission
-
-Row = Mapping[str, Any]
 
 
 def describe(reason: str) -> str:
@@ -49,43 +58,57 @@ def slots(placement: Sequence[Sequence[Any]] | None) -> list[jobs_pb2.ReplicaSlo
     ]
 
 
-def waited_ms(row: Row, now_ms: int) -> int:
-    """How long the job has waited in all: its finished waits, and for a job waiting now, the time since
-    it joined the queue (the view adds a wait up only when it ends)."""
-    waited = int(row.get("waiting_ms") or 0)
+def waited_ms(row: Mapping[str, Any], now_ms: int) -> int:
+    """How long a job has waited in all, from its row as a column mapping (``explain``'s)."""
     since = row.get("queued_since_ms")
-    if since is not None and row.get("status") in ("submitted", "queued"):
-        waited += max(0, now_ms - int(since))
-    return waited
+    return _waited(int(row.get("waiting_ms") or 0), None if since is None else int(since), row.get("status"), now_ms)
 
 
-def job(row: Row, *, now_ms: int, with_timeline: bool = False) -> jobs_pb2.Job:
+def _waited(waiting_ms: int, queued_since_ms: int | None, status: object, now_ms: int) -> int:
+    """A job's finished waits, and for a job waiting now, the time since it joined the queue (the view
+    adds a wait up only when it ends)."""
+    if queued_since_ms is not None and status in ("submitted", "queued"):
+        return waiting_ms + max(0, now_ms - queued_since_ms)
+    return waiting_ms
+
+
+def as_mapping(row: JobRow) -> dict[str, Any]:
+    """A job row as the mapping of its table's columns (``entity_key`` the job id) that ``watch.history``
+    and ``explain`` read."""
+    out = {field.name: getattr(row, field.name) for field in dataclasses.fields(row)}
+    out["entity_key"] = out.pop("job_id")
+    return out
+
+
+def job(row: JobSummary, *, now_ms: int, with_timeline: bool = False) -> jobs_pb2.Job:
+    """A job message; its timeline only if asked (and ``row`` is a whole ``JobRow``)."""
     message = jobs_pb2.Job(
-        job_id=row["entity_key"],
-        name=row["name"] or "",
-        tenant=row["tenant"] or "",
-        project=row["project"] or "",
-        queue=row["queue"] or "",
-        kind=row["kind"] or "",
-        priority_class=row["priority_class"] or "",
-        status=row["status"] or "",
-        cluster=row["cluster"] or "",
-        replicas=row["replicas"] or 0,
-        gpu_milli=row["gpu_milli"] or 0,
-        waiting_ms=waited_ms(row, now_ms),
-        run=row["run"] or 0,
-        runs=row["runs"] or 0,
-        preemptions=row["preemptions"] or 0,
-        last_reason=row["last_reason"] or "",
-        last_message=row["last_message"] or "",
-        placement=slots(row.get("placement")),
-        last_decision_type=row.get("last_decision_type") or "",
+        job_id=row.job_id,
+        name=row.name,
+        tenant=row.tenant,
+        project=row.project,
+        queue=row.queue,
+        kind=row.kind,
+        priority_class=row.priority_class,
+        status=row.status,
+        cluster=row.cluster or "",
+        replicas=row.replicas,
+        gpu_milli=row.gpu_milli,
+        waiting_ms=_waited(row.waiting_ms, row.queued_since_ms, row.status, now_ms),
+        run=row.run,
+        runs=row.runs,
+        preemptions=row.preemptions,
+        last_reason=row.last_reason,
+        last_message=row.last_message,
+        placement=slots(row.placement),
+        last_decision_type=row.last_decision_type,
     )
     for name in ("submitted_ms", "placed_ms", "started_ms", "ended_ms"):
-        if row.get(name) is not None:
-            setattr(message, name, int(row[name]))
-    if with_timeline:
-        message.timeline.extend(timeline_entry(e) for e in row.get("timeline") or ())
+        value = getattr(row, name)
+        if value is not None:
+            setattr(message, name, value)
+    if with_timeline and isinstance(row, JobRow):
+        message.timeline.extend(timeline_entry(e) for e in row.timeline)
     return message
 
 
@@ -111,73 +134,97 @@ def accepted_job(entry: Submission, *, with_timeline: bool = False) -> jobs_pb2.
     return message
 
 
-def cluster(row: Row) -> resources_pb2.Cluster:
-    return resources_pb2.Cluster(**{k: row[k] for k in resources_pb2.Cluster.DESCRIPTOR.fields_by_name if k in row})
+def cluster(row: ClusterSummary) -> resources_pb2.Cluster:
+    return resources_pb2.Cluster(
+        cluster=row.cluster,
+        registered=row.registered,
+        kind=row.kind,
+        site=row.site,
+        region=row.region,
+        status=row.status,
+        status_reason=row.status_reason,
+        nodes=row.nodes,
+        gpus=row.gpus,
+        gpu_capacity_milli=row.gpu_capacity_milli,
+        gpu_free_milli=row.gpu_free_milli,
+    )
 
 
-def node(row: Row) -> resources_pb2.Node:
-    fields = resources_pb2.Node.DESCRIPTOR.fields_by_name
-    return resources_pb2.Node(**{k: (row[k] if row[k] is not None else _zero(k)) for k in fields if k in row})
+def node(row: NodeRow) -> resources_pb2.Node:
+    return resources_pb2.Node(
+        cluster=row.cluster,
+        node=row.node,
+        present=row.present,
+        schedulable=row.schedulable,
+        gpu_model=row.gpu_model,
+        gpus=row.gpus,
+        cpu_milli=row.cpu_milli,
+        memory_mib=row.memory_mib,
+        gpu_capacity_milli=row.gpu_capacity_milli,
+        gpu_allocated_milli=row.gpu_allocated_milli,
+        gpu_free_milli=row.gpu_free_milli,
+        health_milli=row.health_milli,
+        failures=row.failures,
+        gpu_utilisation_pct=row.gpu_utilisation_pct,
+        jobs=row.jobs,
+        last_seen_ms=row.last_seen_ms,
+    )
 
 
-def _zero(name: str) -> Any:
-    field = resources_pb2.Node.DESCRIPTOR.fields_by_name[name]
-    return "" if field.type == field.TYPE_STRING else False if field.type == field.TYPE_BOOL else 0
-
-
-def capacity(per_cluster: Sequence[Row], fleet: Sequence[Row]) -> resources_pb2.Capacity:
+def capacity(per_cluster: Sequence[ModelCapacity], fleet: Sequence[FleetModel]) -> resources_pb2.Capacity:
     out = resources_pb2.Capacity()
     models: dict[str, list[int]] = {}
     for row in per_cluster:
         out.clusters.append(
             resources_pb2.ClusterModelCapacity(
-                cluster=row["cluster"],
-                gpu_model=row["gpu_model"],
-                total_milli=row["total_milli"],
-                healthy_milli=row["healthy_milli"],
-                free_milli=row["free_milli"],
-                allocated_milli=row["allocated_milli"],
-                nodes=row["nodes"],
+                cluster=row.cluster,
+                gpu_model=row.gpu_model,
+                total_milli=row.total_milli,
+                healthy_milli=row.healthy_milli,
+                free_milli=row.free_milli,
+                allocated_milli=row.allocated_milli,
+                nodes=row.nodes,
             )
         )
-        sums = models.setdefault(row["gpu_model"], [0, 0, 0])
-        for i, name in enumerate(("total_milli", "healthy_milli", "free_milli")):
-            sums[i] += int(row[name])
-    by_model = {row["gpu_model"]: row for row in fleet}
+        sums = models.setdefault(row.gpu_model, [0, 0, 0])
+        sums[0] += row.total_milli
+        sums[1] += row.healthy_milli
+        sums[2] += row.free_milli
+    by_model = {row.gpu_model: row for row in fleet}
     for model in sorted(set(models) | set(by_model)):
         total, healthy, free = models.get(model, [0, 0, 0])
-        f = by_model.get(model, {})
+        f = by_model.get(model)
         out.models.append(
             resources_pb2.ModelCapacity(
                 gpu_model=model,
                 total_milli=total,
                 healthy_milli=healthy,
                 free_milli=free,
-                pending_milli=f.get("pending_milli") or 0,
-                congestion_milli=f.get("congestion_milli") or 0,
-                hot=bool(f.get("hot")),
+                pending_milli=f.pending_milli if f else 0,
+                congestion_milli=f.congestion_milli if f else 0,
+                hot=f.hot if f else False,
             )
         )
     return out
 
 
-def queue_quota(row: Row) -> quota_pb2.QueueQuota:
+def queue_quota(row: QueueQuota) -> quota_pb2.QueueQuota:
     lines = []
-    for u in row.get("usage") or ():
+    for u in row.usage:
         line = quota_pb2.QuotaUsageLine(
-            resource=u["resource"],
-            gpu_model=u.get("gpu_model") or "",
-            used=u.get("used", 0),
-            guaranteed=u.get("guaranteed", 0),
-            borrowed=u.get("borrowed", 0),
+            resource=u.resource,
+            gpu_model=u.gpu_model or "",
+            used=u.used,
+            guaranteed=u.guaranteed,
+            borrowed=u.borrowed,
         )
-        if u.get("limit") is not None:
-            line.limit = u["limit"]
+        if u.limit is not None:
+            line.limit = u.limit
         lines.append(line)
     return quota_pb2.QueueQuota(
-        tenant=row["tenant"],
-        queue=row["queue"],
+        tenant=row.tenant,
+        queue=row.queue,
         lines=lines,
-        gpu_hours_milli=row["gpu_hours_milli"] or 0,
-        running_jobs=row["running_jobs"] or 0,
+        gpu_hours_milli=row.gpu_hours_milli,
+        running_jobs=row.running_jobs,
     )

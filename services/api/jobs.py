@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator, Callable, Mapping
 
 from events.catalog.topics import JOBS
 from events.log.contract import EventLog
+from projections.readmodel.read_rows import JobFilter, JobRow
+from projections.readmodel.reader import ReadModels
 from services.api import convert, validation, watch
 from services.api.auth import check_scope, current_principal
 from services.api.commands import JobCommands
@@ -20,7 +22,6 @@ from services.api.errors import NotFound
 from services.api.explain import explain
 from services.api.handlers import Context
 from services.api.pb import jobs_pb2
-from services.api.queries import JobFilter, ReadModels, Row
 from services.api.store import ApiStore
 from services.api.watch_tails import WatchTails
 
@@ -76,12 +77,12 @@ class JobService:
         ref = await self._commands.cancel(current_principal(), request.job_id, request.reason, request_id)
         return jobs_pb2.CancelJobResponse(job_id=ref.job_id, status=ref.status)
 
-    async def _visible_row(self, job_id: str) -> Row | None:
+    async def _visible_row(self, job_id: str) -> JobRow | None:
         """The job's row if the caller may see it; ``NotFound`` for another tenant's job."""
         job_id = validation.identifier("job_id", job_id)
         await self._commands.find(current_principal(), job_id)
         row = await self._reads.job(job_id)
-        return row if row is not None and not row["orphan"] else None
+        return row if row is not None and not row.orphan else None
 
     async def GetJob(self, request: jobs_pb2.GetJobRequest, context: Context) -> jobs_pb2.Job:
         row = await self._visible_row(request.job_id)
@@ -108,25 +109,26 @@ class JobService:
             validation.one_of("statuses", "(too many)", STATUSES)
         check_scope(principal, where.tenant or "")
         size = validation.page_size(request.page_size)
-        query = {**where.as_query(), "scope": principal.tenant_scope()}
+        query = {**_query(where), "scope": principal.tenant_scope()}
         after = validation.decode_page_token(request.page_token, query, 2)
-        rows = await self._reads.jobs(where, principal.tenant_scope(), size + 1, after)
+        position = None if after is None else (int(after[0]), str(after[1]))
+        rows = await self._reads.jobs(where, principal.tenant_scope(), size + 1, position)
         now = self._clock()
         out = jobs_pb2.ListJobsResponse(jobs=[convert.job(r, now_ms=now) for r in rows[:size]])
         if len(rows) > size:
             last = rows[size - 1]
-            out.next_page_token = validation.encode_page_token(query, [last["submitted_ms"] or 0, last["entity_key"]])
+            out.next_page_token = validation.encode_page_token(query, [last.submitted_ms or 0, last.job_id])
         return out
 
     async def WatchJob(self, request: jobs_pb2.WatchJobRequest, context: Context) -> AsyncIterator[jobs_pb2.JobEvent]:
         job_id = validation.identifier("job_id", request.job_id)
         ref = await self._commands.find(current_principal(), job_id)
         row, positions = await self._reads.job_and_positions(job_id)
-        if row is not None and row["orphan"]:
+        if row is not None and row.orphan:
             row = None
-        status = row["status"] if row is not None else ref.status
+        status = row.status if row is not None else ref.status
         if row is not None and not request.skip_history:
-            for item in watch.history(row):
+            for item in watch.history(convert.as_mapping(row)):
                 yield item
         elif row is None and not request.skip_history and not any(k[0] == JOBS.name for k in positions):
             # Accepted, not folded, and no positions to read it from: show the acceptance itself.
@@ -156,7 +158,19 @@ class JobService:
                 question="unknown",
                 summary=[f"The scheduler has made no decision about this job yet (status {status})."],
             )
-        return explain(row, self._clock())
+        return explain(convert.as_mapping(row), self._clock())
+
+
+def _query(where: JobFilter) -> dict[str, object]:
+    """The filters a page token is bound to (a token of another query is refused)."""
+    return {
+        "tenant": where.tenant,
+        "project": where.project,
+        "queue": where.queue,
+        "statuses": list(where.statuses),
+        "priority_class": where.priority_class,
+        "cluster": where.cluster,
+    }
 
 
 def spec_warnings(spec: jobs_pb2.JobSpec) -> list[str]:

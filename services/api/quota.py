@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from projections.readmodel.reader import ReadModels
 from services.api import convert, validation
 from services.api.auth import check_scope, current_principal
 from services.api.commands import QuotaCommands
 from services.api.errors import InvalidArgument
 from services.api.handlers import Context
 from services.api.pb import quota_pb2
-from services.api.queries import ReadModels
 
 MAX_LINES = 64
 

@@ -6,11 +6,11 @@ not tenant data: any authenticated role may read it.
 
 from __future__ import annotations
 
+from projections.readmodel.reader import ReadModels
 from services.api import convert, validation
 from services.api.errors import NotFound
 from services.api.handlers import Context
 from services.api.pb import resources_pb2
-from services.api.queries import ReadModels
 
 
 class ResourceService:
@@ -31,11 +31,12 @@ class ResourceService:
         await self._known(cluster)
         query = {"cluster": cluster, "gpu_model": model or ""}
         after = validation.decode_page_token(request.page_token, query, 2)
-        rows = await self._reads.nodes(cluster, model, size + 1, after)
+        position = None if after is None else (str(after[0]), str(after[1]))
+        rows = await self._reads.nodes(cluster, model, size + 1, position)
         out = resources_pb2.ListNodesResponse(nodes=[convert.node(r) for r in rows[:size]])
         if len(rows) > size:
             last = rows[size - 1]
-            out.next_page_token = validation.encode_page_token(query, [last["cluster"], last["node"]])
+            out.next_page_token = validation.encode_page_token(query, [last.cluster, last.node])
         return out
 
     async def GetCapacity(self, request: resources_pb2.GetCapacityRequest, context: Context) -> resources_pb2.Capacity:
@@ -46,5 +47,5 @@ class ResourceService:
 
     async def _known(self, cluster: str | None) -> None:
         """A filter on a cluster the federation never heard of is a mistake (a typo), not an empty fleet."""
-        if cluster and cluster not in {row["cluster"] for row in await self._reads.clusters()}:
+        if cluster and cluster not in {row.cluster for row in await self._reads.clusters()}:
             raise NotFound(f"no cluster {cluster}", field="cluster")

@@ -1,9 +1,10 @@
 """The API process: the gRPC server (jobs, resources, quota, audit, health, reflection) and the intake.
 
-Called by ``fedsched api`` and, in embedded mode, by ``fedsched up``: ``api = await serve(config)``
-(or ``serve(config, log=..., pool=...)`` to share an open log and pool), then ``await api.stop()``.
-Composition root: opens the log and the database unless given, creates the topics and the API's
-tables, wires the servicers and starts the intake task.
+Called by ``fedsched api`` and, in embedded mode, by ``fedsched up``: ``api = await serve(config,
+quota_rules=...)`` (governance's side of ``services.api.quota_rules``; ``log=..., pool=...`` to share an
+open log and pool), then ``await api.stop()``. Opens the log and the database unless given, creates the
+topics and the API's tables, wires the servicers to the read models (``projections.readmodel.reader``)
+and starts the intake task.
 
 The server refuses messages over ``max_message_bytes`` (4 MiB) before parsing them, serves TLS when a
 certificate is configured (mutual TLS when a client CA is), and authenticates every call but health.
@@ -31,6 +32,7 @@ from events.log.publisher import Publisher
 from events.plumbing.health import DependencyProbe
 from events.plumbing.tasks import cancel_and_wait
 from projections.readmodel import writer as readmodels
+from projections.readmodel.reader import ReadModels
 from services.api.audit import AuditService
 from services.api.auth import AuthInterceptor
 from services.api.commands import JobCommands, QuotaCommands
@@ -39,8 +41,8 @@ from services.api.handlers import generic_handler, request_samples
 from services.api.intake import Intake
 from services.api.jobs import JobService
 from services.api.pb import SERVICES
-from services.api.queries import ReadModels
 from services.api.quota import QuotaService
+from services.api.quota_rules import QuotaRules
 from services.api.resources import ResourceService
 from services.api.store import ApiStore
 from services.api.watch_tails import WatchTails
@@ -102,7 +104,9 @@ class ApiServer:
         await self.server.wait_for_termination()
 
 
-async def serve(config: ApiConfig, *, log: EventLog | None = None, pool: asyncpg.Pool | None = None) -> ApiServer:
+async def serve(
+    config: ApiConfig, *, quota_rules: QuotaRules, log: EventLog | None = None, pool: asyncpg.Pool | None = None
+) -> ApiServer:
     """Start the API (and the intake, if configured). Pass ``log`` and ``pool`` to share open ones;
     otherwise they are opened from ``config`` and closed by ``stop``."""
     owned: list[object] = []
@@ -123,7 +127,7 @@ async def serve(config: ApiConfig, *, log: EventLog | None = None, pool: asyncpg
     await publisher.start()
     jobs = JobCommands(publisher, store, reads)
     tails = WatchTails(log)
-    quotas = QuotaCommands(publisher, store, log)
+    quotas = QuotaCommands(publisher, store, log, quota_rules)
     servicers = {
         "fedsched.v1.JobService": JobService(jobs, reads, store, log, tails),
         "fedsched.v1.ResourceService": ResourceService(reads),
@@ -148,7 +152,7 @@ async def serve(config: ApiConfig, *, log: EventLog | None = None, pool: asyncpg
     for name in ("", *SERVICES):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     api = ApiServer(server, port, config, health_servicer, publisher, tails=tails, _owned=owned)
-    api.probe = _dependency_probe(log, pool, health_servicer)
+    api.probe = _dependency_probe(log, reads, health_servicer)
     api.probe.start()
     if config.intake:
         api.intake = Intake(log, jobs, config)
@@ -165,15 +169,12 @@ async def serve(config: ApiConfig, *, log: EventLog | None = None, pool: asyncpg
     return api
 
 
-def _dependency_probe(log: EventLog, pool: asyncpg.Pool, servicer: health.aio.HealthServicer) -> DependencyProbe:
-    async def database() -> None:
-        await pool.fetchval("SELECT 1")
-
+def _dependency_probe(log: EventLog, reads: ReadModels, servicer: health.aio.HealthServicer) -> DependencyProbe:
     async def serving(unreachable: list[str]) -> None:
         status = health_pb2.HealthCheckResponse.NOT_SERVING if unreachable else health_pb2.HealthCheckResponse.SERVING
         await servicer.set("", status)
 
-    return DependencyProbe({"log": _LogProbe(log).check, "postgres": database}, on_change=serving)
+    return DependencyProbe({"log": _LogProbe(log).check, "postgres": reads.ping}, on_change=serving)
 
 
 class _LogProbe:

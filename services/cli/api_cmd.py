@@ -1,6 +1,7 @@
 """Sub-commands: ``fedsched api`` (the gRPC API, with the intake) and ``fedsched intake`` (the intake alone).
 
-Composition roots: read flags, then the environment (``FEDSCHED_LOG``, ``FEDSCHED_POSTGRES_DSN``,
+Composition roots (the API gets governance's quota rules, ``services.governance.quota_rules``, here):
+read flags, then the environment (``FEDSCHED_LOG``, ``FEDSCHED_POSTGRES_DSN``,
 ``FEDSCHED_JWT_SECRET``, ``FEDSCHED_JWT_PUBLIC_KEY``, ``FEDSCHED_JWT_ISSUER``, ``FEDSCHED_JWT_AUDIENCE``,
 ``FEDSCHED_TLS_CERT``, ``FEDSCHED_TLS_KEY``, ``FEDSCHED_CLIENT_CA``), run until SIGINT or SIGTERM.
 Without a key, ``--dev DIR`` makes a local development key in DIR and prints an admin token; without
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 from events.plumbing.collector import tune_for_service
 from events.plumbing.logs import configure as configure_logging
 from events.plumbing.signals import stop_on_signals
+from projections.readmodel.tables import SCHEMA
 from services.cli.main import CliError
 
 if TYPE_CHECKING:
@@ -83,7 +85,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dev", type=Path, metavar="DIR", help="no keys: make a development key in DIR and print an admin token"
     )
-    parser.add_argument("--read-schema", default="fedsched_rm", help="schema of the read models")
+    parser.add_argument("--read-schema", default=SCHEMA, help="schema of the read models")
     parser.add_argument("--instance", default="", help="name of this replica (default: host name and pid)")
 
 
@@ -154,12 +156,13 @@ async def run_api(args: argparse.Namespace) -> int:
 
     from services.api.auth import dev_token, write_dev_token
     from services.api.server import serve
+    from services.governance.quota_rules import GovernanceQuotaRules
 
     configure_logging()
 
     tune_for_service()
     config, dev = api_config(args, intake=not args.no_intake)
-    api = await serve(config)
+    api = await serve(config, quota_rules=GovernanceQuotaRules())
     print(f"fedsched api: listening on {api.address}", flush=True)
     metrics_server = None
     if args.metrics_listen:
@@ -192,9 +195,9 @@ async def run_intake(args: argparse.Namespace) -> int:
     from events.log import open_log
     from events.log.publisher import Publisher
     from projections.readmodel import writer as readmodels
+    from projections.readmodel.reader import ReadModels
     from services.api.commands import JobCommands
     from services.api.intake import Intake
-    from services.api.queries import ReadModels
     from services.api.store import ApiStore
 
     configure_logging()

@@ -330,16 +330,18 @@ async def run_findings(args: argparse.Namespace) -> int:
 async def run_report(args: argparse.Namespace) -> int:
     import asyncpg
 
+    from projections.readmodel.reader import ReadModels
     from services.cli.config import postgres_dsn
     from services.cli.gov_render import render
     from services.governance.report import gather, latest_time
 
     span = period_ms(args.period)
     pool = await asyncpg.create_pool(postgres_dsn(args.dsn), min_size=1, max_size=2)
+    reads = ReadModels(pool)
     event_log = None if args.log == "-" else await _open(args.log)
     try:
-        until = await latest_time(pool) if args.until is None else args.until
-        report = await gather(pool, event_log, until - span, until)
+        until = await latest_time(reads) if args.until is None else args.until
+        report = await gather(reads, event_log, until - span, until)
     finally:
         await pool.close()
         if event_log is not None:

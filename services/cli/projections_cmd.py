@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from events.plumbing.signals import stop_on_signals
+from projections.readmodel.tables import REBUILD_SCHEMA, SCHEMA
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -30,7 +31,7 @@ def _register_run(commands: argparse._SubParsersAction) -> None:  # type: ignore
     run = commands.add_parser("run", help="the in-process projections host (the embedded mode's), as a process")
     run.add_argument("--log", help="log URL (default: FEDSCHED_LOG)")
     run.add_argument("--dsn", help="PostgreSQL of the read models (default: FEDSCHED_POSTGRES_DSN)")
-    run.add_argument("--schema", default="fedsched_rm", help="schema of the read models")
+    run.add_argument("--schema", default=SCHEMA, help="schema of the read models")
     run.add_argument("--metrics", default="", help="serve /healthz and /metrics here (host:port; default: off)")
     run.set_defaults(handler=run_inprocess)
 
@@ -41,8 +42,8 @@ def _register_rebuild(commands: argparse._SubParsersAction) -> None:  # type: ig
     )
     rebuild.add_argument("--log", help="log URL (default: FEDSCHED_LOG)")
     rebuild.add_argument("--dsn", help="PostgreSQL of the read models (default: FEDSCHED_POSTGRES_DSN)")
-    rebuild.add_argument("--schema", default="fedsched_rm", help="schema of the live read models")
-    rebuild.add_argument("--into", default="fedsched_rm_rebuild", help="schema to rebuild into (dropped first)")
+    rebuild.add_argument("--schema", default=SCHEMA, help="schema of the live read models")
+    rebuild.add_argument("--into", default=REBUILD_SCHEMA, help="schema to rebuild into (dropped first)")
     rebuild.add_argument("--json", action="store_true", help="print one JSON object")
     rebuild.set_defaults(handler=run_rebuild)
 
@@ -89,6 +90,7 @@ async def run_rebuild(args: argparse.Namespace) -> int:
     from events.plumbing.collector import tune_for_service
     from projections.inprocess.runner import ProjectionRunner
     from projections.readmodel import writer as readmodels
+    from projections.readmodel.reader import ReadModels
     from services.cli.config import log_url, postgres_dsn
     from services.cli.main import CliError
 
@@ -106,8 +108,8 @@ async def run_rebuild(args: argparse.Namespace) -> int:
         events = await runner.catch_up()
         seconds = time.perf_counter() - started
         await runner.close()
-        rebuilt = await readmodels.checksums(pool, args.into)
-        live = await readmodels.checksums(pool, args.schema)
+        rebuilt = await ReadModels(pool, args.into).checksums()
+        live = await ReadModels(pool, args.schema).checksums()
     finally:
         await pool.close()
         await log.close()
@@ -154,7 +156,7 @@ def _register_worker(commands: argparse._SubParsersAction) -> None:  # type: ign
         help="name of the worker group: its consumer group and internal topics are <app-id>.s<entity format>",
     )
     worker.add_argument("--topic-prefix", default="", help="read and write <prefix>.fedsched.* topics (default none)")
-    worker.add_argument("--schema", default="fedsched_rm", help="PostgreSQL schema of the read models")
+    worker.add_argument("--schema", default=SCHEMA, help="PostgreSQL schema of the read models")
     worker.add_argument("--partitions", type=int, default=6, help="partitions of each stage's topic and table")
     worker.add_argument("--batch", type=int, default=2000, help="records an agent takes at a time")
     worker.add_argument("--session-timeout-s", type=float, default=10.0, help="Kafka group session timeout")

@@ -1,7 +1,8 @@
 """People's quota commands as events: request more quota, approve or reject a request.
 
-Called by ``fedsched gov quota ...`` and meant for the API's ``RequestQuota`` / ``DecideQuotaRequest``.
-Calls the log (to read the governance topic and append) and the pure ``services.governance.quota.decide``.
+Called by ``fedsched gov quota ...``, and by the API's ``DecideQuotaRequest`` through
+``services.governance.quota_rules`` (the request as recorded). Calls the log (to read the governance
+topic and append) and the pure ``services.governance.quota.decide``.
 The governance host does the rest: it approves small requests by rule, and publishes the ``QuotaSet``
 when an approved grant starts and when it expires.
 """

@@ -1,8 +1,9 @@
 """Quota requests: approval by rule or by a person, and the quota in force while a grant lasts.
 
 Called by the governance host (``auto_decide`` for each new request, ``quota_changes`` on every tick),
-by ``fedsched gov quota ...`` and by the API (``decide`` checks and builds an operator's answer). Pure:
-time comes in as ``now_ms``.
+by ``fedsched gov quota ...`` and by the API through ``services.governance.quota_rules``
+(``request_problem`` checks a new request, ``decide`` checks and builds an operator's answer). Pure: time
+comes in as ``now_ms``.
 
 A grant adds ``approved_amount`` to the guaranteed amount (and the limit, when bounded) of the matching
 line of the tenant queue's base quota (the last ``QuotaSet`` an operator published) from

@@ -5,7 +5,8 @@ Called by the CLI. Pods of the openb trace, in their arrival order, become jobs 
 ``max_runtime_s``) submitted over gRPC as a portal would, ``rate`` per second; the simulated clusters
 run them ``speed`` times faster than real time. (The trace's own arrival times span months; a demo
 cannot wait for them.) A live line shows progress; the end is a summary (placed, waiting with their
-top reasons, preempted, GPU allocation per cluster) and the result of ``audit verify``.
+top reasons, preempted, GPU allocation per cluster, from the read models' reader) and the result of
+``audit verify``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
 
+from projections.readmodel.reader import ReadModels
 from services.audit.verify import verify
 from services.runtime import up
 from services.scheduler.sim.traces import TracePod, load_pods, pods_csv
@@ -117,8 +119,7 @@ def _request(pod: TracePod, index: int, max_runtime_s: int):  # type: ignore[no-
 async def _progress(
     running: up.Running, submitted: int, total: int, out: TextIO, peak: dict[str, float]
 ) -> dict[str, int]:
-    rows = await running.pool.fetch("SELECT status, count(*) AS n FROM fedsched_rm.read_jobs GROUP BY status")
-    counts = {row["status"]: int(row["n"]) for row in rows}
+    counts = await ReadModels(running.pool).status_counts()
     for cluster, share in (await _allocation(running)).items():
         peak[cluster] = max(peak.get(cluster, 0.0), share)
     line = " ".join(f"{status} {counts[status]}" for status in sorted(counts))
@@ -128,17 +129,16 @@ async def _progress(
 
 
 async def _summary(running: up.Running, total: int, seconds: float, out: TextIO, peak: dict[str, float]) -> None:
-    pool = running.pool
-    jobs = await pool.fetch("SELECT status, runs, preemptions, last_reason, last_message FROM fedsched_rm.read_jobs")
-    placed = sum(1 for j in jobs if j["runs"])
-    waiting = [j for j in jobs if j["status"] in ("queued", "submitted")]
-    reasons = Counter(reason for j in waiting for reason in (j["last_reason"] or "unknown").split(","))
-    preempted = sum(j["preemptions"] or 0 for j in jobs)
+    jobs = await ReadModels(running.pool).job_outcomes()
+    placed = sum(1 for j in jobs if j.runs)
+    waiting = [j for j in jobs if j.status in ("queued", "submitted")]
+    reasons = Counter(reason for j in waiting for reason in (j.last_reason or "unknown").split(","))
+    preempted = sum(j.preemptions for j in jobs)
     out.write(f"replayed {total} trace pods in {seconds:.0f} s\n")
     out.write(f"placed {placed}, waiting {len(waiting)}, preempted {preempted}\n")
     for reason, count in reasons.most_common(5):
         out.write(f"  waiting because {reason}: {count}\n")
-    failed = Counter(f"{j['last_reason']}: {j['last_message'][:120]}" for j in jobs if j["status"] == "failed")
+    failed = Counter(f"{j.last_reason}: {j.last_message[:120]}" for j in jobs if j.status == "failed")
     for text, count in failed.most_common(5):
         out.write(f"  failed {count}x {text}\n")
     now = await _allocation(running)
@@ -147,13 +147,9 @@ async def _summary(running: up.Running, total: int, seconds: float, out: TextIO,
 
 
 async def _allocation(running: up.Running) -> dict[str, float]:
-    rows = await running.pool.fetch(
-        "SELECT cluster, sum(gpu_capacity_milli) AS capacity, sum(gpu_allocated_milli) AS allocated"
-        " FROM fedsched_rm.read_nodes GROUP BY cluster"
-    )
     return {
-        row["cluster"]: 100.0 * int(row["allocated"] or 0) / int(row["capacity"]) if row["capacity"] else 0.0
-        for row in rows
+        row.cluster: 100.0 * row.allocated_milli / row.capacity_milli if row.capacity_milli else 0.0
+        for row in await ReadModels(running.pool).allocation()
     }
 
 

@@ -206,11 +206,13 @@ def default_nodes() -> Path:
 
 async def _start_api(running: Running) -> None:
     from services.api.embedded import start_embedded
+    from services.governance.quota_rules import GovernanceQuotaRules
 
     api = await start_embedded(
         running.log,
         running.pool,
         running.config.api_listen,
+        quota_rules=GovernanceQuotaRules(),
         state_dir=running.config.data_dir,
         clock=running.clock.now_ms if running.clock is not None else wall_clock_ms,
     )

@@ -19,6 +19,7 @@ from services.api.client import CallError, Client, ClientConfig
 from services.api.config import ApiConfig, TlsConfig
 from services.api.pb import SERVICES, jobs_pb2, quota_pb2, resources_pb2
 from services.api.server import serve
+from services.governance.quota_rules import GovernanceQuotaRules
 from tests.api.conftest import Stack
 from tests.api.support import spec
 from tests.api.vectors import negative_vectors
@@ -135,7 +136,7 @@ async def test_mutual_tls_admits_only_clients_with_a_certificate_of_the_ca(stack
         intake=False,
         create_topics=False,
     )
-    api = await serve(config, log=stack.log, pool=stack.pool)  # type: ignore[arg-type]
+    api = await serve(config, quota_rules=GovernanceQuotaRules(), log=stack.log, pool=stack.pool)  # type: ignore[arg-type]
     token = stack.keys.hs(roles=["viewer"])
     server = f"localhost:{api.port}"
     trusted = Client(
@@ -159,7 +160,14 @@ async def test_mutual_tls_admits_only_clients_with_a_certificate_of_the_ca(stack
 async def test_the_embedded_api_of_fedsched_up_admits_its_development_token(stack: Stack, tmp_path: Path) -> None:
     from services.api.embedded import start_embedded
 
-    api = await start_embedded(stack.log, stack.pool, "127.0.0.1:0", state_dir=tmp_path, intake=False)  # type: ignore[arg-type]
+    api = await start_embedded(
+        stack.log,  # type: ignore[arg-type]
+        stack.pool,
+        "127.0.0.1:0",
+        quota_rules=GovernanceQuotaRules(),
+        state_dir=tmp_path,
+        intake=False,
+    )
     client = Client(ClientConfig(api.server.address, api.dev_token))
     try:
         assert api.token_file.read_text().strip() == api.dev_token
