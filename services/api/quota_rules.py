@@ -1,10 +1,9 @@
 """What the API's quota commands need of governance: its check of a new request, the request as the
 governance topic records it, and its rules for an operator's decision. A port, no code.
 
-Used by ``services.api.commands.QuotaCommands``. Implemented by
-``services.governance.quota_rules.GovernanceQuotaRules`` and handed in by the composition roots
-(``fedsched api``, ``fedsched up`` through ``services.api.embedded``, the tests' API stacks), so the API
-imports nothing of governance.
+Used by ``services.api.commands.QuotaCommands``. Implemented by governance (``GovernanceQuotaRules``,
+in its own ``quota_rules`` module) and handed in by the composition roots (``fedsched api``, ``fedsched
+up`` through ``services.api.embedded``, the tests' API stacks), so the API imports nothing of governance.
 """
 
 from __future__ import annotations
