@@ -1,8 +1,10 @@
 """The distributed projection host: a faust-streaming app running the same stages as the in-process runner.
 
 Called by ``fedsched projections worker`` (``build_app`` then a faust ``Worker``), the benchmark and
-the tests. Calls faust, aiokafka (through faust), asyncpg (through ``projections.faust.sink``) and
-the pure stages; no reducer is implemented twice.
+the tests. Calls faust through its public API (every subclass of faust's classes, and every use of its
+private names, is in ``projections.faust.adapters``), asyncpg (through ``projections.faust.sink``),
+aiokafka (through faust, and ``projections.faust.progress``) and the pure stages; no reducer is
+implemented twice.
 
 Topology, per worker (several workers share every topic's partitions and take over when one dies):
 
@@ -12,7 +14,8 @@ Topology, per worker (several workers share every topic's partitions and take ov
      governance)       dead-letter junk                               profiles / quota-usage; rows to PG
 
 The router is a task, not an agent: it takes source records from faust's conductor as they were
-fetched, a batch at a time, without a stream's per-record machinery (``projections.faust.source``).
+fetched, a batch at a time, without a stream's per-record machinery (``projections.faust.source``
+and its channel, ``projections.faust.adapters.SourceTopic``).
 
 Exactly-once effect from at-least-once delivery (``processing_guarantee`` stays ``at_least_once``;
 faust's exactly-once mode is not used). A stage agent handles one batch of its records thus:
@@ -38,244 +41,36 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import pickle
 import time
-import weakref
-from collections.abc import Coroutine, Generator, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
-from types import CoroutineType
 from typing import Any
 
 import faust
-from aiokafka import TopicPartition
 from faust.serializers import codecs
-from faust.transport.drivers import aiokafka as faust_aiokafka
-from mode.services import WaitResults
 
 from events.catalog.topics import DEAD_LETTERS, Cleanup, TopicSpec, partition_for, topic
 from events.log.contract import OutRecord
 from events.log.contract import TopicPartition as LogPartition
 from events.log.publisher import to_record
 from events.wire.envelope import Envelope
+from projections.faust.adapters import STATE_CODEC, ProjectionsApp, ProjectionsConsumer, make_current, source_topic
 from projections.faust.config import WorkerConfig
 from projections.faust.fold import Record, fold
 from projections.faust.progress import SourceProgress
 from projections.faust.router import Outbox, Router
 from projections.faust.sink import Sink
-from projections.faust.source import SourceBuffer, source_topic
-from projections.faust.wire import dumps, pack, partition_of, split, unpack
+from projections.faust.source import SourceBuffer
+from projections.faust.wire import pack, partition_of, split, unpack
 from projections.stages.core import Output, Stage
 from projections.stages.topology import default_stages
 
 log = logging.getLogger("fedsched.projections.faust")
 
-STATE_CODEC = "fedsched_state"
 OUTPUT_SOURCE = "urn:fedsched:projections"
 INTERNAL_RETENTION = timedelta(days=7)
 STREAM_BUFFER = 16384
 """Records faust may hold for an agent (``stream_buffer_maxsize``), and for the router."""
-
-
-class _StateCodec(codecs.Codec):
-    """Pickle (protocol 5, dataclasses as constructor calls: ``projections.faust.wire.dumps``) of our own entity
-    dataclasses, for our own changelog topics only (named after the entity layout: ``projections.faust.config``)."""
-
-    def _loads(self, s: bytes) -> Any:
-        return pickle.loads(s)
-
-    def _dumps(self, obj: Any) -> bytes:
-        return dumps(obj)
-
-
-codecs.register(STATE_CODEC, _StateCodec())
-
-
-class _ReadCommittedThread(faust_aiokafka.AIOKafkaConsumerThread):
-    """faust reads ``read_uncommitted`` unless in its exactly-once mode; we read committed data only,
-    so a decision the scheduler aborted never reaches a projection."""
-
-    def _create_worker_consumer(self, transport: Any) -> Any:
-        consumer = super()._create_worker_consumer(transport)
-        consumer._isolation_level = "read_committed"
-        return consumer
-
-    def verify_event_path(self, now: float, tp: Any) -> None:
-        """faust's livelock check reads each partition's position, which aiokafka asserts is set: skip a
-        partition whose position is being reset (``perform_seek`` sends fresh ones to their beginning)."""
-        state = self._ensure_consumer()._fetcher._subscriptions.subscription.assignment.state_value(
-            TopicPartition(tp.topic, tp.partition)
-        )
-        if state is not None and state.has_valid_position:
-            super().verify_event_path(now, tp)
-
-
-class _ReadCommittedConsumer(faust_aiokafka.Consumer):
-    def _new_consumer_thread(self) -> Any:
-        return _ReadCommittedThread(self, loop=self.loop, beacon=self.beacon)
-
-    _processed: set[tuple[str, int, int]]
-
-    def processed(self, message: Any) -> None:
-        """Mark a record of ours as processed: only such a record's acknowledgement counts."""
-        if not hasattr(self, "_processed"):
-            self._processed = set()
-        self._processed.add((message.topic, message.partition, message.offset))
-
-    def ack(self, message: Any) -> bool:
-        """faust acknowledges the records its streams skip around a rebalance or a stop (flow suspended,
-        old generation), and would commit past them unprocessed. A record of our topics counts only
-        when our router or agent processed it; a skipped one is let go (read again from the committed offset)."""
-        gated: frozenset[str] = getattr(self.app, "gated_topics", frozenset())
-        if message.topic in gated:
-            key = (message.topic, message.partition, message.offset)
-            processed: set[tuple[str, int, int]] = getattr(self, "_processed", set())
-            if key not in processed:
-                self._unacked_messages.discard(message)
-                return False
-            processed.discard(key)
-        return bool(super().ack(message))
-
-    async def wait_first(self, *coros: Any, timeout: Any = None) -> Any:  # noqa: ASYNC109 (faust's signature)
-        """faust hands every fetched record to its topic's callback as ``wait_first(callback(message),
-        suspend_flow.wait())``: four tasks and an ``asyncio.wait`` per record, about a tenth of a busy
-        worker's time. A callback that runs to its end without waiting (the usual case: the flow is
-        on, the stream's queue and the producer's buffer have room) is run here at once instead; one
-        that has to wait goes on from where it stopped, racing the flow's suspension as before (the
-        same tasks, the same cancellation when the flow stops). Any other wait is faust's own."""
-        if len(coros) == 2 and timeout is None and self._is_flow_wait(coros[1]) and not self.suspend_flow.is_set():
-            callback, suspended = coros
-            try:
-                yielded = callback.send(None)
-            except StopIteration as done:
-                suspended.close()
-                return WaitResults([callback], [done.value], False)
-            except BaseException:
-                suspended.close()
-                raise
-            return await super().wait_first(_Started(callback, yielded), suspended)
-        return await super().wait_first(*coros, timeout=timeout)
-
-    def _is_flow_wait(self, coro: Any) -> bool:
-        """``coro`` is a fresh ``self.suspend_flow.wait()`` (the call ``_drain_messages`` makes)."""
-        frame = getattr(coro, "cr_frame", None)
-        return (
-            isinstance(coro, CoroutineType)
-            and frame is not None
-            and frame.f_locals.get("self") is self.suspend_flow
-            and coro.cr_code is type(self.suspend_flow).wait.__code__
-        )
-
-    async def perform_seek(self) -> None:
-        """After a rebalance faust seeks every partition to its committed offset, having dropped what it
-        had fetched beyond it.
-
-        Delivery stops first, until faust resumes the flow. faust's recovery (``_resume_streams`` and
-        ``on_recovery_completed`` in faust-streaming 0.15) resumes the stream partitions, awaits this
-        seek, and only then calls ``app.flow_control.resume()``, which empties every agent's queue; the
-        consumer's flow is already active, so records fetched from the committed offset during and
-        after the seek were queued and then thrown away, with faust's read offset already past them.
-        faust then committed past the first of them (it accepts a commit whose lowest acknowledged
-        offset is one above the committed one, for transaction markers) or never committed again (two
-        or more). With the flow stopped nothing is delivered until the queues are emptied: recovery
-        calls ``resume_flow`` right after that, and reading goes on from the offsets sought here.
-
-        aiokafka only seeks to a committed offset above 0, so a partition with nothing committed yet
-        kept its position past the dropped records: start those over."""
-        self.stop_flow()
-        await super().perform_seek()
-        fresh = [tp for tp in self.assignment() if not self._is_changelog_tp(tp) and not self._committed_offset.get(tp)]
-        if fresh:
-            await self._thread.seek_to_beginning(*(TopicPartition(tp.topic, tp.partition) for tp in fresh))
-            for tp in fresh:
-                self._read_offset.pop(tp, None)
-
-    async def _add_gap(self, tp: Any, offset_from: int, offset_to: int) -> None:
-        """Offsets that no record will ever have (transaction markers, in our sources), from ``offset_from``
-        to ``offset_to`` inclusive, counted as acknowledged when faust computes what to commit.
-
-        faust (0.15.3; its issue #606) calls this with ``offset_to`` the offset of the record read after
-        the gap, so that record was counted twice: once in the gap and once when acknowledged. Each
-        duplicate ended the run of consecutive offsets that ``_new_offset`` commits, and as every
-        transaction leaves a marker, each commit went past one transaction only: a worker that had
-        folded 20,000 records took 20 s more to commit them, and a restart read them all again. The
-        gap ends before that record."""
-        await super()._add_gap(tp, offset_from, offset_to - 1)
-
-    def _new_offset(self, tp: Any) -> int | None:
-        """faust's next offset to commit, but never past an internal record that was not acknowledged:
-        our stage topics have no transaction markers, so the lowest acknowledged offset must be the
-        committed one (faust accepts one above it). A hole there is a record lost on its way to the
-        agent: hold the commit (it is read again after the next rebalance) and say so."""
-        committed = self._committed_offset.get(tp)
-        acked = self._acked.get(tp)
-        internal: frozenset[str] = getattr(self.app, "internal_topics", frozenset())
-        if tp.topic in internal and committed and acked and min(acked) != committed:
-            log.error(
-                "event=commit_hole topic=%s partition=%d committed=%d acked_from=%d",
-                tp.topic,
-                tp.partition,
-                committed,
-                min(acked),
-            )
-            return None
-        offset: int | None = super()._new_offset(tp)
-        return offset
-
-
-class _Started:
-    """A coroutine already started (it yielded ``yielded``), awaited from there on as ``await`` would
-    have gone on with it: what the running task sends or throws in is passed through."""
-
-    def __init__(self, coro: Coroutine[Any, Any, Any], yielded: Any) -> None:
-        self._coro = coro
-        self._yielded = yielded
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        coro, yielded = self._coro, self._yielded
-        while True:
-            try:
-                sent = yield yielded
-            except GeneratorExit:
-                coro.close()
-                raise
-            except BaseException as error:  # a cancellation, thrown in by the task
-                try:
-                    yielded = coro.throw(error)
-                except StopIteration as done:
-                    return done.value
-            else:
-                try:
-                    yielded = coro.send(sent)
-                except StopIteration as done:
-                    return done.value
-
-
-class _Transport(faust_aiokafka.Transport):
-    Consumer = _ReadCommittedConsumer
-
-
-class ProjectionsApp(faust.App):
-    """A faust app that knows its host (started and stopped with it, told of rebalances first)."""
-
-    host: ProjectionsHost
-
-    def _new_transport(self) -> Any:
-        return _Transport(self.conf.broker_consumer, self)
-
-    async def on_start(self) -> None:
-        await self.host.start()
-        await super().on_start()
-
-    async def on_stop(self) -> None:
-        await self.host.on_revoked()  # before faust waits for every record taken to be acknowledged
-        await super().on_stop()
-        await self.host.close()
-
-    async def _on_partitions_revoked(self, revoked: Any) -> None:
-        # Before faust waits for every record taken to be acknowledged: the router lets go of what
-        # it holds for alignment (it is read again from the committed offsets after the rebalance).
-        await self.host.on_revoked()
-        await super()._on_partitions_revoked(revoked)
 
 
 class FaustOutbox:
@@ -305,7 +100,12 @@ class ProjectionsHost:
     """The agents, tables and sinks of one worker."""
 
     def __init__(
-        self, app: ProjectionsApp, config: WorkerConfig, *, sink: Sink | None = None, outbox: Outbox | None = None
+        self,
+        app: ProjectionsApp[ProjectionsHost],
+        config: WorkerConfig,
+        *,
+        sink: Sink | None = None,
+        outbox: Outbox | None = None,
     ) -> None:
         self.app = app
         self.config = config
@@ -435,7 +235,7 @@ class ProjectionsHost:
         generation = self.app.consumer_generation_id
         if generation <= self._stale_generation:
             return
-        track = self.app.consumer.unacked.add
+        track = self._consumer.unacked.add
         receive = self.router.receive
         received = self._received
         for message in messages:
@@ -474,9 +274,13 @@ class ProjectionsHost:
             waiting = [(tp, self._next_offset(tp), self._fetched_to(tp)) for tp in empty if tp not in done]
             log.warning("event=router_waiting held=%d for=%s", self.router.aligner.held, waiting)
 
+    @property
+    def _consumer(self) -> ProjectionsConsumer:
+        return self.app.projections_consumer
+
     async def _ack_routed(self, message: Any) -> None:
-        consumer = self.app.consumer
-        consumer.processed(message)  # type: ignore[attr-defined]
+        consumer = self._consumer
+        consumer.processed(message)
         consumer.ack(message)
 
     async def on_revoked(self) -> None:
@@ -492,10 +296,10 @@ class ProjectionsHost:
 
     def _forget(self, message: Any) -> None:
         """Neither processed nor acknowledged: faust must not wait for it; it is read again."""
-        self.app.consumer.unacked.discard(message)
+        self._consumer.unacked.discard(message)
 
     async def _ack(self, stream: Any, event: Any) -> None:
-        self.app.consumer.processed(event.message)  # type: ignore[attr-defined]
+        self._consumer.processed(event.message)
         await stream.ack(event)
 
     def consumer_positions(self) -> dict[LogPartition, int]:
@@ -503,18 +307,17 @@ class ProjectionsHost:
         its consumer lag (which counts a partition with only transaction markers left as done); 0 where
         nothing was committed yet (the worker reads from the start)."""
         topics = {*self.config.source_topics, *(self.config.stage_topic(name) for name in self.stages)}
-        consumer = self.app.consumer
-        committed = consumer._committed_offset  # type: ignore[attr-defined]
+        consumer = self._consumer
         out: dict[LogPartition, int] = {}
         for tp in consumer.assignment():
             if tp.topic in topics:
-                offset = committed.get(tp)
-                out[LogPartition(tp.topic, tp.partition)] = offset if isinstance(offset, int) else 0
+                offset = consumer.committed_offset(tp)
+                out[LogPartition(tp.topic, tp.partition)] = 0 if offset is None else offset
         return out
 
     def _owned(self) -> list[tuple[str, int]]:
         sources = set(self.config.source_topics)
-        return [(tp.topic, tp.partition) for tp in self.app.consumer.assignment() if tp.topic in sources]
+        return [(tp.topic, tp.partition) for tp in self._consumer.assignment() if tp.topic in sources]
 
     def _next_offset(self, tp: tuple[str, int]) -> int | None:
         """The next offset the router would receive: after the last it received, else where faust reads
@@ -522,12 +325,10 @@ class ProjectionsHost:
         received = self._received.get(tp)
         if received is not None:
             return received
-        offset = self.app.consumer._read_offset.get(tp)  # type: ignore[attr-defined]
-        return offset if isinstance(offset, int) else None
+        return self._consumer.read_offset(tp)
 
     def _fetched_to(self, tp: tuple[str, int]) -> int | None:
-        state = _partition_state(self.app, tp)
-        return state.position if state is not None and state.has_valid_position else None
+        return self._consumer.fetch_position(tp)
 
     # -- stages ----------------------------------------------------------------------------------------
 
@@ -558,7 +359,7 @@ class ProjectionsHost:
 
         def get(key: str) -> Any:
             # A store on disk reads the key's partition: the one its records arrive on.
-            _set_current_event(by_partition.get(partition_of(key, partitions), events[-1]))
+            make_current(by_partition.get(partition_of(key, partitions), events[-1]))
             return table.get(key)
 
         folded = fold(stage, records, get, self.partitions)
@@ -593,7 +394,7 @@ class ProjectionsHost:
             tombstones=True,
         )
         for key, entity in folded.entities.items():
-            _set_current_event(owners[key])  # a store on disk keeps each partition apart
+            make_current(owners[key])  # a store on disk keeps each partition apart
             if entity is None:
                 table.data.pop(key, None)
             else:
@@ -624,21 +425,9 @@ def _tune_gc() -> None:
     gc.set_threshold(50_000, 20, 20)
 
 
-def _set_current_event(event: Any) -> None:
-    """Make ``event`` the one faust attributes table writes to (their changelog partition is its)."""
-    faust.streams._current_event.set(weakref.ref(event))
-
-
-def _partition_state(app: faust.App, tp: tuple[str, int]) -> Any:
-    """aiokafka's fetch state of a partition of the worker's consumer (its position), or None."""
-    try:
-        consumer = app.consumer._thread._consumer  # type: ignore[attr-defined]
-        return consumer._subscription.subscription.assignment.state_value(TopicPartition(*tp))
-    except Exception:
-        return None
-
-
-def build_app(config: WorkerConfig, *, sink: Sink | None = None, outbox: Outbox | None = None) -> ProjectionsApp:
+def build_app(
+    config: WorkerConfig, *, sink: Sink | None = None, outbox: Outbox | None = None
+) -> ProjectionsApp[ProjectionsHost]:
     """The app of one worker. ``sink`` and ``outbox`` replace PostgreSQL and the Kafka producer in tests."""
     heartbeat = min(3.0, config.session_timeout_s / 4)
     settings: dict[str, Any] = {
@@ -664,8 +453,8 @@ def build_app(config: WorkerConfig, *, sink: Sink | None = None, outbox: Outbox 
         settings["web_port"] = config.web_port
     if config.data_dir is not None:
         settings["datadir"] = str(config.data_dir)
-    app = ProjectionsApp(config.group, **settings)
-    app.host = ProjectionsHost(app, config, sink=sink, outbox=outbox)
-    app.internal_topics = frozenset(config.stage_topic(name) for name in app.host.stages)  # type: ignore[attr-defined]
-    app.gated_topics = frozenset([*config.source_topics, *app.internal_topics])  # type: ignore[attr-defined]
+    app: ProjectionsApp[ProjectionsHost] = ProjectionsApp(config.group, **settings)
+    host = app.host = ProjectionsHost(app, config, sink=sink, outbox=outbox)
+    app.internal_topics = frozenset(config.stage_topic(name) for name in host.stages)
+    app.gated_topics = frozenset([*config.source_topics, *app.internal_topics])
     return app

@@ -1,19 +1,11 @@
 """The router's intake: source records as faust's conductor fetched them, raw, taken in batches.
 
 Called by ``projections.faust.app``: its router task waits on a ``SourceBuffer`` and takes it whole;
-faust's conductor fills it through ``SourceTopic``, the source topics' channel. Calls faust (the
-``Topic`` it subclasses) and asyncio.
+faust's conductor fills it through the source topics' channel (``projections.faust.adapters.SourceTopic``,
+which says why the router skips faust's events and streams). Calls asyncio only.
 
-faust hands every fetched record to the channels of its topic: the conductor decodes it into an
-``Event`` and puts that on the channel's queue, and an agent's ``Stream`` takes it off again, one
-record per turn of the event loop, with sensors, a context variable and an acknowledgement per
-event. The stage agents receive packs of inputs, so that cost is spread over thousands of inputs;
-the router would pay it for every source record. It needs none of it: it decodes records itself
-and releases them in batches. So the conductor's decode passes the record on as it came (faust's
-``Message``: key and value raw bytes, its offset and its consumer generation), and the channel's
-queue is a list the router takes whole.
-
-What the buffer keeps of faust's queue (``mode.utils.queues.FlowControlQueue``):
+What the buffer keeps of faust's queue (``mode.utils.queues.FlowControlQueue``, whose methods the
+conductor and faust's flow control call on it):
 - back-pressure: from ``maxsize / 1.25`` records on, the consumer is told to stop fetching the
   partitions whose records arrive (``on_pressure_high``) until the router has taken the buffer
   (``on_pressure_drop``); at ``maxsize`` the conductor waits in ``put``;
@@ -28,8 +20,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from typing import Any
-
-import faust
 
 
 class SourceBuffer:
@@ -129,24 +119,3 @@ class SourceBuffer:
 def _settle(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
-
-
-class SourceTopic(faust.Topic):
-    """The source topics as the conductor sees them: each record goes, as it came, into the buffer
-    given as the channel's ``queue`` (faust takes a channel's queue as given, see ``Channel.queue``)."""
-
-    def _compile_decode(self) -> None:
-        self.decode = _as_it_came  # type: ignore[method-assign]
-
-    async def put(self, event: Any) -> None:
-        await self.queue.put(event)
-
-
-async def _as_it_came(message: Any, *, propagate: bool = False) -> Any:
-    return message
-
-
-def source_topic(app: faust.App, topics: tuple[str, ...], buffer: SourceBuffer) -> SourceTopic:
-    """The channel of ``topics`` that fills ``buffer``; it is emptied with the agents' queues."""
-    app.flow_control.manage_queue(buffer)  # type: ignore[arg-type]
-    return SourceTopic(app, topics=list(topics), queue=buffer, acks=True)  # type: ignore[arg-type]
