@@ -1,7 +1,8 @@
 """Audit queries for compliance: a job's timeline, an export of the archive, the fleet at a moment.
 
-Called by ``fedsched audit timeline|export|at`` and the API's AuditService. Reads the hash-chained
-archive (``events.audit.archive``) through asyncpg, or folds the log for ``at``.
+Called by ``fedsched audit timeline|export|at``. Reads the hash-chained archive through its reader
+(``events.audit.reader``) and shapes its events for people (a short type name, the event's fields as
+JSON, reasons and messages); folds the log for ``at``.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from events.audit.reader import ArchivedEvent, ArchiveReader
 from events.catalog.errors import EventError
 from events.log.contract import EventLog, TopicPartition
-from events.log.headers import unpack_headers
 from events.log.reading import read_to_end
 from events.wire.codec import decode
 from services.scheduler.core.decide import INPUT_TOPICS
@@ -55,32 +56,24 @@ class AuditEvent:
         return ""
 
 
-def _event(row: asyncpg.Record) -> AuditEvent | None:
-    try:
-        envelope = decode(unpack_headers(bytes(row["headers"])), bytes(row["value"]))
-    except EventError:
-        return None
+def _audit_event(archived: ArchivedEvent) -> AuditEvent:
+    envelope = archived.envelope
     return AuditEvent(
-        topic=row["topic"],
-        partition=row["partition"],
-        offset=row["offset"],
+        topic=archived.topic,
+        partition=archived.partition,
+        offset=archived.offset,
         time_ms=envelope.time_ms,
         type=envelope.type.rsplit(".", 1)[-1],
         id=envelope.id,
-        key=None if row["key"] is None else bytes(row["key"]).decode(errors="replace"),
+        key=None if archived.key is None else archived.key.decode(errors="replace"),
         data=json.loads(envelope.data.model_dump_json()),
-        hash=bytes(row["hash"]).hex(),
+        hash=archived.hash.hex(),
     )
 
 
 async def timeline(pool: asyncpg.Pool, job_id: str) -> list[AuditEvent]:
     """Every archived event about a job (keyed by it on any topic), in event-time order."""
-    rows = await pool.fetch(
-        'SELECT topic, partition, "offset", key, value, headers, hash FROM fedsched_audit WHERE key = $1',
-        job_id.encode(),
-    )
-    events = [e for e in (_event(row) for row in rows) if e is not None]
-    return sorted(events, key=lambda e: (e.time_ms, e.topic, e.partition, e.offset))
+    return [_audit_event(e) for e in await ArchiveReader(pool).by_key(job_id)]
 
 
 async def export(pool: asyncpg.Pool, fmt: str, *, page: int = 5000) -> AsyncIterator[str]:
@@ -90,40 +83,26 @@ async def export(pool: asyncpg.Pool, fmt: str, *, page: int = 5000) -> AsyncIter
     columns = ("topic", "partition", "offset", "time_ms", "type", "id", "key", "hash", "data")
     if fmt == "csv":
         yield ",".join(columns) + "\n"
-    after: tuple[str, int, int] = ("", -1, -1)
-    while True:
-        rows = await pool.fetch(
-            'SELECT topic, partition, seq, "offset", key, value, headers, hash FROM fedsched_audit'
-            " WHERE (topic, partition, seq) > ($1, $2, $3) ORDER BY topic, partition, seq LIMIT $4",
-            *after,
-            page,
-        )
-        for row in rows:
-            event = _event(row)
-            if event is None:
-                continue
-            record = {
-                "topic": event.topic,
-                "partition": event.partition,
-                "offset": event.offset,
-                "time_ms": event.time_ms,
-                "type": event.type,
-                "id": event.id,
-                "key": event.key,
-                "hash": event.hash,
-                "data": event.data,
-            }
-            if fmt == "jsonl":
-                yield json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
-            else:
-                buffer = io.StringIO()
-                writer = csv.writer(buffer)
-                writer.writerow([*(record[c] for c in columns[:-1]), json.dumps(event.data, sort_keys=True)])
-                yield buffer.getvalue()
-        if len(rows) < page:
-            return
-        last = rows[-1]
-        after = (last["topic"], last["partition"], last["seq"])
+    async for archived in ArchiveReader(pool).in_chain_order(page=page):
+        event = _audit_event(archived)
+        record = {
+            "topic": event.topic,
+            "partition": event.partition,
+            "offset": event.offset,
+            "time_ms": event.time_ms,
+            "type": event.type,
+            "id": event.id,
+            "key": event.key,
+            "hash": event.hash,
+            "data": event.data,
+        }
+        if fmt == "jsonl":
+            yield json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
+        else:
+            buffer = io.StringIO()
+            writer = csv.writer(buffer)
+            writer.writerow([*(record[c] for c in columns[:-1]), json.dumps(event.data, sort_keys=True)])
+            yield buffer.getvalue()
 
 
 async def state_at(event_log: EventLog, time_ms: int, *, namespace: str = "") -> SchedulerState:
