@@ -4,13 +4,13 @@ class, and every use of a name faust keeps private.
 Called by ``projections.faust.app``: ``build_app`` makes a ``ProjectionsApp``; the host subscribes the
 router to ``source_topic``, reads offsets through ``ProjectionsApp.projections_consumer``, and its stage
 agents call ``make_current`` before they touch a table. Calls faust, mode, faust's aiokafka driver
-and, through it, aiokafka's consumer; of ours, only the state pickle (``projections.faust.wire.dumps``)
+and, through it, aiokafka's consumer; of ours, only the state pickle (``projections.stages.pickled.dumps``)
 and the router's buffer (``projections.faust.source``). Each of these leans on faust's internals as
 they are in 0.15.3: an upgrade of faust-streaming starts here.
 
 What each one changes, and why (the details are at each definition):
 - ``STATE_CODEC``: tables' values and their changelogs are pickles of our own entity dataclasses
-  (``wire.dumps``), a codec faust does not have.
+  (``projections.stages.pickled.dumps``), a codec faust does not have.
 - ``ProjectionsApp``: starts and stops its host with the app, tells it of a revocation before faust
   waits for every record taken to be acknowledged (the router lets go of what it holds for
   alignment), and has faust use ``ProjectionsConsumer``.
@@ -53,7 +53,7 @@ from faust.types import TP
 from mode.services import WaitResults
 
 from projections.faust.source import SourceBuffer
-from projections.faust.wire import dumps
+from projections.stages.pickled import dumps
 
 log = logging.getLogger("fedsched.projections.faust")
 
@@ -61,7 +61,7 @@ STATE_CODEC = "fedsched_state"
 
 
 class _StateCodec(codecs.Codec):
-    """Pickle (protocol 5, dataclasses as constructor calls: ``projections.faust.wire.dumps``) of our own entity
+    """Pickle (protocol 5, dataclasses as constructor calls: ``projections.stages.pickled.dumps``) of our own entity
     dataclasses, for our own changelog topics only (named after the entity layout: ``projections.faust.config``)."""
 
     def _loads(self, s: bytes) -> Any:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from events.catalog.topics import TOPICS, TopicSpec, topic
+from projections.readmodel.tables import SCHEMA
 from projections.readmodel.writer import STATE_FORMAT
 from projections.stages.sources import SOURCE_TOPICS, source_rank
 
@@ -43,7 +44,7 @@ class WorkerConfig:
     dsn: str
     app_id: str = "fedsched-projections"
     topic_prefix: str = ""
-    schema: str = "fedsched_rm"
+    schema: str = SCHEMA
     store: str = "memory"
     """``memory`` (tables rebuilt from their changelogs on start) or ``rocksdb`` (rocksdict)."""
     data_dir: Path | None = None

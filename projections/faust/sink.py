@@ -1,7 +1,7 @@
 """The faust host's PostgreSQL sink: one transaction of read-model rows per stage batch.
 
-Called by the stage agents of ``projections.faust.app``. Calls asyncpg, with the tables and row
-converters of ``projections.readmodel.rows`` (the same read models as the in-process runner writes).
+Called by the stage agents of ``projections.faust.app``. Calls the read-model writer
+(``projections.readmodel.writer.replace_rows``: the same read models as the in-process runner writes).
 
 Only rows are written. In this host the positions an entity has applied, and the entity itself,
 live in the stage's faust table (its changelog), not in ``projection_state``/``projection_positions``;
@@ -22,7 +22,6 @@ import asyncpg
 
 from events.plumbing.outage import Outage, transient
 from projections.readmodel import writer as readmodels
-from projections.readmodel.rows import TABLES
 
 
 class Sink:
@@ -62,13 +61,5 @@ class Sink:
     async def _write(self, stage: str, entities: Mapping[str, Any]) -> None:
         if self._pool is None:
             raise RuntimeError("the read-model sink is not started")
-        table = TABLES[stage]
-        keys = sorted(entities)
-        rows = [row for key in keys if entities[key] is not None for row in table.rows(key, entities[key])]
-        async with self._pool.acquire() as conn, conn.transaction():
-            await conn.execute(f"DELETE FROM {self.schema}.{table.name} WHERE entity_key = ANY($1::text[])", keys)
-            if rows:
-                await conn.copy_records_to_table(
-                    table.name, schema_name=self.schema, records=rows, columns=[c for c, _ in table.columns]
-                )
+        await readmodels.replace_rows(self._pool, self.schema, stage, entities)
         self.writes += 1

@@ -23,16 +23,12 @@ Positions make every input idempotent at its target (see ``projections.stages.co
 
 from __future__ import annotations
 
-import io
 import pickle
-from collections.abc import Callable
-from dataclasses import fields, is_dataclass
 from functools import lru_cache
-from operator import attrgetter
-from typing import Any
 
 from events.catalog.topics import partition_for
 from projections.stages.core import Input, Position
+from projections.stages.pickled import dumps
 
 ITEM_BITS = 16
 EMIT_BITS = 12
@@ -65,54 +61,6 @@ def unpack(value: bytes) -> list[Input]:
         new(Input, (key, time_ms, new(Position, (topic, part, offset)), item, env))
         for key, time_ms, topic, part, offset, item, env in rows
     ]
-
-
-def dumps(value: object) -> bytes:
-    """``pickle.dumps`` (protocol 5), with slotted dataclasses (our deltas, entities and their parts)
-    pickled as a call of their constructor with their field values: the standard
-    ``__getstate__``/``__setstate__`` of such a dataclass looks its fields up on every call, which
-    made pickling the largest cost of a pack. ``pickle.loads`` reads either."""
-    buffer = io.BytesIO()
-    _Pickler(buffer, protocol=5).dump(value)
-    return buffer.getvalue()
-
-
-_GETTERS: dict[type, Callable[[Any], tuple[object, ...]] | None] = {}
-
-
-def _getter(cls: type) -> Callable[[Any], tuple[object, ...]] | None:
-    """How to read the constructor's arguments of a slotted dataclass whose generated ``__init__`` sets
-    every field and nothing else (None: another type, pickled as usual)."""
-    getstate = getattr(cls, "__getstate__", None)
-    init = getattr(cls, "__init__", None)
-    if not (
-        is_dataclass(cls)
-        and getattr(getstate, "__qualname__", "") in ("_dataclass_getstate", "_record_getstate")
-        and getattr(getattr(init, "__code__", None), "co_filename", "") == "<string>"  # generated
-        and not hasattr(cls, "__post_init__")
-    ):
-        return None
-    every = fields(cls)
-    code = init.__code__  # type: ignore[union-attr]
-    if not all(f.init for f in every) or code.co_kwonlyargcount or code.co_argcount != len(every) + 1:
-        return None  # keyword-only fields, or init-only variables: not a call by position
-    names = [f.name for f in every]
-    if not names:
-        return lambda obj: ()
-    read = attrgetter(*names)
-    return (lambda obj: (read(obj),)) if len(names) == 1 else read
-
-
-class _Pickler(pickle.Pickler):
-    def reducer_override(self, obj: Any) -> Any:
-        cls = type(obj)
-        try:
-            getter = _GETTERS[cls]
-        except KeyError:
-            getter = _GETTERS[cls] = _getter(cls)
-        if getter is None:
-            return NotImplemented
-        return cls, getter(obj)
 
 
 def delta_position(topic: str, partition: int, offset: int, index: int, emitted: int) -> Position:

@@ -33,6 +33,7 @@ from events.plumbing.outage import Outage
 from events.wire.envelope import Envelope
 from projections.inprocess.follower import TimeOrderedFollower
 from projections.readmodel import writer as readmodels
+from projections.readmodel.tables import SCHEMA
 from projections.stages.core import Output, Position
 from projections.stages.jobs import STAGE as JOB_STAGE
 from projections.stages.sources import SOURCE_TOPICS
@@ -56,7 +57,7 @@ class ProjectionRunner:
         event_log: EventLog,
         pool: asyncpg.Pool,
         *,
-        schema: str = "fedsched_rm",
+        schema: str = SCHEMA,
         topics: Sequence[str] = SOURCE_TOPICS,
         publish: bool = True,
         batch: int = 5000,

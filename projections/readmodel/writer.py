@@ -16,12 +16,13 @@ from typing import Any
 
 import asyncpg
 
-from projections.faust.wire import dumps
+from events.catalog.lifecycle import FINAL_STATUSES
 from projections.readmodel.reader import ReadModels
 from projections.readmodel.rows import TABLES
 from projections.readmodel.tables import POSITIONS, STATE, bookkeeping_ddl
 from projections.stages.jobs import STAGE as JOB_STAGE
-from projections.stages.jobs import TERMINAL, JobView
+from projections.stages.jobs import JobView
+from projections.stages.pickled import dumps
 
 _SCHEMA_LOCK = 7_215_003
 
@@ -88,7 +89,7 @@ only open jobs in memory, and reads an ended one back when an event about it arr
 
 def ended(stage: str, entity: Any) -> bool:
     """Whether an entity is a job view that has ended (kept out of memory by the in-process host)."""
-    return stage == JOB_STAGE and isinstance(entity, JobView) and entity.status in TERMINAL
+    return stage == JOB_STAGE and isinstance(entity, JobView) and entity.status in FINAL_STATUSES
 
 
 async def load_state(pool: asyncpg.Pool, schema: str) -> dict[str, dict[str, Any]] | None:
@@ -150,23 +151,16 @@ async def flush(
         by_stage.setdefault(stage, []).append(key)
     async with pool.acquire() as conn, conn.transaction():
         for stage, keys in by_stage.items():
-            table = TABLES[stage]
-            name = _qualified(schema, table.name)
-            await conn.execute(f"DELETE FROM {name} WHERE entity_key = ANY($1::text[])", keys)
-            rows: list[tuple[Any, ...]] = []
+            of_stage = entities.get(stage, {})
+            await _replace_rows(conn, schema, stage, {key: of_stage.get(key) for key in keys})
             states: list[tuple[str, str, bytes]] = []
             gone: list[str] = []
             for key in keys:
-                entity = entities.get(stage, {}).get(key)
+                entity = of_stage.get(key)
                 if entity is None:
                     gone.append(key)
                     continue
-                rows.extend(table.rows(key, entity))
                 states.append((ENDED_JOBS if ended(stage, entity) else stage, key, dumps(entity)))
-            if rows:
-                await conn.copy_records_to_table(
-                    table.name, schema_name=schema, records=rows, columns=[c for c, _ in table.columns]
-                )
             if stage == JOB_STAGE:  # a job view is stored under one of two names: the other one goes
                 await conn.execute(
                     f"DELETE FROM {schema}.{STATE} WHERE stage = ANY($1::text[]) AND entity_key = ANY($2::text[])",
@@ -201,6 +195,26 @@ async def flush(
                 [tp[1] for tp, _ in items],
                 [offset for _, offset in items],
             )
+
+
+async def replace_rows(pool: asyncpg.Pool, schema: str, stage: str, entities: Mapping[str, Any]) -> None:
+    """Replace, in one transaction, the rows of these entities of one stage (None: the entity is gone):
+    the faust host's write, whose entities and positions live in its changelogs, not here."""
+    async with pool.acquire() as conn, conn.transaction():
+        await _replace_rows(conn, schema, stage, entities)
+
+
+async def _replace_rows(conn: asyncpg.Connection, schema: str, stage: str, entities: Mapping[str, Any]) -> None:
+    """Every row of these entities goes, and each present entity's rows come back whole: writing an
+    entity again writes the same rows."""
+    table = TABLES[stage]
+    keys = sorted(entities)
+    await conn.execute(f"DELETE FROM {_qualified(schema, table.name)} WHERE entity_key = ANY($1::text[])", keys)
+    rows = [row for key in keys if entities[key] is not None for row in table.rows(key, entities[key])]
+    if rows:
+        await conn.copy_records_to_table(
+            table.name, schema_name=schema, records=rows, columns=[c for c, _ in table.columns]
+        )
 
 
 async def checksums(pool: asyncpg.Pool, schema: str) -> dict[str, str]:

@@ -71,7 +71,6 @@ STAGE = "jobs"
 TIMELINE_LIMIT = 200
 FACTS_LIMIT = 64
 
-TERMINAL = FINAL_STATUSES
 """Statuses a job view ends in: the catalogue's final statuses (``projections.readmodel.writer`` reads it)."""
 _RUN_ENDS: dict[str, tuple[str, str]] = {
     cls.event_type.rsplit(".", 1)[-1]: (STATUS_AFTER[cls].value, how.value.capitalize())
@@ -444,7 +443,7 @@ def _apply(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView, 
     if kind == "JobSubmitted":
         return _submitted(view, fact, now, **extra)
     if kind == "JobQueued":
-        if view.status in TERMINAL or view.allocated:
+        if view.status in FINAL_STATUSES or view.allocated:
             return _log(view, now, view.status, fact, **extra), []
         demand = _demand(view, True)  # of fields the status does not change
         changes = {"status": "queued", "queued_since_ms": _since(view, now)}
@@ -454,7 +453,7 @@ def _apply(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView, 
     if kind in _RUN_FACTS and fact.run > view.run:
         return evolve(view, early=(*view.early, fact), **extra), []
     if kind == "JobStarted":
-        if fact.run != view.run or view.status in TERMINAL:
+        if fact.run != view.run or view.status in FINAL_STATUSES:
             stale = f"run {fact.run} is not the current run"
             return _log(view, now, view.status, fact, "StaleRun", stale, **extra), []
         changes = {"status": "running", "started_ms": view.started_ms or now}

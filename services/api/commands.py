@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from events.catalog.governance import QuotaRequestApproved, QuotaRequestSubmitted, QuotaSet
 from events.catalog.jobs import JobCancelRequested, JobSubmitted
+from events.catalog.lifecycle import FINAL_STATUSES
 from events.log.contract import EventLog
 from events.log.publisher import Publisher
 from projections.readmodel.reader import ReadModels
@@ -29,8 +30,6 @@ from services.api.auth import Action, Principal, authorize
 from services.api.errors import FailedPrecondition, InvalidArgument, NotFound
 from services.api.quota_rules import QuotaRules
 from services.api.store import ApiStore, Submission
-
-FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled", "rejected"})
 
 
 def derived_id(prefix: str, *parts: str) -> str:
@@ -258,4 +257,4 @@ def _first_error(error: ValidationError) -> tuple[str, str]:
     return ".".join(str(part) for part in first["loc"]) or "request", str(first["msg"])
 
 
-__all__ = ["FINAL_STATUSES", "JobCommands", "JobRef", "QuotaCommands", "Submitted", "job_id_for"]
+__all__ = ["JobCommands", "JobRef", "QuotaCommands", "Submitted", "job_id_for"]

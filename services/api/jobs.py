@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 
+from events.catalog.lifecycle import FINAL_STATUSES, JobStatus
 from events.catalog.topics import JOBS
 from events.log.contract import EventLog
 from projections.readmodel.read_rows import JobFilter, JobRow
@@ -27,7 +28,7 @@ from services.api.watch_tails import WatchTails
 
 _FLEET_VIEW_FOR_S = 5.0
 
-STATUSES = ("submitted", "queued", "placed", "running", "succeeded", "failed", "cancelled", "rejected", "unknown")
+STATUSES = (*(status.value for status in JobStatus), "unknown")  # "unknown": a job view not yet told its status
 PRIORITY_CLASSES = ("production_inference", "critical_training", "standard", "best_effort")
 
 
@@ -137,7 +138,7 @@ class JobService:
                 yield jobs_pb2.JobEvent(
                     job_id=job_id, time_ms=entry.created_ms, event="JobSubmitted", status="submitted", history=True
                 )
-        if status in watch.FINAL and not request.follow_after_end:
+        if status in FINAL_STATUSES and not request.follow_after_end:
             return
         reader = self._tails.reader()  # shared with every other watch of these partitions
         try:

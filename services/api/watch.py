@@ -21,7 +21,6 @@ from events.plumbing.tasks import cancel_and_wait
 from events.wire.codec import decode
 from services.api.pb import jobs_pb2
 
-FINAL = FINAL_STATUSES
 """Statuses after which a watch ends unless it follows on: the catalogue's final statuses (``services.api.jobs``
 reads it)."""
 _POLL_S = 1.0
@@ -72,7 +71,7 @@ async def live(
                 raise item
             status = item.status or status
             item.status = status
-            if status in FINAL and not follow:
+            if status in FINAL_STATUSES and not follow:
                 await cancel_and_wait(tasks)
                 while not queue.empty():
                     earlier = queue.get_nowait()

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from events.catalog.lifecycle import JobStatus
 from services.cli import jobfile
 from services.cli.args import positive_int
 from services.cli.main import CliError
@@ -41,7 +42,7 @@ EXIT_CODES = {
     "UNAVAILABLE": 6,
     "DEADLINE_EXCEEDED": 6,
 }
-STATUSES = ("submitted", "queued", "placed", "running", "succeeded", "failed", "cancelled", "rejected")
+STATUSES = tuple(status.value for status in JobStatus)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -30,9 +30,10 @@ from projections.faust.config import WorkerConfig
 from projections.faust.fold import Record, fold
 from projections.faust.router import Router
 from projections.faust.source import SourceBuffer
-from projections.faust.wire import Item, delta_position, dumps, pack, partition_of, unpack
+from projections.faust.wire import Item, delta_position, pack, partition_of, unpack
 from projections.stages.core import Input, Position
 from projections.stages.deltas import ShapeSeen
+from projections.stages.pickled import dumps
 from projections.stages.shapes import ShapeStage
 from projections.stages.topology import default_stages
 

@@ -25,12 +25,6 @@ STORES = (
     "services/runtime/embedded_pg.py",  # the embedded server's bootstrap
     "projections/readmodel/",  # the read models: tables, writer, reader
 )
-NOT_YET = {
-    # Owned by other work in progress; each must still hold what it is listed for, so the list only shrinks.
-    "projections/faust/sink.py": "its row replacement belongs in the read-model writer",
-    "projections/faust/config.py": "its schema default belongs to projections.readmodel.tables.SCHEMA",
-    "projections/inprocess/runner.py": "its schema default belongs to projections.readmodel.tables.SCHEMA",
-}
 
 SQL = re.compile(
     r"\bSELECT\s|\bINSERT\s+INTO\b|\bUPDATE\s+[\w.{}\"]+\s+SET\b|\bDELETE\s+FROM\b|\bTRUNCATE\s"
@@ -78,19 +72,11 @@ def test_sql_and_read_model_names_appear_only_in_the_stores() -> None:
     offenders = {
         module: found
         for module in _modules()
-        if not _is_store(module) and module not in NOT_YET
+        if not _is_store(module)
         if (found := findings((ROOT / module).read_text(encoding="utf-8")))
     }
     listed = "\n".join(f"  {module}: {', '.join(found)}" for module, found in sorted(offenders.items()))
     assert not offenders, f"SQL or read-model names outside the stores (ask projections.readmodel.reader):\n{listed}"
-
-
-@pytest.mark.parametrize("module", sorted(NOT_YET))
-def test_a_module_not_yet_moved_still_holds_what_it_is_listed_for(module: str) -> None:
-    path = ROOT / module
-    assert path.is_file() and findings(path.read_text(encoding="utf-8")), (
-        f"{module} holds no SQL any more: take it off NOT_YET ({NOT_YET[module]})"
-    )
 
 
 @pytest.mark.parametrize(

@@ -12,13 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from projections.faust.wire import dumps
 from projections.readmodel.rows import TABLES
 from projections.stages import quota as quota_module
 from projections.stages.core import Batch, Input
 from projections.stages.deltas import NodeCapacity, PendingDemand, QueueAllocation
 from projections.stages.fleet import FleetStage
 from projections.stages.persistent import PMap, RunSet
+from projections.stages.pickled import dumps
 from projections.stages.quota import QuotaStage
 
 ops = st.lists(
