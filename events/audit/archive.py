@@ -31,6 +31,7 @@ from events.hosting.follower import Follower
 from events.hosting.loop import ride_out
 from events.log.contract import EventLog, LogRecord, TopicPartition
 from events.log.headers import pack_headers
+from events.plumbing.metrics import Sample
 from events.plumbing.outage import Outage, reaching
 
 _SCHEMA_LOCK = 7_215_002
@@ -195,6 +196,10 @@ class AuditArchiver:
     def positions(self) -> dict[TopicPartition, int]:
         """Where the archive stood per partition after the latest catch-up (next offset to copy)."""
         return self.follower.positions if self._positioned else {}
+
+    def samples(self) -> list[Sample]:
+        """Its counter, for ``/metrics``."""
+        return [("fedsched_archived_total", {}, self.archived_total)]
 
     async def catch_up(self) -> ArchiveProgress:
         """Archive everything committed to the log when called; returns how many records were added."""

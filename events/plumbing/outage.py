@@ -2,7 +2,7 @@
 
 Called by the loops that must outlive one (the governance host, the audit archiver, the projections
 worker's read-model sink) and by the API's dependency probe; read by every process's health check
-(``services.runtime.metrics``), which fails naming what this process cannot reach now.
+(``events.plumbing.metrics``), which fails naming what this process cannot reach now.
 
 A loop that meets a *transient* error (the dependency refused, dropped or did not answer a
 connection) does not end: ``Outage.wait`` sleeps a capped exponential backoff, then the loop tries its

@@ -29,6 +29,7 @@ from events.hosting.sink import LogSink
 from events.log.contract import EventLog, OutRecord, TopicPartition
 from events.log.deadletter import dead_letter
 from events.log.publisher import to_record
+from events.plumbing.metrics import Sample
 from events.plumbing.outage import Outage
 from events.wire.envelope import Envelope
 from projections.inprocess.follower import TimeOrderedFollower
@@ -76,6 +77,14 @@ class ProjectionRunner:
         self.published_total = 0
         self._ended_jobs: set[str] = set()  # jobs whose views are stored as ended, out of memory
         self.outage = Outage("projections")
+
+    def samples(self) -> list[Sample]:
+        """Its counters, for ``/metrics``."""
+        return [
+            ("fedsched_events_folded_total", {"component": "projections"}, self.folded_total),
+            ("fedsched_dead_lettered_total", {"component": "projections"}, self.dead_lettered_total),
+            ("fedsched_outputs_published_total", {"component": "projections"}, self.published_total),
+        ]
 
     async def start(self) -> None:
         """Load what the read models hold (entities, positions): the host resumes where its sink stands."""

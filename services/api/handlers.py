@@ -133,7 +133,7 @@ def _is_abort(error: BaseException) -> bool:
 
 
 def request_samples() -> list[tuple[str, dict[str, str], float]]:
-    """Prometheus samples of the calls answered so far (for ``services.runtime.metrics``)."""
+    """Prometheus samples of the calls answered so far (for ``events.plumbing.metrics``)."""
     return [
         ("fedsched_api_requests_total", {"method": method, "code": code}, float(count))
         for (method, code), count in sorted(REQUESTS.items())

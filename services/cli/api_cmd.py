@@ -166,7 +166,7 @@ async def run_api(args: argparse.Namespace) -> int:
     print(f"fedsched api: listening on {api.address}", flush=True)
     metrics_server = None
     if args.metrics_listen:
-        from services.runtime.metrics import Metrics
+        from events.plumbing.metrics import Metrics
 
         metrics = Metrics()
         metrics.add_source(api.samples)

@@ -121,11 +121,12 @@ async def run_archiver(args: argparse.Namespace) -> int:
 
     from events.audit.archive import AuditArchiver
     from events.catalog.topics import TOPICS
+    from events.hosting.lag import Lag
     from events.log import open_log
     from events.plumbing.collector import tune_for_service
     from events.plumbing.logs import configure as configure_logging
+    from events.plumbing.metrics import serving
     from services.cli.config import log_url, postgres_dsn
-    from services.runtime.metrics import Lag, archiver_samples, serving
 
     configure_logging()
     tune_for_service()
@@ -142,7 +143,7 @@ async def run_archiver(args: argparse.Namespace) -> int:
         else:
             stop = stop_on_signals()
             lag = Lag(log, "archiver", lambda: archiver.positions)
-            async with serving(args.metrics, [lambda: archiver_samples(archiver)], lag=lag):
+            async with serving(args.metrics, [archiver.samples], lag=lag):
                 await archiver.run(stop)
     finally:
         await archiver.close()

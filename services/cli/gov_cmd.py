@@ -125,11 +125,12 @@ def governance_settings(path: str | Path, option: str) -> GovConfig:
 
 
 async def run_service(args: argparse.Namespace) -> int:
+    from events.hosting.lag import Lag
     from events.plumbing.collector import tune_for_service
     from events.plumbing.logs import configure as configure_logging
+    from events.plumbing.metrics import serving
     from services.governance.config import GovConfig
     from services.governance.host import GovernanceHost
-    from services.runtime.metrics import Lag, governance_samples, serving
 
     configure_logging()
     tune_for_service()
@@ -141,7 +142,7 @@ async def run_service(args: argparse.Namespace) -> int:
     stop = stop_on_signals()
     lag = Lag(event_log, "governance", lambda: host.positions)
     try:
-        async with serving(args.metrics, [lambda: governance_samples(host)], lag=lag):
+        async with serving(args.metrics, [host.samples], lag=lag):
             await host.run(stop)
     finally:
         await host.close()

@@ -58,10 +58,11 @@ async def run_inprocess(args: argparse.Namespace) -> int:
     configure_logging()
     tune_for_service()
 
+    from events.hosting.lag import Lag
     from events.log import open_log
+    from events.plumbing.metrics import serving
     from projections.inprocess.runner import ProjectionRunner
     from services.cli.config import log_url, postgres_dsn
-    from services.runtime.metrics import Lag, projections_samples, serving
 
     log = open_log(log_url(args.log))
     await log.start()
@@ -71,7 +72,7 @@ async def run_inprocess(args: argparse.Namespace) -> int:
     stop = stop_on_signals()
     lag = Lag(log, "projections", runner.positions)
     try:
-        async with serving(args.metrics, [lambda: projections_samples(runner)], lag=lag):
+        async with serving(args.metrics, [runner.samples], lag=lag):
             await runner.run(stop)
     finally:
         await runner.close()
@@ -206,11 +207,12 @@ def _serve_worker_metrics(app: Any, listen: str, lag_every_s: float) -> None:
     the worker's loop and is cancelled when the worker stops)."""
     import asyncio
 
+    from events.hosting.lag import Lag
     from events.log.kafka import KafkaEventLog
-    from services.runtime.metrics import Lag, serving
+    from events.plumbing.metrics import serving
 
     def samples() -> list[tuple[str, dict[str, str], float]]:
-        # As the in-process runner reports them (``services.runtime.metrics.projections_samples``).
+        # As the in-process runner reports them (``ProjectionRunner.samples``).
         return [
             ("fedsched_events_folded_total", {"component": "projections"}, app.host.folded),
             ("fedsched_dead_lettered_total", {"component": "projections"}, app.host.router.counts.dead_lettered),

@@ -20,9 +20,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 async def run(args: argparse.Namespace) -> int:
     from events.catalog.topics import TOPICS
+    from events.hosting.lag import Lag
     from events.log import open_log
+    from events.plumbing.metrics import serving
     from services.cli.config import log_url
-    from services.runtime.metrics import Lag, scheduler_samples, serving
     from services.scheduler.host import SchedulerHost
 
     configure_logging()
@@ -37,7 +38,7 @@ async def run(args: argparse.Namespace) -> int:
     stop = stop_on_signals()
     lag = Lag(log, "scheduler", lambda: host.positions)
     try:
-        async with serving(args.metrics, [lambda: scheduler_samples(host)], lag=lag):
+        async with serving(args.metrics, [host.samples], lag=lag):
             await host.run(stop)
     finally:
         await host.close()

@@ -37,6 +37,7 @@ from events.hosting.loop import ride_out
 from events.hosting.sink import LogSink
 from events.log.contract import EventLog, ProducerFenced, TopicPartition
 from events.log.publisher import to_record, wall_clock_ms
+from events.plumbing.metrics import Sample
 from events.plumbing.outage import Outage
 from events.wire.codec import decode
 from events.wire.envelope import Envelope
@@ -90,6 +91,16 @@ class GovernanceHost:
     def positions(self) -> dict[TopicPartition, int]:
         """Where the fold stands, per input partition (next offset)."""
         return self.follower.positions
+
+    def samples(self) -> list[Sample]:
+        """Its counters, for ``/metrics``."""
+        m = self.metrics
+        return [
+            ("fedsched_events_folded_total", {"component": "governance"}, m.folded),
+            ("fedsched_unreadable_total", {"component": "governance"}, m.unreadable),
+            ("fedsched_governance_outputs_total", {}, m.published),
+            ("fedsched_governance_steps_total", {}, m.steps),
+        ]
 
     async def start(self) -> None:
         await self.follower.start()

@@ -29,21 +29,15 @@ import asyncpg
 from connectors.sim.clock import SimClock
 from events.audit.archive import AuditArchiver
 from events.catalog.topics import TOPICS
+from events.hosting.lag import Lag
 from events.log.postgres import PostgresEventLog
 from events.log.publisher import wall_clock_ms
+from events.plumbing.metrics import Metrics
 from events.plumbing.tasks import cancel_and_wait
 from projections.inprocess.runner import ProjectionRunner
 from services.governance.config import GovConfig
 from services.governance.host import GovernanceHost
 from services.runtime import embedded_pg
-from services.runtime.metrics import (
-    Lag,
-    Metrics,
-    archiver_samples,
-    governance_samples,
-    projections_samples,
-    scheduler_samples,
-)
 from services.scheduler.host import SchedulerHost
 
 log = logging.getLogger("fedsched.up")
@@ -225,12 +219,12 @@ def _register_metrics(running: Running) -> None:
     scheduler = running.scheduler
     metrics = running.metrics
 
-    metrics.add_source(lambda: scheduler_samples(scheduler))
-    metrics.add_source(lambda: projections_samples(running.projections))
-    metrics.add_source(lambda: archiver_samples(running.archiver))
+    metrics.add_source(scheduler.samples)
+    metrics.add_source(running.projections.samples)
+    metrics.add_source(running.archiver.samples)
     governance = running.governance
     if governance is not None:
-        metrics.add_source(lambda: governance_samples(governance))
+        metrics.add_source(governance.samples)
     lags = [
         Lag(running.log, "scheduler", lambda: scheduler.positions),
         Lag(running.log, "projections", running.projections.positions),

@@ -42,6 +42,7 @@ from events.hosting.loop import ride_out
 from events.hosting.sink import LogSink
 from events.log.contract import Appended, EventLog, GroupConsumer, LogRecord, OutRecord, ProducerFenced, TopicPartition
 from events.log.publisher import to_record, wall_clock_ms
+from events.plumbing.metrics import Sample, latency_quantiles
 from events.plumbing.outage import Outage
 from events.wire.codec import decode
 from services.scheduler.core.decide import INPUT_TOPICS, decide
@@ -114,6 +115,30 @@ class SchedulerHost:
     def positions(self) -> dict[TopicPartition, int]:
         """Where the fold stands, per input partition (next offset)."""
         return self.follower.positions
+
+    def samples(self) -> list[Sample]:
+        """Its counters and its queue depth per priority class, for ``/metrics``."""
+        m = self.metrics
+        samples: list[Sample] = [
+            ("fedsched_scheduler_cycles_total", {}, m.cycles),
+            ("fedsched_scheduler_decisions_total", {}, m.decisions),
+            ("fedsched_scheduler_placements_total", {}, m.placements),
+            ("fedsched_scheduler_cycle_seconds", {}, m.last_cycle_ms / 1000),
+            ("fedsched_scheduler_leader", {}, 1.0 if m.leader else 0.0),
+            *(
+                ("fedsched_scheduler_cycle_phase_seconds", {"phase": phase}, ms / 1000)
+                for phase, ms in sorted(m.last_phases_ms.items())
+            ),
+            ("fedsched_events_folded_total", {"component": "scheduler"}, m.folded),
+            ("fedsched_unreadable_total", {"component": "scheduler"}, m.unreadable),
+            *latency_quantiles(m.placement_latency_ms),
+        ]
+        depth: dict[str, int] = {}
+        for job in self.state.pending_jobs():
+            key = job.priority_class.value
+            depth[key] = depth.get(key, 0) + 1
+        samples += [("fedsched_queue_depth", {"priority_class": k}, v) for k, v in sorted(depth.items())]
+        return samples
 
     async def start(self) -> None:
         await self.follower.start()

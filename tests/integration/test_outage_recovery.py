@@ -17,7 +17,7 @@ from events.audit.archive import AuditArchiver, verify_chain
 from events.catalog.topics import TOPICS, Cleanup, TopicSpec
 from events.log import OutRecord
 from events.log.postgres import PostgresEventLog
-from services.runtime.metrics import Metrics
+from events.plumbing.metrics import Metrics
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.postgres, pytest.mark.timeout(90)]
 

@@ -7,8 +7,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+from events.hosting.lag import Lag
 from events.log import EventLog, OutRecord, TopicPartition
-from services.runtime.metrics import Lag
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

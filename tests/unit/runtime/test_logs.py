@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from events.plumbing.logs import RetryWarnings
-from services.runtime.metrics import latency_quantiles
+from events.plumbing.metrics import latency_quantiles
 
 
 def record(message: str, level: int = logging.WARNING) -> logging.LogRecord:

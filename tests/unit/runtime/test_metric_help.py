@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime.metrics import Metrics
+from events.plumbing.metrics import Metrics
 
 pytestmark = pytest.mark.timeout(30)
 

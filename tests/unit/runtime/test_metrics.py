@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from services.runtime.metrics import Metrics
+from events.plumbing.metrics import Metrics
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -51,16 +51,16 @@ async def test_the_scheduler_reports_queue_depth_per_class_and_where_its_last_cy
     from types import SimpleNamespace
 
     from events.wire.envelope import Envelope
-    from services.runtime.metrics import scheduler_samples
     from services.scheduler.core.state import SchedulerState
     from services.scheduler.host import Metrics as SchedulerMetrics
+    from services.scheduler.host import SchedulerHost
     from tests.unit.projections.builders import a_job
 
     state = SchedulerState()
     for i in range(3):
         state.fold(Envelope(id=f"e{i}", time_ms=1_800_000_000_000, data=a_job(f"j{i}")))
     metrics = SchedulerMetrics(last_phases_ms={"decide": 12.0, "append": 5.0, "fold": 0.5})
-    samples = scheduler_samples(SimpleNamespace(metrics=metrics, state=state))  # type: ignore[arg-type]
+    samples = SchedulerHost.samples(SimpleNamespace(metrics=metrics, state=state))  # type: ignore[arg-type]
     assert ("fedsched_queue_depth", {"priority_class": "standard"}, 3) in samples
     assert ("fedsched_scheduler_cycle_phase_seconds", {"phase": "decide"}, 0.012) in samples
     assert ("fedsched_scheduler_cycle_phase_seconds", {"phase": "fold"}, 0.0005) in samples
@@ -69,9 +69,10 @@ async def test_the_scheduler_reports_queue_depth_per_class_and_where_its_last_cy
 async def test_a_process_serves_its_samples_and_lag_and_is_unhealthy_when_the_lag_goes_stale() -> None:
     import socket
 
+    from events.hosting.lag import Lag
     from events.log.contract import TopicPartition
     from events.log.memory import MemoryLog
-    from services.runtime.metrics import Lag, serving
+    from events.plumbing.metrics import serving
 
     log = MemoryLog()
     for i in range(7):

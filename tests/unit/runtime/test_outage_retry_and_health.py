@@ -16,10 +16,10 @@ from aiokafka.errors import KafkaTimeoutError
 from events.audit.archive import AuditArchiver
 from events.log.contract import LogRecord, ProducerFenced, TopicPartition
 from events.plumbing.health import DependencyProbe
+from events.plumbing.metrics import Metrics
 from events.plumbing.outage import Outage, Unreachable, reaching, transient, unreachable_now
 from projections.faust.sink import Sink
 from services.governance.host import GovernanceHost
-from services.runtime.metrics import Metrics
 
 pytestmark = [pytest.mark.timeout(30)]
 

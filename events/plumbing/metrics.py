@@ -1,11 +1,12 @@
 """Health and Prometheus metrics over plain HTTP, for every fedsched process.
 
-Called by composition roots (``fedsched up``, ``fedsched scheduler``...). A tiny asyncio server with
-two paths: ``/healthz`` (200 when every registered check passes, 503 naming the failing ones) and
-``/metrics`` (Prometheus text exposition 0.0.4). Sources are callables polled at scrape time, so the
-services keep plain counters and pay nothing between scrapes. Besides its own checks, ``/healthz``
-fails naming every dependency a loop of this process is waiting for (``events.plumbing.outage``): a process that
-rides out an outage of the log or the database says so while it waits.
+Called by composition roots (``fedsched up``, ``fedsched scheduler``...), which register the hosts'
+``samples`` and a follower's lag (``events.hosting.lag``). A tiny asyncio server with two paths:
+``/healthz`` (200 when every registered check passes, 503 naming the failing ones) and ``/metrics``
+(Prometheus text exposition 0.0.4). Sources are callables polled at scrape time, so the services keep
+plain counters and pay nothing between scrapes. Besides its own checks, ``/healthz`` fails naming every
+dependency a loop of this process is waiting for (``events.plumbing.outage``): a process that rides out
+an outage of the log or the database says so while it waits.
 """
 
 from __future__ import annotations
@@ -13,16 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from events.audit.archive import AuditArchiver
-    from events.log.contract import EventLog, LogReader, TopicPartition
-    from projections.inprocess.runner import ProjectionRunner
-    from services.governance.host import GovernanceHost
-    from services.scheduler.host import SchedulerHost
+from typing import Protocol
 
 from events.plumbing.outage import unreachable_now
 from events.plumbing.tasks import cancel_and_wait
@@ -32,6 +25,20 @@ log = logging.getLogger("fedsched.metrics")
 Sample = tuple[str, dict[str, str], float]  # name, labels, value
 Source = Callable[[], Iterable[Sample]]
 Check = Callable[[], bool]
+
+
+class Measured(Protocol):
+    """A measure taken in the background while the process serves (a follower's lag behind the log,
+    ``events.hosting.lag.Lag``): its samples, whether it is fresh (a health check), and its loop."""
+
+    component: str
+
+    def samples(self) -> list[Sample]: ...
+
+    def fresh(self) -> bool: ...
+
+    async def run(self, stop: asyncio.Event) -> None: ...
+
 
 #: name: (Prometheus type, help text) of every metric a fedsched process exports.
 _HELP = {
@@ -143,83 +150,12 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-class Lag:
-    """Records committed but not yet folded by one component (``fedsched_consumer_lag``), measured every
-    ``every_s`` in the background: the end offsets are a round trip to the log, not a thing to do at
-    scrape time. A partition whose only records left are transaction markers counts 0."""
-
-    def __init__(
-        self,
-        event_log: EventLog,
-        component: str,
-        positions: Callable[[], Mapping[TopicPartition, int]],
-        every_s: float = 15.0,
-    ) -> None:
-        self._log = event_log
-        self.component = component
-        self._positions = positions
-        self.every_s = every_s
-        self.value: int | None = None
-        self._measured_at = time.monotonic()  # counted from the start: fresh until the first try is due
-        self._reader: LogReader | None = None  # kept: an idle Kafka reader's partitions are paused
-        # (position, end) of partitions found to hold only markers there: not fetched again until either moves.
-        self._settled: dict[TopicPartition, tuple[int, int]] = {}
-
-    def fresh(self) -> bool:
-        """Measured within three periods: the log answers (the health check of a process with a lag)."""
-        return time.monotonic() - self._measured_at <= 3 * self.every_s
-
-    async def measure(self) -> int:
-        if self._reader is None:
-            self._reader = await self._log.reader()
-        reader = self._reader
-        total = 0
-        positions = sorted(self._positions().items())
-        ends = await reader.end_offsets([tp for tp, _ in positions])
-        for tp, position in positions:
-            end = ends[tp]
-            gap = max(0, end - position)
-            # Perhaps only the commit marker(s) of what was folded.
-            settled = 0 < gap <= 2 and (
-                self._settled.get(tp) == (position, end) or await reader.caught_up(tp, position)
-            )
-            if settled:
-                self._settled[tp] = (position, end)
-                gap = 0
-            total += gap
-        self.value, self._measured_at = total, time.monotonic()
-        return total
-
-    async def close(self) -> None:
-        if self._reader is not None:
-            await self._reader.close()
-            self._reader = None
-
-    async def run(self, stop: asyncio.Event) -> None:
-        try:
-            while not stop.is_set():
-                try:
-                    await self.measure()
-                except Exception as error:  # the log may be away for a while: the gauge keeps its last value
-                    log.warning("event=lag_unmeasured component=%s error=%r", self.component, str(error))
-                    await self.close()  # a fresh reader next time
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self.every_s)
-        finally:
-            await self.close()
-
-    def samples(self) -> list[Sample]:
-        if self.value is None:
-            return []
-        return [("fedsched_consumer_lag", {"component": self.component}, float(self.value))]
-
-
 @contextlib.asynccontextmanager
 async def serving(
     listen: str,
     sources: Iterable[Source],
     *,
-    lag: Lag | None = None,
+    lag: Measured | None = None,
     checks: Mapping[str, Check] | None = None,
 ) -> AsyncIterator[Metrics | None]:
     """``/metrics`` and ``/healthz`` on ``listen`` (``host:port``; empty: nothing served) for the block,
@@ -261,50 +197,3 @@ def latency_quantiles(latencies_ms: Iterable[int]) -> list[Sample]:
         )
         for q, f in (("0.5", 0.5), ("0.95", 0.95), ("0.99", 0.99))
     ]
-
-
-def governance_samples(host: GovernanceHost) -> list[Sample]:
-    m = host.metrics
-    return [
-        ("fedsched_events_folded_total", {"component": "governance"}, m.folded),
-        ("fedsched_unreadable_total", {"component": "governance"}, m.unreadable),
-        ("fedsched_governance_outputs_total", {}, m.published),
-        ("fedsched_governance_steps_total", {}, m.steps),
-    ]
-
-
-def archiver_samples(archiver: AuditArchiver) -> list[Sample]:
-    return [("fedsched_archived_total", {}, archiver.archived_total)]
-
-
-def projections_samples(runner: ProjectionRunner) -> list[Sample]:
-    return [
-        ("fedsched_events_folded_total", {"component": "projections"}, runner.folded_total),
-        ("fedsched_dead_lettered_total", {"component": "projections"}, runner.dead_lettered_total),
-        ("fedsched_outputs_published_total", {"component": "projections"}, runner.published_total),
-    ]
-
-
-def scheduler_samples(scheduler: SchedulerHost) -> list[Sample]:
-    """The scheduler's counters and its queue depth per priority class."""
-    m = scheduler.metrics
-    samples: list[Sample] = [
-        ("fedsched_scheduler_cycles_total", {}, m.cycles),
-        ("fedsched_scheduler_decisions_total", {}, m.decisions),
-        ("fedsched_scheduler_placements_total", {}, m.placements),
-        ("fedsched_scheduler_cycle_seconds", {}, m.last_cycle_ms / 1000),
-        ("fedsched_scheduler_leader", {}, 1.0 if m.leader else 0.0),
-        *(
-            ("fedsched_scheduler_cycle_phase_seconds", {"phase": phase}, ms / 1000)
-            for phase, ms in sorted(m.last_phases_ms.items())
-        ),
-        ("fedsched_events_folded_total", {"component": "scheduler"}, m.folded),
-        ("fedsched_unreadable_total", {"component": "scheduler"}, m.unreadable),
-        *latency_quantiles(m.placement_latency_ms),
-    ]
-    depth: dict[str, int] = {}
-    for job in scheduler.state.pending_jobs():
-        key = job.priority_class.value
-        depth[key] = depth.get(key, 0) + 1
-    samples += [("fedsched_queue_depth", {"priority_class": k}, v) for k, v in sorted(depth.items())]
-    return samples
