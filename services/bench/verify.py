@@ -162,8 +162,8 @@ def state_memory(log: MemoryLog, service: str, *, keep_settled: bool) -> int:
     import gc
     import tracemalloc
 
+    from services.governance.core.state import GovState
     from services.governance.host import INPUT_TOPICS as GOVERNANCE_INPUTS
-    from services.governance.state import GovState
     from services.scheduler.core.decide import INPUT_TOPICS as SCHEDULER_INPUTS
     from services.scheduler.core.state import SchedulerState
 

@@ -15,8 +15,8 @@ from services.cli.args import positive_float, positive_int, rfc3339_ms
 from services.cli.main import CliError
 
 if TYPE_CHECKING:
-    from services.governance.config import GovConfig
-    from services.governance.state import GovState
+    from services.governance.core.config import GovConfig
+    from services.governance.core.state import GovState
 
 _PERIOD = re.compile(r"^(\d+)([mhdw])$")
 _UNIT_MS = {"m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 7 * 86_400_000}
@@ -113,7 +113,7 @@ def governance_settings(path: str | Path, option: str) -> GovConfig:
     cannot be read or says something invalid is a clear error naming ``option``."""
     import yaml
 
-    from services.governance.config import from_document
+    from services.governance.core.config import from_document
 
     try:
         document = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
@@ -129,7 +129,7 @@ async def run_service(args: argparse.Namespace) -> int:
     from events.plumbing.collector import tune_for_service
     from events.plumbing.logs import configure as configure_logging
     from events.plumbing.metrics import serving
-    from services.governance.config import GovConfig
+    from services.governance.core.config import GovConfig
     from services.governance.host import GovernanceHost
 
     configure_logging()
@@ -158,7 +158,7 @@ async def run_request(args: argparse.Namespace) -> int:
     from events.log.publisher import Publisher, wall_clock_ms
     from services.cli.people_cmd import EXIT_CODES
     from services.governance.commands import submit_request
-    from services.governance.quota import RequestIdInUse, request_problem
+    from services.governance.core.quota import RequestIdInUse, request_problem
 
     now = wall_clock_ms()
     start = now if args.start is None else args.start
@@ -207,7 +207,7 @@ async def run_decide(args: argparse.Namespace) -> int:
     from events.log.publisher import Publisher
     from services.cli.people_cmd import EXIT_CODES
     from services.governance.commands import decide_request
-    from services.governance.quota import AlreadyDecided, DecisionError, RequestNotFound
+    from services.governance.core.quota import AlreadyDecided, DecisionError, RequestNotFound
 
     event_log = await _open(args.log)
     publisher = Publisher(event_log, "urn:fedsched:cli")

@@ -15,7 +15,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from events.wire.envelope import format_time
-from services.governance.figures import Report
+from services.governance.core.figures import Report
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -2,20 +2,23 @@
 
 Who calls what:
 
-- the pure rules (``config``, ``state``, ``quota``, ``reclaim``, ``abnormal``, ``rules``, ``figures``) are
-  called by the host and by the API; they do no I/O and take time as input;
+- the pure core (``core``: ``config``, ``state``, ``quota``, ``reclaim``, ``abnormal``, ``failures``,
+  ``rules``, ``figures``) is called by the host, the quota rules the API is given and the report; it does
+  no I/O and takes time as input;
 - ``host.GovernanceHost`` follows the log and publishes what the rules decide (``fedsched gov run``, and
   inside ``fedsched up``);
-- ``commands`` publishes people's quota requests and decisions (``fedsched gov quota ...``, the API);
-- ``report`` and ``render`` build ``fedsched gov report`` from the read models and findings.
+- ``commands`` publishes people's quota requests and decisions (``fedsched gov quota ...``), and
+  ``quota_rules`` answers the API's questions about them (the API's ``QuotaRules`` port);
+- ``report`` builds ``fedsched gov report`` from the read models and findings (``services.cli.gov_render``
+  prints it).
 
 The names below are the pure, public part; importing them pulls in no I/O library.
 """
 
-from services.governance.config import AutoApproveRule, GovConfig, IdleRule, LeaseRule, RuntimeRule, from_document
-from services.governance.quota import DecisionError, auto_decide, decide, effective_lines
-from services.governance.rules import evaluate
-from services.governance.state import SOURCE, GovState, Output
+from services.governance.core.config import AutoApproveRule, GovConfig, IdleRule, LeaseRule, RuntimeRule, from_document
+from services.governance.core.quota import DecisionError, auto_decide, decide, effective_lines
+from services.governance.core.rules import evaluate
+from services.governance.core.state import SOURCE, GovState, Output
 
 __all__ = [
     "SOURCE",

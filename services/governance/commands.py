@@ -2,7 +2,7 @@
 
 Called by ``fedsched gov quota ...``, and by the API's ``DecideQuotaRequest`` through
 ``services.governance.quota_rules`` (the request as recorded). Calls the log (to read the governance
-topic and append) and the pure ``services.governance.quota.decide``.
+topic and append) and the pure ``services.governance.core.quota.decide``.
 The governance host does the rest: it approves small requests by rule, and publishes the ``QuotaSet``
 when an approved grant starts and when it expires.
 """
@@ -17,8 +17,8 @@ from events.log.publisher import Publisher
 from events.log.reading import read_to_end
 from events.wire.codec import decode
 from events.wire.envelope import Envelope
-from services.governance.quota import RequestIdInUse, RequestNotFound, decide, same_request
-from services.governance.state import GovState, Request
+from services.governance.core.quota import RequestIdInUse, RequestNotFound, decide, same_request
+from services.governance.core.state import GovState, Request
 
 
 async def governance_state(event_log: EventLog, *, namespace: str = "") -> GovState:

@@ -1,7 +1,7 @@
 """The governance service: follows the log, runs the pure rules, publishes what they decide.
 
 Called by ``fedsched gov run`` and by ``fedsched up``. Calls the log ports and the pure rules
-(``services.governance.rules``). Time is the latest event time in the log; the host reads the clock only
+(``services.governance.core.rules``). Time is the latest event time in the log; the host reads the clock only
 to note, on a quiet log, that time passed (``tick``), so that what a rule waits for happens on time.
 
 Recipe of one step:
@@ -41,9 +41,9 @@ from events.plumbing.metrics import Sample
 from events.plumbing.outage import Outage
 from events.wire.codec import decode
 from events.wire.envelope import Envelope
-from services.governance.config import GovConfig
-from services.governance.rules import evaluate
-from services.governance.state import SOURCE, GovState, Output
+from services.governance.core.config import GovConfig
+from services.governance.core.rules import evaluate
+from services.governance.core.state import SOURCE, GovState, Output
 
 log = logging.getLogger("fedsched.governance")
 

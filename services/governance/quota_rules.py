@@ -1,7 +1,7 @@
 """Governance's side of the API's quota port (``services.api.quota_rules.QuotaRules``).
 
 Built by the composition roots that start the API (``fedsched api``, ``fedsched up``, the tests' stacks)
-and called by the API's ``QuotaCommands``. Calls the pure rules of ``services.governance.quota`` and
+and called by the API's ``QuotaCommands``. Calls the pure rules of ``services.governance.core.quota`` and
 reads the governance topic through ``services.governance.commands``, as ``fedsched gov quota`` does, so
 a request or a decision made through the API is checked exactly as one made on the command line.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 from events.catalog.governance import QuotaRequestApproved, QuotaRequestRejected, QuotaRequestSubmitted
 from events.log.contract import EventLog
 from services.governance.commands import governance_state
-from services.governance.quota import decide, request_problem
-from services.governance.state import Request
+from services.governance.core.quota import decide, request_problem
+from services.governance.core.state import Request
 
 
 class GovernanceQuotaRules:

@@ -2,7 +2,7 @@
 
 Called by the CLI and by tests. Calls the read models' reader (``projections.readmodel.reader``) and the
 event log (findings on the governance topic); the figures themselves are computed by the pure
-``services.governance.figures``; ``services.cli.gov_render`` writes them out.
+``services.governance.core.figures``; ``services.cli.gov_render`` writes them out.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from events.log.contract import EventLog, TopicPartition
 from events.log.reading import read_to_end
 from events.wire.codec import decode
 from projections.readmodel.reader import ReadModels
-from services.governance.figures import FindingRow, HeldRow, JobRow, QuotaRow, Report, UsageRow, build
+from services.governance.core.figures import FindingRow, HeldRow, JobRow, QuotaRow, Report, UsageRow, build
 
 
 async def usage_rows(reads: ReadModels) -> list[UsageRow]:

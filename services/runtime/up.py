@@ -35,7 +35,7 @@ from events.log.publisher import wall_clock_ms
 from events.plumbing.metrics import Metrics
 from events.plumbing.tasks import cancel_and_wait
 from projections.inprocess.runner import ProjectionRunner
-from services.governance.config import GovConfig
+from services.governance.core.config import GovConfig
 from services.governance.host import GovernanceHost
 from services.runtime import embedded_pg
 from services.scheduler.host import SchedulerHost

@@ -16,9 +16,9 @@ from events.catalog.jobs import JobFailed, JobKind, JobReclaimed, JobStarted, Jo
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import ClusterId, CycleId, JobId, NodeId, QuotaRequestId, ResourceKind, Resources, TenantId
 from events.wire.envelope import Envelope
-from services.governance.config import GovConfig
-from services.governance.rules import evaluate
-from services.governance.state import GovState, Output
+from services.governance.core.config import GovConfig
+from services.governance.core.rules import evaluate
+from services.governance.core.state import GovState, Output
 
 MIN = 60_000
 T0 = 1_764_680_400_000

@@ -53,7 +53,7 @@ from events.log.reading import read_to_end
 from events.wire.codec import decode
 from events.wire.envelope import Envelope
 from projections.inprocess.runner import ProjectionRunner
-from services.governance.config import MINUTE_MS, GovConfig, IdleRule, LeaseRule
+from services.governance.core.config import MINUTE_MS, GovConfig, IdleRule, LeaseRule
 from services.runtime import up
 
 pytestmark = [

@@ -27,8 +27,8 @@ from events.log import EventLog, TopicPartition
 from events.log.publisher import Publisher, to_record
 from events.log.reading import read_to_end
 from events.wire.codec import decode
+from services.governance.core.quota import decide
 from services.governance.host import GovernanceHost
-from services.governance.quota import decide
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.timeout(60)]
 T0 = 1_800_000_000_000

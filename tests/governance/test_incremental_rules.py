@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 
 from events.catalog.jobs import JobCancelled, JobCancelRequested, JobSucceeded
 from events.catalog.types import JobId
-from services.governance.abnormal import _streaks
-from services.governance.config import GovConfig
-from services.governance.failures import FailureIndex
-from services.governance.rules import evaluate
-from services.governance.state import GovState
+from services.governance.core.abnormal import _streaks
+from services.governance.core.config import GovConfig
+from services.governance.core.failures import FailureIndex
+from services.governance.core.rules import evaluate
+from services.governance.core.state import GovState
 from tests.governance.builders import History, a_history
 
 pytestmark = pytest.mark.timeout(120)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from services.cli.main import main
-from services.governance.quota import DecisionError, decide
+from services.governance.core.quota import DecisionError, decide
 
 from .builders import a_history
 

@@ -8,7 +8,7 @@ import pytest
 from events.catalog.governance import QuotaRequestSubmitted
 from events.catalog.types import ResourceKind
 from services.cli.main import main
-from services.governance.quota import request_problem
+from services.governance.core.quota import request_problem
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from services.cli.gov_render import render
-from services.governance.figures import (
+from services.governance.core.figures import (
     HOUR_MS,
     FindingRow,
     JobRow,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.governance.figures import HOUR_MS, HeldRow, QuotaRow, UsageRow, build
+from services.governance.core.figures import HOUR_MS, HeldRow, QuotaRow, UsageRow, build
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from services.cli.gov_render import render
-from services.governance.figures import HOUR_MS, HeldRow, UsageRow, build
+from services.governance.core.figures import HOUR_MS, HeldRow, UsageRow, build
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -17,8 +17,8 @@ from events.catalog.governance import (
 )
 from events.catalog.jobs import JobCancelRequested, JobFailed
 from events.catalog.reasons import ReasonCode
-from services.governance.config import AutoApproveRule, GovConfig, IdleRule, RuntimeRule, from_document
-from services.governance.quota import DecisionError, auto_decide, decide
+from services.governance.core.config import AutoApproveRule, GovConfig, IdleRule, RuntimeRule, from_document
+from services.governance.core.quota import DecisionError, auto_decide, decide
 
 from .builders import MIN, T0, History, a_history, types
 

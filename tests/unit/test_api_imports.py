@@ -43,7 +43,7 @@ def test_no_api_module_imports_governance_or_the_runtime() -> None:
     "code",
     [
         "from services.governance import commands as governance",
-        "from services.governance.quota import decide",
+        "from services.governance.core.quota import decide",
         "def f() -> None:\n    import services.runtime.up",
         "from services import governance",
     ],

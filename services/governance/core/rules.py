@@ -7,11 +7,11 @@ each under an id derived from its cause and not yet in the log.
 
 from __future__ import annotations
 
-from services.governance.abnormal import findings
-from services.governance.config import GovConfig
-from services.governance.quota import quota_changes
-from services.governance.reclaim import reclaim_actions
-from services.governance.state import GovState, Output
+from services.governance.core.abnormal import findings
+from services.governance.core.config import GovConfig
+from services.governance.core.quota import quota_changes
+from services.governance.core.reclaim import reclaim_actions
+from services.governance.core.state import GovState, Output
 
 
 def evaluate(state: GovState, config: GovConfig) -> list[Output]:

@@ -26,7 +26,7 @@ from events.catalog.inventory import ClusterStatus, ClusterStatusChanged, NodeOb
 from events.catalog.jobs import JobCancelRequested, JobFailed, JobKind, JobStarted, JobSubmitted
 from events.catalog.lifecycle import RUN_END_EVENTS, RUN_END_OF, JobStatus, RunEnd, RunEndEvent, ends_run, final_status
 from events.wire.envelope import Envelope
-from services.governance.failures import Entry, FailureIndex
+from services.governance.core.failures import Entry, FailureIndex
 
 SOURCE = "urn:fedsched:governance"
 #: Usage samples kept per run (the idle rule needs the recent stretch only).

@@ -1,6 +1,6 @@
 """Abnormal jobs and nodes: crash loops, jobs stuck pending, suspect nodes, straggling gangs.
 
-Called by ``services.governance.rules.evaluate``. Pure. Each detector returns ``GovernanceFinding``
+Called by ``services.governance.core.rules.evaluate``. Pure. Each detector returns ``GovernanceFinding``
 outputs whose ids are derived from the facts that triggered them, so each is reported once:
 
 - ``crash-loop``: ``crash_loop_failures`` failed runs of one tenant's job name (a job's runs, or a
@@ -23,9 +23,9 @@ from typing import cast
 from events.catalog.governance import Figure, FindingKind, GovernanceFinding
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import ClusterId, JobId, NodeId, TenantId
-from services.governance.config import AbnormalRules, GovConfig
-from services.governance.failures import Entry
-from services.governance.state import GovState, JobFacts, Output, derived_id
+from services.governance.core.config import AbnormalRules, GovConfig
+from services.governance.core.failures import Entry
+from services.governance.core.state import GovState, JobFacts, Output, derived_id
 
 Failure = tuple[int, str, int, str, str]  # (ended ms, job id or workload, run, cluster, node)
 

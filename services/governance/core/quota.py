@@ -25,8 +25,8 @@ from events.catalog.governance import (
 )
 from events.catalog.types import QueueId, QuotaRequestId, ResourceKind, TenantId
 from events.wire.envelope import format_time
-from services.governance.config import GovConfig
-from services.governance.state import GovState, Output, Request
+from services.governance.core.config import GovConfig
+from services.governance.core.state import GovState, Output, Request
 
 
 class DecisionError(ValueError):

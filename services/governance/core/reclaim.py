@@ -1,6 +1,6 @@
 """Reclamation rules: idle jobs (warn, then reclaim), jobs past their maximum runtime, stale allocations.
 
-Called by ``services.governance.rules.evaluate``. Pure: every time is log time from ``GovState`` and
+Called by ``services.governance.core.rules.evaluate``. Pure: every time is log time from ``GovState`` and
 every output id is derived from the facts, so the same log gives the same actions.
 
 - Idle (per job kind, ``IdleRule``): the trailing stretch of usage samples under ``threshold_pct``; once
@@ -22,8 +22,8 @@ from events.catalog.governance import Figure, FindingKind, GovernanceFinding, Jo
 from events.catalog.jobs import JobCancelRequested, JobFailed
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import ClusterId, CycleId, JobId, NodeId, TenantId
-from services.governance.config import GovConfig, IdleRule
-from services.governance.state import GovState, JobFacts, Output, RunFacts, derived_id
+from services.governance.core.config import GovConfig, IdleRule
+from services.governance.core.state import GovState, JobFacts, Output, RunFacts, derived_id
 
 
 def reclaim_actions(state: GovState, config: GovConfig) -> list[Output]:
