@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from events.catalog.topics import TOPICS, TopicSpec, topic
-from projections.readmodel.tables import SCHEMA
+from projections.readmodel.rows.tables import SCHEMA
 from projections.readmodel.writer import STATE_FORMAT
 from projections.stages.sources import SOURCE_TOPICS, source_rank
 

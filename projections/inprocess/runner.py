@@ -34,7 +34,7 @@ from events.plumbing.outage import Outage
 from events.wire.envelope import Envelope
 from projections.inprocess.follower import TimeOrderedFollower
 from projections.readmodel import writer as readmodels
-from projections.readmodel.tables import SCHEMA
+from projections.readmodel.rows.tables import SCHEMA
 from projections.stages.core import Output, Position
 from projections.stages.jobs import STAGE as JOB_STAGE
 from projections.stages.sources import SOURCE_TOPICS

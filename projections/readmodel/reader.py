@@ -1,9 +1,9 @@
 """Reads of the PostgreSQL read models: one method per question the API, governance's report, the demo
-and the CLI ask, each answered with typed rows (``projections.readmodel.read_rows``).
+and the CLI ask, each answered with typed rows (``projections.readmodel.rows.typed``).
 
 Called by the API's servicers and commands, ``services.governance.report``, ``services.runtime.demo``
 and ``fedsched projections rebuild`` (through ``writer.checksums``). Calls asyncpg, on the tables of
-``projections.readmodel.tables`` that ``projections.readmodel.writer`` fills. The only SQL that reads
+``projections.readmodel.rows.tables`` that ``projections.readmodel.writer`` fills. The only SQL that reads
 them lives here.
 
 Tenant scoping is applied in SQL (``tenants``: the tenants a caller may see, ``None`` for all), so a
@@ -19,8 +19,20 @@ from typing import Any
 
 import asyncpg
 
-from projections.readmodel import from_records as parse
-from projections.readmodel.read_rows import (
+from projections.readmodel.rows import from_records as parse
+from projections.readmodel.rows.tables import (
+    ALL,
+    CLUSTERS,
+    FLEET,
+    JOB_ORDER,
+    JOBS,
+    NODES,
+    POSITIONS,
+    QUOTA,
+    SCHEMA,
+    USAGE,
+)
+from projections.readmodel.rows.typed import (
     ClusterAllocation,
     ClusterSummary,
     FleetModel,
@@ -36,7 +48,6 @@ from projections.readmodel.read_rows import (
     QueueQuota,
     UsageHour,
 )
-from projections.readmodel.tables import ALL, CLUSTERS, FLEET, JOB_ORDER, JOBS, NODES, POSITIONS, QUOTA, SCHEMA, USAGE
 
 _SUMMARY_COLUMNS = (
     "entity_key, tenant, project, queue, name, kind, priority_class, status, cluster, replicas, gpu_milli,"

@@ -1,7 +1,7 @@
 """PostgreSQL read models, written transactionally (``projections.readmodel.reader`` reads them).
 
-Called by the projection hosts. Calls asyncpg, with the tables of ``projections.readmodel.tables`` and
-the row converters of ``projections.readmodel.rows``. One ``flush`` writes, in one transaction, the rows of
+Called by the projection hosts. Calls asyncpg, with the tables of ``projections.readmodel.rows.tables`` and
+the row converters of ``projections.readmodel.rows.entities``. One ``flush`` writes, in one transaction, the rows of
 every changed entity, the entities' state (so a restarted host resumes without replaying history) and
 the log positions they cover. A replayed or duplicated event is therefore either before the stored
 position (skipped by the host) or already inside the entity's own applied positions (ignored by the
@@ -18,8 +18,8 @@ import asyncpg
 
 from events.catalog.lifecycle import FINAL_STATUSES
 from projections.readmodel.reader import ReadModels
-from projections.readmodel.rows import TABLES
-from projections.readmodel.tables import POSITIONS, STATE, bookkeeping_ddl
+from projections.readmodel.rows.entities import TABLES
+from projections.readmodel.rows.tables import POSITIONS, STATE, bookkeeping_ddl
 from projections.stages.jobs import STAGE as JOB_STAGE
 from projections.stages.jobs import JobView
 from projections.stages.pickled import dumps

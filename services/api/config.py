@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from events.log.publisher import wall_clock_ms
-from projections.readmodel.tables import SCHEMA
+from projections.readmodel.rows.tables import SCHEMA
 from services.api.auth import AuthConfig
 
 DEFAULT_LISTEN = "127.0.0.1:50051"

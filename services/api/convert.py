@@ -1,6 +1,6 @@
 """Read-model rows and accepted submissions as protobuf messages. Pure.
 
-Called by the servicers. Rows are the reader's typed rows (``projections.readmodel.read_rows``);
+Called by the servicers. Rows are the reader's typed rows (``projections.readmodel.rows.typed``);
 ``as_mapping`` gives a job row as the column mapping ``watch.history`` and ``explain`` read.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from events.catalog.jobs import JobSubmitted
 from events.catalog.reasons import DESCRIPTIONS, ReasonCode
-from projections.readmodel.read_rows import (
+from projections.readmodel.rows.typed import (
     ClusterSummary,
     FleetModel,
     JobRow,

@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from events.catalog.lifecycle import FINAL_STATUSES, JobStatus
 from events.catalog.topics import JOBS
 from events.log.contract import EventLog
-from projections.readmodel.read_rows import JobFilter, JobRow
 from projections.readmodel.reader import ReadModels
+from projections.readmodel.rows.typed import JobFilter, JobRow
 from services.api import convert, validation, watch
 from services.api.auth import check_scope, current_principal
 from services.api.commands import JobCommands

@@ -26,11 +26,10 @@ from events.log.contract import EventLog, TopicPartition
 from events.log.reading import read_to_end
 from events.wire.codec import decode
 from events.wire.envelope import Envelope
-from services.scheduler.core.decide import INPUT_TOPICS
+from services.scheduler.core.decide import INPUT_TOPICS, SAME_INSTANT_LIMIT
 from services.scheduler.core.policy import FleetSnapshot, Job, Place, PolicyConfig, Preempt, RunningJob, schedule
 from services.scheduler.core.policy import model as m
 from services.scheduler.core.state import Placement, SchedulerState, job_model
-from services.scheduler.sim.timed import SAME_INSTANT_LIMIT
 
 _HOUR_MS = 3_600_000
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from events.plumbing.collector import tune_for_service
 from events.plumbing.logs import configure as configure_logging
 from events.plumbing.signals import stop_on_signals
-from projections.readmodel.tables import SCHEMA
+from projections.readmodel.rows.tables import SCHEMA
 from services.cli.main import CliError
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from events.plumbing.signals import stop_on_signals
-from projections.readmodel.tables import REBUILD_SCHEMA, SCHEMA
+from projections.readmodel.rows.tables import REBUILD_SCHEMA, SCHEMA
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

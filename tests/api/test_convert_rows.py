@@ -10,8 +10,8 @@ from typing import Any
 from events.catalog.decisions import JobQueued
 from events.catalog.jobs import JobStarted
 from events.catalog.reasons import ReasonCode
-from projections.readmodel import from_records
-from projections.readmodel.rows import TABLES
+from projections.readmodel.rows import from_records
+from projections.readmodel.rows.entities import TABLES
 from services.api import convert, watch
 from services.api.explain import explain
 from tests.unit.projections.builders import Fold, a_job, a_node, placed

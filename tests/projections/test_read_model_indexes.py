@@ -6,7 +6,7 @@ import asyncpg
 import pytest
 
 from projections.readmodel import writer as readmodels
-from projections.readmodel.rows import TABLES
+from projections.readmodel.rows.entities import TABLES
 
 pytestmark = [pytest.mark.postgres, pytest.mark.asyncio(loop_scope="session")]
 

@@ -14,9 +14,9 @@ from events.catalog.governance import QuotaLine, QuotaSet
 from events.catalog.jobs import JobStarted, JobSucceeded
 from events.catalog.types import ResourceKind
 from projections.readmodel import writer
-from projections.readmodel.read_rows import JobFilter, Slot
 from projections.readmodel.reader import ReadModels
-from projections.readmodel.rows import TABLES
+from projections.readmodel.rows.entities import TABLES
+from projections.readmodel.rows.typed import JobFilter, Slot
 from tests.unit.projections.builders import Fold, a_job, a_node, placed
 
 pytestmark = [pytest.mark.postgres, pytest.mark.asyncio(loop_scope="session")]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from projections.readmodel import tables
+from projections.readmodel.rows import tables
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("events", "projections", "services", "connectors")

@@ -26,6 +26,11 @@ from services.scheduler.core.state import SchedulerState
 INPUT_TOPICS = (INVENTORY.name, JOBS.name, DECISIONS.name, GOVERNANCE.name, PROFILES.name)
 """Every topic whose records the scheduler folds, in the order a follower reads them."""
 
+SAME_INSTANT_LIMIT = 64
+"""For a replay in simulated time (the timed simulator, ``audit whatif``): cycles one moment may run in a
+row, each after a preemption freed room (a bound, not a tuning). A preempted job stops at once there, so
+the job that asked for the room is placed at that moment."""
+
 
 @dataclass(frozen=True, slots=True)
 class Decided:
@@ -98,4 +103,4 @@ def decide(
     return Decided(cycle.sequence, cycle.config, cycle.result, cycle.events)
 
 
-__all__ = ["INPUT_TOPICS", "RECIPE", "Decided", "decide"]
+__all__ = ["INPUT_TOPICS", "RECIPE", "SAME_INSTANT_LIMIT", "Decided", "decide"]

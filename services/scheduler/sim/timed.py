@@ -20,6 +20,7 @@ import numpy as np
 
 from events.catalog.jobs import JobKind, PriorityClass
 from events.catalog.types import ClusterId, JobId, TenantId
+from services.scheduler.core.decide import SAME_INSTANT_LIMIT
 from services.scheduler.core.policy import (
     Cluster,
     FleetSnapshot,
@@ -43,11 +44,6 @@ QOS = {
     "Burstable": (PriorityClass.STANDARD, JobKind.BATCH),
     "BE": (PriorityClass.BEST_EFFORT, JobKind.BATCH),
 }
-
-
-SAME_INSTANT_LIMIT = 64
-"""Cycles one moment may run in a row, each after a preemption freed room (a bound, not a tuning): a
-preempted job stops at once here, so the job that asked for the room is placed at that moment."""
 
 
 def to_job(p: TracePod) -> tuple[Job, int, int]:

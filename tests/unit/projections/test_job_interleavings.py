@@ -44,7 +44,7 @@ from events.catalog.reasons import ReasonCode
 from events.catalog.topics import JOBS
 from events.catalog.types import ResourceKind, Resources
 from events.wire.envelope import Envelope
-from projections.readmodel.rows import TABLES
+from projections.readmodel.rows.entities import TABLES
 from projections.stages.core import Applied, Output, Position
 from projections.stages.sources import source_rank
 from projections.stages.topology import MemoryStore, Processed, Topology

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from projections.readmodel.rows import TABLES
+from projections.readmodel.rows.entities import TABLES
 from projections.stages import quota as quota_module
 from projections.stages.core import Batch, Input
 from projections.stages.deltas import NodeCapacity, PendingDemand, QueueAllocation

@@ -14,7 +14,7 @@ from events.catalog.inventory import NodeRemoved
 from events.catalog.jobs import JobCancelled, JobFailed, JobStarted, JobSucceeded
 from events.catalog.reasons import ReasonCode
 from events.wire.envelope import Envelope
-from projections.readmodel.rows import TABLES
+from projections.readmodel.rows.entities import TABLES
 from projections.stages.core import Batch, Input, Output, Position
 from projections.stages.nodes import NodeStage
 from projections.stages.topology import MemoryStore, Processed, Topology

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from events.catalog.jobs import JobStarted
-from projections.readmodel import from_records
-from projections.readmodel.read_rows import QuotaUsage, Slot, TimelineEntry
-from projections.readmodel.rows import TABLES
+from projections.readmodel.rows import from_records
+from projections.readmodel.rows.entities import TABLES
+from projections.readmodel.rows.typed import QuotaUsage, Slot, TimelineEntry
 from tests.unit.projections.builders import Fold, a_job, a_node, placed
 
 

@@ -14,7 +14,7 @@ from events.catalog.inventory import (
 from events.catalog.jobs import JobCancelled, JobPreempted, JobStarted, JobSucceeded
 from events.catalog.profiles import ResourceProfileUpdated
 from events.catalog.types import Health
-from projections.readmodel.rows import _job_rows
+from projections.readmodel.rows.entities import _job_rows
 from projections.stages.clusters import usage_key
 from projections.stages.nodes import allocated_by_gpu
 from tests.unit.projections.builders import Fold, a_job, a_node, placed

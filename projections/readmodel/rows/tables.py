@@ -1,9 +1,9 @@
 """The read models' tables: the schema they live in by default, each table's name, columns and indexes,
 and their DDL. Plain data, no I/O, cheap to import (the CLI takes ``SCHEMA`` for its flags' defaults).
 
-Called by ``projections.readmodel.rows`` (the column order its converters fill), ``writer`` (the DDL it
-runs, the tables it replaces rows in), ``reader`` (the tables it queries) and the composition roots
-(``SCHEMA``). No module outside ``projections.readmodel`` names a table or the schema:
+Called by ``projections.readmodel.rows.entities`` (the column order its converters fill), the writer
+(the DDL it runs, the tables it replaces rows in), the reader (the tables it queries) and the
+composition roots (``SCHEMA``). No module outside ``projections.readmodel`` names a table or the schema:
 ``tests/unit/test_sql_lives_in_stores.py`` keeps it so.
 """
 

@@ -1,7 +1,7 @@
 """Read-model rows: each stage's entity as rows of its PostgreSQL table. Pure converters.
 
 Called by the sinks (``projections.readmodel.writer``, the faust host's). Calls nothing with I/O; the
-tables themselves (names, columns, indexes) are ``projections.readmodel.tables``. Every table has an
+tables themselves (names, columns, indexes) are ``projections.readmodel.rows.tables``. Every table has an
 ``entity_key`` column (the stage's key); the sink replaces all rows of a changed entity at once, so an
 entity may map to several rows (the fleet has one per GPU model). Columns are plain values or JSON text,
 in the table's column order.
@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from projections.readmodel import tables
+from projections.readmodel.rows import tables
 from projections.stages.clusters import ClusterView
 from projections.stages.fleet import FleetState
 from projections.stages.jobs import JobView

@@ -1,4 +1,4 @@
-"""Database records as the reader's typed rows (``projections.readmodel.read_rows``). Pure.
+"""Database records as the reader's typed rows (``projections.readmodel.rows.typed``). Pure.
 
 Called by ``projections.readmodel.reader`` with what asyncpg returns; a record has at least the columns
 its row needs. JSON columns arrive as text and are parsed here; a NULL becomes the entity's default.
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from events.catalog.types import ClusterId, JobId, TenantId
-from projections.readmodel.read_rows import (
+from projections.readmodel.rows.typed import (
     ClusterAllocation,
     ClusterSummary,
     FleetModel,
