@@ -65,13 +65,20 @@ def _progress(done: int, total: int, run: ArrivalRun, trace: str) -> None:
     )
 
 
-def run_arrival_cli(args: argparse.Namespace) -> int:
+def _chosen(args: argparse.Namespace) -> tuple[list[tuple[str, Path]], list[NodePolicy]] | None:
+    """The traces and policies asked for; None (said on stderr) when one of them does not exist."""
     try:
-        traces = _trace_paths(args.pods)
-        policies = _policies(args.policy)
+        return _trace_paths(args.pods), _policies(args.policy)
     except SimError as e:
         print(f"fedsched simulate: {e}", file=sys.stderr)
+        return None
+
+
+def run_arrival_cli(args: argparse.Namespace) -> int:
+    chosen = _chosen(args)
+    if chosen is None:
         return 2
+    traces, policies = chosen
     nodes_csv = Path(args.nodes) if args.nodes else default_nodes_csv()
     if not nodes_csv.exists():
         print(f"fedsched simulate: node list not found: {nodes_csv}", file=sys.stderr)
@@ -143,12 +150,10 @@ def _append_placements(path: Path, runs: list[ArrivalRun], trace: str, first: bo
 def run_timed(args: argparse.Namespace) -> int:
     from services.scheduler.sim.timed import run_timed as simulate_timed
 
-    try:
-        traces = _trace_paths(args.pods)
-        policies = _policies(args.policy)
-    except SimError as e:
-        print(f"fedsched simulate: {e}", file=sys.stderr)
+    chosen = _chosen(args)
+    if chosen is None:
         return 2
+    traces, policies = chosen
     nodes_csv = Path(args.nodes) if args.nodes else default_nodes_csv()
     nodes = load_openb_nodes(nodes_csv, args.clusters)
     trace, path = traces[0]
