@@ -273,6 +273,27 @@ def test_the_head_of_line_gang_gets_a_reservation_and_only_short_jobs_backfill()
     assert q["long"].binding is ReasonCode.RESERVED_FOR_GANG
 
 
+def test_a_job_kept_only_off_a_gangs_reservation_waits_and_stops_nobody():
+    """It would fit on the reserved node with no victim at all: preemption has nothing to offer it (the
+    cycle once ended with ``min() arg is an empty sequence`` here, and the scheduler with it)."""
+    free = a_node("n1").gpus(8).build()
+    half = a_node("n2").gpus(8, (0, 0, 0, 0, 1000, 1000, 1000, 1000)).build()
+    small = a_node("n3").gpus(2, (0, 1000)).build()
+    important = a_job("r").gpus(4).priority(PriorityClass.CRITICAL_TRAINING).runtime(600).build()
+    cheap = a_job("r2").gpus(1).priority(PriorityClass.BEST_EFFORT).build()
+    runs = [
+        running(important, "cluster-a", ("n2", (0, 1, 2, 3), 1000)),
+        running(cheap, "cluster-a", ("n3", (0,), 1000)),
+    ]
+    gang = a_job("gang").gpus(8).replicas(2).submitted(1).build()
+    job = a_job("b").gpus(8).submitted(2).build()
+    r = schedule(snapshot([free, half, small], [gang, job], runs))
+    assert not [d for d in r.decisions if isinstance(d, Preempt)]
+    assert [d.job_id for d in r.decisions if isinstance(d, Reserve)] == ["gang"]
+    q = {d.job_id: d for d in r.decisions if isinstance(d, Queue)}
+    assert q["b"].binding is ReasonCode.RESERVED_FOR_GANG
+
+
 def test_a_queued_job_hears_why_per_cluster_what_would_fit_and_when():
     nodes = [
         a_node("a1").cluster("cluster-a").gpus(8, (1000,) * 6 + (0, 0)).build(),

@@ -103,6 +103,10 @@ def find_victims(ctx: Ctx, job: Job, d: Demand) -> tuple[int, list[Victim]] | No
                 _release(ctx, x.running, +1)
         for x in chosen:
             _release(ctx, x.running, -1)
+        if not chosen:
+            # It fits here with no victim at all: what keeps it off is not the room (a node it may not
+            # use now, as one held for a gang), and stopping anyone would not place it.
+            continue
         gpus = sum(x.running.job.total_gpu_milli() for x in chosen)
         # Between clusters, as within one: stop the least important jobs first (the most important victim
         # of the set decides), then take the fewest GPUs away, then stop the fewest jobs.
