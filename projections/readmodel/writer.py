@@ -152,7 +152,7 @@ async def flush(
     async with pool.acquire() as conn, conn.transaction():
         for stage, keys in by_stage.items():
             of_stage = entities.get(stage, {})
-            await _replace_rows(conn, schema, stage, {key: of_stage.get(key) for key in keys})
+            await _replace_rows(conn, schema, stage, keys, _rows(stage, keys, of_stage))
             states: list[tuple[str, str, bytes]] = []
             gone: list[str] = []
             for key in keys:
@@ -200,17 +200,25 @@ async def flush(
 async def replace_rows(pool: asyncpg.Pool, schema: str, stage: str, entities: Mapping[str, Any]) -> None:
     """Replace, in one transaction, the rows of these entities of one stage (None: the entity is gone):
     the faust host's write, whose entities and positions live in its changelogs, not here."""
-    async with pool.acquire() as conn, conn.transaction():
-        await _replace_rows(conn, schema, stage, entities)
-
-
-async def _replace_rows(conn: asyncpg.Connection, schema: str, stage: str, entities: Mapping[str, Any]) -> None:
-    """Every row of these entities goes, and each present entity's rows come back whole: writing an
-    entity again writes the same rows."""
-    table = TABLES[stage]
     keys = sorted(entities)
+    rows = _rows(stage, keys, entities)  # made first: the transaction stays open for the writes only
+    async with pool.acquire() as conn, conn.transaction():
+        await _replace_rows(conn, schema, stage, keys, rows)
+
+
+def _rows(stage: str, keys: list[str], entities: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    """The rows of these entities, in key order (a gone entity, None, has none)."""
+    table = TABLES[stage]
+    return [row for key in keys if (entity := entities.get(key)) is not None for row in table.rows(key, entity)]
+
+
+async def _replace_rows(
+    conn: asyncpg.Connection, schema: str, stage: str, keys: list[str], rows: list[tuple[Any, ...]]
+) -> None:
+    """Every row of these entities goes and their rows come back whole, so writing an entity again
+    writes the same rows."""
+    table = TABLES[stage]
     await conn.execute(f"DELETE FROM {_qualified(schema, table.name)} WHERE entity_key = ANY($1::text[])", keys)
-    rows = [row for key in keys if entities[key] is not None for row in table.rows(key, entities[key])]
     if rows:
         await conn.copy_records_to_table(
             table.name, schema_name=schema, records=rows, columns=[c for c, _ in table.columns]
