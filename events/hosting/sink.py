@@ -4,8 +4,8 @@ Called by the hosts that write to the log: the scheduler (decisions and its grou
 (its actions), the intake and the connectors' consumers (answers, dead letters and their group's offsets)
 and the in-process projection runner (its published profiles and dead letters). The hosts that write to
 PostgreSQL have sinks of the same shape beside their tables: the read models
-(``projections.readmodel.writer``) and the audit archive (``events.audit.archive.ArchiveSink``). Calls
-the ``EventLog`` ports.
+(``projections.readmodel.writer.ReadModelSink``) and the audit archive
+(``events.audit.archive.ArchiveSink``). Calls the ``EventLog`` ports.
 
 A ``LogSink`` appends through one producer. With a transactional id it fences every earlier producer of
 that id when it starts (a second instance of the host, or this one's predecessor), and an append is

@@ -25,7 +25,7 @@ import asyncpg
 
 from events.catalog.errors import EventError
 from events.hosting.loop import ride_out
-from events.hosting.sink import LogSink
+from events.hosting.sink import LogSink, Sink
 from events.log.contract import EventLog, OutRecord, TopicPartition
 from events.log.deadletter import dead_letter
 from events.log.publisher import to_record
@@ -65,6 +65,7 @@ class ProjectionRunner:
     ) -> None:
         self._pool = pool
         self.schema = schema
+        self._sink: Sink[readmodels.Changes] = readmodels.ReadModelSink(pool, schema)
         self._publish = publish
         self.topology = Topology()
         self.store = MemoryStore()
@@ -130,8 +131,8 @@ class ProjectionRunner:
         outputs = [to_record(_envelope(out, latest)) for out in processed.outputs] if self._publish else []
         if self._outputs is not None and (dead or outputs):
             await self._outputs.commit(dead + outputs)
-        stored = {**self.follower.stored(), **positions}
-        await readmodels.flush(self._pool, self.schema, processed.changed, self.store.tables, stored)
+        stored = {TopicPartition(t, p): o for (t, p), o in {**self.follower.stored(), **positions}.items()}
+        await self._sink.commit(readmodels.Changes(processed.changed, self.store.tables), stored)
         self.follower.advance(positions)
         jobs = self.store.tables.get(JOB_STAGE, {})
         for stage, key in processed.changed:  # stored: an ended job leaves memory until it is needed again

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 
 from events.catalog.lifecycle import FINAL_STATUSES
+from events.log.contract import TopicPartition
 from projections.readmodel.reader import ReadModels
 from projections.readmodel.rows.entities import TABLES
 from projections.readmodel.rows.tables import POSITIONS, STATE, bookkeeping_ddl
@@ -195,6 +197,28 @@ async def flush(
                 [tp[1] for tp, _ in items],
                 [offset for _, offset in items],
             )
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """What a projection step changed: the (stage, key) of every entity it touched, and every entity
+    by stage and key (a touched one that is gone is absent)."""
+
+    changed: Iterable[tuple[str, str]]
+    entities: Mapping[str, Mapping[str, Any]]
+
+
+class ReadModelSink:
+    """The in-process projection host's sink (``events.hosting.sink.Sink``): a step's changed entities
+    (rows and states) and the log positions they cover, in one transaction (``flush``)."""
+
+    def __init__(self, pool: asyncpg.Pool, schema: str) -> None:
+        self.pool = pool
+        self.schema = schema
+
+    async def commit(self, outputs: Changes, positions: Mapping[TopicPartition, int]) -> None:
+        stored = {(tp.topic, tp.partition): offset for tp, offset in positions.items()}
+        await flush(self.pool, self.schema, outputs.changed, outputs.entities, stored)
 
 
 async def replace_rows(pool: asyncpg.Pool, schema: str, stage: str, entities: Mapping[str, Any]) -> None:
