@@ -235,6 +235,18 @@ step = st.one_of(
         ("snapshot", 0, 0, "", 0, 0),
     ]
 )
+# A run placed with no placement of the run before it (a history no log holds), then that earlier run's
+# end: it is skipped, as the decisions topic never holds it.
+@example(
+    [
+        ("job", 0, 0, "n1", 1, 0),
+        ("job", 1, 0, "n1", 2, 0),
+        ("job", 2, 0, "n1", 2, 0),
+        ("snapshot", 0, 0, "", 0, 0),
+        ("job", 2, 0, "n1", 1, 0),
+        ("snapshot", 0, 0, "", 0, 0),
+    ]
+)
 def test_the_incremental_snapshot_equals_a_rebuild_at_every_moment(
     steps: list[tuple[str, int, int, str, int, int]],
 ) -> None:
@@ -274,6 +286,10 @@ def test_the_incremental_snapshot_equals_a_rebuild_at_every_moment(
         if what == "job" and kind == 1 and facts is not None and facts.terminal and run not in facts.ended:
             # The scheduler never places a job that has ended for good: a placement read after the end
             # is one of a run whose end is in (the two topics' records interleave in any order).
+            continue
+        if what == "job" and kind == 1 and run > 1 and (facts is None or run - 1 not in facts.placements):
+            # Runs are placed in turn, on one partition of the decisions topic: run 2's placement comes
+            # after run 1's, so no end of run 1 can come for a job whose run 1 was never placed.
             continue
         fold(Envelope(id=f"e{i}", time_ms=now, data=event))
     end = T0 + 10**9
