@@ -26,6 +26,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import asyncpg
 
@@ -40,6 +41,12 @@ from events.log.contract import (
     UnknownTopic,
 )
 from events.log.headers import pack_headers, unpack_headers
+
+if TYPE_CHECKING:  # asyncpg's pool proxy is generic in its stubs only
+    from asyncpg.pool import PoolConnectionProxy
+
+    PooledConnection = PoolConnectionProxy[asyncpg.Record]
+    """A connection taken from the log's pool for one unit of work (appends, offsets, an epoch check)."""
 
 _SCHEMA_LOCK = 7_215_001
 _NOTIFY_CHANNEL = "fedsched_log"
@@ -260,7 +267,7 @@ class PostgresEventLog:
         )
         return None if value is None else int(value)
 
-    async def commit_offsets(self, conn: asyncpg.Connection, group: GroupOffsets) -> None:
+    async def commit_offsets(self, conn: PooledConnection, group: GroupOffsets) -> None:
         items = sorted(group.offsets.items())
         await conn.execute(
             _UPSERT_OFFSETS,
@@ -310,7 +317,7 @@ class PostgresProducer:
             if tx.appended:
                 await conn.execute("SELECT pg_notify($1, '')", _NOTIFY_CHANNEL)
 
-    async def _check_epoch(self, conn: asyncpg.Connection) -> None:
+    async def _check_epoch(self, conn: PooledConnection) -> None:
         if self._transactional_id is None:
             return
         epoch = await conn.fetchval(
@@ -328,7 +335,7 @@ class PostgresProducer:
 class PostgresTransaction:
     """Appends inside one PostgreSQL transaction; partition counters stay locked until it ends."""
 
-    def __init__(self, log: PostgresEventLog, conn: asyncpg.Connection) -> None:
+    def __init__(self, log: PostgresEventLog, conn: PooledConnection) -> None:
         self._log = log
         self._conn = conn
         self.appended = False

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pickle
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
@@ -25,6 +25,11 @@ from projections.readmodel.rows.tables import POSITIONS, STATE, bookkeeping_ddl
 from projections.stages.jobs import STAGE as JOB_STAGE
 from projections.stages.jobs import JobView
 from projections.stages.pickled import dumps
+
+if TYPE_CHECKING:  # asyncpg's pool proxy is generic in its stubs only
+    from asyncpg.pool import PoolConnectionProxy
+
+    PooledConnection = PoolConnectionProxy[asyncpg.Record]
 
 _SCHEMA_LOCK = 7_215_003
 
@@ -237,7 +242,7 @@ def _rows(stage: str, keys: list[str], entities: Mapping[str, Any]) -> list[tupl
 
 
 async def _replace_rows(
-    conn: asyncpg.Connection, schema: str, stage: str, keys: list[str], rows: list[tuple[Any, ...]]
+    conn: PooledConnection, schema: str, stage: str, keys: list[str], rows: list[tuple[Any, ...]]
 ) -> None:
     """Every row of these entities goes and their rows come back whole, so writing an entity again
     writes the same rows."""

@@ -40,7 +40,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequen
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import grpc
 import jwt
@@ -308,9 +308,12 @@ def current_principal() -> Principal:
 
 
 Behaviour = Callable[..., Any]
+if TYPE_CHECKING:  # generic in grpc's stubs only
+    Handler = grpc.RpcMethodHandler[Any, Any]
+    """A method's handler as gRPC builds it (a named tuple of its four behaviours, one of them set)."""
 
 
-class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class AuthInterceptor(grpc.aio.ServerInterceptor):
     """Authenticates every call, checks the method's action against the token's roles, and makes the
     principal available to the handler (``current_principal``)."""
 
@@ -320,9 +323,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> Handler | None:
         handler = await continuation(handler_call_details)
         method = handler_call_details.method
         if handler is None or method.startswith(HEALTH_PREFIX):
@@ -338,7 +341,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return _replace_behaviour(handler, _with_principal(principal, handler))
 
 
-def _behaviour_of(handler: grpc.RpcMethodHandler) -> Behaviour:
+def _behaviour_of(handler: Handler) -> Behaviour:
     for name in ("unary_unary", "unary_stream", "stream_unary", "stream_stream"):
         behaviour = getattr(handler, name)
         if behaviour is not None:
@@ -346,21 +349,23 @@ def _behaviour_of(handler: grpc.RpcMethodHandler) -> Behaviour:
     raise ValueError("a method handler without behaviour")
 
 
-def _replace_behaviour(handler: grpc.RpcMethodHandler, behaviour: Behaviour) -> grpc.RpcMethodHandler:
+def _replace_behaviour(handler: Handler, behaviour: Behaviour) -> Handler:
     name = ("stream_" if handler.request_streaming else "unary_") + (
         "stream" if handler.response_streaming else "unary"
     )
-    return handler._replace(**{name: behaviour})
+    # gRPC's handlers are named tuples (``grpc._utilities.RpcMethodHandler``); the stubs type the interface.
+    replaced: Handler = cast(Any, handler)._replace(**{name: behaviour})
+    return replaced
 
 
-def _refusal(error: ApiError, handler: grpc.RpcMethodHandler) -> Behaviour:
+def _refusal(error: ApiError, handler: Handler) -> Behaviour:
     async def refuse(request: object, context: grpc.aio.ServicerContext[object, object]) -> None:
         await abort(context, error)
 
     return refuse
 
 
-def _with_principal(principal: Principal, handler: grpc.RpcMethodHandler) -> Behaviour:
+def _with_principal(principal: Principal, handler: Handler) -> Behaviour:
     inner = _behaviour_of(handler)
     if handler.response_streaming:
 

@@ -63,7 +63,7 @@ def generic_handler(service: ServiceDescriptor, servicer: object) -> grpc.Generi
 
 def _method_handler(
     service: ServiceDescriptor, method: MethodDescriptor, impl: Callable[..., Any]
-) -> grpc.RpcMethodHandler:
+) -> grpc.RpcMethodHandler[Any, Any]:
     request_cls = message_factory.GetMessageClass(method.input_type)
     response_cls = message_factory.GetMessageClass(method.output_type)
     name = f"/{service.full_name}/{method.name}"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from events.catalog.types import ClusterId, JobId, TenantId
 from projections.readmodel.rows.typed import (
@@ -30,7 +30,11 @@ from projections.readmodel.rows.typed import (
     UsageHour,
 )
 
-Record = Mapping[str, Any]
+
+class Record(Protocol):
+    """What a row needs of a database record: its columns by name (asyncpg's ``Record``, or a mapping)."""
+
+    def __getitem__(self, name: str, /) -> Any: ...
 
 
 def _json(value: Any) -> Any:
