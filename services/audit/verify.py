@@ -6,15 +6,18 @@ policy core).
 For each ``SchedulingCycleCompleted``, in sequence order: fold every input record below the cycle's
 recorded offsets (the fold does not depend on how partitions interleave), rebuild the snapshot at the
 cycle's logical time, run the policy then in force, derive the decision events exactly as the
-scheduler does, and compare their digest with the recorded one. A difference is reported with the
-decision ids that differ, what was recorded and what the replay gives.
+scheduler does, and compare them with the decision events the log holds under that cycle, byte for
+byte, and with the digest and count the cycle record stores: all three must agree
+(``services.audit.record_checks`` says why, and what else it checks in the record itself: contiguous
+cycle numbers, decisions that belong to exactly one cycle). A difference is reported with the decision
+id, where it is in the log, what was recorded and what the replay gives.
 
 Speed: a replay costs mostly the policy core itself, so on a machine with several cores the cycles are
 cut into contiguous chunks that worker processes (forked once the log is read and decoded) take from
 one queue, in order. A worker whose next chunk starts at cycle k first folds the records below the
 offsets of the cycles it skipped exactly as a single pass would, without deciding, so it decides
 cycle k on the same state; the chunks' results are joined in cycle order, which gives the same report
-as one pass. Recorded decision events are encoded for the report only in the cycles that differ.
+as one pass.
 """
 
 from __future__ import annotations
@@ -38,8 +41,19 @@ from events.log.contract import EventLog, TopicPartition
 from events.log.reading import read_to_end
 from events.wire.codec import decode, encode
 from events.wire.envelope import Envelope
+from services.audit.record_checks import (
+    At,
+    Problem,
+    RecordedCycle,
+    RecordedDecision,
+    compare,
+    cycle_of,
+    cycles_in_order,
+    decision_problems,
+    is_decision,
+)
 from services.scheduler.core.decide import INPUT_TOPICS, decide
-from services.scheduler.core.outputs import DECISION_ENGINE, SOURCE, digest
+from services.scheduler.core.outputs import DECISION_ENGINE, SOURCE, digest_of_bodies
 from services.scheduler.core.policy import CycleMemo
 from services.scheduler.core.state import SchedulerState
 
@@ -47,6 +61,8 @@ from services.scheduler.core.state import SchedulerState
 MIN_CYCLES_PER_WORKER = 100
 
 Records = dict[TopicPartition, list[tuple[int, Envelope]]]
+Recorded = dict[str, dict[str, list[RecordedDecision]]]
+"""Decision events by cycle id, then decision id (a list: the log may hold one twice)."""
 
 
 UNNAMED = "unnamed"
@@ -61,6 +77,10 @@ class Difference:
     replayed: str | None
     engine: str = UNNAMED
     """The decision engine that recorded the cycle (``DECISION_ENGINE`` when it is this code's)."""
+    at: str | None = None
+    """Where the recorded event is in the log (``topic[partition]@offset``; the cycle record's for a
+    difference of the cycle itself); None for a decision the replay gives and the log lacks."""
+    detail: str = ""
 
 
 @dataclass
@@ -77,6 +97,13 @@ class VerifyReport:
     differing_by_engine: dict[str, int] = field(default_factory=dict)
     """Cycles that differ, by the engine that recorded them: a cycle recorded by other decision code may
     differ for that reason alone (an upgrade changed a choice, a word or a figure)."""
+    problems: list[Problem] = field(default_factory=list)
+    """What is wrong with the record itself, replay or not: cycle numbers, decisions no cycle owns."""
+
+    @property
+    def ok(self) -> bool:
+        """Every cycle re-executed identically and the record itself holds together."""
+        return self.cycles > 0 and not self.differences and not self.problems
 
     def add(self, part: VerifyReport) -> None:
         self.cycles += part.cycles
@@ -99,7 +126,7 @@ class VerifyReport:
             f"{self.workers} process{'es' if self.workers > 1 else ''}"
         )
         if self.identical_pct is None:
-            return [f"nothing verified: no scheduling cycle recorded ({read})"]
+            return [f"nothing verified: no scheduling cycle recorded ({read})", *self._problem_lines(differences)]
         out = [
             f"{self.cycles} cycles, {self.decisions} decisions re-executed: {self.identical_pct:.2f}% identical "
             f"({read})"
@@ -113,10 +140,16 @@ class VerifyReport:
                 f"{DECISION_ENGINE}): {differing} of them differ, which an upgrade alone can cause"
             )
         out += [
-            f"  {d.cycle_id} {d.decision_id} (recorded by {d.engine}): recorded {d.recorded!r} replayed {d.replayed!r}"
+            f"  {d.cycle_id} {d.decision_id} at {d.at or '(not in the log)'} (recorded by {d.engine}): "
+            f"{d.detail + ': ' if d.detail else ''}recorded {d.recorded!r} replayed {d.replayed!r}"
             for d in self.differences[:differences]
         ]
-        return out
+        return out + self._problem_lines(differences)
+
+    def _problem_lines(self, count: int) -> list[str]:
+        if not self.problems:
+            return []
+        return [f"the record itself has {len(self.problems)} problem(s):", *(f"  {p}" for p in self.problems[:count])]
 
     @property
     def other_engines(self) -> dict[str, int]:
@@ -140,10 +173,16 @@ class VerifyReport:
             "cycles_by_engine": dict(sorted(self.cycles_by_engine.items())),
             "differing_cycles_by_engine": dict(sorted(self.differing_by_engine.items())),
             "differences": [d.__dict__ for d in self.differences[:1000]],
+            "problems": [p.to_json() for p in self.problems[:1000]],
+            "problem_count": len(self.problems),
         }
 
 
-async def load(event_log: EventLog, topics: tuple[str, ...]) -> Records:
+async def load(
+    event_log: EventLog, topics: tuple[str, ...], decisions: list[RecordedDecision] | None = None
+) -> Records:
+    """Every decodable record of ``topics``, by partition in offset order; with ``decisions``, the decision
+    events are also collected there with the bytes of their bodies as the log holds them."""
     reader = await event_log.reader()
     out: Records = {}
     try:
@@ -154,9 +193,12 @@ async def load(event_log: EventLog, topics: tuple[str, ...]) -> Records:
                 async for batch in read_to_end(reader, tp, max_records=5000):
                     for record in batch:
                         try:
-                            items.append((record.offset, decode(record.headers, record.value)))
+                            envelope = decode(record.headers, record.value)
                         except EventError:
                             continue  # unreadable records were unreadable for the scheduler too
+                        items.append((record.offset, envelope))
+                        if decisions is not None and is_decision(envelope, SOURCE):
+                            decisions.append(RecordedDecision(At(tp, record.offset), envelope, record.value))
                 out[tp] = items
     finally:
         await reader.close()
@@ -177,24 +219,29 @@ async def verify(
     process. The report is the same whatever the count."""
     started = time.perf_counter()
     clock = _cpu_clock()
-    records = await load(event_log, topics)
+    decisions: list[RecordedDecision] = []
+    records = await load(event_log, topics, decisions)
     others = _others_busy(clock, _cpu_clock())
     report = VerifyReport(events_read=sum(len(v) for v in records.values()))
-    cycles: list[SchedulingCycleCompleted] = []
-    recorded: dict[str, dict[str, Envelope]] = defaultdict(dict)
-    for items in records.values():
-        for _, envelope in items:
-            data = envelope.data
-            if isinstance(data, SchedulingCycleCompleted):
-                cycles.append(data)
-            elif envelope.source == SOURCE and ":" in envelope.id:
-                recorded[envelope.id.partition(":")[0]][envelope.id] = envelope
-    cycles.sort(key=lambda c: c.sequence)
+    kept, report.problems = cycles_in_order(
+        RecordedCycle(envelope.data, At(tp, offset))
+        for tp, items in records.items()
+        for offset, envelope in items
+        if isinstance(envelope.data, SchedulingCycleCompleted)
+    )
+    cycles = [c.record for c in kept]
+    cycle_at = [str(c.at) for c in kept]
+    report.problems += decision_problems(decisions, {c.cycle_id for c in cycles}, SOURCE)
+    recorded: Recorded = defaultdict(dict)
+    for decision in decisions:
+        envelope = decision.envelope
+        if envelope.source == SOURCE and ":" in envelope.id:
+            recorded[cycle_of(envelope.id)].setdefault(envelope.id, []).append(decision)
     count = _workers(workers, sum(1 for c in cycles if _in_window(c, since_ms, until_ms)), others)
     if count > 1:
-        parts = _replay_forked(records, cycles, recorded, since_ms, until_ms, count)
+        parts = _replay_forked(records, cycles, cycle_at, recorded, since_ms, until_ms, count)
     else:
-        parts = [_Replayer(records, cycles, recorded, since_ms, until_ms).replay(0, len(cycles))]
+        parts = [_Replayer(records, cycles, cycle_at, recorded, since_ms, until_ms).replay(0, len(cycles))]
     report.workers = count
     for part in parts:
         report.add(part)
@@ -237,11 +284,12 @@ class _Replayer:
         self,
         records: Records,
         cycles: Sequence[SchedulingCycleCompleted],
-        recorded: dict[str, dict[str, Envelope]],
+        cycle_at: Sequence[str],
+        recorded: Recorded,
         since_ms: int | None,
         until_ms: int | None,
     ) -> None:
-        self.records, self.cycles, self.recorded = records, cycles, recorded
+        self.records, self.cycles, self.cycle_at, self.recorded = records, cycles, cycle_at, recorded
         self.since_ms, self.until_ms = since_ms, until_ms
         self.state = SchedulerState()
         self.memo = CycleMemo()
@@ -256,37 +304,48 @@ class _Replayer:
             fold_inputs(state, records, cursors, cycle)
             self.position = position + 1
             if position >= first and _in_window(cycle, self.since_ms, self.until_ms):
-                self._cycle(cycle, part)
+                self._cycle(cycle, self.cycle_at[position], part)
         return part
 
-    def _cycle(self, cycle: SchedulingCycleCompleted, part: VerifyReport) -> None:
+    def _cycle(self, cycle: SchedulingCycleCompleted, at: str, part: VerifyReport) -> None:
         decided = decide(self.state, cycle.logical_time_ms, self.memo, sequence=cycle.sequence)
-        config, replayed = decided.config, decided.events
+        config = decided.config
+        replayed = [(e, encode(e).value) for e in decided.events]
         engine = cycle.engine or UNNAMED
         part.cycles += 1
         part.decisions += cycle.decision_count
         part.cycles_by_engine[engine] = part.cycles_by_engine.get(engine, 0) + 1
-        if digest(replayed) == cycle.decisions_digest and config.version == cycle.policy_version:
+        differences = [
+            Difference(cycle.cycle_id, m.decision_id, m.recorded, m.replayed, engine, m.at, m.detail)
+            for m in compare(replayed, self.recorded.get(cycle.cycle_id, {}))
+        ]
+        if config.version != cycle.policy_version:
+            differences.append(
+                Difference(cycle.cycle_id, "policy_version", cycle.policy_version, config.version, engine, at)
+            )
+        if cycle.decision_count != len(replayed):
+            differences.append(
+                Difference(cycle.cycle_id, "decision_count", str(cycle.decision_count), str(len(replayed)), engine, at)
+            )
+        replayed_digest = digest_of_bodies(body for _, body in replayed)
+        if cycle.decisions_digest != replayed_digest:
+            # Named even when the decisions differ too: the record's digest must be its decisions'.
+            differences.append(
+                Difference(
+                    cycle.cycle_id,
+                    "decisions_digest",
+                    cycle.decisions_digest,
+                    replayed_digest,
+                    engine,
+                    at,
+                    "the cycle record's digest is not the digest of the replayed decisions",
+                )
+            )
+        if not differences:
             part.identical_cycles += 1
             return
         part.differing_by_engine[engine] = part.differing_by_engine.get(engine, 0) + 1
-        listed = len(part.differences)
-        mine = {e.id: encode(e).value.decode() for e in replayed}
-        theirs = {i: encode(e).value.decode() for i, e in self.recorded.get(cycle.cycle_id, {}).items()}
-        for decision_id in sorted(set(mine) | set(theirs)):
-            if mine.get(decision_id) != theirs.get(decision_id):
-                part.differences.append(
-                    Difference(cycle.cycle_id, decision_id, theirs.get(decision_id), mine.get(decision_id), engine)
-                )
-        if config.version != cycle.policy_version:
-            part.differences.append(
-                Difference(cycle.cycle_id, "policy_version", cycle.policy_version, config.version, engine)
-            )
-        if len(part.differences) == listed:
-            # Every decision as recorded, yet the record's digest is not theirs: the record was edited.
-            part.differences.append(
-                Difference(cycle.cycle_id, "decisions_digest", cycle.decisions_digest, digest(replayed), engine)
-            )
+        part.differences.extend(differences)
 
 
 def _workers(asked: int | None, cycles: int, others_busy: float | None = None) -> int:
@@ -369,7 +428,8 @@ _NUMBER = struct.Struct("<I")
 def _replay_forked(
     records: Records,
     cycles: Sequence[SchedulingCycleCompleted],
-    recorded: dict[str, dict[str, Envelope]],
+    cycle_at: Sequence[str],
+    recorded: Recorded,
     since_ms: int | None,
     until_ms: int | None,
     count: int,
@@ -393,7 +453,9 @@ def _replay_forked(
                 code = 0
                 try:
                     os.close(read_end)
-                    done = _take_chunks(queue_out, chunks, _Replayer(records, cycles, recorded, since_ms, until_ms))
+                    done = _take_chunks(
+                        queue_out, chunks, _Replayer(records, cycles, cycle_at, recorded, since_ms, until_ms)
+                    )
                     with os.fdopen(write_end, "wb") as out:
                         out.write(pickle.dumps(done))
                 except BaseException:
@@ -407,7 +469,7 @@ def _replay_forked(
             gc.unfreeze()
     waiting = list(children)
     try:
-        done = _take_chunks(queue_out, chunks, _Replayer(records, cycles, recorded, since_ms, until_ms))
+        done = _take_chunks(queue_out, chunks, _Replayer(records, cycles, cycle_at, recorded, since_ms, until_ms))
         while waiting:
             pid, pipe = waiting[0]
             with pipe:
@@ -431,7 +493,7 @@ def _replay_forked(
     for number, (first, stop) in enumerate(chunks):
         if not isinstance(done.get(number), VerifyReport):  # taken by a child that failed
             if replayer is None or replayer.position > first:
-                replayer = _Replayer(records, cycles, recorded, since_ms, until_ms)
+                replayer = _Replayer(records, cycles, cycle_at, recorded, since_ms, until_ms)
             done[number] = replayer.replay(first, stop)
     return [done[number] for number in range(len(chunks))]
 

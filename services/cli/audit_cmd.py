@@ -171,7 +171,7 @@ async def run_verify(args: argparse.Namespace) -> int:
         )
     finally:
         await log.close()
-    if report.cycles == 0:
+    if report.cycles == 0 and not report.problems:
         # Nothing re-executed is no evidence either way: not "100% identical", and not success.
         if args.json:
             print(json.dumps(report.to_json()))
@@ -185,7 +185,7 @@ async def run_verify(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_json()))
     else:
         print("\n".join(report.lines()))
-    return 0 if not report.differences else 1
+    return 0 if report.ok else 1
 
 
 def _range_text(since_ms: int | None, until_ms: int | None) -> str:
