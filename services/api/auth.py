@@ -1,8 +1,9 @@
 """Authentication and authorisation: bearer JWTs checked at the edge, pure claim checks, deny by default.
 
 Called by the server (``AuthInterceptor`` on every call), by the servicers and the intake (``authorize``
-with the tenant a request touches) and by ``fedsched up`` (``dev_auth`` and ``dev_token``: a local
-development key and an admin token to print). Calls PyJWT.
+with the tenant a request touches) and by ``fedsched up`` and ``fedsched api --dev`` (``dev_auth`` and
+``dev_token``: a local development key and a short-lived admin token, written by ``write_dev_token``).
+Calls PyJWT.
 
 Tokens: ``Authorization: Bearer <JWT>`` (gRPC metadata ``authorization``; the intake reads the same value
 from the CloudEvents extension attribute ``authorization``, header ``ce_authorization``). A token is
@@ -25,16 +26,32 @@ admin             everything, including set quotas and decide quota requests
 ================  ==============================================================================
 
 A method missing from ``METHODS`` is refused (``PERMISSION_DENIED``), as is a token without a role that
-allows the method. The standard health service needs no token; reflection needs a valid one. A job of a
-tenant outside the token's tenants is reported as not found, never as forbidden.
+allows the method. The standard health service needs no token; reflection needs a valid one.
+
+Tenant isolation, one rule so that no answer tells whether another tenant's thing exists:
+
+- an object named by id (a job, a quota request) of a tenant outside the token's tenants is answered
+  exactly as an id that does not exist: ``NOT_FOUND``, the same message;
+- a tenant named in a request (a submission, a quota, a filter) outside the token's tenants is
+  ``PERMISSION_DENIED`` naming the field ``tenant``, decided from the token alone before anything is
+  read, so the answer is the same whether that tenant exists or not;
+- a role that may not call the method at all is ``PERMISSION_DENIED`` before the request is read;
+- lists (jobs, quotas) hold the token's tenants only; the fleet (clusters, nodes, capacity) is not
+  tenant data. ``tests/api/test_tenant_isolation.py`` holds this for every RPC.
+
+Tokens are refused before decoding when longer than ``MAX_TOKEN_BYTES`` or not ASCII. The development
+key (``dev_auth``) is marked ``development``: its tokens live ``DEV_TOKEN_TTL_S`` (renewed by
+``services.api.dev_tokens``) and its server listens on loopback only (``services.api.config``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import os
 import re
 import secrets
+import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +68,7 @@ ALL_TENANTS = "*"
 HEALTH_PREFIX = "/grpc.health.v1.Health/"
 REFLECTION_PREFIX = "/grpc.reflection."
 MAX_TOKEN_BYTES = 8192
+DEV_TOKEN_TTL_S = 12 * 3600
 DEV_ISSUER = "fedsched-dev"
 DEV_AUDIENCE = "fedsched"
 _TENANT = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,126}[a-z0-9])?$")
@@ -140,10 +158,12 @@ class AuthConfig:
 
     issuer: str
     audience: str
-    hs256_secret: bytes | None = None
+    hs256_secret: bytes | None = field(default=None, repr=False)
     rs256_public_key: bytes | None = None
     """PEM of the RSA public key."""
     leeway_s: int = 10
+    development: bool = False
+    """The local development key of ``dev_auth``: loopback only (``services.api.config.check_listen``)."""
     _keys: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -181,8 +201,11 @@ def verified_claims(token: str | None, config: AuthConfig) -> dict[str, Any]:
     """The claims of a bearer token whose signature, issuer, audience and times check out."""
     if not token:
         raise Unauthenticated("no bearer token: send 'authorization: Bearer <JWT>'")
+    # Bounded and plain before PyJWT parses anything: base64url and dots are ASCII.
     if len(token) > MAX_TOKEN_BYTES:
         raise Unauthenticated(f"the token is longer than {MAX_TOKEN_BYTES} bytes")
+    if not token.isascii():
+        raise Unauthenticated("the token holds characters other than ASCII")
     try:
         header = jwt.get_unverified_header(token)
     except jwt.PyJWTError as error:
@@ -413,27 +436,41 @@ def issue_token(
 
 def dev_auth(state_dir: Path | None = None) -> AuthConfig:
     """The embedded mode's auth: HS256 with a local secret, kept in ``state_dir/dev-jwt-secret`` (mode 0600)
-    so tokens survive a restart; a fresh in-memory secret without ``state_dir``."""
+    so tokens survive a restart; a fresh in-memory secret without ``state_dir``. Marked ``development``."""
     if state_dir is None:
-        return AuthConfig(DEV_ISSUER, DEV_AUDIENCE, hs256_secret=secrets.token_bytes(32))
-    state_dir.mkdir(parents=True, exist_ok=True)
+        return AuthConfig(DEV_ISSUER, DEV_AUDIENCE, hs256_secret=secrets.token_bytes(32), development=True)
+    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = state_dir / "dev-jwt-secret"
     if not path.exists():
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as handle:
             handle.write(secrets.token_hex(32))
-    return AuthConfig(DEV_ISSUER, DEV_AUDIENCE, hs256_secret=path.read_text().strip().encode())
+    secret = path.read_text().strip().encode()
+    return AuthConfig(DEV_ISSUER, DEV_AUDIENCE, hs256_secret=secret, development=True)
 
 
-def dev_token(config: AuthConfig, *, subject: str = "dev@localhost", ttl_s: int = 30 * 24 * 3600) -> str:
-    """A development token: role admin over every tenant, valid for 30 days. Print it at start."""
-    return issue_token(config, subject=subject, tenants=[ALL_TENANTS], roles=[Role.ADMIN.value], ttl_s=ttl_s)
+def dev_token(
+    config: AuthConfig, *, subject: str = "dev@localhost", ttl_s: int = DEV_TOKEN_TTL_S, now: float | None = None
+) -> str:
+    """A development token: role admin over every tenant, valid ``ttl_s`` (12 hours) from ``now``. The
+    running service renews it (``services.api.dev_tokens``)."""
+    return issue_token(config, subject=subject, tenants=[ALL_TENANTS], roles=[Role.ADMIN.value], ttl_s=ttl_s, now=now)
 
 
 def write_dev_token(state_dir: Path, token: str) -> Path:
-    """Keep the development token in ``state_dir/dev-token`` (mode 0600), where the CLI looks for it."""
+    """Keep the development token in ``state_dir/dev-token`` (mode 0600), where the CLI looks for it.
+    Atomic: written to a private temporary file beside it, then renamed over it, so a CLI reading the
+    file while the token is renewed sees the old token or the new one, never a part of either."""
     path = state_dir / "dev-token"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(token + "\n")
+    fd, temporary = tempfile.mkstemp(dir=state_dir, prefix=".dev-token.", suffix=".tmp")  # mode 0600
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(token + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
     return path

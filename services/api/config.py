@@ -2,14 +2,20 @@
 
 Called by ``fedsched api`` (from flags and the environment), by ``fedsched up`` (embedded mode, built
 in code) and by tests. Plain data: reading files happens in ``load_*`` helpers, never on import.
+
+The development key (``services.api.auth.dev_auth``) serves on loopback only: anyone who can reach the
+port could otherwise use its long-known admin token. ``check_listen`` says so naming the flag the user
+set; ``ApiConfig`` refuses such a configuration whoever builds it. Secrets (the DSN's password, keys)
+are left out of the ``repr`` of these settings, so a logged configuration does not carry them.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from events.log.publisher import wall_clock_ms
@@ -25,7 +31,7 @@ class TlsConfig:
     """Server certificate and key (PEM); with ``client_ca``, clients must present a certificate it signed."""
 
     cert_chain: bytes
-    private_key: bytes
+    private_key: bytes = field(repr=False)
     client_ca: bytes | None = None
 
     @classmethod
@@ -35,9 +41,9 @@ class TlsConfig:
 
 @dataclass(frozen=True, slots=True)
 class ApiConfig:
-    log_url: str
+    log_url: str = field(repr=False)
     """``kafka://host:port`` or a PostgreSQL DSN (the embedded log)."""
-    dsn: str
+    dsn: str = field(repr=False)
     """PostgreSQL of the read models and of the API's own tables (idempotency keys, quota requests)."""
     auth: AuthConfig
     listen: str = DEFAULT_LISTEN
@@ -56,6 +62,35 @@ class ApiConfig:
     """Time stamped on the events the API publishes; ``fedsched up`` gives the simulated fleet's clock so
     every component of the embedded service tells the same time."""
 
+    def __post_init__(self) -> None:
+        check_listen(self.listen, self.auth, flag="listen")
+
     @property
     def instance_name(self) -> str:
         return self.instance or f"{socket.gethostname()}-{os.getpid()}"
+
+
+def check_listen(listen: str, auth: AuthConfig, *, flag: str = "--api-listen") -> None:
+    """Refuse to serve the development key anywhere but on loopback. ``flag`` is the setting the user
+    gave ``listen`` with (``--api-listen`` of ``fedsched up``, ``--listen`` of ``fedsched api``)."""
+    if auth.development and not is_loopback(listen):
+        raise ValueError(
+            f"{flag}: the development key (no JWT secret or public key configured) serves on a loopback address"
+            f" only (127.0.0.1, [::1], localhost), not {listen!r}; to serve other hosts give the API a real key"
+            " (fedsched api --jwt-public-key or --jwt-secret-file, or fedsched up --config FILE)"
+        )
+
+
+def is_loopback(listen: str) -> bool:
+    """Whether a gRPC listen address (``host:port``, ``[v6]:port``, ``unix:path``) is reachable from this
+    host only. A name other than ``localhost`` is not: what it resolves to is not ours to know."""
+    if listen.startswith(("unix:", "unix-abstract:")):
+        return True
+    host = listen.rpartition(":")[0] if ":" in listen else listen
+    host = host.removeprefix("[").removesuffix("]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name, or "" (every interface)
+        return False

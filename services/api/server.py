@@ -36,7 +36,7 @@ from projections.readmodel.reader import ReadModels
 from services.api.audit import AuditService
 from services.api.auth import AuthInterceptor
 from services.api.commands import JobCommands, QuotaCommands
-from services.api.config import ApiConfig
+from services.api.config import ApiConfig, is_loopback
 from services.api.handlers import generic_handler, request_samples
 from services.api.intake import Intake
 from services.api.jobs import JobService
@@ -200,6 +200,12 @@ class _LogProbe:
 
 def _bind(server: grpc.aio.Server, config: ApiConfig) -> int:
     if config.tls is None:
+        if not is_loopback(config.listen):
+            logger.warning(
+                "event=api_plaintext address=%s: bearer tokens cross the network in clear; serve TLS"
+                " (--tls-cert, --tls-key; --client-ca for mutual TLS)",
+                config.listen,
+            )
         port = server.add_insecure_port(config.listen)
     else:
         credentials = grpc.ssl_server_credentials(
