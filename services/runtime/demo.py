@@ -86,9 +86,10 @@ async def run(config: DemoConfig, out: TextIO = sys.stdout) -> int:
         return 1
     out.write(
         f"audit verify: {report.cycles} cycles, {report.decisions} decisions re-executed, "
-        f"{report.identical_pct:.2f}% identical ({report.events_read} events, {report.seconds:.1f} s)\n"
+        f"{report.identical_pct:.2f}% identical ({report.events_read} events, {report.seconds:.1f} s)"
+        f"{'' if not report.problems else f'; the record itself has {len(report.problems)} problem(s)'}\n"
     )
-    return 0 if not report.differences else 1
+    return 0 if report.ok else 1
 
 
 def _request(pod: TracePod, index: int, max_runtime_s: int):  # type: ignore[no-untyped-def]
