@@ -4,7 +4,10 @@ Composition roots (the API gets governance's quota rules, ``services.governance.
 read flags, then the environment (``FEDSCHED_LOG``, ``FEDSCHED_POSTGRES_DSN``,
 ``FEDSCHED_JWT_SECRET``, ``FEDSCHED_JWT_PUBLIC_KEY``, ``FEDSCHED_JWT_ISSUER``, ``FEDSCHED_JWT_AUDIENCE``,
 ``FEDSCHED_TLS_CERT``, ``FEDSCHED_TLS_KEY``, ``FEDSCHED_CLIENT_CA``), run until SIGINT or SIGTERM.
-Without a key, ``--dev DIR`` makes a local development key in DIR and prints an admin token; without
+The secrets (log URL, DSN, JWT secret) may also sit in a file named by the same variable with ``_FILE``
+(``services.runtime.credentials``); one given on the command line works but logs a warning, as argv is
+visible to every user of the host. Without a key, ``--dev DIR`` makes a local development key in DIR,
+serves on loopback only and keeps a 12-hour admin token in DIR/dev-token, renewed while it runs; without
 either the command refuses to start (deny by default). Heavy imports stay inside the handlers.
 """
 
@@ -75,8 +78,14 @@ def _reported(
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log", help="log URL: kafka://host:port or a PostgreSQL DSN (default: FEDSCHED_LOG)")
     parser.add_argument("--dsn", help="PostgreSQL of the read models (default: FEDSCHED_POSTGRES_DSN)")
-    parser.add_argument("--jwt-secret", help="HS256 secret (default: FEDSCHED_JWT_SECRET); prefer --jwt-secret-file")
-    parser.add_argument("--jwt-secret-file", type=Path, help="file holding the HS256 secret")
+    parser.add_argument(
+        "--jwt-secret",
+        help="HS256 secret; visible to every user of the host: prefer --jwt-secret-file, FEDSCHED_JWT_SECRET_FILE"
+        " or FEDSCHED_JWT_SECRET",
+    )
+    parser.add_argument(
+        "--jwt-secret-file", type=Path, help="file holding the HS256 secret (default: FEDSCHED_JWT_SECRET_FILE)"
+    )
     parser.add_argument(
         "--jwt-public-key", type=Path, default=_env_path("FEDSCHED_JWT_PUBLIC_KEY"), help="RS256 public key (PEM)"
     )
@@ -98,11 +107,8 @@ def auth_config(args: argparse.Namespace) -> tuple[AuthConfig, bool]:
     """The auth settings from flags and environment; ``True`` when it is the development key."""
     from services.api.auth import DEV_AUDIENCE, DEV_ISSUER, AuthConfig, dev_auth
 
-    secret: bytes | None = None
-    if args.jwt_secret_file:
-        secret = args.jwt_secret_file.read_bytes().strip()
-    elif args.jwt_secret or os.environ.get("FEDSCHED_JWT_SECRET"):
-        secret = (args.jwt_secret or os.environ["FEDSCHED_JWT_SECRET"]).encode()
+    text = jwt_secret(args)
+    secret = text.encode() if text is not None else None
     public_key = args.jwt_public_key.read_bytes() if args.jwt_public_key else None
     if secret is None and public_key is None:
         if args.dev is None:
@@ -122,11 +128,33 @@ def auth_config(args: argparse.Namespace) -> tuple[AuthConfig, bool]:
     return config, False
 
 
+def jwt_secret(args: argparse.Namespace) -> str | None:
+    """The HS256 secret: ``--jwt-secret-file``, ``--jwt-secret`` (with a warning), then the environment."""
+    from services.runtime import credentials
+
+    if args.jwt_secret_file and args.jwt_secret:
+        raise CliError("--jwt-secret and --jwt-secret-file: give only one", 2)
+    try:
+        if args.jwt_secret_file:
+            return credentials.read_secret_file(args.jwt_secret_file, "--jwt-secret-file")
+        if args.jwt_secret:
+            credentials.warn_on_command_line("--jwt-secret", credentials.JWT_SECRET)
+            return str(args.jwt_secret)
+        return credentials.from_environment(credentials.JWT_SECRET)
+    except credentials.SecretError as error:
+        raise CliError(str(error), 2) from None
+
+
 def api_config(args: argparse.Namespace, *, intake: bool) -> tuple[ApiConfig, bool]:
-    from services.api.config import ApiConfig, TlsConfig
+    from services.api.config import ApiConfig, TlsConfig, check_listen
     from services.cli.config import log_url, postgres_dsn
 
     auth, dev = auth_config(args)
+    listen = getattr(args, "listen", "127.0.0.1:50051")
+    try:
+        check_listen(listen, auth, flag="--listen")
+    except ValueError as error:
+        raise CliError(str(error), 2) from None
     tls = None
     if getattr(args, "tls_cert", None) or getattr(args, "tls_key", None):
         if not (args.tls_cert and args.tls_key):
@@ -138,7 +166,7 @@ def api_config(args: argparse.Namespace, *, intake: bool) -> tuple[ApiConfig, bo
         log_url=log_url(args.log),
         dsn=postgres_dsn(args.dsn),
         auth=auth,
-        listen=getattr(args, "listen", "127.0.0.1:50051"),
+        listen=listen,
         tls=tls,
         read_schema=args.read_schema,
         intake=intake,
@@ -154,7 +182,8 @@ async def _until_signalled() -> None:
 
 async def run_api(args: argparse.Namespace) -> int:
 
-    from services.api.auth import dev_token, write_dev_token
+    from services.api.auth import DEV_TOKEN_TTL_S
+    from services.api.dev_tokens import DevTokens
     from services.api.server import serve
     from services.governance.quota_rules import GovernanceQuotaRules
 
@@ -174,13 +203,24 @@ async def run_api(args: argparse.Namespace) -> int:
         host, _, port = args.metrics_listen.rpartition(":")
         metrics_server = await metrics.serve(host or "127.0.0.1", int(port))
         print(f"fedsched api: metrics on {args.metrics_listen}", flush=True)
+    stop = stop_on_signals()
+    renewal: asyncio.Task[None] | None = None
     if dev:
-        token = dev_token(config.auth)
-        path = write_dev_token(args.dev, token)
-        print(f"fedsched api: development token (admin, every tenant; also in {path}):\n{token}", flush=True)
+        tokens = DevTokens(config.auth, args.dev)
+        tokens.renew_if_due()
+        hours = DEV_TOKEN_TTL_S // 3600
+        print(
+            f"fedsched api: development token (admin, every tenant, {hours} h, renewed in {tokens.path}):\n"
+            f"{tokens.token}",
+            flush=True,
+        )
+        renewal = asyncio.create_task(tokens.keep_fresh(stop), name="dev-token")
     try:
-        await _until_signalled()
+        await stop.wait()
     finally:
+        if renewal is not None:
+            stop.set()  # also when the wait itself was cancelled
+            await renewal
         if metrics_server is not None:
             metrics_server.close()
         await api.stop()

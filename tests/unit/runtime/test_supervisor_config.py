@@ -1,4 +1,5 @@
-"""Distributed ``fedsched up``: the configuration is read strictly and becomes one command per component."""
+"""Distributed ``fedsched up``: the configuration is read strictly and becomes one child per component,
+whose command line carries no secret and whose environment carries only the secrets it uses."""
 
 from __future__ import annotations
 
@@ -6,22 +7,38 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime.supervisor import ConfigError, SupervisorConfig
+from services.runtime.supervisor import ConfigError, SupervisorConfig, environment
+
+PASSWORD = "pw-4c1d-not-on-argv"
+JWT = "jwt-secret-of-at-least-32-bytes-0b7e9d"
+_SECRET_VARIABLES = ("FEDSCHED_LOG", "FEDSCHED_POSTGRES_DSN", "FEDSCHED_JWT_SECRET")
 
 
-def test_a_configuration_becomes_one_command_per_component(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("FEDSCHED_LOG", raising=False)
+@pytest.fixture(autouse=True)
+def no_secrets_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for variable in _SECRET_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+        monkeypatch.delenv(variable + "_FILE", raising=False)
+    monkeypatch.delenv("FEDSCHED_JWT_PUBLIC_KEY", raising=False)
+
+
+def test_a_configuration_becomes_one_command_per_component(tmp_path: Path) -> None:
     path = tmp_path / "fedsched.yaml"
     path.write_text(
         "log: kafka://10.0.0.5:9092\npostgres_dsn: postgresql://pg/fedsched\nnamespace: prod\n"
-        "api: {listen: 0.0.0.0:50051, issuer: https://sso, tls_cert: cert.pem}\nprojections: {store: rocksdb}\n"
+        "api: {listen: 0.0.0.0:50051, issuer: https://sso, tls_cert: cert.pem, jwt_public_key: k.pem}\n"
+        "projections: {store: rocksdb}\n"
     )
-    commands = SupervisorConfig.load(path).commands()
+    children = SupervisorConfig.load(path).children()
+    commands = {name: list(child.argv) for name, child in children.items()}
     assert sorted(commands) == ["api", "archiver", "governance", "projections", "scheduler"]
-    assert commands["scheduler"][:5] == ["scheduler", "--log", "kafka://10.0.0.5:9092", "--namespace", "prod"]
-    assert commands["api"][:5] == ["api", "--log", "kafka://10.0.0.5:9092", "--dsn", "postgresql://pg/fedsched"]
-    assert "--tls-cert" in commands["api"] and "--issuer" in commands["api"]
+    assert commands["scheduler"][:3] == ["scheduler", "--namespace", "prod"]
+    assert commands["api"][0] == "api" and "--tls-cert" in commands["api"] and "--issuer" in commands["api"]
     assert commands["projections"][-4:-2] == ["--store", "rocksdb"]
+    assert children["api"].env == {
+        "FEDSCHED_LOG": "kafka://10.0.0.5:9092",
+        "FEDSCHED_POSTGRES_DSN": "postgresql://pg/fedsched",
+    }
     # Every child serves its metrics, each on its own port.
     listens = {name: argv[-1] for name, argv in commands.items()}
     assert listens == {
@@ -32,28 +49,91 @@ def test_a_configuration_becomes_one_command_per_component(tmp_path: Path, monke
         "governance": "127.0.0.1:9468",
     }
     assert commands["api"][-2] == "--metrics-listen" and commands["governance"][-2] == "--metrics"
-    path.write_text("log: kafka://h:1\npostgres_dsn: x\nmetrics: {first_port: 0}\n")
-    assert not any("--metrics" in argv for argv in SupervisorConfig.load(path).commands().values())
+    path.write_text("log: kafka://h:1\npostgres_dsn: x\nmetrics: {first_port: 0}\napi: {jwt_secret: s}\n")
+    assert not any("--metrics" in child.argv for child in SupervisorConfig.load(path).children().values())
+
+
+def test_no_secret_reaches_a_command_line_and_each_child_gets_only_the_secrets_it_uses(tmp_path: Path) -> None:
+    dsn = f"postgresql://fedsched:{PASSWORD}@db:5432/fedsched"
+    (tmp_path / "dsn").write_text(dsn + "\n")
+    (tmp_path / "jwt").write_text(JWT + "\n")
+    path = tmp_path / "fedsched.yaml"
+    path.write_text(
+        f"log: {dsn}\npostgres_dsn_file: {tmp_path / 'dsn'}\napi: {{jwt_secret_file: {tmp_path / 'jwt'}}}\n"
+    )
+    children = SupervisorConfig.load(path).children()
+    for child in children.values():
+        assert not any(PASSWORD in arg or JWT in arg or "jwt" in arg for arg in child.argv), child.argv
+        assert not {"--dsn", "--log", "--jwt-secret", "--jwt-secret-file"} & set(child.argv)
+        assert PASSWORD not in repr(child) and JWT not in repr(child)
+    assert children["api"].env == {
+        "FEDSCHED_LOG": dsn,
+        "FEDSCHED_POSTGRES_DSN_FILE": str(tmp_path / "dsn"),
+        "FEDSCHED_JWT_SECRET_FILE": str(tmp_path / "jwt"),
+    }
+    assert (
+        children["archiver"].env
+        == children["projections"].env
+        == {
+            "FEDSCHED_LOG": dsn,
+            "FEDSCHED_POSTGRES_DSN_FILE": str(tmp_path / "dsn"),
+        }
+    )
+    assert children["scheduler"].env == children["governance"].env == {"FEDSCHED_LOG": dsn}
+    # The parent's own secrets do not leak into a child that does not use them.
+    parent = {"PATH": "/bin", "FEDSCHED_JWT_SECRET": "parent-secret", "FEDSCHED_POSTGRES_DSN": "postgresql://p:q@x/y"}
+    scheduler = environment(children["scheduler"], parent)
+    assert scheduler == {"PATH": "/bin", "FEDSCHED_LOG": dsn}
+    api = environment(children["api"], parent)
+    assert "FEDSCHED_JWT_SECRET" not in api and "FEDSCHED_POSTGRES_DSN" not in api
+    assert api["FEDSCHED_JWT_SECRET_FILE"] == str(tmp_path / "jwt")
+
+
+def test_secrets_left_out_of_the_file_come_from_the_supervisors_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "dsn").write_text(f"postgresql://u:{PASSWORD}@db/x")
+    monkeypatch.setenv("FEDSCHED_LOG", "kafka://k:9092")
+    monkeypatch.setenv("FEDSCHED_POSTGRES_DSN_FILE", str(tmp_path / "dsn"))
+    monkeypatch.setenv("FEDSCHED_JWT_SECRET", JWT)
+    children = SupervisorConfig.load(None).children()
+    assert children["api"].env == {
+        "FEDSCHED_LOG": "kafka://k:9092",
+        "FEDSCHED_POSTGRES_DSN_FILE": str(tmp_path / "dsn"),
+        "FEDSCHED_JWT_SECRET": JWT,
+    }
+    assert all(JWT not in arg and PASSWORD not in arg for child in children.values() for arg in child.argv)
 
 
 @pytest.mark.parametrize(
     ("text", "field"),
     [
-        ("postgres_dsn: x\n", "log"),
-        ("log: kafka://h:1\n", "postgres_dsn"),
+        ("postgres_dsn: x\napi: {jwt_secret: s}\n", "log"),
+        ("log: kafka://h:1\napi: {jwt_secret: s}\n", "postgres_dsn"),
         ("log: kafka://h:1\npostgres_dsn: x\nschedular: {}\n", "schedular"),
         ("log: kafka://h:1\npostgres_dsn: x\napi: {port: 1}\n", "port"),
         ("- just\n- a list\n", "mapping"),
-        ("log: kafka://h:1\npostgres_dsn: x\nmetrics: {first_port: http}\n", "first_port"),
-        ("log: kafka://h:1\npostgres_dsn: x\nmetrics: {port: 1}\n", "metrics"),
+        ("log: kafka://h:1\npostgres_dsn: x\napi: {jwt_secret: s}\nmetrics: {first_port: http}\n", "first_port"),
+        ("log: kafka://h:1\npostgres_dsn: x\napi: {jwt_secret: s}\nmetrics: {port: 1}\n", "metrics"),
+        ("log: kafka://h:1\npostgres_dsn: x\napi: {listen: 0.0.0.0:1}\n", "token key"),
+        ("log: kafka://h:1\npostgres_dsn: x\npostgres_dsn_file: y\napi: {jwt_secret: s}\n", "postgres_dsn_file"),
+        ("log: kafka://h:1\npostgres_dsn_file: /nonexistent/dsn\napi: {jwt_secret: s}\n", "postgres_dsn_file"),
+        ("log: kafka://h:1\npostgres_dsn: x\napi: {jwt_secret: s, jwt_secret_file: f}\n", "jwt_secret_file"),
+        ("log: kafka://h:1\npostgres_dsn: x\napi: {jwt_secret_file: EMPTY}\n", "empty"),
+        ("log: 5\npostgres_dsn: x\napi: {jwt_secret: s}\n", "log"),
     ],
 )
-def test_a_bad_configuration_names_what_is_wrong(
-    text: str, field: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv("FEDSCHED_LOG", raising=False)
-    monkeypatch.delenv("FEDSCHED_POSTGRES_DSN", raising=False)
+def test_a_bad_configuration_names_what_is_wrong(text: str, field: str, tmp_path: Path) -> None:
+    (tmp_path / "empty").write_text("\n")
     path = tmp_path / "bad.yaml"
-    path.write_text(text)
+    path.write_text(text.replace("EMPTY", str(tmp_path / "empty")))
     with pytest.raises(ConfigError, match=field):
         SupervisorConfig.load(path)
+
+
+def test_a_secret_given_both_ways_in_the_environment_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FEDSCHED_LOG", "kafka://k:9092")
+    monkeypatch.setenv("FEDSCHED_POSTGRES_DSN", "postgresql://db/x")
+    monkeypatch.setenv("FEDSCHED_POSTGRES_DSN_FILE", "/some/file")
+    with pytest.raises(ConfigError, match="FEDSCHED_POSTGRES_DSN and FEDSCHED_POSTGRES_DSN_FILE"):
+        SupervisorConfig.load(None)
