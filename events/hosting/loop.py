@@ -7,8 +7,10 @@ failure streak and what ``/healthz`` reports meanwhile.
 A step that fails because a dependency is away for now (a transient error, or ``Unreachable`` naming the
 dependency) does not end the loop: the host starts over from the positions its sink kept, as a restart
 would (``start_over``: drop connections, reload state where it lives in the sink), waits the backoff,
-and steps again. Any other error ends the loop: a bug, or ``ProducerFenced`` (another instance took
-over), which the host handles as it must.
+and steps again. Starting over may meet the same outage (a connection to open again): that is not an
+end either, the next step meets it again after the backoff. Any other error ends the loop: a bug, or
+``ProducerFenced`` (another instance took over), which the host handles as it must (under ``fedsched
+up`` and the intake, ``events.plumbing.tasks.Supervised`` restarts a loop that ended on a bug).
 """
 
 from __future__ import annotations
@@ -40,19 +42,29 @@ async def ride_out(
             try:
                 await step()
             except Unreachable as error:
-                await start_over()
+                await _start_over(start_over, outage)
                 await outage.wait(error.dependency, error.error, stop)
             except Exception as error:
                 if not retry(error):
                     raise
                 if not transient(error):
                     log.exception("event=step_failed component=%s retrying=true", outage.component)
-                await start_over()
+                await _start_over(start_over, outage)
                 await outage.wait(dependency, error, stop)
             else:
                 outage.recovered()
     finally:
         outage.forget()
+
+
+async def _start_over(start_over: Callable[[], Awaitable[None]], outage: Outage) -> None:
+    try:
+        await start_over()
+    except Exception as error:
+        if not isinstance(error, Unreachable) and not transient(error):
+            raise
+        # Still away: the next step meets it again after the backoff (the streak is logged already).
+        log.debug("event=start_over_failed component=%s error=%r", outage.component, error)
 
 
 __all__ = ["ride_out"]

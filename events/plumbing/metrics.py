@@ -6,7 +6,8 @@ Called by composition roots (``fedsched up``, ``fedsched scheduler``...), which 
 (Prometheus text exposition 0.0.4). Sources are callables polled at scrape time, so the services keep
 plain counters and pay nothing between scrapes. Besides its own checks, ``/healthz`` fails naming every
 dependency a loop of this process is waiting for (``events.plumbing.outage``): a process that rides out
-an outage of the log or the database says so while it waits.
+an outage of the log or the database says so while it waits; and every supervised component that is
+not running now (``events.plumbing.tasks.Supervised``: between a crash and its restart, or fenced).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Protocol
 
 from events.plumbing.outage import unreachable_now
-from events.plumbing.tasks import cancel_and_wait
+from events.plumbing.tasks import cancel_and_wait, components_down
 
 log = logging.getLogger("fedsched.metrics")
 
@@ -62,6 +63,12 @@ _HELP = {
     "fedsched_archived_total": ("counter", "Log records copied into the audit archive"),
     "fedsched_dead_lettered_total": ("counter", "Records sent to the dead-letter topic, per component"),
     "fedsched_outputs_published_total": ("counter", "Profile and quota events published, per component"),
+    "fedsched_component_restarts_total": (
+        "counter",
+        "Restarts of a supervised component after it ended early, per component and reason",
+    ),
+    "fedsched_component_up": ("gauge", "1 while a supervised component runs, 0 while it is down"),
+    "fedsched_intake_reading": ("gauge", "1 while the intake reads its topic, 0 while it cannot"),
 }
 
 
@@ -103,7 +110,7 @@ class Metrics:
                 ok = False
             if not ok:
                 bad.append(name)
-        return sorted({*bad, *unreachable_now()})
+        return sorted({*bad, *unreachable_now(), *components_down()})
 
     async def serve(self, host: str, port: int) -> asyncio.Server:
         return await asyncio.start_server(self._handle, host, port)

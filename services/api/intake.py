@@ -23,27 +23,39 @@ would mark the job itself rejected). The ``ce_authorization`` header is removed 
 intake writes, dead letters included.
 
 The intake has every host's shape (``events.hosting``): a ``GroupFollower`` reads the intake topic, the
-step validates and authorises each request, a ``LogSink`` commits the dead letters with the group's
-offsets, and ``ride_out`` keeps it going through an outage of the log.
+step validates and authorises each request, a ``LogSink`` commits the rejections and dead letters with
+the group's offsets, and ``ride_out`` keeps it going through an outage of the log or the database.
 
-Delivery is at least once: answers carry ids derived from the request, so a redelivered request is a
-recognisable duplicate; offsets and dead letters commit in one transaction. While the database or the
-log is unavailable the intake retries the same request with a bounded backoff instead of refusing it.
+Exactly one answer per request: rejections and dead letters are appended in the transaction that
+commits the request's offset, so they are in the log once or not at all; an accepted submission is
+published by ``JobCommands`` once per request id (the API's store records it first), and an accepted
+cancellation under an id derived from the job and the request. A request delivered again after a
+restart (its offset was not committed yet) therefore answers nothing new.
+
+Faults, one by one. While the database or the log is away (a transient error), the intake keeps the
+request it was handling and what it polled after it, commits what it had finished, and retries the
+same request after a capped backoff instead of refusing it; ``/healthz`` names the dependency
+meanwhile. A poll or commit that fails starts the group member over (a new connection, resuming at the
+committed offsets). Any other error on one request is a bug of ours: the request is dead-lettered with
+the reason (``HandlingFailed``) and the intake goes on. Whatever still ends the loop is restarted with
+backoff and counted (``events.plumbing.tasks.Supervised``), and ``reading`` is false until the intake
+reads again: the API reports it NOT_SERVING meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from dataclasses import dataclass
 from typing import Any
 
+import asyncpg
 from pydantic import TypeAdapter, ValidationError
 
 from events.catalog.errors import EventError, MalformedRecord, UnknownEventType
 from events.catalog.jobs import JobCancelRequested, JobRejected, JobSubmitted
+from events.catalog.reasons import ReasonCode
 from events.catalog.topics import INTAKE
 from events.catalog.types import Id, JobId, RequestId, TenantId
 from events.hosting.follower import GroupFollower
@@ -51,8 +63,10 @@ from events.hosting.loop import ride_out
 from events.hosting.sink import LogSink
 from events.log.contract import EventLog, LogRecord, OutRecord, TopicPartition
 from events.log.deadletter import dead_letter
-from events.log.publisher import Publisher
-from events.plumbing.outage import Outage
+from events.log.publisher import Publisher, to_record
+from events.plumbing.metrics import Sample
+from events.plumbing.outage import Outage, Unreachable, reaching, transient
+from events.plumbing.tasks import Supervised
 from events.wire.envelope import SPEC_VERSION
 from services.api import auth
 from services.api.commands import JobCommands, derived_id
@@ -79,6 +93,17 @@ class Refused(EventError):
         super().__init__(f"refused: {error}")
 
 
+class HandlingFailed(EventError):
+    """A request the intake failed on through a fault of its own (a bug): kept whole in the dead letters
+    with the error, so it can be replayed once fixed; the server log has the traceback."""
+
+    reason_code = ReasonCode.UNKNOWN.value
+
+    def __init__(self, error: BaseException) -> None:
+        self.field = "request"
+        super().__init__(f"the intake failed on this request: {type(error).__name__}: {str(error)[:512]}")
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
     record: LogRecord
@@ -90,11 +115,23 @@ class Request:
     ce_tenant: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one request came to: ``accepted`` (answered by ``JobCommands``), ``rejected``,
+    ``dead_lettered`` or ``failed`` (dead-lettered: a fault of ours), and the records to commit with its
+    offset (its answer when it is not accepted)."""
+
+    kind: str
+    records: tuple[OutRecord, ...] = ()
+
+
 @dataclass
 class IntakeStats:
     accepted: int = 0
     rejected: int = 0
     dead_lettered: int = 0
+    failed: int = 0
+    """Dead-lettered because the intake itself failed on them (a bug), of ``dead_lettered``."""
 
 
 class Intake:
@@ -103,78 +140,136 @@ class Intake:
         self._jobs = jobs
         self._auth = config.auth
         self._instance = config.instance_name
-        self._answers = Publisher(log, "urn:fedsched:intake", clock=config.clock)
+        self._answers = Publisher(log, "urn:fedsched:intake", clock=config.clock)  # envelopes only
         self._requests = GroupFollower(log, GROUP, [INTAKE.name])
         self._sink = LogSink(log, f"{GROUP}-{self._instance}", group=GROUP)
         self._started = False
+        self._joined = False  # a member of the group now (dropped after a failed poll or commit)
+        self._pending: list[LogRecord] = []  # polled, not handled yet: kept while a dependency is away
         self._stop = asyncio.Event()
         self.stats = IntakeStats()
         self.outage = Outage("intake")
+        self.supervised = Supervised("intake", self._loop, stop=self._stop, restart=self._restart)
+
+    @property
+    def reading(self) -> bool:
+        """Whether the intake reads its topic now: started, its loop running (not crashed nor waiting for
+        its restart), a member of the group, and its latest attempt got through."""
+        return self._started and self.supervised.running and self._joined and self.outage.failing is None
+
+    def samples(self) -> list[Sample]:
+        """Requests by outcome, whether it reads, and its restarts, for ``/metrics``."""
+        out: list[Sample] = [
+            ("fedsched_intake_requests_total", {"outcome": outcome}, float(getattr(self.stats, outcome)))
+            for outcome in ("accepted", "rejected", "dead_lettered")
+        ]
+        out.append(("fedsched_intake_reading", {}, 1.0 if self.reading else 0.0))
+        return out + self.supervised.samples()
 
     async def start(self) -> None:
         await self._requests.start()
+        self._joined = True
         await self._sink.start()
-        await self._answers.start()
         self._started = True
 
     def stop(self) -> None:
         self._stop.set()
 
     async def close(self) -> None:
+        self._joined = False
         await self._requests.close()
         await self._sink.close()
-        await self._answers.close()
 
     async def run(self) -> None:
-        """Poll until ``stop()``; an outage of the log is ridden out (``events.hosting.loop``): the group
-        member starts over from the offsets committed with the last answers, and ``/healthz`` names the
-        log meanwhile."""
+        """Poll until ``stop()``, supervised: a loop that ends on a bug is started again with backoff
+        (``events.plumbing.tasks.Supervised``)."""
+        await self.supervised.run()
+
+    async def _loop(self) -> None:
+        """An outage of the log or the database is ridden out (``events.hosting.loop``), and ``/healthz``
+        names it meanwhile."""
         await ride_out(lambda: self.poll_once(timeout_s=0.5), self._stop, self.outage, start_over=self._start_over)
 
     async def _start_over(self) -> None:
-        await self._requests.close()  # its connection may be dead; a new member resumes at the group's offsets
-        await self._requests.start()
+        """After a failed poll or commit (or a crash): a new member, resuming at the committed offsets.
+        After a request's dependency failed, the member and the requests kept are still good."""
+        if self._joined:
+            return
+        self._pending.clear()  # delivered again from the committed offsets
+        await self._requests.close()  # its connection may be dead
+
+    async def _restart(self) -> None:
+        """After a crash nothing held in memory is trusted: a new member, from the committed offsets."""
+        self._joined = False
+        await self._start_over()
+        await self._sink.drop()
+
+    async def _join(self) -> None:
+        if not self._joined:
+            await self._requests.close()
+            await self._requests.start()
+            self._joined = True
 
     async def poll_once(self, *, timeout_s: float = 1.0) -> IntakeStats:
-        """Handle what one poll returns; commit dead letters and offsets together."""
+        """Handle what one poll returns (or what is left of the last one); commit its rejections, dead
+        letters and offsets together. Raises ``Unreachable`` when a dependency is away, after committing
+        the requests handled before it."""
         assert self._started, "start() first"
-        records = await self._requests.poll(max_records=200, timeout_s=timeout_s)
+        if not self._pending:
+            try:
+                with reaching("log"):
+                    await self._join()
+                    self._pending = await self._requests.poll(max_records=200, timeout_s=timeout_s)
+            except BaseException:
+                self._joined = False
+                raise
         done = IntakeStats()
-        dead: list[OutRecord] = []
+        answers: list[OutRecord] = []
         offsets: dict[TopicPartition, int] = {}
-        for record in records:
-            outcome = await self._handle_with_retry(record)
-            if outcome is None:  # stopping during an outage: leave the rest for the next owner
-                break
-            if isinstance(outcome, OutRecord):
-                dead.append(outcome)
-                done.dead_lettered += 1
-            elif outcome:
-                done.accepted += 1
-            else:
-                done.rejected += 1
-            offsets[record.tp] = record.offset + 1
-        if offsets:
-            await self._sink.commit(dead, offsets)
-        for name in ("accepted", "rejected", "dead_lettered"):
-            setattr(self.stats, name, getattr(self.stats, name) + getattr(done, name))
+        try:
+            while self._pending:
+                record = self._pending[0]
+                outcome = await self._handle_safely(record)
+                setattr(done, outcome.kind, getattr(done, outcome.kind) + 1)
+                done.dead_lettered += int(outcome.kind == "failed")
+                answers.extend(outcome.records)
+                offsets[record.tp] = record.offset + 1
+                self._pending.pop(0)
+        finally:
+            if offsets:
+                await self._commit(answers, offsets, done)
         return done
 
-    async def _handle_with_retry(self, record: LogRecord) -> OutRecord | bool | None:
-        delay = 0.1
-        while True:
-            try:
-                return await self.handle(record)
-            except Unavailable as error:
-                logger.warning("event=intake_retry offset=%d reason=%r", record.offset, str(error))
-            if self._stop.is_set():
-                return None
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), timeout=delay)
-            delay = min(delay * 2, 5.0)
+    async def _commit(self, answers: list[OutRecord], offsets: dict[TopicPartition, int], done: IntakeStats) -> None:
+        try:
+            with reaching("log"):
+                await self._sink.commit(answers, offsets)
+        except BaseException:
+            # In doubt or not written: start over from the committed offsets (what was written is
+            # recognised when its request comes again: the store, or the same derived answer).
+            self._joined = False
+            raise
+        for name in ("accepted", "rejected", "dead_lettered", "failed"):
+            setattr(self.stats, name, getattr(self.stats, name) + getattr(done, name))
 
-    async def handle(self, record: LogRecord) -> OutRecord | bool:
-        """One record: ``True`` accepted, ``False`` answered with ``JobRejected``, or a dead letter."""
+    async def _handle_safely(self, record: LogRecord) -> Outcome:
+        """``handle``, with a bug on one request dead-lettering that request rather than ending the loop."""
+        try:
+            return await self.handle(record)
+        except Unavailable as error:
+            cause = error.__cause__ or error
+            raise Unreachable(_dependency_of(cause), cause) from error
+        except Unreachable:
+            raise
+        except Exception as error:
+            if transient(error):
+                raise Unreachable(_dependency_of(error), error) from error
+            logger.exception("event=intake_failed partition=%d offset=%d", record.partition, record.offset)
+            return self._failed(record, error)
+
+    async def handle(self, record: LogRecord) -> Outcome:
+        """One request: accepted (answered by ``JobCommands``), rejected or dead-lettered, with the records
+        to commit with its offset. Raises ``Unavailable`` when the database or the log is away."""
         try:
             request = parse(record)
         except EventError as error:
@@ -182,7 +277,7 @@ class Intake:
         try:
             principal = auth.authenticate(request.token, self._auth)
         except ApiError as error:
-            return await self._refuse(request, error, None)
+            return self._refuse(request, error, None)
         try:
             if request.kind == SUBMIT:
                 spec = {k: v for k, v in request.body.items() if k not in ("client_request_id", "submitted_by")}
@@ -196,10 +291,12 @@ class Intake:
             api_error = classify(error)
             if isinstance(api_error, Unavailable):
                 raise api_error from error
-            return await self._refuse(request, api_error, principal)
-        return True
+            if type(api_error) is ApiError:  # not a refusal: classify found a fault of ours (and logged it)
+                return self._failed(record, error)
+            return self._refuse(request, api_error, principal)
+        return Outcome("accepted")
 
-    async def _refuse(self, request: Request, error: ApiError, principal: auth.Principal | None) -> OutRecord | bool:
+    def _refuse(self, request: Request, error: ApiError, principal: auth.Principal | None) -> Outcome:
         tenant = _tenant_for(request, principal)
         if request.kind != SUBMIT or tenant is None:
             return self._dead(request.record, Refused(error))
@@ -220,15 +317,25 @@ class Intake:
             correlation_id=request.request_id,
             causation_id=request.ce_id,
         )
-        await self._answers.publish([envelope])
         logger.info("event=intake_rejected request=%s reason=%s field=%s", request.request_id, error.reason, field)
-        return False
+        return Outcome("rejected", (to_record(envelope),))
 
-    def _dead(self, record: LogRecord, error: EventError) -> OutRecord:
+    def _failed(self, record: LogRecord, error: BaseException) -> Outcome:
+        return Outcome("failed", self._dead(record, HandlingFailed(error)).records)
+
+    def _dead(self, record: LogRecord, error: EventError) -> Outcome:
         logger.warning(
             "event=intake_dead_letter offset=%d code=%s reason=%r", record.offset, error.reason_code, str(error)
         )
-        return dead_letter(without_credentials(record), error, GROUP)
+        return Outcome("dead_lettered", (dead_letter(without_credentials(record), error, GROUP),))
+
+
+def _dependency_of(error: BaseException) -> str:
+    """What a transient error is blamed on in ``/healthz``: the database's client errors name PostgreSQL
+    (the embedded log's too); the rest, the log."""
+    if isinstance(error, asyncpg.PostgresError | asyncpg.InterfaceError):
+        return "postgres"
+    return "log"
 
 
 def parse(record: LogRecord) -> Request:
@@ -298,4 +405,4 @@ def without_credentials(record: LogRecord) -> LogRecord:
     )
 
 
-__all__ = ["AUTH_HEADER", "GROUP", "Intake", "IntakeStats", "parse", "without_credentials"]
+__all__ = ["AUTH_HEADER", "GROUP", "HandlingFailed", "Intake", "IntakeStats", "Outcome", "parse", "without_credentials"]

@@ -11,7 +11,10 @@ certificate is configured (mutual TLS when a client CA is), and authenticates ev
 
 Health: the log and the database are probed in the background (``events.plumbing.health``); while
 either does not answer, the gRPC health service says NOT_SERVING and the process's ``/healthz`` fails
-naming it, as the calls that need it answer UNAVAILABLE.
+naming it, as the calls that need it answer UNAVAILABLE. The intake is checked the same way: while it
+does not read its topic (an outage, or a crash waiting for its supervised restart), the health service
+``fedsched.intake`` and the server as a whole say NOT_SERVING, and ``/healthz`` names ``intake``;
+SERVING again once it reads.
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ from services.api.store import ApiStore
 from services.api.watch_tails import WatchTails
 
 logger = logging.getLogger("fedsched.api")
+
+INTAKE_HEALTH = "fedsched.intake"
+"""The gRPC health service name under which the intake's state is reported."""
 
 
 @dataclass
@@ -89,15 +95,13 @@ class ApiServer:
                 await resource.close()  # type: ignore[attr-defined]
 
     def samples(self) -> list[tuple[str, dict[str, str], float]]:
-        """Prometheus samples: API requests by method and code, intake requests by outcome, watches."""
+        """Prometheus samples: API requests by method and code, the intake's, watches."""
         out = request_samples()
         if self.tails is not None:
             out.append(("fedsched_watch_streams", {}, float(self.tails.watching)))
             out.append(("fedsched_watch_partitions", {}, float(self.tails.partitions)))
         if self.intake is not None:
-            stats = self.intake.stats
-            for outcome in ("accepted", "rejected", "dead_lettered"):
-                out.append(("fedsched_intake_requests_total", {"outcome": outcome}, float(getattr(stats, outcome))))
+            out += self.intake.samples()  # requests by outcome, whether it reads, its restarts
         return out
 
     async def wait(self) -> None:
@@ -152,12 +156,13 @@ async def serve(
     for name in ("", *SERVICES):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     api = ApiServer(server, port, config, health_servicer, publisher, tails=tails, _owned=owned)
-    api.probe = _dependency_probe(log, reads, health_servicer)
-    api.probe.start()
     if config.intake:
         api.intake = Intake(log, jobs, config)
         await api.intake.start()
+        await health_servicer.set(INTAKE_HEALTH, health_pb2.HealthCheckResponse.SERVING)
         api._intake_task = asyncio.create_task(api.intake.run(), name="fedsched-intake")
+    api.probe = _dependency_probe(log, reads, health_servicer, api.intake)
+    api.probe.start()
     mode = "mTLS" if config.tls and config.tls.client_ca else "TLS" if config.tls else "plaintext"
     logger.info(
         "event=api_started address=%s transport=%s intake=%s auth=%s",
@@ -169,12 +174,31 @@ async def serve(
     return api
 
 
-def _dependency_probe(log: EventLog, reads: ReadModels, servicer: health.aio.HealthServicer) -> DependencyProbe:
-    async def serving(unreachable: list[str]) -> None:
-        status = health_pb2.HealthCheckResponse.NOT_SERVING if unreachable else health_pb2.HealthCheckResponse.SERVING
-        await servicer.set("", status)
+def _dependency_probe(
+    log: EventLog, reads: ReadModels, servicer: health.aio.HealthServicer, intake: Intake | None
+) -> DependencyProbe:
+    serving_, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
 
-    return DependencyProbe({"log": _LogProbe(log).check, "postgres": reads.ping}, on_change=serving)
+    async def serving(unreachable: list[str]) -> None:
+        await servicer.set("", not_serving if unreachable else serving_)
+        if intake is not None:
+            await servicer.set(INTAKE_HEALTH, not_serving if "intake" in unreachable else serving_)
+
+    probes = {"log": _LogProbe(log).check, "postgres": reads.ping}
+    if intake is not None:
+        probes["intake"] = _IntakeProbe(intake).check
+    return DependencyProbe(probes, on_change=serving)
+
+
+class _IntakeProbe:
+    """Whether the intake reads its topic (no round trip: the intake knows, ``Intake.reading``)."""
+
+    def __init__(self, intake: Intake) -> None:
+        self._intake = intake
+
+    async def check(self) -> None:
+        if not self._intake.reading:
+            raise RuntimeError("the intake is not reading its topic")
 
 
 class _LogProbe:
