@@ -26,6 +26,7 @@ from services.api.auth import (
     Role,
     authenticate,
     dev_auth,
+    write_dev_token,
 )
 from services.api.config import ApiConfig, check_listen, is_loopback
 from services.api.dev_tokens import DevTokens
@@ -106,17 +107,14 @@ async def test_keep_fresh_renews_the_file_when_the_clock_says_so_and_stops_on_re
 async def test_a_failed_renewal_is_logged_and_tried_again(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import services.api.dev_tokens as module
-
     failures = [OSError(28, "No space left on device")]
-    real = module.write_dev_token
 
     def flaky(state_dir: Path, token: str) -> Path:
         if failures:
             raise failures.pop()
-        return real(state_dir, token)
+        return write_dev_token(state_dir, token)
 
-    monkeypatch.setattr(module, "write_dev_token", flaky)
+    monkeypatch.setattr("services.api.dev_tokens.write_dev_token", flaky)
     tokens = DevTokens(dev_auth(tmp_path), tmp_path, clock=FakeClock(1_900_000_000.0))
     stop = asyncio.Event()
     with caplog.at_level(logging.WARNING, logger="fedsched.api.dev_tokens"):
