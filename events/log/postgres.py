@@ -15,6 +15,10 @@ for in-flight appends of the old producer, so an append is either before the fen
 Groups: a member owns a partition while it holds a session-level advisory lock on it; when its
 connection dies (a killed process), PostgreSQL releases the lock and another member takes over.
 Members share the partitions evenly, seen through a heartbeat table.
+
+After the server restarts, the pool reconnects by itself; the listening connection is made again by the
+next reader that asks for the commit signal (at most once a second), and every waiter is woken then, so
+nothing committed meanwhile waits for a reader's timeout.
 """
 
 from __future__ import annotations
@@ -141,6 +145,8 @@ class PostgresEventLog:
         self._listener: asyncpg.Connection | None = None
         self._wakeup = asyncio.Event()
         self._partitions: dict[str, int] = {}
+        self._relisten: asyncio.Task[None] | None = None
+        self._relistened_at = -math.inf
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -153,6 +159,11 @@ class PostgresEventLog:
         await self._listener.add_listener(_NOTIFY_CHANNEL, self._on_notify)
 
     async def close(self) -> None:
+        relisten, self._relisten = self._relisten, None
+        if relisten is not None:
+            relisten.cancel()
+            with contextlib.suppress(BaseException):
+                await relisten
         if self._listener is not None:
             with contextlib.suppress(Exception):
                 await self._listener.close()
@@ -174,7 +185,28 @@ class PostgresEventLog:
 
     def commit_signal(self) -> asyncio.Event:
         """An event set at the next commit to the log (used by readers to tail without polling)."""
+        listener = self._listener
+        if listener is not None and listener.is_closed() and self._relisten is None:
+            now = time.monotonic()
+            if now - self._relistened_at >= 1.0:
+                self._relistened_at = now
+                self._relisten = asyncio.get_running_loop().create_task(self._listen_again(listener))
         return self._wakeup
+
+    async def _listen_again(self, lost: asyncpg.Connection) -> None:
+        """A new listening connection after the server dropped the last one (a failure: the next ask)."""
+        try:
+            listener = await asyncpg.connect(self._dsn)
+            await listener.add_listener(_NOTIFY_CHANNEL, self._on_notify)
+        except Exception:
+            return  # still away
+        finally:
+            self._relisten = None
+        if self._listener is not lost:  # closed meanwhile
+            await listener.close()
+            return
+        self._listener = listener
+        self._on_notify()  # what was committed while nobody listened: every waiter reads again
 
     # -- topics ----------------------------------------------------------------------------------
 
@@ -472,6 +504,10 @@ class PostgresGroupConsumer:
         await self._rebalance()
 
     def assignment(self) -> frozenset[TopicPartition]:
+        # The locks end with the session: a member whose connection is lost owns nothing any more (a
+        # leader stops deciding at once, not at its next heartbeat).
+        if self._conn is None or self._conn.is_closed():
+            return frozenset()
         return frozenset(self._owned)
 
     async def poll(self, *, max_records: int = 500, timeout_s: float = 1.0) -> list[LogRecord]:

@@ -16,7 +16,6 @@ harmless (a version's content depends only on the events folded, never on how th
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -175,10 +174,10 @@ class ProjectionRunner:
 
     async def _start_over(self) -> None:
         # A step that failed may have folded into memory what it did not write: the read models are
-        # where this host stands. (Reloading is what ``start`` does; a failure here is the next attempt's.)
+        # where this host stands. (Reloading is what ``start`` does; when the database is still away,
+        # ``ride_out`` waits and the next step meets it again; any other failure ends the loop.)
         await self.follower.forget()
-        with contextlib.suppress(Exception):
-            await self.start()
+        await self.start()
 
 
 def _envelope(output: Output, time_ms: int) -> Envelope:

@@ -5,6 +5,9 @@
     (deploy/local/postgres.py is the same, for scripts)
     python -m services.runtime.embedded_pg stop DIR    # idempotent
 
+Called by ``fedsched up`` (which also starts the server again when it finds it gone: ``running``), the
+test command and the tests that stop and start their own server.
+
 The server keeps its data in DIR/pgdata, logs to DIR/postgres.log, listens on a free 127.0.0.1 TCP
 port (no unix socket), trusts every local connection (user ``postgres``, no password) and has a
 database ``fedsched``. Durability settings are PostgreSQL's defaults (fsync on), so crash tests are
@@ -263,6 +266,11 @@ def start(dir_: Path) -> str:
     dsn = _dsn(port)
     dsn_file.write_text(dsn + "\n")
     return dsn
+
+
+def running(dir_: Path) -> bool:
+    """Whether the server started in ``dir_`` runs now (a killed one, even a zombie, does not)."""
+    return _postmaster(dir_.resolve() / "pgdata") is not None
 
 
 def stop(dir_: Path, timeout: float = 60) -> None:

@@ -12,6 +12,14 @@ anything here. Started in order, stopped in reverse:
  6. a simulated fleet of three clusters built from the openb node list, so it does something at once;
  7. the gRPC API on 127.0.0.1:50051 with a development token printed at start;
  8. health and Prometheus metrics on 127.0.0.1:9464.
+
+Every component keeps running by itself. Each host rides out an outage of the database (connections
+rebuilt, positions reloaded: ``events.hosting.loop``); a host whose loop still ends (a bug) is replaced
+by a fresh instance started from what the log and the read models hold, with backoff, and counted
+(``events.plumbing.tasks.Supervised``: one ``component_restarted`` line each); the intake inside the API
+does the same. ``/healthz`` names every component that is down and every dependency a component waits
+for, until it is back. The embedded PostgreSQL itself is watched: when its server is gone it is started
+again on the same port, so the DSN every component holds stays good.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import asyncpg
 
@@ -30,10 +39,11 @@ from connectors.sim.clock import SimClock
 from events.audit.archive import AuditArchiver
 from events.catalog.topics import TOPICS
 from events.hosting.lag import Lag
+from events.log.contract import ProducerFenced
 from events.log.postgres import PostgresEventLog
 from events.log.publisher import wall_clock_ms
 from events.plumbing.metrics import Metrics
-from events.plumbing.tasks import cancel_and_wait
+from events.plumbing.tasks import Supervised, cancel_and_wait
 from projections.inprocess.runner import ProjectionRunner
 from services.governance.core.config import GovConfig
 from services.governance.host import GovernanceHost
@@ -76,6 +86,8 @@ class Running:
     clock: SimClock | None = None
     started_pg: bool = False
     governance: GovernanceHost | None = None
+    supervised: dict[str, Supervised] = field(default_factory=dict)
+    """The components kept running (a crashed one is replaced by a fresh instance), by name."""
 
 
 async def start(config: UpConfig) -> Running:
@@ -104,13 +116,7 @@ async def start(config: UpConfig) -> Running:
     running = Running(config, dsn, event_log, pool, projections, scheduler, archiver, metrics, started_pg=started_pg)
     running.clock = clock
     running.governance = governance
-    stop = running.stop_event
-    running.tasks += [
-        asyncio.create_task(_guard("projections", projections.run(stop)), name="projections"),
-        asyncio.create_task(_guard("scheduler", scheduler.run(stop)), name="scheduler"),
-        asyncio.create_task(_guard("archiver", archiver.run(stop)), name="archiver"),
-        asyncio.create_task(_guard("governance", governance.run(stop)), name="governance"),
-    ]
+    _supervise(running, now)
     await _start_fleet(running)
     if config.with_api:
         await _start_api(running)
@@ -152,14 +158,96 @@ async def run(config: UpConfig, *, on_ready: Callable[[Running], None] | None = 
     return 0
 
 
-async def _guard(name: str, work: Awaitable[None]) -> None:
+def _supervise(running: Running, now: Callable[[], int]) -> None:
+    """Run every host under a ``Supervised``; a host that crashed is closed and replaced by a fresh one,
+    started from what it keeps in the log and the read models (a crash may have left its memory half
+    folded). The components run in ``running.tasks``."""
+    stop = running.stop_event
+    event_log, pool = running.log, running.pool
+
+    async def projections() -> None:
+        await _quietly(running.projections.close)
+        fresh = ProjectionRunner(event_log, pool)
+        await _started(fresh)
+        running.projections = fresh
+
+    async def scheduler() -> None:
+        await _quietly(running.scheduler.close)
+        fresh = SchedulerHost(event_log, clock=now)
+        await _started(fresh)
+        running.scheduler = fresh
+
+    async def archiver() -> None:
+        await _quietly(running.archiver.close)
+        running.archiver = AuditArchiver(event_log, pool, [spec.name for spec in TOPICS])  # starts in run
+
+    async def governance() -> None:
+        if running.governance is not None:
+            await _quietly(running.governance.close)
+        fresh = GovernanceHost(event_log, running.config.governance)
+        await _started(fresh)
+        running.governance = fresh
+
+    def fenced(error: BaseException) -> bool:
+        return isinstance(error, ProducerFenced)
+
+    def governed() -> Awaitable[None]:
+        assert running.governance is not None
+        return running.governance.run(stop)
+
+    running.supervised = {
+        "projections": Supervised(
+            "projections", lambda: running.projections.run(stop), stop=stop, restart=projections, fenced=fenced
+        ),
+        "scheduler": Supervised(
+            "scheduler", lambda: running.scheduler.run(stop), stop=stop, restart=scheduler, fenced=fenced
+        ),
+        "archiver": Supervised("archiver", lambda: running.archiver.run(stop), stop=stop, restart=archiver),
+        # Governance returns when another instance fenced it: final, not restarted (Supervised's default).
+        "governance": Supervised("governance", governed, stop=stop, restart=governance, fenced=fenced),
+    }
+    if running.started_pg:
+        data = running.config.data_dir / "postgres"
+        running.supervised["postgres"] = Supervised(
+            "postgres", lambda: _postgres_alive(data, stop), stop=stop, restart=lambda: _postgres_again(running, data)
+        )
+    running.tasks += [asyncio.create_task(s.run(), name=name) for name, s in running.supervised.items()]
+
+
+class _Startable(Protocol):
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+async def _started(component: _Startable) -> None:
+    """``start``, or ``close`` and raise: a restart that fails leaves nothing open."""
     try:
-        await work
-    except asyncio.CancelledError:
+        await component.start()
+    except BaseException:
+        await _quietly(component.close)
         raise
-    except Exception:
-        log.exception("event=component_failed component=%s", name)
-        raise
+
+
+async def _quietly(close: Callable[[], Awaitable[object]]) -> None:
+    with contextlib.suppress(Exception):  # it crashed: its connections may be dead, closing is tidying up
+        await close()
+
+
+async def _postgres_alive(data: Path, stop: asyncio.Event, every_s: float = 2.0) -> None:
+    """Return when ``stop`` is set; raise once the embedded server is found gone."""
+    while not stop.is_set():
+        if not await asyncio.to_thread(embedded_pg.running, data):
+            raise ConnectionRefusedError(f"the embedded PostgreSQL in {data} is not running")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), every_s)
+
+
+async def _postgres_again(running: Running, data: Path) -> None:
+    """Start the embedded server again on its port (kept while free): every component's DSN stays good."""
+    dsn = await asyncio.to_thread(embedded_pg.start, data)
+    if dsn != running.dsn:
+        log.error("event=postgres_moved old=%s new=%s: restart fedsched up to use the new port", running.dsn, dsn)
 
 
 def _closer(server: asyncio.Server) -> Callable[[], Awaitable[object]]:
@@ -216,30 +304,26 @@ async def _start_api(running: Running) -> None:
 
 
 def _register_metrics(running: Running) -> None:
-    scheduler = running.scheduler
+    """Every source reads the component running now (a restart replaces it)."""
     metrics = running.metrics
 
-    metrics.add_source(scheduler.samples)
-    metrics.add_source(running.projections.samples)
-    metrics.add_source(running.archiver.samples)
-    governance = running.governance
-    if governance is not None:
-        metrics.add_source(governance.samples)
+    metrics.add_source(lambda: running.scheduler.samples())
+    metrics.add_source(lambda: running.projections.samples())
+    metrics.add_source(lambda: running.archiver.samples())
+    metrics.add_source(lambda: running.governance.samples() if running.governance is not None else [])
     lags = [
-        Lag(running.log, "scheduler", lambda: scheduler.positions),
-        Lag(running.log, "projections", running.projections.positions),
+        Lag(running.log, "scheduler", lambda: running.scheduler.positions),
+        Lag(running.log, "projections", lambda: running.projections.positions()),
         Lag(running.log, "archiver", lambda: running.archiver.positions),
+        Lag(running.log, "governance", lambda: running.governance.positions if running.governance else {}),
     ]
-    if governance is not None:
-        lags.append(Lag(running.log, "governance", lambda: governance.positions))
     for lag in lags:
         metrics.add_source(lag.samples)
         running.tasks.append(asyncio.create_task(lag.run(running.stop_event), name=f"lag-{lag.component}"))
-    metrics.add_check("scheduler", lambda: not _failed(running, "scheduler"))
-    metrics.add_check("projections", lambda: not _failed(running, "projections"))
-    metrics.add_check("archiver", lambda: not _failed(running, "archiver"))
-    metrics.add_check("governance", lambda: not _failed(running, "governance"))
+    for name, supervised in running.supervised.items():
+        metrics.add_source(supervised.samples)
+        metrics.add_check(name, _up(supervised))
 
 
-def _failed(running: Running, name: str) -> bool:
-    return any(task.get_name() == name and task.done() for task in running.tasks)
+def _up(supervised: Supervised) -> Callable[[], bool]:
+    return lambda: not supervised.down

@@ -22,11 +22,18 @@ the member that holds the partition leads (Kafka's group coordinator, or on the 
 advisory lock, notices a dead leader). A new leader opens the transactional producer with the shared
 transactional id, which fences the old one: a deposed leader's next append fails with
 ``ProducerFenced`` and it steps down.
+
+The election connection is rebuilt like every other: when the log or the database is away the instance
+steps down and drops its membership (on the embedded log the lock lives as long as the connection that
+took it, so a leader whose lock connection is lost owns nothing and stops deciding at once), and joins
+again once the log answers; it leads again only when it holds the lock again, fencing whoever led
+meanwhile and catching up on what they wrote before deciding.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -106,6 +113,7 @@ class SchedulerHost:
         self._own_end: dict[TopicPartition, int] = {}  # where our last directly folded records ended
         self._memo = CycleMemo()  # what a cycle's set-up leaves for the next (same decisions either way)
         self._leadership: GroupConsumer | None = None
+        self._member = ""  # its name in the leadership group, kept across a rejoin
         self._caught_up = False  # the run loop has read everything committed since it (re)started
         self._dirty = True
         self._last_cycle_at = 0
@@ -142,19 +150,28 @@ class SchedulerHost:
 
     async def start(self) -> None:
         await self.follower.start()
-        # The oldest instance sorts first and keeps the lead when a standby joins (no hand-over on join).
-        member = f"fedsched-scheduler-{time.time_ns():020d}-{os.getpid()}"
+        await self._join()
+
+    async def _join(self) -> None:
+        """Become a member of the leadership group (a new connection, on the embedded log)."""
+        # The oldest instance sorts first and keeps the lead when a standby joins (no hand-over on join);
+        # a member that joins again after an outage sorts by its first start.
+        self._member = self._member or f"fedsched-scheduler-{time.time_ns():020d}-{os.getpid()}"
         self._leadership = await self._log.group_consumer(
-            self._leader_group, [self._ns + DECISIONS.name], member_name=member, records=False
+            self._leader_group, [self._ns + DECISIONS.name], member_name=self._member, records=False
         )
+
+    async def _leave(self) -> None:
+        leadership, self._leadership = self._leadership, None
+        if leadership is not None:
+            with contextlib.suppress(Exception):  # its connection may be dead: closing is only tidying up
+                await leadership.close()
 
     async def close(self) -> None:
         self._summary()
         await self.follower.close()
         await self._sink.close()
-        if self._leadership is not None:
-            await self._leadership.close()
-        self._leadership = None
+        await self._leave()
 
     # -- following the log -----------------------------------------------------------------------
 
@@ -190,7 +207,9 @@ class SchedulerHost:
     # -- leading ---------------------------------------------------------------------------------
 
     async def is_leader(self) -> bool:
-        assert self._leadership is not None
+        if self._leadership is None:  # left after an outage: join again (the log answers by now)
+            await self._join()
+            assert self._leadership is not None
         await self._leadership.poll(max_records=1, timeout_s=0.0)  # heartbeat and rebalance
         leading = bool(self._leadership.assignment())
         if leading and not self._sink.open:
@@ -339,3 +358,6 @@ class SchedulerHost:
         await self.follower.forget()
         if self._sink.open:
             await self._step_down("the log is unreachable")
+        # The membership's connection may be dead, and with it the lock: join again when the log answers.
+        await self._leave()
+        self.metrics.leader = False
