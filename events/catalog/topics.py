@@ -107,6 +107,14 @@ DEAD_LETTERS = TopicSpec(
     30 * DAY_MS,
     "records that could not be read, with the reason, kept for inspection and replay",
 )
+AUDIT = TopicSpec(
+    "fedsched.audit",
+    1,
+    "none (one partition)",
+    Cleanup.DELETE,
+    FOREVER,
+    "signed checkpoints of the audit archive (events.audit.checkpoint), one record per checkpoint",
+)
 
 TOPICS: tuple[TopicSpec, ...] = (
     INVENTORY,
@@ -117,6 +125,7 @@ TOPICS: tuple[TopicSpec, ...] = (
     PROFILES,
     QUOTA_USAGE,
     DEAD_LETTERS,
+    AUDIT,
 )
 _BY_NAME = {spec.name: spec for spec in TOPICS}
 
