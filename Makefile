@@ -6,12 +6,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help install run demo lint typecheck imports unit test bench-log bench-e2e bench-projections clean
+.PHONY: help install run demo lint typecheck imports unit test soak bench-log bench-e2e bench-projections clean
 
 help:
 	@echo "make run        the whole service on its embedded default (no Kafka needed): fedsched up"
 	@echo "make demo       fedsched up plus a replay of a real trace through the API, then audit verify"
 	@echo "make test       set up (venv, Kafka, PostgreSQL) and run lint, types, import contracts and all tests"
+	@echo "make soak       the kill-anything soak at full size (10,000 submissions, its own Kafka and PostgreSQL)"
 	@echo "make lint       ruff check and format check"
 	@echo "make bench-log  fedsched bench log against a real Kafka and PostgreSQL"
 	@echo "make bench-e2e  gRPC submit -> Kafka -> scheduler -> JobPlaced latency, and the verify rate"
@@ -45,6 +46,9 @@ imports: $(STAMP)
 test: lint typecheck imports
 	PYTHON=$(abspath $(PY)) FEDSCHED_REQUIRE_REAL_SERVICES=1 deploy/local/with-services.sh \
 		$(PY) -m pytest -m "not known_defect" $(PYTEST_ARGS)
+
+soak: $(STAMP)
+	FEDSCHED_SOAK_SIZE=$${FEDSCHED_SOAK_SIZE:-10000} $(PY) -m pytest tests/soak -m soak -s $(PYTEST_ARGS)
 
 bench-log: $(STAMP)
 	PYTHON=$(abspath $(PY)) deploy/local/with-services.sh sh -c \

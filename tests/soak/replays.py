@@ -1,0 +1,122 @@
+"""Replays an operator runs after the soak, each as the ``fedsched`` command in its own process:
+``audit verify`` under a PYTHONHASHSEED no component ran with, and ``projections rebuild`` from offset
+0 into another schema, whose tables are then compared row by row with the live read models.
+
+Called by the soak's run once every component has stopped. Calls the CLI (``services.cli.main``) and,
+for the rows that differ, the read models' tables as the reader names them
+(``projections.readmodel.rows.tables``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+
+from projections.readmodel.rows.tables import ALL, SCHEMA
+from tests.soak.backing import ROOT
+
+REBUILD_SCHEMA = "fedsched_rm_soak_rebuild"
+_EXAMPLES = 4
+
+
+@dataclass
+class Verified:
+    hash_seed: int
+    exit_code: int
+    report: dict[str, Any]
+    stderr: str
+
+    @property
+    def identical_pct(self) -> float | None:
+        value = self.report.get("identical_pct")
+        return float(value) if isinstance(value, int | float) else None
+
+    def problems(self, cycles_in_log: int) -> list[str]:
+        out = []
+        if self.exit_code != 0 or self.identical_pct != 100.0:
+            out.append(
+                f"audit verify (PYTHONHASHSEED={self.hash_seed}) exited {self.exit_code}: "
+                f"{self.identical_pct}% identical; stderr: {self.stderr[-400:]!r}"
+            )
+        out += [f"differs: {json.dumps(d)[:400]}" for d in self.report.get("differences", [])[:_EXAMPLES]]
+        out += [f"problem: {json.dumps(p)[:400]}" for p in self.report.get("problems", [])[:_EXAMPLES]]
+        cycles = self.report.get("cycles")
+        if cycles is not None and cycles != cycles_in_log:
+            out.append(f"verify re-executed {cycles} cycles; the log records {cycles_in_log}")
+        return out
+
+
+@dataclass
+class Rebuilt:
+    exit_code: int
+    report: dict[str, Any]
+    rows: list[str] = field(default_factory=list)
+    """Rows of the differing tables found on one side only (``table: live|rebuilt row``)."""
+
+    @property
+    def differing(self) -> list[str]:
+        return list(self.report.get("differing", ["(no report)"]))
+
+
+async def verify(log_url: str, hash_seed: int) -> Verified:
+    code, out, err = await _fedsched(
+        ["audit", "verify", "--log", log_url, "--json"], {"PYTHONHASHSEED": str(hash_seed)}
+    )
+    try:
+        report = json.loads(out)
+    except ValueError:
+        report = {}
+    return Verified(hash_seed, code, report, err)
+
+
+async def rebuild(log_url: str, dsn: str) -> Rebuilt:
+    argv = ["projections", "rebuild", "--log", log_url, "--dsn", dsn, "--into", REBUILD_SCHEMA, "--json"]
+    code, out, err = await _fedsched(argv, {})
+    try:
+        report = json.loads(out)
+    except ValueError:
+        report = {"differing": [f"rebuild failed: {err[-400:]}"]}
+    result = Rebuilt(code, report)
+    if code != 0 and report.get("differing"):
+        result.rows = await _differing_rows(dsn, [t for t in report["differing"] if isinstance(t, str)])
+    return result
+
+
+async def _differing_rows(dsn: str, tables: list[str]) -> list[str]:
+    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2)
+    out: list[str] = []
+    try:
+        for table in (t for t in ALL if t.name in tables):
+            columns = ", ".join(name for name, _ in table.columns)
+            sides = {}
+            for side, schema in (("live", SCHEMA), ("rebuilt", REBUILD_SCHEMA)):
+                rows = await pool.fetch(f"SELECT ({columns})::text AS line FROM {schema}.{table.name}")
+                sides[side] = {row["line"] for row in rows}
+            for side, other in (("live", "rebuilt"), ("rebuilt", "live")):
+                only = sorted(sides[side] - sides[other])
+                out += [f"{table.name}: only {side}: {line[:300]}" for line in only[:_EXAMPLES]]
+    finally:
+        await pool.close()
+    return out
+
+
+async def _fedsched(argv: list[str], env: dict[str, str], timeout_s: float = 1800) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "services.cli.main",
+        *argv,
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout_s)
+    assert process.returncode is not None
+    return process.returncode, out.decode(errors="replace"), err.decode(errors="replace")

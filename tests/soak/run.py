@@ -1,0 +1,219 @@
+"""One soak, start to finish: the backing services and the components up, the load beside the chaos,
+the system left to quiesce, then every invariant checked and the figures taken.
+
+Called by ``tests/soak/test_soak.py``. The recipe:
+ 1. start the soak's own Kafka and PostgreSQL (``backing``) and every component (``components``);
+ 2. once the API answers and a scheduler leads, send the load (``load``) while the chaos (``chaos``)
+    kills, stops and restarts;
+ 3. wait until every job has ended (``settle``), stop every writer but the projections worker and the
+    archiver, and wait until both are at the end of the log; stop them too;
+ 4. read the log (``history``) and judge it (``invariants``, ``fencing``); replay it (``replays``:
+    verify under another PYTHONHASHSEED, a rebuild of the read models); hold the archive to the log
+    (``archive_check``) and the cost to the events (``cost``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import asyncpg
+
+from events.log import open_log
+from projections.readmodel.reader import ReadModels
+from services.api.auth import AuthConfig, issue_token
+from tests.soak import archive_check, cost, fencing, invariants, replays
+from tests.soak.backing import ROOT, Backing
+from tests.soak.chaos import Chaos, ChaosLog
+from tests.soak.components import AUDIENCE, CLUSTERS, ISSUER, PORTS_NEEDED, Fleet, free_ports, specs
+from tests.soak.figures import Figures
+from tests.soak.history import History
+from tests.soak.invariants import Violation, violation
+from tests.soak.load import Load, Outcome
+from tests.soak.plan import SoakPlan
+from tests.soak.settle import JobEnds, archive_caught_up, projections_caught_up, until
+
+WRITERS = ("sim-a", "sim-b", "api", "intake", "governance", "scheduler-1", "scheduler-2")
+_READY_S = 180.0
+_CAUGHT_UP_S = 300.0
+
+
+@dataclass
+class SoakResult:
+    figures: Figures
+    violations: list[Violation] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+async def run_soak(plan: SoakPlan, workdir: Path, fleet_out: list[Fleet]) -> SoakResult:
+    """``fleet_out`` receives the fleet as soon as it exists, for a caller's last-resort clean-up."""
+    began = time.monotonic()
+    figures = Figures(size=plan.size, seed=plan.seed, grpc_submissions=plan.size, intake_submissions=plan.intake_size)
+    result = SoakResult(figures)
+    backing = Backing(workdir)
+    fleet: Fleet | None = None
+    try:
+        await backing.start()
+        _write_node_lists(plan, workdir)
+        secret = secrets.token_hex(32)
+        api_port, *metrics_ports = free_ports(PORTS_NEEDED)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FEDSCHED_")}
+        env.update(PYTHONPATH=str(ROOT), FEDSCHED_JWT_SECRET=secret)
+        fleet = Fleet.build(specs(backing, workdir, [api_port, *metrics_ports]), env, workdir / "logs", plan.seed)
+        fleet_out.append(fleet)
+        fleet.start()
+        token = issue_token(
+            AuthConfig(ISSUER, AUDIENCE, hs256_secret=secret.encode()),
+            subject="soak",
+            tenants=["*"],
+            roles=["admin"],
+            ttl_s=int(plan.load_s + plan.settle_s) + 3600,
+        )
+        load = Load(plan, f"127.0.0.1:{api_port}", token, backing.log_url)
+        if not await until(lambda: _ready(fleet, load), _READY_S):
+            raise RuntimeError(f"the API or a scheduler leader was not up within {_READY_S:.0f} s: see {workdir}/logs")
+        loaded = time.monotonic()
+        chaos = Chaos(plan, fleet, backing)
+        outcomes, chaos_log = await asyncio.gather(load.run(), chaos.run())
+        figures.load_s = time.monotonic() - loaded
+        settled = time.monotonic()
+        await _settle(plan, fleet, backing, outcomes, result)
+        figures.settle_s = time.monotonic() - settled
+        await _judge(plan, fleet, backing, outcomes, chaos_log, result)
+    finally:
+        if fleet is not None:
+            await fleet.shutdown()
+        await backing.close()
+        figures.duration_s = time.monotonic() - began
+    return result
+
+
+async def _ready(fleet: Fleet, load: Load) -> bool:
+    return bool(await fleet.leaders()) and await load.api_answers()
+
+
+async def _settle(
+    plan: SoakPlan, fleet: Fleet, backing: Backing, outcomes: dict[str, Outcome], result: SoakResult
+) -> None:
+    expected = {o.job_id for o in outcomes.values() if o.job_id is not None}
+    ends = JobEnds(backing.log_url)
+    if not await until(lambda: _all_ended(ends, expected), plan.settle_s):
+        result.notes.append(f"{len(expected - ends.ended)} jobs had not ended after {plan.settle_s:.0f} s of settling")
+    await fleet.shutdown(list(WRITERS))
+    worker = fleet.components["projections"]
+    if not await until(lambda: projections_caught_up(worker), _CAUGHT_UP_S):
+        result.notes.append(f"the projections worker was not at the end of the log within {_CAUGHT_UP_S:.0f} s")
+    if not await until(lambda: archive_caught_up(backing.log_url, backing.dsn), _CAUGHT_UP_S):
+        result.notes.append(f"the archiver was not at the end of the log within {_CAUGHT_UP_S:.0f} s")
+    await fleet.shutdown()
+
+
+async def _all_ended(ends: JobEnds, expected: set[str]) -> bool:
+    return expected <= await ends.look()
+
+
+async def _judge(
+    plan: SoakPlan, fleet: Fleet, backing: Backing, outcomes: dict[str, Outcome], chaos: ChaosLog, result: SoakResult
+) -> None:
+    figures = result.figures
+    log = open_log(backing.log_url)
+    await log.start()
+    try:
+        history = await History.read(log)
+        pool = await asyncpg.create_pool(backing.dsn, min_size=1, max_size=2)
+        try:
+            archived = await archive_check.compare(log, pool)
+            usage = await ReadModels(pool).usage_hours()
+        finally:
+            await pool.close()
+    finally:
+        await log.close()
+    ends_violations, redelivered = invariants.runs_end_at_most_once(history)
+    result.violations += invariants.every(
+        [
+            invariants.one_job_per_request(outcomes, history),
+            invariants.runs_placed_once(history),
+            ends_violations,
+            invariants.jobs_ended(outcomes, history),
+            invariants.cycles_contiguous(history),
+            violation("unreadable record in the log", history.unreadable),
+        ]
+    )
+    batches = await fencing.committed_batches(backing.kafka_dir, "fedsched.decisions", 0)
+    zombie = fencing.returning_writers(batches)
+    for stop in chaos.leader_stops:
+        evidence, late = fencing.leader_stop(batches, stop)
+        figures.leader_stops.append(evidence)
+        zombie += late
+    result.violations += violation("decision written by a deposed leader (fencing)", zombie)
+    cycles = sum(1 for d in history.decisions if d.sequence is not None)
+    hash_seed = _unused_hash_seed(plan, fleet.hash_seeds_used())
+    verified = await replays.verify(backing.log_url, hash_seed)
+    result.violations += violation(f"audit verify under PYTHONHASHSEED={hash_seed}", verified.problems(cycles))
+    rebuilt = await replays.rebuild(backing.log_url, backing.dsn)
+    if rebuilt.exit_code != 0:
+        result.violations += violation(
+            "read models differ from a rebuild from offset 0", rebuilt.differing + rebuilt.rows
+        )
+    result.violations += violation("audit archive differs from the log", archived.problems)
+    if archived.count > len(archived.problems):
+        result.violations[-1].count = archived.count
+    cost_problems, recomputed, live = cost.differences(history, usage)
+    result.violations += violation("cost differs from a recomputation from the events", cost_problems)
+    tally = invariants.tally(outcomes, history, redelivered)
+    _fill(figures, fleet, outcomes, chaos, history, tally)
+    figures.cycles = cycles
+    figures.verify_pct = verified.identical_pct
+    figures.read_models_equal = rebuilt.exit_code == 0
+    figures.archive_equal = archived.count == 0
+    figures.cost_micro = (recomputed, live)
+    result.notes += [f"{e.name} exited {e.code} at {e.at_ms} ({e.log}):\n{e.tail}" for e in fleet.unplanned()]
+    result.notes += chaos.skipped
+
+
+def _fill(
+    figures: Figures,
+    fleet: Fleet,
+    outcomes: dict[str, Outcome],
+    chaos: ChaosLog,
+    history: History,
+    tally: invariants.Tally,
+) -> None:
+    figures.answered = sum(1 for o in outcomes.values() if o.job_id is not None)
+    for outcome in outcomes.values():
+        figures.retried_calls.update(outcome.retried)
+    figures.kills = fleet.kills
+    for exit_ in fleet.unplanned():
+        figures.unplanned_exits[exit_.name] += 1
+    figures.outages = [f"{o.what} down {o.seconds:.1f} s" for o in chaos.outages]
+    figures.lost, figures.doubled, figures.redelivered = tally.lost, tally.doubled, tally.redelivered
+    figures.placements = sum(len(p) for p in history.placements.values())
+    figures.runs_ended = len(history.run_ends)
+    figures.jobs_ended = len(history.job_ends)
+    figures.log_records = sum(history.records.values())
+
+
+def _unused_hash_seed(plan: SoakPlan, used: set[int]) -> int:
+    rng = random.Random(f"verify-{plan.seed}")
+    while True:
+        seed = rng.randrange(1, 2**32 - 1)
+        if seed not in used:
+            return seed
+
+
+def _write_node_lists(plan: SoakPlan, workdir: Path) -> None:
+    fleets = {
+        CLUSTERS[0]: ("A100-SXM4-80GB", 8, 2_500_000),
+        CLUSTERS[1]: ("T4", 4, 400_000),
+    }
+    for cluster, (model, gpus, rate) in fleets.items():
+        (workdir / f"{cluster}.yaml").write_text(
+            f"cluster:\n  currency: EUR\n  gpu_rates: {{{model}: {rate}}}\n"
+            f"nodes:\n  - {{name: {cluster}-n, count: {plan.nodes_per_cluster}, cpu_milli: 64000,"
+            f" memory_mib: 524288, gpus: {gpus}, model: {model}}}\n"
+        )
