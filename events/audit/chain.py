@@ -237,9 +237,10 @@ class ChainVerifier:
         problem = self._check(record, head)
         if held is None:
             return problem
-        # A witness disagreed with the record before this one, which proves a range. If this record
-        # shows that one was put in, that names the very position: say that instead.
-        if problem is not None and problem.kind is Tamper.INSERTED and problem.seq <= (held.through_seq or held.seq):
+        # A witness disagreed with the record before this one, which proves a range. If this record shows
+        # that one was put in or moved, that names the very position: say that instead.
+        exact = problem is not None and problem.kind in (Tamper.INSERTED, Tamper.REORDERED)
+        if exact and problem is not None and problem.seq <= (held.through_seq or held.seq):
             return problem
         return held
 
@@ -259,11 +260,12 @@ class ChainVerifier:
         if record.hash != record.recomputed_hash():
             return self._problem(Tamper.EDITED, record.seq, record.offset, "content does not match its hash")
         if self._previous is not None and record.offset <= self._previous.offset:
+            # The two are out of log order; the first of them is the first out of place.
             return self._problem(
                 Tamper.REORDERED,
-                record.seq,
-                record.offset,
-                f"its log offset is not after its predecessor's ({self._previous.offset})",
+                self._previous.seq,
+                self._previous.offset,
+                f"seq {record.seq} (log offset {record.offset}) comes after it in the chain but not in the log",
             )
         if record.prev_hash != self._previous_hash:
             if record.prev_hash == self._before_previous_hash and self._previous is not None:
