@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -155,16 +156,17 @@ class Expected:
     changed: int | None = None
 
 
-Mutation = Callable[[Archive, Where, st.DrawFn], Expected]
+Draw = Callable[[st.SearchStrategy[Any]], Any]
+Mutation = Callable[[Archive, Where, Draw], Expected]
 
 
-def flip_byte(archive: Archive, where: Where, draw: st.DrawFn) -> Expected:
+def flip_byte(archive: Archive, where: Where, draw: Draw) -> Expected:
     chain = archive.records[where]
     j = draw(st.integers(0, len(chain) - 1))
     name = draw(st.sampled_from(["key", "value", "headers", "timestamp_ms", "offset", "prev_hash", "hash"]))
     old = getattr(chain[j], name)
     if isinstance(old, int):
-        new: object = old ^ (1 << draw(st.integers(0, 40)))
+        new: Any = old ^ (1 << draw(st.integers(0, 40)))
     elif not old:
         new = b"\x00" if old is not None else b""
     else:
@@ -174,7 +176,7 @@ def flip_byte(archive: Archive, where: Where, draw: st.DrawFn) -> Expected:
     return Expected(frozenset({Tamper.EDITED}), j)
 
 
-def delete(archive: Archive, where: Where, draw: st.DrawFn) -> Expected:
+def delete(archive: Archive, where: Where, draw: Draw) -> Expected:
     chain = archive.records[where]
     j = draw(st.integers(0, len(chain) - 1))
     last = j == len(chain) - 1
@@ -186,7 +188,7 @@ def delete(archive: Archive, where: Where, draw: st.DrawFn) -> Expected:
     return Expected(frozenset({Tamper.TRUNCATED if last else Tamper.DELETED}), j)
 
 
-def insert(archive: Archive, where: Where, draw: st.DrawFn) -> Expected:
+def insert(archive: Archive, where: Where, draw: Draw) -> Expected:
     chain = archive.records[where]
     j = draw(st.integers(0, len(chain)))
     previous = chain[j - 1] if j else None
@@ -197,7 +199,7 @@ def insert(archive: Archive, where: Where, draw: st.DrawFn) -> Expected:
     return Expected(frozenset({Tamper.INSERTED if j < len(chain) else Tamper.EDITED}), j)
 
 
-def swap(archive: Archive, where: Where, draw: st.DrawFn) -> Expected:
+def swap(archive: Archive, where: Where, draw: Draw) -> Expected:
     chain = archive.records[where]
     if len(chain) < 2:
         return flip_byte(archive, where, draw)
@@ -208,7 +210,7 @@ def swap(archive: Archive, where: Where, draw: st.DrawFn) -> Expected:
     return Expected(frozenset({Tamper.REORDERED}), i)
 
 
-def truncate(archive: Archive, where: Where, draw: st.DrawFn) -> Expected:
+def truncate(archive: Archive, where: Where, draw: Draw) -> Expected:
     chain = archive.records[where]
     k = draw(st.integers(0, len(chain) - 1))
     archive.records[where] = chain[:k]
@@ -222,14 +224,14 @@ def truncate(archive: Archive, where: Where, draw: st.DrawFn) -> Expected:
     return Expected(frozenset({Tamper.TRUNCATED, Tamper.DROPPED} if k == 0 else {Tamper.TRUNCATED}), k)
 
 
-def rewind(archive: Archive, where: Where, draw: st.DrawFn) -> Expected:
+def rewind(archive: Archive, where: Where, draw: Draw) -> Expected:
     heads = archive.heads[where]
     keep = draw(st.integers(0, len(heads) - 1))
     archive.heads[where] = heads[:keep]
     return Expected(frozenset({Tamper.REWOUND}), heads[keep - 1].seq + 1 if keep else 0)
 
 
-def rewrite(archive: Archive, where: Where, draw: st.DrawFn) -> Expected:
+def rewrite(archive: Archive, where: Where, draw: Draw) -> Expected:
     chain = archive.records[where]
     j = draw(st.integers(0, len(chain) - 1))
     if len(chain) >= 2 and j < len(chain) - 1 and draw(st.booleans()):
@@ -253,7 +255,7 @@ def rewrite(archive: Archive, where: Where, draw: st.DrawFn) -> Expected:
     return Expected(frozenset({Tamper.REWRITTEN}), good + 1, changed=j)
 
 
-def drop(archive: Archive, where: Where, draw: st.DrawFn) -> Expected:
+def drop(archive: Archive, where: Where, draw: Draw) -> Expected:
     del archive.records[where]
     del archive.heads[where]
     return Expected(frozenset({Tamper.DROPPED}), 0)
