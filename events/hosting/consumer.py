@@ -3,14 +3,16 @@
 Called by the connectors (the simulated cluster and the Kubernetes connector act on the decisions and job
 requests of their cluster). Calls ``GroupFollower`` (the group's records) and ``LogSink`` (the dead
 letters with the group's offsets). For each poll: every record is decoded; valid ones go to the handler
-in log order; invalid ones go to the dead-letter topic with the reason. The dead letters and the group's
-new offsets are committed in one transaction, so a crash never loses a bad record nor skips a good one
-(the handler sees a record at least once; handlers are idempotent).
+in log order; invalid ones go to the dead-letter topic with the reason, an event whose time lies
+further from its record's time in the log than the allowed skew among them (``decode_record``). The
+dead letters and the group's new offsets are committed in one transaction, so a crash never loses a bad
+record nor skips a good one (the handler sees a record at least once; handlers are idempotent).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -19,7 +21,8 @@ from events.hosting.follower import GroupFollower, after
 from events.hosting.sink import LogSink
 from events.log.contract import EventLog, LogRecord
 from events.log.deadletter import dead_letter
-from events.wire.codec import decode
+from events.log.reading import decode_record, skew_from_environment
+from events.wire.codec import TimeSkew
 from events.wire.envelope import Envelope
 
 log = logging.getLogger("fedsched.consumer")
@@ -43,13 +46,16 @@ class EventConsumer:
         *,
         instance: str = "0",
         skip_types: frozenset[str] = frozenset(),
+        skew: TimeSkew | None = None,
     ) -> None:
         """``skip_types``: event types the handler never reads, passed over without decoding when the
         record's ``ce_type`` header names one (a record without that header is decoded, and
-        dead-lettered if it is bad, as any other)."""
+        dead-lettered if it is bad, as any other). ``skew``: how far an event's time may lie from its
+        record's time in the log (None: as the environment says, see ``events.log.reading``)."""
         self._group_id = group_id
         self._handler = handler
         self._skip = frozenset(t.encode() for t in skip_types)
+        self._skew = skew if skew is not None else skew_from_environment(os.environ)
         self._follower = GroupFollower(event_log, group_id, topics)
         self._sink = LogSink(event_log, f"{group_id}-dlq-{instance}", group=group_id)
         self._started = False
@@ -76,7 +82,7 @@ class EventConsumer:
             if skip and any(name == "ce_type" and value in skip for name, value in record.headers):
                 continue
             try:
-                envelope = decode(record.headers, record.value)
+                envelope = decode_record(record, self._skew)
             except EventError as error:
                 log.warning(
                     "event=dead_letter topic=%s partition=%d offset=%d code=%s reason=%r",

@@ -5,11 +5,17 @@ JSON body, the partition key as the record key: any CloudEvents SDK can read our
 
 Reading brings older schema versions forward through the upcasters, refuses newer ones and unknown
 types, and turns every validation failure into an ``InvalidEvent`` that names the field and the reason.
+
+Given the record's time in the log (Kafka's record timestamp, the embedded log's append time) and a
+``TimeSkew``, reading also refuses an event whose own time lies further from it than the skew allows
+(field ``time``): a producer's clock gone wrong, or a hostile year 9999, never reaches a consumer's
+state. The consumers' one way in is ``events.log.reading.decode_record``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 from pydantic import ValidationError
@@ -68,8 +74,78 @@ def encode(envelope: Envelope) -> WireRecord:
     )
 
 
-def decode(headers: Headers, value: bytes) -> Envelope:
-    """Read one record. Raises an ``EventError`` subclass naming the field and the reason."""
+_DAY_MS = 86_400_000
+
+
+@dataclass(frozen=True, slots=True)
+class TimeSkew:
+    """How far an event's own time may lie from its record's time in the log, each way (None: no
+    bound that way). The default allows a day ahead (clocks out of step, a cluster's connector catching
+    up) and ten years behind (history imported late)."""
+
+    ahead_ms: int | None = _DAY_MS
+    behind_ms: int | None = 3650 * _DAY_MS
+
+    def __post_init__(self) -> None:
+        for name in ("ahead_ms", "behind_ms"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name} must be 0 or more (or None: unbounded), got {value}")
+
+    def problem(self, time_ms: int, log_time_ms: int) -> str | None:
+        """Why ``time_ms`` is too far from ``log_time_ms``, or None when it is within the skew."""
+        ahead = time_ms - log_time_ms
+        if self.ahead_ms is not None and ahead > self.ahead_ms:
+            return f"{ahead // 1000} s ahead of the log's time, more than the allowed skew of {self.ahead_ms // 1000} s"
+        if self.behind_ms is not None and -ahead > self.behind_ms:
+            return f"{-ahead // 1000} s behind the log's time, more than the allowed skew of {self.behind_ms // 1000} s"
+        return None
+
+
+DEFAULT_SKEW = TimeSkew()
+UNCHECKED = TimeSkew(None, None)
+"""No bound either way: for a log whose producers run on a simulated clock faster than the log's."""
+
+_DURATION = re.compile(r"^(\d{1,12})([smhd])$")
+_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": _DAY_MS}
+
+
+def parse_skew(text: str) -> TimeSkew:
+    """A skew from its configuration text: ``off``, or ``AHEAD[,BEHIND]`` where each is a number with a
+    unit (``s``, ``m``, ``h``, ``d``) or ``none`` (unbounded that way); a missing BEHIND keeps the default.
+    Raises ValueError naming what is wrong."""
+    text = text.strip().lower()
+    if text == "off":
+        return UNCHECKED
+    parts = [part.strip() for part in text.split(",")]
+    if len(parts) > 2:
+        raise ValueError(f"time skew {text!r}: at most two durations, AHEAD,BEHIND")
+    bounds = [_duration(part) for part in parts]
+    return TimeSkew(bounds[0], bounds[1] if len(bounds) == 2 else DEFAULT_SKEW.behind_ms)
+
+
+def _duration(text: str) -> int | None:
+    if text == "none":
+        return None
+    match = _DURATION.fullmatch(text)
+    if match is None:
+        raise ValueError(f"time skew: {text!r} is not a duration such as 90s, 30m, 24h, 3650d or none")
+    return int(match.group(1)) * _UNIT_MS[match.group(2)]
+
+
+def check_time(envelope: Envelope, log_time_ms: int, skew: TimeSkew) -> None:
+    """Raise ``InvalidEvent`` (field ``time``) when the envelope's time is further from the record's
+    time in the log than ``skew`` allows. A record with no time in the log (0 or less: one not read
+    from a log, or a Kafka record written without a timestamp) is not checked."""
+    if log_time_ms > 0:
+        problem = skew.problem(envelope.time_ms, log_time_ms)
+        if problem is not None:
+            raise InvalidEvent(envelope.type, "time", problem)
+
+
+def decode(headers: Headers, value: bytes, *, log_time_ms: int = 0, skew: TimeSkew | None = None) -> Envelope:
+    """Read one record. Raises an ``EventError`` subclass naming the field and the reason. With a
+    ``skew``, an event time too far from ``log_time_ms`` (the record's time in the log) is refused too."""
     attrs = _header_map(headers)
     for name in _REQUIRED:
         if name not in attrs:
@@ -100,7 +176,7 @@ def decode(headers: Headers, value: bytes) -> Envelope:
         if len(_TIMES) >= _CACHE_LIMIT:
             _TIMES.clear()
         _TIMES[text] = time_ms
-    return Envelope(
+    envelope = Envelope(
         id=attrs["ce_id"],
         time_ms=time_ms,
         data=data,
@@ -110,6 +186,9 @@ def decode(headers: Headers, value: bytes) -> Envelope:
         correlation_id=attrs.get("ce_correlationid"),
         causation_id=attrs.get("ce_causationid"),
     )
+    if skew is not None:
+        check_time(envelope, log_time_ms, skew)
+    return envelope
 
 
 # Memos of pure functions of their keys (a record's time repeats across the events of one cycle or

@@ -7,6 +7,12 @@ inputs in the pure core, never generated here.
 
 Extension attribute names follow CloudEvents' rule (lowercase letters and digits only): ``tenant``,
 ``correlationid``, ``causationid`` and ``schemaversion``.
+
+``Latest`` says which of the reports about one entity is in force, for the consumers that keep the
+latest report of an entity (a node's GPU health, a cluster's status, a queue's quota): the one with the
+latest time, and of several at one millisecond the last read; an envelope whose id is already in force
+is the same event again (a producer's retry, a connector re-publishing after a restart) and changes
+nothing, however many other records came between.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 from events.catalog.base import Event
 from events.catalog.errors import InvalidEvent
@@ -78,6 +85,29 @@ class Envelope:
 
     def with_data(self, data: Event) -> Envelope:
         return replace(self, data=data, schema_version=data.schema_version)
+
+
+LATEST_IDS = 8
+"""How many envelope ids of one millisecond ``Latest`` remembers (more reports of one entity in one
+millisecond than that are not expected; a repeat of one forgotten would be applied again)."""
+
+
+class Latest(NamedTuple):
+    """The report in force for one entity: its time, and the ids of the envelopes applied at that time
+    (in the order read). ``Latest()`` is before every report. A named tuple: consumers keep one per
+    entity and make a new one per report applied."""
+
+    time_ms: int = -1
+    ids: tuple[str, ...] = ()
+
+    def after(self, time_ms: int, event_id: str) -> Latest | None:
+        """The stamp once the envelope (``time_ms``, ``event_id``) is applied; None when it must not be:
+        it is older than the report in force, or it is a report already applied at that time."""
+        if time_ms > self.time_ms:
+            return Latest(time_ms, (event_id,))
+        if time_ms < self.time_ms or event_id in self.ids:
+            return None
+        return Latest(time_ms, (*self.ids, event_id)[-LATEST_IDS:])
 
 
 def format_time(time_ms: int) -> str:

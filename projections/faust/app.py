@@ -60,7 +60,7 @@ from projections.faust.fold import Record, fold
 from projections.faust.progress import SourceProgress
 from projections.faust.router import Outbox, Router
 from projections.faust.sink import Sink
-from projections.faust.source import SourceBuffer
+from projections.faust.source import SourceBuffer, log_time_ms
 from projections.faust.wire import pack, partition_of, split, unpack
 from projections.stages.core import Output, Stage
 from projections.stages.topology import default_stages
@@ -243,7 +243,8 @@ class ProjectionsHost:
                 continue
             track(message)
             topic, partition, offset = message.topic, message.partition, message.offset
-            receive(message, topic, partition, offset, message.key, message.value, tuple(message.headers or ()))
+            headers = tuple(message.headers or ())
+            receive(message, topic, partition, offset, message.key, message.value, headers, log_time_ms(message))
             received[(topic, partition)] = offset + 1
         # faust's livelock check looks for when a stream last read each partition.
         self.app.monitor.stream_inbound_time.update(dict.fromkeys({m.tp for m in messages}, time.monotonic()))

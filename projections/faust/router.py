@@ -16,6 +16,7 @@ once their effect is in Kafka.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -23,7 +24,8 @@ from typing import Any, Protocol
 from events.catalog.errors import EventError
 from events.log.contract import Headers, LogRecord, OutRecord
 from events.log.deadletter import dead_letter
-from events.wire.codec import decode
+from events.log.reading import decode_record, skew_from_environment
+from events.wire.codec import TimeSkew
 from events.wire.envelope import Envelope
 from projections.faust.align import TP, Aligner
 from projections.faust.wire import Item, pack, partition_of, split
@@ -66,8 +68,10 @@ class Router:
         group: str,
         outbox: Outbox,
         pack_size: int = 2000,
+        skew: TimeSkew | None = None,
     ) -> None:
         self._stages = tuple(stages)
+        self._skew = skew if skew is not None else skew_from_environment(os.environ)
         self._keyed_by = KeyedBy(self._stages)
         self._stage_topics = dict(stage_topics)
         self._partitions = dict(partitions)
@@ -79,11 +83,20 @@ class Router:
         self.counts = RouterCounts()
 
     def receive(
-        self, event: Any, topic: str, partition: int, offset: int, key: bytes | None, value: bytes, headers: Headers
+        self,
+        event: Any,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes,
+        headers: Headers,
+        timestamp_ms: int = 0,
     ) -> None:
-        record = LogRecord(topic, partition, offset, key, value, headers, 0)
+        """``timestamp_ms``: the record's time in the log (0: unknown, the event's time is not checked)."""
+        record = LogRecord(topic, partition, offset, key, value, headers, timestamp_ms)
         try:
-            envelope: Envelope | None = decode(headers, value)
+            envelope: Envelope | None = decode_record(record, self._skew)
             error = None
         except EventError as problem:
             envelope, error = None, problem

@@ -13,6 +13,10 @@ conductor and faust's flow control call on it):
   them on a rebalance and again when it resumes). What it held was never tracked nor acknowledged:
   it is read again from the committed offsets.
 Like a stream, the router skips a record of an old generation or taken while the flow is suspended.
+
+``log_time_ms`` reads a fetched record's time in the log (Kafka's record timestamp) off faust's message:
+the router refuses an event whose own time lies further from it than the allowed skew
+(``events.wire.codec.TimeSkew``), as every consumer does.
 """
 
 from __future__ import annotations
@@ -114,6 +118,15 @@ class SourceBuffer:
             self._waiter = None
             if timer is not None:
                 timer.cancel()
+
+
+def log_time_ms(message: Any) -> int:
+    """The record's time in the log, in milliseconds, from faust's message (which keeps Kafka's timestamp
+    in seconds, as a float); 0 when it has none (a record written without one is not checked)."""
+    timestamp = getattr(message, "timestamp", None)
+    if not isinstance(timestamp, int | float) or timestamp <= 0:
+        return 0
+    return round(timestamp * 1000)
 
 
 def _settle(waiter: asyncio.Future[None]) -> None:

@@ -6,17 +6,23 @@ fold what different topics say in the order it happened, so this follower reads 
 from the positions stored with the read models, decodes, and merges by event time (ties by
 ``source_rank``, partition, offset). Its positions move only when the host says its sink committed
 (``advance``): a step's records are folded, written and positioned together.
+
+Decoding is ``events.log.reading.decode_record``: a record that cannot be read, or whose event time lies
+further from its time in the log than the allowed skew (``TimeSkew``: the caller's, else the
+environment's), comes out with its ``EventError``, for the host to dead-letter.
 """
 
 from __future__ import annotations
 
 import contextlib
 import heapq
+import os
 from collections.abc import Mapping, Sequence
 
 from events.catalog.errors import EventError
 from events.log.contract import EventLog, LogReader, LogRecord, TopicPartition
-from events.wire.codec import decode
+from events.log.reading import decode_record, skew_from_environment
+from events.wire.codec import TimeSkew
 from events.wire.envelope import Envelope
 from projections.stages.sources import source_rank
 
@@ -25,8 +31,11 @@ Item = tuple[int, int, LogRecord, "Envelope | EventError"]
 
 
 class TimeOrderedFollower:
-    def __init__(self, log: EventLog, topics: Sequence[str], *, batch: int = 5000) -> None:
+    def __init__(
+        self, log: EventLog, topics: Sequence[str], *, batch: int = 5000, skew: TimeSkew | None = None
+    ) -> None:
         self._log = log
+        self._skew = skew if skew is not None else skew_from_environment(os.environ)
         self._topics = tuple(topics)
         self._batch = batch
         self._positions: dict[tuple[str, int], int] = {}
@@ -63,7 +72,7 @@ class TimeOrderedFollower:
         if not per_partition and timeout_s > 0:
             await self._wait(timeout_s)
             per_partition = await self._read()
-        return self._merge([self._decoded(records) for records in per_partition])
+        return self._merge([self._decoded(records, self._skew) for records in per_partition])
 
     async def forget(self) -> None:
         """Drop the reader (after a failure its connections may be dead)."""
@@ -76,12 +85,12 @@ class TimeOrderedFollower:
         await self.forget()
 
     @staticmethod
-    def _decoded(records: list[LogRecord]) -> list[Item]:
+    def _decoded(records: list[LogRecord], skew: TimeSkew) -> list[Item]:
         items: list[Item] = []
         time_ms = 0  # a record we cannot read keeps its place after the last one we could
         for record in records:
             try:
-                envelope = decode(record.headers, record.value)
+                envelope = decode_record(record, skew)
             except EventError as error:
                 items.append((time_ms, source_rank(record.topic), record, error))
             else:

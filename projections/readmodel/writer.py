@@ -78,7 +78,7 @@ async def load_positions(pool: asyncpg.Pool, schema: str) -> dict[tuple[str, int
     return {(row["topic"], row["partition"]): row["next_offset"] for row in rows}
 
 
-STATE_FORMAT = 6
+STATE_FORMAT = 7
 """The layout of the pickled entities: raise it whenever a stage's entity class changes its fields or its
 module (a pickle names the class by its module path), or a fold changes what the read models say (the log
 is then replayed into them).
@@ -87,7 +87,8 @@ quota's holdings and released runs and the fleet's nodes and pending jobs in per
 4: the job view keeps its facts in job order (and what waits), so its answer does not depend on the
 order its partitions are read in; 5: replicas sharing a node count there (one allocation per node and
 job), a run's start and cluster are the current run's, and the jobs table has ``queued_since_ms``; 6: the
-stages moved to ``projections.stages`` (the same fields)."""
+stages moved to ``projections.stages`` (the same fields); 7: an event appended again changes nothing (no
+window of recent ids; the latest report and the lifecycle steps taken are kept per entity)."""
 _FORMAT_KEY = ("_format", "")
 ENDED_JOBS = f"{JOB_STAGE}.ended"
 """The stage name an ended job's view is stored under: not loaded at start (the in-process host keeps

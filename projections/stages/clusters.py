@@ -3,6 +3,15 @@
 Called by the projection hosts. Pure. Besides the registry, this stage prices GPU time: usage pieces
 from the node stage pass through here, get the rate of their GPU model in force when they arrive, are
 split at hour boundaries, and go on to the usage stage keyed ``tenant|cluster|model|hour``.
+
+A registration or status report no later than the one in force (by time, then the order read:
+``Latest``) changes nothing, so one appended again after a newer one does not bring back the old rates
+or status.
+
+Work per run is bounded, whatever its times say: a run is split into at most ``MAX_HOURS_PER_RUN`` hour
+pieces, its last hours one each, and whatever came before them in one piece in the hour it started (a run
+placed in 1970 and reported ended now would otherwise make half a million buckets). Its GPU time and
+cost are whole either way; only how a run longer than that spreads over hours is approximate.
 """
 
 from __future__ import annotations
@@ -11,12 +20,14 @@ from collections.abc import Sequence
 from dataclasses import field
 
 from events.catalog.inventory import ClusterRegistered, ClusterStatusChanged
-from events.wire.envelope import Envelope
+from events.wire.envelope import Envelope, Latest
 from projections.stages.core import Applied, Delta, Emitted, Input, Routed, Silent, evolve, record
 from projections.stages.deltas import UsageInterval, UsageSample
 
 STAGE = "clusters"
 HOUR_MS = 3_600_000
+MAX_HOURS_PER_RUN = 366 * 24
+"""The hour pieces one run's GPU time is split into at most: a year of them."""
 
 
 @record
@@ -34,6 +45,10 @@ class ClusterView:
     datasets: tuple[str, ...] = ()
     registered_ms: int = 0
     applied: Applied = field(default_factory=Applied)
+    registered_at: Latest = field(default_factory=Latest)
+    """The latest ``ClusterRegistered`` applied."""
+    status_at: Latest = field(default_factory=Latest)
+    """The latest ``ClusterStatusChanged`` applied."""
 
     def rate(self, model: str) -> int:
         for name, micro in self.rates:
@@ -77,8 +92,12 @@ class ClusterStage(Silent[ClusterView]):
         data = item.item
         emitted: list[Emitted] = []
         if isinstance(data, ClusterRegistered):
+            stamp = view.registered_at.after(item.time_ms, item.envelope_id)
+            if stamp is None:
+                return entity, []
             view = evolve(
                 view,
+                registered_at=stamp,
                 registered=True,
                 kind=data.kind.value,
                 display_name=data.display_name,
@@ -91,7 +110,10 @@ class ClusterStage(Silent[ClusterView]):
                 status="reachable" if view.status == "unknown" else view.status,
             )
         elif isinstance(data, ClusterStatusChanged):
-            view = evolve(view, status=data.status.value, status_reason=data.reason.value)
+            stamp = view.status_at.after(item.time_ms, item.envelope_id)
+            if stamp is None:
+                return entity, []
+            view = evolve(view, status=data.status.value, status_reason=data.reason.value, status_at=stamp)
         elif isinstance(data, UsageInterval):
             emitted = _price_interval(view, data)
         elif isinstance(data, UsageSample):
@@ -102,9 +124,14 @@ class ClusterStage(Silent[ClusterView]):
 def _price_interval(view: ClusterView, interval: UsageInterval) -> list[Emitted]:
     emitted: list[Emitted] = []
     start = interval.start_ms
+    first_hour = start - start % HOUR_MS
+    # The start of the run's last MAX_HOURS_PER_RUN - 1 hours: what lies before goes in its first piece.
+    last_hours = interval.end_ms - 1 - (interval.end_ms - 1) % HOUR_MS - (MAX_HOURS_PER_RUN - 2) * HOUR_MS
     while start < interval.end_ms:
         hour = start - start % HOUR_MS
         end = min(interval.end_ms, hour + HOUR_MS)
+        if hour == first_hour and end < last_hours:
+            end = last_hours
         milli_ms = interval.gpu_milli * (end - start)
         piece = PricedUsage(
             interval.job_id,

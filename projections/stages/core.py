@@ -13,9 +13,16 @@ An input is an event read from the log, or a *delta* another stage derived (a jo
 allocation deltas for its nodes and its queue). Emitted items are deltas for other stages (routed by
 key, so a distributed host can send them through a repartition topic) and output events to publish.
 
-Exactly-once effect from at-least-once delivery: every input carries the log position it came from,
-and an entity remembers the last position it applied per source partition, so a replayed or
-duplicated input changes nothing. Deltas carry the position of the event they were derived from.
+Exactly-once effect from at-least-once delivery, with memory that does not grow with the log:
+- the same record delivered again (same topic, partition, offset): every input carries the log position
+  it came from, and an entity remembers the last position it applied per source partition (``Applied``);
+- the same event appended again at a later offset, after any number of other records: each reducer
+  recognises it by what it already holds, per event type: a report older than or equal to the one in
+  force (a node's generation; the time and id of the latest health, usage, registration, status or quota
+  report: ``events.wire.envelope.Latest``), or a step of the job's lifecycle the job has taken already
+  (``projections.stages.jobs``). The table of every event type is in ``events.log.reading``.
+Deltas carry the position of the event they were derived from, and are stated per job and run (or per
+node): a duplicated event emits none, since the stage it reaches first changes nothing.
 """
 
 from __future__ import annotations
@@ -73,7 +80,9 @@ class Input(NamedTuple):
     the log, and None for a delta: deltas are idempotent by construction (stated per job and run, or
     per node), and a duplicated event is already stopped at the first stage it reaches. (Inputs,
     ``Routed`` and ``Output`` are named tuples: several are made per event, and a tuple is the
-    cheapest immutable record to make.)"""
+    cheapest immutable record to make.) ``envelope_id`` is the id of the event it came from (for a
+    delta, of the event that emitted it): the stages that keep an entity's latest report tell a
+    repeated report by it."""
 
     key: str
     time_ms: int
@@ -147,24 +156,18 @@ class KeyedBy:
         return found
 
 
-RECENT_IDS = 32
-
-
 @record
 class Applied:
-    """What an entity has already folded, for idempotence: the last offset per source partition (a
-    redelivered record) and the ids of its latest events (the same event appended twice, at two
-    offsets, by a producer that retried). Deltas are not tracked: see ``Input``."""
+    """The last offset an entity applied per source partition: a record delivered again at its position
+    changes nothing. (An event appended again at a later offset is recognised by each stage's reducer:
+    see the module's docstring.) Deltas are not tracked: see ``Input``."""
 
     offsets: tuple[tuple[str, int, int], ...] = ()
-    ids: tuple[str, ...] = ()
 
     def seen(self, item: Input) -> bool:
         position = item.position
         if position is None:
             return False
-        if item.envelope_id and item.envelope_id in self.ids:
-            return True
         topic, partition = position.topic, position.partition
         for entry in self.offsets:
             if entry[1] == partition and entry[0] == topic:
@@ -184,8 +187,7 @@ class Applied:
                 break
         else:
             offsets = tuple(sorted((*offsets, entry)))
-        ids = (*self.ids, item.envelope_id)[-RECENT_IDS:] if item.envelope_id else self.ids
-        return Applied(offsets, ids)
+        return Applied(offsets)
 
 
 class Batch(Generic[E]):

@@ -38,6 +38,18 @@ placement of a job it has not seen submitted, too).
 
 An event for a job never submitted (an orphan: its JobSubmitted was lost or is still in flight on
 another partition) creates a view marked ``orphan`` rather than failing.
+
+Duplicates. An event appended again at a later offset (a producer that retried, a connector that
+re-published after a restart), however many records later, changes nothing, by the lifecycle
+(``events.catalog.lifecycle``): each step a job takes once is kept as a key in ``seen`` (its
+submission, its rejection, the request to cancel it; per run: its start, its end, the scheduler's request
+to stop it), and a step already taken is not taken again. A run's first end is final, as the scheduler
+takes it; a ``JobCancelled`` that names no run is taken once, and ends the run the job holds if it
+holds one. A placement of a run no later
+than the latest placed (decisions come in turn on one partition) is one already made. A wait
+(``JobQueued``) is repeated when it has the id of the latest applied, or comes from an earlier cycle.
+The keys of facts folded into ``base`` stay in it, so ``seen`` covers the job's whole history, in memory
+that grows with its runs only.
 """
 
 from __future__ import annotations
@@ -216,6 +228,10 @@ class JobView:
     base: JobView | None = None
     """The view of the facts dropped from ``facts`` (the oldest, beyond ``FACTS_LIMIT``)."""
     applied: Applied = field(default_factory=Applied)
+    seen: tuple[tuple[str, int], ...] = ()
+    """The steps of the lifecycle folded (``_step``), sorted: a step taken once is not taken again."""
+    last_wait: tuple[str, str] = ("", "")
+    """The cycle and the envelope id of the latest ``JobQueued`` applied."""
 
     @property
     def allocated(self) -> bool:
@@ -257,7 +273,7 @@ class JobStage(Silent[JobView]):
         event = item.item
         assert isinstance(event, Event)
         view = entity or JobView(job_id=item.key)
-        if view.applied.seen(item):
+        if view.applied.seen(item) or _repeated(view, event, item.envelope_id):
             return entity, []
         kind = _NAMES[type(event)]
         fact = _fact(event, kind, _order(view, item, _RANK[kind]), item.time_ms)
@@ -265,6 +281,8 @@ class JobStage(Silent[JobView]):
         if isinstance(event, _DECISIONS):
             carried["last_decision"] = event.model_dump_json()
             carried["last_decision_type"] = kind
+        if isinstance(event, JobQueued):
+            carried["last_wait"] = (event.cycle_id, item.envelope_id)
         facts = view.facts
         last = not facts or fact.order >= facts[-1].order
         if last and view.emitted == len(facts) and not _waits(view, fact, facts):
@@ -278,6 +296,38 @@ class JobStage(Silent[JobView]):
             base, _ = _apply(view.base or JobView(job_id=view.job_id), oldest, oldest.time_ms)
             view = evolve(view, facts=view.facts[1:], emitted=max(0, view.emitted - 1), base=base)
         return view, emitted
+
+
+_ONCE_PER_RUN = frozenset({"JobStarted", "JobPreemptionRequested", "JobReclaimRequested"})
+_ONCE_PER_JOB = frozenset({"JobSubmitted", "JobRejected", "JobCancelRequested"})
+
+
+def _step(kind: str, run: int) -> tuple[str, int] | None:
+    """The step of the lifecycle a fact takes, as ``seen`` keeps it (None: placements and waits, which
+    are told apart by their run and cycle instead)."""
+    if kind in _RUN_ENDS:
+        return ("end", run)
+    if kind in _ONCE_PER_RUN:
+        return (kind, run)
+    if kind in _ONCE_PER_JOB:
+        return (kind, 0)
+    return None
+
+
+def _repeated(view: JobView, event: Event, envelope_id: str) -> bool:
+    """Whether ``event`` is a step the job has taken already (see the module's docstring)."""
+    if isinstance(event, JobPlaced):
+        return event.run <= view.run
+    if isinstance(event, JobQueued):
+        cycle, last_id = view.last_wait
+        return envelope_id == last_id or event.cycle_id < cycle
+    step = _step(_NAMES[type(event)], getattr(event, "run", 0))
+    return step is not None and step in view.seen
+
+
+def _taken(seen: tuple[tuple[str, int], ...], *steps: tuple[str, int] | None) -> tuple[tuple[str, int], ...]:
+    new = [step for step in steps if step is not None and step not in seen]
+    return tuple(sorted((*seen, *new))) if new else seen
 
 
 def _order(view: JobView, item: Input, rank: int) -> Order:
@@ -357,6 +407,7 @@ def _refold(view: JobView, fact: Fact, carried: dict[str, Any]) -> tuple[JobView
         emitted = _net(before, emitted[:cut]) + emitted[cut:]
     carried.setdefault("last_decision", view.last_decision)
     carried.setdefault("last_decision_type", view.last_decision_type)
+    carried.setdefault("last_wait", view.last_wait)
     return evolve(current, facts=facts, emitted=done, base=view.base, **carried), emitted
 
 
@@ -440,6 +491,11 @@ def _waits(view: JobView, fact: Fact, facts: Sequence[Fact]) -> bool:
 def _apply(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView, list[Emitted]]:
     """Fold ``fact`` as if it happened at ``now``; ``extra`` are changes of the view to make in the same copy."""
     kind = fact.event
+    # The step it takes (and, for a cancellation that names no run, the end of the run the job holds).
+    held = ("end", view.run) if kind == "JobCancelled" and fact.run == 0 and view.allocated else None
+    seen = _taken(view.seen, _step(kind, fact.run), held)
+    if seen is not view.seen:
+        extra["seen"] = seen
     if kind == "JobSubmitted":
         return _submitted(view, fact, now, **extra)
     if kind == "JobQueued":

@@ -2,7 +2,10 @@
 
 Called by the projection hosts. Pure. Inputs: ``NodeObserved`` (a full snapshot; older generations are
 ignored), ``NodeRemoved``, ``GpuHealthReported`` (cumulative counters), ``NodeUsageReported``, and
-the job stage's allocation deltas. Outputs: ``ResourceProfileUpdated`` when the profile changes, the
+the job stage's allocation deltas. A snapshot or removal of a generation the node has reached, and a
+health or usage report no later than the latest one applied (by time, then the order read: ``Latest``),
+change nothing: a report appended again, however late, neither turns a recovered GPU back to failed nor
+counts a job's GPU time twice. Outputs: ``ResourceProfileUpdated`` when the profile changes, the
 node's per-model capacity for the fleet stage, and usage pieces (with the node's GPU model filled in)
 for the cluster stage, which prices them.
 
@@ -20,7 +23,7 @@ from events.catalog.base import Event
 from events.catalog.inventory import GpuHealthReported, NodeObserved, NodeRemoved, NodeUsageReported
 from events.catalog.profiles import GpuModelProfile, Quantities, ResourceProfileUpdated
 from events.catalog.types import ClusterId, Health, NodeId
-from events.wire.envelope import Envelope
+from events.wire.envelope import Envelope, Latest
 from projections.stages.core import Applied, Emitted, Input, Output, Routed, evolve, record, split_key
 from projections.stages.deltas import NodeAllocation, NodeCapacity, QueueAllocation, UsageInterval, UsageSample
 
@@ -84,6 +87,10 @@ class NodeProfile:
     published: tuple[ProfileFacts, int] | None = None
     """What version ``version`` of the profile says, and its ``last_seen_ms``."""
     applied: Applied = field(default_factory=Applied)
+    health_at: Latest = field(default_factory=Latest)
+    """The latest ``GpuHealthReported`` applied."""
+    usage_at: Latest = field(default_factory=Latest)
+    """The latest ``NodeUsageReported`` applied."""
 
     def model_of(self, index: int) -> str:
         for gpu in self.gpus:
@@ -112,7 +119,7 @@ class NodeStage:
         if profile.applied.seen(item):
             return entity, []
         before = profile
-        profile, emitted = _apply(profile, item.item, item.time_ms)
+        profile, emitted = _apply(profile, item.item, item.time_ms, item.envelope_id)
         applied = profile.applied.after(item)
         if profile is before and entity is not None:
             # Passed through, or changed nothing: the profile says what it said (its latest version says
@@ -130,19 +137,25 @@ class NodeStage:
         return [Output(event, f"profile:{after.cluster}/{after.node}:v{after.version}")]
 
 
-def _apply(profile: NodeProfile, item: Event | object, now: int) -> tuple[NodeProfile, list[Emitted]]:
+def _apply(profile: NodeProfile, item: Event | object, now: int, event_id: str) -> tuple[NodeProfile, list[Emitted]]:
     if isinstance(item, NodeObserved):
         if item.generation <= profile.generation:
             return profile, []
         return _observed(_seen(profile, now), item), []
     if isinstance(item, NodeRemoved):
-        if item.generation < profile.generation:
-            return profile, []
+        if item.generation < profile.generation or (item.generation == profile.generation and not profile.present):
+            return profile, []  # older, or gone at this generation already
         return evolve(_seen(profile, now), present=False, schedulable=False, generation=item.generation), []
     if isinstance(item, GpuHealthReported):
-        return _health(_seen(profile, now), item, now), []
+        stamp = profile.health_at.after(now, event_id)
+        if stamp is None:
+            return profile, []
+        return _health(_seen(evolve(profile, health_at=stamp), now), item, now), []
     if isinstance(item, NodeUsageReported):
-        return _usage(_seen(profile, now), item, now)
+        stamp = profile.usage_at.after(now, event_id)
+        if stamp is None:
+            return profile, []
+        return _usage(_seen(evolve(profile, usage_at=stamp), now), item, now)
     if isinstance(item, NodeAllocation):
         return _allocation(profile, item), []
     if isinstance(item, QueueAllocation):

@@ -1,7 +1,10 @@
 """Quota usage per tenant and queue: used, guaranteed, limit, borrowed, GPU-hours consumed.
 
 Called by the projection hosts; keyed ``tenant/queue``. Pure. Inputs: ``QuotaSet`` (replaces the
-queue's quota), and the allocations of its jobs' runs (via the node stage, which names the GPU model).
+queue's quota, unless it is no later than the latest its author set: by time, then the order read,
+``Latest``, per author, since governance's grants carry the log's time and an operator's the API's clock;
+so an old quota appended again does not come back), and the allocations of its jobs' runs (via the node
+stage, which names the GPU model).
 Holdings are kept per job, so a duplicate or a release before its hold cannot skew a total. GPU-hours
 consumed (the input of fair share) grow when a run is released, by its GPU milli x its duration.
 Borrowed is what is used above the guarantee (within the limit): capacity lent by the cohort.
@@ -21,7 +24,7 @@ from dataclasses import field
 from events.catalog.governance import QuotaSet
 from events.catalog.profiles import QuotaUsage, QuotaUsageUpdated
 from events.catalog.types import QueueId, ResourceKind, TenantId
-from events.wire.envelope import Envelope
+from events.wire.envelope import Envelope, Latest
 from projections.stages.core import Applied, Emitted, Input, Output, evolve, record
 from projections.stages.deltas import QueueAllocation
 from projections.stages.persistent import PMap, RunSet
@@ -97,6 +100,8 @@ class QueueQuota:
     """What version ``version`` of the usage event says."""
     applied: Applied = field(default_factory=Applied)
     totals: Used = field(default_factory=Used)
+    set_at: tuple[tuple[str, Latest], ...] = ()
+    """The latest ``QuotaSet`` applied of each author (``set_by``), by author."""
 
     def used(self, resource: str, gpu_model: str | None) -> int:
         if resource == _CPU:
@@ -135,6 +140,11 @@ class QuotaStage:
             return entity, []
         before = quota
         if isinstance(data, QuotaSet):
+            authors = dict(quota.set_at)
+            stamp = authors.get(data.set_by, Latest()).after(item.time_ms, item.envelope_id)
+            if stamp is None:
+                return entity, []
+            authors[data.set_by] = stamp
             lines = tuple(
                 sorted(
                     (
@@ -144,7 +154,7 @@ class QuotaStage:
                     key=lambda line: (line.resource, line.gpu_model or ""),
                 )
             )
-            quota = evolve(quota, lines=lines)
+            quota = evolve(quota, lines=lines, set_at=tuple(sorted(authors.items())))
         elif isinstance(data, QueueAllocation):
             quota = _allocation(quota, data, item.time_ms)
         if at < quota.period_start_ms:

@@ -14,6 +14,12 @@ Recipe of one step:
 
 A restarted host re-reads the log from the start, so it never repeats an action it published.
 
+Reading: a record is folded once (the host keeps the next offset to fold per partition), decoded by
+``events.log.reading.decode_record``: an event whose time lies further from its time in the log than
+the allowed skew is not folded (the projections dead-letter it), so no producer's clock moves the log
+time every rule reads to the year 9999. A record repeated at a later offset changes nothing either:
+see ``services.governance.core.state``.
+
 Every host's shape (``events.hosting``): a ``Follower`` of the input topics, the pure step above, a
 ``LogSink`` for the outputs, and ``ride_out`` around it. An outage of the log does not end ``run``: the
 step is tried again with backoff (``events.plumbing.outage``), on a fresh reader, and on a fresh
@@ -26,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -37,9 +44,10 @@ from events.hosting.loop import ride_out
 from events.hosting.sink import LogSink
 from events.log.contract import EventLog, ProducerFenced, TopicPartition
 from events.log.publisher import to_record, wall_clock_ms
+from events.log.reading import decode_record, skew_from_environment
 from events.plumbing.metrics import Sample
 from events.plumbing.outage import Outage
-from events.wire.codec import decode
+from events.wire.codec import TimeSkew
 from events.wire.envelope import Envelope
 from services.governance.core.config import GovConfig
 from services.governance.core.rules import evaluate
@@ -72,8 +80,13 @@ class GovernanceHost:
         transactional_id: str = TRANSACTIONAL_ID,
         clock: Callable[[], int] = wall_clock_ms,
         tick_ms: int | None = TICK_MS,
+        skew: TimeSkew | None = None,
     ) -> None:
+        """``skew``: how far an input's event time may lie from its time in the log (None: as the
+        environment says, see ``events.log.reading``)."""
         self._log = event_log
+        self._skew = skew if skew is not None else skew_from_environment(os.environ)
+        self._folded: dict[tuple[str, int], int] = {}  # the next offset to fold, per (topic, partition)
         self._clock = clock
         self._tick_ms = tick_ms
         self.config = config or GovConfig()
@@ -113,10 +126,15 @@ class GovernanceHost:
     async def follow(self) -> int:
         """Fold every record committed now; returns how many were read."""
         folded = 0
+        folded_to, skew = self._folded, self._skew
         async for records in self.follower.committed():
             for record in records:
+                where = (record.topic, record.partition)
+                if record.offset < folded_to.get(where, 0):
+                    continue  # folded already: the same record read again changes nothing
+                folded_to[where] = record.offset + 1
                 try:
-                    self.state.fold(decode(record.headers, record.value))
+                    self.state.fold(decode_record(record, skew))
                 except EventError:
                     self.metrics.unreadable += 1
             folded += len(records)

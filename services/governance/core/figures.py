@@ -200,14 +200,40 @@ def _usage_key(u: UsageRow) -> tuple[str, str, str, int]:
 
 def with_held(usage: Sequence[UsageRow], held: Iterable[HeldRow], since_ms: int, until_ms: int) -> list[UsageRow]:
     """The usage buckets plus the GPU time of runs still holding GPUs, from their placement (or the
-    period's start) to the period's end, split into the same tenant x cluster x model x hour buckets."""
+    period's start) to the period's end, split into the same tenant x cluster x model x hour buckets.
+
+    A run costs the same whatever its length: its partial first and last hours are added at once, and
+    its whole hours as a change of rate at their start and end (per tenant x cluster x model), summed
+    over the period's hours once per such key, not once per run."""
     extra: dict[tuple[str, str, str, int], int] = defaultdict(int)
+    # (tenant, cluster, model) -> hour -> change there of (milli-GPU per whole hour, runs counting it)
+    steps: dict[tuple[str, str, str], dict[int, list[int]]] = defaultdict(dict)
+    last = until_ms - until_ms % HOUR_MS  # the hour the period ends in
     for run in held:
         start = max(run.placed_ms, since_ms)
-        while start < until_ms:
-            end = min(until_ms, start - start % HOUR_MS + HOUR_MS)
-            extra[(run.tenant, run.cluster, run.gpu_model, start - start % HOUR_MS)] += run.gpu_milli * (end - start)
-            start = end
+        if start >= until_ms:
+            continue
+        key = (run.tenant, run.cluster, run.gpu_model)
+        first = start - start % HOUR_MS
+        first_end = min(until_ms, first + HOUR_MS)
+        extra[(*key, first)] += run.gpu_milli * (first_end - start)
+        if first_end == until_ms:
+            continue
+        if first + HOUR_MS < last:  # whole hours from the second to the period's last
+            for hour, sign in ((first + HOUR_MS, 1), (last, -1)):
+                change = steps[key].setdefault(hour, [0, 0])
+                change[0] += sign * run.gpu_milli
+                change[1] += sign
+        if until_ms > last:
+            extra[(*key, last)] += run.gpu_milli * (until_ms - last)
+    for key, changes in steps.items():
+        rate = count = 0
+        hours = sorted(changes)
+        for hour, following in zip(hours, [*hours[1:], hours[-1]], strict=True):
+            rate, count = rate + changes[hour][0], count + changes[hour][1]
+            if count:
+                for each in range(hour, following, HOUR_MS):
+                    extra[(*key, each)] += rate * HOUR_MS
     merged = []
     for u in usage:
         more = extra.pop(_usage_key(u), 0)

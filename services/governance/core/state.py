@@ -4,12 +4,19 @@ Called by the governance host (``fold`` every record of the inventory, jobs, dec
 topics) and by the pure rules, which read it. Pure: no I/O, no clock; time is the log's (``now_ms`` is the
 latest event time folded, a monotone log clock). Governance's own outputs are folded too (``emitted``
 holds their ids), so a restarted host that re-reads the log never emits an action twice.
+
+An event appended again at a later offset, after any number of other records, changes nothing (the
+table of every event type is in ``events.log.reading``): a report keeps the latest of its entity (a
+node's generation; by time, then the order read, with the envelope id telling a repeat:
+``events.wire.envelope.Latest``, for a cluster's status, a node's usage and, per author, a queue's
+quota); a step of a job's lifecycle is taken once (a run's first placement, start and end; a fact held
+for a run not placed yet is held once); a wait keeps the latest cycle's reasons.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from events.catalog.base import Event, has_field
@@ -25,12 +32,15 @@ from events.catalog.governance import (
 from events.catalog.inventory import ClusterStatus, ClusterStatusChanged, NodeObserved, NodeRemoved, NodeUsageReported
 from events.catalog.jobs import JobCancelRequested, JobFailed, JobKind, JobStarted, JobSubmitted
 from events.catalog.lifecycle import RUN_END_EVENTS, RUN_END_OF, JobStatus, RunEnd, RunEndEvent, ends_run, final_status
-from events.wire.envelope import Envelope
+from events.wire.envelope import Envelope, Latest
 from services.governance.core.failures import Entry, FailureIndex
 
 SOURCE = "urn:fedsched:governance"
 #: Usage samples kept per run (the idle rule needs the recent stretch only).
 MAX_SAMPLES = 64
+
+Stamp = tuple[int, str]
+"""An event's own time and its envelope id (what ``Latest`` orders reports by)."""
 
 
 def derived_id(*parts: object) -> str:
@@ -102,6 +112,8 @@ class JobFacts:
     submitted_ms: int = 0
     queued_reasons: tuple[str, ...] = ()
     queued_message: str = ""
+    last_wait: tuple[str, str] = ("", "")
+    """The cycle and the envelope id of the latest ``JobQueued`` applied."""
     runs: dict[int, RunFacts] = field(default_factory=dict)
     cancel_requested: bool = False
     terminal: JobStatus | None = None
@@ -159,6 +171,11 @@ class GovState:
     """Jobs whose facts were dropped once settled (a service that runs for months keeps what is open);
     what still comes for them is ignored."""
     keep_settled: bool = False
+    latest: dict[tuple[str, ...], Latest] = field(default_factory=dict)
+    """The latest report applied of each cluster's status, node's usage and, per author, queue's quota,
+    by (kind, key..., author): an older one, or the same one again, changes nothing."""
+    generations: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+    """(cluster, node) -> (highest generation observed, highest removed): lost while removed is the later."""
 
     def waits_for_time(self) -> bool:
         """Could time passing alone make a rule act: an open job (its runtime limit, idle stretch, lease,
@@ -191,7 +208,7 @@ class GovState:
         data = envelope.data
         handler = _HANDLERS.get(type(data))
         if handler is not None:
-            handler(self, data, self.now_ms)
+            handler(self, data, self.now_ms, (envelope.time_ms, envelope.id))
         elif isinstance(data, RUN_END_EVENTS):
             _ended(self, data, self.now_ms)
         if has_field(type(data), "job_id"):
@@ -228,20 +245,24 @@ class GovState:
         self.node_failures.set_job(job_id, nodes)
 
 
-def _submitted(state: GovState, e: Event, t: int) -> None:
+def _submitted(state: GovState, e: Event, t: int, _at: Stamp) -> None:
     assert isinstance(e, JobSubmitted)
     facts = state.job(e.job_id)
     if facts.spec is None:
         facts.spec, facts.submitted_ms = Spec.of(e), t
 
 
-def _queued(state: GovState, e: Event, _: int) -> None:
+def _queued(state: GovState, e: Event, _: int, at: Stamp) -> None:
     assert isinstance(e, JobQueued)
     facts = state.job(e.job_id)
+    cycle, last_id = facts.last_wait
+    if at[1] == last_id or e.cycle_id < cycle:
+        return  # the wait applied already, or one an earlier cycle explained
+    facts.last_wait = (e.cycle_id, at[1])
     facts.queued_reasons, facts.queued_message = tuple(r.value for r in e.reasons), e.message
 
 
-def _placed(state: GovState, e: Event, t: int) -> None:
+def _placed(state: GovState, e: Event, t: int, _at: Stamp) -> None:
     assert isinstance(e, JobPlaced)
     facts = state.job(e.job_id)
     if e.run in facts.runs:
@@ -256,12 +277,12 @@ def _placed(state: GovState, e: Event, t: int) -> None:
             _ended(state, early, at)
 
 
-def _started(state: GovState, e: Event, t: int) -> None:
+def _started(state: GovState, e: Event, t: int, _at: Stamp = (0, "")) -> None:
     assert isinstance(e, JobStarted)
     facts = state.job(e.job_id)
     run = facts.runs.get(e.run)
     if run is None:
-        facts.early.setdefault(e.run, []).append((e, t))
+        _hold(facts, e, t)
     elif run.started_ms is None:
         run.started_ms = t
 
@@ -276,7 +297,7 @@ def _ended(state: GovState, e: RunEndEvent, t: int) -> None:
         return
     run = facts.runs.get(e.run)
     if run is None:
-        facts.early.setdefault(e.run, []).append((e, t))
+        _hold(facts, e, t)
         return
     if run.ended_ms is not None:
         return
@@ -289,19 +310,28 @@ def _ended(state: GovState, e: RunEndEvent, t: int) -> None:
         run.fail_node = e.node or (run.nodes[0] if run.nodes else None)
 
 
-def _cancel_requested(state: GovState, e: Event, _: int) -> None:
+def _hold(facts: JobFacts, e: JobStarted | RunEndEvent, t: int) -> None:
+    """Keep a fact about a run not placed yet for its placement, once (the same fact again is held already)."""
+    held = facts.early.setdefault(e.run, [])
+    if all(prior != e for prior, _ in held):
+        held.append((e, t))
+
+
+def _cancel_requested(state: GovState, e: Event, _: int, _at: Stamp) -> None:
     state.job(e.job_id).cancel_requested = True  # type: ignore[attr-defined]
 
 
-def _reclaim_requested(state: GovState, e: Event, _: int) -> None:
+def _reclaim_requested(state: GovState, e: Event, _: int, _at: Stamp) -> None:
     assert isinstance(e, JobReclaimRequested)
     run = state.job(e.job_id).runs.get(e.run)
     if run is not None:
         run.reclaim_rule = e.rule
 
 
-def _usage(state: GovState, e: Event, t: int) -> None:
+def _usage(state: GovState, e: Event, t: int, at: Stamp) -> None:
     assert isinstance(e, NodeUsageReported)
+    if not _latest(state, ("usage", e.cluster, e.node), at):
+        return
     for usage in e.jobs:
         facts = state.jobs.get(usage.job_id)
         run = facts.live_run() if facts is not None else None
@@ -311,26 +341,39 @@ def _usage(state: GovState, e: Event, t: int) -> None:
         del run.samples[:-MAX_SAMPLES]
 
 
-def _node_observed(state: GovState, e: Event, _: int) -> None:
+def _node_observed(state: GovState, e: Event, _: int, _at: Stamp) -> None:
     assert isinstance(e, NodeObserved)
-    state.lost_nodes.pop((e.cluster, e.node), None)
+    key = (e.cluster, e.node)
+    observed, removed = state.generations.get(key, (-1, -1))
+    state.generations[key] = (max(observed, e.generation), removed)
+    if e.generation > removed:
+        state.lost_nodes.pop(key, None)
 
 
-def _node_removed(state: GovState, e: Event, t: int) -> None:
+def _node_removed(state: GovState, e: Event, t: int, _at: Stamp) -> None:
     assert isinstance(e, NodeRemoved)
-    state.lost_nodes.setdefault((e.cluster, e.node), t)
+    key = (e.cluster, e.node)
+    observed, removed = state.generations.get(key, (-1, -1))
+    state.generations[key] = (observed, max(removed, e.generation))
+    if e.generation >= observed:  # an observation of a later generation brought it back already
+        state.lost_nodes.setdefault(key, t)
 
 
-def _cluster_status(state: GovState, e: Event, t: int) -> None:
+def _cluster_status(state: GovState, e: Event, t: int, at: Stamp) -> None:
     assert isinstance(e, ClusterStatusChanged)
+    if not _latest(state, ("status", e.cluster), at):
+        return
     if e.status is ClusterStatus.UNREACHABLE:
         state.unreachable.setdefault(e.cluster, t)
     else:
         state.unreachable.pop(e.cluster, None)
 
 
-def _quota_set(state: GovState, e: Event, t: int) -> None:
+def _quota_set(state: GovState, e: Event, t: int, at: Stamp) -> None:
     assert isinstance(e, QuotaSet)
+    # Per author: governance's grants carry the log's time, which may run ahead of an operator's clock.
+    if not _latest(state, ("quota", e.tenant, e.queue, e.set_by), at):
+        return
     if e.request_id is None:
         key = (e.tenant, e.queue)
         state.base_quota[key] = e.lines
@@ -339,19 +382,30 @@ def _quota_set(state: GovState, e: Event, t: int) -> None:
         state.granted_ms[(e.tenant, e.queue)] = t
 
 
-def _request(state: GovState, e: Event, t: int) -> None:
+def _request(state: GovState, e: Event, t: int, _at: Stamp) -> None:
     assert isinstance(e, QuotaRequestSubmitted)
     state.requests.setdefault(e.request_id, Request(e, t))
 
 
-def _decided(state: GovState, e: Event, _: int) -> None:
+def _decided(state: GovState, e: Event, _: int, _at: Stamp) -> None:
     assert isinstance(e, QuotaRequestApproved | QuotaRequestRejected)
     request = state.requests.get(e.request_id)
     if request is not None and request.decision is None:
         request.decision = e
 
 
-_HANDLERS = {
+def _latest(state: GovState, key: tuple[str, ...], at: Stamp) -> bool:
+    """Whether the report stamped ``at`` is the latest about ``key``: if so it is noted."""
+    stamp = state.latest.get(key, _BEFORE_ALL).after(*at)
+    if stamp is None:
+        return False
+    state.latest[key] = stamp
+    return True
+
+
+_BEFORE_ALL = Latest()
+
+_HANDLERS: dict[type[Event], Callable[[GovState, Event, int, Stamp], None]] = {
     JobSubmitted: _submitted,
     JobQueued: _queued,
     JobPlaced: _placed,

@@ -13,6 +13,7 @@ from events.catalog.decisions import ReplicaPlacement as EventReplicaPlacement
 from events.catalog.governance import PolicyConfigured, QuotaSet, TenantRegistered
 from events.catalog.inventory import ClusterRegistered, NodeObserved
 from events.catalog.lifecycle import REQUEUED, JobStatus, RunEnd
+from events.wire.envelope import Latest
 from services.scheduler.core.policy import model as m
 
 
@@ -42,6 +43,7 @@ class JobFacts:
     cancel_requested: bool = False
     stop_requested: set[int] = field(default_factory=set)  # runs asked to stop (preempt / reclaim)
     last_queued: tuple[str, ...] = ()  # reason codes of the latest JobQueued
+    last_wait: tuple[str, str] = ("", "")  # the cycle and the envelope id of the latest JobQueued
     victims: tuple[str, ...] = ()
     """Jobs asked to stop to make room for it since its latest placement (both on the decisions topic, so
     in one order everywhere): its next ``JobPlaced`` names them."""
@@ -78,6 +80,8 @@ class NodeFacts:
     observed: NodeObserved | None = None
     removed_generation: int = -1
     gpu_health: dict[int, str] = field(default_factory=dict)
+    health_at: Latest = field(default_factory=Latest)
+    """The latest ``GpuHealthReported`` applied."""
     suspect_until_ms: int = 0
     """Governance found jobs failing on this node: until then its healthy GPUs count as degraded, so
     placement steers work elsewhere while the node stays usable."""
@@ -121,6 +125,10 @@ class Facts:
     settled: set[str] = field(default_factory=set)
     """Jobs whose facts were dropped once settled; what still comes for them is ignored."""
     cycles: int = 0
+    latest: dict[tuple[str, ...], Latest] = field(default_factory=dict)
+    """The latest report applied of each cluster's registration and status, tenant, and per author of each
+    queue's quota and of the policy, by (kind, key..., author): an older one, or the same one again,
+    changes nothing."""
 
     def job(self, job_id: str) -> JobFacts:
         facts = self.jobs.get(job_id)

@@ -2,6 +2,14 @@
 
 Called by ``SchedulerState.fold``. Pure. See ``services.scheduler.core.state`` for why the result does not
 depend on how partitions interleave.
+
+Every handler is idempotent, so an event appended again at a later offset, after any number of other
+records, changes nothing (the table of every event type is in ``events.log.reading``): a report keeps
+the latest of its entity (a node's generation; by time, then the order read, with the envelope id telling
+a repeat: ``events.wire.envelope.Latest``, for GPU health, a cluster's registration and status, a tenant,
+and per author a queue's quota and the policy, since authors' clocks differ); a step of a job's lifecycle
+is taken once (a run's first placement and first end are final, a submission is the first one, a stop
+request is made once per run); a wait keeps the latest cycle's reasons.
 """
 
 from __future__ import annotations
@@ -27,74 +35,97 @@ from events.catalog.inventory import (
 from events.catalog.jobs import JobCancelRequested, JobRejected, JobSubmitted
 from events.catalog.lifecycle import RUN_END_OF, JobStatus, RunEnd, RunEndEvent, ends_run, final_status
 from events.catalog.profiles import ResourceProfileUpdated
+from events.wire.envelope import Latest
 from services.scheduler.core.state.convert import job_of
 from services.scheduler.core.state.facts import SUSPECT_FOR_MS, Facts, NodeFacts, Placement
 from services.scheduler.core.state.policy_document import policy_from_document
 
 
-def _node_observed(state: Facts, e: NodeObserved, _: int) -> None:
+def _node_observed(state: Facts, e: NodeObserved, _: int, __: str) -> None:
     facts = state.nodes.setdefault((e.cluster, e.node), NodeFacts())
     if facts.observed is None or e.generation > facts.observed.generation:
         facts.observed = e
         facts.gpu_health = {}
 
 
-def _node_removed(state: Facts, e: NodeRemoved, _: int) -> None:
+def _node_removed(state: Facts, e: NodeRemoved, _: int, __: str) -> None:
     facts = state.nodes.setdefault((e.cluster, e.node), NodeFacts())
     facts.removed_generation = max(facts.removed_generation, e.generation)
 
 
-def _gpu_health(state: Facts, e: GpuHealthReported, _: int) -> None:
+def _gpu_health(state: Facts, e: GpuHealthReported, time_ms: int, event_id: str) -> None:
     facts = state.nodes.setdefault((e.cluster, e.node), NodeFacts())
+    stamp = facts.health_at.after(time_ms, event_id)
+    if stamp is None:
+        return
+    facts.health_at = stamp
     for sample in e.gpus:
         facts.gpu_health[sample.index] = sample.health.value
 
 
-def _cluster_registered(state: Facts, e: ClusterRegistered, _: int) -> None:
-    state.clusters[e.cluster] = e
+def _latest(stamps: dict[tuple[str, ...], Latest], key: tuple[str, ...], time_ms: int, event_id: str) -> bool:
+    """Whether the report (``time_ms``, ``event_id``) about ``key`` is the latest: if so it is noted."""
+    stamp = stamps.get(key, _BEFORE_ALL).after(time_ms, event_id)
+    if stamp is None:
+        return False
+    stamps[key] = stamp
+    return True
 
 
-def _cluster_status(state: Facts, e: ClusterStatusChanged, _: int) -> None:
-    state.cluster_status[e.cluster] = e.status.value
+_BEFORE_ALL = Latest()
 
 
-def _profile(state: Facts, e: ResourceProfileUpdated, _: int) -> None:
+def _cluster_registered(state: Facts, e: ClusterRegistered, time_ms: int, event_id: str) -> None:
+    if _latest(state.latest, ("cluster", e.cluster), time_ms, event_id):
+        state.clusters[e.cluster] = e
+
+
+def _cluster_status(state: Facts, e: ClusterStatusChanged, time_ms: int, event_id: str) -> None:
+    if _latest(state.latest, ("status", e.cluster), time_ms, event_id):
+        state.cluster_status[e.cluster] = e.status.value
+
+
+def _profile(state: Facts, e: ResourceProfileUpdated, _: int, __: str) -> None:
     if e.node is None and e.version > state.congestion.get(e.cluster, (0, 0))[0]:
         state.congestion[e.cluster] = (e.version, e.congestion_milli)
 
 
-def _tenant(state: Facts, e: TenantRegistered, _: int) -> None:
-    state.tenants[e.tenant] = e
+def _tenant(state: Facts, e: TenantRegistered, time_ms: int, event_id: str) -> None:
+    if _latest(state.latest, ("tenant", e.tenant), time_ms, event_id):
+        state.tenants[e.tenant] = e
 
 
-def _quota(state: Facts, e: QuotaSet, _: int) -> None:
-    state.quotas[(e.tenant, e.queue)] = e
+def _quota(state: Facts, e: QuotaSet, time_ms: int, event_id: str) -> None:
+    # Per author: governance's grants carry the log's time, which may run ahead of an operator's clock.
+    if _latest(state.latest, ("quota", e.tenant, e.queue, e.set_by), time_ms, event_id):
+        state.quotas[(e.tenant, e.queue)] = e
 
 
-def _policy(state: Facts, e: PolicyConfigured, _: int) -> None:
+def _policy(state: Facts, e: PolicyConfigured, time_ms: int, event_id: str) -> None:
     try:
         policy_from_document(e.policy_version, e.document)
     except (ValueError, TypeError):
         return  # an invalid policy never takes effect; the intake should have refused it
-    state.policy = e
+    if _latest(state.latest, ("policy", e.configured_by), time_ms, event_id):
+        state.policy = e
 
 
-def _submitted(state: Facts, e: JobSubmitted, time_ms: int) -> None:
+def _submitted(state: Facts, e: JobSubmitted, time_ms: int, __: str) -> None:
     facts = state.job(e.job_id)
     if facts.spec is None:
         facts.spec = job_of(e, time_ms)
         facts.submitted_ms = time_ms
 
 
-def _cancel_requested(state: Facts, e: JobCancelRequested, _: int) -> None:
+def _cancel_requested(state: Facts, e: JobCancelRequested, _: int, __: str) -> None:
     state.job(e.job_id).cancel_requested = True
 
 
-def _ended(how: RunEnd) -> Callable[[Facts, RunEndEvent, int], None]:
+def _ended(how: RunEnd) -> Callable[[Facts, RunEndEvent, int, str], None]:
     """The handler of the events that end a run ``how`` (``events.catalog.lifecycle``)."""
     final = final_status(how)  # once here, not per event
 
-    def handle(state: Facts, e: RunEndEvent, time_ms: int) -> None:
+    def handle(state: Facts, e: RunEndEvent, time_ms: int, _: str) -> None:
         facts = state.job(e.job_id)
         if not ends_run(e):  # a job cancelled before it ever ran: it ends, and no run does
             facts.terminal = facts.terminal or final
@@ -110,12 +141,12 @@ def _ended(how: RunEnd) -> Callable[[Facts, RunEndEvent, int], None]:
     return handle
 
 
-def _rejected(state: Facts, e: JobRejected, _: int) -> None:
+def _rejected(state: Facts, e: JobRejected, _: int, __: str) -> None:
     facts = state.job(e.job_id)
     facts.terminal = facts.terminal or JobStatus.REJECTED
 
 
-def _placed(state: Facts, e: JobPlaced, time_ms: int) -> None:
+def _placed(state: Facts, e: JobPlaced, time_ms: int, __: str) -> None:
     facts = state.job(e.job_id)
     if e.run in facts.placements:
         return
@@ -124,26 +155,34 @@ def _placed(state: Facts, e: JobPlaced, time_ms: int) -> None:
     facts.placed_at[e.run] = time_ms
 
 
-def _queued(state: Facts, e: JobQueued, _: int) -> None:
-    state.job(e.job_id).last_queued = tuple(r.value for r in e.reasons)
+def _queued(state: Facts, e: JobQueued, _: int, event_id: str) -> None:
+    facts = state.job(e.job_id)
+    cycle, last_id = facts.last_wait
+    if event_id == last_id or e.cycle_id < cycle:
+        return  # the wait applied already, or one an earlier cycle explained
+    facts.last_wait = (e.cycle_id, event_id)
+    facts.last_queued = tuple(r.value for r in e.reasons)
 
 
-def _stop_requested(state: Facts, e: JobPreemptionRequested | JobReclaimRequested, _: int) -> None:
-    state.job(e.job_id).stop_requested.add(e.run)
+def _stop_requested(state: Facts, e: JobPreemptionRequested | JobReclaimRequested, _: int, __: str) -> None:
+    facts = state.job(e.job_id)
+    if e.run in facts.stop_requested:
+        return  # asked once per run (the scheduler never asks twice): the preemptor named it already
+    facts.stop_requested.add(e.run)
     if isinstance(e, JobPreemptionRequested) and e.preemptor is not None:
         preemptor = state.job(e.preemptor)
         if e.job_id not in preemptor.victims:
             preemptor.victims += (e.job_id,)
 
 
-def _finding(state: Facts, e: GovernanceFinding, _: int) -> None:
+def _finding(state: Facts, e: GovernanceFinding, _: int, __: str) -> None:
     if e.node is None or e.cluster is None or e.profile_penalty_milli <= 0:
         return
     facts = state.nodes.setdefault((e.cluster, e.node), NodeFacts())
     facts.suspect_until_ms = max(facts.suspect_until_ms, e.observed_ms + SUSPECT_FOR_MS)
 
 
-def _cycle(state: Facts, e: SchedulingCycleCompleted, _: int) -> None:
+def _cycle(state: Facts, e: SchedulingCycleCompleted, _: int, __: str) -> None:
     state.cycles = max(state.cycles, e.sequence + 1)
 
 

@@ -77,7 +77,7 @@ class SchedulerState(Facts):
         handler = HANDLERS.get(type(data))
         if handler is None:
             return
-        handler(self, data, envelope.time_ms)
+        handler(self, data, envelope.time_ms, envelope.id)
         derived = self._derived
         kind = type(data)
         has_job, has_node = has_field(kind, "job_id"), has_field(kind, "node") and has_field(kind, "cluster")
