@@ -4,8 +4,9 @@ Called by the soak's run (start, stop) and its chaos (kill, stop and continue a 
 leader). Each component is started as ``fedsched up --config`` starts it
 (``services.runtime.supervisor``): ``python -m services.cli.main <command> ...``, here with the flags of
 the soak's own Kafka and PostgreSQL: two schedulers (leader and hot standby, by election), the gRPC API
-(without its intake), the intake on its own, the faust projections worker, the audit archiver,
-governance, and one simulated cluster connector per cluster.
+(without its intake), the intake on its own, the faust projections worker, the audit archiver (signing
+checkpoints with the key in ``FEDSCHED_AUDIT_SIGNING_KEY_FILE`` when this fedsched can), governance,
+and one simulated cluster connector per cluster.
 
 A process that exits is started again (like Kubernetes restarts a pod): half a second after a kill of
 ours, with a growing backoff after an exit nobody asked for. Those unplanned exits are counted with the
@@ -18,6 +19,7 @@ import asyncio
 import contextlib
 import os
 import random
+import re
 import signal
 import sys
 import time
@@ -44,7 +46,7 @@ class Spec:
 
 @dataclass(frozen=True, slots=True)
 class Exit:
-    """An exit nobody asked for: the process, its code, and the end of its log."""
+    """An exit nobody asked for: the process, its code, and the error its log ends with."""
 
     name: str
     code: int | None
@@ -53,8 +55,9 @@ class Exit:
     tail: str
 
 
-def specs(backing: Backing, workdir: Path, ports: list[int]) -> list[Spec]:
-    """Every component, with the API's port first in ``ports`` and one metrics port each after it."""
+def specs(backing: Backing, workdir: Path, ports: list[int], *, signing: bool) -> list[Spec]:
+    """Every component, with the API's port first in ``ports`` and one metrics port each after it;
+    ``signing``: the archiver signs checkpoints into ``workdir/checkpoints``."""
     log, dsn = backing.log_url, backing.dsn
     api_port, *metrics = ports
     auth = ("--issuer", ISSUER, "--audience", AUDIENCE)
@@ -79,7 +82,13 @@ def specs(backing: Backing, workdir: Path, ports: list[int]) -> list[Spec]:
             metrics[3],
             *("projections", "worker", "--log", log, "--dsn", dsn, "--lag-every-s", "1"),
         ),
-        served("archiver", "archiver", metrics[4], "audit", "archive", "--log", log, "--dsn", dsn),
+        served(
+            "archiver",
+            "archiver",
+            metrics[4],
+            *("audit", "archive", "--log", log, "--dsn", dsn),
+            *(("--checkpoint-dir", str(workdir / "checkpoints"), "--checkpoint-every", "5") if signing else ()),
+        ),
         served("governance", "governance", metrics[5], "gov", "run", "--log", log),
     ]
     for index, cluster in enumerate(CLUSTERS):
@@ -295,8 +304,15 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _tail(path: Path, lines: int = 12) -> str:
+_ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception|Exit)\b.*")
+
+
+def _tail(path: Path) -> str:
+    """The last error line of the log (what ended the process, as a traceback's last line says), else its
+    last line."""
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
     except OSError:
         return ""
+    errors = [line for line in lines if _ERROR_LINE.match(line)]
+    return (errors or lines or [""])[-1][:300]

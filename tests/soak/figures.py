@@ -33,6 +33,8 @@ class Figures:
     verify_pct: float | None = None
     read_models_equal: bool | None = None
     archive_equal: bool | None = None
+    chain_holds: bool | None = None
+    """``audit chain --verify`` against the signed checkpoints."""
     cost_micro: tuple[int, int] = (0, 0)
     """(recomputed from the events, read model)."""
     load_s: float = 0.0
@@ -56,7 +58,8 @@ class Figures:
             f"placements: {self.placements}, runs ended: {self.runs_ended}, jobs ended: {self.jobs_ended},"
             f" cycles: {self.cycles}, log records: {self.log_records}",
             f"verify: {verify} identical; read models = rebuild: {_yes(self.read_models_equal)};"
-            f" archive = log: {_yes(self.archive_equal)}; cost recomputed {self.cost_micro[0]}"
+            f" archive = log: {_yes(self.archive_equal)}; chain and checkpoints hold: {_yes(self.chain_holds)};"
+            f" cost recomputed {self.cost_micro[0]}"
             f" vs read model {self.cost_micro[1]} micro-units",
             f"duration: {self.duration_s:.0f} s (load {self.load_s:.0f} s, settling {self.settle_s:.0f} s)",
         ]

@@ -1,6 +1,7 @@
 """Replays an operator runs after the soak, each as the ``fedsched`` command in its own process:
-``audit verify`` under a PYTHONHASHSEED no component ran with, and ``projections rebuild`` from offset
-0 into another schema, whose tables are then compared row by row with the live read models.
+``audit verify`` under a PYTHONHASHSEED no component ran with; ``projections rebuild`` from offset 0
+into another schema, whose tables are then compared row by row with the live read models; and ``audit
+chain --verify`` against the checkpoints the archiver signed (with the key ``keygen`` made at the start).
 
 Called by the soak's run once every component has stopped. Calls the CLI (``services.cli.main``) and,
 for the rows that differ, the read models' tables as the reader names them
@@ -14,6 +15,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -86,6 +88,34 @@ async def rebuild(log_url: str, dsn: str) -> Rebuilt:
     if code != 0 and report.get("differing"):
         result.rows = await _differing_rows(dsn, [t for t in report["differing"] if isinstance(t, str)])
     return result
+
+
+async def keygen(private: Path) -> Path | None:
+    """A signing key pair for the archiver's checkpoints; returns the public key's file, or None when this
+    fedsched has no ``audit keygen`` (signed checkpoints came with issue 19)."""
+    code, _, err = await _fedsched(["audit", "keygen", "--out", str(private)], {})
+    if code == 2 and "invalid choice: 'keygen'" in err:
+        return None
+    if code != 0:
+        raise RuntimeError(f"fedsched audit keygen exited {code}: {err[-400:]}")
+    return private.with_name(private.name + ".pub")
+
+
+async def chain(dsn: str, public_key: Path | None, checkpoints: Path) -> list[str]:
+    """What ``audit chain --verify`` finds wrong with the archive, checked against every signed checkpoint
+    when there is a key."""
+    argv = ["audit", "chain", "--verify", "--dsn", dsn, "--json"]
+    if public_key is not None:
+        argv += ["--public-key", str(public_key), "--checkpoint-dir", str(checkpoints)]
+    code, out, err = await _fedsched(argv, {})
+    try:
+        report = json.loads(out)
+    except ValueError:
+        return [f"audit chain --verify exited {code}: {err[-400:]}"]
+    found = [f"{json.dumps(p)[:400]}" for p in report.get("problems", []) + report.get("checkpoint_problems", [])]
+    if code != 0 and not found:
+        found.append(f"audit chain --verify exited {code}: {out[-400:]} {err[-400:]}")
+    return found
 
 
 async def _differing_rows(dsn: str, tables: list[str]) -> list[str]:

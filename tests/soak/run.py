@@ -64,7 +64,17 @@ async def run_soak(plan: SoakPlan, workdir: Path, fleet_out: list[Fleet]) -> Soa
         api_port, *metrics_ports = free_ports(PORTS_NEEDED)
         env = {k: v for k, v in os.environ.items() if not k.startswith("FEDSCHED_")}
         env.update(PYTHONPATH=str(ROOT), FEDSCHED_JWT_SECRET=secret)
-        fleet = Fleet.build(specs(backing, workdir, [api_port, *metrics_ports]), env, workdir / "logs", plan.seed)
+        public_key = await replays.keygen(workdir / "audit-signing.key")
+        if public_key is None:
+            result.notes.append(
+                "no signed checkpoints: this fedsched has no `audit keygen`; the chain is verified unsigned"
+            )
+        else:
+            env.update(FEDSCHED_AUDIT_SIGNING_KEY_FILE=str(workdir / "audit-signing.key"))
+        ports = [api_port, *metrics_ports]
+        fleet = Fleet.build(
+            specs(backing, workdir, ports, signing=public_key is not None), env, workdir / "logs", plan.seed
+        )
         fleet_out.append(fleet)
         fleet.start()
         token = issue_token(
@@ -76,7 +86,15 @@ async def run_soak(plan: SoakPlan, workdir: Path, fleet_out: list[Fleet]) -> Soa
         )
         load = Load(plan, f"127.0.0.1:{api_port}", token, backing.log_url)
         if not await until(lambda: _ready(fleet, load), _READY_S):
-            raise RuntimeError(f"the API or a scheduler leader was not up within {_READY_S:.0f} s: see {workdir}/logs")
+            exits = {e.name: f"{e.name} exited {e.code}: {e.tail}" for e in fleet.unplanned()}  # the latest of each
+            raise RuntimeError(
+                "\n".join(
+                    [
+                        f"the API or a scheduler leader was not up within {_READY_S:.0f} s ({workdir}/logs)",
+                        *exits.values(),
+                    ]
+                )
+            )
         loaded = time.monotonic()
         chaos = Chaos(plan, fleet, backing)
         outcomes, chaos_log = await asyncio.gather(load.run(), chaos.run())
@@ -85,6 +103,9 @@ async def run_soak(plan: SoakPlan, workdir: Path, fleet_out: list[Fleet]) -> Soa
         await _settle(plan, fleet, backing, outcomes, result)
         figures.settle_s = time.monotonic() - settled
         await _judge(plan, fleet, backing, outcomes, chaos_log, result)
+        chain_problems = await replays.chain(backing.dsn, public_key, workdir / "checkpoints")
+        figures.chain_holds = not chain_problems
+        result.violations += violation("audit chain --verify against the signed checkpoints", chain_problems)
     finally:
         if fleet is not None:
             await fleet.shutdown()
@@ -172,7 +193,7 @@ async def _judge(
     figures.read_models_equal = rebuilt.exit_code == 0
     figures.archive_equal = archived.count == 0
     figures.cost_micro = (recomputed, live)
-    result.notes += [f"{e.name} exited {e.code} at {e.at_ms} ({e.log}):\n{e.tail}" for e in fleet.unplanned()]
+    result.notes += [f"{e.name} exited {e.code} ({e.log.name}): {e.tail}" for e in fleet.unplanned()]
     result.notes += chaos.skipped
 
 
