@@ -259,14 +259,6 @@ class ChainVerifier:
             return self._problem(Tamper.REORDERED, record.seq, record.offset, f"seq {record.seq} comes twice")
         if record.hash != record.recomputed_hash():
             return self._problem(Tamper.EDITED, record.seq, record.offset, "content does not match its hash")
-        if self._previous is not None and record.offset <= self._previous.offset:
-            # The two are out of log order; the first of them is the first out of place.
-            return self._problem(
-                Tamper.REORDERED,
-                self._previous.seq,
-                self._previous.offset,
-                f"seq {record.seq} (log offset {record.offset}) comes after it in the chain but not in the log",
-            )
         if record.prev_hash != self._previous_hash:
             if record.prev_hash == self._before_previous_hash and self._previous is not None:
                 inserted = self._previous
@@ -278,6 +270,14 @@ class ChainVerifier:
                 )
             self._unlinked = record  # moved or missing predecessor: the next record tells which
             return None
+        if self._previous is not None and record.offset <= self._previous.offset:
+            # The two are out of log order; the first of them is the first out of place.
+            return self._problem(
+                Tamper.REORDERED,
+                self._previous.seq,
+                self._previous.offset,
+                f"seq {record.seq} (log offset {record.offset}) comes after it in the chain but not in the log",
+            )
         if self._newest is None or record.seq == self._newest.seq + 1:
             return self._past_head(record)
         self._accept(record)

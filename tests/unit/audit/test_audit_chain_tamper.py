@@ -25,8 +25,9 @@ What each mutation must be reported as, and where (``seq`` of the first bad posi
 - a partition dropped with its head rows: ``dropped`` at seq 0;
 - a byte of a checkpoint file flipped: the checkpoint is unreadable or its signature fails.
 
-Offsets step by 2 to 4, as Kafka's do around transaction markers, so a forged record can take a free
-offset between two real ones (with dense offsets an insertion has to move offsets, which is a rewrite).
+Offsets step by 1 (the embedded log's) to 4 (Kafka's, around transaction markers); a forged record takes
+the offset after its predecessor's, which may be its successor's too (an intruder who drops the unique
+constraint can do that).
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def build(batches: list[tuple[int, list[tuple[int, bytes, int]]]], signs: list[b
     return archive
 
 
-row = st.tuples(st.integers(2, 4), st.binary(min_size=0, max_size=6), st.integers(0, 2**40))
+row = st.tuples(st.integers(1, 4), st.binary(min_size=0, max_size=6), st.integers(0, 2**40))
 batch = st.tuples(st.integers(0, 2), st.lists(row, min_size=1, max_size=6))
 
 
@@ -271,18 +272,18 @@ MUTATIONS: dict[str, Mutation] = {
     "tail rewritten with recomputed hashes": rewrite,
     "dropped partition with its head": drop,
 }
-SEEN: dict[str, int] = dict.fromkeys(MUTATIONS, 0)
 
 
-@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(archive=archives(), name=st.sampled_from(sorted(MUTATIONS)), data=st.data())
+@pytest.mark.parametrize("name", list(MUTATIONS))
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(archive=archives(), data=st.data())
 def test_every_mutation_of_the_archive_is_detected_at_its_first_bad_position(
-    archive: Archive, name: str, data: st.DataObject
+    name: str, archive: Archive, data: st.DataObject
 ) -> None:
+    # 100 random archives for each of the 8 mutations: 800 examples in all.
     assert archive.problems() == []  # untouched, everything holds
     where = data.draw(st.sampled_from(sorted(archive.records)))
     expected = MUTATIONS[name](archive, where, data.draw)
-    SEEN[name] += 1
 
     problems = archive.problems()
     assert len(problems) == 1, (name, problems)  # found, in that partition and nowhere else
@@ -293,13 +294,6 @@ def test_every_mutation_of_the_archive_is_detected_at_its_first_bad_position(
     if expected.changed is not None:
         assert problem.through_seq is not None
         assert problem.seq <= expected.changed <= problem.through_seq, (name, problem)
-
-
-def test_the_property_drew_every_mutation_many_times() -> None:
-    # Runs after the property in this module (pytest keeps file order): each kind had its share.
-    if sum(SEEN.values()) == 0:
-        pytest.skip("the property did not run in this session")
-    assert min(SEEN.values()) >= 40, SEEN
 
 
 @settings(max_examples=300, deadline=None)
