@@ -81,6 +81,8 @@ class Checkpointer:
         self._unpublished: list[Checkpoint] = []
         self.made_total = 0
         self.refused_total = 0
+        self.looked_total = 0
+        """How many times the heads were looked at (signed or not): the cadence at work."""
         self.newest: Checkpoint | None = None
 
     def samples(self) -> list[Sample]:
@@ -102,6 +104,7 @@ class Checkpointer:
         if at_cadence and not self.due():
             return None
         self._last_look = self._monotonic()
+        self.looked_total += 1
         await self._publish()
         trusted, previous = await self._previous_checkpoint()
         if not trusted:
