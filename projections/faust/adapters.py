@@ -4,13 +4,17 @@ class, and every use of a name faust keeps private.
 Called by ``projections.faust.app``: ``build_app`` makes a ``ProjectionsApp``; the host subscribes the
 router to ``source_topic``, reads offsets through ``ProjectionsApp.projections_consumer``, and its stage
 agents call ``make_current`` before they touch a table. Calls faust, mode, faust's aiokafka driver
-and, through it, aiokafka's consumer; of ours, only the state pickle (``projections.stages.pickled.dumps``)
-and the router's buffer (``projections.faust.source``). Each of these leans on faust's internals as
+and, through it, aiokafka's consumer; of ours, only the stage codec (``projections.stages.codec``) and
+the router's buffer (``projections.faust.source``). Each of these leans on faust's internals as
 they are in 0.15.3: an upgrade of faust-streaming starts here.
 
 What each one changes, and why (the details are at each definition):
-- ``STATE_CODEC``: tables' values and their changelogs are pickles of our own entity dataclasses
-  (``projections.stages.pickled.dumps``), a codec faust does not have.
+- ``state_codec``: tables' values and their changelogs are our entities in the stage codec's format
+  (``projections.stages.codec``: typed, versioned, never a pickle), one faust codec per stage so that a
+  stage's table only ever holds its own entity type. A stored value that cannot be read is kept in the
+  table as ``UnreadableState`` (faust would drop the record with a warning, leaving the entity's older
+  state in place, and go on), and ``readable`` refuses it when an agent reaches it: see
+  ``StateUnreadable``.
 - ``ProjectionsApp``: starts and stops its host with the app, tells it of a revocation before faust
   waits for every record taken to be acknowledged (the router lets go of what it holds for
   alignment), and has faust use ``ProjectionsConsumer``.
@@ -39,7 +43,6 @@ What each one changes, and why (the details are at each definition):
 from __future__ import annotations
 
 import logging
-import pickle
 import weakref
 from collections.abc import Coroutine, Generator
 from types import CoroutineType
@@ -53,25 +56,71 @@ from faust.types import TP
 from mode.services import WaitResults
 
 from projections.faust.source import SourceBuffer
-from projections.stages.pickled import dumps
+from projections.stages.codec import ENTITY_TYPES, StateCodecError, dumps, loads
 
 log = logging.getLogger("fedsched.projections.faust")
 
 STATE_CODEC = "fedsched_state"
 
 
+def state_codec(stage: str) -> str:
+    """The name of the faust codec of ``stage``'s table values (and its changelog's)."""
+    return f"{STATE_CODEC}.{stage}"
+
+
+class UnreadableState:
+    """What a stage's table holds for a key whose stored value the stage codec could not read."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: StateCodecError) -> None:
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"UnreadableState({str(self.error)!r})"
+
+
+class StateUnreadable(Exception):
+    """A stage reached an entity whose stored state cannot be read. The worker stops: folding onto an
+    unknown state (or none) would write wrong read models and publish wrong events, and the state
+    comes only from the changelog, which only a worker writes. The records of the batch are read again
+    on restart; the cure is a rebuild from the source topics (a new ``--app-id``, or a new entity
+    layout: ``projections.faust.config``) once whoever wrote the changelog is found."""
+
+    def __init__(self, stage: str, key: str, error: StateCodecError) -> None:
+        super().__init__(f"stage {stage}: the stored state of {key!r} cannot be read from its changelog: {error}")
+        self.stage = stage
+        self.key = key
+        self.error = error
+
+
+def readable(value: Any, stage: str, key: str) -> Any:
+    """``value`` as a stage table gave it for ``key``; ``StateUnreadable`` if it could not be read."""
+    if type(value) is UnreadableState:
+        raise StateUnreadable(stage, key, value.error)
+    return value
+
+
 class _StateCodec(codecs.Codec):
-    """Pickle (protocol 5, dataclasses as constructor calls: ``projections.stages.pickled.dumps``) of our own entity
-    dataclasses, for our own changelog topics only (named after the entity layout: ``projections.faust.config``)."""
+    """A stage's entities in the stage codec's format (``projections.stages.codec``)."""
+
+    def __init__(self, entity: type) -> None:
+        super().__init__()
+        self._entity = entity
 
     def _loads(self, s: bytes) -> Any:
-        return pickle.loads(s)
+        try:
+            return loads(s, self._entity)
+        except StateCodecError as error:
+            log.error("event=state_unreadable entity=%s reason=%r", self._entity.__name__, str(error))
+            return UnreadableState(error)
 
     def _dumps(self, obj: Any) -> bytes:
         return dumps(obj)
 
 
-codecs.register(STATE_CODEC, _StateCodec())
+for _stage, _entity in ENTITY_TYPES.items():
+    codecs.register(state_codec(_stage), _StateCodec(_entity))
 
 
 # -- the consumer ------------------------------------------------------------------------------------

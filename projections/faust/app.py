@@ -54,14 +54,21 @@ from events.log.contract import OutRecord
 from events.log.contract import TopicPartition as LogPartition
 from events.log.publisher import to_record
 from events.wire.envelope import Envelope
-from projections.faust.adapters import STATE_CODEC, ProjectionsApp, ProjectionsConsumer, make_current, source_topic
+from projections.faust.adapters import (
+    ProjectionsApp,
+    ProjectionsConsumer,
+    make_current,
+    readable,
+    source_topic,
+    state_codec,
+)
 from projections.faust.config import WorkerConfig
 from projections.faust.fold import Record, fold
 from projections.faust.progress import SourceProgress
 from projections.faust.router import Outbox, Router
 from projections.faust.sink import Sink
 from projections.faust.source import SourceBuffer, log_time_ms
-from projections.faust.wire import pack, partition_of, split, unpack
+from projections.faust.wire import pack, partition_of, read_packs, split
 from projections.stages.core import Output, Stage
 from projections.stages.topology import default_stages
 
@@ -192,7 +199,7 @@ class ProjectionsHost:
                 internal=True,
                 key_type=str,
                 key_serializer="json",
-                value_serializer=STATE_CODEC,
+                value_serializer=state_codec(name),
                 compacting=True,
                 deleting=False,
                 config={"retention.ms": "-1"},  # compacted, never expired by time (faust #597)
@@ -203,7 +210,7 @@ class ProjectionsHost:
             table: Any = app.Table(
                 config.table_name(name), partitions=partitions, key_type=str, changelog_topic=changelog
             )
-            table.key_serializer, table.value_serializer = "json", STATE_CODEC
+            table.key_serializer, table.value_serializer = "json", state_codec(name)
             self.tables[name] = table
             self.agents[name] = app.agent(channel, name=f"stage-{name}")(self._stage_agent(stage, table))
 
@@ -351,20 +358,26 @@ class ProjectionsHost:
         return agent
 
     async def fold_batch(self, stage: Stage[Any], table: Any, events: list[Any]) -> None:
-        """Steps 1 to 4 of the module docstring for one batch (the agent acknowledges it after)."""
+        """Steps 1 to 4 of the module docstring for one batch (the agent acknowledges it after). A record
+        that is not a readable pack goes to the dead letters (with the batch's deltas and outputs); an
+        entity whose stored state cannot be read stops the worker (``adapters.StateUnreadable``)."""
+        read = read_packs([e.message for e in events], self.config.source(DEAD_LETTERS.name), self.config.group)
+        kept = [events[index] for index, _ in read.packs]  # the events of ``records`` (``folded.owner`` indexes both)
         records = [
-            Record(e.message.topic, e.message.partition, e.message.offset, unpack(e.message.value)) for e in events
+            Record(e.message.topic, e.message.partition, e.message.offset, items)
+            for e, (_, items) in zip(kept, read.packs, strict=True)
         ]
         by_partition = {e.message.partition: e for e in events}
         partitions = self.partitions[stage.name]
+        name = stage.name
 
         def get(key: str) -> Any:
             # A store on disk reads the key's partition: the one its records arrive on.
             make_current(by_partition.get(partition_of(key, partitions), events[-1]))
-            return table.get(key)
+            return readable(table.get(key), name, key)
 
         folded = fold(stage, records, get, self.partitions)
-        out: list[OutRecord] = []
+        out: list[OutRecord] = list(read.dead)
         for (target, partition), items in folded.packs.items():
             for chunk in split(items, self.config.pack_size):
                 out.append(OutRecord(self.config.stage_topic(target), pack(chunk), None, (), partition))
@@ -380,7 +393,7 @@ class ProjectionsHost:
         # The changelog is written by us and waited for (faust's own table writes are buffered and
         # flushed best-effort at commit time); only then does the local store change.
         changelog = self.config.changelog_topic(stage.name)
-        owners = {key: events[index] for key, index in folded.owner.items()}
+        owners = {key: kept[index] for key, index in folded.owner.items()}
         await self.outbox.deliver(
             [
                 OutRecord(

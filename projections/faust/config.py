@@ -1,19 +1,22 @@
 """Settings of a faust projection worker and the names of every topic it reads and writes.
 
 Called by ``projections.faust.app``, the ``fedsched projections worker`` command, the benchmark
-and the tests. No I/O (it takes the entity layout marker ``STATE_FORMAT`` from ``projections.readmodel.writer``).
+and the tests. No I/O (it takes the entity format marker ``STATE_FORMAT`` from ``projections.readmodel.writer``
+and the stage codec's layout fingerprint ``LAYOUT`` from ``projections.stages.codec``).
 
 Every topic has an explicit partition count: source and public topics take theirs from the topic
 catalogue; each stage's internal topic and its table's changelog share ``partitions`` (one for the
 fleet, which has the single key ``fleet``). A ``topic_prefix`` puts a whole deployment's public
 topics under ``<prefix>.fedsched.*`` (tests and benchmarks use it to stay apart).
 
-``app_id`` with the entity layout version makes the ``group``: the faust app id, hence the consumer
-group, and the prefix of the internal and changelog topics (``<app id>.s<format>``). The changelogs
-hold pickles of the stages' entities and the internal topics pickles of their inputs; a worker of
-another layout could not load them (or would load objects of the wrong shape). Raising
-``STATE_FORMAT`` (as the in-process runner's read models do when an entity changes its fields)
-therefore starts a new group with fresh changelogs and internal topics and no committed offsets:
+``app_id`` with the entity format and layout makes the ``group``: the faust app id, hence the consumer
+group, and the prefix of the internal and changelog topics (``<app id>.s<format>-<layout>``, the layout
+being the first 8 hex digits of the stage codec's fingerprint of every class it stores). The changelogs
+hold the stages' entities and the internal topics packs of their inputs, in the stage codec's format; a
+worker of another layout refuses to read them (``projections.stages.codec.LayoutMismatch``). A change
+of a stored class's fields (the layout changes by itself) or a raised ``STATE_FORMAT`` (by hand, when a
+fold changes what the read models say, as for the in-process runner's read models) therefore starts a
+new group with fresh changelogs and internal topics and no committed offsets:
 its workers rebuild every entity from offset 0 of the source topics, and rewrite each entity's
 read-model rows as they reach it (rows are replaced whole per entity, so once caught up they are
 those of a clean rebuild). Nothing of the old layout is ever read; its topics and group are left
@@ -31,6 +34,7 @@ from pathlib import Path
 from events.catalog.topics import TOPICS, TopicSpec, topic
 from projections.readmodel.rows.tables import SCHEMA
 from projections.readmodel.writer import STATE_FORMAT
+from projections.stages.codec import LAYOUT
 from projections.stages.sources import SOURCE_TOPICS, source_rank
 
 SOURCES = tuple(topic(name) for name in SOURCE_TOPICS)
@@ -76,8 +80,8 @@ class WorkerConfig:
 
     @property
     def group(self) -> str:
-        """The faust app id and consumer group: ``app_id`` in the current entity layout (see above)."""
-        return f"{self.app_id}.s{STATE_FORMAT}"
+        """The faust app id and consumer group: ``app_id`` in the current entity format and layout (see above)."""
+        return f"{self.app_id}.s{STATE_FORMAT}-{LAYOUT[:8]}"
 
     def stage_topic(self, stage: str) -> str:
         return f"{self.group}.stage.{stage}"

@@ -1,6 +1,8 @@
 """What travels on the faust host's internal topics: batches of stage inputs, and where they go.
 
-Called by ``projections.faust.router`` and ``projections.faust.fold``. Pure apart from ``pickle``.
+Called by ``projections.faust.router``, ``projections.faust.fold`` and the stage agents of
+``projections.faust.app``. No I/O but a log line per record it dead-letters; the packs' format is the
+stage codec's (``projections.stages.codec``).
 
 An internal record carries a *pack*: the inputs for one stage's partition that one upstream batch
 produced, in order. One record per (stage, partition) per batch instead of one per entity keeps
@@ -8,9 +10,12 @@ the per-record cost of Kafka and faust off the hot path; the partition is still 
 (Kafka's murmur2, as ``events.catalog.topics.partition_for``), so every entity lives on exactly one
 partition and its inputs arrive in the order they were sent.
 
-Serialisation is pickle (protocol 5) of plain tuples, the event or delta dataclass inside. It is
-read only by this code from topics only this code writes (the app's own ``<app id>.stage.*``
-topics); nothing from outside is ever unpickled. Public events keep the CloudEvents binding.
+A pack is written by the stage codec (``projections.stages.codec.encode_inputs``): typed, versioned,
+checksummed, and read back by building only the stages' own delta types and validating the public
+events against their catalogue classes. The stage topics are the app's own (``<app id>.stage.*``), but
+anyone who can write to them could put anything there: a record that is not a readable pack
+(``StateCodecError``, naming what is wrong) goes to the dead-letter topic with the reason
+(``read_packs``) and the batch goes on without it.
 
 Positions make every input idempotent at its target (see ``projections.stages.core.Applied``):
 - an event read from the log keeps its source position and envelope id, so a record the router
@@ -23,12 +28,19 @@ Positions make every input idempotent at its target (see ``projections.stages.co
 
 from __future__ import annotations
 
-import pickle
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from events.catalog.topics import partition_for
+from events.log.contract import LogRecord, OutRecord
+from events.log.deadletter import dead_letter
+from projections.stages.codec import StateCodecError, decode_inputs, encode_inputs
 from projections.stages.core import Input, Position
-from projections.stages.pickled import dumps
+
+log = logging.getLogger("fedsched.projections.faust")
 
 ITEM_BITS = 16
 EMIT_BITS = 12
@@ -43,24 +55,47 @@ Item = Input
 
 
 def pack(items: list[Input]) -> bytes:
-    rows = [(i.key, i.time_ms, *_position(i.position), i.item, i.envelope_id) for i in items]
-    return dumps(rows)
-
-
-def _position(position: Position | None) -> tuple[str, int, int]:
-    if position is None:  # every input on an internal topic has one (see the module docstring)
-        raise ValueError("an input without a position cannot travel between stages")
-    return position.topic, position.partition, position.offset
+    """The inputs as one internal record; every one has a position (``ValueError`` otherwise)."""
+    return encode_inputs(items)
 
 
 def unpack(value: bytes) -> list[Input]:
-    # Our own records on our own internal topics (see the module docstring).
-    rows = pickle.loads(value)
-    new = tuple.__new__  # the named tuples made directly: half the cost of calling their classes
-    return [
-        new(Input, (key, time_ms, new(Position, (topic, part, offset)), item, env))
-        for key, time_ms, topic, part, offset, item, env in rows
-    ]
+    """The inputs of one internal record; ``StateCodecError`` naming what is wrong if it is not a pack."""
+    return decode_inputs(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """The readable packs of a batch of internal records, and dead letters for the others."""
+
+    packs: list[tuple[int, list[Input]]]
+    """(index of the record in the batch, its inputs), in batch order."""
+    dead: list[OutRecord]
+
+
+def read_packs(messages: Sequence[Any], dead_letters: str, group: str) -> Read:
+    """Each record's pack (``messages``: faust's, or anything with a record's topic, partition, offset,
+    key, value and headers); one that cannot be read becomes a dead letter for ``dead_letters``, whole
+    and with the reason, rather than stopping the stage (a record is no better for being read again)."""
+    packs: list[tuple[int, list[Input]]] = []
+    dead: list[OutRecord] = []
+    for index, message in enumerate(messages):
+        try:
+            packs.append((index, decode_inputs(message.value)))
+        except StateCodecError as error:
+            headers = tuple(message.headers or ())
+            value = message.value or b""
+            record = LogRecord(message.topic, message.partition, message.offset, message.key, value, headers, 0)
+            log.error(
+                "event=dead_letter topic=%s partition=%d offset=%d reason=%r",
+                record.topic,
+                record.partition,
+                record.offset,
+                str(error),
+            )
+            letter = dead_letter(record, error, group)
+            dead.append(OutRecord(dead_letters, letter.value, letter.key, letter.headers, 0))
+    return Read(packs, dead)
 
 
 def delta_position(topic: str, partition: int, offset: int, index: int, emitted: int) -> Position:

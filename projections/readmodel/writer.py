@@ -10,7 +10,8 @@ reducer): the read models change exactly once per event.
 
 from __future__ import annotations
 
-import pickle
+import json
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -22,14 +23,16 @@ from events.log.contract import TopicPartition
 from projections.readmodel.reader import ReadModels
 from projections.readmodel.rows.entities import TABLES
 from projections.readmodel.rows.tables import POSITIONS, STATE, bookkeeping_ddl
+from projections.stages.codec import ENTITY_TYPES, LAYOUT, StateCodecError, dumps, loads
 from projections.stages.jobs import STAGE as JOB_STAGE
 from projections.stages.jobs import JobView
-from projections.stages.pickled import dumps
 
 if TYPE_CHECKING:  # asyncpg's pool proxy is generic in its stubs only
     from asyncpg.pool import PoolConnectionProxy
 
     PooledConnection = PoolConnectionProxy[asyncpg.Record]
+
+log = logging.getLogger("fedsched.projections")
 
 _SCHEMA_LOCK = 7_215_003
 
@@ -79,16 +82,20 @@ async def load_positions(pool: asyncpg.Pool, schema: str) -> dict[tuple[str, int
 
 
 STATE_FORMAT = 7
-"""The layout of the pickled entities: raise it whenever a stage's entity class changes its fields or its
-module (a pickle names the class by its module path), or a fold changes what the read models say (the log
-is then replayed into them).
+"""The format of the stored entities: raise it whenever a fold changes what the read models say (the log
+is then replayed into them). A change of a stored class's fields needs no raise: the stage codec's layout
+fingerprint (``projections.stages.codec.LAYOUT``) is stored beside it in the marker and changes by itself,
+and a marker of another format or layout means the same replay; classes may move between modules freely
+(the codec names them by tag).
 1: up to the batch folding of the projections; 2: running totals and plain published facts; 3: the
 quota's holdings and released runs and the fleet's nodes and pending jobs in persistent collections;
 4: the job view keeps its facts in job order (and what waits), so its answer does not depend on the
 order its partitions are read in; 5: replicas sharing a node count there (one allocation per node and
 job), a run's start and cluster are the current run's, and the jobs table has ``queued_since_ms``; 6: the
 stages moved to ``projections.stages`` (the same fields); 7: an event appended again changes nothing (no
-window of recent ids; the latest report and the lifecycle steps taken are kept per entity)."""
+window of recent ids; the latest report and the lifecycle steps taken are kept per entity), and the
+entities are stored in the stage codec's format (``projections.stages.codec``), no longer as pickles, with
+a JSON marker (``{"format": 7, "layout": ...}``)."""
 _FORMAT_KEY = ("_format", "")
 ENDED_JOBS = f"{JOB_STAGE}.ended"
 """The stage name an ended job's view is stored under: not loaded at start (the in-process host keeps
@@ -100,15 +107,48 @@ def ended(stage: str, entity: Any) -> bool:
     return stage == JOB_STAGE and isinstance(entity, JobView) and entity.status in FINAL_STATUSES
 
 
+_MARKER = json.dumps({"format": STATE_FORMAT, "layout": LAYOUT}, sort_keys=True).encode()
+"""What the format row holds: the format and layout the entities beside it were written in."""
+
+
+def _marker_problem(stored: bytes | None) -> str | None:
+    """Why entities stored beside the format row ``stored`` cannot be loaded (None: they can)."""
+    if stored is None:
+        return "no format marker beside stored entities"
+    try:
+        marker = json.loads(stored)
+    except (ValueError, RecursionError):  # a pickle (format 6 and before), or anything else: never unpickled
+        return "a format marker of an older format (not JSON)"
+    if not isinstance(marker, dict):
+        return "a format marker that is not a JSON object"
+    if marker.get("replay"):
+        return f"marked for a replay: {marker['replay']}"
+    if marker.get("format") != STATE_FORMAT or marker.get("layout") != LAYOUT:
+        found = f"format {marker.get('format')!r}, layout {marker.get('layout')!r}"
+        return f"entities of {found}; this code writes format {STATE_FORMAT}, layout {LAYOUT}"
+    return None
+
+
+def _entity_type(stage: str) -> type:
+    entity = ENTITY_TYPES.get(JOB_STAGE if stage == ENDED_JOBS else stage)
+    if entity is None:
+        raise StateCodecError("stage", f"no stage is named {stage[:80]!r}")
+    return entity
+
+
 async def load_state(pool: asyncpg.Pool, schema: str) -> dict[str, dict[str, Any]] | None:
-    """The stored entities, by stage and key; None when they were written in another ``STATE_FORMAT``
-    (the caller then replays the log into fresh read models: see ``reset``)."""
+    """The stored entities, by stage and key; None when they were written in another ``STATE_FORMAT`` or
+    layout, or one of them cannot be read (the caller then replays the log into fresh read models: see
+    ``reset``). The read models come from the log: a state row altered by someone else costs a replay,
+    never a wrong read model, and never a crash at every start."""
     stored = await pool.fetchval(
         f"SELECT state FROM {schema}.{STATE} WHERE stage = $1 AND entity_key = $2", *_FORMAT_KEY
     )
     if stored is None and await pool.fetchval(f"SELECT count(*) FROM {schema}.{STATE}") == 0:
         return {}
-    if stored is None or pickle.loads(stored) != STATE_FORMAT:
+    problem = _marker_problem(stored)
+    if problem is not None:
+        log.warning("event=projection_state_replay schema=%s reason=%r", schema, problem)
         return None
     tables: dict[str, dict[str, Any]] = {}
     async with pool.acquire() as conn, conn.transaction():
@@ -117,8 +157,13 @@ async def load_state(pool: asyncpg.Pool, schema: str) -> dict[str, dict[str, Any
             _FORMAT_KEY[0],
             ENDED_JOBS,
         ):
-            # Our own pickles, written by this code into our own database; never from outside.
-            tables.setdefault(row["stage"], {})[row["entity_key"]] = pickle.loads(row["state"])
+            stage, key = row["stage"], row["entity_key"]
+            try:
+                tables.setdefault(stage, {})[key] = loads(row["state"], _entity_type(stage))
+            except StateCodecError as error:
+                reason = f"{stage}/{key}: {error}"
+                log.error("event=projection_state_unreadable schema=%s reason=%r replay=true", schema, reason)
+                return None
     return tables
 
 
@@ -129,13 +174,28 @@ async def ended_job_keys(pool: asyncpg.Pool, schema: str) -> set[str]:
 
 
 async def load_ended_jobs(pool: asyncpg.Pool, schema: str, keys: Iterable[str]) -> dict[str, Any]:
-    """The stored views of ended jobs among ``keys``."""
+    """The stored views of ended jobs among ``keys``. One that cannot be read marks the stored state for a
+    replay (the next ``load_state`` returns None) and raises its ``StateCodecError``: the host stops
+    rather than fold onto a view it does not know, and its next start replays the log."""
     rows = await pool.fetch(
         f"SELECT entity_key, state FROM {schema}.{STATE} WHERE stage = $1 AND entity_key = ANY($2::text[])",
         ENDED_JOBS,
         sorted(keys),
     )
-    return {row["entity_key"]: pickle.loads(row["state"]) for row in rows}  # our own pickles
+    views: dict[str, Any] = {}
+    for row in rows:
+        try:
+            views[row["entity_key"]] = loads(row["state"], JobView)
+        except StateCodecError as error:
+            reason = f"{ENDED_JOBS}/{row['entity_key']}: {error}"
+            log.error("event=projection_state_unreadable schema=%s reason=%r replay=next_start", schema, reason)
+            await pool.execute(
+                f"UPDATE {schema}.{STATE} SET state = $3 WHERE stage = $1 AND entity_key = $2",
+                *_FORMAT_KEY,
+                json.dumps({"replay": reason[:1000]}).encode(),
+            )
+            raise
+    return views
 
 
 async def reset(pool: asyncpg.Pool, schema: str) -> None:
@@ -191,7 +251,7 @@ async def flush(
             f"INSERT INTO {schema}.{STATE} (stage, entity_key, state) VALUES ($1, $2, $3)"
             " ON CONFLICT (stage, entity_key) DO UPDATE SET state = EXCLUDED.state",
             *_FORMAT_KEY,
-            pickle.dumps(STATE_FORMAT, protocol=5),
+            _MARKER,
         )
         if positions:
             items = sorted(positions.items())

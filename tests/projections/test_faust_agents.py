@@ -5,7 +5,6 @@ context (a redelivered pack changes nothing)."""
 from __future__ import annotations
 
 import asyncio
-import pickle
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import InitVar, dataclass, field
@@ -31,9 +30,10 @@ from projections.faust.fold import Record, fold
 from projections.faust.router import Router
 from projections.faust.source import SourceBuffer
 from projections.faust.wire import Item, delta_position, pack, partition_of, unpack
+from projections.stages.codec import dumps, loads
 from projections.stages.core import Input, Position
 from projections.stages.deltas import ShapeSeen
-from projections.stages.pickled import dumps
+from projections.stages.jobs import JobView
 from projections.stages.shapes import ShapeStage
 from projections.stages.topology import default_stages
 
@@ -136,13 +136,15 @@ class TestWire:
         ]
         assert unpack(pack(items)) == items
 
-    def test_entities_read_back_equal_and_other_dataclasses_are_pickled_as_usual(self) -> None:
+    def test_entities_read_back_equal_and_unregistered_dataclasses_are_refused(self) -> None:
         stage = next(s for s in default_stages() if s.name == "jobs")
         envelope = submitted("job-4")
         item = Item("job-4", envelope.time_ms, Position("u.fedsched.jobs", 0, 1), envelope.data, envelope.id)
         entity = fold(stage, [Record("unit.stage.jobs", 0, 0, [item])], {}.get, PARTITIONS).entities["job-4"]
-        assert pickle.loads(dumps(entity)) == entity
-        assert pickle.loads(dumps([_KeywordOnly(1, b=(2,)), _InitOnly(3)])) == [_KeywordOnly(1, b=(2,)), _InitOnly(3)]
+        assert loads(dumps(entity), JobView) == entity
+        for other in (_KeywordOnly(1, b=(2,)), _InitOnly(3)):
+            with pytest.raises(TypeError, match="not registered"):
+                dumps(other)
 
 
 class Capture:

@@ -19,7 +19,7 @@ REBUILD_SCHEMA = f"{SCHEMA}_rebuild"
 POSITIONS = "projection_positions"
 """The log positions the rows cover (topic, partition, next offset), written with them."""
 STATE = "projection_state"
-"""The entities behind the rows (pickled, by stage and key), so a restarted host resumes."""
+"""The entities behind the rows (in the stage codec's format, by stage and key), so a restarted host resumes."""
 
 
 @dataclass(frozen=True, slots=True)
