@@ -32,6 +32,7 @@ from tests.soak.backing import ROOT, Backing
 ISSUER = "fedsched-soak"
 AUDIENCE = "fedsched"
 CLUSTERS = ("sim-a", "sim-b")
+CHECKPOINT_EVERY_S = 5
 _KILL_RESTART_S = 0.5
 _MAX_BACKOFF_S = 8.0
 
@@ -87,7 +88,11 @@ def specs(backing: Backing, workdir: Path, ports: list[int], *, signing: bool) -
             "archiver",
             metrics[4],
             *("audit", "archive", "--log", log, "--dsn", dsn),
-            *(("--checkpoint-dir", str(workdir / "checkpoints"), "--checkpoint-every", "5") if signing else ()),
+            *(
+                ("--checkpoint-dir", str(workdir / "checkpoints"), "--checkpoint-every", str(CHECKPOINT_EVERY_S))
+                if signing
+                else ()
+            ),
         ),
         served("governance", "governance", metrics[5], "gov", "run", "--log", log),
     ]

@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 from events.catalog.decisions import DecisionEvent, JobPlaced, SchedulingCycleCompleted
 from events.catalog.errors import EventError
 from events.catalog.inventory import ClusterRegistered, NodeObserved
-from events.catalog.jobs import JobRejected, JobSubmitted
+from events.catalog.jobs import JobCancelled, JobRejected, JobSubmitted
 from events.catalog.lifecycle import RUN_END_EVENTS, ends_job, ends_run
 from events.catalog.topics import DECISIONS, TOPICS
 from events.log import EventLog, LogRecord, TopicPartition
 from events.log.reading import read_to_end
 from events.wire.codec import decode
 from events.wire.envelope import Envelope
+from services.scheduler.core.outputs import SOURCE
 
 KEPT_INVENTORY = {ClusterRegistered.event_type, NodeObserved.event_type}
 SKIPPED_TOPICS = {"fedsched.profiles", "fedsched.quota-usage", "fedsched.governance", "fedsched.intake"}
@@ -76,6 +77,9 @@ class History:
     run_ends: dict[tuple[str, int], list[Seen]] = field(default_factory=lambda: defaultdict(list))
     job_ends: dict[str, list[Seen]] = field(default_factory=lambda: defaultdict(list))
     decisions: list[DecisionRecord] = field(default_factory=list)
+    """The decisions partition: decisions and cycle records (anything else there is left out)."""
+    cycle_cancels: Counter[str] = field(default_factory=Counter)
+    """cycle id -> the cancellations of waiting jobs it published (on the jobs topic, counted in its record)."""
     rates: dict[str, dict[str, int]] = field(default_factory=dict)  # cluster -> model -> micro per GPU-hour
     node_model: dict[tuple[str, str], str] = field(default_factory=dict)  # (cluster, node) -> first GPU's model
 
@@ -110,8 +114,10 @@ class History:
     def _fold(self, record: LogRecord, envelope: Envelope) -> None:
         event = envelope.data
         seen = Seen(where(record), envelope.id, type(event).__name__, envelope.time_ms)
-        if record.topic == DECISIONS.name:
+        if record.topic == DECISIONS.name and isinstance(event, DecisionEvent | SchedulingCycleCompleted):
             self.decisions.append(_decision(record, envelope))
+        if isinstance(event, JobCancelled) and envelope.source == SOURCE and envelope.id.startswith("cycle-"):
+            self.cycle_cancels[envelope.id.split(":", 1)[0]] += 1
         if isinstance(event, JobSubmitted):
             request = event.client_request_id or ""
             self.submitted[request].append((event.job_id, seen))
@@ -137,6 +143,5 @@ def _decision(record: LogRecord, envelope: Envelope) -> DecisionRecord:
     kind = type(event).__name__
     if isinstance(event, SchedulingCycleCompleted):
         return DecisionRecord(record.offset, kind, envelope.id, event.cycle_id, event.sequence, event.decision_count)
-    if isinstance(event, DecisionEvent):
-        return DecisionRecord(record.offset, kind, envelope.id, event.cycle_id, job_id=event.job_id)
-    return DecisionRecord(record.offset, kind, envelope.id, "")
+    assert isinstance(event, DecisionEvent)
+    return DecisionRecord(record.offset, kind, envelope.id, event.cycle_id, job_id=event.job_id)

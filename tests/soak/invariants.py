@@ -141,9 +141,10 @@ def cycles_contiguous(history: History) -> list[Violation]:
         expected = record.sequence + 1
         strangers = [p for p in pending if p.split("|")[0] != record.cycle_id]
         orphans += [f"{p} precedes the record of {record.cycle_id} at offset {record.offset}" for p in strangers]
-        if record.decision_count != len(pending):
+        published = len(pending) + history.cycle_cancels[record.cycle_id]
+        if record.decision_count != published:
             miscounted.append(
-                f"{record.id} at {record.offset} counts {record.decision_count}, {len(pending)} precede it"
+                f"{record.id} at {record.offset} counts {record.decision_count}, {published} were published"
             )
         pending = []
     orphans += [f"{p}: no cycle record follows it" for p in pending]

@@ -15,7 +15,7 @@ import random
 from dataclasses import dataclass
 
 FULL_SIZE = 10_000
-CI_SIZE = 300
+CI_SIZE = 400
 DEFAULT_SEED = 19  # the number: any fixed seed does
 
 SESSION_TIMEOUT_S = 10.0

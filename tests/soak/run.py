@@ -30,13 +30,22 @@ from services.api.auth import AuthConfig, issue_token
 from tests.soak import archive_check, cost, fencing, invariants, replays
 from tests.soak.backing import ROOT, Backing
 from tests.soak.chaos import Chaos, ChaosLog
-from tests.soak.components import AUDIENCE, CLUSTERS, ISSUER, PORTS_NEEDED, Fleet, free_ports, specs
+from tests.soak.components import (
+    AUDIENCE,
+    CHECKPOINT_EVERY_S,
+    CLUSTERS,
+    ISSUER,
+    PORTS_NEEDED,
+    Fleet,
+    free_ports,
+    specs,
+)
 from tests.soak.figures import Figures
 from tests.soak.history import History
 from tests.soak.invariants import Violation, violation
 from tests.soak.load import Load, Outcome
 from tests.soak.plan import SoakPlan
-from tests.soak.settle import JobEnds, archive_caught_up, projections_caught_up, until
+from tests.soak.settle import ArchiveWatch, JobEnds, projections_caught_up, until
 
 WRITERS = ("sim-a", "sim-b", "api", "intake", "governance", "scheduler-1", "scheduler-2")
 _READY_S = 180.0
@@ -129,7 +138,8 @@ async def _settle(
     worker = fleet.components["projections"]
     if not await until(lambda: projections_caught_up(worker), _CAUGHT_UP_S):
         result.notes.append(f"the projections worker was not at the end of the log within {_CAUGHT_UP_S:.0f} s")
-    if not await until(lambda: archive_caught_up(backing.log_url, backing.dsn), _CAUGHT_UP_S):
+    archive = ArchiveWatch(backing.log_url, backing.dsn, quiet_s=CHECKPOINT_EVERY_S + 2)
+    if not await until(archive.quiet, _CAUGHT_UP_S):
         result.notes.append(f"the archiver was not at the end of the log within {_CAUGHT_UP_S:.0f} s")
     await fleet.shutdown()
 

@@ -81,21 +81,40 @@ async def projections_caught_up(worker: Component) -> bool:
     return True
 
 
-async def archive_caught_up(log_url: str, dsn: str) -> bool:
-    """Every catalogue partition holds nothing committed past its chain head."""
-    log = open_log(log_url)
-    await log.start()
-    reader = await log.reader()
-    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2)
-    try:
-        heads = ArchiveSink(pool)
-        for spec in TOPICS:
-            for partition in range(spec.partitions):
-                tp = TopicPartition(spec.name, partition)
+class ArchiveWatch:
+    """Whether the archive is at the end of every catalogue partition, and has stayed there, the log's
+    ends unchanged, for longer than the archiver's checkpoint cadence: a checkpoint it signs is a record
+    of the log too (``fedsched.audit``), archived on its next pass."""
+
+    def __init__(self, log_url: str, dsn: str, quiet_s: float) -> None:
+        self._log_url = log_url
+        self._dsn = dsn
+        self._quiet_s = quiet_s
+        self._since: tuple[float, dict[TopicPartition, int]] | None = None
+
+    async def quiet(self) -> bool:
+        now = asyncio.get_running_loop().time()
+        ends = await self._caught_up_ends()
+        if ends is None or self._since is None or self._since[1] != ends:
+            self._since = None if ends is None else (now, ends)
+            return False
+        return now - self._since[0] >= self._quiet_s
+
+    async def _caught_up_ends(self) -> dict[TopicPartition, int] | None:
+        """The end offsets of every catalogue partition if the archive holds everything before them."""
+        log = open_log(self._log_url)
+        await log.start()
+        reader = await log.reader()
+        pool = await asyncpg.create_pool(self._dsn, min_size=1, max_size=2)
+        try:
+            heads = ArchiveSink(pool)
+            tps = [TopicPartition(spec.name, p) for spec in TOPICS for p in range(spec.partitions)]
+            ends = await reader.end_offsets(tps)
+            for tp in tps:
                 if not await reader.caught_up(tp, await heads.position(tp)):
-                    return False
-        return True
-    finally:
-        await pool.close()
-        await reader.close()
-        await log.close()
+                    return None
+            return ends
+        finally:
+            await pool.close()
+            await reader.close()
+            await log.close()
