@@ -205,7 +205,10 @@ def load_signing_key(path: Path) -> Ed25519PrivateKey:
 def load_public_key(spec: str) -> Ed25519PublicKey:
     """A public key from a PEM file, or given as its 64 hex digits; ``KeyFileError`` saying why not."""
     if _RAW_KEY.match(spec) and not Path(spec).exists():
-        return Ed25519PublicKey.from_public_bytes(bytes.fromhex(spec))
+        try:
+            return Ed25519PublicKey.from_public_bytes(bytes.fromhex(spec))
+        except ValueError as error:
+            raise KeyFileError(f"public key {spec}: not an Ed25519 public key ({error})") from None
     path = Path(spec)
     try:
         data = path.read_bytes()

@@ -1,4 +1,5 @@
-"""Sub-commands: ``fedsched audit ...`` (archive the log, verify the hash chain)."""
+"""Sub-commands: ``fedsched audit ...`` (archive the log, verify the hash chain against signed checkpoints,
+make a signing key, prove one record's inclusion, and the replays: verify, timeline, export, at, whatif)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,11 @@ from events.plumbing.signals import stop_on_signals
 from services.cli.args import rfc3339_ms, time_range
 
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+    from events.audit.checkpoint import Checkpoint, CheckpointProblem
+    from events.audit.checkpoint_files import CheckpointDir
+    from events.audit.proof import InclusionProof
     from services.scheduler.core.policy.model import Quota
 
 
@@ -20,11 +26,47 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     audit_sub = audit.add_subparsers(dest="audit", metavar="WHAT")
 
-    chain = audit_sub.add_parser("chain", help="check the hash chain of the audit archive")
+    chain = audit_sub.add_parser(
+        "chain",
+        help="check the hash chain of the audit archive (against signed checkpoints, with --public-key)",
+        epilog="exit status: 0 every chain holds (and matches every checkpoint); 1 a problem was found; 2 bad"
+        " arguments or key; 3 --public-key given but no checkpoint to check against",
+    )
     chain.add_argument("--verify", action="store_true", required=True, help="walk every chain and report")
     chain.add_argument("--dsn", help="PostgreSQL DSN of the archive (default: FEDSCHED_POSTGRES_DSN)")
+    chain.add_argument(
+        "--public-key",
+        action="append",
+        metavar="KEY",
+        help="the archiver's public key (PEM file, or 64 hex digits); repeat for keys used over time",
+    )
+    signed = chain.add_mutually_exclusive_group()
+    signed.add_argument("--checkpoint-dir", metavar="DIR", help="check against every checkpoint in DIR")
+    signed.add_argument("--checkpoint", metavar="FILE", help="check against this one checkpoint")
     chain.add_argument("--json", action="store_true", help="print one JSON object")
     chain.set_defaults(handler=verify_chain)
+
+    keygen = audit_sub.add_parser("keygen", help="make the archiver's Ed25519 key pair for signed checkpoints")
+    keygen.add_argument("--out", required=True, metavar="FILE", help="private key file to create (mode 0600)")
+    keygen.add_argument("--public-out", metavar="FILE", help="public key file to create (default: FILE.pub)")
+    keygen.set_defaults(handler=run_keygen)
+
+    proof = audit_sub.add_parser(
+        "proof",
+        help="prove that one archived record is in a signed checkpoint (RFC 6962), or --check such a proof",
+        epilog="exit status: 0 the proof was made (or holds); 1 it does not hold; 2 bad arguments, key or file;"
+        " 3 no proof can be made for that record",
+    )
+    proof.add_argument("--topic")
+    proof.add_argument("--partition", type=int)
+    proof.add_argument("--offset", type=int, help="the record's log offset")
+    proof.add_argument("--checkpoint", metavar="FILE", help="the signed checkpoint to prove against")
+    proof.add_argument("--public-key", action="append", metavar="KEY", required=True, help="as for audit chain")
+    proof.add_argument("--check", metavar="PROOF_FILE", help="check a proof offline (no database)")
+    proof.add_argument("--out", metavar="FILE", help="write the proof here (default: standard output)")
+    proof.add_argument("--dsn", help="PostgreSQL DSN of the archive (default: FEDSCHED_POSTGRES_DSN)")
+    proof.add_argument("--json", action="store_true", help="with --check: print one JSON object")
+    proof.set_defaults(handler=run_proof)
 
     verify = audit_sub.add_parser(
         "verify",
@@ -72,7 +114,32 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     archive.add_argument("--dsn", help="PostgreSQL DSN of the archive (default: FEDSCHED_POSTGRES_DSN)")
     archive.add_argument("--once", action="store_true", help="catch up and exit instead of following the log")
     archive.add_argument("--metrics", default="", help="serve /healthz and /metrics here (host:port; default: off)")
+    archive.add_argument(
+        "--signing-key",
+        metavar="FILE",
+        help="sign checkpoints with this Ed25519 private key file (default: FEDSCHED_AUDIT_SIGNING_KEY_FILE;"
+        " without one, checkpoints are off)",
+    )
+    archive.add_argument(
+        "--checkpoint-dir",
+        metavar="DIR",
+        help="write each checkpoint here, outside the database (default: FEDSCHED_AUDIT_CHECKPOINT_DIR)",
+    )
+    archive.add_argument(
+        "--checkpoint-every",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="sign the heads at most this often while following the log, when they moved (default: 60)",
+    )
     archive.set_defaults(handler=run_archiver)
+
+
+_UNSIGNED_NOTE = (
+    "no signed checkpoint was checked: a tail rewritten with recomputed hashes (and its heads), a head"
+    " rewound with its records, or a partition dropped with its head cannot be detected without one"
+    " (--public-key with --checkpoint-dir or --checkpoint)"
+)
 
 
 async def verify_chain(args: argparse.Namespace) -> int:
@@ -80,12 +147,24 @@ async def verify_chain(args: argparse.Namespace) -> int:
 
     from events.audit.archive import verify_chain as verify
     from services.cli.config import postgres_dsn
+    from services.cli.main import CliError
+
+    keys = _public_keys(args.public_key)
+    where = args.checkpoint_dir or args.checkpoint
+    if keys and not where:
+        raise CliError("--public-key needs --checkpoint-dir DIR or --checkpoint FILE to check against", 2)
+    if where and not keys:
+        raise CliError("--checkpoint-dir and --checkpoint need --public-key to check the signatures", 2)
+    checkpoints, checkpoint_problems = _checkpoints(keys, args.checkpoint_dir, args.checkpoint)
+    if keys and not checkpoints and not checkpoint_problems:
+        raise CliError(f"no checkpoint in {where}: nothing signed to check the archive against", 3)
 
     pool = await asyncpg.create_pool(postgres_dsn(args.dsn), min_size=1, max_size=2)
     try:
-        report = await verify(pool)
+        report = await verify(pool, checkpoints, checkpoint_problems)
     finally:
         await pool.close()
+    newest = report.newest_checkpoint
     if args.json:
         print(
             json.dumps(
@@ -93,6 +172,11 @@ async def verify_chain(args: argparse.Namespace) -> int:
                     "ok": report.ok,
                     "partitions": report.partitions,
                     "records": report.records,
+                    "checkpoints": report.checkpoints,
+                    "newest_checkpoint": None
+                    if newest is None
+                    else {"seq": newest.seq, "made_at_ms": newest.made_at_ms, "key_id": newest.key_id},
+                    "unsigned_records": report.unsigned_records if keys else None,
                     "problems": [
                         {
                             "kind": p.kind.value,
@@ -100,26 +184,195 @@ async def verify_chain(args: argparse.Namespace) -> int:
                             "partition": p.partition,
                             "seq": p.seq,
                             "offset": p.offset,
+                            "through_seq": p.through_seq,
                             "detail": p.detail,
                         }
                         for p in report.problems
                     ],
+                    "checkpoint_problems": [
+                        {"kind": p.kind.value, "checkpoint": p.checkpoint, "source": p.source, "detail": p.detail}
+                        for p in report.checkpoint_problems
+                    ],
+                    "note": None if keys else _UNSIGNED_NOTE,
                 }
             )
         )
-    elif report.ok:
+        return 0 if report.ok else 1
+    if report.ok:
         print(f"OK: {report.records} records in {report.partitions} partition chains verified")
     else:
-        print(f"BROKEN: {len(report.problems)} of {report.partitions} partition chains")
-        for problem in report.problems:
+        broken = len(report.problems) + len(report.checkpoint_problems)
+        print(f"BROKEN: {broken} problems ({len(report.problems)} of {report.partitions} partition chains)")
+        for problem in report.checkpoint_problems:
             print(f"  {problem}")
+        for chain_problem in report.problems:
+            print(f"  {chain_problem}")
+    if not keys:
+        print(f"note: {_UNSIGNED_NOTE}")
+    elif newest is not None:
+        from events.wire.envelope import format_time
+
+        print(
+            f"checked against {report.checkpoints} signed checkpoints, the newest #{newest.seq} made at"
+            f" {format_time(newest.made_at_ms)} (key id {newest.key_id}); {report.unsigned_records} records"
+            " archived after it are not yet covered by a signature"
+        )
     return 0 if report.ok else 1
+
+
+def _public_keys(specs: list[str] | None) -> dict[str, Ed25519PublicKey]:
+    from events.audit.checkpoint_files import KeyFileError, load_public_key, trusted
+    from services.cli.main import CliError
+
+    try:
+        return trusted(load_public_key(spec) for spec in specs or ())
+    except KeyFileError as error:
+        raise CliError(str(error), 2) from None
+
+
+def _checkpoints(
+    keys: dict[str, Ed25519PublicKey], directory: str | None, file: str | None
+) -> tuple[list[Checkpoint], list[CheckpointProblem]]:
+    from pathlib import Path
+
+    from events.audit.checkpoint_files import load_checkpoints
+    from services.cli.main import CliError
+
+    if directory:
+        if not Path(directory).is_dir():
+            raise CliError(f"--checkpoint-dir {directory}: not a directory", 2)
+        return load_checkpoints(keys, directory=Path(directory))
+    if file:
+        return load_checkpoints(keys, file=Path(file))
+    return [], []
+
+
+async def run_keygen(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from events.audit.checkpoint import key_id
+    from events.audit.checkpoint_files import public_pem, write_key_pair
+    from services.cli.main import CliError
+
+    private = Path(args.out)
+    public = Path(args.public_out or f"{args.out}.pub")
+    try:
+        key = write_key_pair(private, public)
+    except FileExistsError as error:
+        raise CliError(f"{error.filename}: exists; a key file is never replaced", 2) from None
+    except OSError as error:
+        raise CliError(f"{error.filename or args.out}: {error.strerror or error}", 2) from None
+    print(public_pem(key).decode(), end="")
+    print(f"wrote the private key to {private} (mode 0600) and the public key to {public}; key id {key_id(key)}")
+    print(
+        "give the archiver the private key's path (--signing-key or FEDSCHED_AUDIT_SIGNING_KEY_FILE); give"
+        " auditors the public key"
+    )
+    return 0
+
+
+async def run_proof(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from events.audit.checkpoint import CheckpointError
+    from events.audit.proof import parse_proof, problems
+    from services.cli.main import CliError
+
+    keys = _public_keys(args.public_key)
+    if args.check:
+        try:
+            proof = parse_proof(Path(args.check).read_bytes(), source=args.check)  # noqa: ASYNC240
+        except OSError as error:
+            raise CliError(f"{args.check}: {error.strerror or error}", 2) from None
+        except CheckpointError as error:
+            raise CliError(str(error), 2) from None
+        wrong = problems(proof, keys)
+        _print_proof_check(proof, wrong, as_json=args.json)
+        return 1 if wrong else 0
+
+    missing = [f"--{n}" for n in ("topic", "partition", "offset", "checkpoint") if getattr(args, n) is None]
+    if missing:
+        raise CliError(f"to make a proof, give {', '.join(missing)} (or --check PROOF_FILE to check one)", 2)
+    return await _make_proof(args, keys)
+
+
+async def _make_proof(args: argparse.Namespace, keys: dict[str, Ed25519PublicKey]) -> int:
+    from pathlib import Path
+
+    import asyncpg
+
+    from events.audit.archive import ProofError, inclusion_proof
+    from events.audit.checkpoint_files import load_checkpoints
+    from events.log.contract import TopicPartition
+    from services.cli.config import postgres_dsn
+    from services.cli.main import CliError
+
+    checkpoints, wrong = load_checkpoints(keys, file=Path(args.checkpoint))
+    if wrong:
+        raise CliError(str(wrong[0]), 2)
+    pool = await asyncpg.create_pool(postgres_dsn(args.dsn), min_size=1, max_size=2)
+    try:
+        proof = await inclusion_proof(pool, checkpoints[0], TopicPartition(args.topic, args.partition), args.offset)
+    except ProofError as error:
+        raise CliError(str(error), 3) from None
+    finally:
+        await pool.close()
+    if args.out:
+        Path(args.out).write_bytes(proof.to_bytes())  # noqa: ASYNC240
+        print(
+            f"wrote the proof that {args.topic}[{args.partition}] log offset {args.offset} (seq {proof.seq}) is in"
+            f" checkpoint #{proof.checkpoint.seq} to {args.out} ({len(proof.path)} hashes)"
+        )
+    else:
+        print(proof.to_bytes().decode(), end="")
+    return 0
+
+
+def _print_proof_check(proof: InclusionProof, wrong: list[str], *, as_json: bool) -> None:
+    from events.log.headers import unpack_headers
+    from events.wire.envelope import format_time
+
+    try:
+        event_type = dict(unpack_headers(proof.headers)).get("ce_type", b"").decode() or None
+    except (ValueError, UnicodeDecodeError, IndexError):
+        event_type = None
+    checkpoint = proof.checkpoint
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "ok": not wrong,
+                    "topic": proof.topic,
+                    "partition": proof.partition,
+                    "seq": proof.seq,
+                    "offset": proof.offset,
+                    "event_type": event_type,
+                    "checkpoint": checkpoint.seq,
+                    "made_at_ms": checkpoint.made_at_ms,
+                    "key_id": checkpoint.key_id,
+                    "problems": wrong,
+                }
+            )
+        )
+        return
+    where = f"{proof.topic}[{proof.partition}] seq {proof.seq} (log offset {proof.offset})"
+    if wrong:
+        print(f"DOES NOT HOLD: {where}")
+        for line in wrong:
+            print(f"  {line}")
+        return
+    what = f", a {event_type}," if event_type else ""
+    print(
+        f"OK: the record at {where}{what} is in checkpoint #{checkpoint.seq}, made at"
+        f" {format_time(checkpoint.made_at_ms)} and signed by key id {checkpoint.key_id}"
+    )
 
 
 async def run_archiver(args: argparse.Namespace) -> int:
     import asyncpg
 
     from events.audit.archive import AuditArchiver
+    from events.audit.checkpointer import Checkpointer
     from events.catalog.topics import TOPICS
     from events.hosting.lag import Lag
     from events.log import open_log
@@ -131,15 +384,22 @@ async def run_archiver(args: argparse.Namespace) -> int:
     configure_logging()
     tune_for_service()
 
+    signing = _signing(args)
     log = open_log(log_url(args.log))
     await log.start()
     await log.create_topics(TOPICS)
     pool = await asyncpg.create_pool(postgres_dsn(args.dsn), min_size=1, max_size=4)
-    archiver = AuditArchiver(log, pool, [spec.name for spec in TOPICS])
+    checkpointer = None
+    if signing is not None:
+        key, directory = signing
+        checkpointer = Checkpointer(key, directory, event_log=log, every_s=args.checkpoint_every)
+    archiver = AuditArchiver(log, pool, [spec.name for spec in TOPICS], checkpointer=checkpointer)
     try:
         if args.once:
             progress = await archiver.catch_up()
             print(f"archived {progress.archived} records")
+            if checkpointer is not None and checkpointer.newest is not None:
+                print(f"signed checkpoint #{checkpointer.newest.seq} into {checkpointer.directory.path}")
         else:
             stop = stop_on_signals()
             lag = Lag(log, "archiver", lambda: archiver.positions)
@@ -150,6 +410,46 @@ async def run_archiver(args: argparse.Namespace) -> int:
         await pool.close()
         await log.close()
     return 0
+
+
+def _signing(args: argparse.Namespace) -> tuple[Ed25519PrivateKey, CheckpointDir] | None:
+    """The archiver's signing key and checkpoint directory, from the flags or the environment; None (and
+    a warning, from the archiver) when no key is configured."""
+    import os
+    from pathlib import Path
+
+    from events.audit.checkpoint_files import (
+        CHECKPOINT_DIR_ENV,
+        SIGNING_KEY_ENV,
+        CheckpointDir,
+        KeyFileError,
+        load_signing_key,
+    )
+    from services.cli.main import CliError
+
+    key_file = args.signing_key or os.environ.get(SIGNING_KEY_ENV) or None
+    directory = args.checkpoint_dir or os.environ.get(CHECKPOINT_DIR_ENV) or None
+    if args.checkpoint_every <= 0:
+        raise CliError(f"--checkpoint-every: {args.checkpoint_every:g} is not a positive number of seconds", 2)
+    if key_file is None:
+        if directory is not None:
+            raise CliError(f"--checkpoint-dir needs a signing key (--signing-key or {SIGNING_KEY_ENV})", 2)
+        return None
+    if directory is None:
+        raise CliError(
+            "a signing key needs a checkpoint directory outside the database"
+            f" (--checkpoint-dir or {CHECKPOINT_DIR_ENV})",
+            2,
+        )
+    try:
+        key = load_signing_key(Path(key_file))
+        checkpoints = CheckpointDir(Path(directory))
+        checkpoints.ensure()
+    except KeyFileError as error:
+        raise CliError(str(error), 2) from None
+    except OSError as error:
+        raise CliError(f"--checkpoint-dir {directory}: {error.strerror or error}", 2) from None
+    return key, checkpoints
 
 
 async def run_verify(args: argparse.Namespace) -> int:
