@@ -42,9 +42,13 @@ from events.catalog.topics import AUDIT
 from events.hosting.sink import LogSink
 from events.log.contract import EventLog, OutRecord
 from events.plumbing.metrics import Sample
-from events.plumbing.outage import reaching
+from events.plumbing.outage import Unreachable, reaching
 
 log = logging.getLogger("fedsched.audit")
+
+DEPENDENCY = "checkpoint-dir"
+"""What ``/healthz`` names while the checkpoint directory cannot be read or written (the archiver keeps
+archiving between attempts, as through any outage)."""
 
 
 def _wall_clock_ms() -> int:
@@ -129,6 +133,8 @@ class Checkpointer:
             self._loaded = False
             log.info("event=audit_checkpoint_taken seq=%d detail=another archiver signed it", checkpoint.seq)
             return None
+        except OSError as error:
+            raise Unreachable(DEPENDENCY, error) from error
         self._previous = self.newest = checkpoint
         self.made_total += 1
         log.info(
@@ -148,6 +154,8 @@ class Checkpointer:
             return True, self._previous
         try:
             newest = await asyncio.to_thread(self.directory.newest)
+        except OSError as error:
+            raise Unreachable(DEPENDENCY, error) from error
         except CheckpointError as error:
             self.refused_total += 1
             log.error("event=audit_checkpoint_refused reason=the newest checkpoint is unreadable: %s", error)

@@ -45,6 +45,7 @@ from events.audit.checkpoint_files import (
 from events.audit.checkpointer import Checkpointer
 from events.audit.proof import InclusionProof, parse_proof, problems
 from events.audit.redact import REDACTED, redact_headers
+from events.plumbing.outage import Unreachable
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -512,3 +513,15 @@ def test_the_pure_audit_modules_import_no_io_clock_or_randomness(module: str) ->
         assert name.split(".")[0] in ALLOWED, name
         assert not name.startswith(IMPURE), name
         assert name.startswith(("events.audit", "cryptography")) or "." not in name or name.startswith("collections")
+
+
+@pytest.mark.asyncio
+async def test_a_checkpoint_directory_out_of_reach_is_an_outage_of_its_own(tmp_path: Path) -> None:
+    clock = Clock()
+    signer = checkpointer(tmp_path / "cp", clock)
+    (tmp_path / "cp").rmdir()
+    (tmp_path / "cp").write_text("a file where the directory was")
+    with pytest.raises(Unreachable) as raised:
+        await signer.offer([head("t", 0, 1)])
+    assert raised.value.dependency == "checkpoint-dir"
+    assert signer.made_total == 0
