@@ -27,8 +27,8 @@ What the archive holds is the log, record for record, except that credentials in
 before chaining (``events.audit.redact``: ``ce_authorization`` reads ``redacted``).
 
 Archives made before the heads became a history (one updatable row per partition) are converted once,
-in place, under the schema lock: their rows become each partition's first history row (their Merkle
-frontier is rebuilt from the records the first time it is needed), and the trigger is added.
+in place, under the schema lock: their rows become each partition's first history row, with the Merkle
+frontier computed from the records (one read of the hashes), and the trigger is added.
 """
 
 from __future__ import annotations
@@ -103,8 +103,8 @@ CREATE TABLE IF NOT EXISTS fedsched_audit_heads (
 """
     + _APPEND_ONLY
 )
-"""The records and the heads history. ``frontier``: the Merkle frontier over records ``0..seq`` (NULL on
-a head converted from the previous schema, rebuilt from the records when first needed)."""
+"""The records and the heads history. ``frontier``: the Merkle frontier over records ``0..seq`` (NULL only
+on a head converted from the previous schema whose records did not reach it; rebuilt when needed)."""
 
 _KEY_INDEX = "CREATE INDEX IF NOT EXISTS fedsched_audit_key ON fedsched_audit (key)"
 
@@ -183,8 +183,29 @@ async def _convert_heads(conn: asyncpg.pool.PoolConnectionProxy[asyncpg.Record])
         "ALTER TABLE fedsched_audit_heads ADD COLUMN frontier bytea,"
         " ADD COLUMN moved_at timestamptz NOT NULL DEFAULT now(), ADD PRIMARY KEY (topic, partition, seq)"
     )
+    # Each head's Merkle frontier, from its records, once: an idle partition would otherwise have it
+    # rebuilt for every checkpoint. A partition whose records do not reach its head keeps none (its
+    # chain is broken: verify_chain says where).
+    converted = 0
+    for row in await conn.fetch('SELECT topic, partition, seq, "offset", hash, frontier FROM fedsched_audit_heads'):
+        tp = TopicPartition(row["topic"], row["partition"])
+        try:
+            frontier = await _frontier(conn, tp, row)
+        except ArchiveBroken as error:
+            log.error("event=audit_heads_converted_without_frontier partition=%s reason=%s", tp, error)
+            continue
+        await conn.execute(
+            "UPDATE fedsched_audit_heads SET frontier = $4 WHERE topic = $1 AND partition = $2 AND seq = $3",
+            tp.topic,
+            tp.partition,
+            row["seq"],
+            frontier.to_bytes(),
+        )
+        converted += 1
     await conn.execute(_APPEND_ONLY)
-    log.info("event=audit_heads_converted detail=the heads table is now an append-only history")
+    log.info(
+        "event=audit_heads_converted partitions=%d detail=the heads table is now an append-only history", converted
+    )
 
 
 def _lock_key(tp: TopicPartition) -> int:

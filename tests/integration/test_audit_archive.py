@@ -19,7 +19,7 @@ from events.audit.chain import Tamper, extend
 from events.audit.checkpoint import CONTENT_TYPE, Checkpoint
 from events.audit.checkpoint_files import CheckpointDir, load_checkpoints, trusted
 from events.audit.checkpointer import Checkpointer
-from events.audit.merkle import leaf_hash, root_of
+from events.audit.merkle import Frontier, leaf_hash, root_of
 from events.log import EventLog, OutRecord, TopicPartition
 from events.log.headers import pack_headers, unpack_headers
 
@@ -246,9 +246,11 @@ async def test_an_archive_of_the_previous_schema_is_converted_once_and_goes_on(
     rows = await archive_pool.fetch(
         "SELECT partition, seq, frontier FROM fedsched_audit_heads WHERE topic = $1 ORDER BY partition, seq", topic
     )
-    assert rows[0]["partition"] == 0 and rows[0]["seq"] == last.seq and rows[0]["frontier"] is None  # converted
+    assert rows[0]["partition"] == 0 and rows[0]["seq"] == last.seq  # converted: the first of its history
     assert all(r["seq"] >= 0 for r in rows)  # the placeholder is gone
-    assert all(r["frontier"] is not None for r in rows[1:])  # rebuilt from the records where first needed
+    assert all(r["frontier"] is not None for r in rows)  # the converted one's computed from its records
+    converted = Frontier.from_bytes(last.seq + 1, bytes(rows[0]["frontier"]))
+    assert converted.root() == root_of(leaf_hash(a.hash) for a in chained)
     with pytest.raises(asyncpg.RaiseError, match="append-only"):
         await archive_pool.execute("UPDATE fedsched_audit_heads SET seq = seq")
     report = await verify_chain(archive_pool)
