@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from events.catalog.base import Event
 from events.catalog.errors import InvalidEvent
@@ -92,6 +92,24 @@ LATEST_IDS = 8
 millisecond than that are not expected; a repeat of one forgotten would be applied again)."""
 
 
+Place = TypeVar("Place", int, str)
+
+
+def mark_after(
+    mark: tuple[Place, tuple[str, ...]], place: Place, event_id: str
+) -> tuple[Place, tuple[str, ...]] | None:
+    """Last-writer-wins by an order of reports (a time, or the scheduler's cycle id): ``mark`` is the place
+    of the report in force and the ids applied there. The mark once the report (``place``, ``event_id``)
+    is applied, or None when it must not be: it comes before the one in force, or it was applied already."""
+    at: Place = mark[0]
+    ids: tuple[str, ...] = mark[1]
+    if place > at:
+        return place, (event_id,)
+    if place < at or event_id in ids:
+        return None
+    return at, (*ids, event_id)[-LATEST_IDS:]
+
+
 class Latest(NamedTuple):
     """The report in force for one entity: its time, and the ids of the envelopes applied at that time
     (in the order read). ``Latest()`` is before every report. A named tuple: consumers keep one per
@@ -103,11 +121,8 @@ class Latest(NamedTuple):
     def after(self, time_ms: int, event_id: str) -> Latest | None:
         """The stamp once the envelope (``time_ms``, ``event_id``) is applied; None when it must not be:
         it is older than the report in force, or it is a report already applied at that time."""
-        if time_ms > self.time_ms:
-            return Latest(time_ms, (event_id,))
-        if time_ms < self.time_ms or event_id in self.ids:
-            return None
-        return Latest(time_ms, (*self.ids, event_id)[-LATEST_IDS:])
+        made = mark_after((self.time_ms, self.ids), time_ms, event_id)
+        return None if made is None else Latest(*made)
 
 
 def format_time(time_ms: int) -> str:

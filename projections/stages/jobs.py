@@ -47,7 +47,8 @@ to stop it), and a step already taken is not taken again. A run's first end is f
 takes it; a ``JobCancelled`` that names no run is taken once, and ends the run the job holds if it
 holds one. A placement of a run no later
 than the latest placed (decisions come in turn on one partition) is one already made. A wait
-(``JobQueued``) is repeated when it has the id of the latest applied, or comes from an earlier cycle.
+(``JobQueued``) is repeated when it comes from an earlier cycle than the latest applied, or is one of
+those applied of that cycle (``events.wire.envelope.mark_after``).
 The keys of facts folded into ``base`` stay in it, so ``seen`` covers the job's whole history, in memory
 that grows with its runs only.
 """
@@ -74,7 +75,7 @@ from events.catalog.jobs import (
     JobSucceeded,
 )
 from events.catalog.lifecycle import FINAL_STATUSES, RUN_END_OF, STATUS_AFTER
-from events.wire.envelope import Envelope
+from events.wire.envelope import Envelope, mark_after
 from projections.stages.core import Applied, Emitted, Input, Routed, Silent, evolve, record
 from projections.stages.deltas import NodeAllocation, PendingDemand, QueueAllocation, ShapeSeen, UsageInterval
 from projections.stages.shapes import shape_of
@@ -230,8 +231,8 @@ class JobView:
     applied: Applied = field(default_factory=Applied)
     seen: tuple[tuple[str, int], ...] = ()
     """The steps of the lifecycle folded (``_step``), sorted: a step taken once is not taken again."""
-    last_wait: tuple[str, str] = ("", "")
-    """The cycle and the envelope id of the latest ``JobQueued`` applied."""
+    last_wait: tuple[str, tuple[str, ...]] = ("", ())
+    """The cycle of the latest ``JobQueued`` applied and the envelope ids applied of that cycle."""
 
     @property
     def allocated(self) -> bool:
@@ -273,7 +274,8 @@ class JobStage(Silent[JobView]):
         event = item.item
         assert isinstance(event, Event)
         view = entity or JobView(job_id=item.key)
-        if view.applied.seen(item) or _repeated(view, event, item.envelope_id):
+        wait = mark_after(view.last_wait, event.cycle_id, item.envelope_id) if isinstance(event, JobQueued) else None
+        if view.applied.seen(item) or _repeated(view, event, wait):
             return entity, []
         kind = _NAMES[type(event)]
         fact = _fact(event, kind, _order(view, item, _RANK[kind]), item.time_ms)
@@ -281,8 +283,8 @@ class JobStage(Silent[JobView]):
         if isinstance(event, _DECISIONS):
             carried["last_decision"] = event.model_dump_json()
             carried["last_decision_type"] = kind
-        if isinstance(event, JobQueued):
-            carried["last_wait"] = (event.cycle_id, item.envelope_id)
+        if wait is not None:
+            carried["last_wait"] = wait
         facts = view.facts
         last = not facts or fact.order >= facts[-1].order
         if last and view.emitted == len(facts) and not _waits(view, fact, facts):
@@ -314,13 +316,13 @@ def _step(kind: str, run: int) -> tuple[str, int] | None:
     return None
 
 
-def _repeated(view: JobView, event: Event, envelope_id: str) -> bool:
-    """Whether ``event`` is a step the job has taken already (see the module's docstring)."""
+def _repeated(view: JobView, event: Event, wait: tuple[str, tuple[str, ...]] | None) -> bool:
+    """Whether ``event`` is a step the job has taken already (see the module's docstring); ``wait`` is a
+    ``JobQueued``'s mark once applied (None: it comes from an earlier cycle, or was applied already)."""
     if isinstance(event, JobPlaced):
         return event.run <= view.run
     if isinstance(event, JobQueued):
-        cycle, last_id = view.last_wait
-        return envelope_id == last_id or event.cycle_id < cycle
+        return wait is None
     step = _step(_NAMES[type(event)], getattr(event, "run", 0))
     return step is not None and step in view.seen
 

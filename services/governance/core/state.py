@@ -32,7 +32,7 @@ from events.catalog.governance import (
 from events.catalog.inventory import ClusterStatus, ClusterStatusChanged, NodeObserved, NodeRemoved, NodeUsageReported
 from events.catalog.jobs import JobCancelRequested, JobFailed, JobKind, JobStarted, JobSubmitted
 from events.catalog.lifecycle import RUN_END_EVENTS, RUN_END_OF, JobStatus, RunEnd, RunEndEvent, ends_run, final_status
-from events.wire.envelope import Envelope, Latest
+from events.wire.envelope import Envelope, Latest, mark_after
 from services.governance.core.failures import Entry, FailureIndex
 
 SOURCE = "urn:fedsched:governance"
@@ -112,8 +112,8 @@ class JobFacts:
     submitted_ms: int = 0
     queued_reasons: tuple[str, ...] = ()
     queued_message: str = ""
-    last_wait: tuple[str, str] = ("", "")
-    """The cycle and the envelope id of the latest ``JobQueued`` applied."""
+    last_wait: tuple[str, tuple[str, ...]] = ("", ())
+    """The cycle of the latest ``JobQueued`` applied and the envelope ids applied of that cycle."""
     runs: dict[int, RunFacts] = field(default_factory=dict)
     cancel_requested: bool = False
     terminal: JobStatus | None = None
@@ -255,10 +255,10 @@ def _submitted(state: GovState, e: Event, t: int, _at: Stamp) -> None:
 def _queued(state: GovState, e: Event, _: int, at: Stamp) -> None:
     assert isinstance(e, JobQueued)
     facts = state.job(e.job_id)
-    cycle, last_id = facts.last_wait
-    if at[1] == last_id or e.cycle_id < cycle:
+    wait = mark_after(facts.last_wait, e.cycle_id, at[1])
+    if wait is None:
         return  # the wait applied already, or one an earlier cycle explained
-    facts.last_wait = (e.cycle_id, at[1])
+    facts.last_wait = wait
     facts.queued_reasons, facts.queued_message = tuple(r.value for r in e.reasons), e.message
 
 

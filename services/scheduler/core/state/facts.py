@@ -43,7 +43,7 @@ class JobFacts:
     cancel_requested: bool = False
     stop_requested: set[int] = field(default_factory=set)  # runs asked to stop (preempt / reclaim)
     last_queued: tuple[str, ...] = ()  # reason codes of the latest JobQueued
-    last_wait: tuple[str, str] = ("", "")  # the cycle and the envelope id of the latest JobQueued
+    last_wait: tuple[str, tuple[str, ...]] = ("", ())  # the latest JobQueued's cycle, and the ids applied of it
     victims: tuple[str, ...] = ()
     """Jobs asked to stop to make room for it since its latest placement (both on the decisions topic, so
     in one order everywhere): its next ``JobPlaced`` names them."""

@@ -35,7 +35,7 @@ from events.catalog.inventory import (
 from events.catalog.jobs import JobCancelRequested, JobRejected, JobSubmitted
 from events.catalog.lifecycle import RUN_END_OF, JobStatus, RunEnd, RunEndEvent, ends_run, final_status
 from events.catalog.profiles import ResourceProfileUpdated
-from events.wire.envelope import Latest
+from events.wire.envelope import Latest, mark_after
 from services.scheduler.core.state.convert import job_of
 from services.scheduler.core.state.facts import SUSPECT_FOR_MS, Facts, NodeFacts, Placement
 from services.scheduler.core.state.policy_document import policy_from_document
@@ -157,10 +157,10 @@ def _placed(state: Facts, e: JobPlaced, time_ms: int, __: str) -> None:
 
 def _queued(state: Facts, e: JobQueued, _: int, event_id: str) -> None:
     facts = state.job(e.job_id)
-    cycle, last_id = facts.last_wait
-    if event_id == last_id or e.cycle_id < cycle:
+    wait = mark_after(facts.last_wait, e.cycle_id, event_id)
+    if wait is None:
         return  # the wait applied already, or one an earlier cycle explained
-    facts.last_wait = (e.cycle_id, event_id)
+    facts.last_wait = wait
     facts.last_queued = tuple(r.value for r in e.reasons)
 
 
