@@ -319,19 +319,15 @@ class ArchiveSink:
             chained = list(extend(head, tp.topic, tp.partition, fresh))
             for record in chained:
                 frontier.append(leaf_hash(record.hash))
-            await conn.execute(
-                _INSERT,
-                [a.topic for a in chained],
-                [a.partition for a in chained],
-                [a.seq for a in chained],
-                [a.offset for a in chained],
-                [a.key for a in chained],
-                [a.value for a in chained],
-                [a.headers for a in chained],
-                [a.timestamp_ms for a in chained],
-                [a.prev_hash for a in chained],
-                [a.hash for a in chained],
-            )
+            try:
+                await self._insert(conn, chained)
+            except asyncpg.UniqueViolationError:
+                where = "no head" if head is None else f"its head at seq {head.seq} (log offset {head.offset})"
+                raise ArchiveBroken(
+                    f"{tp}: the archive already holds records past the archiver's position ({where}): its heads"
+                    " were rewound or records were added behind its back; nothing was archived."
+                    " Run fedsched audit chain --verify"
+                ) from None
             last = chained[-1]
             await conn.execute(
                 'INSERT INTO fedsched_audit_heads (topic, partition, seq, "offset", hash, frontier)'
@@ -344,6 +340,22 @@ class ArchiveSink:
                 frontier.to_bytes(),
             )
             return len(chained)
+
+    @staticmethod
+    async def _insert(conn: asyncpg.pool.PoolConnectionProxy[asyncpg.Record], chained: list[ArchivedRecord]) -> None:
+        await conn.execute(
+            _INSERT,
+            [a.topic for a in chained],
+            [a.partition for a in chained],
+            [a.seq for a in chained],
+            [a.offset for a in chained],
+            [a.key for a in chained],
+            [a.value for a in chained],
+            [a.headers for a in chained],
+            [a.timestamp_ms for a in chained],
+            [a.prev_hash for a in chained],
+            [a.hash for a in chained],
+        )
 
 
 async def current_heads(pool: asyncpg.Pool) -> list[PartitionHead]:

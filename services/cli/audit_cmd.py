@@ -371,7 +371,7 @@ def _print_proof_check(proof: InclusionProof, wrong: list[str], *, as_json: bool
 async def run_archiver(args: argparse.Namespace) -> int:
     import asyncpg
 
-    from events.audit.archive import AuditArchiver
+    from events.audit.archive import ArchiveBroken, AuditArchiver
     from events.audit.checkpointer import Checkpointer
     from events.catalog.topics import TOPICS
     from events.hosting.lag import Lag
@@ -380,6 +380,7 @@ async def run_archiver(args: argparse.Namespace) -> int:
     from events.plumbing.logs import configure as configure_logging
     from events.plumbing.metrics import serving
     from services.cli.config import log_url, postgres_dsn
+    from services.cli.main import CliError
 
     configure_logging()
     tune_for_service()
@@ -405,6 +406,8 @@ async def run_archiver(args: argparse.Namespace) -> int:
             lag = Lag(log, "archiver", lambda: archiver.positions)
             async with serving(args.metrics, [archiver.samples], lag=lag):
                 await archiver.run(stop)
+    except ArchiveBroken as error:
+        raise CliError(str(error), 1) from None
     finally:
         await archiver.close()
         await pool.close()

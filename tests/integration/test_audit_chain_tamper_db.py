@@ -21,12 +21,12 @@ import pytest
 import pytest_asyncio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from events.audit.archive import AuditArchiver, current_heads, iter_archive, verify_chain
+from events.audit.archive import ArchiveBroken, AuditArchiver, current_heads, iter_archive, verify_chain
 from events.audit.chain import GENESIS, ArchivedRecord, ChainHead, Tamper, extend
 from events.audit.checkpoint_files import CheckpointDir, load_checkpoints, trusted
 from events.audit.checkpointer import Checkpointer
 from events.catalog.topics import Cleanup, TopicSpec
-from events.log import OutRecord, TopicPartition, open_log
+from events.log import EventLog, OutRecord, TopicPartition, open_log
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.postgres, pytest.mark.timeout(120)]
 
@@ -37,6 +37,7 @@ KEYS = trusted([KEY.public_key()])
 
 @dataclass
 class Archive:
+    log: EventLog
     pool: asyncpg.Pool
     checkpoints: Path
 
@@ -60,7 +61,7 @@ async def archive(fresh_database: str, tmp_path: Path) -> AsyncIterator[Archive]
                 + [OutRecord(B, value=f"b{round_}.{i}".encode(), key=f"k{i}".encode()) for i in range(4)]
             )
             await archiver.catch_up()
-        yield Archive(pool, directory.path)
+        yield Archive(log, pool, directory.path)
     finally:
         await producer.close()
         await archiver.close()
@@ -226,12 +227,20 @@ async def test_tampering_is_found_against_the_signed_checkpoints_at_its_first_ba
     assert keyless.ok is not case.keyless, keyless.problems
 
 
-async def test_a_rewound_head_lets_the_archiver_sign_nothing_more(archive: Archive) -> None:
+async def test_over_a_rewound_head_the_archiver_signs_nothing_and_copies_nothing(archive: Archive) -> None:
     await rewind(archive.pool)
     checkpointer = Checkpointer(KEY, CheckpointDir(archive.checkpoints))
     assert await checkpointer.offer(await current_heads(archive.pool), at_cadence=False) is None
     assert checkpointer.refused_total == 1
     assert [seq for seq, _ in CheckpointDir(archive.checkpoints).files()] == [0, 1, 2]
+    # Resuming after the rewound head would chain the same log records a second time: refused, loudly.
+    archiver = AuditArchiver(archive.log, archive.pool, [A], checkpointer=checkpointer)
+    try:
+        with pytest.raises(ArchiveBroken, match=r"tamper\.a\[0\]: the archive already holds records past"):
+            await archiver.catch_up()
+    finally:
+        await archiver.close()
+    assert (await archive.pool.fetchval("SELECT count(*) FROM fedsched_audit WHERE topic = $1", A)) == 24
 
 
 async def test_a_forged_or_missing_checkpoint_file_is_reported(archive: Archive) -> None:
