@@ -20,8 +20,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from tests.soak.backing import Backing
-from tests.soak.components import Component, Fleet
+from tests.soak.components import Fleet
 from tests.soak.plan import SESSION_TIMEOUT_S, SoakPlan
+from tests.soak.supervised import Component
 
 TARGETS = (
     "scheduler-leader",

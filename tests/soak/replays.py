@@ -119,18 +119,28 @@ async def chain(dsn: str, public_key: Path | None, checkpoints: Path) -> list[st
 
 
 async def _differing_rows(dsn: str, tables: list[str]) -> list[str]:
+    """Per differing table, the entities found on one side only and, for those on both, the columns that
+    differ with both values."""
     pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2)
     out: list[str] = []
     try:
         for table in (t for t in ALL if t.name in tables):
-            columns = ", ".join(name for name, _ in table.columns)
-            sides = {}
-            for side, schema in (("live", SCHEMA), ("rebuilt", REBUILD_SCHEMA)):
-                rows = await pool.fetch(f"SELECT ({columns})::text AS line FROM {schema}.{table.name}")
-                sides[side] = {row["line"] for row in rows}
-            for side, other in (("live", "rebuilt"), ("rebuilt", "live")):
-                only = sorted(sides[side] - sides[other])
-                out += [f"{table.name}: only {side}: {line[:300]}" for line in only[:_EXAMPLES]]
+            columns = [name for name, _ in table.columns]
+            sides = []
+            for schema in (SCHEMA, REBUILD_SCHEMA):
+                rows = await pool.fetch(f"SELECT {', '.join(columns)} FROM {schema}.{table.name}")
+                sides.append({str(row["entity_key"]): tuple(row) for row in rows})
+            live, rebuilt = sides
+            for key in sorted(set(live) | set(rebuilt)):
+                if key not in rebuilt or key not in live:
+                    out.append(f"{table.name} {key}: only in the {'live' if key in live else 'rebuilt'} read model")
+                elif live[key] != rebuilt[key]:
+                    differing = [
+                        f"{name} live {a!r:.80} rebuilt {b!r:.80}"
+                        for name, a, b in zip(columns, live[key], rebuilt[key], strict=True)
+                        if a != b
+                    ]
+                    out.append(f"{table.name} {key}: " + "; ".join(differing))
     finally:
         await pool.close()
     return out

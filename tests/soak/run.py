@@ -7,29 +7,23 @@ Called by ``tests/soak/test_soak.py``. The recipe:
     kills, stops and restarts;
  3. wait until every job has ended (``settle``), stop every writer but the projections worker and the
     archiver, and wait until both are at the end of the log; stop them too;
- 4. read the log (``history``) and judge it (``invariants``, ``fencing``); replay it (``replays``:
-    verify under another PYTHONHASHSEED, a rebuild of the read models); hold the archive to the log
-    (``archive_check``) and the cost to the events (``cost``).
+ 4. judge (``judge``): read the log back and hold it to the invariants, the fencing, the replays,
+    the archive and the cost.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import random
 import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import asyncpg
-
-from events.log import open_log
-from projections.readmodel.reader import ReadModels
 from services.api.auth import AuthConfig, issue_token
-from tests.soak import archive_check, cost, fencing, invariants, replays
+from tests.soak import replays
 from tests.soak.backing import ROOT, Backing
-from tests.soak.chaos import Chaos, ChaosLog
+from tests.soak.chaos import Chaos
 from tests.soak.components import (
     AUDIENCE,
     CHECKPOINT_EVERY_S,
@@ -41,8 +35,8 @@ from tests.soak.components import (
     specs,
 )
 from tests.soak.figures import Figures
-from tests.soak.history import History
-from tests.soak.invariants import Violation, violation
+from tests.soak.invariants import Violation
+from tests.soak.judge import Soaked, judge
 from tests.soak.load import Load, Outcome
 from tests.soak.plan import SoakPlan
 from tests.soak.settle import ArchiveWatch, JobEnds, projections_caught_up, until
@@ -111,10 +105,10 @@ async def run_soak(plan: SoakPlan, workdir: Path, fleet_out: list[Fleet]) -> Soa
         settled = time.monotonic()
         await _settle(plan, fleet, backing, outcomes, result)
         figures.settle_s = time.monotonic() - settled
-        await _judge(plan, fleet, backing, outcomes, chaos_log, result)
-        chain_problems = await replays.chain(backing.dsn, public_key, workdir / "checkpoints")
-        figures.chain_holds = not chain_problems
-        result.violations += violation("audit chain --verify against the signed checkpoints", chain_problems)
+        soaked = Soaked(plan.seed, fleet, outcomes, chaos_log, public_key, workdir / "checkpoints")
+        result.violations += await judge(soaked, backing, figures)
+        result.notes += [f"{e.name} exited {e.code} ({e.log.name}): {e.tail}" for e in fleet.unplanned()]
+        result.notes += chaos_log.skipped
     finally:
         if fleet is not None:
             await fleet.shutdown()
@@ -146,95 +140,6 @@ async def _settle(
 
 async def _all_ended(ends: JobEnds, expected: set[str]) -> bool:
     return expected <= await ends.look()
-
-
-async def _judge(
-    plan: SoakPlan, fleet: Fleet, backing: Backing, outcomes: dict[str, Outcome], chaos: ChaosLog, result: SoakResult
-) -> None:
-    figures = result.figures
-    log = open_log(backing.log_url)
-    await log.start()
-    try:
-        history = await History.read(log)
-        pool = await asyncpg.create_pool(backing.dsn, min_size=1, max_size=2)
-        try:
-            archived = await archive_check.compare(log, pool)
-            usage = await ReadModels(pool).usage_hours()
-        finally:
-            await pool.close()
-    finally:
-        await log.close()
-    ends_violations, redelivered = invariants.runs_end_at_most_once(history)
-    result.violations += invariants.every(
-        [
-            invariants.one_job_per_request(outcomes, history),
-            invariants.runs_placed_once(history),
-            ends_violations,
-            invariants.jobs_ended(outcomes, history),
-            invariants.cycles_contiguous(history),
-            violation("unreadable record in the log", history.unreadable),
-        ]
-    )
-    batches = await fencing.committed_batches(backing.kafka_dir, "fedsched.decisions", 0)
-    zombie = fencing.returning_writers(batches)
-    for stop in chaos.leader_stops:
-        evidence, late = fencing.leader_stop(batches, stop)
-        figures.leader_stops.append(evidence)
-        zombie += late
-    result.violations += violation("decision written by a deposed leader (fencing)", zombie)
-    cycles = sum(1 for d in history.decisions if d.sequence is not None)
-    hash_seed = _unused_hash_seed(plan, fleet.hash_seeds_used())
-    verified = await replays.verify(backing.log_url, hash_seed)
-    result.violations += violation(f"audit verify under PYTHONHASHSEED={hash_seed}", verified.problems(cycles))
-    rebuilt = await replays.rebuild(backing.log_url, backing.dsn)
-    if rebuilt.exit_code != 0:
-        result.violations += violation(
-            "read models differ from a rebuild from offset 0", rebuilt.differing + rebuilt.rows
-        )
-    result.violations += violation("audit archive differs from the log", archived.problems)
-    if archived.count > len(archived.problems):
-        result.violations[-1].count = archived.count
-    cost_problems, recomputed, live = cost.differences(history, usage)
-    result.violations += violation("cost differs from a recomputation from the events", cost_problems)
-    tally = invariants.tally(outcomes, history, redelivered)
-    _fill(figures, fleet, outcomes, chaos, history, tally)
-    figures.cycles = cycles
-    figures.verify_pct = verified.identical_pct
-    figures.read_models_equal = rebuilt.exit_code == 0
-    figures.archive_equal = archived.count == 0
-    figures.cost_micro = (recomputed, live)
-    result.notes += [f"{e.name} exited {e.code} ({e.log.name}): {e.tail}" for e in fleet.unplanned()]
-    result.notes += chaos.skipped
-
-
-def _fill(
-    figures: Figures,
-    fleet: Fleet,
-    outcomes: dict[str, Outcome],
-    chaos: ChaosLog,
-    history: History,
-    tally: invariants.Tally,
-) -> None:
-    figures.answered = sum(1 for o in outcomes.values() if o.job_id is not None)
-    for outcome in outcomes.values():
-        figures.retried_calls.update(outcome.retried)
-    figures.kills = fleet.kills
-    for exit_ in fleet.unplanned():
-        figures.unplanned_exits[exit_.name] += 1
-    figures.outages = [f"{o.what} down {o.seconds:.1f} s" for o in chaos.outages]
-    figures.lost, figures.doubled, figures.redelivered = tally.lost, tally.doubled, tally.redelivered
-    figures.placements = sum(len(p) for p in history.placements.values())
-    figures.runs_ended = len(history.run_ends)
-    figures.jobs_ended = len(history.job_ends)
-    figures.log_records = sum(history.records.values())
-
-
-def _unused_hash_seed(plan: SoakPlan, used: set[int]) -> int:
-    rng = random.Random(f"verify-{plan.seed}")
-    while True:
-        seed = rng.randrange(1, 2**32 - 1)
-        if seed not in used:
-            return seed
 
 
 def _write_node_lists(plan: SoakPlan, workdir: Path) -> None:

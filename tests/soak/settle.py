@@ -17,7 +17,8 @@ from events.audit.archive import ArchiveSink
 from events.catalog.lifecycle import JOB_END_EVENTS
 from events.catalog.topics import JOBS, TOPICS
 from events.log import TopicPartition, open_log
-from tests.soak.components import Component, scrape
+from tests.soak.components import scrape
+from tests.soak.supervised import Component
 
 _JOB_ENDS = {cls.event_type.encode() for cls in JOB_END_EVENTS}
 _POLL_S = 1.0
