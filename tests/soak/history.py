@@ -24,8 +24,15 @@ from events.wire.envelope import Envelope
 from services.scheduler.core.outputs import SOURCE
 
 KEPT_INVENTORY = {ClusterRegistered.event_type, NodeObserved.event_type}
-SKIPPED_TOPICS = {"fedsched.profiles", "fedsched.quota-usage", "fedsched.governance", "fedsched.intake"}
-"""Counted, not decoded: nothing the invariants judge is there (the intake's requests are the load's)."""
+SKIPPED_TOPICS = {
+    "fedsched.profiles",
+    "fedsched.quota-usage",
+    "fedsched.governance",
+    "fedsched.intake",
+    "fedsched.audit",
+}
+"""Counted, not decoded: nothing the invariants judge is there (the intake's requests are the load's; the
+audit topic holds the archiver's signed checkpoints, which are not catalogue events)."""
 
 
 def where(record: LogRecord) -> str:
