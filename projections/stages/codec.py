@@ -21,12 +21,14 @@ A record is a 16-byte header and a body:
 - the CRC-32 covers the whole record but itself: a flipped bit or a cut record is named as such.
 
 An entity's body is the JSON of the entity (``codec_types``: records as ``{"<tag>": [fields]}``).
-A pack's body is a 4-byte length, the JSON of ``[topics, events, columns]``, then the JSON bodies of
-its public events, one after the other. ``columns`` are the inputs' keys, times, topics (indexes into
-``topics``), partitions, offsets, items and envelope ids, one array each (columns, so that each is
-checked at once rather than input by input); an item is a delta record, or the index of an event in
-``events`` (``[type, schema version, length]``). An event routed to several keys of one pack is
-written once.
+A pack's body is a 4-byte length, the JSON of ``[topics, events, deltas, columns]``, then the JSON
+bodies of its public events, one after the other. ``columns`` are the inputs' keys, times, topics
+(indexes into ``topics``), partitions, offsets, items and envelope ids, one array each; ``events`` are
+three arrays: the events' types, schema versions and lengths; ``deltas`` holds each delta type's
+records as ``[tag, count, one array per field]``. An item is ``-1 - i`` for the ``i``-th event, or the
+index of a delta type in ``deltas`` for its next record. Columns, so that each is checked at once rather
+than input by input, and a pack's thousands of deltas are a few dozen JSON arrays; an event routed to
+several keys of one pack is written once.
 Public events are never written as our records: they are read back by validating their JSON against
 their catalogue class (an older version through the catalogue's upcasters), as when they were read
 from the log.
@@ -39,7 +41,8 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from itertools import accumulate
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
@@ -149,10 +152,12 @@ def encode_inputs(items: Sequence[core.Input]) -> bytes:
     """Stage inputs as one pack. Each must have a position (``ValueError`` otherwise)."""
     topics: dict[str, int] = {}
     events: dict[int, int] = {}  # id of an event object -> its index (objects alive for the call)
-    described: list[tuple[str, int, int]] = []
+    event_types: list[str] = []
+    versions: list[int] = []
     bodies: list[bytes] = []
+    groups: dict[type, tuple[int, list[Any]]] = {}
     where: list[int] = []
-    things: list[Any] = []
+    things: list[int] = []
     for item in items:
         position = item.position
         if position is None:
@@ -162,16 +167,28 @@ def encode_inputs(items: Sequence[core.Input]) -> bytes:
             topic = topics[position.topic] = len(topics)
         where.append(topic)
         thing: Any = item.item
-        if isinstance(thing, Event):
+        group = groups.get(type(thing))
+        if group is not None:
+            group[1].append(thing)
+            things.append(group[0])
+        elif isinstance(thing, Event):
             index = events.get(id(thing))
             if index is None:
                 index = events[id(thing)] = len(bodies)
-                body = thing.model_dump_json().encode()
-                bodies.append(body)
-                described.append((thing.event_type, thing.schema_version, len(body)))
-            thing = index
-        things.append(thing)
-    columns = (
+                bodies.append(thing.model_dump_json().encode())
+                event_types.append(thing.event_type)
+                versions.append(thing.schema_version)
+            things.append(-1 - index)
+        else:
+            groups[type(thing)] = (len(groups), [thing])
+            things.append(len(groups) - 1)
+    deltas = []
+    for cls, (_, records) in groups.items():
+        if cls not in DELTA_TYPES:
+            raise TypeError(f"{cls.__qualname__} is not a delta the stage codec writes (not registered)")
+        tag, columns = TYPES.to_columns(records)
+        deltas.append((tag, len(records), columns))
+    rows = (
         [i.key for i in items],
         [i.time_ms for i in items],
         where,
@@ -180,12 +197,18 @@ def encode_inputs(items: Sequence[core.Input]) -> bytes:
         things,
         [i.envelope_id for i in items],
     )
-    text = _to_json((list(topics), described, columns)).encode("ascii")
+    described = (event_types, versions, [len(body) for body in bodies])
+    text = _to_json((list(topics), described, deltas, rows)).encode("ascii")
     return _frame(_PACK, b"".join((_LENGTH.pack(len(text)), text, *bodies)))
 
 
 _COLUMNS = ("key", "time_ms", "topic", "partition", "offset", "item", "envelope_id")
-_COLUMN_TYPES = (str, int, int, int, int, None, str)
+_COLUMN_TYPES = (str, int, int, int, int, int, str)
+_STR = frozenset({str})
+_INT = frozenset({int})
+_LIST = frozenset({list})
+_EXACT = {str: _STR, int: _INT}
+_END = object()
 
 
 def decode_inputs(data: bytes) -> list[core.Input]:
@@ -198,87 +221,91 @@ def decode_inputs(data: bytes) -> list[core.Input]:
     if end > len(body):
         raise StateCodecError("body", f"rows of {length} bytes announced, {len(body) - _LENGTH.size} present")
     value = _json(body[_LENGTH.size : end], "rows")
-    if type(value) is not list or len(value) != 3:
-        raise StateCodecError("body", "expected [topics, events, columns]")
-    topics, described, columns = value
+    if type(value) is not list or len(value) != 4:
+        raise StateCodecError("body", "expected [topics, events, deltas, columns]")
+    topics, described, groups, columns = value
     if type(topics) is not list or not _STR.issuperset(map(type, topics)):
         raise StateCodecError("topics", "expected an array of topic names")
     events = _events(described, body, end)
+    deltas = _deltas(groups)
     if type(columns) is not list or len(columns) != len(_COLUMNS) or not _LIST.issuperset(map(type, columns)):
         raise StateCodecError("columns", f"expected {len(_COLUMNS)} arrays ({', '.join(_COLUMNS)})")
     count = len(columns[0])
     for name, kind, column in zip(_COLUMNS, _COLUMN_TYPES, columns, strict=True):
         if len(column) != count:
             raise StateCodecError(name, f"{len(column)} values, where the pack has {count} inputs")
-        if kind is not None and not _EXACT[kind].issuperset(map(type, column)):
+        if not _EXACT[kind].issuperset(map(type, column)):
             bad = next(v for v in column if type(v) is not kind)
             raise StateCodecError(name, f"expected {kind.__name__} values, got {type(bad).__name__}")
     keys, times, where, partitions, offsets, things, ids = columns
     if where and not (min(where) >= 0 and max(where) < len(topics)):
         raise StateCodecError("topic", f"an index out of the pack's {len(topics)} topics")
-    if not _DELTAS_OR_INT.issuperset(map(type, things)):
-        bad = next(v for v in things if type(v) not in _DELTAS_OR_INT)
-        found = TYPES.tag_of(type(bad)) if type(bad) in TYPES.classes else type(bad).__name__
-        raise StateCodecError("item", f"expected a delta or an event, got {found}")
-    if events or _INT_ONLY.intersection(map(type, things)):
-        things = [_event(events, t) if type(t) is int else t for t in things]
-    new, Input, Position = tuple.__new__, core.Input, core.Position
+    if things and not (min(things) >= -len(events) and max(things) < len(deltas)):
+        raise StateCodecError(
+            "item", f"an item that is none of the pack's {len(events)} events and {len(deltas)} delta types"
+        )
+    iterators = [iter(records) for records in deltas]
+    following = [iterator.__next__ for iterator in iterators]
+    try:
+        things = [events[-1 - thing] if thing < 0 else following[thing]() for thing in things]
+    except StopIteration:
+        raise StateCodecError("item", "more inputs of a delta type than the pack holds deltas of it") from None
+    if any(next(iterator, _END) is not _END for iterator in iterators):
+        raise StateCodecError("item", "deltas that no input refers to")
+    new, Input, Position = tuple.__new__, core.Input, core.Position  # the named tuples, made directly
     positions = [new(Position, p) for p in zip([topics[t] for t in where], partitions, offsets, strict=True)]
     return [new(Input, row) for row in zip(keys, times, positions, things, ids, strict=True)]
 
 
-_STR = frozenset({str})
-_LIST = frozenset({list})
-_INT_ONLY = frozenset({int})
-_EXACT = {str: _STR, int: _INT_ONLY}
-_DELTAS_OR_INT = DELTA_TYPES | _INT_ONLY
+def _deltas(groups: Any) -> list[list[Any]]:
+    """Each ``[tag, count, columns]`` of a pack as its deltas; only delta types are built."""
+    if type(groups) is not list:
+        raise StateCodecError("deltas", "expected an array of [tag, count, columns]")
+    out = []
+    for index, group in enumerate(groups):
+        if type(group) is not list or len(group) != 3:
+            raise StateCodecError(f"deltas[{index}]", "expected [tag, count, columns]")
+        tag, count, columns = group
+        if TYPES.layouts.get(tag) is None or TYPES.layouts[tag].cls not in DELTA_TYPES:
+            raise UnknownTypeTag(f"deltas[{index}]", f"not a delta type: {str(tag)[:80]!r}")
+        out.append(TYPES.from_columns(tag, count, columns))
+    return out
 
 
-def _event(events: list[Event], index: int) -> Event:
-    if not 0 <= index < len(events):
-        raise StateCodecError("item", f"event {index} is not one of the pack's {len(events)}")
-    return events[index]
-
-
-_EVENT_CLASSES: dict[str, type[Event]] = {}
-"""Catalogue classes by type string, for the types met so far (only known types: bounded)."""
+_VALIDATORS: dict[tuple[str, int], Callable[[bytes], Event]] = {}
+"""How to read an event of each (type, current schema version) met so far (only known ones: bounded)."""
 
 
 def _events(described: Any, body: bytes, start: int) -> list[Event]:
-    if type(described) is not list:
-        raise StateCodecError("events", "expected an array of [type, version, length]")
+    if not (type(described) is list and len(described) == 3 and _LIST.issuperset(map(type, described))):
+        raise StateCodecError("events", "expected [types, schema versions, lengths]")
+    event_types, versions, lengths = described
+    if not (len(event_types) == len(versions) == len(lengths)):
+        raise StateCodecError("events", "types, schema versions and lengths of different counts")
+    if not (_STR.issuperset(map(type, event_types)) and _INT.issuperset(map(type, versions + lengths))):
+        raise StateCodecError("events", "expected strings, then integers")
+    if lengths and min(lengths) < 0:
+        raise StateCodecError("events", "a negative length")
+    if start + sum(lengths) != len(body):
+        raise StateCodecError("events", f"{sum(lengths)} bytes of events announced, {len(body) - start} present")
     events: list[Event] = []
-    at = start
-    for index, entry in enumerate(described):
-        if not (
-            type(entry) is list
-            and len(entry) == 3
-            and type(entry[0]) is str
-            and type(entry[1]) is int
-            and type(entry[2]) is int
-            and entry[2] >= 0
-        ):
-            raise StateCodecError(f"events[{index}]", "expected [type, schema version, length]")
-        event_type, version, length = entry
-        if at + length > len(body):
-            raise StateCodecError(f"events[{index}]", f"{length} bytes announced, {len(body) - at} left")
-        value = body[at : at + length]
-        at += length
+    stops = list(accumulate(lengths, initial=start))
+    for index, (event_type, version) in enumerate(zip(event_types, versions, strict=True)):
+        value = body[stops[index] : stops[index + 1]]
+        validate = _VALIDATORS.get((event_type, version))
         try:
-            cls = _EVENT_CLASSES.get(event_type)
-            if cls is None:
-                cls = _EVENT_CLASSES[event_type] = REGISTRY.get(event_type)
-            if version == cls.schema_version:
-                try:
-                    events.append(cls.model_validate_json(value))
-                except ValidationError as error:
-                    raise invalid_event(event_type, error) from None
-            else:  # written by another version of the catalogue: brought forward, or refused
-                events.append(decode_event(event_type, version, value))
+            if validate is None:
+                cls = REGISTRY.get(event_type)
+                if version != cls.schema_version:  # another version of the catalogue wrote it: forward, or refused
+                    events.append(decode_event(event_type, version, value))
+                    continue
+                validate = _VALIDATORS[(event_type, version)] = cls.__pydantic_validator__.validate_json
+            try:
+                events.append(validate(value))
+            except ValidationError as error:
+                raise invalid_event(event_type, error) from None
         except EventError as error:
             raise StateCodecError(f"events[{index}]", str(error)) from None
-    if at != len(body):
-        raise StateCodecError("events", f"{len(body) - at} bytes after the last event")
     return events
 
 

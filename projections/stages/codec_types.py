@@ -39,6 +39,7 @@ import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from itertools import chain
 from operator import attrgetter
 from typing import Any
 
@@ -201,7 +202,7 @@ def _pairs(key: Kind, value: Kind, describe: str, values: Any) -> list[tuple[Any
 def _flatten(key: Kind, value: Kind) -> Callable[[Iterable[tuple[Any, Any]]], list[Any]]:
     encode_key, encode_value = key.encode, value.encode
     if encode_key is None and encode_value is None:
-        return lambda items: [x for pair in items for x in pair]
+        return lambda items: list(chain.from_iterable(items))
     ek = encode_key or (lambda v: v)
     ev = encode_value or (lambda v: v)
     return lambda items: [x for k, v in items for x in (ek(k), ev(v))]
@@ -362,11 +363,13 @@ class Registry:
         self.layouts: dict[str, RecordLayout] = {}
         self._encoders: dict[type, Callable[[Any], Any]] = {}
         self._builders: dict[str, Callable[[Any], Any]] = {}
+        self._columns: dict[str, Callable[[int, Any], list[Any]]] = {}
         for cls, tag in self._record_tags.items():
             layout = self._layout(tag, cls)
             self.layouts[tag] = layout
             self._encoders[cls] = _record_encoder(layout, cls)
             self._builders[tag] = _record_builder(layout, cls)
+            self._columns[tag] = _columns_builder(layout, cls)
         for cls in self._tuple_tags:
             self._named(cls)
         every = [*self.layouts.values(), *(layout for layout, _ in self._tuples.values())]
@@ -458,6 +461,30 @@ class Registry:
             )
         raise TypeError(f"{where}: the stage codec cannot write {annotation!r} (declare a supported type)")
 
+    def to_columns(self, records: list[Any]) -> tuple[str, list[Any]]:
+        """Records of one registered class as its tag and one column (a list) per field, in field order:
+        what the JSON encoder writes for many records of one type in far fewer objects."""
+        layout = self.layouts[self._record_tags[type(records[0])]]
+        names = layout.names
+        if len(names) < 2:
+            columns: list[Any] = [[getattr(record, name) for record in records] for name in names]
+        else:
+            columns = list(zip(*map(attrgetter(*names), records), strict=True))
+        for index, kind in enumerate(layout.kinds):
+            if kind.encode is not None:
+                columns[index] = [kind.encode(value) for value in columns[index]]
+        return layout.tag, columns
+
+    def from_columns(self, tag: Any, count: Any, columns: Any) -> list[Any]:
+        """``count`` records of the class registered as ``tag``, from the columns ``to_columns`` wrote
+        (as the JSON decoder read them): each column checked at once, then the records built."""
+        build = self._columns.get(tag) if type(tag) is str else None
+        if build is None:
+            raise UnknownTypeTag("record", f"unknown type tag {str(tag)[:80]!r}")
+        if type(count) is not int or count < 0:
+            raise StateCodecError(tag, f"expected a count of records, got {_name(count)}")
+        return build(count, columns)
+
     def encode_hook(self, value: Any) -> Any:
         """The JSON encoder's ``default``: a registered record as ``{tag: [fields]}``."""
         encoder = self._encoders.get(type(value))
@@ -519,6 +546,36 @@ def _record_encoder(layout: RecordLayout, cls: type) -> Callable[[Any], Any]:
         return {tag: values}
 
     return encode
+
+
+def _columns_builder(layout: RecordLayout, cls: type) -> Callable[[int, Any], list[Any]]:
+    tag, names, kinds = layout.tag, layout.names, layout.kinds
+    positional = _positional(cls, len(names))
+
+    def build(count: int, columns: Any) -> list[Any]:
+        if type(columns) is not list or len(columns) != len(names) or not _LISTS.issuperset(map(type, columns)):
+            raise StateCodecError(tag, f"expected {len(names)} columns ({', '.join(names)})")
+        read = []
+        for name, kind, column in zip(names, kinds, columns, strict=True):
+            if len(column) != count:
+                raise StateCodecError(f"{tag}.{name}", f"{len(column)} values where there are {count} records")
+            try:
+                read.append(_items(kind, column))
+            except Invalid as error:
+                raise StateCodecError(f"{tag}.{name}{error.where}", error.reason) from None
+        if not names:
+            return [cls() for _ in range(count)]
+        if positional:
+            return list(map(cls, *read))
+        made = []
+        for values in zip(*read, strict=True):
+            record: Any = object.__new__(cls)
+            for name, value in zip(names, values, strict=True):
+                object.__setattr__(record, name, value)
+            made.append(record)
+        return made
+
+    return build
 
 
 def _positional(cls: type, count: int) -> bool:

@@ -237,7 +237,7 @@ async def _exited(worker: WorkerProcess, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while worker.alive:
         if time.monotonic() > deadline:
-            raise TimeoutError("the worker did not stop")
+            raise TimeoutError(f"the worker did not stop; its log ends:\n{worker.tail(80)}")
         await asyncio.sleep(0.2)
 
 
@@ -279,8 +279,8 @@ async def test_a_worker_refuses_to_fold_onto_a_pickle_planted_in_its_changelog(
     await _plant(deployment, changelog, Cleanup.COMPACT, f'"{job}"'.encode(), crafted(touched), partition)
     worker = deployment.worker("w1")
     await deployment.append(envelopes)
-    await _exited(worker, 120)
+    await _exited(worker, 180)
 
     assert not touched.exists()
     said = worker.tail(400)
-    assert f"the stored state of '{job}' cannot be read from its changelog" in said and "pickle" in said
+    assert f"the stored state of '{job}' cannot be read from its changelog" in said and "pickle" in said, said

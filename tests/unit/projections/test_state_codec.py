@@ -231,23 +231,58 @@ def test_refusals_name_the_field_and_the_reason() -> None:
 
 
 def test_refusals_of_a_pack_name_the_column_or_the_event() -> None:
-    good: list[Any] = [["t"], [], [["k"], [1], [0], [0], [5], [{"ShapeSeen": ["j", 1, 2, 3, [], 1]}], [""]]]
+    none: list[Any] = [[], [], []]
+    shapes = [["ShapeSeen", 1, [["j"], [1], [2], [3], [[]], [1]]]]
+    columns: list[Any] = [["k"], [1], [0], [0], [5], [0], [""]]
+    good: list[Any] = [["t"], none, shapes, columns]
     assert decode_inputs(_framed(_pack_body(good), kind=b"P"))[0].item == ShapeSeen("j", 1, 2, 3, (), 1)
-    view = json.loads(TYPES.to_json(VIEW))
-    columns: list[Any] = good[2]
+
+    def event(kind: str, version: int, length: int) -> list[Any]:
+        return [[kind], [version], [length]]
+
+    def with_item(item: int) -> list[Any]:
+        return [*columns[:5], [item], [""]]
+
+    view = json.loads(TYPES.to_json(VIEW))["JobView"]
     cases: list[tuple[bytes, str, str]] = [
-        (_pack_body([["t"], [], columns[:6]]), "columns", "expected 7 arrays"),
-        (_pack_body([["t"], [], [["k"], [1, 2], [0], [0], [5], [None], [""]]]), "time_ms", "1 inputs"),
-        (_pack_body([["t"], [], [[1], [1], [0], [0], [5], [None], [""]]]), "key", "expected str"),
-        (_pack_body([["t"], [], [["k"], [1], [3], [0], [5], [None], [""]]]), "topic", "out of the pack's 1"),
-        (_pack_body([["t"], [], [["k"], [1], [0], [0], [5], [view], [""]]]), "item", "got JobView"),
-        (_pack_body([["t"], [], [["k"], [1], [0], [0], [5], [0], [""]]]), "item", "event 0 is not one"),
-        (_pack_body([["t"], [], [["k"], [1], [0], [0], [5], [-1], [""]]]), "item", "event -1 is not one"),
-        (_pack_body([["t"], [["io.fedsched.Nope", 1, 2]], columns], b"{}"), "events[0]", "unknown event type"),
-        (_pack_body([["t"], [["io.fedsched.JobStarted", 99, 2]], columns], b"{}"), "events[0]", "version 99"),
-        (_pack_body([["t"], [["io.fedsched.JobStarted", 1, 2]], columns], b"{}"), "events[0]", "job_id"),
-        (_pack_body([["t"], [["io.fedsched.JobStarted", 1, 9]], columns], b"{}"), "events[0]", "9 bytes announced"),
-        (_pack_body(good, b"trailing"), "events", "8 bytes after"),
+        (_pack_body([["t"], none, shapes, columns[:6]]), "columns", "expected 7 arrays"),
+        (_pack_body([["t"], none, shapes, [["k"], [1, 2], *columns[2:]]]), "time_ms", "1 inputs"),
+        (_pack_body([["t"], none, shapes, [[1], *columns[1:]]]), "key", "expected str"),
+        (_pack_body([["t"], none, shapes, [*columns[:2], [3], *columns[3:]]]), "topic", "out of the pack's 1"),
+        (_pack_body([["t"], none, shapes, with_item(1)]), "item", "none of the pack's 0 events and 1 delta"),
+        (_pack_body([["t"], none, shapes, with_item(-1)]), "item", "none of the pack's 0 events"),
+        (_pack_body([["t"], none, [*shapes, *shapes], with_item(0)]), "item", "deltas that no input refers to"),
+        (_pack_body([["t"], none, [["ShapeSeen", 0, [[]] * 6]], columns]), "item", "more inputs of a delta type"),
+        (_pack_body([["t"], none, [["JobView", 1, [[v] for v in view]]], columns]), "deltas[0]", "not a delta"),
+        (_pack_body([["t"], none, [["ShapeSeen", 1, [["j"], [1], [2], [3], [[]]]]], columns]), "ShapeSeen", "columns"),
+        (
+            _pack_body([["t"], none, [["ShapeSeen", 1, [["j"], [1], [2], [3], [["x", 1]], [1]]]], columns]),
+            "ShapeSeen.gpu_models[0][1]",
+            "expected str",
+        ),
+        (
+            _pack_body([["t"], none, [["ShapeSeen", 2, shapes[0][2]]], columns]),
+            "ShapeSeen.job_id",
+            "1 values where there are 2",
+        ),
+        (
+            _pack_body([["t"], event("io.fedsched.Nope", 1, 2), shapes, columns], b"{}"),
+            "events[0]",
+            "unknown event type",
+        ),
+        (
+            _pack_body([["t"], event("io.fedsched.JobStarted", 99, 2), shapes, columns], b"{}"),
+            "events[0]",
+            "version 99",
+        ),
+        (_pack_body([["t"], event("io.fedsched.JobStarted", 1, 2), shapes, columns], b"{}"), "events[0]", "job_id"),
+        (
+            _pack_body([["t"], event("io.fedsched.JobStarted", 1, 9), shapes, columns], b"{}"),
+            "events",
+            "9 bytes of events announced, 2 present",
+        ),
+        (_pack_body([["t"], event("io.fedsched.JobStarted", 1, -2), shapes, columns], b"{}"), "events", "negative"),
+        (_pack_body(good, b"trailing"), "events", "0 bytes of events announced, 8 present"),
         (b"\xff\xff\xff\xff[]", "body", "rows of 4294967295 bytes announced"),
     ]
     for body, field, reason in cases:
@@ -327,7 +362,9 @@ def test_well_framed_hostile_json_reads_as_the_expected_type_or_is_refused(value
     body = json.dumps(value).encode()
     read = _read(_framed(body))
     assert isinstance(read, StateCodecError | JobView)
-    packed = _read(_framed(_pack_body([["t"], [], value]), kind=b"P"))
+    packed = _read(_framed(_pack_body([["t"], [[], [], []], value, [[]] * 7]), kind=b"P"))
+    assert isinstance(packed, StateCodecError | list)
+    packed = _read(_framed(_pack_body([["t"], [[], [], []], [], value]), kind=b"P"))
     assert isinstance(packed, StateCodecError | list)
 
 
