@@ -34,9 +34,14 @@ from events.plumbing.backoff import Backoff
 log = logging.getLogger("fedsched.outage")
 
 # The server went away or is refusing connections for now (shutdown, restart, too many clients).
+# InternalClientError ("cannot switch to state 12; another operation (2) is in progress") is what
+# asyncpg raises for a query on a pooled connection whose session the server is terminating (a
+# restart's "terminating connection due to administrator command") before the close is seen: the
+# archiver met it on every restart of the embedded PostgreSQL (asyncpg#1069, sqlalchemy#13241).
 _DATABASE_AWAY = (
     asyncpg.PostgresConnectionError
     | asyncpg.InterfaceError
+    | asyncpg.InternalClientError
     | asyncpg.exceptions.OperatorInterventionError
     | asyncpg.exceptions.InsufficientResourcesError
 )

@@ -288,6 +288,8 @@ class Intake:
                     raise InvalidArgument("job_id" if not isinstance(job_id, str) else "reason", "must be a string")
                 await self._jobs.cancel(principal, job_id, reason, request.request_id, causation_id=request.ce_id)
         except Exception as error:
+            if transient(error):  # whatever classify makes of it, the dependency is away: retried
+                raise Unreachable(_dependency_of(error), error) from error
             api_error = classify(error)
             if isinstance(api_error, Unavailable):
                 raise api_error from error
@@ -333,7 +335,7 @@ class Intake:
 def _dependency_of(error: BaseException) -> str:
     """What a transient error is blamed on in ``/healthz``: the database's client errors name PostgreSQL
     (the embedded log's too); the rest, the log."""
-    if isinstance(error, asyncpg.PostgresError | asyncpg.InterfaceError):
+    if isinstance(error, asyncpg.PostgresError | asyncpg.InterfaceError | asyncpg.InternalClientError):
         return "postgres"
     return "log"
 
