@@ -182,8 +182,8 @@ def _dependency_probe(
     async def serving(unreachable: list[str]) -> None:
         await servicer.set("", not_serving if unreachable else serving_)
         if intake is not None:  # it cannot read while the log is away, whatever its own loop has seen yet
-            reads = "intake" not in unreachable and "log" not in unreachable
-            await servicer.set(INTAKE_HEALTH, serving_ if reads else not_serving)
+            reading = "intake" not in unreachable and "log" not in unreachable
+            await servicer.set(INTAKE_HEALTH, serving_ if reading else not_serving)
 
     probes = {"log": _LogProbe(log).check, "postgres": reads.ping}
     if intake is not None:
