@@ -34,6 +34,7 @@ from events.catalog.reasons import ReasonCode
 from events.catalog.types import ClusterId
 from events.log import LogError, ProducerFenced
 from events.log.publisher import Publisher
+from events.plumbing.outage import transient
 from events.plumbing.tasks import cancel_and_wait
 from events.wire.envelope import Envelope
 
@@ -45,8 +46,15 @@ class Reporter:
 
     ``submit`` queues and returns at once (a future for the caller who needs to know, e.g. before
     annotating a pod); ``publish`` waits for the commit. Order is kept: batches go out in the order
-    their events were submitted. One flusher task appends; it retries while the log is down and stops
-    for good on ``ProducerFenced``, which every waiting and later caller then gets.
+    their events were submitted. One flusher task appends; it retries while the log is down (any
+    transient error of Kafka or PostgreSQL, ``events.plumbing.outage``) and stops for good on
+    ``ProducerFenced``, which every waiting and later caller then gets.
+
+    ``close`` ends it for good, whenever it comes: what was submitted and not appended fails with "the
+    reporter stopped" (its exception taken, so asyncio logs nothing if its submitter stopped waiting),
+    and a later ``submit`` raises. A close that comes before the flusher task first ran used to leave
+    the queued futures pending forever, and the next ``submit`` started a second flusher that appended
+    after the connector had stopped.
     """
 
     def __init__(
@@ -62,6 +70,7 @@ class Reporter:
         self._room = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None
+        """Why it stopped (``ProducerFenced``, or "the reporter stopped"): raised by every later submit."""
         self.published = 0
         self.appends = 0
 
@@ -88,15 +97,34 @@ class Reporter:
         await self.publish([(event, ident)])
 
     async def room(self) -> None:
-        """Wait while more than ``max_pending`` events are queued (back pressure for the watchers)."""
+        """Wait while more than ``max_pending`` events are queued (back pressure for the watchers); raises
+        why the reporter stopped, if it did (nothing would make room)."""
         while self._pending > self.max_pending:
+            if self._failure is not None:
+                raise self._failure
             self._room.clear()
             await self._room.wait()
 
     async def close(self) -> None:
-        if self._task is not None:
-            await cancel_and_wait([self._task])
-            self._task = None
+        """Stop for good: the flusher is cancelled, what it had not appended fails, later submits raise."""
+        task, self._task = self._task, None
+        if self._failure is None:
+            self._failure = RuntimeError("the reporter stopped")
+        if task is not None:
+            await cancel_and_wait([task])
+        self._fail_all([])  # a flusher cancelled before it first ran failed nothing
+        self._room.set()
+
+    def _fail_all(self, batch: list[tuple[list[Envelope], asyncio.Future[None]]]) -> None:
+        """Fail ``batch`` (in doubt) and everything queued with the reason the reporter stopped."""
+        assert self._failure is not None
+        queued, self._queue = self._queue, []
+        for _, future in [*batch, *queued]:
+            if not future.done():
+                future.set_exception(self._failure)
+                # Its submitter may have stopped waiting (cancelled with the connector): taken here, so
+                # asyncio does not log it as never retrieved; a waiting submitter still gets it.
+                future.exception()
 
     def _take(self) -> list[tuple[list[Envelope], asyncio.Future[None]]]:
         batch: list[tuple[list[Envelope], asyncio.Future[None]]] = []
@@ -123,13 +151,12 @@ class Reporter:
                 batch = []
                 self._room.set()
         except BaseException as error:
-            self._failure = error if isinstance(error, ProducerFenced) else RuntimeError("the reporter stopped")
-            for _, future in [*batch, *self._queue]:  # the batch being appended too: it is in doubt
-                if not future.done():
-                    future.set_exception(self._failure)
-                    # Its submitter may have stopped waiting (cancelled with the connector): taken here, so
-                    # asyncio does not log it as never retrieved; a waiting submitter still gets it.
-                    future.exception()
+            if isinstance(error, ProducerFenced):
+                self._failure = error
+            elif self._failure is None:
+                self._failure = RuntimeError("the reporter stopped")
+            self._fail_all(batch)  # the batch being appended too: it is in doubt
+            self._room.set()
             raise
 
     async def _append(self, envelopes: list[Envelope]) -> None:
@@ -143,7 +170,9 @@ class Reporter:
             except ProducerFenced:
                 log.error("event=producer_fenced reason=another connector for this cluster took over")
                 raise
-            except (TimeoutError, LogError, OSError) as error:
+            except Exception as error:
+                if not (transient(error) or isinstance(error, LogError)):
+                    raise
                 delay = self._backoff.next_delay()
                 log.warning("event=publish_retry error=%r retry_in_s=%.1f", str(error), delay)
                 await asyncio.sleep(delay)
