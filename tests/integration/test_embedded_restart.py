@@ -5,7 +5,8 @@ deploy/local/postgres.py runs), so the test can stop it and start it again on th
 submitted over gRPC and through the intake topic before and after the restart. Then: every job is placed
 exactly once, every intake request has exactly one answer, health is back to SERVING and no component is
 left dead; the scheduler leads again (its election connection was rebuilt). A second test kills the
-server ``fedsched up`` started itself: up starts it again.
+server ``fedsched up`` started itself: up starts it again. A third makes a component crash: health names
+it while it is down, and a fresh instance replaces it, counted.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import signal
 import socket
@@ -25,6 +27,7 @@ import pytest_asyncio
 
 from events.catalog.topics import DECISIONS
 from events.log.postgres import PostgresEventLog
+from events.plumbing.tasks import Ended
 from services.api.client import CallError, Client, ClientConfig
 from services.api.pb import jobs_pb2
 from services.api.server import INTAKE_HEALTH
@@ -204,3 +207,53 @@ async def test_up_starts_its_own_postgres_again_when_the_server_dies(tmp_path: P
         )
         await check_recovered(stack)
         assert stack.running.supervised["postgres"].restarts
+
+
+async def test_a_crashed_component_is_reported_down_replaced_and_counted(
+    fresh_database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from projections.inprocess.runner import ProjectionRunner
+
+    crashing = asyncio.Event()
+    real_step = ProjectionRunner.step
+
+    async def step(self: ProjectionRunner, *, timeout_s: float = 0.0) -> object:
+        if crashing.is_set():
+            raise KeyError("a bug in a projection")
+        return await real_step(self, timeout_s=timeout_s)
+
+    monkeypatch.setattr(ProjectionRunner, "step", step)
+    async with started(config_in(tmp_path / "up", fresh_database)) as stack:
+        running = stack.running
+        first = running.projections
+        await stack.submit_grpc(2)
+        await eventually(stack.all_placed, "the first jobs are placed", timeout_s=90)
+        with caplog.at_level(logging.INFO, logger="fedsched.supervisor"):
+            crashing.set()
+
+            async def down() -> bool:
+                return "projections" in running.metrics.failing() and running.supervised["projections"].down
+
+            await eventually(down, "health names the crashed component", timeout_s=30)
+            crashing.clear()
+
+            async def back() -> bool:
+                return running.metrics.failing() == [] and running.projections is not first
+
+            await eventually(back, "a fresh instance runs in its place", timeout_s=60)
+        assert running.supervised["projections"].restarts[Ended.CRASHED] >= 1
+        lines = [r.getMessage() for r in caplog.records if "component_restarted" in r.getMessage()]
+        assert lines[0] == "event=component_restarted name=projections attempt=1 reason=crashed", lines
+        body = running.metrics.render()
+        assert 'fedsched_component_restarts_total{component="projections",reason="crashed"}' in body
+        assert 'fedsched_component_up{component="projections"} 1' in body
+        # The replacement folds on from the read models: the jobs submitted now show up in them.
+        await stack.submit_grpc(2)
+        await eventually(stack.all_placed, "the jobs after the restart are placed", timeout_s=90)
+
+        async def in_read_models() -> bool:
+            rows = await running.pool.fetch("SELECT entity_key FROM fedsched_rm.read_jobs")
+            return {r["entity_key"] for r in rows} >= set(stack.jobs)
+
+        await eventually(in_read_models, "every job is in the read models", timeout_s=60)
+        assert not [t.get_name() for t in running.tasks if t.done()]
