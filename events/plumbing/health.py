@@ -74,7 +74,10 @@ class DependencyProbe:
 
     async def _run(self) -> None:
         while not self._stop.is_set():
-            await self.check()
+            try:
+                await self.check()
+            except Exception:  # a failing on_change must not freeze what health says from then on
+                log.exception("event=dependency_check_failed")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), self.every_s)
 

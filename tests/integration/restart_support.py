@@ -142,7 +142,7 @@ async def health(address: str, service: str) -> int:
     """The gRPC health status of ``service`` at ``address`` (NOT_SERVING when the server does not answer)."""
     async with grpc.aio.insecure_channel(address) as channel:
         try:
-            response = await health_pb2_grpc.HealthStub(channel).Check(
+            response = await health_pb2_grpc.HealthStub(channel).Check(  # type: ignore[attr-defined]
                 health_pb2.HealthCheckRequest(service=service), timeout=5
             )
         except grpc.aio.AioRpcError:

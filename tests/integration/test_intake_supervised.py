@@ -150,7 +150,7 @@ async def test_a_bug_on_one_request_dead_letters_it_and_a_crashed_loop_is_restar
             raise ZeroDivisionError("a bug that only this request meets")
         return await real_submit(principal, spec, request_id, **kwargs)
 
-    intake._jobs.submit = buggy_submit  # type: ignore[method-assign]
+    intake._jobs.submit = buggy_submit  # type: ignore[method-assign,assignment]
     records = [submission(unique("ok"), token), submission(poison, token), submission(unique("ok"), token)]
     await publish(stack.direct, records)
     ce_ids = [ce_of(record) for record in records]

@@ -22,6 +22,7 @@ import pytest_asyncio
 
 from events.catalog.inventory import ClusterKind, ClusterRegistered
 from events.catalog.topics import DECISIONS, TOPICS
+from events.catalog.types import ClusterId
 from events.log.postgres import PostgresEventLog
 from events.log.publisher import Publisher
 from services.scheduler.host import SchedulerHost
@@ -111,7 +112,9 @@ async def test_a_leader_that_loses_its_lock_connection_is_fenced_then_resumes(
 ) -> None:
     publisher = Publisher(log, "urn:test")
     await publisher.start()
-    cluster = ClusterRegistered(cluster="c1", kind=ClusterKind.SIMULATED, site="s1", region="eu", currency="EUR")
+    cluster = ClusterRegistered(
+        cluster=ClusterId("c1"), kind=ClusterKind.SIMULATED, site="s1", region="eu", currency="EUR"
+    )
     await publisher.publish([cluster, a_node(node="n1", gpus=8), a_node(node="n2", gpus=8)])
     first, second = Instance(log), Instance(log)
     try:
