@@ -38,6 +38,7 @@ class DependencyProbe:
         self.timeout_s = timeout_s
         self._on_change = on_change
         self._failing: list[str] = []
+        self._announced: list[str] = []  # what on_change was last told (nothing failing, to start with)
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         watch(self)
@@ -57,8 +58,9 @@ class DependencyProbe:
                 ",".join(failing) or "none",
             )
             self._failing = failing
-            if self._on_change is not None:
-                await self._on_change(failing)
+        if self._on_change is not None and failing != self._announced:
+            await self._on_change(failing)
+            self._announced = failing  # only once told: a failed call is made again next round
         return failing
 
     async def _answers(self, name: str) -> bool:
