@@ -24,6 +24,7 @@ from google.rpc import error_details_pb2, status_pb2
 from events.catalog.errors import EventError, InvalidEvent
 from events.catalog.reasons import ReasonCode
 from events.log.contract import LogError
+from events.plumbing.outage import transient
 from services.api.metadata import FIELD_HEADER, REASON_HEADER
 
 log = logging.getLogger("fedsched.api")
@@ -103,9 +104,9 @@ def classify(error: BaseException) -> ApiError:
 
 
 def _is_database_outage(error: BaseException) -> bool:
-    import asyncpg
-
-    return isinstance(error, asyncpg.PostgresConnectionError | asyncpg.InterfaceError | asyncpg.CannotConnectNowError)
+    # The same rule as the hosts' (a restart's terminated sessions included), so a call that meets an
+    # outage answers UNAVAILABLE, which clients retry, not INTERNAL.
+    return transient(error)
 
 
 def reason_of(error: BaseException) -> ReasonCode:
