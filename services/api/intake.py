@@ -26,11 +26,13 @@ The intake has every host's shape (``events.hosting``): a ``GroupFollower`` read
 step validates and authorises each request, a ``LogSink`` commits the rejections and dead letters with
 the group's offsets, and ``ride_out`` keeps it going through an outage of the log or the database.
 
-Exactly one answer per request: rejections and dead letters are appended in the transaction that
-commits the request's offset, so they are in the log once or not at all; an accepted submission is
-published by ``JobCommands`` once per request id (the API's store records it first), and an accepted
-cancellation under an id derived from the job and the request. A request delivered again after a
-restart (its offset was not committed yet) therefore answers nothing new.
+One answer per request: rejections and dead letters are appended in the transaction that commits the
+request's offset, so they are in the log once or not at all. An accepted submission is published by
+``JobCommands`` inside the API store's transaction that records its request id, so a request delivered
+again after a restart (its offset was not committed yet) finds it recorded and publishes nothing; only
+when that store commit fails after the append is the answer published again, under the same id
+(``submit-<job id>``), which every consumer folds once. An accepted cancellation is published again on
+such a redelivery, under the same id derived from the job and the request. No answer is ever new.
 
 Faults, one by one. While the database or the log is away (a transient error), the intake keeps the
 request it was handling and what it polled after it, commits what it had finished, and retries the
