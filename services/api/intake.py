@@ -31,7 +31,7 @@ request's offset, so they are in the log once or not at all. An accepted submiss
 ``JobCommands`` inside the API store's transaction that records its request id, so a request delivered
 again after a restart (its offset was not committed yet) finds it recorded and publishes nothing; only
 when that store commit fails after the append is the answer published again, under the same id
-(``submit-<job id>``), which every consumer folds once. An accepted cancellation is published again on
+(``submit-<job id>``): a duplicate recognisable by its id. An accepted cancellation is published again on
 such a redelivery, under the same id derived from the job and the request. No answer is ever new.
 
 Faults, one by one. While the database or the log is away (a transient error), the intake keeps the
