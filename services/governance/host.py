@@ -42,7 +42,7 @@ from events.catalog.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS
 from events.hosting.follower import Follower
 from events.hosting.loop import ride_out
 from events.hosting.sink import LogSink
-from events.log.contract import EventLog, ProducerFenced, TopicPartition
+from events.log.contract import EventLog, LogRecord, ProducerFenced, TopicPartition
 from events.log.publisher import to_record, wall_clock_ms
 from events.log.reading import decode_record, skew_from_environment
 from events.plumbing.metrics import Sample
@@ -126,21 +126,25 @@ class GovernanceHost:
     async def follow(self) -> int:
         """Fold every record committed now; returns how many were read."""
         folded = 0
-        folded_to, skew = self._folded, self._skew
         async for records in self.follower.committed():
-            for record in records:
-                where = (record.topic, record.partition)
-                if record.offset < folded_to.get(where, 0):
-                    continue  # folded already: the same record read again changes nothing
-                folded_to[where] = record.offset + 1
-                try:
-                    self.state.fold(decode_record(record, skew))
-                except EventError:
-                    self.metrics.unreadable += 1
+            self._fold(records)
             folded += len(records)
             self._settled = False  # here, not after the loop: a failure later in it must not lose this
         self.metrics.folded += folded
         return folded
+
+    def _fold(self, records: list[LogRecord]) -> None:
+        """Fold records the follower handed out, each once; one that cannot be read is counted."""
+        folded_to, skew = self._folded, self._skew
+        for record in records:
+            where = (record.topic, record.partition)
+            if record.offset < folded_to.get(where, 0):
+                continue  # folded already: the same record read again changes nothing
+            folded_to[where] = record.offset + 1
+            try:
+                self.state.fold(decode_record(record, skew))
+            except EventError:
+                self.metrics.unreadable += 1
 
     async def step(self) -> list[Output]:
         """Fold what is new, evaluate the rules, publish their outputs; returns what was published."""

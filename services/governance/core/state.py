@@ -9,8 +9,9 @@ An event appended again at a later offset, after any number of other records, ch
 table of every event type is in ``events.log.reading``): a report keeps the latest of its entity (a
 node's generation; by time, then the order read, with the envelope id telling a repeat:
 ``events.wire.envelope.Latest``, for a cluster's status, a node's usage and, per author, a queue's
-quota); a step of a job's lifecycle is taken once (a run's first placement, start and end; a fact held
-for a run not placed yet is held once); a wait keeps the latest cycle's reasons.
+quota); a step of a job's lifecycle is taken once (a run's first placement, start and end, and the
+job's final status with it, as the scheduler takes them; a fact held for a run not placed yet is held
+once); a wait keeps the latest cycle's reasons.
 """
 
 from __future__ import annotations
@@ -275,6 +276,8 @@ def _placed(state: GovState, e: Event, t: int, _at: Stamp) -> None:
             _started(state, early, at)
         elif isinstance(early, RUN_END_EVENTS):
             _ended(state, early, at)
+        elif isinstance(early, JobReclaimRequested):
+            _reclaim_requested(state, early, at)
 
 
 def _started(state: GovState, e: Event, t: int, _at: Stamp = (0, "")) -> None:
@@ -291,16 +294,18 @@ def _ended(state: GovState, e: RunEndEvent, t: int) -> None:
     facts = state.job(e.job_id)
     how = RUN_END_OF[type(e)]
     final = final_status(how)
-    if final is not None:
-        facts.terminal = final
     if not ends_run(e):  # a job cancelled before it ever ran: it ends, and no run does
+        facts.terminal = facts.terminal or final
         return
     run = facts.runs.get(e.run)
     if run is None:
-        _hold(facts, e, t)
+        if _hold(facts, e, t) and final is not None:
+            facts.terminal = final
         return
     if run.ended_ms is not None:
-        return
+        return  # a run's first end is final, as the scheduler takes it
+    if final is not None:
+        facts.terminal = final
     run.ended_ms, run.ended_how = t, how
     # The usage samples serve the rules on live runs only (idle, straggling gang); kept for every run
     # ever ended, up to MAX_SAMPLES each, they were most of what the state's history cost in memory.
@@ -310,21 +315,26 @@ def _ended(state: GovState, e: RunEndEvent, t: int) -> None:
         run.fail_node = e.node or (run.nodes[0] if run.nodes else None)
 
 
-def _hold(facts: JobFacts, e: JobStarted | RunEndEvent, t: int) -> None:
-    """Keep a fact about a run not placed yet for its placement, once (the same fact again is held already)."""
+def _hold(facts: JobFacts, e: JobStarted | RunEndEvent | JobReclaimRequested, t: int) -> bool:
+    """Keep a fact about a run not placed yet for its placement, once; whether it was not held already."""
     held = facts.early.setdefault(e.run, [])
-    if all(prior != e for prior, _ in held):
-        held.append((e, t))
+    if any(prior == e for prior, _ in held):
+        return False
+    held.append((e, t))
+    return True
 
 
 def _cancel_requested(state: GovState, e: Event, _: int, _at: Stamp) -> None:
     state.job(e.job_id).cancel_requested = True  # type: ignore[attr-defined]
 
 
-def _reclaim_requested(state: GovState, e: Event, _: int, _at: Stamp) -> None:
+def _reclaim_requested(state: GovState, e: Event, t: int, _at: Stamp = (0, "")) -> None:
     assert isinstance(e, JobReclaimRequested)
-    run = state.job(e.job_id).runs.get(e.run)
-    if run is not None:
+    facts = state.job(e.job_id)
+    run = facts.runs.get(e.run)
+    if run is None:
+        _hold(facts, e, t)  # read before its run's placement: for the placement, as a start or end is
+    elif run.reclaim_rule is None:
         run.reclaim_rule = e.rule
 
 
