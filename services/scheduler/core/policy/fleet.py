@@ -257,7 +257,10 @@ class FleetState:
         """Return what ``p`` took (a departure, a preemption or a rolled-back trial placement)."""
         i = self.index[p.node_id]
         for gi in p.gpu_indices:
-            j = int(np.flatnonzero(self.gpu_index[i] == gi)[0])
+            found = np.flatnonzero(self.gpu_index[i] == gi)
+            if not found.size:
+                continue  # a GPU the node no longer has (observed again with fewer): never counted as taken
+            j = int(found[0])
             self.gpu_free[i, j] = min(MILLI, int(self.gpu_free[i, j]) + p.gpu_milli_each)
         self.cpu_free[i] += cpu_milli
         self.mem_free[i] += memory_mib
@@ -268,8 +271,10 @@ class FleetState:
         """Take exactly what ``p`` describes again (undo of ``give`` after a what-if)."""
         i = self.index[p.node_id]
         for gi in p.gpu_indices:
-            j = int(np.flatnonzero(self.gpu_index[i] == gi)[0])
-            self.gpu_free[i, j] -= p.gpu_milli_each
+            found = np.flatnonzero(self.gpu_index[i] == gi)
+            if not found.size:
+                continue  # as in ``give``
+            self.gpu_free[i, int(found[0])] -= p.gpu_milli_each
         self.cpu_free[i] -= cpu_milli
         self.mem_free[i] -= memory_mib
         self.version[i] += 1
