@@ -16,6 +16,7 @@ next read starts where the host's own state stands (a host whose state lives in 
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 
 from events.log.contract import EventLog, GroupConsumer, LogReader, LogRecord, LogTail, TopicPartition
@@ -133,9 +134,11 @@ class GroupFollower:
         self.group_id = group_id
         self._topics = tuple(topics)
         self._consumer: GroupConsumer | None = None
+        # One name across its own restarts: a member joining again after an outage is the same member.
+        self.member_name = f"{group_id}-{uuid.uuid4().hex[:12]}"
 
     async def start(self) -> None:
-        self._consumer = await self._log.group_consumer(self.group_id, self._topics)
+        self._consumer = await self._log.group_consumer(self.group_id, self._topics, member_name=self.member_name)
 
     async def poll(self, *, max_records: int = 500, timeout_s: float = 1.0) -> list[LogRecord]:
         if self._consumer is None:

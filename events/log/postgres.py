@@ -257,7 +257,7 @@ class PostgresEventLog:
     async def group_consumer(
         self, group_id: str, topics: Sequence[str], *, member_name: str | None = None, records: bool = True
     ) -> PostgresGroupConsumer:
-        consumer = PostgresGroupConsumer(self, group_id, topics, records)
+        consumer = PostgresGroupConsumer(self, group_id, topics, records, member_id=member_name)
         await consumer.start()
         return consumer
 
@@ -488,12 +488,22 @@ class PostgresTail:
 class PostgresGroupConsumer:
     """A group member. Owns partitions through advisory locks held on its own connection."""
 
-    def __init__(self, log: PostgresEventLog, group_id: str, topics: Sequence[str], records: bool = True) -> None:
+    def __init__(
+        self,
+        log: PostgresEventLog,
+        group_id: str,
+        topics: Sequence[str],
+        records: bool = True,
+        *,
+        member_id: str | None = None,
+    ) -> None:
         self._log = log
         self._group_id = group_id
         self._topics = tuple(topics)
         self._records = records
-        self._member_id = uuid.uuid4().hex
+        # A member that joins again under its name (after its connection was lost, when its row could not
+        # be deleted) takes its own row over: no ghost counts as live and holds back a share for 10 s.
+        self._member_id = member_id or uuid.uuid4().hex
         self._conn: asyncpg.Connection | None = None
         self._owned: dict[TopicPartition, int] = {}  # partition -> position (next offset to return)
         self._last_rebalance = -math.inf

@@ -123,8 +123,11 @@ async def test_every_request_is_answered_once_across_a_database_outage(stack: St
 
     await relay.start()
     ce_ids += [ce_of(record) for record in during]
-    await eventually(answered, "every request is answered after the outage")
     await eventually(intake_up(stack), "health says the intake reads again")
+    # The member that joined again is the same member: no ghost of it holds back a share of the topic.
+    consumer = stack.api.intake._requests._consumer if stack.api.intake is not None else None
+    assert consumer is not None and len(consumer.assignment()) == await stack.direct.partitions(INTAKE.name)
+    await eventually(answered, "every request is answered after the outage")
 
     found = await answers(stack.direct)
     assert {ce_id: len(found.records[ce_id]) for ce_id in ce_ids} == {ce_id: 1 for ce_id in ce_ids}, found
