@@ -266,7 +266,8 @@ def _deltas(groups: Any) -> list[list[Any]]:
         if type(group) is not list or len(group) != 3:
             raise StateCodecError(f"deltas[{index}]", "expected [tag, count, columns]")
         tag, count, columns = group
-        if TYPES.layouts.get(tag) is None or TYPES.layouts[tag].cls not in DELTA_TYPES:
+        layout = TYPES.layouts.get(tag) if type(tag) is str else None
+        if layout is None or layout.cls not in DELTA_TYPES:
             raise UnknownTypeTag(f"deltas[{index}]", f"not a delta type: {str(tag)[:80]!r}")
         out.append(TYPES.from_columns(tag, count, columns))
     return out
