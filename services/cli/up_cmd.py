@@ -67,8 +67,9 @@ async def run_up(args: argparse.Namespace) -> int:
     import os
 
     from services.cli.main import CliError
+    from services.runtime.credentials import masked
     from services.runtime.supervisor import ConfigError, SupervisorConfig, supervise
-    from services.runtime.up import Running, run
+    from services.runtime.up import Running, SettingRefused, run
 
     configure_logging()
 
@@ -81,13 +82,20 @@ async def run_up(args: argparse.Namespace) -> int:
         return await supervise(config)
 
     def ready(running: Running) -> None:
-        print(f"fedsched is up: log and read models on {running.dsn}", flush=True)
+        print(f"fedsched is up: log and read models on {masked(running.dsn)}", flush=True)
         if running.api_token:
             print(f"  gRPC API on {running.config.api_listen}; development token:\n  {running.api_token}", flush=True)
         print(f"  health and metrics on http://{running.config.metrics_listen}/healthz and /metrics", flush=True)
+        signing = running.audit_signing
+        if signing is not None:
+            public = f"; public key {signing.public_key_file}" if signing.public_key_file else ""
+            print(f"  signed audit checkpoints in {signing.checkpoint_dir}{public}", flush=True)
         print("  press Ctrl-C to stop", flush=True)
 
-    return await run(config_from(args), on_ready=ready)
+    try:
+        return await run(config_from(args), on_ready=ready)
+    except SettingRefused as error:  # before anything started: --api, the audit key's
+        raise CliError(str(error), 2) from None
 
 
 async def run_demo(args: argparse.Namespace) -> int:

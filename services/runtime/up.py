@@ -7,10 +7,14 @@ anything here. Started in order, stopped in reverse:
  2. the event log on it (``fedsched_log_*`` tables) with every catalogue topic;
  3. the projections (in-process runner: read models and profile/quota events);
  4. the scheduler (leader through an advisory lock; a second ``up`` on the same data waits as standby);
- 5. the audit archiver (hash-chained copy of every event) and the governance service (quota approvals,
-    reclamation, findings);
+ 5. the audit archiver (hash-chained copy of every event, its heads signed into checkpoints kept
+    outside the database: ``DATA_DIR/audit/checkpoints``, with the key made on first start in
+    ``DATA_DIR/audit/signing-key``, or the key and directory named by ``FEDSCHED_AUDIT_SIGNING_KEY_FILE``
+    and ``FEDSCHED_AUDIT_CHECKPOINT_DIR``) and the governance service (quota approvals, reclamation,
+    findings);
  6. a simulated fleet of three clusters built from the openb node list, so it does something at once;
- 7. the gRPC API on 127.0.0.1:50051 with a development token printed at start;
+ 7. the gRPC API on 127.0.0.1:50051 (loopback only: its key is a development key) with a development
+    token printed at start, short-lived and renewed in ``DATA_DIR/dev-token`` while it runs;
  8. health and Prometheus metrics on 127.0.0.1:9464.
 
 Every component keeps running by itself. Each host rides out an outage of the database (connections
@@ -27,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -37,6 +42,8 @@ import asyncpg
 
 from connectors.sim.clock import SimClock
 from events.audit.archive import AuditArchiver
+from events.audit.checkpoint_files import CheckpointDir, load_signing_key, write_key_pair
+from events.audit.checkpointer import Checkpointer
 from events.catalog.topics import TOPICS
 from events.hosting.lag import Lag
 from events.log.contract import ProducerFenced
@@ -88,10 +95,63 @@ class Running:
     governance: GovernanceHost | None = None
     supervised: dict[str, Supervised] = field(default_factory=dict)
     """The components kept running (a crashed one is replaced by a fresh instance), by name."""
+    audit_signing: AuditSigning | None = None
+
+
+@dataclass(frozen=True)
+class AuditSigning:
+    """Where the archiver's signed checkpoints go and the key that signs them."""
+
+    key_file: Path
+    public_key_file: Path | None
+    checkpoint_dir: Path
+
+    def checkpointer(self, event_log: PostgresEventLog | None) -> Checkpointer:
+        directory = CheckpointDir(self.checkpoint_dir)
+        directory.ensure()
+        return Checkpointer(load_signing_key(self.key_file), directory, event_log=event_log)
+
+
+def _checkpointer(running: Running) -> Checkpointer | None:
+    signing = running.audit_signing
+    return None if signing is None else signing.checkpointer(running.log)
+
+
+def _audit_signing(data_dir: Path) -> AuditSigning:
+    """The operator's key and directory (both named in the environment, as ``fedsched audit archive``
+    reads them), else a key made once in ``data_dir/audit``: on a laptop the checkpoints then sit beside
+    the database, so they prove what the archive held to whoever keeps a copy of them (or of the public
+    key), not to a reader of that very folder."""
+    key = os.environ.get("FEDSCHED_AUDIT_SIGNING_KEY_FILE")
+    directory = os.environ.get("FEDSCHED_AUDIT_CHECKPOINT_DIR")
+    if key or directory:
+        if not (key and directory):
+            raise ValueError("FEDSCHED_AUDIT_SIGNING_KEY_FILE and FEDSCHED_AUDIT_CHECKPOINT_DIR: name both or neither")
+        return AuditSigning(Path(key), None, Path(directory))
+    audit = data_dir / "audit"
+    audit.mkdir(mode=0o700, exist_ok=True)
+    private, public = audit / "signing-key", audit / "signing-key.pub"
+    if not private.exists():
+        write_key_pair(private, public)
+    return AuditSigning(private, public, audit / "checkpoints")
+
+
+class SettingRefused(ValueError):
+    """A setting of ``fedsched up`` refused before anything started; the message names it."""
 
 
 async def start(config: UpConfig) -> Running:
-    config.data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        if config.with_api:
+            from services.api.auth import dev_auth
+            from services.api.config import check_listen
+
+            check_listen(config.api_listen, dev_auth(config.data_dir), flag="--api")
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        signing = _audit_signing(config.data_dir)
+        signing.checkpointer(None)  # the key readable and the directory writable, or refused now
+    except ValueError as error:
+        raise SettingRefused(str(error)) from None
     started_pg = config.dsn is None
     if config.dsn is None:
         dsn = await asyncio.to_thread(embedded_pg.start, config.data_dir / "postgres")
@@ -109,13 +169,16 @@ async def start(config: UpConfig) -> Running:
     now = clock.now_ms if clock is not None else wall_clock_ms
     scheduler = SchedulerHost(event_log, clock=now)
     await scheduler.start()
-    archiver = AuditArchiver(event_log, pool, [spec.name for spec in TOPICS])
+    archiver = AuditArchiver(
+        event_log, pool, [spec.name for spec in TOPICS], checkpointer=signing.checkpointer(event_log)
+    )
     metrics = Metrics()
     governance = GovernanceHost(event_log, config.governance)
     await governance.start()
     running = Running(config, dsn, event_log, pool, projections, scheduler, archiver, metrics, started_pg=started_pg)
     running.clock = clock
     running.governance = governance
+    running.audit_signing = signing
     _supervise(running, now)
     await _start_fleet(running)
     if config.with_api:
@@ -179,7 +242,9 @@ def _supervise(running: Running, now: Callable[[], int]) -> None:
 
     async def archiver() -> None:
         await _quietly(running.archiver.close)
-        running.archiver = AuditArchiver(event_log, pool, [spec.name for spec in TOPICS])  # starts in run
+        running.archiver = AuditArchiver(  # starts in run
+            event_log, pool, [spec.name for spec in TOPICS], checkpointer=_checkpointer(running)
+        )
 
     async def governance() -> None:
         if running.governance is not None:
@@ -287,6 +352,7 @@ def default_nodes() -> Path:
 
 
 async def _start_api(running: Running) -> None:
+    from services.api.dev_tokens import DevTokens
     from services.api.embedded import start_embedded
     from services.governance.quota_rules import GovernanceQuotaRules
 
@@ -298,7 +364,10 @@ async def _start_api(running: Running) -> None:
         state_dir=running.config.data_dir,
         clock=running.clock.now_ms if running.clock is not None else wall_clock_ms,
     )
-    running.api_token = api.dev_token
+    tokens = DevTokens(api.server.config.auth, running.config.data_dir)
+    tokens.renew_if_due()  # the 12-hour token, kept fresh in data_dir/dev-token while this runs
+    running.api_token = tokens.token
+    running.tasks.append(asyncio.create_task(tokens.keep_fresh(running.stop_event), name="dev-token"))
     running.closers.append(api.server.stop)
     running.metrics.add_source(api.server.samples)  # requests by method and code, intake, watches
 
