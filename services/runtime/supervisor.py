@@ -15,6 +15,9 @@ Configuration (YAML; every key optional except the log and the DSN, which the en
     api: {listen: 0.0.0.0:50051, jwt_secret_file: FILE, jwt_public_key: FILE, issuer: ..., audience: ...,
           tls_cert: FILE, tls_key: FILE, client_ca: FILE}   # jwt_secret: inline, if you must
     projections: {store: memory}        # or rocksdb
+    audit: {signing_key_file: FILE, checkpoint_dir: DIR, checkpoint_every: 60}   # the archiver's signed
+                                        # checkpoints (``fedsched audit keygen`` makes the key); without
+                                        # them the archiver warns that checkpoints are off
     metrics: {host: 127.0.0.1, first_port: 9464}   # /metrics and /healthz of each child, on consecutive
                                         # ports in the order below; first_port 0: none served
 
@@ -56,7 +59,18 @@ _API_FLAGS = {
     "client_ca": "--client-ca",
 }
 _API_SECRETS = ("jwt_secret", "jwt_secret_file")
-_SETTINGS = ("log", "log_file", "postgres_dsn", "postgres_dsn_file", "namespace", "api", "projections", "metrics")
+_SETTINGS = (
+    "log",
+    "log_file",
+    "postgres_dsn",
+    "postgres_dsn_file",
+    "namespace",
+    "api",
+    "projections",
+    "metrics",
+    "audit",
+)
+_AUDIT_SETTINGS = ("signing_key_file", "checkpoint_dir", "checkpoint_every")
 
 COMPONENTS = ("scheduler", "api", "projections", "archiver", "governance")  # metrics ports in this order
 _USES_DSN = frozenset({"api", "projections", "archiver"})
@@ -106,6 +120,8 @@ class SupervisorConfig:
     projections: dict[str, str] = field(default_factory=dict)
     metrics_host: str = "127.0.0.1"
     metrics_first_port: int = 9464
+    audit: dict[str, str] = field(default_factory=dict)
+    """The archiver's signing key file and checkpoint directory (absolute paths) and cadence."""
 
     @classmethod
     def load(cls, path: Path | None, environ: Mapping[str, str] | None = None) -> SupervisorConfig:
@@ -145,6 +161,7 @@ class SupervisorConfig:
         first_port = metrics.get("first_port", cls.metrics_first_port)
         if not isinstance(first_port, int) or not (first_port == 0 or 0 < first_port <= 65535 - len(COMPONENTS)):
             raise ConfigError(f"metrics: first_port must be 0 (off) or a port number, got {first_port!r}")
+        audit = _audit_settings(raw.get("audit"))
         return cls(
             log_url,
             dsn,
@@ -154,6 +171,7 @@ class SupervisorConfig:
             {k: str(v) for k, v in (raw.get("projections") or {}).items()},
             str(metrics.get("host", cls.metrics_host)),
             first_port,
+            audit,
         )
 
     def children(self) -> dict[str, Child]:
@@ -168,7 +186,8 @@ class SupervisorConfig:
         commands = {
             "scheduler": ["scheduler", *ns],
             "projections": projections,
-            "archiver": ["audit", "archive"],
+            "archiver": ["audit", "archive"]
+            + (["--checkpoint-every", self.audit["checkpoint_every"]] if "checkpoint_every" in self.audit else []),
             "governance": ["gov", "run", *ns],
             "api": api,
         }
@@ -183,8 +202,36 @@ class SupervisorConfig:
                 env |= self.postgres_dsn.environment(credentials.POSTGRES_DSN)
             if name == "api" and self.jwt_secret is not None:
                 env |= self.jwt_secret.environment(credentials.JWT_SECRET)
+            if name == "archiver" and "signing_key_file" in self.audit:
+                # The key's path, not the key: the archiver reads it (and refuses one others may read).
+                env |= {
+                    "FEDSCHED_AUDIT_SIGNING_KEY_FILE": self.audit["signing_key_file"],
+                    "FEDSCHED_AUDIT_CHECKPOINT_DIR": self.audit["checkpoint_dir"],
+                }
             out[name] = Child(name, tuple(argv), env)
         return out
+
+
+def _audit_settings(raw: object) -> dict[str, str]:
+    """The ``audit:`` section: the key file and the directory together or neither, a positive cadence."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError("audit: a mapping of signing_key_file, checkpoint_dir and checkpoint_every")
+    bad = sorted(set(raw) - set(_AUDIT_SETTINGS))
+    if bad:
+        raise ConfigError(f"audit: unknown settings {bad}")
+    if ("signing_key_file" in raw) != ("checkpoint_dir" in raw):
+        raise ConfigError("audit: signing_key_file and checkpoint_dir go together (give both or neither)")
+    out = {key: str(Path(str(raw[key])).absolute()) for key in ("signing_key_file", "checkpoint_dir") if key in raw}
+    if "signing_key_file" in out and not Path(out["signing_key_file"]).is_file():
+        raise ConfigError(f"audit: signing_key_file: no such file {out['signing_key_file']}")
+    every = raw.get("checkpoint_every")
+    if every is not None:
+        if isinstance(every, bool) or not isinstance(every, int | float) or every <= 0:
+            raise ConfigError(f"audit: checkpoint_every must be a positive number of seconds, got {every!r}")
+        out["checkpoint_every"] = str(every)
+    return out
 
 
 def _secret(

@@ -137,3 +137,41 @@ def test_a_secret_given_both_ways_in_the_environment_is_refused(monkeypatch: pyt
     monkeypatch.setenv("FEDSCHED_POSTGRES_DSN_FILE", "/some/file")
     with pytest.raises(ConfigError, match="FEDSCHED_POSTGRES_DSN and FEDSCHED_POSTGRES_DSN_FILE"):
         SupervisorConfig.load(None)
+
+
+def test_the_archiver_is_handed_the_signing_key_by_path_and_the_checkpoint_directory(tmp_path: Path) -> None:
+    key = tmp_path / "audit.key"
+    key.write_text("a key file")
+    path = tmp_path / "fedsched.yaml"
+    path.write_text(
+        "log: kafka://h:1\npostgres_dsn: x\napi: {jwt_public_key: k.pem}\n"
+        f"audit: {{signing_key_file: {key}, checkpoint_dir: {tmp_path / 'cp'}, checkpoint_every: 30}}\n"
+    )
+    children = SupervisorConfig.load(path).children()
+    archiver = children["archiver"]
+    assert archiver.argv[:4] == ("audit", "archive", "--checkpoint-every", "30")
+    assert archiver.env["FEDSCHED_AUDIT_SIGNING_KEY_FILE"] == str(key)
+    assert archiver.env["FEDSCHED_AUDIT_CHECKPOINT_DIR"] == str(tmp_path / "cp")
+    assert all("FEDSCHED_AUDIT_SIGNING_KEY_FILE" not in c.env for n, c in children.items() if n != "archiver")
+    assert "a key file" not in " ".join(archiver.argv)
+
+
+@pytest.mark.parametrize(
+    ("audit", "says"),
+    [
+        ("{signing_key_file: KEY}", "go together"),
+        ("{signing_key_file: /no/such/key, checkpoint_dir: /tmp/cp}", "no such file"),
+        ("{checkpoint_every: 0}", "checkpoint_every"),
+        ("{cadence: 5}", "unknown settings"),
+        ("[]", "a mapping"),
+    ],
+)
+def test_a_bad_audit_section_names_what_is_wrong(tmp_path: Path, audit: str, says: str) -> None:
+    key = tmp_path / "audit.key"
+    key.write_text("k")
+    path = tmp_path / "fedsched.yaml"
+    path.write_text(
+        f"log: kafka://h:1\npostgres_dsn: x\napi: {{jwt_public_key: k.pem}}\naudit: {audit.replace('KEY', str(key))}\n"
+    )
+    with pytest.raises(ConfigError, match=says):
+        SupervisorConfig.load(path)
