@@ -397,6 +397,19 @@ def test_an_entity_with_one_value_changed_reads_as_the_expected_type_or_is_refus
     assert isinstance(read, StateCodecError | type(which))
 
 
+@FUZZ
+@given(data=st.data())
+def test_a_pack_with_one_value_changed_reads_as_inputs_or_is_refused(data: st.DataObject) -> None:
+    written = encode_inputs(PACK)
+    length = int.from_bytes(written[codec.HEADER_SIZE : codec.HEADER_SIZE + 4], "big")
+    start = codec.HEADER_SIZE + 4
+    tree, events = json.loads(written[start : start + length]), written[start + length :]
+    path = data.draw(st.sampled_from(_leaves(tree)))
+    changed = _replace(tree, path, data.draw(_json))
+    read = _read(_framed(_pack_body(changed, events), kind=b"P"))
+    assert isinstance(read, StateCodecError | list)
+
+
 # -- the registry ---------------------------------------------------------------------------------------------
 
 
