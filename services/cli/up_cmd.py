@@ -92,6 +92,7 @@ async def run_up(args: argparse.Namespace) -> int:
             print(f"  signed audit checkpoints in {signing.checkpoint_dir}{public}", flush=True)
         print("  press Ctrl-C to stop", flush=True)
 
+    unchecked_under_a_fast_clock(args.sim_speed)
     try:
         return await run(config_from(args), on_ready=ready)
     except SettingRefused as error:  # before anything started: --api, the audit key's
@@ -114,5 +115,22 @@ async def run_demo(args: argparse.Namespace) -> int:
     configure_logging(logging.WARNING)
 
     tune_for_service()
+    unchecked_under_a_fast_clock(args.speed)
     config = DemoConfig(up=config_from(args), pods=pods, count=args.count, rate=args.rate, speed=args.speed)
     return await run(config)
+
+
+def unchecked_under_a_fast_clock(speed: float) -> None:
+    """A simulated clock faster than the wall stamps events ever further ahead of the log's own time: the
+    event-time check (``events.log.reading``) would refuse them all after a day of simulated lead, so this
+    process runs without it unless the operator set one (the embedded default's hosts are all in it)."""
+    import logging
+    import os
+
+    from events.log.reading import SKEW_VARIABLE
+
+    if speed != 1.0 and not os.environ.get(SKEW_VARIABLE):
+        os.environ[SKEW_VARIABLE] = "off"
+        logging.getLogger("fedsched.up").info(
+            "event=event_time_check_off reason=simulated_clock speed=%s variable=%s", speed, SKEW_VARIABLE
+        )

@@ -19,10 +19,12 @@ which a scheduler replays), the pure step (``SchedulerState.fold``, and ``decide
 
 The read path (``_fold``): a record is folded once, whatever reads it again (a tail and a catch-up, our
 own output folded as appended and read back): the host keeps the next offset to fold per partition. A
-record is decoded by ``events.log.reading.decode_record``; an input whose event time lies further from
-its time in the log than the allowed skew is not folded (the projections dead-letter it), except on the
-decisions topic: our own decisions carry the cycle's logical time, and a decision folded live but
-refused when read back would be made again. ``audit verify`` must decode with the same skew.
+record is decoded by ``events.log.reading.decode_record`` without the event-time check the projections
+and governance apply: the decisions must be a function of the log alone, which ``audit verify``
+re-executes, and a check whose bounds an operator sets (``FEDSCHED_EVENT_TIME_SKEW``, or off under a
+simulated clock running faster than the wall) would make them depend on a setting no record keeps. An
+event time far from the log's costs the scheduler no work proportional to it (usage is summed per epoch
+of the fairness half-life; waits and runtimes are differences of times).
 
 Leadership: every instance is a member of one consumer group on the single-partition decisions topic;
 the member that holds the partition leads (Kafka's group coordinator, or on the embedded log an
@@ -56,10 +58,9 @@ from events.hosting.loop import ride_out
 from events.hosting.sink import LogSink
 from events.log.contract import Appended, EventLog, GroupConsumer, LogRecord, OutRecord, ProducerFenced, TopicPartition
 from events.log.publisher import to_record, wall_clock_ms
-from events.log.reading import decode_record, skew_from_environment
+from events.log.reading import decode_record
 from events.plumbing.metrics import Sample, latency_quantiles
 from events.plumbing.outage import Outage
-from events.wire.codec import TimeSkew
 from services.scheduler.core.decide import INPUT_TOPICS, decide
 from services.scheduler.core.outputs import SOURCE
 from services.scheduler.core.policy import CycleMemo
@@ -104,10 +105,7 @@ class SchedulerHost:
         transactional_id: str = TRANSACTIONAL_ID,
         namespace: str = "",
         idle_cycle_ms: int = 5_000,
-        skew: TimeSkew | None = None,
     ) -> None:
-        """``skew``: how far an input's event time may lie from its time in the log (None: as the
-        environment says, see ``events.log.reading``)."""
         self._log = event_log
         self._clock = clock
         # A namespace prefixes every topic and group (several deployments, or tests, on one log).
@@ -119,7 +117,6 @@ class SchedulerHost:
         # A reader for each catch-up pass, closed after: a Kafka reader's consumers keep long-polling their
         # partitions while open (an idle scheduler's twenty cost ~0.3 cores, and as much of the broker's).
         self.follower = Follower(event_log, [self._ns + t for t in INPUT_TOPICS], reader_per_pass=True)
-        self._skew = skew if skew is not None else skew_from_environment(os.environ)
         self._decisions = self._ns + DECISIONS.name
         self._folded: dict[tuple[str, int], int] = {}  # the next offset to fold, per (topic, partition)
         # Opened when elected (fencing any earlier leader), dropped when deposed.
@@ -205,14 +202,14 @@ class SchedulerHost:
 
     def _fold(self, records: list[LogRecord]) -> int:
         """Fold records the follower handed out (its positions are past them already), each once."""
-        folded_to, decisions, skew = self._folded, self._decisions, self._skew
+        folded_to = self._folded
         for record in records:
             where = (record.topic, record.partition)
             if record.offset < folded_to.get(where, 0):
                 continue  # folded already: the same record read again changes nothing
             folded_to[where] = record.offset + 1
             try:
-                envelope = decode_record(record, None if record.topic == decisions else skew)
+                envelope = decode_record(record, None)  # unchecked: see the module docstring
             except EventError:
                 self.metrics.unreadable += 1  # the projections' dead-letter copy keeps it
             else:

@@ -1,5 +1,6 @@
 """Stateful fuzz of the scheduler, through its host's read path (``SchedulerHost._fold``: each record
-folded once, decoded with the event-time check but on its own decisions topic) and the pure core
+folded once, decoded without the event-time check: its decisions are a function of the log alone) and
+the pure core
 (``SchedulerState``, ``decide``): streams of valid events with extreme values, late repeats, corrupted
 and oversized records and far-future times (``tests.unit.events.test_consumer_fuzz_streams``), some
 batches delivered twice at their positions.
@@ -20,10 +21,8 @@ from events.catalog.base import Event
 from events.catalog.errors import EventError
 from events.catalog.inventory import ClusterKind, ClusterRegistered
 from events.catalog.jobs import JobStarted, PriorityClass
-from events.catalog.topics import DECISIONS
 from events.log.contract import LogRecord
 from events.log.reading import decode_record
-from events.wire.codec import DEFAULT_SKEW
 from events.wire.envelope import Envelope
 from services.scheduler.core.decide import INPUT_TOPICS, decide
 from services.scheduler.core.state import SchedulerState
@@ -41,7 +40,7 @@ class _NoLog:
 def folded(entries: list[Entry], again: set[int]) -> SchedulerHost:
     """The host's read path over ``entries``, a record at a time (each is then a batch: the state settles
     what it can after it); the batches at the indexes in ``again`` are delivered twice."""
-    host = SchedulerHost(_NoLog(), skew=DEFAULT_SKEW)  # type: ignore[arg-type]
+    host = SchedulerHost(_NoLog())  # type: ignore[arg-type]
     for index, entry in enumerate(entries):
         if entry.record.topic not in INPUT_TOPICS:
             continue
@@ -67,9 +66,9 @@ def known(state: SchedulerState, now_ms: int) -> dict[str, Any]:
 
 
 def _readable(record: LogRecord) -> bool:
-    """Whether the scheduler can fold ``record``: its own decisions are read whatever their time."""
+    """Whether the scheduler can fold ``record``: whatever its event time, when it can be read at all."""
     try:
-        decode_record(record, None if record.topic == DECISIONS.name else DEFAULT_SKEW)
+        decode_record(record, None)
     except EventError:
         return False
     return True

@@ -1,6 +1,7 @@
 """The scheduler host on the embedded PostgreSQL log: a cluster's old "unreachable" report appended again
-after 100 later records keeps no job from it, a submission stamped in the year 9999 is not folded, and
-a record read again at its position is folded once."""
+after 100 later records keeps no job from it, a submission stamped in the year 9999 is folded like any
+other (the scheduler's decisions are a function of the log alone: no setting bounds event times there)
+and costs nothing out of the ordinary, and a record read again at its position is folded once."""
 
 from __future__ import annotations
 
@@ -91,7 +92,7 @@ async def test_a_late_repeat_and_a_far_future_event_change_no_decision(
         while not await host.is_leader():
             assert loop.time() < deadline, "never elected"
             await asyncio.sleep(0.05)
-        assert await host.cycle() == 1
+        assert await host.cycle() == 2  # j1 and j9 placed
         # Read again from the start at the same positions (a catch-up over what a tail handed out): nothing
         # is folded twice.
         events_before = host.state.events
@@ -101,10 +102,10 @@ async def test_a_late_repeat_and_a_far_future_event_change_no_decision(
     finally:
         await host.close()
 
-    assert folded == len(records) + 3 and host.metrics.unreadable == 1  # the year 9999 is not folded
+    assert folded == len(records) + 3 and host.metrics.unreadable == 0  # the year 9999 too
     assert host.state.cluster_status["c1"] == "reachable"
     decided = await decisions(log)
     placed = [e for e in decided if isinstance(e, JobPlaced)]
-    assert [p.job_id for p in placed] == ["j1"]
-    assert not [e for e in decided if isinstance(e, JobQueued)]  # no job waits, none for j9
+    assert sorted(p.job_id for p in placed) == ["j1", "j9"]
+    assert not [e for e in decided if isinstance(e, JobQueued)]  # no job waits
     assert [type(e) for e in decided][-1] is SchedulingCycleCompleted
