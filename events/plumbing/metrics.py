@@ -61,6 +61,9 @@ _HELP = {
     "fedsched_governance_steps_total": ("counter", "Governance steps that published something"),
     "fedsched_unreadable_total": ("counter", "Log records that could not be read, per component"),
     "fedsched_archived_total": ("counter", "Log records copied into the audit archive"),
+    "fedsched_audit_checkpoints_total": ("counter", "Signed checkpoints of the audit archive's heads made"),
+    "fedsched_audit_checkpoints_refused_total": ("counter", "Checkpoints refused (heads gone backwards)"),
+    "fedsched_audit_checkpoint_seq": ("gauge", "Number of the newest signed checkpoint"),
     "fedsched_dead_lettered_total": ("counter", "Records sent to the dead-letter topic, per component"),
     "fedsched_outputs_published_total": ("counter", "Profile and quota events published, per component"),
     "fedsched_component_restarts_total": (
