@@ -22,7 +22,7 @@ from dataclasses import field
 from events.catalog.base import Event
 from events.catalog.inventory import GpuHealthReported, NodeObserved, NodeRemoved, NodeUsageReported
 from events.catalog.profiles import GpuModelProfile, Quantities, ResourceProfileUpdated
-from events.catalog.types import ClusterId, Health, NodeId
+from events.catalog.types import MAX_SAFE_INT, ClusterId, Health, NodeId
 from events.wire.envelope import Envelope, Latest
 from projections.stages.core import Applied, Emitted, Input, Output, Routed, evolve, record, split_key
 from projections.stages.deltas import NodeAllocation, NodeCapacity, QueueAllocation, UsageInterval, UsageSample
@@ -341,8 +341,10 @@ def profile_facts(profile: NodeProfile) -> ProfileFacts:
             entry[5] += 1000 if free == 1000 else 0
             capacity_gpu += 1000
             free_gpu += free
-    cpu_alloc = sum(a.cpu_milli for a in profile.allocations)
-    mem_alloc = sum(a.memory_mib for a in profile.allocations)
+    # Each allocation is within the catalogue's bounds; their sum need not be (a hostile or absurd log):
+    # the profile says "at least the most a profile can say" rather than fail to be published.
+    cpu_alloc = min(MAX_SAFE_INT, sum(a.cpu_milli for a in profile.allocations))
+    mem_alloc = min(MAX_SAFE_INT, sum(a.memory_mib for a in profile.allocations))
     cpu, memory, npus = (profile.cpu_milli, profile.memory_mib, profile.npus) if present else (0, 0, 0)
     health = health_milli(profile)
     stability = failures_per_kgpu_hour_milli(profile)
