@@ -122,8 +122,9 @@ def jobs_ended(outcomes: Mapping[str, Outcome], history: History) -> list[Violat
             continue
         runs = sorted(run for (j, run) in history.placements if j == job)
         ends = sorted(run for (j, run) in history.run_ends if j == job)
+        where = f" (last on {history.placements[(job, runs[-1])][0].cluster})" if runs else ""
         unfinished.append(
-            f"{outcome.draw.request_id} -> {job}: runs placed {runs}, runs ended {ends}, no end of the job"
+            f"{outcome.draw.request_id} -> {job}: runs placed {runs}{where}, runs ended {ends}, no end of the job"
         )
     return violation("job submitted but not ended when the system quiesced", unfinished)
 

@@ -39,7 +39,7 @@ from tests.soak.invariants import Violation
 from tests.soak.judge import Soaked, judge
 from tests.soak.load import Load, Outcome
 from tests.soak.plan import SoakPlan
-from tests.soak.settle import ArchiveWatch, JobEnds, projections_caught_up, until
+from tests.soak.settle import ArchiveWatch, JobEnds, ProjectionsWatch, until
 
 WRITERS = ("sim-a", "sim-b", "api", "intake", "governance", "scheduler-1", "scheduler-2")
 _READY_S = 180.0
@@ -129,9 +129,12 @@ async def _settle(
     if not await until(lambda: _all_ended(ends, expected), plan.settle_s):
         result.notes.append(f"{len(expected - ends.ended)} jobs had not ended after {plan.settle_s:.0f} s of settling")
     await fleet.shutdown(list(WRITERS))
-    worker = fleet.components["projections"]
-    if not await until(lambda: projections_caught_up(worker), _CAUGHT_UP_S):
-        result.notes.append(f"the projections worker was not at the end of the log within {_CAUGHT_UP_S:.0f} s")
+    worker = ProjectionsWatch(fleet.components["projections"])
+    if not await until(worker.caught_up, _CAUGHT_UP_S):
+        result.notes.append(
+            f"the projections worker was not at the end of the log within {_CAUGHT_UP_S:.0f} s"
+            f" (its last consumer lag: {worker.last})"
+        )
     archive = ArchiveWatch(backing.log_url, backing.dsn, quiet_s=CHECKPOINT_EVERY_S + 2)
     if not await until(archive.quiet, _CAUGHT_UP_S):
         result.notes.append(f"the archiver was not at the end of the log within {_CAUGHT_UP_S:.0f} s")

@@ -71,15 +71,22 @@ class JobEnds:
         return self.ended
 
 
-async def projections_caught_up(worker: Component) -> bool:
-    """The worker's consumer lag, measured each second, is 0 on three looks in a row."""
-    assert worker.spec.metrics_port is not None
-    for _ in range(3):
-        lag = (await scrape(worker.spec.metrics_port)).get('fedsched_consumer_lag{component="projections"}')
-        if lag != 0.0:
-            return False
-        await asyncio.sleep(1.1)  # one measurement period between looks
-    return True
+class ProjectionsWatch:
+    """Whether the projections worker's consumer lag, measured each second, is 0 on three looks in a row;
+    ``last`` keeps the latest lag it reported (None: it did not answer), for the report."""
+
+    def __init__(self, worker: Component) -> None:
+        assert worker.spec.metrics_port is not None
+        self._port = worker.spec.metrics_port
+        self.last: float | None = None
+
+    async def caught_up(self) -> bool:
+        for _ in range(3):
+            self.last = (await scrape(self._port)).get('fedsched_consumer_lag{component="projections"}')
+            if self.last != 0.0:
+                return False
+            await asyncio.sleep(1.1)  # one measurement period between looks
+        return True
 
 
 class ArchiveWatch:

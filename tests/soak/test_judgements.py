@@ -127,7 +127,7 @@ def test_a_job_never_ended_is_named_with_its_runs() -> None:
     history = a_history()
     history.job_ends.clear()
     (unfinished,) = invariants.jobs_ended(outcomes(), history)
-    assert unfinished.evidence == ["r1 -> j1: runs placed [1], runs ended [1], no end of the job"]
+    assert unfinished.evidence == ["r1 -> j1: runs placed [1] (last on sim-a), runs ended [1], no end of the job"]
 
 
 def test_cost_is_recomputed_hour_by_hour_and_a_read_model_that_differs_is_named() -> None:
