@@ -45,6 +45,7 @@ from typing import Any
 
 import yaml
 
+from events.audit.checkpoint_files import CHECKPOINT_DIR_ENV, SIGNING_KEY_ENV
 from services.runtime import credentials
 
 log = logging.getLogger("fedsched.supervisor")
@@ -205,8 +206,8 @@ class SupervisorConfig:
             if name == "archiver" and "signing_key_file" in self.audit:
                 # The key's path, not the key: the archiver reads it (and refuses one others may read).
                 env |= {
-                    "FEDSCHED_AUDIT_SIGNING_KEY_FILE": self.audit["signing_key_file"],
-                    "FEDSCHED_AUDIT_CHECKPOINT_DIR": self.audit["checkpoint_dir"],
+                    SIGNING_KEY_ENV: self.audit["signing_key_file"],
+                    CHECKPOINT_DIR_ENV: self.audit["checkpoint_dir"],
                 }
             out[name] = Child(name, tuple(argv), env)
         return out

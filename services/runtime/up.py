@@ -42,7 +42,13 @@ import asyncpg
 
 from connectors.sim.clock import SimClock
 from events.audit.archive import AuditArchiver
-from events.audit.checkpoint_files import CheckpointDir, load_signing_key, write_key_pair
+from events.audit.checkpoint_files import (
+    CHECKPOINT_DIR_ENV,
+    SIGNING_KEY_ENV,
+    CheckpointDir,
+    load_signing_key,
+    write_key_pair,
+)
 from events.audit.checkpointer import Checkpointer
 from events.catalog.topics import TOPICS
 from events.hosting.lag import Lag
@@ -122,11 +128,11 @@ def _audit_signing(data_dir: Path) -> AuditSigning:
     reads them), else a key made once in ``data_dir/audit``: on a laptop the checkpoints then sit beside
     the database, so they prove what the archive held to whoever keeps a copy of them (or of the public
     key), not to a reader of that very folder."""
-    key = os.environ.get("FEDSCHED_AUDIT_SIGNING_KEY_FILE")
-    directory = os.environ.get("FEDSCHED_AUDIT_CHECKPOINT_DIR")
+    key = os.environ.get(SIGNING_KEY_ENV)
+    directory = os.environ.get(CHECKPOINT_DIR_ENV)
     if key or directory:
         if not (key and directory):
-            raise ValueError("FEDSCHED_AUDIT_SIGNING_KEY_FILE and FEDSCHED_AUDIT_CHECKPOINT_DIR: name both or neither")
+            raise ValueError(f"{SIGNING_KEY_ENV} and {CHECKPOINT_DIR_ENV}: name both or neither")
         return AuditSigning(Path(key), None, Path(directory))
     audit = data_dir / "audit"
     audit.mkdir(mode=0o700, exist_ok=True)
