@@ -9,6 +9,11 @@ Called by hosts in distributed mode through ``events.log.open_log``. Calls aioka
   transaction is never seen.
 - The partition of a record is computed by ``events.catalog.topics.partition_for`` (Kafka's murmur2), not by
   the client, so the embedded log and Java producers agree with us.
+- A producer whose aiokafka sender routine has ended (it dies on an error it does not expect, as seen
+  around a broker restart) fails what was queued but leaves every later wait (a producer id, a
+  transaction's end, a send's delivery) pending forever. Every wait here races that routine: once it
+  has ended, the producer raises ``ProducerBroken`` (a ``KafkaError``, so an outage to the hosts, which
+  drop the producer and open a new one), or ``ProducerFenced`` when that is what ended it.
 """
 
 from __future__ import annotations
@@ -16,9 +21,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka import TopicPartition as KafkaTP
@@ -37,6 +42,8 @@ from events.log.contract import (
     TopicPartition,
     UnknownTopic,
 )
+
+T = TypeVar("T")
 
 _FETCH_WAIT_MS = 20
 _TAIL_FETCH_WAIT_MS = 500
@@ -150,6 +157,10 @@ class KafkaEventLog:
         )
 
 
+class ProducerBroken(KafkaError):  # type: ignore[misc]  # aiokafka is untyped
+    """The producer's sender routine has ended: nothing more can be sent with it; open a new one."""
+
+
 class KafkaProducer:
     def __init__(self, log: KafkaEventLog, transactional_id: str | None) -> None:
         self._log = log
@@ -182,22 +193,35 @@ class KafkaProducer:
             if offsets is not None:
                 raise ValueError("committing offsets with an append needs a transactional producer")
             self._check_fenced()
-            futures = await self._send_all(records)
-            return await _positions(futures)
-        async with self.transaction() as tx:
-            futures = await tx.send(records)
-            if offsets is not None:
-                await tx.commit_offsets(offsets)
-        return await _positions(futures)
+            return await self._positions(await self._send_all(records))
+        futures: list[asyncio.Future[Any]] = []
+        try:
+            async with self.transaction() as tx:
+                futures = await tx.send(records)
+                if offsets is not None:
+                    await tx.commit_offsets(offsets)
+        except BaseException:
+            _abandon(futures)
+            raise
+        return await self._positions(futures)
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[KafkaTransaction]:
         if self._transactional_id is None:
             raise ValueError("a transaction needs a producer with a transactional id")
         self._check_fenced()
+        producer = self._producer
         try:
-            async with self._producer.transaction():
+            await self._guarded(producer.begin_transaction())
+            try:
                 yield KafkaTransaction(self)
+            except BaseException:
+                # aiokafka's own context: a fatal state cannot be aborted (the next producer's start
+                # aborts what this one left open).
+                if not producer._txn_manager.is_fatal_error() and self._sender_alive():
+                    await self._guarded(producer.abort_transaction())
+                raise
+            await self._guarded(producer.commit_transaction())
         except KafkaProducerFenced as error:
             self._fenced = True
             raise ProducerFenced(f"producer {self._transactional_id!r} was fenced: {error}") from error
@@ -206,25 +230,65 @@ class KafkaProducer:
         if self._fenced:
             raise ProducerFenced(f"producer {self._transactional_id!r} was fenced by a newer instance")
 
+    def _sender_task(self) -> asyncio.Task[Any] | None:
+        sender = getattr(self._producer, "_sender", None)
+        return getattr(sender, "sender_task", None)
+
+    def _sender_alive(self) -> bool:
+        task = self._sender_task()
+        return task is None or not task.done()
+
+    async def _guarded(self, awaitable: Awaitable[T]) -> T:
+        """``awaitable``, unless the sender routine ends first (see the module docstring)."""
+        sender = self._sender_task()
+        if sender is None:
+            return await awaitable
+        waiting = asyncio.ensure_future(awaitable)
+        try:
+            if not sender.done():
+                await asyncio.wait((waiting, sender), return_when=asyncio.FIRST_COMPLETED)
+            if waiting.done():
+                return waiting.result()
+        finally:
+            if not waiting.done():
+                waiting.cancel()
+                with contextlib.suppress(BaseException):
+                    await waiting
+        raise self._ended(sender)
+
+    def _ended(self, sender: asyncio.Task[Any]) -> Exception:
+        error = None if sender.cancelled() else sender.exception()
+        if isinstance(error, KafkaProducerFenced) or isinstance(
+            error.__cause__ if error else None, KafkaProducerFenced
+        ):
+            self._fenced = True
+            return ProducerFenced(f"producer {self._transactional_id!r} was fenced: {error}")
+        return ProducerBroken(f"the sender routine of producer {self._transactional_id!r} ended: {error!r}")
+
+    async def _positions(self, futures: Sequence[asyncio.Future[Any]]) -> list[Appended]:
+        try:
+            return await self._guarded(_positions(futures))
+        except BaseException:
+            _abandon(futures)
+            raise
+
     async def send_offsets(self, offsets: GroupOffsets) -> None:
         if offsets.offsets:
-            await self._producer.send_offsets_to_transaction(
-                {KafkaTP(tp.topic, tp.partition): offset for tp, offset in offsets.offsets.items()},
-                offsets.group_id,
+            await self._guarded(
+                self._producer.send_offsets_to_transaction(
+                    {KafkaTP(tp.topic, tp.partition): offset for tp, offset in offsets.offsets.items()},
+                    offsets.group_id,
+                )
             )
 
     async def _send_all(self, records: Sequence[OutRecord]) -> list[asyncio.Future[Any]]:
         futures = []
         for record in records:
-            futures.append(
-                await self._producer.send(
-                    record.topic,
-                    value=record.value,
-                    key=record.key,
-                    partition=await self._route(record),
-                    headers=list(record.headers),
-                )
+            partition = await self._route(record)
+            send = self._producer.send(
+                record.topic, value=record.value, key=record.key, partition=partition, headers=list(record.headers)
             )
+            futures.append(await self._guarded(send))
         return futures
 
     async def _route(self, record: OutRecord) -> int:
@@ -251,10 +315,22 @@ class KafkaTransaction:
 
     async def append(self, records: Sequence[OutRecord]) -> list[Appended]:
         # Waits for the broker to acknowledge (the records stay invisible until the commit).
-        return await _positions(await self.send(records))
+        return await self._producer._positions(await self.send(records))
 
     async def commit_offsets(self, offsets: GroupOffsets) -> None:
         await self._producer.send_offsets(offsets)
+
+
+def _abandon(futures: Sequence[asyncio.Future[Any]]) -> None:
+    """Deliveries no one will wait for: their errors are taken (asyncio would log each as never
+    retrieved), now or when they come."""
+    for future in futures:
+        future.add_done_callback(_take)
+
+
+def _take(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 async def _positions(futures: Sequence[asyncio.Future[Any]]) -> list[Appended]:
