@@ -151,6 +151,18 @@ class ProjectionsConsumer(faust_aiokafka.Consumer):
     def _new_consumer_thread(self) -> Any:
         return _ReadCommittedThread(self, loop=self.loop, beacon=self.beacon)
 
+    async def on_task_error(self, exc: BaseException) -> None:
+        """faust commits when an agent fails: not ours (see ``_commit``)."""
+
+    async def _commit(self, offsets: Any) -> bool:
+        """Nothing is committed once the worker has crashed (``app.crash``: a stage that cannot fold, a
+        state it cannot read): what it processed but did not commit is read again after the restart.
+        faust's stop commits, through the consumer's thread, which the crash has stopped: the commit
+        never finished, and the worker never exited."""
+        if self.app.crashed:
+            return False
+        return bool(await super()._commit(offsets))
+
     _processed: set[tuple[str, int, int]]
 
     def processed(self, message: Any) -> None:

@@ -348,9 +348,10 @@ class ProjectionsHost:
                 except Exception as error:
                     # Half a batch must not be acknowledged, nor the agent restarted over a table that
                     # may be ahead of its changelog: stop the worker; a restart recovers consistently.
+                    # The agent ends with the worker (raised, faust's supervisor would start it again).
                     log.exception("event=stage_failed stage=%s", stage.name)
                     await self.app.crash(error)
-                    raise
+                    return
                 for event in events:
                     await self._ack(stream, event)
 

@@ -198,8 +198,36 @@ def run_worker(args: argparse.Namespace) -> int:
     tune_for_service()
     if args.metrics:
         _serve_worker_metrics(app, args.metrics, args.lag_every_s)
+    _exit_when_stuck_after_crash(app, CRASH_GRACE_S)
     faust.Worker(app, loglevel=args.loglevel, quiet=True).execute_from_commandline()
     return 0  # not reached: the worker exits the process when it stops
+
+
+CRASH_GRACE_S = 30.0
+"""How long a crashed worker's orderly stop may take before the process exits anyway."""
+
+
+def _exit_when_stuck_after_crash(app: Any, grace_s: float) -> None:
+    """A worker that crashed (a stage that cannot fold, a state it cannot read) stops through faust's
+    orderly stop, then exits for its supervisor to start it again. Should that stop hang (it did, on a
+    commit racing the crash), the process exits ``grace_s`` after the crash all the same: it has nothing
+    left to lose, since what it did not commit is read again. Watched from a thread, as a hung loop
+    would never run a timer."""
+    import logging
+    import os
+    import threading
+    import time
+
+    def watch() -> None:
+        while not app.crashed:
+            time.sleep(0.5)
+        time.sleep(grace_s)
+        logging.getLogger("fedsched.projections").error(
+            "event=worker_stuck_after_crash grace_s=%.0f reason=%r exiting=true", grace_s, app.crash_reason
+        )
+        os._exit(1)
+
+    threading.Thread(target=watch, name="crash-watchdog", daemon=True).start()
 
 
 def _serve_worker_metrics(app: Any, listen: str, lag_every_s: float) -> None:

@@ -284,3 +284,4 @@ async def test_a_worker_refuses_to_fold_onto_a_pickle_planted_in_its_changelog(
     assert not touched.exists()
     said = worker.tail(400)
     assert f"the stored state of '{job}' cannot be read from its changelog" in said and "pickle" in said, said
+    assert "worker_stuck_after_crash" not in said, said  # faust's orderly stop ended it, not the watchdog
