@@ -155,6 +155,7 @@ def node_usage(
                 gpu_memory_used_mib=job_gpu_mem,
                 cpu_milli_used=cpu,
                 memory_used_mib=mem,
+                run=run.run,
             )
         )
     jobs.sort(key=lambda u: u.job_id)

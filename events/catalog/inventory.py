@@ -41,6 +41,7 @@ from events.catalog.types import (
     NodeIdField,
     NonNegInt,
     Percent,
+    PosInt,
     ShortText,
     TaintEffect,
     TemperatureC,
@@ -212,13 +213,16 @@ class JobUsage(Frozen):
     gpu_memory_used_mib: NonNegInt = 0
     cpu_milli_used: NonNegInt = 0
     memory_used_mib: NonNegInt = 0
+    run: PosInt | None = None
+    """The job's run that was measured (its ``JobPlaced.run``), so the measurement is that run's however
+    late the placement is read; ``None``: the connector cannot tell (work fedsched did not place)."""
 
 
 class NodeUsageReported(NodeEvent):
     """A connector sampled how busy a node and the jobs on it were over a window ending now."""
 
     event_type: ClassVar[str] = "io.fedsched.NodeUsageReported"
-    schema_version: ClassVar[int] = 1
+    schema_version: ClassVar[int] = 2
 
     window_ms: Annotated[int, Field(ge=1, le=24 * 3600 * 1000)]
     cpu_milli_used: NonNegInt = 0

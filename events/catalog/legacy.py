@@ -14,6 +14,8 @@ History:
   cycle; a v1 record's engine is unknown (``None``), never guessed.
 - ``io.fedsched.JobPlaced`` v1 -> v2: v2 lists the ``victims``, the jobs asked to stop to make room for
   the run. A v1 placement did not say (explanations read it from the wait before), so: none listed.
+- ``io.fedsched.NodeUsageReported`` v1 -> v2: v2 names the ``run`` each job usage measured. A v1 report
+  did not say, so its runs are ``None`` (the projections attribute it by time, as they did).
 """
 
 from __future__ import annotations
@@ -31,11 +33,14 @@ from events.catalog.types import (
     ClusterIdField,
     CycleIdField,
     DeviceIndex,
+    DeviceIndices,
     EpochMillis,
     Frozen,
     Health,
+    JobIdField,
     NodeIdField,
     NonNegInt,
+    Percent,
     PolicyVersion,
     PosInt,
     Sha256Hex,
@@ -145,12 +150,56 @@ def placed_v1_to_v2(payload: Payload) -> Payload:
     return payload
 
 
+class GpuUsageV1(Frozen):
+    index: DeviceIndex
+    utilisation_pct: Percent
+    memory_used_mib: NonNegInt
+
+
+class JobUsageV1(Frozen):
+    job_id: JobIdField
+    gpu_indices: DeviceIndices = ()
+    utilisation_pct: Percent = 0
+    gpu_memory_used_mib: NonNegInt = 0
+    cpu_milli_used: NonNegInt = 0
+    memory_used_mib: NonNegInt = 0
+
+
+class NodeUsageReportedV1(Event):
+    """A connector sampled how busy a node and the jobs on it were (v1: without the run measured)."""
+
+    event_type: ClassVar[str] = "io.fedsched.NodeUsageReported"
+    schema_version: ClassVar[int] = 1
+    key_field: ClassVar[str | None] = "cluster/node"
+    topic: ClassVar[str] = INVENTORY.name
+
+    cluster: ClusterIdField
+    node: NodeIdField
+    window_ms: Annotated[int, Field(ge=1, le=24 * 3600 * 1000)]
+    cpu_milli_used: NonNegInt = 0
+    memory_used_mib: NonNegInt = 0
+    gpus: Annotated[tuple[GpuUsageV1, ...], Field(max_length=64), Unique(("index",), ordered=True)] = ()
+    jobs: Annotated[tuple[JobUsageV1, ...], Field(max_length=256), Unique(("job_id",))] = ()
+
+
+@upcaster("io.fedsched.NodeUsageReported", 1)
+def usage_v1_to_v2(payload: Payload) -> Payload:
+    jobs = payload.get("jobs")
+    if isinstance(jobs, list):
+        payload["jobs"] = [{**job, "run": None} if isinstance(job, dict) else job for job in jobs]
+    return payload
+
+
 __all__ = [
     "GpuHealthReportedV1",
     "GpuHealthSampleV1",
+    "GpuUsageV1",
     "JobPlacedV1",
+    "JobUsageV1",
+    "NodeUsageReportedV1",
     "SchedulingCycleCompletedV1",
     "cycle_v1_to_v2",
     "gpu_health_v1_to_v2",
     "placed_v1_to_v2",
+    "usage_v1_to_v2",
 ]

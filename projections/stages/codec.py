@@ -83,6 +83,8 @@ TYPES = Registry(
         "NodeProfile": nodes.NodeProfile,
         "Gpu": nodes.Gpu,
         "Allocation": nodes.Allocation,
+        "Released": nodes.Released,
+        "WaitingUsage": nodes.WaitingUsage,
         "ClusterView": clusters.ClusterView,
         "QueueQuota": quota.QueueQuota,
         "Holding": quota.Holding,

@@ -9,6 +9,16 @@ counts a job's GPU time twice. Outputs: ``ResourceProfileUpdated`` when the prof
 node's per-model capacity for the fleet stage, and usage pieces (with the node's GPU model filled in)
 for the cluster stage, which prices them.
 
+Whose usage a report measured does not depend on the order the hosts read it in. A job's allocation
+reaches a node through the job stage, one hop behind the node's own reports, so the distributed host
+may read a report before the allocation it measured, where a rebuild (in time order) reads the
+allocation first. A job's usage that names its run is that run's allocation's (held, or given back:
+the last ``RELEASED_KEPT`` allocations given back are kept); until that allocation is read, it waits in
+the profile (at most ``WAITING_USAGE`` of them; beyond, the oldest goes on as the unknown tenant's,
+whole GPUs). A job's usage that names no run (a connector that cannot tell, a report from before
+runs were named) is the allocation in force at the report's time, or the unknown tenant's, whole
+GPUs, as work fedsched did not place is.
+
 Health is an integer score out of 1000: the mean of the GPUs' states (ok 1000, degraded 500,
 failed 0) less a penalty for recent failures that halves every ``HALF_LIFE_MS``. Stability is
 failures per 1,000 GPU-hours observed.
@@ -33,6 +43,10 @@ FAILURE_PENALTY = 200
 RECENT_FAILURES = 16
 _HEALTH_POINTS = {Health.OK: 1000, Health.DEGRADED: 500, Health.FAILED: 0}
 _HOUR_MS = 3_600_000
+WAITING_USAGE = 64
+"""Job usage a node holds for allocations it has not been told of yet (see the module docstring)."""
+RELEASED_KEPT = 16
+"""Allocations given back that a node keeps, for the reports read after their release."""
 
 ModelFacts = tuple[str, int, int, int, int, int, int]
 """(model, GPUs, memory MiB, capacity milli, allocated milli, free milli, largest free block milli)."""
@@ -61,6 +75,30 @@ class Allocation:
     cpu_milli: int
     memory_mib: int
     gpu_milli: tuple[tuple[int, int], ...]
+    since_ms: int = 0
+    """When the run was placed here (its placement's time)."""
+
+
+@record
+class Released:
+    """An allocation given back, and when."""
+
+    allocation: Allocation
+    until_ms: int
+
+
+@record
+class WaitingUsage:
+    """What a report said a job's run used here, waiting for the run's allocation (see the module
+    docstring)."""
+
+    job_id: str
+    run: int | None
+    gpu_model: str
+    gpus: int
+    utilisation_pct: int
+    window_ms: int
+    end_ms: int
 
 
 @record
@@ -91,6 +129,10 @@ class NodeProfile:
     """The latest ``GpuHealthReported`` applied."""
     usage_at: Latest = field(default_factory=Latest)
     """The latest ``NodeUsageReported`` applied."""
+    released: tuple[Released, ...] = ()
+    """The last ``RELEASED_KEPT`` allocations given back, oldest first."""
+    waiting_usage: tuple[WaitingUsage, ...] = ()
+    """Job usage read before the allocation it measured, oldest first."""
 
     def model_of(self, index: int) -> str:
         for gpu in self.gpus:
@@ -157,7 +199,7 @@ def _apply(profile: NodeProfile, item: Event | object, now: int, event_id: str) 
             return profile, []
         return _usage(_seen(evolve(profile, usage_at=stamp), now), item, now)
     if isinstance(item, NodeAllocation):
-        return _allocation(profile, item), []
+        return _allocation(profile, item, now)
     if isinstance(item, QueueAllocation):
         model = profile.gpus[0].model if (profile.gpus and item.gpu_milli) else None
         return profile, [Routed("quota", item.queue_key, evolve(item, gpu_model=model))]
@@ -248,42 +290,106 @@ def _count_failures(profile: NodeProfile, gpus: Sequence[Gpu], now: int) -> tupl
 
 def _usage(profile: NodeProfile, event: NodeUsageReported, now: int) -> tuple[NodeProfile, list[Emitted]]:
     pct = sum(g.utilisation_pct for g in event.gpus) // len(event.gpus) if event.gpus else 0
-    held = {a.job_id: a for a in profile.allocations}
     emitted: list[Emitted] = []
+    waiting = list(profile.waiting_usage)
     for job in event.jobs:
         if not job.gpu_indices:
             continue
-        model = profile.model_of(job.gpu_indices[0])
-        allocation = held.get(job.job_id)
-        # What the job holds of those GPUs: a share of one is not the whole GPU (its placement not yet
-        # folded here: whole GPUs, as reported).
-        milli = sum(m for _, m in allocation.gpu_milli) if allocation else 1000 * len(job.gpu_indices)
-        sample = UsageSample(
+        used = WaitingUsage(
             job.job_id,
-            allocation.tenant if allocation else "",
-            "",
-            profile.cluster,
-            model,
-            milli,
+            job.run,
+            profile.model_of(job.gpu_indices[0]),
+            len(job.gpu_indices),
             job.utilisation_pct,
             event.window_ms,
             now,
         )
-        emitted.append(Routed("clusters", profile.cluster, sample))
-    return evolve(profile, gpu_utilisation_pct=pct), emitted
+        allocation = _measured(profile, used)
+        if allocation is None and used.run is not None:
+            waiting.append(used)
+        else:
+            emitted.append(_sample(profile, used, allocation))
+    overflow = max(0, len(waiting) - WAITING_USAGE)
+    emitted += [_sample(profile, used, None) for used in waiting[:overflow]]
+    return evolve(profile, gpu_utilisation_pct=pct, waiting_usage=tuple(waiting[overflow:])), emitted
 
 
-def _allocation(profile: NodeProfile, delta: NodeAllocation) -> NodeProfile:
+def _measured(profile: NodeProfile, used: WaitingUsage) -> Allocation | None:
+    """The allocation a job's usage measured: its run's, held or given back; with no run named, the
+    latest placed by the report's time and not given back before it."""
+    kept = [(a, None) for a in profile.allocations] + [(g.allocation, g.until_ms) for g in profile.released]
+    found: Allocation | None = None
+    for allocation, until_ms in kept:
+        if allocation.job_id != used.job_id:
+            continue
+        if used.run is not None:
+            if allocation.run == used.run:
+                return allocation
+        elif (
+            allocation.since_ms <= used.end_ms
+            and (until_ms is None or used.end_ms <= until_ms)
+            and (found is None or allocation.since_ms > found.since_ms)
+        ):
+            found = allocation
+    return found
+
+
+def _sample(profile: NodeProfile, used: WaitingUsage, allocation: Allocation | None) -> Routed:
+    # What the job holds of those GPUs: a share of one is not the whole GPU (no allocation known: whole
+    # GPUs, as reported).
+    milli = sum(m for _, m in allocation.gpu_milli) if allocation else 1000 * used.gpus
+    sample = UsageSample(
+        used.job_id,
+        allocation.tenant if allocation else "",
+        "",
+        profile.cluster,
+        used.gpu_model,
+        milli,
+        used.utilisation_pct,
+        used.window_ms,
+        used.end_ms,
+    )
+    return Routed("clusters", profile.cluster, sample)
+
+
+def _allocation(profile: NodeProfile, delta: NodeAllocation, now: int) -> tuple[NodeProfile, list[Emitted]]:
     others = tuple(a for a in profile.allocations if a.job_id != delta.job_id)
     current = next((a for a in profile.allocations if a.job_id == delta.job_id), None)
     if delta.held:
         if current is not None and current.run > delta.run:
-            return profile
-        new = Allocation(delta.job_id, delta.run, delta.tenant, delta.cpu_milli, delta.memory_mib, delta.gpu_milli)
-        return evolve(profile, allocations=tuple(sorted((*others, new), key=lambda a: a.job_id)))
+            return profile, []
+        since = now
+        if current is not None and current.run == delta.run:
+            since = current.since_ms
+        elif current is not None:  # a later run replaces one still held: that one is given back now
+            profile = _given_back(profile, current, now)
+        new = Allocation(
+            delta.job_id, delta.run, delta.tenant, delta.cpu_milli, delta.memory_mib, delta.gpu_milli, since
+        )
+        profile = evolve(profile, allocations=tuple(sorted((*others, new), key=lambda a: a.job_id)))
+        return _usage_for(profile, delta.job_id)
     if current is not None and current.run == delta.run:
-        return evolve(profile, allocations=others)
-    return profile
+        return evolve(_given_back(profile, current, now), allocations=others), []
+    return profile, []
+
+
+def _given_back(profile: NodeProfile, allocation: Allocation, now: int) -> NodeProfile:
+    return evolve(profile, released=(*profile.released, Released(allocation, now))[-RELEASED_KEPT:])
+
+
+def _usage_for(profile: NodeProfile, job_id: str) -> tuple[NodeProfile, list[Emitted]]:
+    """The usage that waited for an allocation of the job now held."""
+    emitted: list[Emitted] = []
+    waiting = []
+    for used in profile.waiting_usage:
+        allocation = _measured(profile, used) if used.job_id == job_id else None
+        if allocation is None:
+            waiting.append(used)
+        else:
+            emitted.append(_sample(profile, used, allocation))
+    if not emitted:
+        return profile, []
+    return evolve(profile, waiting_usage=tuple(waiting)), emitted
 
 
 def _main_model(profile: NodeProfile) -> str:

@@ -345,8 +345,8 @@ def _usage(state: GovState, e: Event, t: int, at: Stamp) -> None:
     for usage in e.jobs:
         facts = state.jobs.get(usage.job_id)
         run = facts.live_run() if facts is not None else None
-        if run is None or run.cluster != e.cluster:
-            continue
+        if run is None or run.cluster != e.cluster or usage.run not in (None, run.run):
+            continue  # not a run the rules watch (a report that names an earlier run is about that one)
         run.samples.append(Sample(t, e.window_ms, e.node, usage.utilisation_pct))
         del run.samples[:-MAX_SAMPLES]
 

@@ -75,7 +75,15 @@ from events.catalog.jobs import (
     PriorityClass,
     Toleration,
 )
-from events.catalog.legacy import GpuHealthReportedV1, GpuHealthSampleV1, JobPlacedV1, SchedulingCycleCompletedV1
+from events.catalog.legacy import (
+    GpuHealthReportedV1,
+    GpuHealthSampleV1,
+    GpuUsageV1,
+    JobPlacedV1,
+    JobUsageV1,
+    NodeUsageReportedV1,
+    SchedulingCycleCompletedV1,
+)
 from events.catalog.profiles import GpuModelProfile, Quantities, QuotaUsage, QuotaUsageUpdated, ResourceProfileUpdated
 from events.catalog.reasons import ReasonCode as R
 from events.catalog.types import (
@@ -182,6 +190,7 @@ def _inventory() -> list[Event]:
                     gpu_memory_used_mib=155_500,
                     cpu_milli_used=32_000,
                     memory_used_mib=240_000,
+                    run=2,
                 ),
             ),
         ),
@@ -517,6 +526,13 @@ def _legacy() -> list[Event]:
             ),
         ),
         SchedulingCycleCompletedV1(**_cycle()),
+        NodeUsageReportedV1(
+            cluster=C1,
+            node=N1,
+            window_ms=60_000,
+            gpus=(GpuUsageV1(index=0, utilisation_pct=97, memory_used_mib=78_000),),
+            jobs=(JobUsageV1(job_id=JOB, gpu_indices=(0,), utilisation_pct=96),),
+        ),
     ]
 
 

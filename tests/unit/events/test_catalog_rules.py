@@ -55,7 +55,7 @@ CATALOGUE = {
     "io.fedsched.JobSucceeded": 1,
     "io.fedsched.NodeObserved": 1,
     "io.fedsched.NodeRemoved": 1,
-    "io.fedsched.NodeUsageReported": 1,
+    "io.fedsched.NodeUsageReported": 2,
     "io.fedsched.PolicyConfigured": 1,
     "io.fedsched.QuotaRequestApproved": 1,
     "io.fedsched.QuotaRequestRejected": 1,
