@@ -282,13 +282,25 @@ class KafkaProducer:
             )
 
     async def _send_all(self, records: Sequence[OutRecord]) -> list[asyncio.Future[Any]]:
-        futures = []
-        for record in records:
-            partition = await self._route(record)
-            send = self._producer.send(
-                record.topic, value=record.value, key=record.key, partition=partition, headers=list(record.headers)
-            )
-            futures.append(await self._guarded(send))
+        return await self._guarded(self._send_each(records))  # one race for the batch, not one per record
+
+    async def _send_each(self, records: Sequence[OutRecord]) -> list[asyncio.Future[Any]]:
+        futures: list[asyncio.Future[Any]] = []
+        try:
+            for record in records:
+                partition = await self._route(record)
+                futures.append(
+                    await self._producer.send(
+                        record.topic,
+                        value=record.value,
+                        key=record.key,
+                        partition=partition,
+                        headers=list(record.headers),
+                    )
+                )
+        except BaseException:
+            _abandon(futures)
+            raise
         return futures
 
     async def _route(self, record: OutRecord) -> int:
