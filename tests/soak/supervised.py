@@ -121,23 +121,24 @@ class Component:
         pid = self.pid
         if pid is None:
             return None
-        self._killed = True
         if self.paused:
             self.resume()
-        os.kill(pid, signal.SIGKILL)
+        if not _signal(pid, signal.SIGKILL):
+            return None
+        self._killed = True  # after the signal went: an exit of its own stays unplanned
         return pid
 
     def pause(self) -> int | None:
         pid = self.pid
-        if pid is not None:
-            os.kill(pid, signal.SIGSTOP)
+        if pid is not None and _signal(pid, signal.SIGSTOP):
             self.paused = True
-        return pid
+            return pid
+        return None
 
     def resume(self) -> None:
         pid = self.pid
         if pid is not None and self.paused:
-            os.kill(pid, signal.SIGCONT)
+            _signal(pid, signal.SIGCONT)
         self.paused = False
 
     async def shutdown(self, grace_s: float = 30.0) -> int | None:
@@ -158,6 +159,16 @@ class Component:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         return code
+
+
+def _signal(pid: int, signum: int) -> bool:
+    """Whether the signal reached the process: one that has just exited is reaped before asyncio
+    records its exit code, so ``pid`` may still name it for a moment."""
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _now_ms() -> int:

@@ -34,12 +34,7 @@ TIMEOUT_S = int(300 + 3 * PLAN.load_s + 2 * PLAN.settle_s)
 
 NOTES = 12
 
-# known_defect (deselected by make test; make soak runs it): it fails in about half the runs on two open
-# defects it found, named in issue 19's notes: the read_usage read model differs from a rebuild (a usage
-# report folded before the job's allocation reaches the node is counted as the "unknown" tenant's, whole
-# GPUs: the live worker and a rebuild read in different orders), and a sim connector whose aiokafka
-# sender routine died after a broker restart stays alive and silent, so its jobs never end.
-pytestmark = [pytest.mark.soak, pytest.mark.chaos, pytest.mark.slow, pytest.mark.known_defect]
+pytestmark = [pytest.mark.soak, pytest.mark.chaos, pytest.mark.slow]
 
 
 @pytest.mark.timeout(TIMEOUT_S)
