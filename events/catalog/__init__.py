@@ -13,7 +13,7 @@ upcasters); shared pieces in ``types``, ``reasons``, ``base`` (the base class an
 ``schema`` (JSON Schema).
 """
 
-from events.catalog import decisions, governance, inventory, jobs, legacy, lifecycle, profiles, schema
+from events.catalog import decisions, documents, governance, inventory, jobs, legacy, lifecycle, profiles, schema
 from events.catalog.base import REGISTRY, Event
 from events.catalog.decisions import (
     JobPlaced,
@@ -23,6 +23,8 @@ from events.catalog.decisions import (
     SchedulingCycleCompleted,
 )
 from events.catalog.governance import (
+    BudgetSet,
+    CohortConfigured,
     GovernanceClockTicked,
     GovernanceFinding,
     JobIdleWarning,
@@ -57,8 +59,10 @@ from events.catalog.reasons import ReasonCode
 
 __all__ = [
     "REGISTRY",
+    "BudgetSet",
     "ClusterRegistered",
     "ClusterStatusChanged",
+    "CohortConfigured",
     "Event",
     "GovernanceClockTicked",
     "GovernanceFinding",
@@ -91,6 +95,7 @@ __all__ = [
     "SchedulingCycleCompleted",
     "TenantRegistered",
     "decisions",
+    "documents",
     "governance",
     "inventory",
     "jobs",

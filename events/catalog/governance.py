@@ -1,4 +1,5 @@
-"""Policies, tenants, quotas and quota requests (topic ``fedsched.governance``, one partition).
+"""Policies, tenants, cohorts, quotas, budgets and quota requests (topic ``fedsched.governance``, one
+partition).
 
 Called by the governance service and the API (which publish them), by the quota-usage projection and by
 the scheduler, which decides under the policy and quotas in force at its input offsets. Policy events
@@ -7,6 +8,13 @@ order of governance changes.
 
 Quota amounts are in the unit of their ``resource`` (see ``ResourceKind``): milli-CPU, MiB, milli-GPU,
 NPUs. ``QuotaSet`` replaces the whole quota of a tenant's queue; a line that is left out has no quota.
+
+Configuration documents (``events.catalog.documents``) applied through the API are published as these
+events, one per change, each with a ``change`` (``DocumentChange``: which document, its generation, its
+author from the caller's token, the fields it changed, and whether it was deleted): a ``Policy`` as
+``PolicyConfigured``, a ``Tenant`` as ``TenantRegistered``, a ``Cohort`` as ``CohortConfigured``, a
+``Quota`` as ``QuotaSet`` and a ``Budget`` as ``BudgetSet``. A ``QuotaSet`` without a change is
+governance's (a grant's start or end) or the API's ``SetQuota``.
 
 Retired fields stay reserved (never reused with another meaning): none yet.
 """
@@ -19,6 +27,8 @@ from typing import Annotated, ClassVar
 from pydantic import Field, model_validator
 
 from events.catalog.base import Event
+from events.catalog.documents import BudgetSpec, DocumentChange
+from events.catalog.jobs import PriorityClass
 from events.catalog.reasons import ReasonCode
 from events.catalog.topics import GOVERNANCE
 from events.catalog.types import (
@@ -40,6 +50,7 @@ from events.catalog.types import (
     Principal,
     QueueId,
     QueueIdField,
+    QuotaLine,
     QuotaRequestIdField,
     ResourceKind,
     SignedInt,
@@ -53,7 +64,7 @@ class PolicyConfigured(Event):
     """An operator put a scheduling policy version in force (its weights and settings)."""
 
     event_type: ClassVar[str] = "io.fedsched.PolicyConfigured"
-    schema_version: ClassVar[int] = 1
+    schema_version: ClassVar[int] = 2
     key_field: ClassVar[str | None] = "policy"
     topic: ClassVar[str] = GOVERNANCE.name
 
@@ -64,13 +75,15 @@ class PolicyConfigured(Event):
     document: PolicyDocument
     """The weights and settings, as the scheduler's policy configuration reads them."""
     configured_by: Principal
+    change: DocumentChange | None = None
+    """The ``Policy`` document this puts in force (``None``: published by something else)."""
 
 
 class TenantRegistered(Event):
     """A tenant (a team) was registered or its settings changed."""
 
     event_type: ClassVar[str] = "io.fedsched.TenantRegistered"
-    schema_version: ClassVar[int] = 1
+    schema_version: ClassVar[int] = 2
     key_field: ClassVar[str | None] = "tenant"
     topic: ClassVar[str] = GOVERNANCE.name
 
@@ -81,31 +94,48 @@ class TenantRegistered(Event):
     weight: Annotated[int, Field(ge=1, le=1_000_000)] = 1
     """Relative fair-share weight: a tenant of weight 2 gets twice the share of a tenant of weight 1."""
     labels: Labels = Field(default_factory=dict)
+    hot_model_cap_milli: NonNegInt | None = None
+    """The most milli-GPU of hot GPU models the tenant may hold; ``None``: the policy's cap."""
+    default_priority_class: PriorityClass | None = None
+    """The priority class of the tenant's jobs that name none; ``None``: standard."""
+    change: DocumentChange | None = None
+    """The ``Tenant`` document this registers (``None``: published by something else). Deleted: the
+    tenant's settings go back to the defaults (weight 1, no cohort, no cap of its own)."""
 
 
-class QuotaLine(Frozen):
-    """The quota of one resource, or of one GPU model of a resource; ``None`` limit means unbounded."""
+class CohortConfigured(Event):
+    """A cohort (tenants that lend each other their unused guaranteed quota) was declared, changed or
+    deleted; a ``Tenant`` names its cohort."""
 
-    resource: ResourceKind
-    gpu_model: GpuModel | None = None
-    """Only for gpu and npu; ``None`` is the quota over every model."""
-    guaranteed: NonNegInt
-    limit: NonNegInt | None = None
+    event_type: ClassVar[str] = "io.fedsched.CohortConfigured"
+    schema_version: ClassVar[int] = 1
+    key_field: ClassVar[str | None] = "cohort"
+    topic: ClassVar[str] = GOVERNANCE.name
 
-    @model_validator(mode="after")
-    def _consistent(self) -> QuotaLine:
-        if self.gpu_model is not None and self.resource not in (ResourceKind.GPU, ResourceKind.NPU):
-            raise ValueError("gpu_model is only for the gpu and npu resources")
-        if self.limit is not None and self.limit < self.guaranteed:
-            raise ValueError("limit is less than guaranteed")
-        return self
+    cohort: Id
+    display_name: Name
+    description: Text = ""
+    change: DocumentChange
+
+
+class BudgetSet(Event):
+    """A GPU-hour budget of a tenant or a cohort was set, changed or deleted (the ``Budget`` document)."""
+
+    event_type: ClassVar[str] = "io.fedsched.BudgetSet"
+    schema_version: ClassVar[int] = 1
+    key_field: ClassVar[str | None] = "budget"
+    topic: ClassVar[str] = GOVERNANCE.name
+
+    budget: Id
+    spec: BudgetSpec
+    change: DocumentChange
 
 
 class QuotaSet(Event):
     """The quota of a tenant's queue was set; it replaces the queue's previous quota entirely."""
 
     event_type: ClassVar[str] = "io.fedsched.QuotaSet"
-    schema_version: ClassVar[int] = 1
+    schema_version: ClassVar[int] = 2
     key_field: ClassVar[str | None] = "tenant"
     topic: ClassVar[str] = GOVERNANCE.name
 
@@ -116,6 +146,9 @@ class QuotaSet(Event):
     set_by: Principal
     request_id: QuotaRequestIdField | None = None
     """The approved quota request this comes from, if any."""
+    change: DocumentChange | None = None
+    """The ``Quota`` document this sets (``None``: a grant's start or end, or ``SetQuota``). Deleted: the
+    queue has no quota of its own (``lines`` is empty)."""
 
 
 class QuotaRequestSubmitted(Event):
@@ -280,6 +313,8 @@ class GovernanceClockTicked(Event):
 
 
 __all__ = [
+    "BudgetSet",
+    "CohortConfigured",
     "Figure",
     "FindingKind",
     "GovernanceClockTicked",

@@ -14,6 +14,10 @@ History:
   cycle; a v1 record's engine is unknown (``None``), never guessed.
 - ``io.fedsched.JobPlaced`` v1 -> v2: v2 lists the ``victims``, the jobs asked to stop to make room for
   the run. A v1 placement did not say (explanations read it from the wait before), so: none listed.
+- ``io.fedsched.PolicyConfigured``, ``io.fedsched.TenantRegistered``, ``io.fedsched.QuotaSet`` v1 -> v2:
+  v2 records the configuration document a change came from (``change``), and a tenant's
+  ``hot_model_cap_milli`` and ``default_priority_class``. A v1 record came from no document and set
+  neither (``None``: the policy's cap, the standard class).
 - ``io.fedsched.NodeUsageReported`` v1 -> v2: v2 names the ``run`` each job usage measured. A v1 report
   did not say, so its runs are ``None`` (the projections attribute it by time, as they did).
 """
@@ -27,7 +31,7 @@ from pydantic import Field, JsonValue, model_validator
 from events.catalog.base import Event
 from events.catalog.decisions import CandidateScore, DecisionEvent, ReplicaPlacement, TopicOffset
 from events.catalog.reasons import ReasonCode
-from events.catalog.topics import DECISIONS, INVENTORY
+from events.catalog.topics import DECISIONS, GOVERNANCE, INVENTORY
 from events.catalog.types import (
     MAX_REPLICAS,
     ClusterIdField,
@@ -37,14 +41,24 @@ from events.catalog.types import (
     EpochMillis,
     Frozen,
     Health,
+    Id,
     JobIdField,
+    Labels,
+    Name,
     NodeIdField,
     NonNegInt,
     Percent,
+    PolicyDocument,
     PolicyVersion,
     PosInt,
+    Principal,
+    QueueId,
+    QueueIdField,
+    QuotaLine,
+    QuotaRequestIdField,
     Sha256Hex,
     TemperatureC,
+    TenantIdField,
     Text,
     Unique,
 )
@@ -190,6 +204,69 @@ def usage_v1_to_v2(payload: Payload) -> Payload:
     return payload
 
 
+class PolicyConfiguredV1(Event):
+    """An operator put a scheduling policy version in force (v1: from no document)."""
+
+    event_type: ClassVar[str] = "io.fedsched.PolicyConfigured"
+    schema_version: ClassVar[int] = 1
+    key_field: ClassVar[str | None] = "policy"
+    topic: ClassVar[str] = GOVERNANCE.name
+
+    policy: Id
+    policy_version: PolicyVersion
+    description: Text = ""
+    document: PolicyDocument
+    configured_by: Principal
+
+
+class TenantRegisteredV1(Event):
+    """A tenant was registered or its settings changed (v1: no cap, default class nor document)."""
+
+    event_type: ClassVar[str] = "io.fedsched.TenantRegistered"
+    schema_version: ClassVar[int] = 1
+    key_field: ClassVar[str | None] = "tenant"
+    topic: ClassVar[str] = GOVERNANCE.name
+
+    tenant: TenantIdField
+    display_name: Name
+    cohort: Id | None = None
+    weight: Annotated[int, Field(ge=1, le=1_000_000)] = 1
+    labels: Labels = Field(default_factory=dict)
+
+
+class QuotaSetV1(Event):
+    """The quota of a tenant's queue was set (v1: from no document)."""
+
+    event_type: ClassVar[str] = "io.fedsched.QuotaSet"
+    schema_version: ClassVar[int] = 1
+    key_field: ClassVar[str | None] = "tenant"
+    topic: ClassVar[str] = GOVERNANCE.name
+
+    tenant: TenantIdField
+    queue: QueueIdField = QueueId("default")
+    lines: Annotated[tuple[QuotaLine, ...], Field(max_length=64), Unique(("resource", "gpu_model"))]
+    set_by: Principal
+    request_id: QuotaRequestIdField | None = None
+
+
+@upcaster("io.fedsched.PolicyConfigured", 1)
+def policy_v1_to_v2(payload: Payload) -> Payload:
+    payload["change"] = None
+    return payload
+
+
+@upcaster("io.fedsched.TenantRegistered", 1)
+def tenant_v1_to_v2(payload: Payload) -> Payload:
+    payload.update(hot_model_cap_milli=None, default_priority_class=None, change=None)
+    return payload
+
+
+@upcaster("io.fedsched.QuotaSet", 1)
+def quota_v1_to_v2(payload: Payload) -> Payload:
+    payload["change"] = None
+    return payload
+
+
 __all__ = [
     "GpuHealthReportedV1",
     "GpuHealthSampleV1",
@@ -197,9 +274,15 @@ __all__ = [
     "JobPlacedV1",
     "JobUsageV1",
     "NodeUsageReportedV1",
+    "PolicyConfiguredV1",
+    "QuotaSetV1",
     "SchedulingCycleCompletedV1",
+    "TenantRegisteredV1",
     "cycle_v1_to_v2",
     "gpu_health_v1_to_v2",
     "placed_v1_to_v2",
+    "policy_v1_to_v2",
+    "quota_v1_to_v2",
+    "tenant_v1_to_v2",
     "usage_v1_to_v2",
 ]

@@ -309,3 +309,21 @@ class Resources(Frozen):
     def total_gpu_milli(self) -> int:
         """GPU demand of one replica in milli-GPU."""
         return self.gpus * 1000 + self.gpu_milli
+
+
+class QuotaLine(Frozen):
+    """The quota of one resource, or of one GPU model of a resource; ``None`` limit means unbounded."""
+
+    resource: ResourceKind
+    gpu_model: GpuModel | None = None
+    """Only for gpu and npu; ``None`` is the quota over every model."""
+    guaranteed: NonNegInt
+    limit: NonNegInt | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> QuotaLine:
+        if self.gpu_model is not None and self.resource not in (ResourceKind.GPU, ResourceKind.NPU):
+            raise ValueError("gpu_model is only for the gpu and npu resources")
+        if self.limit is not None and self.limit < self.guaranteed:
+            raise ValueError("limit is less than guaranteed")
+        return self

@@ -29,7 +29,17 @@ from events.catalog.decisions import (
     SuggestedChange,
     TopicOffset,
 )
+from events.catalog.documents import (
+    BudgetMode,
+    BudgetSpec,
+    BudgetWindow,
+    DocumentChange,
+    FieldChange,
+    Kind,
+)
 from events.catalog.governance import (
+    BudgetSet,
+    CohortConfigured,
     Figure,
     FindingKind,
     GovernanceClockTicked,
@@ -82,7 +92,10 @@ from events.catalog.legacy import (
     JobPlacedV1,
     JobUsageV1,
     NodeUsageReportedV1,
+    PolicyConfiguredV1,
+    QuotaSetV1,
     SchedulingCycleCompletedV1,
+    TenantRegisteredV1,
 )
 from events.catalog.profiles import GpuModelProfile, Quantities, QuotaUsage, QuotaUsageUpdated, ResourceProfileUpdated
 from events.catalog.reasons import ReasonCode as R
@@ -357,7 +370,7 @@ def _governance() -> list[Event]:
         GovernanceClockTicked(ticked_by="governance"),
         PolicyConfigured(
             policy="default",
-            policy_version="policy-v7",
+            policy_version="default.g7",
             description="cost weight raised",
             document={
                 "node_policy": "fgd",
@@ -366,9 +379,49 @@ def _governance() -> list[Event]:
                 "max_victims": 16,
             },
             configured_by="ops@example.com",
+            change=DocumentChange(
+                kind=Kind.POLICY,
+                name="default",
+                generation=7,
+                author="ops@example.com",
+                changes=(FieldChange(path="spec.cluster_weights.cost", before="1", after="2"),),
+            ),
         ),
         TenantRegistered(
-            tenant=ML, display_name="ML Research", cohort="research", weight=2, labels={"cost-center": "cc-4410"}
+            tenant=ML,
+            display_name="ML Research",
+            cohort="research",
+            weight=2,
+            labels={"cost-center": "cc-4410"},
+            hot_model_cap_milli=16_000,
+            default_priority_class=PriorityClass.CRITICAL_TRAINING,
+            change=DocumentChange(
+                kind=Kind.TENANT,
+                name=ML,
+                generation=1,
+                author="ops@example.com",
+                changes=(FieldChange(path="spec.weight", after="2"),),
+                labels={"cost-center": "cc-4410"},
+            ),
+        ),
+        CohortConfigured(
+            cohort="research",
+            display_name="Research",
+            description="ML research teams share their GPUs",
+            change=DocumentChange(kind=Kind.COHORT, name="research", generation=2, author="ops@example.com"),
+        ),
+        BudgetSet(
+            budget="ml-research-monthly",
+            spec=BudgetSpec(
+                tenant=ML, window=BudgetWindow.MONTH, timezone="Europe/Paris", gpu_hours=500, mode=BudgetMode.HARD
+            ),
+            change=DocumentChange(
+                kind=Kind.BUDGET,
+                name="ml-research-monthly",
+                generation=3,
+                author="finance@example.com",
+                changes=(FieldChange(path="spec.gpu_hours", before="400", after="500"),),
+            ),
         ),
         QuotaSet(
             tenant=ML,
@@ -378,6 +431,9 @@ def _governance() -> list[Event]:
             lines=(
                 QuotaLine(resource=ResourceKind.GPU, gpu_model="NVIDIA-H100-SXM5-80GB", guaranteed=8_000, limit=16_000),
                 QuotaLine(resource=ResourceKind.CPU, guaranteed=256_000),
+            ),
+            change=DocumentChange(
+                kind=Kind.QUOTA, name="ml-research-gpu-training", generation=1, author="ops@example.com", deleted=False
             ),
         ),
         QuotaRequestSubmitted(
@@ -526,6 +582,31 @@ def _legacy() -> list[Event]:
             ),
         ),
         SchedulingCycleCompletedV1(**_cycle()),
+        PolicyConfiguredV1(
+            policy="default",
+            policy_version="policy-v7",
+            description="cost weight raised",
+            document={
+                "node_policy": "fgd",
+                "cluster_weights": {"fit": 6, "locality": 3, "cost": 2},
+                "preemption": True,
+                "max_victims": 16,
+            },
+            configured_by="ops@example.com",
+        ),
+        TenantRegisteredV1(
+            tenant=ML, display_name="ML Research", cohort="research", weight=2, labels={"cost-center": "cc-4410"}
+        ),
+        QuotaSetV1(
+            tenant=ML,
+            queue=QueueId("gpu-training"),
+            set_by="ops@example.com",
+            request_id=REQ,
+            lines=(
+                QuotaLine(resource=ResourceKind.GPU, gpu_model="NVIDIA-H100-SXM5-80GB", guaranteed=8_000, limit=16_000),
+                QuotaLine(resource=ResourceKind.CPU, guaranteed=256_000),
+            ),
+        ),
         NodeUsageReportedV1(
             cluster=C1,
             node=N1,

@@ -27,6 +27,7 @@ from pydantic import BaseModel, JsonValue, StringConstraints
 from pydantic.fields import FieldInfo
 
 from events.catalog.decisions import CandidateScore, JobPlaced, ReplicaPlacement
+from events.catalog.documents import MIN_USAGE_HALF_LIFE_MS, BudgetSpec, PolicySpec
 from events.catalog.governance import QuotaLine, QuotaRequestApproved, QuotaRequestSubmitted, _Decided
 from events.catalog.jobs import JobKind, JobSubmitted
 from events.catalog.legacy import JobPlacedV1
@@ -255,7 +256,24 @@ def _approved(v: Values) -> Values:
     return _ordered_pair(_decided(v), "effective_from_ms", "expires_ms")
 
 
+def _budget(v: Values) -> Values:
+    if v["tenant"] is not None:
+        v["cohort"] = None
+    elif v["cohort"] is None:
+        v["cohort"] = "cohort-a"
+    return v
+
+
+def _policy(v: Values) -> Values:
+    half_life = v["usage_half_life_ms"]
+    if isinstance(half_life, int) and 0 < half_life < MIN_USAGE_HALF_LIFE_MS:
+        v["usage_half_life_ms"] = 0
+    return v
+
+
 FIXUPS: dict[type[BaseModel], Callable[[Values], Values]] = {
+    BudgetSpec: _budget,
+    PolicySpec: _policy,
     Resources: _resources,
     JobSubmitted: _job_submitted,
     ReplicaPlacement: _replica,

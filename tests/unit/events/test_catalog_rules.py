@@ -34,8 +34,10 @@ from .catalog_strategies import fixup_for, limits_of, unwrap
 pytestmark = pytest.mark.timeout(30)
 
 CATALOGUE = {
+    "io.fedsched.BudgetSet": 1,
     "io.fedsched.ClusterRegistered": 1,
     "io.fedsched.ClusterStatusChanged": 1,
+    "io.fedsched.CohortConfigured": 1,
     "io.fedsched.GovernanceClockTicked": 1,
     "io.fedsched.GovernanceFinding": 1,
     "io.fedsched.GpuHealthReported": 2,
@@ -56,21 +58,21 @@ CATALOGUE = {
     "io.fedsched.NodeObserved": 1,
     "io.fedsched.NodeRemoved": 1,
     "io.fedsched.NodeUsageReported": 2,
-    "io.fedsched.PolicyConfigured": 1,
+    "io.fedsched.PolicyConfigured": 2,
     "io.fedsched.QuotaRequestApproved": 1,
     "io.fedsched.QuotaRequestRejected": 1,
     "io.fedsched.QuotaRequestSubmitted": 1,
-    "io.fedsched.QuotaSet": 1,
+    "io.fedsched.QuotaSet": 2,
     "io.fedsched.QuotaUsageUpdated": 1,
     "io.fedsched.ResourceProfileUpdated": 1,
     "io.fedsched.SchedulingCycleCompleted": 2,
-    "io.fedsched.TenantRegistered": 1,
+    "io.fedsched.TenantRegistered": 2,
 }
 
 PUBLIC = sorted(
     ["REGISTRY", "Event", "ReasonCode"]
     + [name.rsplit(".", 1)[1] for name in CATALOGUE]
-    + ["decisions", "governance", "inventory", "jobs", "legacy", "lifecycle", "profiles", "schema"]
+    + ["decisions", "documents", "governance", "inventory", "jobs", "legacy", "lifecycle", "profiles", "schema"]
 )
 
 
