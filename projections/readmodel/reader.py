@@ -23,6 +23,7 @@ from projections.readmodel.rows import from_records as parse
 from projections.readmodel.rows.tables import (
     ALL,
     CLUSTERS,
+    DOCUMENTS,
     FLEET,
     JOB_ORDER,
     JOBS,
@@ -35,6 +36,7 @@ from projections.readmodel.rows.tables import (
 from projections.readmodel.rows.typed import (
     ClusterAllocation,
     ClusterSummary,
+    DocumentRow,
     FleetModel,
     HeldRun,
     JobFilter,
@@ -64,6 +66,7 @@ class ReadModels:
         self._jobs, self._nodes, self._clusters = f"{s}.{JOBS.name}", f"{s}.{NODES.name}", f"{s}.{CLUSTERS.name}"
         self._quota, self._usage, self._fleet = f"{s}.{QUOTA.name}", f"{s}.{USAGE.name}", f"{s}.{FLEET.name}"
         self._positions = f"{s}.{POSITIONS}"
+        self._documents = f"{s}.{DOCUMENTS.name}"
 
     async def ping(self) -> None:
         """A round trip to the database (the health probe's)."""
@@ -244,6 +247,28 @@ class ReadModels:
             f" cost_micro, currency, projects FROM {self._usage}"
         )
         return [parse.usage_hour(r) for r in await self._pool.fetch(sql)]
+
+    # -- configuration documents -----------------------------------------------------------------------
+
+    async def documents(
+        self,
+        tenants: Sequence[str] | None,
+        kind: str | None = None,
+        name: str | None = None,
+        *,
+        deleted: bool = False,
+    ) -> list[DocumentRow]:
+        """Configuration documents by kind and name; ``kind`` and ``name`` narrow it. A scoped caller
+        (``tenants``) sees its tenants' documents and the fleet's own (cohorts, the policy, a cohort's
+        budget); ``deleted`` includes the ones deleted (their generation goes on when applied again)."""
+        sql = (
+            f"SELECT kind, name, tenant, generation, body, author, changed_ms, deleted FROM {self._documents}"
+            f" WHERE ($1::text[] IS NULL OR tenant = '' OR tenant = ANY($1::text[]))"
+            f" AND ($2::text IS NULL OR kind = $2) AND ($3::text IS NULL OR name = $3)"
+            f" AND ($4::boolean OR NOT deleted) ORDER BY kind, name"
+        )
+        scope = None if tenants is None else list(tenants)
+        return [parse.document_row(r) for r in await self._pool.fetch(sql, scope, kind, name, deleted)]
 
     # -- consistency --------------------------------------------------------------------------------------
 

@@ -52,7 +52,7 @@ from events.catalog.errors import EventError
 from events.catalog.types import Health
 from events.wire.codec import decode_event, invalid_event
 from events.wire.envelope import Latest
-from projections.stages import clusters, core, deltas, fleet, jobs, nodes, quota, shapes, usage
+from projections.stages import clusters, core, deltas, documents, fleet, jobs, nodes, quota, shapes, usage
 from projections.stages.codec_errors import LayoutMismatch, StateCodecError, UnknownFormat, UnknownTypeTag
 from projections.stages.codec_types import Registry
 
@@ -93,6 +93,7 @@ TYPES = Registry(
         "UsageBucket": usage.UsageBucket,
         "FleetState": fleet.FleetState,
         "ShapeCount": shapes.ShapeCount,
+        "DocumentView": documents.DocumentView,
         "Latest": Latest,
         "Health": Health,
     }
@@ -110,6 +111,7 @@ ENTITY_TYPES: Mapping[str, type] = {
     shapes.STAGE: shapes.ShapeCount,
     fleet.STAGE: fleet.FleetState,
     usage.STAGE: usage.UsageBucket,
+    documents.STAGE: documents.DocumentView,
 }
 """Each stage's entity class: what a stored entity of that stage must be."""
 

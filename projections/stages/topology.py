@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from events.wire.envelope import Envelope
 from projections.stages.clusters import ClusterStage
 from projections.stages.core import Input, KeyedBy, Output, Position, Routed, Stage
+from projections.stages.documents import DocumentStage
 from projections.stages.fleet import FleetStage
 from projections.stages.jobs import JobStage
 from projections.stages.nodes import NodeStage
@@ -64,7 +65,16 @@ class Processed:
 
 
 def default_stages() -> tuple[Stage[Any], ...]:
-    return (JobStage(), NodeStage(), ClusterStage(), QuotaStage(), ShapeStage(), FleetStage(), UsageStage())
+    return (
+        JobStage(),
+        NodeStage(),
+        ClusterStage(),
+        QuotaStage(),
+        ShapeStage(),
+        FleetStage(),
+        UsageStage(),
+        DocumentStage(),
+    )
 
 
 class Topology:

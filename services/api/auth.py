@@ -22,7 +22,7 @@ viewer            read jobs, timelines, explanations, quotas and the resource vi
 submitter         viewer, plus submit and cancel jobs and request quota
 operator          viewer, plus cancel jobs
 auditor           viewer (for compliance: typically with ``tenants: ["*"]``)
-admin             everything, including set quotas and decide quota requests
+admin             everything, including set quotas, decide quota requests and apply configuration
 ================  ==============================================================================
 
 A method missing from ``METHODS`` is refused (``PERMISSION_DENIED``), as is a token without a role that
@@ -90,6 +90,7 @@ class Action(StrEnum):
     REQUEST_QUOTA = "quota.request"
     SET_QUOTA = "quota.set"
     DECIDE_QUOTA = "quota.decide"
+    CONFIGURE = "config.apply"
     REFLECT = "reflect"
 
 
@@ -102,13 +103,15 @@ ALLOWED: dict[Action, frozenset[Role]] = {
     Action.REQUEST_QUOTA: frozenset({Role.SUBMITTER, Role.ADMIN}),
     Action.SET_QUOTA: frozenset({Role.ADMIN}),
     Action.DECIDE_QUOTA: frozenset({Role.ADMIN}),
+    Action.CONFIGURE: frozenset({Role.ADMIN}),
 }
 
-_J, _R, _Q, _A = (
+_J, _R, _Q, _A, _C = (
     "/fedsched.v1.JobService/",
     "/fedsched.v1.ResourceService/",
     "/fedsched.v1.QuotaService/",
     "/fedsched.v1.AuditService/",
+    "/fedsched.v1.ConfigService/",
 )
 #: What each method of the API does; a method not listed here is refused.
 METHODS: dict[str, Action] = {
@@ -126,6 +129,9 @@ METHODS: dict[str, Action] = {
     _Q + "RequestQuota": Action.REQUEST_QUOTA,
     _Q + "DecideQuotaRequest": Action.DECIDE_QUOTA,
     _A + "GetJobTimeline": Action.READ,
+    _C + "ApplyDocuments": Action.CONFIGURE,
+    _C + "GetDocuments": Action.READ,
+    _C + "DeleteDocument": Action.CONFIGURE,
 }
 
 

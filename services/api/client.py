@@ -17,7 +17,7 @@ import grpc
 from google.rpc import error_details_pb2, status_pb2
 
 from services.api.metadata import FIELD_HEADER, REASON_HEADER
-from services.api.pb import audit_pb2_grpc, jobs_pb2_grpc, quota_pb2_grpc, resources_pb2_grpc
+from services.api.pb import audit_pb2_grpc, config_pb2_grpc, jobs_pb2_grpc, quota_pb2_grpc, resources_pb2_grpc
 
 DEFAULT_SERVER = "127.0.0.1:50051"
 DEV_TOKEN_FILE = Path(".fedsched") / "dev-token"
@@ -94,6 +94,7 @@ class Client:
         self.resources: Any = resources_pb2_grpc.ResourceServiceStub(self.channel)  # type: ignore[no-untyped-call]
         self.quota: Any = quota_pb2_grpc.QuotaServiceStub(self.channel)  # type: ignore[no-untyped-call]
         self.audit: Any = audit_pb2_grpc.AuditServiceStub(self.channel)  # type: ignore[no-untyped-call]
+        self.documents: Any = config_pb2_grpc.ConfigServiceStub(self.channel)  # type: ignore[no-untyped-call]
 
     @property
     def metadata(self) -> tuple[tuple[str, str], ...]:

@@ -13,6 +13,8 @@ codegen.ensure()
 from services.api.gen.fedsched.v1 import (  # noqa: E402
     audit_pb2,
     audit_pb2_grpc,
+    config_pb2,
+    config_pb2_grpc,
     jobs_pb2,
     jobs_pb2_grpc,
     quota_pb2,
@@ -27,12 +29,15 @@ SERVICES = {
     "fedsched.v1.ResourceService": resources_pb2.DESCRIPTOR.services_by_name["ResourceService"],
     "fedsched.v1.QuotaService": quota_pb2.DESCRIPTOR.services_by_name["QuotaService"],
     "fedsched.v1.AuditService": audit_pb2.DESCRIPTOR.services_by_name["AuditService"],
+    "fedsched.v1.ConfigService": config_pb2.DESCRIPTOR.services_by_name["ConfigService"],
 }
 
 __all__ = [
     "SERVICES",
     "audit_pb2",
     "audit_pb2_grpc",
+    "config_pb2",
+    "config_pb2_grpc",
     "jobs_pb2",
     "jobs_pb2_grpc",
     "quota_pb2",

@@ -40,6 +40,7 @@ from services.api.audit import AuditService
 from services.api.auth import AuthInterceptor
 from services.api.commands import JobCommands, QuotaCommands
 from services.api.config import ApiConfig, is_loopback
+from services.api.documents import ConfigCommands, ConfigService
 from services.api.handlers import generic_handler, request_samples
 from services.api.intake import Intake
 from services.api.jobs import JobService
@@ -137,6 +138,7 @@ async def serve(
         "fedsched.v1.ResourceService": ResourceService(reads),
         "fedsched.v1.QuotaService": QuotaService(quotas, reads),
         "fedsched.v1.AuditService": AuditService(jobs, reads, store),
+        "fedsched.v1.ConfigService": ConfigService(ConfigCommands(publisher, reads)),
     }
     limit = config.max_message_bytes
     server = grpc.aio.server(

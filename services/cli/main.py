@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "services.cli.projections_cmd",
     "services.cli.api_cmd",
     "services.cli.people_cmd",
+    "services.cli.config_cmd",
     "services.cli.gov_cmd",
 )
 

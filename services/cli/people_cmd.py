@@ -45,7 +45,8 @@ EXIT_CODES = {
 STATUSES = tuple(status.value for status in JobStatus)
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def client_options() -> argparse.ArgumentParser:
+    """The options of every command that is a client of the API (a parent parser)."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--server", default=None, help="API address host:port (default: FEDSCHED_SERVER or local)")
     common.add_argument("--token", default=None, help="bearer token (default: FEDSCHED_TOKEN or the dev token)")
@@ -54,11 +55,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     common.add_argument("--client-key", type=Path, default=None, help="client key for mutual TLS (PEM)")
     common.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for an answer (default 30)")
     common.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return common
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    common = client_options()
 
     submit = sub.add_parser("submit", parents=[common], help="submit a job from a YAML file")
     submit.add_argument("file", type=Path, help="job YAML (the fields of JobSubmitted; '-' for stdin)")
     submit.add_argument("--request-id", help="idempotency key (default: the file's client_request_id, else new)")
-    submit.set_defaults(handler=_handler(submit_job))
+    submit.set_defaults(handler=api_command(submit_job))
 
     jobs = sub.add_parser("jobs", parents=[common], help="list jobs, newest first")
     jobs.add_argument("--tenant", default="")
@@ -68,26 +74,26 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     jobs.add_argument("--priority-class", default="")
     jobs.add_argument("--cluster", default="")
     jobs.add_argument("--limit", type=positive_int, default=50, help="at most this many jobs (default 50)")
-    jobs.set_defaults(handler=_handler(list_jobs))
+    jobs.set_defaults(handler=api_command(list_jobs))
 
     job = sub.add_parser("job", parents=[common], help="one job: status, placement and timeline")
     job.add_argument("job_id")
-    job.set_defaults(handler=_handler(show_job))
+    job.set_defaults(handler=api_command(show_job))
 
     watch = sub.add_parser("watch", parents=[common], help="follow a job's events until it ends")
     watch.add_argument("job_id")
     watch.add_argument("--skip-history", action="store_true", help="only what happens from now on")
-    watch.set_defaults(handler=_handler(watch_job))
+    watch.set_defaults(handler=api_command(watch_job))
 
     explain = sub.add_parser("explain", parents=[common], help="why a job waits, was preempted, or went where it is")
     explain.add_argument("job_id")
-    explain.set_defaults(handler=_handler(explain_job))
+    explain.set_defaults(handler=api_command(explain_job))
 
     cancel = sub.add_parser("cancel", parents=[common], help="ask for a job to be cancelled")
     cancel.add_argument("job_id")
     cancel.add_argument("--reason", default="", help="why, for the job's history")
     cancel.add_argument("--request-id", default=None, help="idempotency key")
-    cancel.set_defaults(handler=_handler(cancel_job))
+    cancel.set_defaults(handler=api_command(cancel_job))
 
     resources = sub.add_parser("resources", parents=[common], help="GPU capacity: clusters x GPU models")
     resources.add_argument("--cluster", default="", help="only this cluster")
@@ -97,18 +103,20 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     resources.add_argument(
         "--limit", type=positive_int, default=200, help="with --nodes: at most this many (default 200)"
     )
-    resources.set_defaults(handler=_handler(show_resources))
+    resources.set_defaults(handler=api_command(show_resources))
 
     quota = sub.add_parser("quota", parents=[common], help="quota and usage of tenant queues")
     quota.add_argument("--tenant", default="")
     quota.add_argument("--queue", default="")
-    quota.set_defaults(handler=_handler(show_quota))
+    quota.set_defaults(handler=api_command(show_quota))
 
 
 Command = Callable[[argparse.Namespace, "Client"], Awaitable[int]]
 
 
-def _handler(command: Command) -> Callable[[argparse.Namespace], Awaitable[int]]:
+def api_command(command: Command) -> Callable[[argparse.Namespace], Awaitable[int]]:
+    """The handler of a command that calls the API: a client from the options, errors reported."""
+
     async def run(args: argparse.Namespace) -> int:
         from services.api.client import CallError, Client
 

@@ -16,6 +16,7 @@ fails ``test_every_rpc_answers_a_token_of_another_tenant_without_leaking[<method
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ import pytest_asyncio
 from services.api.auth import METHODS, Role
 from services.api.client import CallError, Client, call_error
 from services.api.commands import derived_id, job_id_for
-from services.api.pb import SERVICES, audit_pb2, jobs_pb2, quota_pb2, resources_pb2
+from services.api.pb import SERVICES, audit_pb2, config_pb2, jobs_pb2, quota_pb2, resources_pb2
 from tests.api.conftest import Stack
 from tests.api.support import new_request_id, spec
 
@@ -93,6 +94,11 @@ async def _collect(stream: Any) -> list[Any]:
 
 def _quota_lines() -> list[quota_pb2.QuotaLine]:
     return [quota_pb2.QuotaLine(resource="gpu", guaranteed=1000)]
+
+
+def _tenant_document(target: Target) -> config_pb2.ApplyDocumentsRequest:
+    document = {"api_version": "fedsched.io/v1", "kind": "Tenant", "metadata": {"name": target.tenant}, "spec": {}}
+    return config_pb2.ApplyDocumentsRequest(documents=[json.dumps(document)])
 
 
 #: Every RPC of the API, with what a token of tenant A gets when it asks about tenant B.
@@ -201,6 +207,30 @@ ROWS: dict[str, list[Probe]] = {
             each(DENIED, admin=NOT_FOUND),
         )
     ],
+    "/fedsched.v1.ConfigService/ApplyDocuments": [
+        Probe("B's Tenant document", lambda c, t: c.call(c.documents.ApplyDocuments, _tenant_document(t)), each(DENIED))
+    ],
+    "/fedsched.v1.ConfigService/GetDocuments": [
+        Probe(
+            "every document",
+            lambda c, t: c.call(c.documents.GetDocuments, config_pb2.GetDocumentsRequest()),
+            each(OK),
+        ),
+        Probe(
+            "B's Tenant document",
+            lambda c, t: c.call(c.documents.GetDocuments, config_pb2.GetDocumentsRequest(kind="Tenant", name=t.tenant)),
+            each(OK),
+        ),
+    ],
+    "/fedsched.v1.ConfigService/DeleteDocument": [
+        Probe(
+            "B's Tenant document",
+            lambda c, t: c.call(
+                c.documents.DeleteDocument, config_pb2.DeleteDocumentRequest(kind="Tenant", name=t.tenant)
+            ),
+            each(DENIED, admin=NOT_FOUND),
+        )
+    ],
     "/fedsched.v1.AuditService/GetJobTimeline": [
         Probe(
             "B's job",
@@ -256,6 +286,11 @@ async def world(stack: Stack) -> World:
     )
     await stack.fold()
     b_target = Target(b, queue_b, b_job.job_id, asked.request_id)
+    applying = asyncio.ensure_future(admin.call(admin.documents.ApplyDocuments, _tenant_document(b_target)))
+    while not applying.done():  # the API waits for the read model to show its change
+        await stack.fold()
+        await asyncio.sleep(0.02)
+    await applying
     ghost_tenant = f"iso-ghost-{tag}"
     ghost = Target(
         ghost_tenant, f"queue-ghost-{tag}", job_id_for(ghost_tenant, "never"), derived_id("q", ghost_tenant, "never")

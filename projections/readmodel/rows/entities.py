@@ -21,6 +21,7 @@ from typing import Any
 
 from projections.readmodel.rows import tables
 from projections.stages.clusters import ClusterView
+from projections.stages.documents import DocumentView
 from projections.stages.fleet import FleetState
 from projections.stages.jobs import JobView
 from projections.stages.nodes import NodeProfile, profile_facts
@@ -169,6 +170,11 @@ def _fleet_rows(key: str, fleet: FleetState) -> Sequence[Row]:
     ]
 
 
+def _document_rows(key: str, view: DocumentView) -> Sequence[Row]:
+    body = view.body or None
+    return [(key, view.kind, view.name, view.tenant, view.generation, body, view.author, view.changed_ms, view.deleted)]
+
+
 TABLES: dict[str, Table] = {
     "jobs": _converted(tables.JOBS, _job_rows),
     "nodes": _converted(tables.NODES, _node_rows),
@@ -177,5 +183,6 @@ TABLES: dict[str, Table] = {
     "usage": _converted(tables.USAGE, _usage_rows),
     "shapes": _converted(tables.SHAPES, _shape_rows),
     "fleet": _converted(tables.FLEET, _fleet_rows),
+    "documents": _converted(tables.DOCUMENTS, _document_rows),
 }
 """Each stage's table, by stage name."""

@@ -14,6 +14,7 @@ from events.catalog.types import ClusterId, JobId, TenantId
 from projections.readmodel.rows.typed import (
     ClusterAllocation,
     ClusterSummary,
+    DocumentRow,
     FleetModel,
     HeldRun,
     JobHistory,
@@ -237,4 +238,18 @@ def usage_hour(r: Record) -> UsageHour:
         cost_micro=_int(r, "cost_micro"),
         currency=_text(r, "currency"),
         projects=tuple(ProjectShare(str(p), int(a), int(c)) for p, a, c in _json(r["projects"]) or ()),
+    )
+
+
+def document_row(r: Record) -> DocumentRow:
+    body = _json(r["body"])
+    return DocumentRow(
+        kind=_text(r, "kind"),
+        name=_text(r, "name"),
+        tenant=_text(r, "tenant"),
+        generation=_int(r, "generation"),
+        body=body if isinstance(body, dict) else None,
+        author=_text(r, "author"),
+        changed_ms=_int(r, "changed_ms"),
+        deleted=bool(r["deleted"]),
     )

@@ -194,5 +194,20 @@ FLEET = Table(
     ),
 )
 
-ALL = (JOBS, NODES, CLUSTERS, QUOTA, USAGE, SHAPES, FLEET)
+DOCUMENTS = Table(
+    "read_documents",
+    (
+        ("entity_key", "text NOT NULL"),
+        ("kind", "text"),
+        ("name", "text"),
+        ("tenant", "text"),
+        ("generation", "bigint"),
+        ("body", "jsonb"),
+        ("author", "text"),
+        ("changed_ms", "bigint"),
+        ("deleted", "boolean"),
+    ),
+)
+
+ALL = (JOBS, NODES, CLUSTERS, QUOTA, USAGE, SHAPES, FLEET, DOCUMENTS)
 """Every read-model table (the bookkeeping ones aside), in the order their checksums are listed."""

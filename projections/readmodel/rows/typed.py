@@ -241,3 +241,17 @@ class UsageHour:
     cost_micro: int
     currency: str
     projects: tuple[ProjectShare, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentRow:
+    """A configuration document as last applied (``body`` its JSON values; ``None`` once deleted)."""
+
+    kind: str
+    name: str
+    tenant: str
+    generation: int
+    body: dict[str, Any] | None
+    author: str
+    changed_ms: int
+    deleted: bool
