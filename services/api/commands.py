@@ -12,6 +12,7 @@ records, so a retried request or a re-published event is recognisable as the sam
 from __future__ import annotations
 
 import hashlib
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from events.catalog.documents import Kind
 from events.catalog.governance import QuotaRequestApproved, QuotaRequestSubmitted, QuotaSet
 from events.catalog.jobs import JobCancelRequested, JobSubmitted
 from events.catalog.lifecycle import FINAL_STATUSES
@@ -63,11 +65,33 @@ class JobRef:
     status: str
 
 
+TENANT_DEFAULTS_TTL_S = 2.0
+"""How long a tenant's default priority class is remembered: a Tenant document's change reaches new
+submissions within this long."""
+
+
 class JobCommands:
     def __init__(self, publisher: Publisher, store: ApiStore, reads: ReadModels) -> None:
         self._publisher = publisher
         self._store = store
         self._reads = reads
+        self._defaults: dict[str, tuple[float, str | None]] = {}
+
+    async def default_priority_class(self, tenant: str) -> str | None:
+        """The priority class a job of ``tenant`` that names none gets: its Tenant document's
+        ``default_priority_class`` (None: the catalogue's default, standard)."""
+        now = time.monotonic()
+        known = self._defaults.get(tenant)
+        if known is not None and now - known[0] < TENANT_DEFAULTS_TTL_S:
+            return known[1]
+        rows = await self._reads.documents(None, Kind.TENANT.value, tenant)
+        spec = (rows[0].body or {}).get("spec", {}) if rows else {}
+        found = spec.get("default_priority_class")
+        value = found if isinstance(found, str) else None
+        if len(self._defaults) > 10_000:  # bounded: tenants are few, but names come from requests
+            self._defaults.clear()
+        self._defaults[tenant] = (now, value)
+        return value
 
     async def submit(
         self,
@@ -86,6 +110,10 @@ class JobCommands:
         authorize_on(principal, Action.SUBMIT_JOB, tenant)
         request_id = client_request_id or new_request_id()
         body = dict(spec)
+        if "priority_class" not in body and isinstance(tenant, str) and validation.is_identifier(tenant):
+            default = await self.default_priority_class(tenant)  # the tenant's, recorded in the event
+            if default is not None:
+                body["priority_class"] = default
         body.pop("job_id", None)
         body.update(
             job_id=job_id_for(str(tenant), request_id),

@@ -136,6 +136,15 @@ def identifier(field: str, value: str) -> str:
     return _adapted(_ID, field, value)
 
 
+def is_identifier(value: str) -> bool:
+    """Whether ``value`` is a catalogue id (a request naming something else is refused later, naming it)."""
+    try:
+        _ID.validate_python(value)
+    except ValidationError:
+        return False
+    return True
+
+
 def optional_identifier(field: str, value: str) -> str | None:
     return identifier(field, value) if value else None
 

@@ -19,11 +19,11 @@ import pytest
 import yaml
 
 from events.catalog.configuration import document_of
-from events.catalog.topics import GOVERNANCE
+from events.catalog.topics import GOVERNANCE, JOBS
 from services.api.client import CallError
-from services.api.pb import config_pb2
+from services.api.pb import config_pb2, jobs_pb2
 from tests.api.conftest import Stack
-from tests.api.support import LogTail, envelope_of
+from tests.api.support import LogTail, envelope_of, new_request_id, spec
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.postgres, pytest.mark.timeout(300)]
 
@@ -245,3 +245,17 @@ async def test_a_deleted_document_takes_its_settings_out_and_a_used_cohort_stays
         again = await admin.call(admin.documents.ApplyDocuments, request(example_documents()))
         budget = next(r for r in again.results if r.name == "team-b-weekly")
         assert (budget.action, budget.generation) == ("created", gone.result.generation + 1)
+
+
+async def test_a_job_that_names_no_priority_class_gets_its_tenants_default(stack: Stack) -> None:
+    admin = stack.client(stack.keys.admin())
+    async with folding(stack):
+        await admin.call(admin.documents.ApplyDocuments, request(example_documents()))  # team-b: best_effort
+    submitter = stack.client(stack.keys.hs(tenants=["team-b"], roles=["submitter"]))
+    tail = await LogTail.of(stack.log, JOBS.name)
+    for job_spec in (spec(tenant="team-b"), spec(tenant="team-b", priority_class="critical_training")):
+        request_ = jobs_pb2.SubmitJobRequest(spec=job_spec, client_request_id=new_request_id())
+        await submitter.call(submitter.jobs.SubmitJob, request_)
+    records = await tail.wait_for(lambda r: True, count=2)
+    classes = [envelope_of(r).data.priority_class.value for r in records]  # type: ignore[union-attr]
+    assert classes == ["best_effort", "critical_training"]  # the default, and what the job named

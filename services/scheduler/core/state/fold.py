@@ -92,7 +92,10 @@ def _profile(state: Facts, e: ResourceProfileUpdated, _: int, __: str) -> None:
 
 def _tenant(state: Facts, e: TenantRegistered, time_ms: int, event_id: str) -> None:
     if _latest(state.latest, ("tenant", e.tenant), time_ms, event_id):
-        state.tenants[e.tenant] = e
+        if e.change is not None and e.change.deleted:  # its document deleted: the tenant's defaults again
+            state.tenants.pop(e.tenant, None)
+        else:
+            state.tenants[e.tenant] = e
 
 
 def _quota(state: Facts, e: QuotaSet, time_ms: int, event_id: str) -> None:

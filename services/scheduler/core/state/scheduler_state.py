@@ -383,6 +383,7 @@ class SchedulerState(Facts):
                     weight=registered.weight if registered else 1,
                     cohort=(registered.cohort or "") if registered else "",
                     quotas=tuple(quotas),
+                    hot_model_cap_milli=registered.hot_model_cap_milli if registered else None,
                     usage=usage[name].history() if name in usage else m.UsageHistory(),
                 )
             )
