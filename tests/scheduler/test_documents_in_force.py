@@ -56,7 +56,8 @@ QUOTA = doc("Quota", "team-a-default", tenant="team-a", lines=[{"resource": "gpu
 
 def test_a_tenant_document_sets_the_weight_cohort_and_hot_model_cap_the_scheduler_decides_with() -> None:
     state = state_after(*applied(doc("Cohort", "research"), TEAM_A))
-    assert tenant(state, "team-a") == m.Tenant(TenantId("team-a"), weight=3, cohort="research", hot_model_cap_milli=4000)
+    expected = m.Tenant(TenantId("team-a"), weight=3, cohort="research", hot_model_cap_milli=4000)
+    assert tenant(state, "team-a") == expected
 
 
 def test_a_deleted_tenant_document_puts_back_the_defaults() -> None:
