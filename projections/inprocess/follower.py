@@ -42,6 +42,7 @@ class TimeOrderedFollower:
         self.partitions: list[TopicPartition] = []
         self._reader: LogReader | None = None
         self._cut_all = False  # the last read was cut by its limit across partitions
+        self._short: set[tuple[str, int]] = set()  # partitions the last read left records in
 
     async def start(self, stored: Mapping[tuple[str, int], int]) -> None:
         """Find the partitions; each starts at its ``stored`` position (0 where none is)."""
@@ -72,7 +73,10 @@ class TimeOrderedFollower:
         if not per_partition and timeout_s > 0:
             await self._wait(timeout_s)
             per_partition = await self._read()
-        return self._merge([self._decoded(records, self._skew) for records in per_partition])
+        return self._merge(
+            [self._decoded(records, self._skew) for records in per_partition],
+            [(records[0].topic, records[0].partition) in self._short for records in per_partition],
+        )
 
     async def forget(self) -> None:
         """Drop the reader (after a failure its connections may be dead)."""
@@ -105,6 +109,7 @@ class TimeOrderedFollower:
 
     async def _read(self) -> list[list[LogRecord]]:
         self._cut_all = False
+        self._short = set()
         if self._log.snapshot_reads:
             return await self._read_snapshot()
         reader = await self._open_reader()
@@ -130,6 +135,10 @@ class TimeOrderedFollower:
                 records += more
             if records:
                 per_partition.append(records)
+                if records[-1].offset + 1 < end:
+                    # Read short of its end (one fetch's worth, or the batch): what is left may be older
+                    # than what other partitions gave, so the merge stops at this one's last time.
+                    self._short.add((tp.topic, tp.partition))
             elif await reader.caught_up(tp, offset):
                 # Only transaction markers were left; move past them so we do not ask again.
                 self._positions[(tp.topic, tp.partition)] = await reader.end_offset(tp)
@@ -162,12 +171,19 @@ class TimeOrderedFollower:
         tp = self.partitions[0]
         await reader.read(tp, self.position(tp.topic, tp.partition), max_records=1, timeout_s=timeout_s)
 
-    def _merge(self, decoded: list[list[Item]]) -> list[Item]:
+    def _merge(self, decoded: list[list[Item]], short: list[bool]) -> list[Item]:
         """Event time first (causes before effects across topics), then topic rank, partition, offset.
-        A partition stays in offset order. Stop at the earliest last time among partitions cut short
-        by the batch size: one not read to its end could hold an earlier event than one we fold."""
+        A partition stays in offset order. Stop at the earliest last time among partitions read short
+        of their end (the batch size, or what one fetch brought): one not read to its end could hold an
+        earlier event than one we fold. (Counting only partitions cut by the batch size let a partition
+        whose fetch came back small be overtaken by minutes of the others' events: a usage report then
+        came after the release of the allocation it measured, in a rebuild only.)"""
         cut = min(
-            (part[-1][0] for part in decoded if part and (self._cut_all or len(part) >= self._batch)),
+            (
+                part[-1][0]
+                for part, left in zip(decoded, short, strict=True)
+                if part and (self._cut_all or left or len(part) >= self._batch)
+            ),
             default=None,
         )
         merged = heapq.merge(*decoded, key=lambda item: (item[0], item[1], item[2].partition, item[2].offset))

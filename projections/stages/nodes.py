@@ -45,7 +45,7 @@ _HEALTH_POINTS = {Health.OK: 1000, Health.DEGRADED: 500, Health.FAILED: 0}
 _HOUR_MS = 3_600_000
 WAITING_USAGE = 64
 """Job usage a node holds for allocations it has not been told of yet (see the module docstring)."""
-RELEASED_KEPT = 16
+RELEASED_KEPT = 64
 """Allocations given back that a node keeps, for the reports read after their release."""
 
 ModelFacts = tuple[str, int, int, int, int, int, int]

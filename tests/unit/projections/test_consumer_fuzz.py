@@ -43,7 +43,7 @@ def folded(entries: list[Entry]) -> tuple[MemoryStore, list[Output], list[OutRec
     decoded = [TimeOrderedFollower._decoded(records, DEFAULT_SKEW) for _, records in sorted(partitions.items())]
     topology, store, processed = Topology(), MemoryStore(), Processed()
     dead: list[OutRecord] = []
-    for _, _, record, envelope in follower._merge(decoded):
+    for _, _, record, envelope in follower._merge(decoded, [False] * len(decoded)):
         if isinstance(envelope, EventError):
             dead.append(dead_letter(record, envelope, "fedsched-projections"))
             continue
