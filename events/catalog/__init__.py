@@ -24,6 +24,7 @@ from events.catalog.decisions import (
 )
 from events.catalog.governance import (
     BudgetSet,
+    BudgetWindowOpened,
     CohortConfigured,
     GovernanceClockTicked,
     GovernanceFinding,
@@ -60,6 +61,7 @@ from events.catalog.reasons import ReasonCode
 __all__ = [
     "REGISTRY",
     "BudgetSet",
+    "BudgetWindowOpened",
     "ClusterRegistered",
     "ClusterStatusChanged",
     "CohortConfigured",

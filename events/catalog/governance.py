@@ -27,7 +27,7 @@ from typing import Annotated, ClassVar
 from pydantic import Field, model_validator
 
 from events.catalog.base import Event
-from events.catalog.documents import BudgetSpec, DocumentChange
+from events.catalog.documents import BudgetSpec, BudgetWindow, DocumentChange
 from events.catalog.jobs import PriorityClass
 from events.catalog.reasons import ReasonCode
 from events.catalog.topics import GOVERNANCE
@@ -129,6 +129,32 @@ class BudgetSet(Event):
     budget: Id
     spec: BudgetSpec
     change: DocumentChange
+
+
+class BudgetWindowOpened(Event):
+    """A budget's calendar window began (its day, week or month in its time zone): its GPU-hours are
+    counted afresh from ``start_ms``. Published by governance as the log's time enters a window, and for a
+    budget's first window once it is set; the scheduler enforces a hard budget within the window in
+    force."""
+
+    event_type: ClassVar[str] = "io.fedsched.BudgetWindowOpened"
+    schema_version: ClassVar[int] = 1
+    key_field: ClassVar[str | None] = "budget"
+    topic: ClassVar[str] = GOVERNANCE.name
+
+    budget: Id
+    window: BudgetWindow
+    label: Annotated[str, Field(min_length=1, max_length=16)]
+    """``2026-12`` (a month), ``2026-W49`` (a week), ``2026-12-04`` (a day)."""
+    start_ms: EpochMillis
+    end_ms: EpochMillis
+    opened_by: Principal
+
+    @model_validator(mode="after")
+    def _ordered(self) -> BudgetWindowOpened:
+        if self.end_ms <= self.start_ms:
+            raise ValueError("end_ms must be after start_ms")
+        return self
 
 
 class QuotaSet(Event):
@@ -237,6 +263,10 @@ class FindingKind(StrEnum):
     IDLE_RECLAIM = "idle_reclaim"
     RUNTIME_EXCEEDED = "runtime_exceeded"
     LEASE_EXPIRED = "lease_expired"
+    BUDGET_WARNING = "budget_warning"
+    """A budget's window has used 80% of its GPU-hours."""
+    BUDGET_SPENT = "budget_spent"
+    """A budget's window has used all of its GPU-hours."""
 
 
 class Figure(Frozen):
@@ -314,6 +344,7 @@ class GovernanceClockTicked(Event):
 
 __all__ = [
     "BudgetSet",
+    "BudgetWindowOpened",
     "CohortConfigured",
     "Figure",
     "FindingKind",

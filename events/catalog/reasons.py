@@ -19,6 +19,7 @@ class ReasonCode(StrEnum):
     RESERVED = "Reserved"
     # Why a job waits (JobQueued, per-cluster why-not entries, binding constraints).
     QUOTA_EXCEEDED = "QuotaExceeded"
+    BUDGET_EXCEEDED = "BudgetExceeded"
     COHORT_EXHAUSTED = "CohortExhausted"
     NO_FEASIBLE_NODE = "NoFeasibleNode"
     GPU_MODEL_UNAVAILABLE = "GpuModelUnavailable"
@@ -91,6 +92,7 @@ DESCRIPTIONS = MappingProxyType(
         _R.BACKFILLED: "placed early into capacity reserved for a larger job, without delaying it",
         _R.RESERVED: "capacity is being held for this job until enough of it frees up",
         _R.QUOTA_EXCEEDED: "the tenant's or queue's quota limit would be exceeded",
+        _R.BUDGET_EXCEEDED: "the GPU-hours the job is expected to use exceed what its budget has left this window",
         _R.COHORT_EXHAUSTED: "no unused quota left to borrow in the tenant's cohort",
         _R.NO_FEASIBLE_NODE: "no node satisfies every constraint of a replica",
         _R.GPU_MODEL_UNAVAILABLE: "none of the allowed GPU models exists here",

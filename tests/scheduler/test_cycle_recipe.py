@@ -12,6 +12,7 @@ from services.scheduler.core.policy.job_steps import JOB_STEPS
 RECIPE = (
     "asks_nothing",
     "within_quota",
+    "within_budget",
     "hot_model_cap",
     "honour_reservation",
     "place",

@@ -39,6 +39,7 @@ from events.catalog.documents import (
 )
 from events.catalog.governance import (
     BudgetSet,
+    BudgetWindowOpened,
     CohortConfigured,
     Figure,
     FindingKind,
@@ -422,6 +423,14 @@ def _governance() -> list[Event]:
                 author="finance@example.com",
                 changes=(FieldChange(path="spec.gpu_hours", before="400", after="500"),),
             ),
+        ),
+        BudgetWindowOpened(
+            budget="ml-research-monthly",
+            window=BudgetWindow.MONTH,
+            label="2025-12",
+            start_ms=T0 - 24 * HOUR,
+            end_ms=T0 + 30 * 24 * HOUR,
+            opened_by="governance",
         ),
         QuotaSet(
             tenant=ML,

@@ -28,7 +28,13 @@ from pydantic.fields import FieldInfo
 
 from events.catalog.decisions import CandidateScore, JobPlaced, ReplicaPlacement
 from events.catalog.documents import MIN_USAGE_HALF_LIFE_MS, BudgetSpec, PolicySpec
-from events.catalog.governance import QuotaLine, QuotaRequestApproved, QuotaRequestSubmitted, _Decided
+from events.catalog.governance import (
+    BudgetWindowOpened,
+    QuotaLine,
+    QuotaRequestApproved,
+    QuotaRequestSubmitted,
+    _Decided,
+)
 from events.catalog.jobs import JobKind, JobSubmitted
 from events.catalog.legacy import JobPlacedV1
 from events.catalog.types import MAX_SAFE_INT, JsonLimits, ResourceKind, Resources, Unique
@@ -273,6 +279,7 @@ def _policy(v: Values) -> Values:
 
 FIXUPS: dict[type[BaseModel], Callable[[Values], Values]] = {
     BudgetSpec: _budget,
+    BudgetWindowOpened: lambda v: _ordered_pair(v, "start_ms", "end_ms"),
     PolicySpec: _policy,
     Resources: _resources,
     JobSubmitted: _job_submitted,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from services.scheduler.core.policy.budgets import BudgetBook
 from services.scheduler.core.policy.capacity import per_node
 from services.scheduler.core.policy.fairshare import Held
 from services.scheduler.core.policy.federation import ClusterScore, score_clusters
@@ -66,6 +67,7 @@ class Ctx:
     hot_usage: dict[TenantId, int] = field(default_factory=dict)
     held: dict[TenantId, Held] = field(default_factory=dict)  # what running jobs hold, per tenant
     reservation: Reservation | None = None
+    budgets: BudgetBook | None = None  # the hard budgets in force (None: none)
     _running: list[RunningJob] | None = None
 
     @property

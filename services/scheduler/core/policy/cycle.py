@@ -11,17 +11,19 @@ whatif``, the timed simulator and the tests. Calls the per-job steps (``job_step
    a step gives a verdict (decisions made, the job left waiting with its reason, or both):
    a. ``asks_nothing``: a job that asks for no resources waits;
    b. ``within_quota``: the tenant's (and queue's) limits, borrowing from its cohort; else ``QuotaExceeded``;
-   c. ``hot_model_cap``: hot-spot governance: would the job take its tenant above its cap on hot models;
-   d. ``honour_reservation``: the room it may use: off the head-of-line gang's reserved nodes unless its
-      maximum runtime ends before the reservation starts; steered off hot models, or kept off them (c);
-   e. ``place``: all replicas in one cluster (what-if per cluster, federation score, commit the best);
-   f. ``hot_model_wait``: if only a hot model would take it, the tenant's cap is why it waits;
-   g. ``preempt``: the smallest set of eligible lower-priority or borrowing jobs (the job waits for them
+   c. ``within_budget``: every hard GPU-hour budget of its tenant has what the job is expected to need
+      of it left this window; else ``BudgetExceeded``;
+   d. ``hot_model_cap``: hot-spot governance: would the job take its tenant above its cap on hot models;
+   e. ``honour_reservation``: the room it may use: off the head-of-line gang's reserved nodes unless its
+      maximum runtime ends before the reservation starts; steered off hot models, or kept off them (d);
+   f. ``place``: all replicas in one cluster (what-if per cluster, federation score, commit the best);
+   g. ``hot_model_wait``: if only a hot model would take it, the tenant's cap is why it waits;
+   h. ``preempt``: the smallest set of eligible lower-priority or borrowing jobs (the job waits for them
       to stop);
-   h. ``fewer_replicas``: an inference service that may start smaller (``min_replicas``) takes as many
+   i. ``fewer_replicas``: an inference service that may start smaller (``min_replicas``) takes as many
       replicas as fit now in one cluster;
-   i. ``reserve``: hold capacity for a large head-of-line gang job (it still waits);
-   j. ``wait``: otherwise it waits in the queue.
+   j. ``reserve``: hold capacity for a large head-of-line gang job (it still waits);
+   k. ``wait``: otherwise it waits in the queue.
 4. Explain the waiting ones (``_queue_decisions``: per-cluster why-not, binding constraint, smallest
    change, position and estimated start) and return the decisions: placements, preemptions and
    reservations in the order they were made, then the queue in order.
@@ -34,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from services.scheduler.core.policy.backfill import may_backfill
+from services.scheduler.core.policy.budgets import BudgetBook
 from services.scheduler.core.policy.capacity import model_pressure
 from services.scheduler.core.policy.context import Ctx
 from services.scheduler.core.policy.decisions import Change, Constraint, CycleResult, Decision, Queue
@@ -226,6 +229,7 @@ def _context(snap: FleetSnapshot, config: PolicyConfig, memo: CycleMemo | None =
         profiles={c.cluster_id: c for c in sorted(snap.clusters, key=lambda c: c.cluster_id)},
         book=book,
         pressure={},
+        budgets=BudgetBook.of(snap.budgets, snap.now_ms, config) if snap.budgets else None,
     )
     for group, n in sorted(groups.items(), key=_group_order):
         book.add(group.job(), group.model, n)
@@ -318,7 +322,11 @@ def _queue_decisions(ctx: Ctx, waiting: list[Waiting]) -> list[Queue]:
         # other shape of the request would start it sooner either.
         estimate = forced is None and pos <= ctx.config.estimate_limit
         short = explain(ctx, job, d, extra, estimate=estimate, forced=forced)
-        fleet_changes = forced not in (ReasonCode.QUOTA_EXCEEDED, ReasonCode.WAITING_FOR_PREEMPTION)
+        fleet_changes = forced not in (
+            ReasonCode.QUOTA_EXCEEDED,
+            ReasonCode.BUDGET_EXCEEDED,
+            ReasonCode.WAITING_FOR_PREEMPTION,
+        )
         changes = short.smallest_change if fleet_changes else ""
         change = short.change if fleet_changes else None
         if forced is ReasonCode.QUOTA_EXCEEDED and forced_constraint is not None:

@@ -206,6 +206,7 @@ _CLOSED = {
 
 _WAITS_FOR = {
     ReasonCode.QUOTA_EXCEEDED: "its quota",
+    ReasonCode.BUDGET_EXCEEDED: "its GPU-hour budget",
     ReasonCode.HOT_MODEL_CAP: "its tenant's cap on hot GPU models",
     ReasonCode.WAITING_FOR_PREEMPTION: "the jobs asked to stop",
 }

@@ -7,8 +7,8 @@ reservation) and the job's ``Turn``, and returns a ``Verdict`` (decisions made, 
 the reason found, or both) or ``None``: go on to the next step. ``wait``, the last step, always gives one.
 Steps that place, preempt or reserve change ``Ctx`` as they decide; ``hot_model_cap`` and
 ``honour_reservation`` only note on the turn what later steps read. Calls the placer through
-``Ctx.try_place``, preemption (``find_victims``), backfill (``may_backfill``, ``reserve``) and the quota
-book.
+``Ctx.try_place``, preemption (``find_victims``), backfill (``may_backfill``, ``reserve``), the quota
+book and the budget book.
 """
 
 from __future__ import annotations
@@ -87,6 +87,17 @@ def within_quota(ctx: Ctx, t: Turn) -> Verdict | None:
         return t.waits(ReasonCode.QUOTA_EXCEEDED, q.message, quota_constraint(q))
     t.borrowed = q.borrowed
     return None
+
+
+def within_budget(ctx: Ctx, t: Turn) -> Verdict | None:
+    """Every hard GPU-hour budget of the tenant (its own, its cohort's) has what the job is expected to
+    need of it left this window (``budgets``); refused with ``BudgetExceeded``, naming the budget, what is
+    left and what the job needs."""
+    book = ctx.budgets
+    refused = book.refusal(t.job) if book is not None else None
+    if refused is None:
+        return None
+    return t.waits(ReasonCode.BUDGET_EXCEEDED, refused.message(t.job, ctx.snap.now_ms))
 
 
 def hot_model_cap(ctx: Ctx, t: Turn) -> Verdict | None:
@@ -230,6 +241,7 @@ def wait(ctx: Ctx, t: Turn) -> Verdict | None:
 JOB_STEPS: tuple[Step, ...] = (
     asks_nothing,
     within_quota,
+    within_budget,
     hot_model_cap,
     honour_reservation,
     place,
@@ -299,6 +311,8 @@ def _place(
     replicas = ctx.commit(plan, d)
     model = plan.models[0] if plan.models else None
     ctx.book.add(job, model)
+    if ctx.budgets is not None:
+        ctx.budgets.charge(job)
     if model in ctx.hot:
         ctx.hot_usage[job.tenant] = ctx.hot_usage.get(job.tenant, 0) + job.total_gpu_milli()
     cid = fs.clusters[plan.cluster]

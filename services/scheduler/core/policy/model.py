@@ -270,6 +270,21 @@ class RunningDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class Budget:
+    """A hard GPU-hour budget in the window in force: what its tenants (one, or a cohort's members) may
+    still start. ``spent_milli_ms`` is the GPU time held within the window so far (runs that ended and
+    running ones, up to the snapshot's time) plus what the running ones are expected to hold in it still."""
+
+    name: str
+    tenants: tuple[TenantId, ...]
+    window: str
+    """The window's label (``2026-12``)."""
+    window_end_ms: int
+    limit_milli_ms: int
+    spent_milli_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class FleetSnapshot:
     """Everything one scheduling cycle decides on, as of ``now_ms`` (logical time, from the log)."""
 
@@ -279,6 +294,8 @@ class FleetSnapshot:
     tenants: tuple[Tenant, ...] = ()
     running: tuple[RunningJob, ...] = ()
     pending: tuple[Job, ...] = ()
+    budgets: tuple[Budget, ...] = ()
+    """The hard budgets in force, by name."""
     # Not part of what is decided on (two snapshots with the same jobs are equal with or without it).
     running_delta: RunningDelta | None = field(default=None, compare=False, repr=False)
 
@@ -287,6 +304,7 @@ __all__ = [
     "HARD_TAINT_EFFECTS",
     "MILLI",
     "PRIORITY_ORDER",
+    "Budget",
     "Cluster",
     "ClusterId",
     "ClusterWeights",

@@ -9,8 +9,9 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass, field
 
+from events.catalog.budget_windows import HeldLedger
 from events.catalog.decisions import ReplicaPlacement as EventReplicaPlacement
-from events.catalog.governance import PolicyConfigured, QuotaSet, TenantRegistered
+from events.catalog.governance import BudgetSet, BudgetWindowOpened, PolicyConfigured, QuotaSet, TenantRegistered
 from events.catalog.inventory import ClusterRegistered, NodeObserved
 from events.catalog.lifecycle import REQUEUED, JobStatus, RunEnd
 from events.wire.envelope import Latest
@@ -44,6 +45,8 @@ class JobFacts:
     stop_requested: set[int] = field(default_factory=set)  # runs asked to stop (preempt / reclaim)
     last_queued: tuple[str, ...] = ()  # reason codes of the latest JobQueued
     last_wait: tuple[str, tuple[str, ...]] = ("", ())  # the latest JobQueued's cycle, and the ids applied of it
+    held_counted: set[int] = field(default_factory=set)
+    """Runs whose GPU time (placement to end) is in the budgets' ``HeldLedger``."""
     victims: tuple[str, ...] = ()
     """Jobs asked to stop to make room for it since its latest placement (both on the decisions topic, so
     in one order everywhere): its next ``JobPlaced`` names them."""
@@ -121,6 +124,11 @@ class Facts:
     tenants: dict[str, TenantRegistered] = field(default_factory=dict)
     quotas: dict[tuple[str, str], QuotaSet] = field(default_factory=dict)
     policy: PolicyConfigured | None = None
+    budgets: dict[str, BudgetSet] = field(default_factory=dict)
+    budget_windows: dict[str, BudgetWindowOpened] = field(default_factory=dict)
+    """Each budget's latest window opened (by start)."""
+    held: HeldLedger = field(default_factory=HeldLedger)
+    """The GPU time runs that ended held, per tenant, for the budgets' windows."""
     jobs: dict[str, JobFacts] = field(default_factory=dict)
     settled: set[str] = field(default_factory=set)
     """Jobs whose facts were dropped once settled; what still comes for them is ignored."""

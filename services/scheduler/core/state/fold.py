@@ -24,7 +24,14 @@ from events.catalog.decisions import (
     JobReclaimRequested,
     SchedulingCycleCompleted,
 )
-from events.catalog.governance import GovernanceFinding, PolicyConfigured, QuotaSet, TenantRegistered
+from events.catalog.governance import (
+    BudgetSet,
+    BudgetWindowOpened,
+    GovernanceFinding,
+    PolicyConfigured,
+    QuotaSet,
+    TenantRegistered,
+)
 from events.catalog.inventory import (
     ClusterRegistered,
     ClusterStatusChanged,
@@ -37,7 +44,7 @@ from events.catalog.lifecycle import RUN_END_OF, JobStatus, RunEnd, RunEndEvent,
 from events.catalog.profiles import ResourceProfileUpdated
 from events.wire.envelope import Latest, mark_after
 from services.scheduler.core.state.convert import job_of
-from services.scheduler.core.state.facts import SUSPECT_FOR_MS, Facts, NodeFacts, Placement
+from services.scheduler.core.state.facts import SUSPECT_FOR_MS, Facts, JobFacts, NodeFacts, Placement
 from services.scheduler.core.state.policy_document import policy_from_document
 
 
@@ -113,10 +120,39 @@ def _policy(state: Facts, e: PolicyConfigured, time_ms: int, event_id: str) -> N
         state.policy = e
 
 
+def _budget(state: Facts, e: BudgetSet, time_ms: int, event_id: str) -> None:
+    if _latest(state.latest, ("budget", e.budget), time_ms, event_id):
+        if e.change.deleted:
+            state.budgets.pop(e.budget, None)
+        else:
+            state.budgets[e.budget] = e
+
+
+def _budget_window(state: Facts, e: BudgetWindowOpened, _: int, __: str) -> None:
+    current = state.budget_windows.get(e.budget)
+    if current is None or e.start_ms > current.start_ms:  # windows only move on: a repeat changes nothing
+        state.budget_windows[e.budget] = e
+
+
+def _count_held(state: Facts, facts: JobFacts) -> None:
+    """Each run that has both its placement and its end, once, into the budgets' ledger (whichever of
+    its submission, placement and end is folded last)."""
+    if facts.spec is None:
+        return
+    for run, ended_ms in facts.ended_at.items():
+        placement = facts.placements.get(run)
+        if placement is None or run in facts.held_counted:
+            continue
+        facts.held_counted.add(run)
+        gpu = sum(len(r.gpu_indices) * r.gpu_milli_each for r in placement.replicas)
+        state.held.add(facts.spec.tenant, gpu, facts.placed_at[run], ended_ms)
+
+
 def _submitted(state: Facts, e: JobSubmitted, time_ms: int, __: str) -> None:
     facts = state.job(e.job_id)
     if facts.spec is None:
         facts.spec = job_of(e, time_ms)
+        _count_held(state, facts)
         facts.submitted_ms = time_ms
 
 
@@ -140,6 +176,7 @@ def _ended(how: RunEnd) -> Callable[[Facts, RunEndEvent, int, str], None]:
         facts.ended_at[run] = time_ms
         if final is not None:
             facts.terminal = final
+        _count_held(state, facts)
 
     return handle
 
@@ -156,6 +193,7 @@ def _placed(state: Facts, e: JobPlaced, time_ms: int, __: str) -> None:
     facts.victims = ()
     facts.placements[e.run] = Placement(e.cluster, e.replicas)
     facts.placed_at[e.run] = time_ms
+    _count_held(state, facts)
 
 
 def _queued(state: Facts, e: JobQueued, _: int, event_id: str) -> None:
@@ -199,6 +237,8 @@ HANDLERS: dict[type, Any] = {
     TenantRegistered: _tenant,
     QuotaSet: _quota,
     PolicyConfigured: _policy,
+    BudgetSet: _budget,
+    BudgetWindowOpened: _budget_window,
     JobSubmitted: _submitted,
     JobCancelRequested: _cancel_requested,
     **{cls: _ended(how) for cls, how in RUN_END_OF.items()},

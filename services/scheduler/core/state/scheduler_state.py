@@ -12,11 +12,14 @@ import bisect
 from dataclasses import dataclass, field, replace
 
 from events.catalog.base import has_field
+from events.catalog.budget_windows import DAY_MS, MILLI_MS_PER_GPU_HOUR, Window, held_within
+from events.catalog.documents import BudgetMode
 from events.catalog.governance import PolicyConfigured, QuotaSet, TenantRegistered
 from events.catalog.inventory import ClusterStatus, ClusterStatusChanged
 from events.catalog.types import ClusterId, ResourceKind, TenantId
 from events.wire.envelope import Envelope
 from services.scheduler.core.policy import model as m
+from services.scheduler.core.policy.budgets import expected_runtime_ms
 from services.scheduler.core.policy.usage import UsageLedger, history_of
 from services.scheduler.core.state.convert import core_node_id, job_model, taints
 from services.scheduler.core.state.facts import Facts, JobFacts, SettledUsage
@@ -68,6 +71,7 @@ class SchedulerState(Facts):
     _now_ms: int = 0
     _derived: _Derived = field(default_factory=_Derived)
     _policy_config: tuple[PolicyConfigured, m.PolicyConfig] | None = field(default=None, compare=False, repr=False)
+    _held_pruned_ms: int = field(default=0, compare=False, repr=False)
 
     # -- fold ------------------------------------------------------------------------------------
 
@@ -171,8 +175,40 @@ class SchedulerState(Facts):
             tenants=derived.tenants,
             running=running,
             pending=pending,
+            budgets=self._budgets(now_ms) if self.budgets else (),
             running_delta=delta,
         )
+
+    def _budgets(self, now_ms: int) -> tuple[m.Budget, ...]:
+        """The hard budgets with a window open, and what their tenants hold within it: runs that ended
+        (the ledger), running ones until now, and what those are expected to hold in it still."""
+        if now_ms - self._held_pruned_ms > DAY_MS:
+            self.held.forget_before(now_ms)
+            self._held_pruned_ms = now_ms
+        config = self.policy_config()
+        out = []
+        for name, budget in sorted(self.budgets.items()):
+            spec, opened = budget.spec, self.budget_windows.get(name)
+            if spec.mode is not BudgetMode.HARD or opened is None:
+                continue
+            if spec.tenant is not None:
+                tenants: tuple[str, ...] = (spec.tenant,)
+            else:
+                tenants = tuple(sorted(t for t, e in self.tenants.items() if e.cohort == spec.cohort))
+            window = Window(opened.start_ms, opened.end_ms, opened.label)
+            spent = self.held.within(tenants, window)
+            for job_id, running in self._derived.running.items():
+                if running.job.tenant not in tenants:
+                    continue
+                facts = self.jobs[job_id]
+                run = facts.current_run()
+                placed_ms = facts.placed_at.get(run, now_ms)
+                gpu = sum(len(r.gpu_indices) * r.gpu_milli_each for r in facts.placements[run].replicas)
+                expected_end = placed_ms + expected_runtime_ms(running.job, config)
+                spent += held_within(gpu, placed_ms, max(now_ms, expected_end), window)
+            limit = spec.gpu_hours * MILLI_MS_PER_GPU_HOUR
+            out.append(m.Budget(name, tuple(TenantId(t) for t in tenants), opened.label, opened.end_ms, limit, spent))
+        return tuple(out)
 
     def _refresh(self) -> None:
         derived = self._derived
