@@ -7,8 +7,9 @@ to note, on a quiet log, that time passed (``tick``), so that what a rule waits 
 Recipe of one step:
  1. Fold every committed record of the inventory, jobs, decisions and governance topics into
     ``GovState`` (governance's own earlier outputs included: their ids mark what was done already).
- 2. ``evaluate(state, config)``: auto-approvals, quota changes at grant start and expiry, idle warnings
-    and reclaims, runtime stops, lease releases, findings; each under an id derived from its cause.
+ 2. ``evaluate(state, config, offsets)``: auto-approvals, quota changes at grant start and expiry, idle
+    warnings and reclaims, runtime stops, lease releases, findings, budget windows opened and soft budgets'
+    findings (the zones' rules from ``events.plumbing.zones``); each under an id derived from its cause.
  3. Publish them in one transaction (a transactional id per deployment fences a second instance), each
     envelope at the log time of step 1 and under its derived id; remember the ids.
 
@@ -47,6 +48,7 @@ from events.log.publisher import to_record, wall_clock_ms
 from events.log.reading import decode_record, skew_from_environment
 from events.plumbing.metrics import Sample
 from events.plumbing.outage import Outage
+from events.plumbing.zones import offsets
 from events.wire.codec import TimeSkew
 from events.wire.envelope import Envelope
 from services.governance.core.config import GovConfig
@@ -156,7 +158,7 @@ class GovernanceHost:
         await self.follow()
         if self._settled:
             return []
-        outputs = evaluate(self.state, self.config)
+        outputs = evaluate(self.state, self.config, offsets)
         if not outputs:
             # ``evaluate`` reads only the state (time too is the log's), which changes only by a fold or
             # by what is published: until either happens, it would give nothing again. With thousands of

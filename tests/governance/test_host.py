@@ -163,7 +163,9 @@ async def test_an_idle_host_evaluates_its_rules_again_only_after_something_was_f
 
     calls: list[int] = []
     real = host_module.evaluate
-    monkeypatch.setattr(host_module, "evaluate", lambda state, config: calls.append(1) or real(state, config))
+    monkeypatch.setattr(
+        host_module, "evaluate", lambda state, config, offsets: calls.append(1) or real(state, config, offsets)
+    )
     line = QuotaLine(resource=ResourceKind.GPU, guaranteed=1000, limit=1000)
     await story.tell(QuotaSet(tenant=TenantId("team-a"), lines=(line,), set_by="ops"))
     host = GovernanceHost(story.log, namespace=story.prefix, transactional_id="gov-idle")

@@ -21,14 +21,18 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from events.catalog.base import Event, has_field
+from events.catalog.budget_windows import DAY_MS, HeldLedger
 from events.catalog.decisions import JobPlaced, JobQueued, JobReclaimRequested
 from events.catalog.governance import (
+    BudgetSet,
+    BudgetWindowOpened,
     GovernanceClockTicked,
     QuotaLine,
     QuotaRequestApproved,
     QuotaRequestRejected,
     QuotaRequestSubmitted,
     QuotaSet,
+    TenantRegistered,
 )
 from events.catalog.inventory import ClusterStatus, ClusterStatusChanged, NodeObserved, NodeRemoved, NodeUsageReported
 from events.catalog.jobs import JobCancelRequested, JobFailed, JobKind, JobStarted, JobSubmitted
@@ -177,11 +181,20 @@ class GovState:
     by (kind, key..., author): an older one, or the same one again, changes nothing."""
     generations: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
     """(cluster, node) -> (highest generation observed, highest removed): lost while removed is the later."""
+    budgets: dict[str, BudgetSet] = field(default_factory=dict)
+    """The budgets in force, by name."""
+    budget_windows: dict[str, BudgetWindowOpened] = field(default_factory=dict)
+    """Each budget's latest window opened (by start)."""
+    cohorts: dict[str, str] = field(default_factory=dict)
+    """tenant -> its cohort (a cohort's budget counts its members)."""
+    held: HeldLedger = field(default_factory=HeldLedger)
+    """The GPU time runs that ended held, per tenant (``events.catalog.budget_windows``)."""
+    held_pruned_ms: int = 0
 
     def waits_for_time(self) -> bool:
         """Could time passing alone make a rule act: an open job (its runtime limit, idle stretch, lease,
         wait) or a quota grant still to start or to expire."""
-        if self.active:
+        if self.active or self.budgets:  # a budget's next window opens with time alone
             return True
         for request in self.requests.values():
             grant = request.decision
@@ -201,6 +214,9 @@ class GovState:
 
     def fold(self, envelope: Envelope) -> None:
         self.now_ms = max(self.now_ms, envelope.time_ms)
+        if self.now_ms - self.held_pruned_ms > DAY_MS:
+            self.held.forget_before(self.now_ms)
+            self.held_pruned_ms = self.now_ms
         if envelope.source == SOURCE and not isinstance(envelope.data, GovernanceClockTicked):
             self.emitted.add(envelope.id)  # (a tick is no action: nothing to keep from doing twice)
         # Handlers get the log clock (the latest event time so far), not the event's own time: producers
@@ -307,6 +323,8 @@ def _ended(state: GovState, e: RunEndEvent, t: int) -> None:
     if final is not None:
         facts.terminal = final
     run.ended_ms, run.ended_how = t, how
+    if facts.spec is not None:
+        state.held.add(facts.spec.tenant, run.gpu_milli, run.placed_ms, t)
     # The usage samples serve the rules on live runs only (idle, straggling gang); kept for every run
     # ever ended, up to MAX_SAMPLES each, they were most of what the state's history cost in memory.
     run.samples = []
@@ -379,6 +397,32 @@ def _cluster_status(state: GovState, e: Event, t: int, at: Stamp) -> None:
         state.unreachable.pop(e.cluster, None)
 
 
+def _budget(state: GovState, e: Event, _: int, at: Stamp) -> None:
+    assert isinstance(e, BudgetSet)
+    if _latest(state, ("budget", e.budget), at):
+        if e.change.deleted:
+            state.budgets.pop(e.budget, None)
+        else:
+            state.budgets[e.budget] = e
+
+
+def _budget_window(state: GovState, e: Event, _: int, _at: Stamp) -> None:
+    assert isinstance(e, BudgetWindowOpened)
+    current = state.budget_windows.get(e.budget)
+    if current is None or e.start_ms > current.start_ms:
+        state.budget_windows[e.budget] = e
+
+
+def _tenant(state: GovState, e: Event, _: int, at: Stamp) -> None:
+    assert isinstance(e, TenantRegistered)
+    if _latest(state, ("tenant", e.tenant), at):
+        deleted = e.change is not None and e.change.deleted
+        if e.cohort is None or deleted:
+            state.cohorts.pop(e.tenant, None)
+        else:
+            state.cohorts[e.tenant] = e.cohort
+
+
 def _quota_set(state: GovState, e: Event, t: int, at: Stamp) -> None:
     assert isinstance(e, QuotaSet)
     # Per author: governance's grants carry the log's time, which may run ahead of an operator's clock.
@@ -427,6 +471,9 @@ _HANDLERS: dict[type[Event], Callable[[GovState, Event, int, Stamp], None]] = {
     NodeRemoved: _node_removed,
     ClusterStatusChanged: _cluster_status,
     QuotaSet: _quota_set,
+    BudgetSet: _budget,
+    BudgetWindowOpened: _budget_window,
+    TenantRegistered: _tenant,
     QuotaRequestSubmitted: _request,
     QuotaRequestApproved: _decided,
     QuotaRequestRejected: _decided,
