@@ -241,6 +241,15 @@ class ReadModels:
         scope = None if tenants is None else list(tenants)
         return [parse.queue_quota(r) for r in await self._pool.fetch(sql, scope, tenant, queue)]
 
+    async def allocated_within(self, tenants: Sequence[str], start_ms: int, end_ms: int) -> int:
+        """GPU time (milli-GPU x ms) the runs of ``tenants`` that ended held in the hours from ``start_ms``
+        to ``end_ms`` (the hour buckets that start within them)."""
+        sql = (
+            f"SELECT coalesce(sum(allocated_milli_ms), 0)::bigint FROM {self._usage}"
+            f" WHERE tenant = ANY($1::text[]) AND hour_ms >= $2 AND hour_ms < $3"
+        )
+        return int(await self._pool.fetchval(sql, list(tenants), start_ms, end_ms) or 0)
+
     async def usage_hours(self) -> list[UsageHour]:
         sql = (
             f"SELECT tenant, cluster, gpu_model, hour_ms, allocated_milli_ms, used_milli_ms, idle_milli_ms,"

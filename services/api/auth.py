@@ -128,6 +128,7 @@ METHODS: dict[str, Action] = {
     _Q + "SetQuota": Action.SET_QUOTA,
     _Q + "RequestQuota": Action.REQUEST_QUOTA,
     _Q + "DecideQuotaRequest": Action.DECIDE_QUOTA,
+    _Q + "GetBudgets": Action.READ,
     _A + "GetJobTimeline": Action.READ,
     _C + "ApplyDocuments": Action.CONFIGURE,
     _C + "GetDocuments": Action.READ,

@@ -1,4 +1,5 @@
-"""``fedsched.v1.QuotaService``: read quotas, set them (admin), request more, decide requests (admin).
+"""``fedsched.v1.QuotaService``: read quotas, set them (admin), request more, decide requests (admin), and
+read GPU-hour budgets (``services.api.budgets``).
 
 Called by the gRPC server through ``services.api.handlers``. Writes go through ``QuotaCommands``
 (events on the governance topic); reads come from the quota read model, scoped to the caller's tenants.
@@ -6,11 +7,13 @@ Called by the gRPC server through ``services.api.handlers``. Writes go through `
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from projections.readmodel.reader import ReadModels
 from services.api import convert, validation
 from services.api.auth import check_scope, current_principal
+from services.api.budgets import budget_usages
 from services.api.commands import QuotaCommands
 from services.api.errors import InvalidArgument
 from services.api.handlers import Context
@@ -20,9 +23,18 @@ MAX_LINES = 64
 
 
 class QuotaService:
-    def __init__(self, commands: QuotaCommands, reads: ReadModels) -> None:
+    def __init__(self, commands: QuotaCommands, reads: ReadModels, clock: Callable[[], int]) -> None:
         self._commands = commands
         self._reads = reads
+        self._clock = clock
+
+    async def GetBudgets(self, request: quota_pb2.GetBudgetsRequest, context: Context) -> quota_pb2.GetBudgetsResponse:
+        principal = current_principal()
+        tenant = validation.optional_identifier("tenant", request.tenant)
+        check_scope(principal, tenant or "")
+        now_ms = self._clock()
+        budgets = await budget_usages(self._reads, principal, tenant or "", now_ms)
+        return quota_pb2.GetBudgetsResponse(budgets=budgets, now_ms=now_ms)
 
     async def GetQuota(self, request: quota_pb2.GetQuotaRequest, context: Context) -> quota_pb2.GetQuotaResponse:
         principal = current_principal()

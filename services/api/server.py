@@ -136,7 +136,7 @@ async def serve(
     servicers = {
         "fedsched.v1.JobService": JobService(jobs, reads, store, log, tails),
         "fedsched.v1.ResourceService": ResourceService(reads),
-        "fedsched.v1.QuotaService": QuotaService(quotas, reads),
+        "fedsched.v1.QuotaService": QuotaService(quotas, reads, publisher.clock),
         "fedsched.v1.AuditService": AuditService(jobs, reads, store),
         "fedsched.v1.ConfigService": ConfigService(ConfigCommands(publisher, reads)),
     }

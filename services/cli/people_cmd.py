@@ -1,4 +1,5 @@
-"""Sub-commands for people: ``fedsched submit | jobs | job | watch | explain | cancel | resources | quota``.
+"""Sub-commands for people: ``fedsched submit | jobs | job | watch | explain | cancel | resources | quota |
+budget``.
 
 Each is a gRPC client of the API (``services.api.client``): ``--server`` (``FEDSCHED_SERVER``, default
 127.0.0.1:50051) and ``--token`` (``FEDSCHED_TOKEN``, else the file ``FEDSCHED_TOKEN_FILE``, else the
@@ -109,6 +110,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     quota.add_argument("--tenant", default="")
     quota.add_argument("--queue", default="")
     quota.set_defaults(handler=api_command(show_quota))
+
+    budget = sub.add_parser("budget", parents=[common], help="GPU-hour budgets: used, left, projected per window")
+    budget.add_argument("--tenant", default="")
+    budget.set_defaults(handler=api_command(show_budgets))
 
 
 Command = Callable[[argparse.Namespace, "Client"], Awaitable[int]]
@@ -552,4 +557,37 @@ async def show_quota(args: argparse.Namespace, client: Client) -> int:
     headers = ["TENANT", "QUEUE", "RESOURCE", "USED", "GUARANTEED", "LIMIT", "BORROWED", "RUNNING", "GPU-HOURS"]
     print(table(headers, rows))
     print("(cpu in CPUs, gpu in GPUs, memory in MiB; RUNNING and GPU-HOURS per queue)")
+    return 0
+
+
+async def show_budgets(args: argparse.Namespace, client: Client) -> int:
+    from events.catalog.budget_windows import gpu_hours
+    from services.api.pb import quota_pb2
+
+    answer = await client.call(client.quota.GetBudgets, quota_pb2.GetBudgetsRequest(tenant=args.tenant))
+    if args.json:
+        _print_json(to_dict(answer))
+        return 0
+    rows = []
+    for b in answer.budgets:
+        limit = b.gpu_hours * 1000 * 3_600_000
+        left = max(0, limit - b.used_gpu_milli_ms)
+        rows.append(
+            [
+                b.name,
+                b.tenant or f"cohort {b.cohort}",
+                f"{b.window_label} ({b.timezone})",
+                b.mode,
+                gpu_hours(b.used_gpu_milli_ms),
+                gpu_hours(left),
+                gpu_hours(b.projected_gpu_milli_ms),
+                b.gpu_hours,
+                f"{b.used_gpu_milli_ms * 100 // limit}%" if limit else "-",
+                b.running_jobs,
+            ]
+        )
+    headers = ["BUDGET", "FOR", "WINDOW", "MODE", "USED", "LEFT", "PROJECTED", "GPU-HOURS", "USED%", "RUNNING"]
+    print(table(headers, rows) if rows else "no budgets")
+    if rows:
+        print("(GPU-hours; PROJECTED: used, plus what the runs holding GPUs now hold to the window's end)")
     return 0

@@ -253,9 +253,33 @@ async def test_a_job_that_names_no_priority_class_gets_its_tenants_default(stack
         await admin.call(admin.documents.ApplyDocuments, request(example_documents()))  # team-b: best_effort
     submitter = stack.client(stack.keys.hs(tenants=["team-b"], roles=["submitter"]))
     tail = await LogTail.of(stack.log, JOBS.name)
-    for job_spec in (spec(tenant="team-b"), spec(tenant="team-b", priority_class="critical_training")):
+    named = spec(tenant="team-b", name="named", priority_class="critical_training")
+    for job_spec in (spec(tenant="team-b", name="unnamed"), named):
         request_ = jobs_pb2.SubmitJobRequest(spec=job_spec, client_request_id=new_request_id())
         await submitter.call(submitter.jobs.SubmitJob, request_)
     records = await tail.wait_for(lambda r: True, count=2)
-    classes = [envelope_of(r).data.priority_class.value for r in records]  # type: ignore[union-attr]
-    assert classes == ["best_effort", "critical_training"]  # the default, and what the job named
+    events = [envelope_of(r).data for r in records]
+    classes = {e.name: e.priority_class.value for e in events}  # type: ignore[union-attr]
+    assert classes == {"unnamed": "best_effort", "named": "critical_training"}  # the default, and its own
+
+
+async def test_fedsched_budget_shows_each_budget_in_its_window(stack: Stack) -> None:
+    admin = stack.keys.admin()
+    async with folding(stack):
+        client = stack.client(admin)
+        await client.call(client.documents.ApplyDocuments, request(example_documents()))
+    code, out, err = await fedsched(stack, admin, "budget", "--json")
+    assert code == 0, err
+    budgets = {b["name"]: b for b in json.loads(out)["budgets"]}
+    monthly = budgets["team-a-monthly"]
+    assert (monthly["mode"], monthly["gpu_hours"], monthly["window"], monthly["tenants"]) == (
+        "hard",
+        500,
+        "month",
+        ["team-a"],
+    )
+    assert int(monthly["window_start_ms"]) <= int(json.loads(out)["now_ms"]) < int(monthly["window_end_ms"])
+    research = budgets["research-monthly"]
+    assert research["cohort"] == "research" and set(research["tenants"]) >= {"team-a", "team-b"}
+    code, table_out, err = await fedsched(stack, admin, "budget")
+    assert code == 0 and "team-a-monthly" in table_out and "cohort research" in table_out, (table_out, err)

@@ -98,7 +98,13 @@ def _quota_lines() -> list[quota_pb2.QuotaLine]:
 
 def _tenant_document(target: Target) -> config_pb2.ApplyDocumentsRequest:
     document = {"api_version": "fedsched.io/v1", "kind": "Tenant", "metadata": {"name": target.tenant}, "spec": {}}
-    return config_pb2.ApplyDocumentsRequest(documents=[json.dumps(document)])
+    budget = {
+        "api_version": "fedsched.io/v1",
+        "kind": "Budget",
+        "metadata": {"name": f"{target.tenant}-monthly"},
+        "spec": {"tenant": target.tenant, "window": "month", "gpu_hours": 10},
+    }
+    return config_pb2.ApplyDocumentsRequest(documents=[json.dumps(document), json.dumps(budget)])
 
 
 #: Every RPC of the API, with what a token of tenant A gets when it asks about tenant B.
@@ -230,6 +236,14 @@ ROWS: dict[str, list[Probe]] = {
             ),
             each(DENIED, admin=NOT_FOUND),
         )
+    ],
+    "/fedsched.v1.QuotaService/GetBudgets": [
+        Probe(
+            "B's budgets",
+            lambda c, t: c.call(c.quota.GetBudgets, quota_pb2.GetBudgetsRequest(tenant=t.tenant)),
+            each(DENIED),
+        ),
+        Probe("every budget", lambda c, t: c.call(c.quota.GetBudgets, quota_pb2.GetBudgetsRequest()), each(OK)),
     ],
     "/fedsched.v1.AuditService/GetJobTimeline": [
         Probe(
