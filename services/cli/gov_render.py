@@ -33,6 +33,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("Preemptions and interruptions per tenant", "interruptions"),
     ("Inference disruption", "inference"),
     ("Quota usage against quota", "quota"),
+    ("GPU-hour budgets (current window)", "budgets"),
     ("Governance findings", "findings"),
 )
 

@@ -15,8 +15,18 @@ from events.catalog.topics import GOVERNANCE
 from events.log.contract import EventLog, TopicPartition
 from events.log.reading import read_to_end
 from events.wire.codec import decode
+from projections.readmodel.budgets import budget_views
 from projections.readmodel.reader import ReadModels
-from services.governance.core.figures import FindingRow, HeldRow, JobRow, QuotaRow, Report, UsageRow, build
+from services.governance.core.figures import (
+    FindingRow,
+    HeldRow,
+    JobRow,
+    QuotaRow,
+    Report,
+    UsageRow,
+    build,
+    gpu_hours,
+)
 
 
 async def usage_rows(reads: ReadModels) -> list[UsageRow]:
@@ -123,4 +133,19 @@ async def gather(
         await quota_rows(reads),
         await held_rows(reads),
     )
-    return build(since_ms, until_ms, usage, jobs, quota, findings, held, now_ms)
+    report = build(since_ms, until_ms, usage, jobs, quota, findings, held, now_ms)
+    report.budgets = [
+        {
+            "budget": b.name,
+            "for": b.spec.tenant or f"cohort {b.spec.cohort}",
+            "window": b.window.label,
+            "mode": b.spec.mode.value,
+            "gpu_hours": b.spec.gpu_hours,
+            "used_gpu_hours": gpu_hours(b.used_milli_ms),
+            "left_gpu_hours": gpu_hours(b.left_milli_ms),
+            "projected_gpu_hours": gpu_hours(b.projected_milli_ms),
+            "used_pct": b.used_milli_ms * 100 // b.limit_milli_ms,
+        }
+        for b in await budget_views(reads, None, "", now_ms)
+    ]
+    return report

@@ -134,6 +134,8 @@ class Report:
     interruptions: list[dict[str, object]] = field(default_factory=list)
     inference: list[dict[str, object]] = field(default_factory=list)
     quota: list[dict[str, object]] = field(default_factory=list)
+    budgets: list[dict[str, object]] = field(default_factory=list)
+    """Each GPU-hour budget in its window as of the report's time (``projections.readmodel.budgets``)."""
     impact: list[dict[str, object]] = field(default_factory=list)
     findings: list[dict[str, object]] = field(default_factory=list)
     hourly: list[dict[str, object]] = field(default_factory=list)

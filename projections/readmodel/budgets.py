@@ -1,0 +1,83 @@
+"""Each Budget document in force in its current window, with the GPU time used and projected: what
+``fedsched budget`` and the governance report show.
+
+Called by the API (``services.api.quota``: ``GetBudgets``) and by governance's report. Reads the read
+models (``ReadModels``: the Budget and Tenant documents, the usage hours of runs that ended, the runs
+holding GPUs now), the usage projection the report reads; computes the window with the zone database
+(``events.plumbing.zones``) and ``events.catalog.budget_windows``, as governance opens it.
+
+Used counts the GPU time runs held from placement to end within the window: the runs that ended (by the
+hours of the usage projection) and those holding GPUs now, until now. Projected adds what those would hold
+if they ran on to the window's end. The scheduler enforces a hard budget on the same rule from the log
+(``services.scheduler.core.policy.budgets``): the two may differ by what the read models have not folded
+yet, and by part of an hour at a window's edge in a zone whose offset is not a whole number of hours.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from events.catalog.budget_windows import MILLI_MS_PER_GPU_HOUR, Window, held_within, window_at
+from events.catalog.documents import BudgetSpec, Kind
+from events.plumbing.zones import UnknownZone, offsets
+from projections.readmodel.reader import ReadModels
+from projections.readmodel.rows.typed import DocumentRow
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetView:
+    name: str
+    spec: BudgetSpec
+    window: Window
+    tenants: tuple[str, ...]
+    """Whom it counts: its tenant, or its cohort's members."""
+    used_milli_ms: int
+    projected_milli_ms: int
+    running_jobs: int
+
+    @property
+    def limit_milli_ms(self) -> int:
+        return self.spec.gpu_hours * MILLI_MS_PER_GPU_HOUR
+
+    @property
+    def left_milli_ms(self) -> int:
+        return max(0, self.limit_milli_ms - self.used_milli_ms)
+
+
+async def budget_views(reads: ReadModels, scope: Sequence[str] | None, tenant: str, now_ms: int) -> list[BudgetView]:
+    """The budgets ``scope`` may see (None: all), of ``tenant`` only when given, at ``now_ms``."""
+    rows = await reads.documents(scope, Kind.BUDGET.value)
+    tenants = await reads.documents(None, Kind.TENANT.value)
+    held = await reads.held_runs()
+    out = []
+    for row in rows:
+        if row.body is None:
+            continue
+        spec = BudgetSpec.model_validate_json(json.dumps(row.body.get("spec", {})))
+        if tenant and spec.tenant != tenant:
+            continue
+        try:
+            window = window_at(spec.window, now_ms, offsets(spec.timezone))
+        except UnknownZone:
+            continue
+        members = (spec.tenant,) if spec.tenant else tuple(sorted(t.name for t in tenants if _cohort(t) == spec.cohort))
+        used = await reads.allocated_within(members, window.start_ms, window.end_ms)
+        projected, running = used, 0
+        for run in held:
+            if run.tenant not in members:
+                continue
+            gpu = sum(len(slot.gpu_indices) * slot.gpu_milli_each for slot in run.placement)
+            running += 1
+            used += held_within(gpu, run.placed_ms, now_ms, window)
+            projected += held_within(gpu, run.placed_ms, window.end_ms, window)
+        out.append(BudgetView(row.name, spec, window, members, used, max(projected, used), running))
+    return out
+
+
+def _cohort(row: DocumentRow) -> object:
+    return ((row.body or {}).get("spec") or {}).get("cohort")
+
+
+__all__ = ["BudgetView", "budget_views"]
