@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import itertools
 import os
 from collections.abc import Mapping, Sequence
 
@@ -135,9 +136,12 @@ class TimeOrderedFollower:
                 records += more
             if records:
                 per_partition.append(records)
-                if records[-1].offset + 1 < end:
+                last = records[-1].offset
+                if last + 1 < end and (len(records) >= self._batch or not await reader.caught_up(tp, last + 1)):
                     # Read short of its end (one fetch's worth, or the batch): what is left may be older
-                    # than what other partitions gave, so the merge stops at this one's last time.
+                    # than what other partitions gave, so the merge stops at this one's last time. (Only
+                    # transaction markers left is the end: a partition flagged for them held the others
+                    # back for good, and a catch-up stopped short of the end of the log.)
                     self._short.add((tp.topic, tp.partition))
             elif await reader.caught_up(tp, offset):
                 # Only transaction markers were left; move past them so we do not ask again.
@@ -187,7 +191,12 @@ class TimeOrderedFollower:
             default=None,
         )
         merged = heapq.merge(*decoded, key=lambda item: (item[0], item[1], item[2].partition, item[2].offset))
-        return [item for item in merged if cut is None or item[0] <= cut]
+        if cut is None:
+            return list(merged)
+        # Up to the first later than the cut, not every one no later: a partition's event times need not
+        # grow (producers on different clocks share the jobs topic), and leaving out one of its records
+        # while folding a later one would skip it for good (positions move to the last folded).
+        return list(itertools.takewhile(lambda item: item[0] <= cut, merged))
 
 
 __all__ = ["Item", "TimeOrderedFollower"]

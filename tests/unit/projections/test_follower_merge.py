@@ -39,3 +39,13 @@ def test_a_partition_read_short_of_its_end_stops_the_merge_at_its_last_time() ->
 def test_partitions_read_to_their_end_are_merged_whole() -> None:
     merged = follower()._merge([items("inventory", [1, 2, 3]), items("decisions", [1, 5, 9])], [False, False])
     assert [i[0] for i in merged] == [1, 1, 2, 3, 5, 9]
+
+
+def test_a_partition_whose_times_go_back_is_never_folded_past_a_record_it_leaves_out() -> None:
+    jobs = items("jobs", [5, 2, 3])  # an API's submission, then a connector's reports on a slower clock
+    decisions = items("decisions", [1, 4])
+    merged = follower()._merge([jobs, decisions], [False, True])  # decisions has more from time 4 on
+    folded = [(i[2].topic, i[2].offset) for i in merged]
+    jobs_folded = [offset for topic, offset in folded if topic == "jobs"]
+    assert jobs_folded == list(range(len(jobs_folded)))  # a prefix of the partition, whatever its times
+    assert folded == [("decisions", 0), ("decisions", 1)]  # jobs starts at 5, past the cut (4): none of it
