@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import heapq
-import itertools
 import os
 from collections.abc import Mapping, Sequence
 
@@ -194,9 +193,15 @@ class TimeOrderedFollower:
         if cut is None:
             return list(merged)
         # Up to the first later than the cut, not every one no later: a partition's event times need not
-        # grow (producers on different clocks share the jobs topic), and leaving out one of its records
-        # while folding a later one would skip it for good (positions move to the last folded).
-        return list(itertools.takewhile(lambda item: item[0] <= cut, merged))
+        # grow (producers on different clocks share the jobs topic, a record may be appended again), and
+        # leaving out one of its records while folding a later one would skip it for good (positions move
+        # to the last folded). The first always goes: it is the earliest of every partition's next.
+        out: list[Item] = []
+        for item in merged:
+            if out and item[0] > cut:
+                break
+            out.append(item)
+        return out
 
 
 __all__ = ["Item", "TimeOrderedFollower"]
