@@ -101,7 +101,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     at.set_defaults(handler=run_at)
 
     whatif = audit_sub.add_parser("whatif", help="replay recorded history under another policy, beside what happened")
-    whatif.add_argument("--policy", required=True, help="policy document (YAML or JSON, as PolicyConfigured carries)")
+    whatif.add_argument(
+        "--policy", required=True, help="a Policy document (YAML or JSON, as fedsched apply takes), or its bare spec"
+    )
     whatif.add_argument("--log", help="log URL (default: FEDSCHED_LOG)")
     whatif.add_argument("--namespace", default="")
     whatif.add_argument("--since", type=rfc3339_ms, help="only submissions at or after this time (RFC 3339)")
@@ -582,6 +584,7 @@ async def run_at(args: argparse.Namespace) -> int:
         for t in snapshot.tenants
         for q in t.quotas
     ]
+    policy = policy_in_force(state)
     if args.json:
         print(
             json.dumps(
@@ -601,6 +604,7 @@ async def run_at(args: argparse.Namespace) -> int:
                     "running": len(snapshot.running),
                     "pending_by_priority": queues,
                     "quotas": quotas,
+                    "policy": policy,
                 }
             )
         )
@@ -614,7 +618,27 @@ async def run_at(args: argparse.Namespace) -> int:
     for t in snapshot.tenants:
         for q in t.quotas:
             print(quota_line(t.tenant_id, q))
+    import yaml
+
+    print("policy in force (as a Policy document, every setting):")
+    print(yaml.safe_dump(policy, sort_keys=False, default_flow_style=False), end="")
     return 0
+
+
+def policy_in_force(state: Any) -> dict[str, Any]:
+    """The policy a state decides under, as the ``Policy`` document ``fedsched apply`` and ``audit whatif
+    --policy`` take (every setting; ``metadata.name`` the policy's, ``default`` when none was applied)."""
+    from events.catalog.documents import API_VERSION, PolicySpec
+
+    event = state.policy
+    settings = {} if event is None else dict(event.document)
+    try:
+        spec: dict[str, Any] = PolicySpec.model_validate_json(json.dumps(settings)).model_dump(mode="json")
+    except ValueError:  # a document of an earlier release the spec no longer reads: as it was written
+        spec = settings
+    name = "default" if event is None else event.policy
+    metadata = {"name": name, "labels": {"version": state.policy_config().version}}
+    return {"api_version": API_VERSION, "kind": "Policy", "metadata": metadata, "spec": spec}
 
 
 UNBOUNDED = 2**62
@@ -669,7 +693,7 @@ async def run_whatif(args: argparse.Namespace) -> int:
 
     try:
         document = yaml.safe_load(Path(args.policy).read_text(encoding="utf-8")) or {}  # noqa: ASYNC240
-        candidate = policy_from_document(f"whatif:{Path(args.policy).name}", document)
+        candidate = policy_from_document(f"whatif:{Path(args.policy).name}", policy_settings(document))
     except (OSError, yaml.YAMLError, ValueError, TypeError) as error:
         raise CliError(f"--policy {args.policy}: {error}", 2) from None
     time_range(args.since, args.until)
@@ -691,3 +715,19 @@ async def run_whatif(args: argparse.Namespace) -> int:
     print(f"{len(history.arrivals)} recorded submissions replayed; policy in force: {current.version}")
     print("\n".join(comparison_lines(columns)))
     return 0
+
+
+def policy_settings(document: Any) -> Any:
+    """A ``Policy`` document's settings (checked as ``fedsched apply`` checks them), as the scheduler reads
+    them; a file of the bare settings (the ``document`` of ``PolicyConfigured``) is read as it is."""
+    from events.catalog.documents import DocumentError, Kind, parse
+
+    if isinstance(document, dict) and "kind" in document:
+        try:
+            parsed = parse(document)
+        except DocumentError as error:
+            raise ValueError(str(error)) from None
+        if parsed.kind is not Kind.POLICY:
+            raise ValueError(f"a {parsed.kind.value} document, not a Policy")
+        return parsed.spec_json()
+    return document

@@ -171,6 +171,7 @@ def test_a_decision_of_a_cycle_never_recorded_is_an_orphan(honest: MemoryLog) ->
 MUTATIONS = ("edit_body", "edit_time", "delete_decision", "delete_cycle", "repeat_decision", "edit_digest")
 
 
+@pytest.mark.timeout(600)  # 500 verifies of a 96-job log: about 100 s on a busy 2-core machine
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(kind=st.sampled_from(MUTATIONS), pick=st.integers(min_value=0, max_value=10_000))
 def test_every_mutation_of_the_record_is_detected_and_named(honest: MemoryLog, kind: str, pick: int) -> None:
