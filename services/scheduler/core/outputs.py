@@ -39,7 +39,7 @@ _TEXT = 4096
 _VICTIMS = 256
 
 
-DECISION_ENGINE = "fedsched-decisions-3"
+DECISION_ENGINE = "fedsched-decisions-4"
 """The name of this code's decisions, recorded with every cycle. Change it in the same commit as anything
 that makes the same inputs give other decision events: a choice of the policy core, a reason, a message's
 words or figures, how an event is built. ``tests/scheduler/test_decision_engine.py`` holds the digest of

@@ -37,6 +37,8 @@ class JobFacts:
     submitted_ms: int = 0
     placements: dict[int, Placement] = field(default_factory=dict)
     placed_at: dict[int, int] = field(default_factory=dict)
+    started_at: dict[int, int] = field(default_factory=dict)
+    """run -> when its cluster reported it started (``JobStarted``; the first report)."""
     ended: dict[int, RunEnd] = field(default_factory=dict)  # run -> how it ended
     ended_at: dict[int, int] = field(default_factory=dict)
     terminal: JobStatus | None = None

@@ -39,7 +39,7 @@ from events.catalog.inventory import (
     NodeObserved,
     NodeRemoved,
 )
-from events.catalog.jobs import JobCancelRequested, JobRejected, JobSubmitted
+from events.catalog.jobs import JobCancelRequested, JobRejected, JobStarted, JobSubmitted
 from events.catalog.lifecycle import RUN_END_OF, JobStatus, RunEnd, RunEndEvent, ends_run, final_status
 from events.catalog.profiles import ResourceProfileUpdated
 from events.wire.envelope import Latest, mark_after
@@ -181,6 +181,10 @@ def _ended(how: RunEnd) -> Callable[[Facts, RunEndEvent, int, str], None]:
     return handle
 
 
+def _started(state: Facts, e: JobStarted, time_ms: int, __: str) -> None:
+    state.job(e.job_id).started_at.setdefault(e.run, time_ms)
+
+
 def _rejected(state: Facts, e: JobRejected, _: int, __: str) -> None:
     facts = state.job(e.job_id)
     facts.terminal = facts.terminal or JobStatus.REJECTED
@@ -243,6 +247,7 @@ HANDLERS: dict[type, Any] = {
     JobCancelRequested: _cancel_requested,
     **{cls: _ended(how) for cls, how in RUN_END_OF.items()},
     JobRejected: _rejected,
+    JobStarted: _started,
     JobPlaced: _placed,
     JobQueued: _queued,
     JobPreemptionRequested: _stop_requested,

@@ -285,7 +285,11 @@ class SchedulerState(Facts):
             m.ReplicaPlacement(core_node_id(placed.cluster, r.node), tuple(r.gpu_indices), r.gpu_milli_each)
             for r in placed.replicas
         )
-        derived.running[job_id] = m.RunningJob(job, ClusterId(placed.cluster), replicas, facts.submitted_ms)
+        # When the run started (its cluster's report), else when it was placed: not when the job was
+        # submitted, which made every job that waited look closer to its end (decisions-3 did).
+        run = facts.current_run()
+        started = facts.started_at.get(run, facts.placed_at.get(run, facts.submitted_ms))
+        derived.running[job_id] = m.RunningJob(job, ClusterId(placed.cluster), replicas, started)
         holds = []
         for replica in placed.replicas:
             key: tuple[str, str] = (placed.cluster, replica.node)
