@@ -5,7 +5,9 @@ Pure. Ids are ``<cycle id>:<kind>:<job id>`` and the envelope time is the cycle'
 replay of a cycle produces byte-identical events.
 
 What is not repeated: a job still waiting for the same reasons gets no new ``JobQueued`` (its last one
-still explains it); a run already asked to stop gets no second ``JobPreemptionRequested``.
+still explains it) unless its place in the queue or its estimated start moved materially
+(``moved_materially``), and then not more than once every ``REQUEUE_EVERY_MS``, so the log does not grow
+with every cycle; a run already asked to stop gets no second ``JobPreemptionRequested``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from events.wire.codec import encode
 from events.wire.envelope import Envelope
 from services.scheduler.core.policy import decisions as core
 from services.scheduler.core.state import SchedulerState, event_node
+from services.scheduler.core.state.facts import JobFacts
 
 SOURCE = "urn:fedsched:scheduler"
 _SHORT = 256
@@ -76,7 +79,7 @@ def decision_events(state: SchedulerState, result: core.CycleResult, sequence: i
             out.append(JobCancelled(job_id=JobId(job_id), run=0, message="cancelled while waiting in the queue"))
             ids.append(f"{cid}:cancel:{job_id}")
     for decision in result.decisions:
-        event = _event(state, decision, cid)
+        event = _event(state, decision, cid, result.now_ms)
         if event is not None:
             out.append(event)
             ids.append(f"{cid}:{decision.kind}:{getattr(decision, 'job_id', getattr(decision, 'victim', ''))}")
@@ -165,7 +168,28 @@ def _binding(decision: core.Queue) -> BindingConstraint:
 _RESOURCES = {kind.value: kind for kind in ResourceKind}
 
 
-def _event(state: SchedulerState, decision: core.Decision, cid: CycleId) -> Event | None:
+REQUEUE_EVERY_MS = 60_000
+"""A waiting job whose reasons are unchanged gets a new ``JobQueued`` at most this often."""
+
+
+def moved_materially(facts: JobFacts, wait: core.Queue, now_ms: int) -> bool:
+    """Whether a wait with unchanged reasons is worth a new ``JobQueued``: a minute or more since the last
+    one, and its place in the queue moved by a fifth (at least one place), or its estimated start came or
+    went or moved by a fifth of the time still to wait (at least five minutes)."""
+    at, position, estimate = facts.last_queued_at
+    if now_ms - at < REQUEUE_EVERY_MS:
+        return False
+    if position is not None and abs(max(1, wait.position) - position) >= max(1, position // 5):
+        return True
+    new = wait.estimated_start_ms
+    if (new is None) != (estimate is None):
+        return True
+    if new is None or estimate is None:
+        return False
+    return abs(new - estimate) >= max(300_000, max(0, estimate - now_ms) // 5)
+
+
+def _event(state: SchedulerState, decision: core.Decision, cid: CycleId, now_ms: int) -> Event | None:
     if isinstance(decision, core.Place):
         facts = state.jobs[decision.job_id]
         reason = ReasonCode.BACKFILLED if ReasonCode.BACKFILLED in decision.reasons else ReasonCode.PLACED
@@ -195,7 +219,7 @@ def _event(state: SchedulerState, decision: core.Decision, cid: CycleId) -> Even
     if isinstance(decision, core.Queue):
         facts = state.jobs[decision.job_id]
         reasons = tuple(dict.fromkeys(_reason(r) for r in decision.reasons)) or (_reason(decision.binding),)
-        if tuple(r.value for r in reasons) == facts.last_queued:
+        if tuple(r.value for r in reasons) == facts.last_queued and not moved_materially(facts, decision, now_ms):
             return None
         why_not = tuple(
             ClusterWhyNot(cluster=w.cluster, reasons=(_reason(w.reason),), detail=w.detail[:_SHORT])

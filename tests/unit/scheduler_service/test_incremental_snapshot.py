@@ -66,7 +66,9 @@ def full_snapshot(state: SchedulerState, now_ms: int) -> m.FleetSnapshot:
             m.ReplicaPlacement(core_node_id(now.cluster, r.node), tuple(r.gpu_indices), r.gpu_milli_each)
             for r in now.replicas
         )
-        running.append(m.RunningJob(job, now.cluster, replicas, facts.submitted_ms))
+        run = facts.current_run()
+        started = facts.started_at.get(run, facts.placed_at.get(run, facts.submitted_ms))
+        running.append(m.RunningJob(job, now.cluster, replicas, started))
         for r in now.replicas:
             key = (now.cluster, r.node)
             gpus = used_gpu.setdefault(key, {})

@@ -46,6 +46,8 @@ class JobFacts:
     cancel_requested: bool = False
     stop_requested: set[int] = field(default_factory=set)  # runs asked to stop (preempt / reclaim)
     last_queued: tuple[str, ...] = ()  # reason codes of the latest JobQueued
+    last_queued_at: tuple[int, int | None, int | None] = (0, None, None)
+    """The latest JobQueued's time, queue position and estimated start (what a new one is weighed against)."""
     last_wait: tuple[str, tuple[str, ...]] = ("", ())  # the latest JobQueued's cycle, and the ids applied of it
     held_counted: set[int] = field(default_factory=set)
     """Runs whose GPU time (placement to end) is in the budgets' ``HeldLedger``."""

@@ -200,13 +200,14 @@ def _placed(state: Facts, e: JobPlaced, time_ms: int, __: str) -> None:
     _count_held(state, facts)
 
 
-def _queued(state: Facts, e: JobQueued, _: int, event_id: str) -> None:
+def _queued(state: Facts, e: JobQueued, time_ms: int, event_id: str) -> None:
     facts = state.job(e.job_id)
     wait = mark_after(facts.last_wait, e.cycle_id, event_id)
     if wait is None:
         return  # the wait applied already, or one an earlier cycle explained
     facts.last_wait = wait
     facts.last_queued = tuple(r.value for r in e.reasons)
+    facts.last_queued_at = (time_ms, e.queue_position, e.estimated_start_ms)
 
 
 def _stop_requested(state: Facts, e: JobPreemptionRequested | JobReclaimRequested, _: int, __: str) -> None:
