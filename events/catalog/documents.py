@@ -35,6 +35,7 @@ from pydantic import BaseModel, Field, JsonValue, StringConstraints, ValidationE
 from events.catalog.jobs import PriorityClass
 from events.catalog.types import (
     MAX_SAFE_INT,
+    DurationSeconds,
     Frozen,
     GpuModel,
     Id,
@@ -174,6 +175,22 @@ class TypicalShape(Frozen):
 
 
 MIN_USAGE_HALF_LIFE_MS = 60_000
+MAX_GRACE_PERIOD_S = 7 * 24 * 3600
+
+
+class PreemptionClassSpec(Frozen):
+    """How the jobs of one priority class may be preempted (the class of the job asked to stop)."""
+
+    interruption_budget: Annotated[int, Field(ge=0, le=1000)] = 3
+    """How many runs of one job may be preempted or reclaimed (0: never preempted)."""
+    grace_period_s: Annotated[int, Field(ge=0, le=MAX_GRACE_PERIOD_S)] = 30
+    """How long a job asked to stop is given to checkpoint and stop."""
+    min_runtime_s: DurationSeconds = 0
+    """How long a run must have run since its start before it may be preempted."""
+
+
+def _every_class() -> dict[PriorityClass, PreemptionClassSpec]:
+    return {p: PreemptionClassSpec() for p in PriorityClass}
 
 
 class PolicySpec(Frozen):
@@ -199,11 +216,24 @@ class PolicySpec(Frozen):
     hot_model_cap_milli: NonNegInt | None = None
     preemption: bool = True
     max_victims: NonNegInt = 16
+    preemption_classes: dict[PriorityClass, PreemptionClassSpec] = Field(default_factory=_every_class)
+    """Per priority class of the victim; a class left out keeps the defaults."""
+    max_preemptions_per_cycle: PosInt | None = None
+    """Jobs asked to stop in one scheduling cycle at most (``None``: no limit)."""
+    max_preemptions_per_tenant_hour: PosInt | None = None
+    """Jobs of one tenant asked to stop within an hour at most (``None``: no limit)."""
     backfill: bool = True
     reservation_min_gpus: NonNegInt = 8
     default_runtime_s: NonNegInt = 3600
     max_decisions: PosInt = 10_000
     estimate_limit: NonNegInt = 64
+
+    @model_validator(mode="after")
+    def _every_class_named(self) -> PolicySpec:
+        if self.preemption_classes.keys() != set(PriorityClass):  # spelt out, so get shows what is in force
+            named = {**_every_class(), **self.preemption_classes}
+            object.__setattr__(self, "preemption_classes", {p: named[p] for p in PriorityClass})
+        return self
 
     @model_validator(mode="after")
     def _half_life(self) -> PolicySpec:
@@ -393,6 +423,7 @@ __all__ = [
     "Metadata",
     "NodePolicyName",
     "PolicySpec",
+    "PreemptionClassSpec",
     "QuotaSpec",
     "TenantSpec",
     "TypicalShape",

@@ -89,8 +89,8 @@ class JobBuilder:
     def not_preemptible(self) -> JobBuilder:
         return self._set(preemptible=False)
 
-    def preempted(self, times: int, budget: int = 3) -> JobBuilder:
-        return self._set(times_preempted=times, interruption_budget=budget)
+    def preempted(self, times: int) -> JobBuilder:
+        return self._set(times_preempted=times)
 
     def build(self) -> Job:
         return self._j

@@ -239,7 +239,7 @@ def test_inference_is_never_preempted_for_training():
 
 def test_a_job_out_of_interruption_budget_is_not_preempted_again():
     node = a_node("n1").gpus(8, (0,) * 8).build()
-    victim = a_job("v").gpus(8).priority(PriorityClass.BEST_EFFORT).preempted(3, budget=3).build()
+    victim = a_job("v").gpus(8).priority(PriorityClass.BEST_EFFORT).preempted(3).build()
     runs = [running(victim, "cluster-a", ("n1", tuple(range(8)), 1000))]
     job = a_job("j").gpus(8).priority(PriorityClass.PRODUCTION_INFERENCE).kind(JobKind.INFERENCE).build()
     r = schedule(snapshot([node], [job], runs))

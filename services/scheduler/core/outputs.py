@@ -42,7 +42,7 @@ _TEXT = 4096
 _VICTIMS = 256
 
 
-DECISION_ENGINE = "fedsched-decisions-4"
+DECISION_ENGINE = "fedsched-decisions-5"
 """The name of this code's decisions, recorded with every cycle. Change it in the same commit as anything
 that makes the same inputs give other decision events: a choice of the policy core, a reason, a message's
 words or figures, how an event is built. ``tests/scheduler/test_decision_engine.py`` holds the digest of
@@ -62,7 +62,12 @@ quota (or a hot-model cap) is not said to lack room in clusters that have it, an
 replica its quota would allow; a wait no cluster can take now binds on the cluster that holds most when
 empty; a replica asking more CPU or memory than any suitable node has free is told the most there is;
 a cluster its connector reports unreachable or draining is said to be so (``-2``: "every node is
-cordoned")."""
+cordoned"). ``-4`` takes a running job's start as its run's reported start, not its submission, and
+publishes a wait again when its position or estimated start moved materially. ``-5`` applies the
+policy's preemption rules per priority class of the victim (interruption budget, grace period, minimum
+runtime; ``-4`` allowed every job 3 preemptions and gave every victim 30 s), its per-cycle and
+per-tenant hourly limits, counts the jobs already stopping for a job as its room (``-4`` could ask more
+victims while the first ones were stopping) and counts room only on the nodes the job may use."""
 
 
 def cycle_id(sequence: int) -> CycleId:
@@ -257,6 +262,7 @@ def _event(state: SchedulerState, decision: core.Decision, cid: CycleId, now_ms:
             preemptor=decision.preemptor,
             rule=_id(decision.rule.value),
             reason=_reason(decision.rule),
+            grace_period_s=decision.grace_period_s,
             message=decision.message[:_TEXT],
         )
     return None  # Reserve: visible in the reserved job's JobQueued (ReservedForGang) and explanation

@@ -104,7 +104,8 @@ def test_the_policy_spec_has_every_setting_of_the_schedulers_policy_with_its_def
     assert set(spec) == fields
     assert spec["node_policy"] == config.node_policy.value
     assert spec["cluster_weights"] == dataclasses.asdict(config.cluster_weights)
-    for name in fields - {"node_policy", "cluster_weights", "typical_shapes"}:
+    assert spec["preemption_classes"] == {p.value: dataclasses.asdict(r) for p, r in config.preemption_classes}
+    for name in fields - {"node_policy", "cluster_weights", "typical_shapes", "preemption_classes"}:
         assert spec[name] == getattr(config, name), name
 
 

@@ -68,6 +68,9 @@ class Ctx:
     held: dict[TenantId, Held] = field(default_factory=dict)  # what running jobs hold, per tenant
     reservation: Reservation | None = None
     budgets: BudgetBook | None = None  # the hard budgets in force (None: none)
+    preempted: dict[TenantId, int] = field(default_factory=dict)
+    """Per tenant, its jobs asked to stop within the policy's hour (the snapshot's, then this cycle's)."""
+    preemptions: int = 0  # jobs asked to stop in this cycle
     _running: list[RunningJob] | None = None
 
     @property

@@ -230,6 +230,7 @@ def _context(snap: FleetSnapshot, config: PolicyConfig, memo: CycleMemo | None =
         book=book,
         pressure={},
         budgets=BudgetBook.of(snap.budgets, snap.now_ms, config) if snap.budgets else None,
+        preempted=dict(snap.preempted_last_hour),
     )
     for group, n in sorted(groups.items(), key=_group_order):
         book.add(group.job(), group.model, n)

@@ -96,6 +96,8 @@ class Preempt:
     cluster: ClusterId
     rule: ReasonCode
     message: str
+    grace_period_s: int = 30
+    """The victim's class's grace period (``PreemptionRules``)."""
     kind: Literal["preempt"] = "preempt"
 
 

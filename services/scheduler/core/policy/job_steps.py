@@ -13,7 +13,7 @@ book and the budget book.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
@@ -26,9 +26,9 @@ from services.scheduler.core.policy.decisions import CandidateScore, Constraint,
 from services.scheduler.core.policy.explain import describe, moment
 from services.scheduler.core.policy.federation import ClusterScore
 from services.scheduler.core.policy.fleet import Demand
-from services.scheduler.core.policy.model import Job
+from services.scheduler.core.policy.model import ClusterId, Job
 from services.scheduler.core.policy.placer import MASKED
-from services.scheduler.core.policy.preemption import find_victims
+from services.scheduler.core.policy.preemption import Room, count_asked, find_victims
 from services.scheduler.core.policy.quota import QuotaCheck, fmt_amount
 from services.scheduler.core.policy.reasons import ReasonCode
 
@@ -149,18 +149,19 @@ def hot_model_wait(ctx: Ctx, t: Turn) -> Verdict | None:
 
 
 def preempt(ctx: Ctx, t: Turn) -> Verdict | None:
-    """The smallest set of eligible lower-priority or borrowing jobs to stop; the job waits for them."""
+    """The smallest set of eligible lower-priority or borrowing jobs to stop, counting those already
+    stopping for it; the job waits for them."""
     job = t.job
     if not ctx.config.preemption:
         return None
-    victims = find_victims(ctx, job, t.demand)
-    if victims is None:
+    room = find_victims(ctx, job, t.demand, t.extra)
+    if room is None:
         return None
-    ci, vs = victims
-    cid = ctx.fleet.clusters[ci]
+    cid = ctx.fleet.clusters[room.cluster]
     made: list[Decision] = []
-    for v in vs:
+    for v in room.victims:
         vj = v.running.job
+        grace = ctx.config.rules_for(vj.priority_class).grace_period_s
         made.append(
             Preempt(
                 victim=vj.job_id,
@@ -170,23 +171,38 @@ def preempt(ctx: Ctx, t: Turn) -> Verdict | None:
                 rule=v.rule,
                 message=(
                     f"{vj.job_id} ({vj.priority_class.value}, {fmt_amount('gpu', vj.total_gpu_milli())} GPUs) is "
-                    f"preempted for {job.job_id} ({job.priority_class.value}) in {cid} by rule {v.rule.value}"
+                    f"preempted for {job.job_id} ({job.priority_class.value}) in {cid} by rule {v.rule.value}; "
+                    f"it has {grace} s to stop"
                 ),
+                grace_period_s=grace,
             )
         )
-        # The victim keeps its resources until its cluster reports it stopped; it cannot be chosen again
-        # in this cycle.
-        ctx.running = [r for r in ctx.running if r.job.job_id != vj.job_id]
-    names = ", ".join(v.running.job.job_id for v in vs[:8]) + (", ..." if len(vs) > 8 else "")
-    asked = f"{len(vs)} job(s) in {cid} are asked to stop: {names}"
-    waiting = Waiting(
-        job,
+    count_asked(ctx, room.victims)
+    # The victims keep their resources until their cluster reports them stopped; they cannot be chosen
+    # again in this cycle (nor in a later one: they are stopping then).
+    asked = {v.running.job.job_id for v in room.victims}
+    ctx.running = [r for r in ctx.running if r.job.job_id not in asked]
+    return Verdict(tuple(made), _waits_for_room(t, cid, room))
+
+
+def _waits_for_room(t: Turn, cid: ClusterId, room: Room) -> Waiting:
+    def names(jobs: Sequence[str]) -> str:
+        return ", ".join(jobs[:8]) + (", ..." if len(jobs) > 8 else "")
+
+    said = []
+    if room.victims:
+        asked = [v.running.job.job_id for v in room.victims]
+        said.append(f"{len(asked)} job(s) in {cid} are asked to stop: {names(asked)}")
+    if room.stopping:
+        stopping = [r.job.job_id for r in room.stopping]
+        said.append(f"{len(stopping)} job(s) in {cid} are stopping to make room for it: {names(stopping)}")
+    return Waiting(
+        t.job,
         t.demand,
         ReasonCode.WAITING_FOR_PREEMPTION,
-        asked,
+        "; ".join(said),
         Constraint(ReasonCode.WAITING_FOR_PREEMPTION, cluster=cid),
     )
-    return Verdict(tuple(made), waiting)
 
 
 def fewer_replicas(ctx: Ctx, t: Turn) -> Verdict | None:

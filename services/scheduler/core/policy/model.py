@@ -16,6 +16,8 @@ from events.catalog.jobs import Interconnect, JobKind, PriorityClass
 from events.catalog.types import ClusterId, JobId, NodeId, TenantId
 
 MILLI = 1000
+PREEMPTION_RATE_WINDOW_MS = 3_600_000
+"""The window of the policy's ``max_preemptions_per_tenant_hour``."""
 
 # Priority classes from most to least important (the catalogue's enum is declared in that order).
 PRIORITY_ORDER: tuple[PriorityClass, ...] = tuple(PriorityClass)
@@ -172,8 +174,8 @@ class Job:
     expected_runtime_s: int | None = None
     max_runtime_s: int | None = None
     submitted_at_ms: int = 0
-    interruption_budget: int = 3  # how many times it may be preempted
     times_preempted: int = 0
+    """Runs of it that were preempted or reclaimed; its class's ``interruption_budget`` bounds them."""
     tolerations: tuple[Toleration, ...] = ()
     """Sorted; see ``tolerates``."""
     min_replicas: int | None = None
@@ -200,6 +202,23 @@ class RunningJob:
     cluster: ClusterId
     placements: tuple[ReplicaPlacement, ...]
     started_at_ms: int = 0
+    stopping: bool = False
+    """Its run was asked to stop (preempted or reclaimed) and has not stopped yet: it still holds its
+    resources, but no preemption may count on stopping it again."""
+    stopping_for: JobId | None = None
+    """The job it is stopping to make room for (a preemption), if any: that job counts on its room."""
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionRules:
+    """How the jobs of one priority class may be preempted (the class of the victim)."""
+
+    interruption_budget: int = 3
+    """How many runs of one job may be preempted or reclaimed (0: never preempted)."""
+    grace_period_s: int = 30
+    """How long a victim is given to checkpoint and stop once asked."""
+    min_runtime_s: int = 0
+    """How long a run must have run (since its start) before it may be preempted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,11 +269,26 @@ class PolicyConfig:
     # Preemption and backfill.
     preemption: bool = True
     max_victims: int = 16
+    preemption_classes: tuple[tuple[PriorityClass, PreemptionRules], ...] = tuple(
+        (p, PreemptionRules()) for p in PriorityClass
+    )
+    """Per priority class of the victim (every class, in ``PRIORITY_ORDER``): see ``rules_for``."""
+    max_preemptions_per_cycle: int | None = None  # jobs asked to stop in one cycle; None: no limit
+    max_preemptions_per_tenant_hour: int | None = None
+    """Jobs of one tenant asked to stop within an hour of the log's time (this cycle's included); None:
+    no limit."""
     backfill: bool = True
     reservation_min_gpus: int = 8  # head-of-line gang jobs asking at least this many GPUs get a reservation
     default_runtime_s: int = 3600  # used for estimates when a job states no expected runtime
     max_decisions: int = 10_000
     estimate_limit: int = 64  # queued jobs (in queue order) that get an estimated start time
+
+    def rules_for(self, priority: PriorityClass) -> PreemptionRules:
+        """The preemption rules of a class (the defaults for a class the policy does not name)."""
+        for named, rules in self.preemption_classes:
+            if named is priority:
+                return rules
+        return PreemptionRules()
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,6 +330,9 @@ class FleetSnapshot:
     pending: tuple[Job, ...] = ()
     budgets: tuple[Budget, ...] = ()
     """The hard budgets in force, by name."""
+    preempted_last_hour: tuple[tuple[TenantId, int], ...] = ()
+    """Per tenant (by id), its jobs the scheduler asked to stop within the hour up to ``now_ms``: what
+    the policy's ``max_preemptions_per_tenant_hour`` counts."""
     # Not part of what is decided on (two snapshots with the same jobs are equal with or without it).
     running_delta: RunningDelta | None = field(default=None, compare=False, repr=False)
 
@@ -303,6 +340,7 @@ class FleetSnapshot:
 __all__ = [
     "HARD_TAINT_EFFECTS",
     "MILLI",
+    "PREEMPTION_RATE_WINDOW_MS",
     "PRIORITY_ORDER",
     "Budget",
     "Cluster",
@@ -319,6 +357,7 @@ __all__ = [
     "NodeId",
     "NodePolicy",
     "PolicyConfig",
+    "PreemptionRules",
     "PriorityClass",
     "Quota",
     "ReplicaPlacement",

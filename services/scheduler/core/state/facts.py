@@ -44,7 +44,9 @@ class JobFacts:
     terminal: JobStatus | None = None
     """The job's final status, once it has ended for good."""
     cancel_requested: bool = False
-    stop_requested: set[int] = field(default_factory=set)  # runs asked to stop (preempt / reclaim)
+    stop_requested: dict[int, tuple[str, int]] = field(default_factory=dict)
+    """Runs asked to stop (preempted or reclaimed) -> the job the room is for ("" for none) and when a
+    preemption asked it (-1: a reclaim)."""
     last_queued: tuple[str, ...] = ()  # reason codes of the latest JobQueued
     last_queued_at: tuple[int, int | None, int | None] = (0, None, None)
     """The latest JobQueued's time, queue position and estimated start (what a new one is weighed against)."""
@@ -129,6 +131,9 @@ class Facts:
     quotas: dict[tuple[str, str], QuotaSet] = field(default_factory=dict)
     policy: PolicyConfigured | None = None
     budgets: dict[str, BudgetSet] = field(default_factory=dict)
+    preempted_at: dict[str, list[int]] = field(default_factory=dict)
+    """Per tenant, when its jobs were asked to stop by a preemption (sorted; the hour up to the latest is
+    kept): what the policy's ``max_preemptions_per_tenant_hour`` counts."""
     budget_windows: dict[str, BudgetWindowOpened] = field(default_factory=dict)
     """Each budget's latest window opened (by start)."""
     held: HeldLedger = field(default_factory=HeldLedger)

@@ -14,6 +14,7 @@ request is made once per run); a wait keeps the latest cycle's reasons.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +44,7 @@ from events.catalog.jobs import JobCancelRequested, JobRejected, JobStarted, Job
 from events.catalog.lifecycle import RUN_END_OF, JobStatus, RunEnd, RunEndEvent, ends_run, final_status
 from events.catalog.profiles import ResourceProfileUpdated
 from events.wire.envelope import Latest, mark_after
+from services.scheduler.core.policy import model as m
 from services.scheduler.core.state.convert import job_of
 from services.scheduler.core.state.facts import SUSPECT_FOR_MS, Facts, JobFacts, NodeFacts, Placement
 from services.scheduler.core.state.policy_document import policy_from_document
@@ -154,6 +156,9 @@ def _submitted(state: Facts, e: JobSubmitted, time_ms: int, __: str) -> None:
         facts.spec = job_of(e, time_ms)
         _count_held(state, facts)
         facts.submitted_ms = time_ms
+        for _, asked_ms in sorted(facts.stop_requested.values()):  # preemptions folded before it
+            if asked_ms >= 0:
+                _count_preemption(state, e.tenant, asked_ms)
 
 
 def _cancel_requested(state: Facts, e: JobCancelRequested, _: int, __: str) -> None:
@@ -210,15 +215,27 @@ def _queued(state: Facts, e: JobQueued, time_ms: int, event_id: str) -> None:
     facts.last_queued_at = (time_ms, e.queue_position, e.estimated_start_ms)
 
 
-def _stop_requested(state: Facts, e: JobPreemptionRequested | JobReclaimRequested, _: int, __: str) -> None:
+def _stop_requested(state: Facts, e: JobPreemptionRequested | JobReclaimRequested, time_ms: int, __: str) -> None:
     facts = state.job(e.job_id)
     if e.run in facts.stop_requested:
         return  # asked once per run (the scheduler never asks twice): the preemptor named it already
-    facts.stop_requested.add(e.run)
-    if isinstance(e, JobPreemptionRequested) and e.preemptor is not None:
-        preemptor = state.job(e.preemptor)
+    preemption = isinstance(e, JobPreemptionRequested)
+    preemptor_id = e.preemptor if isinstance(e, JobPreemptionRequested) else None
+    facts.stop_requested[e.run] = (preemptor_id or "", time_ms if preemption else -1)
+    if preemption and facts.spec is not None:  # else counted when the submission is folded
+        _count_preemption(state, facts.spec.tenant, time_ms)
+    if preemptor_id is not None:
+        preemptor = state.job(preemptor_id)
         if e.job_id not in preemptor.victims:
             preemptor.victims += (e.job_id,)
+
+
+def _count_preemption(state: Facts, tenant: str, time_ms: int) -> None:
+    """Keep when a tenant's job was asked to stop by a preemption: the hour up to its latest, sorted (any
+    order of folds keeps the same times)."""
+    times = state.preempted_at.setdefault(tenant, [])
+    bisect.insort(times, time_ms)
+    del times[: bisect.bisect_right(times, times[-1] - m.PREEMPTION_RATE_WINDOW_MS)]
 
 
 def _finding(state: Facts, e: GovernanceFinding, _: int, __: str) -> None:

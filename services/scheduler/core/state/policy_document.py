@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from events.catalog.documents import MAX_GRACE_PERIOD_S
 from services.scheduler.core.policy import model as m
 
 MIN_USAGE_HALF_LIFE_MS = 60_000
@@ -29,6 +30,9 @@ def policy_from_document(version: str, document: Any) -> m.PolicyConfig:
         doc["node_policy"] = m.NodePolicy(doc["node_policy"])
     if "cluster_weights" in doc:
         doc["cluster_weights"] = m.ClusterWeights(**doc["cluster_weights"])
+    if "preemption_classes" in doc:
+        given = doc["preemption_classes"]
+        doc["preemption_classes"] = tuple((p, m.PreemptionRules(**given.get(p.value, {}))) for p in m.PRIORITY_ORDER)
     if "typical_shapes" in doc:
         doc["typical_shapes"] = tuple(
             m.Shape(**{**s, "models": tuple(s.get("models", ()))}) for s in doc["typical_shapes"]
@@ -43,8 +47,10 @@ def policy_from_document(version: str, document: Any) -> m.PolicyConfig:
 
 _PERCENT = {"typical_coverage_pct": 100}
 _MILLI_SCALE = {"hot_pressure_milli": 1000, "aging_unit_milli": 1000}
-_AT_LEAST_ONE = {"max_decisions", "aging_step_ms"}
-_NULLABLE = {"hot_model_cap_milli"}  # a whole number, or null for none
+_LIMITS = {"max_preemptions_per_cycle", "max_preemptions_per_tenant_hour"}
+_AT_LEAST_ONE = {"max_decisions", "aging_step_ms", *_LIMITS}
+_NULLABLE = {"hot_model_cap_milli", *_LIMITS}  # a whole number, or null for none
+_RULE_HIGH = {"interruption_budget": 1000, "grace_period_s": MAX_GRACE_PERIOD_S, "min_runtime_s": 10 * 365 * 24 * 3600}
 
 
 def _check_setting(name: str, value: Any, default: Any) -> None:
@@ -74,8 +80,27 @@ def _check_setting(name: str, value: Any, default: Any) -> None:
                 refuse(f"has an unknown term {term!r} (terms: {', '.join(default.__dataclass_fields__)})")
             if isinstance(weight, bool) or not isinstance(weight, int) or weight < 0:
                 refuse(f"weight {term} must be a whole number from 0 up")
+    elif name == "preemption_classes":
+        _check_classes(value, refuse)
     elif isinstance(default, tuple):
         if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
             refuse("must be a list of shapes")
     elif isinstance(default, str) and not isinstance(value, str):
         refuse("must be a string")
+
+
+def _check_classes(value: Any, refuse: Any) -> None:
+    """A mapping of priority class -> its preemption rules, each a whole number in its range."""
+    if not isinstance(value, dict):
+        refuse("must be a mapping of priority class to its rules")
+    classes = [p.value for p in m.PRIORITY_ORDER]
+    for name, rules in value.items():
+        if name not in classes:
+            refuse(f"has an unknown priority class {name!r} (classes: {', '.join(classes)})")
+        if not isinstance(rules, dict):
+            refuse(f"class {name} must be a mapping of rules")
+        for rule, number in rules.items():
+            if rule not in _RULE_HIGH:
+                refuse(f"class {name} has an unknown rule {rule!r} (rules: {', '.join(_RULE_HIGH)})")
+            if isinstance(number, bool) or not isinstance(number, int) or not 0 <= number <= _RULE_HIGH[rule]:
+                refuse(f"class {name} rule {rule} must be a whole number from 0 to {_RULE_HIGH[rule]}")

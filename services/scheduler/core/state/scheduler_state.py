@@ -16,7 +16,7 @@ from events.catalog.budget_windows import DAY_MS, MILLI_MS_PER_GPU_HOUR, Window,
 from events.catalog.documents import BudgetMode
 from events.catalog.governance import PolicyConfigured, QuotaSet, TenantRegistered
 from events.catalog.inventory import ClusterStatus, ClusterStatusChanged
-from events.catalog.types import ClusterId, ResourceKind, TenantId
+from events.catalog.types import ClusterId, JobId, ResourceKind, TenantId
 from events.wire.envelope import Envelope
 from services.scheduler.core.policy import model as m
 from services.scheduler.core.policy.budgets import expected_runtime_ms
@@ -176,8 +176,18 @@ class SchedulerState(Facts):
             running=running,
             pending=pending,
             budgets=self._budgets(now_ms) if self.budgets else (),
+            preempted_last_hour=self._preempted_last_hour(now_ms),
             running_delta=delta,
         )
+
+    def _preempted_last_hour(self, now_ms: int) -> tuple[tuple[TenantId, int], ...]:
+        out = []
+        for tenant, times in sorted(self.preempted_at.items()):
+            lo = bisect.bisect_right(times, now_ms - m.PREEMPTION_RATE_WINDOW_MS)
+            count = bisect.bisect_right(times, now_ms) - lo
+            if count > 0:
+                out.append((TenantId(tenant), count))
+        return tuple(out)
 
     def _budgets(self, now_ms: int) -> tuple[m.Budget, ...]:
         """The hard budgets with a window open, and what their tenants hold within it: runs that ended
@@ -289,7 +299,15 @@ class SchedulerState(Facts):
         # submitted, which made every job that waited look closer to its end (decisions-3 did).
         run = facts.current_run()
         started = facts.started_at.get(run, facts.placed_at.get(run, facts.submitted_ms))
-        derived.running[job_id] = m.RunningJob(job, ClusterId(placed.cluster), replicas, started)
+        stop = facts.stop_requested.get(run)
+        derived.running[job_id] = m.RunningJob(
+            job,
+            ClusterId(placed.cluster),
+            replicas,
+            started,
+            stopping=stop is not None,
+            stopping_for=JobId(stop[0]) if stop is not None and stop[0] else None,
+        )
         holds = []
         for replica in placed.replicas:
             key: tuple[str, str] = (placed.cluster, replica.node)
