@@ -24,9 +24,10 @@ from events.catalog.inventory import (
     GpuHealthSample,
     NodeRemoved,
 )
+from events.catalog.decisions import JobPreemptionRequested
 from events.catalog.jobs import JobCancelRequested, JobFailed, JobPreempted, JobSucceeded
 from events.catalog.reasons import ReasonCode
-from events.catalog.types import Health, ResourceKind
+from events.catalog.types import Health, JobId, ResourceKind, TenantId
 from events.wire.envelope import Envelope
 from services.scheduler.core.policy import CycleMemo, schedule
 from services.scheduler.core.policy import model as m
@@ -68,7 +69,9 @@ def full_snapshot(state: SchedulerState, now_ms: int) -> m.FleetSnapshot:
         )
         run = facts.current_run()
         started = facts.started_at.get(run, facts.placed_at.get(run, facts.submitted_ms))
-        running.append(m.RunningJob(job, now.cluster, replicas, started))
+        stop = facts.stop_requested.get(run)
+        for_job = JobId(stop[0]) if stop is not None and stop[0] else None
+        running.append(m.RunningJob(job, now.cluster, replicas, started, stop is not None, for_job))
         for r in now.replicas:
             key = (now.cluster, r.node)
             gpus = used_gpu.setdefault(key, {})
@@ -124,7 +127,24 @@ def full_snapshot(state: SchedulerState, now_ms: int) -> m.FleetSnapshot:
         tenants=tenants,
         running=tuple(running),
         pending=tuple(pending),
+        preempted_last_hour=_preempted_last_hour(state, now_ms),
     )
+
+
+def _preempted_last_hour(state: SchedulerState, now_ms: int) -> tuple[tuple[TenantId, int], ...]:
+    """Per tenant, its jobs' preemption requests in the hour up to ``now_ms``, of those within the hour
+    up to its latest (what the state keeps)."""
+    times: dict[str, list[int]] = {}
+    for facts in state.jobs.values():
+        for _, asked_ms in facts.stop_requested.values():
+            if facts.spec is not None and asked_ms >= 0:
+                times.setdefault(facts.spec.tenant, []).append(asked_ms)
+    window = m.PREEMPTION_RATE_WINDOW_MS
+    counts = {
+        tenant: sum(1 for t in kept if t > max(kept) - window and now_ms - window < t <= now_ms)
+        for tenant, kept in times.items()
+    }
+    return tuple((TenantId(tenant), n) for tenant, n in sorted(counts.items()) if n)
 
 
 def _job_event(kind: int, job: str, node: str, run: int, gpu: int) -> Event:
@@ -138,6 +158,8 @@ def _job_event(kind: int, job: str, node: str, run: int, gpu: int) -> Event:
         return JobPreempted(job_id=job, cluster="c1", run=run)
     if kind == 4:
         return JobFailed(job_id=job, cluster="c1", run=run, reason=ReasonCode.NODE_FAILURE, node=node)
+    if kind == 5:  # asked to stop for another job (a later cycle counts its room as coming)
+        return JobPreemptionRequested(job_id=job, cycle_id="c-1", cluster="c1", run=run, rule="r", preemptor=f"j{gpu}")
     return JobCancelRequested(job_id=job, requester="someone")
 
 
@@ -179,7 +201,7 @@ def _fleet_event(kind: int, node: str, gpu: int) -> Event:
 step = st.one_of(
     st.tuples(
         st.just("job"),
-        st.integers(0, 5),
+        st.integers(0, 6),
         st.integers(0, 5),
         st.sampled_from(NODES),
         st.integers(1, 3),
