@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from events.catalog.decisions import JobPlaced, JobPreemptionRequested
-from events.catalog.governance import FindingKind, GovernanceFinding
+from events.catalog.governance import FindingKind, GovernanceFinding, PolicyConfigured
 from events.catalog.inventory import ClusterKind, ClusterRegistered
 from events.catalog.jobs import JobPreempted, PriorityClass
 from events.catalog.reasons import ReasonCode
@@ -107,3 +107,35 @@ def test_a_placement_names_the_jobs_stopped_to_make_room_for_it() -> None:
     for envelope in second:
         state.fold(envelope)
     assert state.jobs["urgent"].victims == ()  # its next run names only what is stopped for that one
+
+
+def test_a_victim_gets_its_class_grace_period_and_a_later_cycle_waits_for_it_asking_nobody_else() -> None:
+    policy = PolicyConfigured(
+        policy="default",
+        policy_version="p2",
+        document={"preemption_classes": {"best_effort": {"grace_period_s": 300}}},
+        configured_by="ops@example.com",
+    )
+    low = a_job("low", gpus=8).model_copy(update={"priority_class": PriorityClass.BEST_EFFORT, "preemptible": True})
+    other = a_job("other", gpus=8).model_copy(update={"priority_class": PriorityClass.BEST_EFFORT})
+    urgent = a_job("urgent", gpus=8).model_copy(update={"priority_class": PriorityClass.CRITICAL_TRAINING})
+    state = two_clusters_with(
+        policy,
+        a_node(cluster="c1", node="n1", gpus=8),
+        a_node(cluster="c1", node="n2", gpus=8),
+        low,
+        placed("low", node="n1", gpus=tuple(range(8))),
+        other,
+        placed("other", node="n2", gpus=tuple(range(8))),
+        urgent,
+    )
+    first = decision_events(state, schedule(state.snapshot(T0 + 1000), state.policy_config()), 0)
+    [asked] = [e.data for e in first if isinstance(e.data, JobPreemptionRequested)]
+    assert asked.grace_period_s == 300 and "it has 300 s to stop" in asked.message
+    for envelope in first:
+        state.fold(envelope)
+    # The victim checkpoints for up to 5 minutes; meanwhile the next cycles ask nobody else.
+    later = decision_events(state, schedule(state.snapshot(T0 + 61_000), state.policy_config()), 1)
+    assert not [e for e in later if isinstance(e.data, JobPreemptionRequested)]
+    running = {r.job.job_id: r for r in state.snapshot(T0 + 61_000).running}
+    assert running[asked.job_id].stopping and running[asked.job_id].stopping_for == "urgent"
