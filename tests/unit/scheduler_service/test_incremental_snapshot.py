@@ -14,6 +14,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from events.catalog.base import Event
+from events.catalog.decisions import JobPreemptionRequested
 from events.catalog.governance import FindingKind, GovernanceFinding, PolicyConfigured, QuotaLine, QuotaSet
 from events.catalog.inventory import (
     ClusterKind,
@@ -24,7 +25,6 @@ from events.catalog.inventory import (
     GpuHealthSample,
     NodeRemoved,
 )
-from events.catalog.decisions import JobPreemptionRequested
 from events.catalog.jobs import JobCancelRequested, JobFailed, JobPreempted, JobSucceeded
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import Health, JobId, ResourceKind, TenantId
