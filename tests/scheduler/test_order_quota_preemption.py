@@ -147,7 +147,7 @@ def test_a_job_held_by_its_quota_is_not_said_to_lack_room_and_is_told_the_size_t
     q = next(d for d in r.decisions if isinstance(d, Queue))
     assert q.binding is ReasonCode.QUOTA_EXCEEDED and q.reasons == (ReasonCode.QUOTA_EXCEEDED,)
     [cluster] = q.per_cluster
-    assert cluster.detail == "room for 1 of 1 replicas now; it waits for its quota"
+    assert cluster.detail == "room for its 1 replica(s) now (1 would fit); it waits for its quota"
     assert q.change is not None
     assert (q.change.field, q.change.current, q.change.suggested) == ("resources.gpus", "3", "2")
     assert q.message.endswith("would fit its quota with 2 GPU(s) per replica")

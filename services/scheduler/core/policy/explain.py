@@ -118,7 +118,7 @@ def _cluster(
     if forced is not None and total_now >= job.replicas:
         # Room enough here: what holds the job is not this cluster.
         waits_for = _WAITS_FOR.get(forced, forced.value)
-        detail = f"room for {total_now} of {job.replicas} replicas now; it waits for {waits_for}"
+        detail = f"room for its {job.replicas} replica(s) now ({total_now} would fit); it waits for {waits_for}"
         why = ClusterWhyNot(cid, forced, detail)
         return why, total_now, bound(forced)
     # Could the cluster ever hold it (all running jobs gone)?
