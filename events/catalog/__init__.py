@@ -8,9 +8,9 @@ Modules by area: ``inventory`` (clusters, nodes, devices), ``jobs`` (requests an
 ``lifecycle`` (the lifecycle's vocabulary: job statuses, which are final, which events end a run or the
 job, how a run ended), ``decisions`` (the scheduler's decisions and cycle records), ``governance``
 (policies, tenants, quotas), ``profiles`` (projection outputs), ``legacy`` (superseded versions and their
-upcasters); shared pieces in ``types``, ``reasons``, ``base`` (the base class and the registry),
-``upcasters``, ``errors`` (why a record is not a valid event), ``topics`` (the topic catalogue) and
-``schema`` (JSON Schema).
+upcasters); shared pieces in ``types``, ``reasons``, ``pending_reasons`` (each waiting reason's category),
+``base`` (the base class and the registry), ``upcasters``, ``errors`` (why a record is not a valid
+event), ``topics`` (the topic catalogue) and ``schema`` (JSON Schema).
 """
 
 from events.catalog import decisions, documents, governance, inventory, jobs, legacy, lifecycle, profiles, schema
@@ -55,6 +55,7 @@ from events.catalog.jobs import (
     JobSubmitted,
     JobSucceeded,
 )
+from events.catalog.pending_reasons import PendingReason
 from events.catalog.profiles import QuotaUsageUpdated, ResourceProfileUpdated
 from events.catalog.reasons import ReasonCode
 
@@ -86,6 +87,7 @@ __all__ = [
     "NodeObserved",
     "NodeRemoved",
     "NodeUsageReported",
+    "PendingReason",
     "PolicyConfigured",
     "QuotaRequestApproved",
     "QuotaRequestRejected",

@@ -9,7 +9,8 @@ Every decision names the cycle that made it; the cycle's record (``SchedulingCyc
 the input offsets, the logical time and the policy version, which is all a replay needs. Scores are
 integers (milli-points), so a replay on any machine adds them up identically.
 
-Retired fields stay reserved (never reused with another meaning): none yet.
+Retired fields stay reserved (never reused with another meaning): ``JobQueued.queue_position`` (v1: the
+job's place in the whole federation's order, now ``federation_position``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Annotated, ClassVar
 from pydantic import Field, model_validator
 
 from events.catalog.base import Event
+from events.catalog.pending_reasons import PendingReason
 from events.catalog.reasons import ReasonCode
 from events.catalog.topics import DECISIONS
 from events.catalog.types import (
@@ -97,10 +99,13 @@ class SuggestedChange(Frozen):
 
 
 class JobQueued(DecisionEvent):
-    """The job waits: the reasons, each cluster's why-not, what binds, and what change would help."""
+    """The job waits: the reasons, each cluster's why-not, what binds, and what change would help; its
+    place in its own queue and in the federation's order, when it may start, and the category of its
+    wait (v2: both places and the category; v1 had one ``queue_position``, the federation's)."""
 
     event_type: ClassVar[str] = "io.fedsched.JobQueued"
-    schema_version: ClassVar[int] = 1
+    schema_version: ClassVar[int] = 2
+    retired_fields: ClassVar[tuple[str, ...]] = ("queue_position",)
 
     reasons: Reasons
     message: Text
@@ -109,10 +114,24 @@ class JobQueued(DecisionEvent):
     """Why each cluster that was considered cannot take it now, sorted by cluster."""
     binding: BindingConstraint | None = None
     smallest_change: SuggestedChange | None = None
-    queue_position: PosInt | None = None
-    """1 is next in its queue."""
+    federation_position: PosInt | None = None
+    """Its place in the whole federation's order of waiting jobs this cycle (priority class, fair share,
+    age): 1 is the next job the scheduler tries."""
+    tenant_queue_position: PosInt | None = None
+    """Its place among the waiting jobs of its own tenant's queue (its tenant and queue, as
+    ``team-a/default``), in the same order: 1 is that queue's next. ``None`` in a v1 record."""
     estimated_start_ms: EpochMillis | None = None
     """Logical time at which the scheduler expects the job to start, if it can tell."""
+    pending_reason: PendingReason | None = None
+    """The category of its binding reason (``events.catalog.pending_reasons``): what users filter waits
+    by. ``None`` only for a reason without one."""
+
+    @model_validator(mode="after")
+    def _queue_within_federation(self) -> JobQueued:
+        fed, own = self.federation_position, self.tenant_queue_position
+        if fed is not None and own is not None and own > fed:
+            raise ValueError("tenant_queue_position cannot be behind federation_position")
+        return self
 
 
 class ReplicaPlacement(Frozen):

@@ -18,6 +18,11 @@ History:
   v2 records the configuration document a change came from (``change``), and a tenant's
   ``hot_model_cap_milli`` and ``default_priority_class``. A v1 record came from no document and set
   neither (``None``: the policy's cap, the standard class).
+- ``io.fedsched.JobQueued`` v1 -> v2: v1's one ``queue_position`` was the job's place in the whole
+  federation's order; v2 calls it ``federation_position`` and adds the place in the job's own queue
+  (``tenant_queue_position``: ``None`` for a v1 record, which did not say) and the wait's category
+  (``pending_reason``), which the upcaster derives from the record's binding reason (else its first
+  reason) by the catalogue's one mapping (``events.catalog.pending_reasons``), as the scheduler does.
 - ``io.fedsched.NodeUsageReported`` v1 -> v2: v2 names the ``run`` each job usage measured. A v1 report
   did not say, so its runs are ``None`` (the projections attribute it by time, as they did).
 """
@@ -29,7 +34,16 @@ from typing import Annotated, ClassVar
 from pydantic import Field, JsonValue, model_validator
 
 from events.catalog.base import Event
-from events.catalog.decisions import CandidateScore, DecisionEvent, ReplicaPlacement, TopicOffset
+from events.catalog.decisions import (
+    BindingConstraint,
+    CandidateScore,
+    ClusterWhyNot,
+    DecisionEvent,
+    ReplicaPlacement,
+    SuggestedChange,
+    TopicOffset,
+)
+from events.catalog.pending_reasons import pending_reason_of
 from events.catalog.reasons import ReasonCode
 from events.catalog.topics import DECISIONS, GOVERNANCE, INVENTORY
 from events.catalog.types import (
@@ -164,6 +178,35 @@ def placed_v1_to_v2(payload: Payload) -> Payload:
     return payload
 
 
+class JobQueuedV1(DecisionEvent):
+    """The job waits (v1: one ``queue_position``, its place in the federation's order)."""
+
+    event_type: ClassVar[str] = "io.fedsched.JobQueued"
+    schema_version: ClassVar[int] = 1
+
+    reasons: Annotated[tuple[ReasonCode, ...], Field(min_length=1, max_length=16), Unique()]
+    message: Text
+    why_not: Annotated[tuple[ClusterWhyNot, ...], Field(max_length=256), Unique(("cluster",), ordered=True)] = ()
+    binding: BindingConstraint | None = None
+    smallest_change: SuggestedChange | None = None
+    queue_position: PosInt | None = None
+    estimated_start_ms: EpochMillis | None = None
+
+
+@upcaster("io.fedsched.JobQueued", 1)
+def queued_v1_to_v2(payload: Payload) -> Payload:
+    if "queue_position" in payload:
+        payload["federation_position"] = payload.pop("queue_position")
+    payload["tenant_queue_position"] = None
+    binding, reasons = payload.get("binding"), payload.get("reasons")
+    code = binding.get("reason") if isinstance(binding, dict) else None
+    if code is None and isinstance(reasons, list) and reasons:
+        code = reasons[0]
+    category = pending_reason_of(code if isinstance(code, str) else None)
+    payload["pending_reason"] = None if category is None else category.value
+    return payload
+
+
 class GpuUsageV1(Frozen):
     index: DeviceIndex
     utilisation_pct: Percent
@@ -272,6 +315,7 @@ __all__ = [
     "GpuHealthSampleV1",
     "GpuUsageV1",
     "JobPlacedV1",
+    "JobQueuedV1",
     "JobUsageV1",
     "NodeUsageReportedV1",
     "PolicyConfiguredV1",
@@ -282,6 +326,7 @@ __all__ = [
     "gpu_health_v1_to_v2",
     "placed_v1_to_v2",
     "policy_v1_to_v2",
+    "queued_v1_to_v2",
     "quota_v1_to_v2",
     "tenant_v1_to_v2",
     "usage_v1_to_v2",

@@ -54,7 +54,8 @@ from projections.readmodel.rows.typed import (
 _SUMMARY_COLUMNS = (
     "entity_key, tenant, project, queue, name, kind, priority_class, status, cluster, replicas, gpu_milli,"
     " submitted_ms, placed_ms, started_ms, ended_ms, waiting_ms, run, runs, preemptions, last_reason,"
-    " last_message, placement, last_decision_type, queued_since_ms"
+    " last_message, placement, last_decision_type, queued_since_ms, pending_reason, federation_position,"
+    " tenant_queue_position, estimated_start_ms"
 )
 
 
@@ -107,6 +108,8 @@ class ReadModels:
                 clauses.append(f"{column} = {arg(value)}")
         if where.statuses:
             clauses.append(f"status = ANY({arg(list(where.statuses))}::text[])")
+        if where.pending_reasons:
+            clauses.append(f"pending_reason = ANY({arg(list(where.pending_reasons))}::text[])")
         if after is not None:
             clauses.append(f"(coalesce(submitted_ms, 0), entity_key) < ({arg(after[0])}, {arg(after[1])})")
         sql = (

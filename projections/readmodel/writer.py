@@ -81,7 +81,7 @@ async def load_positions(pool: asyncpg.Pool, schema: str) -> dict[tuple[str, int
     return {(row["topic"], row["partition"]): row["next_offset"] for row in rows}
 
 
-STATE_FORMAT = 7
+STATE_FORMAT = 8
 """The format of the stored entities: raise it whenever a fold changes what the read models say (the log
 is then replayed into them). A change of a stored class's fields needs no raise: the stage codec's layout
 fingerprint (``projections.stages.codec.LAYOUT``) is stored beside it in the marker and changes by itself,
@@ -95,7 +95,9 @@ job), a run's start and cluster are the current run's, and the jobs table has ``
 stages moved to ``projections.stages`` (the same fields); 7: an event appended again changes nothing (no
 window of recent ids; the latest report and the lifecycle steps taken are kept per entity), and the
 entities are stored in the stage codec's format (``projections.stages.codec``), no longer as pickles, with
-a JSON marker (``{"format": 7, "layout": ...}``)."""
+a JSON marker (``{"format": 7, "layout": ...}``); 8: a waiting job's view keeps where it stands (the
+category of its wait, its places in the federation's order and in its own queue, its estimated start:
+``JobQueued`` v2), in four columns of the jobs table, so the jobs it had are filled in by the replay."""
 _FORMAT_KEY = ("_format", "")
 ENDED_JOBS = f"{JOB_STAGE}.ended"
 """The stage name an ended job's view is stored under: not loaded at start (the in-process host keeps

@@ -78,6 +78,7 @@ TYPES = Registry(
         "ReplicaSlot": jobs.ReplicaSlot,
         "Submission": jobs.Submission,
         "Placement": jobs.Placement,
+        "Wait": jobs.Wait,
         "Fact": jobs.Fact,
         "HeldRun": jobs.HeldRun,
         "NodeProfile": nodes.NodeProfile,

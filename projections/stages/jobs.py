@@ -1,4 +1,5 @@
-"""The job view: each job's status, timeline with reasons, placement, waiting time, runs, preemptions.
+"""The job view: each job's status, timeline with reasons, placement, waiting time, runs, preemptions,
+and while it waits, where it stands (``Wait``: its wait's category, its places, its estimated start).
 
 Called by the projection hosts; its entities are keyed by job id. Pure. Besides the view, this stage
 derives the deltas the other stages need: a placement becomes allocations on its nodes and on its
@@ -155,6 +156,20 @@ class Placement:
 
 
 @record
+class Wait:
+    """What a ``JobQueued`` says of where the job stands: the category of its wait, its places in the
+    federation's order and in its own queue, and when it may start (``None``: not said)."""
+
+    pending_reason: str | None
+    federation_position: int | None
+    tenant_queue_position: int | None
+    estimated_start_ms: int | None
+
+
+NOT_WAITING = Wait(None, None, None, None)
+
+
+@record
 class Fact:
     """One event of the job as the view folds it: its kind (the event type's name, as the timeline
     shows it), its time, and what the view takes from it; ``order`` is its place in job order."""
@@ -165,7 +180,7 @@ class Fact:
     run: int = 0
     reason: str = ""
     message: str = ""
-    detail: Submission | Placement | None = None
+    detail: Submission | Placement | Wait | None = None
     tenant: str = ""
     """The tenant a rejection names."""
 
@@ -211,6 +226,9 @@ class JobView:
     queued_since_ms: int | None = None
     last_reason: str = ""
     last_message: str = ""
+    wait: Wait = NOT_WAITING
+    """Where the job stands while it waits, as the scheduler's latest ``JobQueued`` said; ``NOT_WAITING``
+    once it is placed or has ended (and after a preemption, until the scheduler says again)."""
     timeline: tuple[TimelineEntry, ...] = ()
     timeline_dropped: int = 0
     last_decision: str = ""
@@ -364,7 +382,9 @@ def _fact(event: Event, kind: str, order: Order, now: int) -> Fact:
         )
         return Fact(order, now, kind, 0, "Submitted", "", submission)
     if isinstance(event, JobQueued):
-        return Fact(order, now, kind, 0, ",".join(r.value for r in event.reasons), event.message[:512])
+        reason = event.pending_reason.value if event.pending_reason is not None else None
+        wait = Wait(reason, event.federation_position, event.tenant_queue_position, event.estimated_start_ms)
+        return Fact(order, now, kind, 0, ",".join(r.value for r in event.reasons), event.message[:512], wait)
     if isinstance(event, JobPlaced):
         slots = tuple(ReplicaSlot(r.node, tuple(r.gpu_indices), r.gpu_milli_each) for r in event.replicas)
         placement = Placement(event.cluster, slots)
@@ -504,7 +524,8 @@ def _apply(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView, 
         if view.status in FINAL_STATUSES or view.allocated:
             return _log(view, now, view.status, fact, **extra), []
         demand = _demand(view, True)  # of fields the status does not change
-        changes = {"status": "queued", "queued_since_ms": _since(view, now)}
+        wait = fact.detail if isinstance(fact.detail, Wait) else NOT_WAITING
+        changes = {"status": "queued", "queued_since_ms": _since(view, now), "wait": wait}
         return _log(view, now, "queued", fact, **changes, **extra), demand
     if kind == "JobPlaced":
         return _placed(view, fact, now, **extra)
@@ -521,7 +542,7 @@ def _apply(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView, 
     if kind in _REQUESTS:
         return _log(view, now, view.status, fact, **extra), []
     if kind == "JobRejected":
-        changes = {"status": "rejected", "tenant": view.tenant or fact.tenant, "ended_ms": now}
+        changes = {"status": "rejected", "tenant": view.tenant or fact.tenant, "ended_ms": now, "wait": NOT_WAITING}
         return _log(view, now, "rejected", fact, **changes, **extra), []
     return (evolve(view, **extra) if extra else view), []
 
@@ -592,6 +613,7 @@ def _placed(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView,
         started_ms=None,  # this run's start, when its cluster reports it (as ``placed_ms`` is this run's)
         waiting_ms=max(0, waited),
         queued_since_ms=None,
+        wait=NOT_WAITING,
         superseded=superseded,
         **extra,
     )
@@ -629,7 +651,9 @@ def _run_ended(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobVi
         changes = {"preemptions": view.preemptions + 1, "queued_since_ms": now, "cluster": None}
     else:
         changes = {"ended_ms": now, "queued_since_ms": None}
-    logged = _log(view, now, status, fact, reason, fact.message, status=status, placement=(), **changes, **extra)
+    logged = _log(
+        view, now, status, fact, reason, fact.message, status=status, placement=(), wait=NOT_WAITING, **changes, **extra
+    )
     return logged, emitted
 
 

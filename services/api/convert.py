@@ -102,8 +102,10 @@ def job(row: JobSummary, *, now_ms: int, with_timeline: bool = False) -> jobs_pb
         last_message=row.last_message,
         placement=slots(row.placement),
         last_decision_type=row.last_decision_type,
+        pending_reason=row.pending_reason or "",
     )
-    for name in ("submitted_ms", "placed_ms", "started_ms", "ended_ms"):
+    optional = ("submitted_ms", "placed_ms", "started_ms", "ended_ms", "estimated_start_ms")
+    for name in (*optional, "federation_position", "tenant_queue_position"):
         value = getattr(row, name)
         if value is not None:
             setattr(message, name, value)

@@ -22,6 +22,7 @@ from events.catalog.decisions import (
     JobReclaimRequested,
 )
 from events.catalog.lifecycle import FINAL_STATUSES
+from events.catalog.pending_reasons import DESCRIPTIONS as CATEGORIES
 from events.catalog.types import ResourceKind
 from events.wire.envelope import format_time
 from services.api.convert import describe, reason_text, slots, timeline_entry, waited_ms
@@ -124,18 +125,25 @@ def _wait(d: JobQueued) -> jobs_pb2.WaitExplanation:
         wait.smallest_change.CopyFrom(
             jobs_pb2.SuggestedChange(field=c.field, current=c.current, suggested=c.suggested, message=c.message)
         )
-    if d.queue_position is not None:
-        wait.queue_position = d.queue_position
-    if d.estimated_start_ms is not None:
-        wait.estimated_start_ms = d.estimated_start_ms
+    for name in ("federation_position", "tenant_queue_position", "estimated_start_ms"):
+        value = getattr(d, name)
+        if value is not None:
+            setattr(wait, name, value)
+    if d.pending_reason is not None:
+        wait.pending_reason.CopyFrom(
+            jobs_pb2.ReasonText(code=d.pending_reason.value, description=CATEGORIES[d.pending_reason])
+        )
     return wait
 
 
 def _wait_lines(d: JobQueued, row: Mapping[str, Any]) -> list[str]:
     reasons = ", ".join(f"{r.value} ({describe(r.value)})" for r in d.reasons)
     lines = [f"Waiting: {reasons}.", d.message] if d.message else [f"Waiting: {reasons}."]
-    if d.queue_position is not None:
-        lines.append(f"Position {d.queue_position} in its queue.")
+    if d.pending_reason is not None:
+        lines.append(f"Pending reason: {d.pending_reason.value} ({CATEGORIES[d.pending_reason]}).")
+    places = _places(d, row)
+    if places:
+        lines.append(places)
     if d.binding is not None:
         b = d.binding
         where = f"in cluster {b.cluster}" if b.cluster else "across the federation"
@@ -159,6 +167,18 @@ def _wait_lines(d: JobQueued, row: Mapping[str, Any]) -> list[str]:
         detail = f" - {w.detail}" if w.detail else ""
         lines.append(f"  {w.cluster}: " + ", ".join(r.value for r in w.reasons) + detail)
     return lines
+
+
+def _places(d: JobQueued, row: Mapping[str, Any]) -> str:
+    """Where it stands, as far as the decision says: "Position 3 in team-a/default, 12 in the federation's
+    order (1 is next)." (a v1 decision gave the federation's only)."""
+    parts = []
+    if d.tenant_queue_position is not None:
+        queue = f"{row.get('tenant') or 'its tenant'}/{row.get('queue') or 'default'}"
+        parts.append(f"{d.tenant_queue_position} in {queue}")
+    if d.federation_position is not None:
+        parts.append(f"{d.federation_position} in the federation's order")
+    return f"Position {', '.join(parts)} (1 is next)." if parts else ""
 
 
 def amount(resource: ResourceKind, value: int) -> str:

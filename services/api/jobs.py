@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 
 from events.catalog.lifecycle import FINAL_STATUSES, JobStatus
+from events.catalog.pending_reasons import PendingReason
 from events.catalog.topics import JOBS
 from events.log.contract import EventLog
 from projections.readmodel.reader import ReadModels
@@ -30,6 +31,7 @@ _FLEET_VIEW_FOR_S = 5.0
 
 STATUSES = (*(status.value for status in JobStatus), "unknown")  # "unknown": a job view not yet told its status
 PRIORITY_CLASSES = ("production_inference", "critical_training", "standard", "best_effort")
+PENDING_REASONS = tuple(reason.value for reason in PendingReason)
 
 
 class JobService:
@@ -105,9 +107,14 @@ class JobService:
             if request.priority_class
             else None,
             cluster=validation.optional_identifier("cluster", request.cluster),
+            pending_reasons=tuple(
+                validation.one_of("pending_reasons", reason, PENDING_REASONS) for reason in request.pending_reasons
+            ),
         )
         if len(request.statuses) > len(STATUSES):
             validation.one_of("statuses", "(too many)", STATUSES)
+        if len(request.pending_reasons) > len(PENDING_REASONS):
+            validation.one_of("pending_reasons", "(too many)", PENDING_REASONS)
         check_scope(principal, where.tenant or "")
         size = validation.page_size(request.page_size)
         query = {**_query(where), "scope": principal.tenant_scope()}
@@ -164,7 +171,7 @@ class JobService:
 
 def _query(where: JobFilter) -> dict[str, object]:
     """The filters a page token is bound to (a token of another query is refused)."""
-    return {
+    query: dict[str, object] = {
         "tenant": where.tenant,
         "project": where.project,
         "queue": where.queue,
@@ -172,6 +179,9 @@ def _query(where: JobFilter) -> dict[str, object]:
         "priority_class": where.priority_class,
         "cluster": where.cluster,
     }
+    if where.pending_reasons:  # only when asked: the tokens of queries without it stay good
+        query["pending_reasons"] = list(where.pending_reasons)
+    return query
 
 
 def spec_warnings(spec: jobs_pb2.JobSpec) -> list[str]:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from events.catalog.lifecycle import JobStatus
+from events.catalog.pending_reasons import PendingReason
 from services.cli import jobfile
 from services.cli.args import positive_int
 from services.cli.main import CliError
@@ -44,6 +45,8 @@ EXIT_CODES = {
     "DEADLINE_EXCEEDED": 6,
 }
 STATUSES = tuple(status.value for status in JobStatus)
+PENDING_REASONS = tuple(reason.value for reason in PendingReason)
+WAITING = ("submitted", "queued")
 
 
 def client_options() -> argparse.ArgumentParser:
@@ -67,11 +70,23 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     submit.add_argument("--request-id", help="idempotency key (default: the file's client_request_id, else new)")
     submit.set_defaults(handler=api_command(submit_job))
 
-    jobs = sub.add_parser("jobs", parents=[common], help="list jobs, newest first")
+    jobs = sub.add_parser(
+        "jobs",
+        parents=[common],
+        help="list jobs, newest first; waiting ones (--status queued) in the federation's order, with where "
+        "each stands: its pending reason, its places in its queue and in the federation, its ETA",
+    )
     jobs.add_argument("--tenant", default="")
     jobs.add_argument("--project", default="")
     jobs.add_argument("--queue", default="")
     jobs.add_argument("--status", action="append", default=[], choices=STATUSES, help="repeat for several")
+    jobs.add_argument(
+        "--pending-reason",
+        action="append",
+        default=[],
+        choices=PENDING_REASONS,
+        help="waiting jobs whose wait is of this category; repeat for several",
+    )
     jobs.add_argument("--priority-class", default="")
     jobs.add_argument("--cluster", default="")
     jobs.add_argument("--limit", type=positive_int, default=50, help="at most this many jobs (default 50)")
@@ -322,6 +337,7 @@ async def list_jobs(args: argparse.Namespace, client: Client) -> int:
             statuses=args.status,
             priority_class=args.priority_class,
             cluster=args.cluster,
+            pending_reasons=args.pending_reason,
             page_size=min(1000, args.limit - len(found)),
             page_token=token,
         )
@@ -333,6 +349,44 @@ async def list_jobs(args: argparse.Namespace, client: Client) -> int:
     if args.json:
         _print_json({"jobs": [to_dict(j) for j in found], "more": bool(token)})
         return 0
+    if args.pending_reason or (args.status and set(args.status) <= set(WAITING)):
+        print(_waiting_table(found))
+    else:
+        print(_jobs_table(found))
+    if token:
+        print(f"(more than {len(found)} jobs; raise --limit or filter)")
+    return 0
+
+
+def _waiting_table(found: Sequence[Any]) -> str:
+    """Waiting jobs in the federation's order (those the scheduler has not placed in it yet last), with
+    where each stands: the category of its wait, its places in its own queue and in the federation's order,
+    and when it may start, from this machine's clock."""
+    import time
+
+    now = int(time.time() * 1000)
+    order = sorted(found, key=lambda j: (not j.HasField("federation_position"), j.federation_position))
+    rows = [
+        [
+            j.job_id,
+            j.name[:40],
+            f"{j.tenant}/{j.queue}",
+            j.priority_class,
+            gpus(j.gpu_milli * j.replicas),
+            j.pending_reason,
+            j.tenant_queue_position if j.HasField("tenant_queue_position") else "-",
+            j.federation_position if j.HasField("federation_position") else "-",
+            f"in {duration(max(0, j.estimated_start_ms - now))}" if j.HasField("estimated_start_ms") else "-",
+            duration(j.waiting_ms),
+            j.last_reason,
+        ]
+        for j in order
+    ]
+    headers = ["JOB", "NAME", "QUEUE", "PRIORITY", "GPUS", "PENDING", "IN-QUEUE", "IN-FED", "ETA", "WAITED"]
+    return table([*headers, "REASON"], rows, blank="-")
+
+
+def _jobs_table(found: Sequence[Any]) -> str:
     rows = [
         [
             j.job_id,
@@ -347,10 +401,7 @@ async def list_jobs(args: argparse.Namespace, client: Client) -> int:
         ]
         for j in found
     ]
-    print(table(["JOB", "NAME", "TENANT", "STATUS", "PRIORITY", "GPUS", "CLUSTER", "WAITED", "REASON"], rows))
-    if token:
-        print(f"(more than {len(found)} jobs; raise --limit or filter)")
-    return 0
+    return table(["JOB", "NAME", "TENANT", "STATUS", "PRIORITY", "GPUS", "CLUSTER", "WAITED", "REASON"], rows)
 
 
 async def show_job(args: argparse.Namespace, client: Client) -> int:

@@ -97,13 +97,15 @@ async def test_a_person_submits_lists_inspects_explains_watches_and_cancels(
         await append(log, [queued(job_id)])  # type: ignore[arg-type]
         await runner.catch_up()
 
-        names = ("jobs", "jobs json", "job", "job json", "explain", "explain json")
+        names = ("jobs", "jobs json", "queued", "by reason", "job", "job json", "explain", "explain json")
         results = dict(
             zip(
                 names,
                 await asyncio.gather(
                     run("jobs"),
                     run("jobs", "--json", "--status", "queued"),
+                    run("jobs", "--status", "queued"),
+                    run("jobs", "--pending-reason", "quota", "--pending-reason", "capacity", "--json"),
                     run("job", job_id),
                     run("job", job_id, "--json"),
                     run("explain", job_id),
@@ -117,12 +119,28 @@ async def test_a_person_submits_lists_inspects_explains_watches_and_cancels(
         assert job_id in out and "queued" in out
         code, out, _ = results["jobs json"]
         assert [j["job_id"] for j in json.loads(out)["jobs"]] == [job_id]
+        code, out, _ = results["queued"]  # where each waiting job stands, as columns
+        header, row = (line.split() for line in out.splitlines()[:2])
+        assert code == 0 and header == [
+            "JOB", "NAME", "QUEUE", "PRIORITY", "GPUS", "PENDING", "IN-QUEUE", "IN-FED", "ETA", "WAITED", "REASON"
+        ]  # fmt: skip
+        assert row[0] == job_id and row[2] == "team-a/default" and row[5:8] == ["capacity", "3", "12"]
+        assert row[8] == "in" and row[9][0].isdigit()  # "in 11h20m": the estimated start, from now
+        code, out, _ = results["by reason"]
+        [listed] = json.loads(out)["jobs"]
+        assert (listed["pending_reason"], listed["tenant_queue_position"], listed["federation_position"]) == (
+            "capacity",
+            3,
+            12,
+        )
+        assert listed["estimated_start_ms"] == 1_900_000_000_000  # a number (not a string)
         code, out, _ = results["job"]
         assert code == 0 and "llama-finetune" in out and "JobQueued" in out
         code, out, _ = results["job json"]
         assert json.loads(out)["status"] == "queued"
         code, out, _ = results["explain"]
         assert code == 0 and "Waiting: InsufficientGpu" in out and "resources.gpus from 8 to 2" in out
+        assert "Pending reason: capacity" in out and "Position 3 in team-a/default, 12 in the federation's" in out
         code, out, _ = results["explain json"]
         assert json.loads(out)["wait"]["binding"]["requested"] == 8000  # a number (not a string)
 

@@ -21,6 +21,7 @@ from events.catalog.decisions import (
     SuggestedChange,
 )
 from events.catalog.jobs import JobCancelled, JobStarted, JobSucceeded
+from events.catalog.pending_reasons import PendingReason
 from events.catalog.reasons import ReasonCode
 from events.catalog.topics import JOBS, partition_for
 from events.catalog.types import ResourceKind
@@ -212,8 +213,10 @@ def queued(job_id: str) -> JobQueued:
             available=2000,
         ),
         smallest_change=SuggestedChange(field="resources.gpus", current="8", suggested="2", message="fits now"),
-        queue_position=3,
+        federation_position=12,
+        tenant_queue_position=3,
         estimated_start_ms=1_900_000_000_000,
+        pending_reason=PendingReason.CAPACITY,
     )
 
 
@@ -240,12 +243,14 @@ async def test_explain_gives_why_it_waits_where_it_went_and_why_it_was_preempted
     assert [w.cluster for w in wait.why_not] == ["east", "west"]
     assert (wait.binding.requested, wait.binding.available, wait.binding.gpu_model) == (8000, 2000, "A100-80G")
     assert (wait.smallest_change.field, wait.smallest_change.suggested) == ("resources.gpus", "2")
-    assert wait.queue_position == 3 and wait.estimated_start_ms == 1_900_000_000_000
+    assert (wait.tenant_queue_position, wait.federation_position) == (3, 12)
+    assert wait.estimated_start_ms == 1_900_000_000_000 and wait.pending_reason.code == "capacity"
     text = "\n".join(answer.summary)
     binding = "in cluster east: gpu of model A100-80G requested 8 GPUs for one replica on one node, available 2 GPUs"
     assert binding in text
-    assert "resources.gpus from 8 to 2" in text and "Position 3" in text
-    assert json.loads(answer.decision_json)["queue_position"] == 3
+    assert "resources.gpus from 8 to 2" in text and "Pending reason: capacity (" in text
+    assert f"Position 3 in team-a/{got.queue}, 12 in the federation's order (1 is next)." in text
+    assert json.loads(answer.decision_json)["federation_position"] == 12
 
     chosen = CandidateScore(
         cluster="east",

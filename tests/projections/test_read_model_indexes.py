@@ -10,6 +10,8 @@ from projections.readmodel.rows.entities import TABLES
 
 pytestmark = [pytest.mark.postgres, pytest.mark.asyncio(loop_scope="session")]
 
+ADDED = ("queued_since_ms", "pending_reason", "federation_position", "tenant_queue_position", "estimated_start_ms")
+"""The jobs table's columns added since it was first made, in the order they were added."""
 LISTING = (
     "SELECT entity_key FROM {s}.read_jobs WHERE NOT orphan AND tenant = ANY($1::text[]) AND status = ANY($2::text[])"
     " ORDER BY coalesce(submitted_ms, 0) DESC, entity_key DESC LIMIT 50"
@@ -58,11 +60,40 @@ async def test_columns_added_since_a_table_was_made_are_added_to_it(fresh_databa
     try:
         await pool.execute("CREATE SCHEMA before")
         await pool.execute(TABLES["jobs"].ddl("before"))
-        await pool.execute("ALTER TABLE before.read_jobs DROP COLUMN queued_since_ms")  # as an earlier version made it
+        for column in ADDED:  # as an earlier version made it, before it had these
+            await pool.execute(f"ALTER TABLE before.read_jobs DROP COLUMN {column}")
         await pool.execute("INSERT INTO before.read_jobs (entity_key, status) VALUES ('j1', 'queued')")
         await readmodels.ensure_schema(pool, "before")
         row = await pool.fetchrow("SELECT * FROM before.read_jobs")
         assert list(row.keys()) == [name for name, _ in TABLES["jobs"].columns]
-        assert row["entity_key"] == "j1" and row["queued_since_ms"] is None
+        assert row["entity_key"] == "j1" and all(row[column] is None for column in ADDED)
+    finally:
+        await pool.close()
+
+
+WAITS = (
+    "SELECT entity_key FROM {s}.read_jobs WHERE NOT orphan AND pending_reason = ANY($1::text[])"
+    " ORDER BY coalesce(submitted_ms, 0) DESC, entity_key DESC LIMIT 50"
+)
+
+
+async def test_a_listing_of_one_category_of_waits_reads_the_waiting_jobs_index_not_the_history(
+    fresh_database: str,
+) -> None:
+    pool = await asyncpg.create_pool(fresh_database, min_size=1, max_size=2)
+    try:
+        await readmodels.ensure_schema(pool, "waits")
+        await pool.execute(  # a long history; one job in a hundred waits, of one of three categories
+            "INSERT INTO waits.read_jobs (entity_key, tenant, status, orphan, submitted_ms, pending_reason)"
+            " SELECT 'j' || i, 't' || (i % 7), CASE WHEN i % 100 = 0 THEN 'queued' ELSE 'succeeded' END, false, i,"
+            " CASE WHEN i % 100 = 0 THEN (ARRAY['quota', 'capacity', 'budget'])[1 + i / 100 % 3] END"
+            " FROM generate_series(1, 50000) i"
+        )
+        await pool.execute("ANALYZE waits.read_jobs")
+        plan = "\n".join(r[0] for r in await pool.fetch("EXPLAIN " + WAITS.format(s="waits"), ["quota"]))
+        assert "read_jobs_by_pending_reason" in plan, plan
+        rows = await pool.fetch(WAITS.format(s="waits"), ["quota"])
+        expected = sorted((i for i in range(100, 50001, 100) if i // 100 % 3 == 0), reverse=True)[:50]
+        assert [r["entity_key"] for r in rows] == [f"j{i}" for i in expected]
     finally:
         await pool.close()

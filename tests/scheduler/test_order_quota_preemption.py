@@ -309,7 +309,7 @@ def test_a_queued_job_hears_why_per_cluster_what_would_fit_and_when():
     assert "largest free block is 6 GPUs" in q.message
     assert "would fit now with 6 GPUs" in q.smallest_change
     assert "in about 40 min" in q.smallest_change and q.estimated_start_ms == 2400_000
-    assert q.position == 1
+    assert q.federation_position == 1
 
 
 def test_any_clock_gives_a_bounded_history_quickly():

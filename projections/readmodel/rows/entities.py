@@ -79,6 +79,10 @@ def _job_rows(key: str, job: JobView) -> Sequence[Row]:
             job.last_decision_type,
             job.last_decision or None,
             job.queued_since_ms,
+            job.wait.pending_reason,
+            job.wait.federation_position,
+            job.wait.tenant_queue_position,
+            job.wait.estimated_start_ms,
         )
     ]
 

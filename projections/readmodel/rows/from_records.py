@@ -92,6 +92,10 @@ def _summary_fields(r: Record) -> dict[str, Any]:
         "last_message": _text(r, "last_message"),
         "placement": slots(r["placement"]),
         "last_decision_type": _text(r, "last_decision_type"),
+        "pending_reason": r["pending_reason"],
+        "federation_position": _maybe_int(r, "federation_position"),
+        "tenant_queue_position": _maybe_int(r, "tenant_queue_position"),
+        "estimated_start_ms": _maybe_int(r, "estimated_start_ms"),
     }
 
 

@@ -66,6 +66,8 @@ _JOB_INDEXES = (
     ("by_time", f"({JOB_ORDER}) WHERE NOT orphan"),
     ("by_tenant", f"(tenant, {JOB_ORDER}) WHERE NOT orphan"),
     ("by_tenant_status", f"(tenant, status, {JOB_ORDER}) WHERE NOT orphan"),
+    # Only waiting jobs have a pending reason: a small index, for the listing of one category of waits.
+    ("by_pending_reason", f"(pending_reason, {JOB_ORDER}) WHERE NOT orphan AND pending_reason IS NOT NULL"),
 )
 
 JOBS = Table(
@@ -98,6 +100,11 @@ JOBS = Table(
         ("last_decision_type", "text"),
         ("last_decision", "jsonb"),
         ("queued_since_ms", "bigint"),  # a waiting job's wait so far is ``waiting_ms`` plus the time since
+        # While it waits (NULL otherwise): its wait's category, its places and when it may start.
+        ("pending_reason", "text"),
+        ("federation_position", "int"),
+        ("tenant_queue_position", "int"),
+        ("estimated_start_ms", "bigint"),
     ),
     _JOB_INDEXES,
 )

@@ -53,6 +53,8 @@ class JobFilter:
     statuses: tuple[str, ...] = ()
     priority_class: str | None = None
     cluster: str | None = None
+    pending_reasons: tuple[str, ...] = ()
+    """Waiting jobs whose wait is of any of these categories (``events.catalog.pending_reasons``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +85,14 @@ class JobSummary:
     last_message: str
     placement: tuple[Slot, ...]
     last_decision_type: str
+    pending_reason: str | None
+    """While it waits: the category of its wait (``None`` otherwise, or before the scheduler said)."""
+    federation_position: int | None
+    """While it waits: its place in the whole federation's order (1 is next)."""
+    tenant_queue_position: int | None
+    """While it waits: its place among the waiting jobs of its tenant's queue (1 is next)."""
+    estimated_start_ms: int | None
+    """While it waits: when the scheduler expects it to start, if it can tell."""
 
 
 @dataclass(frozen=True, slots=True)

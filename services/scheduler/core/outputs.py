@@ -5,9 +5,11 @@ Pure. Ids are ``<cycle id>:<kind>:<job id>`` and the envelope time is the cycle'
 replay of a cycle produces byte-identical events.
 
 What is not repeated: a job still waiting for the same reasons gets no new ``JobQueued`` (its last one
-still explains it) unless its place in the queue or its estimated start moved materially
-(``moved_materially``), and then not more than once every ``REQUEUE_EVERY_MS``, so the log does not grow
-with every cycle; a run already asked to stop gets no second ``JobPreemptionRequested``.
+still explains it) unless its place in its own queue or in the federation's order, or its estimated
+start, moved materially (``moved_materially``), and then not more than once every ``REQUEUE_EVERY_MS``,
+so the log does not grow with every cycle; a run already asked to stop gets no second
+``JobPreemptionRequested``. A ``JobQueued`` carries the category of its binding reason, by the
+catalogue's one mapping (``events.catalog.pending_reasons``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from events.catalog.decisions import (
     TopicOffset,
 )
 from events.catalog.jobs import JobCancelled
+from events.catalog.pending_reasons import pending_reason_of
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import ClusterId, CycleId, JobId, ResourceKind
 from events.wire.codec import encode
@@ -179,12 +182,13 @@ REQUEUE_EVERY_MS = 60_000
 
 def moved_materially(facts: JobFacts, wait: core.Queue, now_ms: int) -> bool:
     """Whether a wait with unchanged reasons is worth a new ``JobQueued``: a minute or more since the last
-    one, and its place in the queue moved by a fifth (at least one place), or its estimated start came or
-    went or moved by a fifth of the time still to wait (at least five minutes)."""
-    at, position, estimate = facts.last_queued_at
+    one, and its place in its own queue or in the federation's order moved by a fifth (at least one
+    place), or its estimated start came or went or moved by a fifth of the time still to wait (at least
+    five minutes)."""
+    at, federation, own, estimate = facts.last_queued_at
     if now_ms - at < REQUEUE_EVERY_MS:
         return False
-    if position is not None and abs(max(1, wait.position) - position) >= max(1, position // 5):
+    if _moved(federation, wait.federation_position) or _moved(own, wait.tenant_queue_position):
         return True
     new = wait.estimated_start_ms
     if (new is None) != (estimate is None):
@@ -192,6 +196,11 @@ def moved_materially(facts: JobFacts, wait: core.Queue, now_ms: int) -> bool:
     if new is None or estimate is None:
         return False
     return abs(new - estimate) >= max(300_000, max(0, estimate - now_ms) // 5)
+
+
+def _moved(before: int | None, now: int) -> bool:
+    """Whether a place in a queue moved by a fifth of what it was (at least one place)."""
+    return before is not None and abs(max(1, now) - before) >= max(1, before // 5)
 
 
 def _event(state: SchedulerState, decision: core.Decision, cid: CycleId, now_ms: int) -> Event | None:
@@ -246,8 +255,10 @@ def _event(state: SchedulerState, decision: core.Decision, cid: CycleId, now_ms:
             why_not=why_not[:256],
             binding=_binding(decision),
             smallest_change=change,
-            queue_position=max(1, decision.position),
+            federation_position=max(1, decision.federation_position),
+            tenant_queue_position=max(1, decision.tenant_queue_position),
             estimated_start_ms=decision.estimated_start_ms,
+            pending_reason=pending_reason_of(decision.binding),
         )
     if isinstance(decision, core.Preempt):
         victim = state.jobs.get(decision.victim)

@@ -91,6 +91,7 @@ from events.catalog.legacy import (
     GpuHealthSampleV1,
     GpuUsageV1,
     JobPlacedV1,
+    JobQueuedV1,
     JobUsageV1,
     NodeUsageReportedV1,
     PolicyConfiguredV1,
@@ -98,6 +99,7 @@ from events.catalog.legacy import (
     SchedulingCycleCompletedV1,
     TenantRegisteredV1,
 )
+from events.catalog.pending_reasons import PendingReason
 from events.catalog.profiles import GpuModelProfile, Quantities, QuotaUsage, QuotaUsageUpdated, ResourceProfileUpdated
 from events.catalog.reasons import ReasonCode as R
 from events.catalog.types import (
@@ -294,31 +296,40 @@ def _scores() -> tuple[CandidateScore, CandidateScore]:
     return chosen, runner_up
 
 
+def _wait() -> dict[str, Any]:
+    """What a JobQueued of every version says of its wait, but its places in the queues."""
+    return {
+        "job_id": JOB,
+        "cycle_id": CYCLE,
+        "reasons": (R.INSUFFICIENT_GPU, R.QUOTA_EXCEEDED),
+        "message": "Waiting: no cluster has 8 free A100/H100 GPUs on NVLink, and ml-research is at its H100 limit.",
+        "why_not": (
+            ClusterWhyNot(cluster=C1, reasons=(R.INSUFFICIENT_GPU,), detail="4 of 8 GPUs free"),
+            ClusterWhyNot(cluster=C2, reasons=(R.QUOTA_EXCEEDED,), detail="H100 limit 16000 milli"),
+        ),
+        "binding": BindingConstraint(
+            reason=R.INSUFFICIENT_GPU,
+            resource=ResourceKind.GPU,
+            gpu_model="NVIDIA-A100-SXM4-80GB",
+            cluster=C1,
+            requested=8_000,
+            available=4_000,
+        ),
+        "smallest_change": SuggestedChange(
+            field="resources.gpus", current="4", suggested="2", message="with 2 GPUs per replica it would start now"
+        ),
+    }
+
+
 def _decisions() -> list[Event]:
     chosen, runner_up = _scores()
     return [
         JobQueued(
-            job_id=JOB,
-            cycle_id=CYCLE,
-            reasons=(R.INSUFFICIENT_GPU, R.QUOTA_EXCEEDED),
-            message="Waiting: no cluster has 8 free A100/H100 GPUs on NVLink, and ml-research is at its H100 limit.",
-            why_not=(
-                ClusterWhyNot(cluster=C1, reasons=(R.INSUFFICIENT_GPU,), detail="4 of 8 GPUs free"),
-                ClusterWhyNot(cluster=C2, reasons=(R.QUOTA_EXCEEDED,), detail="H100 limit 16000 milli"),
-            ),
-            binding=BindingConstraint(
-                reason=R.INSUFFICIENT_GPU,
-                resource=ResourceKind.GPU,
-                gpu_model="NVIDIA-A100-SXM4-80GB",
-                cluster=C1,
-                requested=8_000,
-                available=4_000,
-            ),
-            smallest_change=SuggestedChange(
-                field="resources.gpus", current="4", suggested="2", message="with 2 GPUs per replica it would start now"
-            ),
-            queue_position=3,
+            **_wait(),
+            federation_position=12,
+            tenant_queue_position=3,
             estimated_start_ms=T0 + 2 * HOUR,
+            pending_reason=PendingReason.CAPACITY,
         ),
         JobPlaced(
             job_id=JOB,
@@ -569,6 +580,7 @@ def _cycle() -> dict[str, Any]:
 def _legacy() -> list[Event]:
     chosen, runner_up = _scores()
     return [
+        JobQueuedV1(**_wait(), queue_position=3, estimated_start_ms=T0 + 2 * HOUR),
         JobPlacedV1(
             job_id=JOB,
             cycle_id=CYCLE,

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, JsonValue, StringConstraints
 from pydantic.fields import FieldInfo
 
-from events.catalog.decisions import CandidateScore, JobPlaced, ReplicaPlacement
+from events.catalog.decisions import CandidateScore, JobPlaced, JobQueued, ReplicaPlacement
 from events.catalog.documents import MIN_USAGE_HALF_LIFE_MS, BudgetSpec, PolicySpec
 from events.catalog.governance import (
     BudgetWindowOpened,
@@ -277,6 +277,13 @@ def _policy(v: Values) -> Values:
     return v
 
 
+def _queued(v: Values) -> Values:
+    fed, own = v["federation_position"], v["tenant_queue_position"]
+    if fed is not None and own is not None and own > fed:  # type: ignore[operator]
+        v["federation_position"], v["tenant_queue_position"] = own, fed
+    return v
+
+
 FIXUPS: dict[type[BaseModel], Callable[[Values], Values]] = {
     BudgetSpec: _budget,
     BudgetWindowOpened: lambda v: _ordered_pair(v, "start_ms", "end_ms"),
@@ -287,6 +294,7 @@ FIXUPS: dict[type[BaseModel], Callable[[Values], Values]] = {
     CandidateScore: _candidate,
     JobPlaced: _placed,
     JobPlacedV1: _placed,
+    JobQueued: _queued,
     QuotaLine: _quota_line,
     QuotaRequestSubmitted: lambda v: _ordered_pair(v, "period_start_ms", "period_end_ms"),
     _Decided: _decided,

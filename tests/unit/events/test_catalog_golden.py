@@ -12,10 +12,15 @@ repository root:
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from events.catalog import REGISTRY, Event
+from events.catalog.decisions import JobQueued
 from events.catalog.inventory import GpuHealthReported, GpuHealthSample
+from events.catalog.legacy import queued_v1_to_v2
+from events.catalog.pending_reasons import PendingReason
 from events.catalog.types import ClusterId, Health, NodeId
 from events.wire import codec
 
@@ -90,3 +95,32 @@ def test_the_v1_gpu_health_golden_reads_as_v2_with_xid_counts_and_unknown_ecc() 
             GpuHealthSample(index=5, health=Health.DEGRADED, xid_errors=3, temperature_c=81),
         ),
     )
+
+
+def test_the_v1_wait_golden_reads_as_v2_its_position_the_federations_and_its_category_from_the_binding() -> None:
+    body, meta = read("io.fedsched.JobQueued", 1)
+    data = codec.decode(wire_headers(meta), body).data
+    assert isinstance(data, JobQueued)
+    # v1's one position was the job's place in the whole federation's order; its own queue's, unknown.
+    assert (data.federation_position, data.tenant_queue_position) == (3, None)
+    assert data.pending_reason is PendingReason.CAPACITY  # its binding: InsufficientGpu
+    v2, _ = read("io.fedsched.JobQueued", 2)
+    now = data.model_copy(update={"federation_position": 12, "tenant_queue_position": 3})
+    assert now == JobQueued.model_validate_json(v2)  # the rest as the v2 golden says it
+
+
+@pytest.mark.parametrize(
+    ("binding", "reasons", "expected"),
+    [
+        ({"reason": "QuotaExceeded"}, ["QuotaExceeded", "InsufficientGpu"], "quota"),
+        (None, ["WaitingForPreemption"], "preemption_pending"),
+        (None, ["Placed"], None),  # not a waiting reason: no category, never a guessed one
+    ],
+)
+def test_a_v1_wait_takes_the_category_of_its_binding_else_of_its_first_reason(
+    binding: dict[str, str] | None, reasons: list[str], expected: str | None
+) -> None:
+    v1 = {"job_id": "j", "cycle_id": "c", "reasons": reasons, "message": "m", "binding": binding}
+    upcast = queued_v1_to_v2(v1)
+    assert upcast["pending_reason"] == expected and "queue_position" not in upcast
+    assert JobQueued.model_validate_json(json.dumps(upcast)).pending_reason == expected

@@ -49,7 +49,7 @@ CATALOGUE = {
     "io.fedsched.JobPlaced": 2,
     "io.fedsched.JobPreempted": 1,
     "io.fedsched.JobPreemptionRequested": 1,
-    "io.fedsched.JobQueued": 1,
+    "io.fedsched.JobQueued": 2,
     "io.fedsched.JobReclaimRequested": 1,
     "io.fedsched.JobReclaimed": 1,
     "io.fedsched.JobRejected": 1,
@@ -71,7 +71,7 @@ CATALOGUE = {
 }
 
 PUBLIC = sorted(
-    ["REGISTRY", "Event", "ReasonCode"]
+    ["REGISTRY", "Event", "PendingReason", "ReasonCode"]
     + [name.rsplit(".", 1)[1] for name in CATALOGUE]
     + ["decisions", "documents", "governance", "inventory", "jobs", "legacy", "lifecycle", "profiles", "schema"]
 )

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from events.catalog.jobs import JobStarted
+from events.catalog.decisions import JobQueued
+from events.catalog.jobs import JobPreempted, JobStarted
+from events.catalog.pending_reasons import PendingReason
+from events.catalog.reasons import ReasonCode
 from projections.readmodel.rows import from_records
 from projections.readmodel.rows.entities import TABLES
 from projections.readmodel.rows.typed import QuotaUsage, Slot, TimelineEntry
@@ -54,6 +57,42 @@ def test_a_column_added_after_the_row_was_written_reads_as_the_views_default() -
     row = from_records.job_row(older)
     assert (row.queued_since_ms, row.name, row.waiting_ms, row.last_decision_type) == (None, "", 0, "")
     assert (row.last_decision, row.placement) == (None, ())
+
+
+def a_wait(cycle: int, federation: int, own: int, eta_s: int) -> JobQueued:
+    return JobQueued(
+        job_id="j1",
+        cycle_id=f"cycle-{cycle:09d}",
+        reasons=(ReasonCode.QUOTA_EXCEEDED,),
+        message="quota",
+        federation_position=federation,
+        tenant_queue_position=own,
+        estimated_start_ms=eta_s * 1000,
+        pending_reason=PendingReason.QUOTA,
+    )
+
+
+def where_it_stands(fold: Fold) -> tuple[str | None, int | None, int | None, int | None]:
+    row = from_records.job_row(record("jobs", "j1", fold.get("jobs", "j1")))
+    return row.pending_reason, row.federation_position, row.tenant_queue_position, row.estimated_start_ms
+
+
+def test_a_waiting_jobs_row_says_where_it_stands_until_it_is_placed_and_again_once_told_after_a_preemption() -> None:
+    fold = Fold()
+    fold.feed(a_node())
+    fold.feed(a_job(gpus=2), at_s=10)
+    assert where_it_stands(fold) == (None, None, None, None)  # the scheduler has not said yet
+    fold.feed(a_wait(1, 12, 3, 2000), at_s=20)
+    assert where_it_stands(fold) == ("quota", 12, 3, 2_000_000)
+    fold.feed(a_wait(2, 5, 1, 1500), at_s=30)  # the jobs ahead started: it moved up
+    assert where_it_stands(fold) == ("quota", 5, 1, 1_500_000)
+    fold.feed(placed(gpus=(0, 1)), at_s=40)
+    assert where_it_stands(fold) == (None, None, None, None)
+    fold.feed(JobPreempted(job_id="j1", cluster="c1"), at_s=50)
+    row = from_records.job_row(record("jobs", "j1", fold.get("jobs", "j1")))
+    assert row.status == "queued" and where_it_stands(fold) == (None, None, None, None)  # its old places are stale
+    fold.feed(a_wait(3, 2, 2, 2100), at_s=60)
+    assert where_it_stands(fold) == ("quota", 2, 2, 2_100_000)
 
 
 def test_a_queues_quota_lines_read_back_typed() -> None:

@@ -14,7 +14,7 @@ from events.catalog.inventory import (
 from events.catalog.jobs import JobCancelled, JobPreempted, JobStarted, JobSucceeded
 from events.catalog.profiles import ResourceProfileUpdated
 from events.catalog.types import Health
-from projections.readmodel.rows.entities import _job_rows
+from projections.readmodel.rows.entities import TABLES, _job_rows
 from projections.stages.clusters import usage_key
 from projections.stages.nodes import allocated_by_gpu
 from tests.unit.projections.builders import Fold, a_job, a_node, placed
@@ -49,7 +49,8 @@ def test_a_preempted_job_returns_to_the_queue_and_frees_its_gpus() -> None:
     job = fold.get("jobs", "j1")
     assert (job.status, job.preemptions, job.runs) == ("queued", 1, 1)
     assert job.cluster is None  # waiting again: no cluster holds it
-    assert job.queued_since_ms == 1_060_000 and _job_rows("j1", job)[0][-1] == 1_060_000
+    queued_since = [name for name, _ in TABLES["jobs"].columns].index("queued_since_ms")
+    assert job.queued_since_ms == 1_060_000 and _job_rows("j1", job)[0][queued_since] == 1_060_000
     assert fold.get("nodes", "c1/n1").allocations == ()
     fold.feed(placed(gpus=(2, 3), run=2), at_s=90)
     job = fold.get("jobs", "j1")

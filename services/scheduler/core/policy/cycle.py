@@ -25,8 +25,9 @@ whatif``, the timed simulator and the tests. Calls the per-job steps (``job_step
    j. ``reserve``: hold capacity for a large head-of-line gang job (it still waits);
    k. ``wait``: otherwise it waits in the queue.
 4. Explain the waiting ones (``_queue_decisions``: per-cluster why-not, binding constraint, smallest
-   change, position and estimated start) and return the decisions: placements, preemptions and
-   reservations in the order they were made, then the queue in order.
+   change, place in its own queue and in the federation's order, estimated start) and return the
+   decisions: placements, preemptions and reservations in the order they were made, then the queue in
+   order.
 """
 
 from __future__ import annotations
@@ -314,9 +315,19 @@ def _quota_change(job: Job, constraint: Constraint) -> Change | None:
     return Change("resources.gpus", str(job.gpus), str(per_replica), "fits the quota left")
 
 
+def _ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, ..., 11th, 12th, 13th, ..., 21st, ..."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
 def _queue_decisions(ctx: Ctx, waiting: list[Waiting]) -> list[Queue]:
+    """Each waiting job's explanation, in the cycle's order: its place in that order (the federation's)
+    and among the waiting jobs of its own tenant's queue."""
     out = []
+    seen: dict[tuple[TenantId, str], int] = {}  # waiting jobs so far per (tenant, queue); looked up only
     for pos, (job, d, forced, note, forced_constraint) in enumerate(waiting, start=1):
+        own = seen[job.tenant, job.queue] = seen.get((job.tenant, job.queue), 0) + 1
         extra = ctx.extra_for(job, d, False, may_backfill(ctx, job)) if forced is None else None
         # When the free capacity is not what holds the job (its quota, its tenant's cap on hot models, a
         # preemption under way), the fleet cannot say when it starts; and for a quota or a preemption, no
@@ -341,7 +352,8 @@ def _queue_decisions(ctx: Ctx, waiting: list[Waiting]) -> list[Queue]:
             if short.estimated_start_ms is not None
             else ""
         )
-        msg = f"{job.job_id} waits ({binding.value}): needs {describe(job)}; {detail}; position {pos} in the queue{eta}"
+        where = f"{_ordinal(own)} in {job.tenant}/{job.queue}, {_ordinal(pos)} in the federation"
+        msg = f"{job.job_id} waits ({binding.value}): needs {describe(job)}; {detail}; {where}{eta}"
         out.append(
             Queue(
                 job_id=job.job_id,
@@ -351,7 +363,8 @@ def _queue_decisions(ctx: Ctx, waiting: list[Waiting]) -> list[Queue]:
                 message=msg + (f"; {changes}" if changes else ""),
                 per_cluster=short.per_cluster,
                 smallest_change=changes,
-                position=pos,
+                federation_position=pos,
+                tenant_queue_position=own,
                 estimated_start_ms=short.estimated_start_ms,
                 constraint=forced_constraint or (short.constraint if forced is None else Constraint(binding)),
                 change=change,

@@ -74,6 +74,10 @@ class Change:
 
 @dataclass(frozen=True, slots=True)
 class Queue:
+    """A job left waiting, and why. ``federation_position``: its place in the cycle's order of every
+    waiting job (1 is the next the scheduler tries); ``tenant_queue_position``: its place among the waiting
+    jobs of its own tenant's queue, in the same order."""
+
     job_id: JobId
     tenant: TenantId
     reasons: tuple[ReasonCode, ...]
@@ -81,7 +85,8 @@ class Queue:
     message: str
     per_cluster: tuple[ClusterWhyNot, ...]
     smallest_change: str
-    position: int
+    federation_position: int
+    tenant_queue_position: int
     estimated_start_ms: int | None
     constraint: Constraint | None = None
     change: Change | None = None

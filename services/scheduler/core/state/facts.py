@@ -48,8 +48,9 @@ class JobFacts:
     """Runs asked to stop (preempted or reclaimed) -> the job the room is for ("" for none) and when a
     preemption asked it (-1: a reclaim)."""
     last_queued: tuple[str, ...] = ()  # reason codes of the latest JobQueued
-    last_queued_at: tuple[int, int | None, int | None] = (0, None, None)
-    """The latest JobQueued's time, queue position and estimated start (what a new one is weighed against)."""
+    last_queued_at: tuple[int, int | None, int | None, int | None] = (0, None, None, None)
+    """The latest JobQueued's time, places in the federation's order and in its own queue, and estimated
+    start (what a new one is weighed against)."""
     last_wait: tuple[str, tuple[str, ...]] = ("", ())  # the latest JobQueued's cycle, and the ids applied of it
     held_counted: set[int] = field(default_factory=set)
     """Runs whose GPU time (placement to end) is in the budgets' ``HeldLedger``."""

@@ -212,7 +212,7 @@ def _queued(state: Facts, e: JobQueued, time_ms: int, event_id: str) -> None:
         return  # the wait applied already, or one an earlier cycle explained
     facts.last_wait = wait
     facts.last_queued = tuple(r.value for r in e.reasons)
-    facts.last_queued_at = (time_ms, e.queue_position, e.estimated_start_ms)
+    facts.last_queued_at = (time_ms, e.federation_position, e.tenant_queue_position, e.estimated_start_ms)
 
 
 def _stop_requested(state: Facts, e: JobPreemptionRequested | JobReclaimRequested, time_ms: int, __: str) -> None:
