@@ -70,7 +70,10 @@ publishes a wait again when its position or estimated start moved materially. ``
 policy's preemption rules per priority class of the victim (interruption budget, grace period, minimum
 runtime; ``-4`` allowed every job 3 preemptions and gave every victim 30 s), its per-cycle and
 per-tenant hourly limits, counts the jobs already stopping for a job as its room (``-4`` could ask more
-victims while the first ones were stopping) and counts room only on the nodes the job may use."""
+victims while the first ones were stopping) and counts room only on the nodes the job may use; a wait
+(``JobQueued`` v2) gives its place in its own tenant's queue beside its place in the federation's order,
+and the category of its binding reason; a cluster with room for a job its quota or budget holds says
+"room for its N replica(s) now (M would fit)"."""
 
 
 def cycle_id(sequence: int) -> CycleId:
