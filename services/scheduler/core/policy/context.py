@@ -72,6 +72,7 @@ class Ctx:
     """Per tenant, its jobs asked to stop within the policy's hour (the snapshot's, then this cycle's)."""
     preemptions: int = 0  # jobs asked to stop in this cycle
     _running: list[RunningJob] | None = None
+    _stopping: dict[str, list[RunningJob]] | None = None
 
     @property
     def running(self) -> list[RunningJob]:
@@ -84,6 +85,15 @@ class Ctx:
     @running.setter
     def running(self, value: list[RunningJob]) -> None:
         self._running = value
+
+    def stopping_for(self, job_id: str) -> list[RunningJob]:
+        """The running jobs stopping to make room for ``job_id``, in id order (indexed on first use)."""
+        if self._stopping is None:
+            self._stopping = {}
+            for r in self.running:
+                if r.stopping_for is not None:
+                    self._stopping.setdefault(r.stopping_for, []).append(r)
+        return self._stopping.get(job_id, [])
 
     @property
     def hot(self) -> frozenset[str]:

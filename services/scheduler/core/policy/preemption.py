@@ -53,16 +53,25 @@ def _rule(ctx: Ctx, job: Job, v: RunningJob) -> ReasonCode | None:
     vj = v.job
     if v.stopping or not vj.preemptible or vj.job_id == job.job_id:
         return None
+    if vj.kind is JobKind.INFERENCE and job.kind is not JobKind.INFERENCE:
+        return None
+    rule = _allowed_by(ctx, job, vj)
+    if rule is None:  # most running jobs, in a long queue: the cheap test first
+        return None
     rules = ctx.config.rules_for(vj.priority_class)
     if (
         vj.times_preempted >= rules.interruption_budget
         or ctx.snap.now_ms - v.started_at_ms < rules.min_runtime_s * 1000
     ):
         return None
-    if vj.kind is JobKind.INFERENCE and job.kind is not JobKind.INFERENCE:
+    limit = ctx.config.max_preemptions_per_tenant_hour
+    if limit is not None and ctx.preempted.get(vj.tenant, 0) >= limit:
         return None
-    if _over_tenant_limit(ctx, Counter({vj.tenant: 1})):
-        return None
+    return rule
+
+
+def _allowed_by(ctx: Ctx, job: Job, vj: Job) -> ReasonCode | None:
+    """The rule that lets ``job`` stop ``vj``, if one does."""
     if (
         vj.tenant != job.tenant
         and ctx.book.borrowing(vj.tenant)
@@ -122,12 +131,13 @@ def find_victims(ctx: Ctx, job: Job, d: Demand, extra: I64 | None = None) -> Roo
     stopping for it are enough comes first. None if no cluster can make room within the rules."""
     fs = ctx.fleet
     best: tuple[tuple[int, int, int, str], Room] | None = None
+    owed = ctx.stopping_for(job.job_id)
     for ci, cid in enumerate(fs.clusters):
-        stopping = tuple(r for r in ctx.running if r.cluster == cid and r.stopping_for == job.job_id)
+        stopping = tuple(r for r in owed if r.cluster == cid)
         for r in stopping:
             _release(ctx, r, +1)
         try:
-            chosen = _minimal_set(ctx, job, d, ci, extra)
+            chosen = _minimal_set(ctx, job, d, ci, extra, bool(stopping))
         finally:
             for r in reversed(stopping):
                 _release(ctx, r, -1)
@@ -146,11 +156,14 @@ def find_victims(ctx: Ctx, job: Job, d: Demand, extra: I64 | None = None) -> Roo
     return None if best is None else best[1]
 
 
-def _minimal_set(ctx: Ctx, job: Job, d: Demand, ci: int, extra: I64 | None) -> tuple[Victim, ...] | None:
+def _minimal_set(
+    ctx: Ctx, job: Job, d: Demand, ci: int, extra: I64 | None, released: bool
+) -> tuple[Victim, ...] | None:
     """The fewest eligible victims in cluster ``ci`` whose stop lets the job fit there (in id order;
-    none if it fits already), or None if stopping every one of the first ``max_victims`` would not."""
+    none if it fits already), or None if stopping every one of the first ``max_victims`` would not.
+    ``released``: room was given back before (jobs stopping for it), so it may fit with no victim."""
     lo, hi = ctx.fleet.cluster_range[ci]
-    if _fits(ctx, job, d, lo, hi, extra):
+    if released and _fits(ctx, job, d, lo, hi, extra):
         return ()
     cid = ctx.fleet.clusters[ci]
     eligible = []
@@ -160,6 +173,8 @@ def _minimal_set(ctx: Ctx, job: Job, d: Demand, ci: int, extra: I64 | None) -> t
         rule = _rule(ctx, job, v)
         if rule is not None:
             eligible.append(Victim(v, rule))
+    if not eligible:
+        return None
     eligible.sort(
         key=lambda x: (
             0 if x.rule is ReasonCode.RECLAIM_BORROWED else 1,
