@@ -29,6 +29,7 @@ from projections.inprocess.runner import ProjectionRunner
 from services.api.client import Client, ClientConfig
 from services.api.config import ApiConfig
 from services.api.server import ApiServer, serve
+from services.governance.api_reads import GovernanceReports
 from services.governance.quota_rules import GovernanceQuotaRules
 from tests.api.prefixed import PrefixedLog
 from tests.api.support import AUDIENCE, ISSUER, Keys
@@ -81,7 +82,7 @@ async def stack(event_log: EventLog, log_url: str, api_database: str, keys: Keys
         api_schema=f"api_{kind}",
         instance=prefix,
     )
-    api = await serve(config, quota_rules=GovernanceQuotaRules(), log=log, pool=pool)  # type: ignore[arg-type]
+    api = await serve(config, quota_rules=GovernanceQuotaRules(), governance=GovernanceReports(), log=log, pool=pool)  # type: ignore[arg-type]
     runner = ProjectionRunner(log, pool, schema=config.read_schema, publish=False)  # type: ignore[arg-type]
     await runner.start()
     built = Stack(kind, api, log, pool, runner, keys, config)
