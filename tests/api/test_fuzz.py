@@ -204,6 +204,13 @@ def test_fuzzed_reads_and_writes_of_every_service_never_fail_inside(
         ),
     )
 
+    call_each(requests, metadata)
+    assert_alive(channel, api_process)
+
+
+def call_each(requests: st.SearchStrategy[tuple[object, object]], metadata: tuple[tuple[str, str], ...]) -> None:
+    """Fuzz: each drawn (method, request) is answered or refused with an allowed code (``check``)."""
+
     @FUZZ
     @given(item=requests)
     def call(item: tuple[object, object]) -> None:
@@ -211,7 +218,6 @@ def test_fuzzed_reads_and_writes_of_every_service_never_fail_inside(
         check(lambda: method(request, metadata=metadata, timeout=30))  # type: ignore[operator]
 
     call()
-    assert_alive(channel, api_process)
 
 
 def tokens(query: dict[str, str]) -> st.SearchStrategy[str]:
@@ -254,13 +260,7 @@ def test_fuzzed_governance_reads_never_fail_inside(
         ),
     )
 
-    @FUZZ
-    @given(item=requests)
-    def call(item: tuple[object, object]) -> None:
-        method, request = item
-        check(lambda: method(request, metadata=metadata, timeout=30))  # type: ignore[operator]
-
-    call()
+    call_each(requests, metadata)
     assert_alive(channel, api_process)
 
 
