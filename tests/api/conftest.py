@@ -24,7 +24,7 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
-from events.log import EventLog
+from events.log import EventLog, open_log
 from projections.inprocess.runner import ProjectionRunner
 from services.api.client import Client, ClientConfig
 from services.api.config import ApiConfig
@@ -152,6 +152,20 @@ def start_api(args: list[str], env: dict[str, str], log_path: Path) -> tuple[sub
         if seen or line.startswith("fedsched api: listening on"):
             seen.append(line)
     return process, seen
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def runner(api_process: RunningApi) -> AsyncIterator[ProjectionRunner]:
+    """The projections of ``api_process``'s database, folding on demand (``await runner.catch_up()``)."""
+    log = open_log(api_process.dsn)
+    await log.start()
+    pool = await asyncpg.create_pool(api_process.dsn, min_size=1, max_size=4)
+    projections = ProjectionRunner(log, pool, publish=False)
+    await projections.start()
+    yield projections
+    await projections.close()
+    await pool.close()
+    await log.close()
 
 
 def stop_api(process: subprocess.Popen[str]) -> int:
