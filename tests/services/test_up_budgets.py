@@ -161,9 +161,7 @@ async def test_a_hard_budget_holds_a_job_until_the_next_window_and_a_soft_one_on
         await log.close()
     assert report.identical_pct == 100.0, report.differences
     held = [
-        e.data.job_id
-        for e in events
-        if isinstance(e.data, JobQueued) and ReasonCode.BUDGET_EXCEEDED in e.data.reasons
+        e.data.job_id for e in events if isinstance(e.data, JobQueued) and ReasonCode.BUDGET_EXCEEDED in e.data.reasons
     ]
     assert second in held and not set(held) & set(soft), held
     budget_findings = {(f.kind, f.tenant) for f in findings if f.kind.startswith("budget")}
