@@ -5,17 +5,21 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from collections.abc import Mapping
 
 
-async def fedsched(*args: str, dsn: str, timeout_s: float = 120) -> tuple[int, str]:
-    """Exit code and output (standard output; standard error too when it failed)."""
-    env = {**os.environ, "FEDSCHED_POSTGRES_DSN": dsn, "FEDSCHED_LOG": dsn}
+async def fedsched(
+    *args: str, dsn: str, timeout_s: float = 120, env: Mapping[str, str] | None = None
+) -> tuple[int, str]:
+    """Exit code and output (standard output; standard error too when it failed). ``env``: more of the
+    environment (``FEDSCHED_SERVER`` and ``FEDSCHED_TOKEN`` for the commands that call the API)."""
+    environment = {**os.environ, "FEDSCHED_POSTGRES_DSN": dsn, "FEDSCHED_LOG": dsn, **(env or {})}
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "services.cli.main",
         *args,
-        env=env,
+        env=environment,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )

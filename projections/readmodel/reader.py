@@ -118,23 +118,26 @@ class ReadModels:
         )
         return [parse.job_summary(r) for r in await self._pool.fetch(sql, *args)]
 
-    async def job_histories(self) -> list[JobHistory]:
-        """Every submitted job, with its timeline."""
+    async def job_histories(self, tenants: Sequence[str] | None = None) -> list[JobHistory]:
+        """Every submitted job (of ``tenants`` only, when given), with its timeline."""
         sql = (
             f"SELECT entity_key, tenant, project, kind, priority_class, status, submitted_ms, placed_ms, waiting_ms,"
             f" timeline FROM {self._jobs} WHERE NOT coalesce(orphan, false)"
+            f" AND ($1::text[] IS NULL OR tenant = ANY($1::text[]))"
         )
-        return [parse.job_history(r) for r in await self._pool.fetch(sql)]
+        return [parse.job_history(r) for r in await self._pool.fetch(sql, _scope(tenants))]
 
-    async def held_runs(self) -> list[HeldRun]:
-        """Runs holding GPUs now (placed or running), with the GPU model of their first replica's node."""
+    async def held_runs(self, tenants: Sequence[str] | None = None) -> list[HeldRun]:
+        """Runs holding GPUs now (placed or running; of ``tenants`` only, when given), with the GPU model of
+        their first replica's node."""
         sql = (
             f"SELECT j.tenant, j.project, j.cluster, j.placed_ms, j.placement, n.gpu_model"
             f" FROM {self._jobs} j LEFT JOIN {self._nodes} n"
             f" ON n.cluster = j.cluster AND n.node = j.placement -> 0 ->> 0"
             f" WHERE j.status IN ('placed', 'running') AND j.placed_ms IS NOT NULL AND NOT coalesce(j.orphan, false)"
+            f" AND ($1::text[] IS NULL OR j.tenant = ANY($1::text[]))"
         )
-        return [parse.held_run(r) for r in await self._pool.fetch(sql)]
+        return [parse.held_run(r) for r in await self._pool.fetch(sql, _scope(tenants))]
 
     async def job_outcomes(self) -> list[JobOutcome]:
         """Every job's status, runs, preemptions and last reason (orphans included)."""
@@ -146,12 +149,14 @@ class ReadModels:
         rows = await self._pool.fetch(f"SELECT status, count(*) AS n FROM {self._jobs} GROUP BY status")
         return {str(row["status"] or ""): int(row["n"]) for row in rows}
 
-    async def latest_time_ms(self) -> int:
-        """The latest event time the read models know of: the latest job time, or just inside the latest
-        usage hour; 0 when they know of none."""
+    async def latest_time_ms(self, tenants: Sequence[str] | None = None) -> int:
+        """The latest event time the read models know of (of ``tenants``' jobs and usage only, when given):
+        the latest job time, or just inside the latest usage hour; 0 when they know of none."""
+        scoped = "($1::text[] IS NULL OR tenant = ANY($1::text[]))"
         value = await self._pool.fetchval(
-            f"SELECT greatest((SELECT max(hour_ms) + 1 FROM {self._usage}),"
-            f" (SELECT max(greatest(submitted_ms, placed_ms, ended_ms)) FROM {self._jobs}))"
+            f"SELECT greatest((SELECT max(hour_ms) + 1 FROM {self._usage} WHERE {scoped}),"
+            f" (SELECT max(greatest(submitted_ms, placed_ms, ended_ms)) FROM {self._jobs} WHERE {scoped}))",
+            _scope(tenants),
         )
         return int(value or 0)
 
@@ -241,8 +246,7 @@ class ReadModels:
             f" WHERE ($1::text[] IS NULL OR tenant = ANY($1::text[])) AND ($2::text IS NULL OR tenant = $2)"
             f" AND ($3::text IS NULL OR queue = $3) ORDER BY tenant, queue"
         )
-        scope = None if tenants is None else list(tenants)
-        return [parse.queue_quota(r) for r in await self._pool.fetch(sql, scope, tenant, queue)]
+        return [parse.queue_quota(r) for r in await self._pool.fetch(sql, _scope(tenants), tenant, queue)]
 
     async def allocated_within(self, tenants: Sequence[str], start_ms: int, end_ms: int) -> int:
         """GPU time (milli-GPU x ms) the runs of ``tenants`` that ended held in the hours from ``start_ms``
@@ -253,12 +257,13 @@ class ReadModels:
         )
         return int(await self._pool.fetchval(sql, list(tenants), start_ms, end_ms) or 0)
 
-    async def usage_hours(self) -> list[UsageHour]:
+    async def usage_hours(self, tenants: Sequence[str] | None = None) -> list[UsageHour]:
+        """Every usage hour bucket (of ``tenants`` only, when given)."""
         sql = (
             f"SELECT tenant, cluster, gpu_model, hour_ms, allocated_milli_ms, used_milli_ms, idle_milli_ms,"
-            f" cost_micro, currency, projects FROM {self._usage}"
+            f" cost_micro, currency, projects FROM {self._usage} WHERE ($1::text[] IS NULL OR tenant = ANY($1::text[]))"
         )
-        return [parse.usage_hour(r) for r in await self._pool.fetch(sql)]
+        return [parse.usage_hour(r) for r in await self._pool.fetch(sql, _scope(tenants))]
 
     # -- configuration documents -----------------------------------------------------------------------
 
@@ -279,8 +284,7 @@ class ReadModels:
             f" AND ($2::text IS NULL OR kind = $2) AND ($3::text IS NULL OR name = $3)"
             f" AND ($4::boolean OR NOT deleted) ORDER BY kind, name"
         )
-        scope = None if tenants is None else list(tenants)
-        return [parse.document_row(r) for r in await self._pool.fetch(sql, scope, kind, name, deleted)]
+        return [parse.document_row(r) for r in await self._pool.fetch(sql, _scope(tenants), kind, name, deleted)]
 
     # -- consistency --------------------------------------------------------------------------------------
 
@@ -297,3 +301,8 @@ class ReadModels:
                 digest.update(b"\n")
             out[table.name] = f"{len(rows)}:{digest.hexdigest()[:16]}"
         return out
+
+
+def _scope(tenants: Sequence[str] | None) -> list[str] | None:
+    """A tenant scope as a query argument (``None``: every tenant)."""
+    return None if tenants is None else list(tenants)

@@ -18,10 +18,11 @@ Claims: ``sub`` (who), ``tenants`` (the tenants whose jobs and quotas the token 
 ================  ==============================================================================
 role              may
 ================  ==============================================================================
-viewer            read jobs, timelines, explanations, quotas and the resource view
+viewer            read jobs, timelines, explanations, quotas, quota requests and the resource view
 submitter         viewer, plus submit and cancel jobs and request quota
-operator          viewer, plus cancel jobs
-auditor           viewer (for compliance: typically with ``tenants: ["*"]``)
+operator          viewer, plus cancel jobs and read governance findings and reports
+auditor           viewer, plus read governance findings and reports (for compliance and finance:
+                  typically with ``tenants: ["*"]``)
 admin             everything, including set quotas, decide quota requests and apply configuration
 ================  ==============================================================================
 
@@ -36,7 +37,8 @@ Tenant isolation, one rule so that no answer tells whether another tenant's thin
   ``PERMISSION_DENIED`` naming the field ``tenant``, decided from the token alone before anything is
   read, so the answer is the same whether that tenant exists or not;
 - a role that may not call the method at all is ``PERMISSION_DENIED`` before the request is read;
-- lists (jobs, quotas) hold the token's tenants only; the fleet (clusters, nodes, capacity) is not
+- lists (jobs, quotas, quota requests, findings) hold the token's tenants only, and a scoped token's
+  governance report counts its tenants' data alone; the fleet (clusters, nodes, capacity) is not
   tenant data. ``tests/api/test_tenant_isolation.py`` holds this for every RPC.
 
 Tokens are refused before decoding when longer than ``MAX_TOKEN_BYTES`` or not ASCII. The development
@@ -91,6 +93,7 @@ class Action(StrEnum):
     SET_QUOTA = "quota.set"
     DECIDE_QUOTA = "quota.decide"
     CONFIGURE = "config.apply"
+    GOVERNANCE_READ = "governance.read"
     REFLECT = "reflect"
 
 
@@ -104,14 +107,16 @@ ALLOWED: dict[Action, frozenset[Role]] = {
     Action.SET_QUOTA: frozenset({Role.ADMIN}),
     Action.DECIDE_QUOTA: frozenset({Role.ADMIN}),
     Action.CONFIGURE: frozenset({Role.ADMIN}),
+    Action.GOVERNANCE_READ: frozenset({Role.OPERATOR, Role.AUDITOR, Role.ADMIN}),
 }
 
-_J, _R, _Q, _A, _C = (
+_J, _R, _Q, _A, _C, _G = (
     "/fedsched.v1.JobService/",
     "/fedsched.v1.ResourceService/",
     "/fedsched.v1.QuotaService/",
     "/fedsched.v1.AuditService/",
     "/fedsched.v1.ConfigService/",
+    "/fedsched.v1.GovernanceService/",
 )
 #: What each method of the API does; a method not listed here is refused.
 METHODS: dict[str, Action] = {
@@ -129,10 +134,13 @@ METHODS: dict[str, Action] = {
     _Q + "RequestQuota": Action.REQUEST_QUOTA,
     _Q + "DecideQuotaRequest": Action.DECIDE_QUOTA,
     _Q + "GetBudgets": Action.READ,
+    _Q + "ListQuotaRequests": Action.READ,
     _A + "GetJobTimeline": Action.READ,
     _C + "ApplyDocuments": Action.CONFIGURE,
     _C + "GetDocuments": Action.READ,
     _C + "DeleteDocument": Action.CONFIGURE,
+    _G + "ListFindings": Action.GOVERNANCE_READ,
+    _G + "GetReport": Action.GOVERNANCE_READ,
 }
 
 

@@ -1,7 +1,8 @@
 """A small asyncio client of the API: a channel (plaintext, TLS or mutual TLS), the bearer token on
 every call, stubs of every service, and gRPC errors turned into one readable form.
 
-Called by the people CLI (``services.cli.people_cmd``), by tests and by tools written in Python.
+Called by the CLI's API commands (``services.cli.people_cmd``, ``config_cmd``, ``gov_quota_cmd``,
+``gov_report_cmd``, ``audit timeline``), by tests and by tools written in Python.
 """
 
 from __future__ import annotations
@@ -17,7 +18,14 @@ import grpc
 from google.rpc import error_details_pb2, status_pb2
 
 from services.api.metadata import FIELD_HEADER, REASON_HEADER
-from services.api.pb import audit_pb2_grpc, config_pb2_grpc, jobs_pb2_grpc, quota_pb2_grpc, resources_pb2_grpc
+from services.api.pb import (
+    audit_pb2_grpc,
+    config_pb2_grpc,
+    governance_pb2_grpc,
+    jobs_pb2_grpc,
+    quota_pb2_grpc,
+    resources_pb2_grpc,
+)
 
 DEFAULT_SERVER = "127.0.0.1:50051"
 DEV_TOKEN_FILE = Path(".fedsched") / "dev-token"
@@ -95,6 +103,7 @@ class Client:
         self.quota: Any = quota_pb2_grpc.QuotaServiceStub(self.channel)  # type: ignore[no-untyped-call]
         self.audit: Any = audit_pb2_grpc.AuditServiceStub(self.channel)  # type: ignore[no-untyped-call]
         self.documents: Any = config_pb2_grpc.ConfigServiceStub(self.channel)  # type: ignore[no-untyped-call]
+        self.governance: Any = governance_pb2_grpc.GovernanceServiceStub(self.channel)  # type: ignore[no-untyped-call]
 
     @property
     def metadata(self) -> tuple[tuple[str, str], ...]:

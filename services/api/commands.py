@@ -1,9 +1,10 @@
-"""The write side shared by the gRPC API and the intake: submit and cancel jobs, set and request quota.
+"""The write side shared by the gRPC API and the intake: submit and cancel jobs.
 
-Called by the servicers (``services.api.jobs``, ``services.api.quota``) and by ``services.api.intake``,
-so a request is validated and authorised by the same code whichever way it came. Calls the catalogue
+Called by the servicers (``services.api.jobs``, ``services.api.audit``) and by ``services.api.intake``,
+so a request is validated and authorised by the same code whichever way it came; its helpers (derived
+ids, ``authorize_on``) by the other commands too (``quota_commands``, ``documents``). Calls the catalogue
 (validation), ``services.api.auth`` (claim checks), the API store (idempotency) and ``Publisher``
-(``JobSubmitted`` and ``JobCancelRequested`` to the jobs topic, quota events to governance).
+(``JobSubmitted`` and ``JobCancelRequested`` to the jobs topic).
 
 Ids are derived, never drawn: a job id from its tenant and client request id, an event id from what it
 records, so a retried request or a re-published event is recognisable as the same one downstream.
@@ -18,19 +19,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
-
 from events.catalog.documents import Kind
-from events.catalog.governance import QuotaRequestApproved, QuotaRequestSubmitted, QuotaSet
 from events.catalog.jobs import JobCancelRequested, JobSubmitted
 from events.catalog.lifecycle import FINAL_STATUSES
-from events.log.contract import EventLog
 from events.log.publisher import Publisher
 from projections.readmodel.reader import ReadModels
 from services.api import validation
 from services.api.auth import Action, Principal, authorize
-from services.api.errors import FailedPrecondition, InvalidArgument, NotFound
-from services.api.quota_rules import QuotaRules
+from services.api.errors import FailedPrecondition, NotFound
 from services.api.store import ApiStore, Submission
 
 
@@ -198,91 +194,4 @@ def spec_digest(event: JobSubmitted) -> str:
     return hashlib.sha256(event.model_dump_json(exclude={"submitted_by"}).encode()).hexdigest()
 
 
-class QuotaCommands:
-    """Quota writes. Requests and decisions follow the governance service's own rules (``rules``, its
-    side of the port) and event ids: a decision is checked against the request as the governance topic
-    has it (a request the governance host already approved by rule is decided), one decider at a time."""
-
-    def __init__(self, publisher: Publisher, store: ApiStore, log: EventLog, rules: QuotaRules) -> None:
-        self._publisher = publisher
-        self._store = store
-        self._log = log
-        self._rules = rules
-
-    async def set_quota(self, principal: Principal, body: Mapping[str, Any]) -> str:
-        authorize_on(principal, Action.SET_QUOTA, body.get("tenant"))
-        event = validation.event_from(QuotaSet, {**body, "set_by": principal.subject}, whole="request")
-        envelope = self._publisher.envelope(event, tenant=event.tenant)
-        await self._publisher.publish([envelope])
-        return envelope.id
-
-    async def request_quota(
-        self, principal: Principal, body: Mapping[str, Any], client_request_id: str | None
-    ) -> tuple[str, bool]:
-        tenant = body.get("tenant")
-        authorize_on(principal, Action.REQUEST_QUOTA, tenant)
-        key = client_request_id or new_request_id()
-        request_id = derived_id("q", str(tenant), key)
-        event = validation.event_from(
-            QuotaRequestSubmitted, {**body, "request_id": request_id, "requester": principal.subject}, whole="request"
-        )
-        problem = self._rules.problem(event, self._publisher.clock())  # the API's clock (config.clock) is now
-        if problem is not None:
-            raise InvalidArgument(*problem)
-        digest = hashlib.sha256(event.model_dump_json(exclude={"requester"}).encode()).hexdigest()
-        created = await self._store.record_quota_request(request_id, event.tenant, digest, lambda: self._publish(event))
-        return request_id, created
-
-    async def _publish(self, request: QuotaRequestSubmitted) -> None:
-        # The id ``fedsched gov quota request`` gives it too, so a retried request is recognisably the same.
-        envelope = self._publisher.envelope(request, id=f"quota-request:{request.request_id}", tenant=request.tenant)
-        await self._publisher.publish([envelope])
-
-    async def decide(
-        self,
-        principal: Principal,
-        request_id: str,
-        *,
-        approve: bool,
-        approved_amount: int,
-        effective_from_ms: int,
-        expires_ms: int | None,
-        comment: str,
-    ) -> str:
-        request_id = validation.identifier("request_id", request_id)
-        async with self._store.decision_lock(request_id):
-            found = await self._rules.recorded(self._log, request_id)
-            if found is None or not principal.sees(found.submitted.tenant):
-                raise NotFound(f"no quota request {request_id}", field="request_id")
-            asked = found.submitted
-            authorize(principal, Action.DECIDE_QUOTA, asked.tenant)
-            if found.decision is not None:
-                earlier = "approved" if isinstance(found.decision, QuotaRequestApproved) else "rejected"
-                raise FailedPrecondition(f"quota request {request_id} was already {earlier}", field="request_id")
-            if approve and approved_amount > asked.amount:
-                raise InvalidArgument("approved_amount", f"is more than the {asked.amount} that was asked")
-            try:
-                decision = self._rules.decision(
-                    asked,
-                    approve=approve,
-                    by=principal.subject,
-                    comment=comment,
-                    approved_amount=approved_amount or None,
-                    effective_from_ms=effective_from_ms or None,
-                    expires_ms=expires_ms,
-                )
-            except ValidationError as error:  # a ValueError too: the narrower one first
-                raise InvalidArgument(*_first_error(error)) from None
-            except ValueError as error:  # the rules refuse the amount or the window
-                raise InvalidArgument("expires_ms", str(error)) from None
-            envelope = self._publisher.envelope(decision, id=f"quota-decision:{request_id}", tenant=asked.tenant)
-            await self._publisher.publish([envelope])
-        return "approved" if approve else "rejected"
-
-
-def _first_error(error: ValidationError) -> tuple[str, str]:
-    first = error.errors(include_url=False)[0]
-    return ".".join(str(part) for part in first["loc"]) or "request", str(first["msg"])
-
-
-__all__ = ["JobCommands", "JobRef", "QuotaCommands", "Submitted", "job_id_for"]
+__all__ = ["JobCommands", "JobRef", "Submitted", "authorize_on", "derived_id", "job_id_for", "new_request_id"]

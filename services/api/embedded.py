@@ -1,9 +1,9 @@
 """The API inside ``fedsched up`` (embedded mode): the same server, a local development key and token.
 
-Called by ``services.runtime.up``, which hands in governance's side of the quota port
-(``services.api.quota_rules``). Calls ``services.api.server.serve``. The key is kept in
-``state_dir/dev-jwt-secret`` (so tokens survive a restart) and the admin token in
-``state_dir/dev-token``, where the people CLI finds it by itself when run from the same folder.
+Called by ``services.runtime.up``, which hands in governance's sides of the ports
+(``services.api.quota_rules``, ``services.api.governance_reads``). Calls ``services.api.server.serve``.
+The key is kept in ``state_dir/dev-jwt-secret`` (so tokens survive a restart) and the admin token in
+``state_dir/dev-token``, where the CLI's API commands find it by themselves when run from the same folder.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from events.log import EventLog
 from events.log.publisher import wall_clock_ms
 from services.api.auth import dev_auth, dev_token, write_dev_token
 from services.api.config import DEFAULT_LISTEN, ApiConfig
+from services.api.governance_reads import GovernanceReads
 from services.api.quota_rules import QuotaRules
 from services.api.server import ApiServer, serve
 
@@ -34,6 +35,7 @@ async def start_embedded(
     listen: str = DEFAULT_LISTEN,
     *,
     quota_rules: QuotaRules,
+    governance: GovernanceReads,
     state_dir: Path,
     intake: bool = True,
     clock: Callable[[], int] = wall_clock_ms,
@@ -42,5 +44,5 @@ async def start_embedded(
     token = dev_token(auth)
     token_file = write_dev_token(state_dir, token)
     config = ApiConfig(log_url="embedded", dsn="embedded", auth=auth, listen=listen, intake=intake, clock=clock)
-    server = await serve(config, quota_rules=quota_rules, log=log, pool=pool)
+    server = await serve(config, quota_rules=quota_rules, governance=governance, log=log, pool=pool)
     return EmbeddedApi(server, token, token_file)

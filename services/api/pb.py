@@ -15,6 +15,8 @@ from services.api.gen.fedsched.v1 import (  # noqa: E402
     audit_pb2_grpc,
     config_pb2,
     config_pb2_grpc,
+    governance_pb2,
+    governance_pb2_grpc,
     jobs_pb2,
     jobs_pb2_grpc,
     quota_pb2,
@@ -30,6 +32,7 @@ SERVICES = {
     "fedsched.v1.QuotaService": quota_pb2.DESCRIPTOR.services_by_name["QuotaService"],
     "fedsched.v1.AuditService": audit_pb2.DESCRIPTOR.services_by_name["AuditService"],
     "fedsched.v1.ConfigService": config_pb2.DESCRIPTOR.services_by_name["ConfigService"],
+    "fedsched.v1.GovernanceService": governance_pb2.DESCRIPTOR.services_by_name["GovernanceService"],
 }
 
 __all__ = [
@@ -38,6 +41,8 @@ __all__ = [
     "audit_pb2_grpc",
     "config_pb2",
     "config_pb2_grpc",
+    "governance_pb2",
+    "governance_pb2_grpc",
     "jobs_pb2",
     "jobs_pb2_grpc",
     "quota_pb2",

@@ -1,8 +1,10 @@
-"""``fedsched.v1.QuotaService``: read quotas, set them (admin), request more, decide requests (admin), and
-read GPU-hour budgets (``services.api.budgets``).
+"""``fedsched.v1.QuotaService``: read quotas, set them (admin), request more, decide requests (admin), list
+requests (``services.api.quota_requests``) and read GPU-hour budgets (``services.api.budgets``).
 
-Called by the gRPC server through ``services.api.handlers``. Writes go through ``QuotaCommands``
-(events on the governance topic); reads come from the quota read model, scoped to the caller's tenants.
+Called by the gRPC server through ``services.api.handlers`` (``fedsched quota``, ``budget`` and ``gov
+quota ...`` are its clients). Writes go through ``QuotaCommands`` (events on the governance topic);
+quotas come from the quota read model, requests from the governance topic through governance's port,
+both scoped to the caller's tenants.
 """
 
 from __future__ import annotations
@@ -10,23 +12,30 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from events.log.contract import EventLog
 from projections.readmodel.reader import ReadModels
 from services.api import convert, validation
 from services.api.auth import check_scope, current_principal
 from services.api.budgets import budget_usages
-from services.api.commands import QuotaCommands
 from services.api.errors import InvalidArgument
 from services.api.handlers import Context
 from services.api.pb import quota_pb2
+from services.api.quota_commands import AskedPeriod, QuotaCommands
+from services.api.quota_requests import list_requests
+from services.api.quota_rules import QuotaRules
 
 MAX_LINES = 64
 
 
 class QuotaService:
-    def __init__(self, commands: QuotaCommands, reads: ReadModels, clock: Callable[[], int]) -> None:
+    def __init__(
+        self, commands: QuotaCommands, reads: ReadModels, clock: Callable[[], int], rules: QuotaRules, log: EventLog
+    ) -> None:
         self._commands = commands
         self._reads = reads
         self._clock = clock
+        self._rules = rules
+        self._log = log
 
     async def GetBudgets(self, request: quota_pb2.GetBudgetsRequest, context: Context) -> quota_pb2.GetBudgetsResponse:
         principal = current_principal()
@@ -69,16 +78,15 @@ class QuotaService:
             "tenant": request.tenant,
             "resource": request.resource,
             "amount": request.amount,
-            "period_start_ms": request.period_start_ms,
-            "period_end_ms": request.period_end_ms,
             "justification": request.justification,
         }
         if request.queue:
             body["queue"] = request.queue
         if request.gpu_model:
             body["gpu_model"] = request.gpu_model
-        quota_request_id, created = await self._commands.request_quota(current_principal(), body, request_id)
-        return quota_pb2.RequestQuotaResponse(request_id=quota_request_id, created=created)
+        period = AskedPeriod(request.period_start_ms, request.period_end_ms, request.period_ms)
+        recorded, created = await self._commands.request_quota(current_principal(), body, period, request_id)
+        return quota_pb2.RequestQuotaResponse(request_id=recorded.request_id, created=created, request=recorded)
 
     async def DecideQuotaRequest(
         self, request: quota_pb2.DecideQuotaRequestRequest, context: Context
@@ -86,7 +94,7 @@ class QuotaService:
         for name in ("approved_amount", "effective_from_ms"):
             if getattr(request, name) < 0:
                 raise InvalidArgument(name, "must not be negative")
-        decision = await self._commands.decide(
+        decided = await self._commands.decide(
             current_principal(),
             request.request_id,
             approve=request.approve,
@@ -95,4 +103,11 @@ class QuotaService:
             expires_ms=request.expires_ms if request.HasField("expires_ms") else None,
             comment=request.comment,
         )
-        return quota_pb2.DecideQuotaRequestResponse(request_id=request.request_id, decision=decision)
+        return quota_pb2.DecideQuotaRequestResponse(
+            request_id=decided.request_id, decision=decided.status, request=decided
+        )
+
+    async def ListQuotaRequests(
+        self, request: quota_pb2.ListQuotaRequestsRequest, context: Context
+    ) -> quota_pb2.ListQuotaRequestsResponse:
+        return await list_requests(self._rules, self._log, current_principal(), request)

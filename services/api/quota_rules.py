@@ -1,13 +1,15 @@
-"""What the API's quota commands need of governance: its check of a new request, the request as the
-governance topic records it, and its rules for an operator's decision. A port, no code.
+"""What the API's quota commands need of governance: its check of a new request, the requests as the
+governance topic records them, and its rules for an operator's decision. A port, no code.
 
-Used by ``services.api.commands.QuotaCommands``. Implemented by governance (``GovernanceQuotaRules``,
-in its own ``quota_rules`` module) and handed in by the composition roots (``fedsched api``, ``fedsched
-up`` through ``services.api.embedded``, the tests' API stacks), so the API imports nothing of governance.
+Used by ``services.api.quota_commands.QuotaCommands`` and ``services.api.quota_requests`` (the list).
+Implemented by governance (``GovernanceQuotaRules``, in its own ``quota_rules`` module) and handed in by
+the composition roots (``fedsched api``, ``fedsched up`` through ``services.api.embedded``, the tests' API
+stacks), so the API imports nothing of governance.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from events.catalog.governance import QuotaRequestApproved, QuotaRequestRejected, QuotaRequestSubmitted
@@ -23,6 +25,11 @@ class RecordedRequest(Protocol):
     def submitted(self) -> QuotaRequestSubmitted: ...
 
     @property
+    def submitted_ms(self) -> int:
+        """The time of the event that recorded it."""
+        ...
+
+    @property
     def decision(self) -> Decision | None: ...
 
 
@@ -33,6 +40,10 @@ class QuotaRules(Protocol):
 
     async def recorded(self, log: EventLog, request_id: str) -> RecordedRequest | None:
         """The request with this id as the governance topic of ``log`` holds it now; ``None`` if none."""
+        ...
+
+    async def requests(self, log: EventLog) -> Sequence[RecordedRequest]:
+        """Every request the governance topic of ``log`` holds now, in the order they were recorded."""
         ...
 
     def decision(

@@ -1,8 +1,10 @@
-"""The API process: the gRPC server (jobs, resources, quota, audit, health, reflection) and the intake.
+"""The API process: the gRPC server (jobs, resources, quota, audit, configuration, governance, health,
+reflection) and the intake.
 
 Called by ``fedsched api`` and, in embedded mode, by ``fedsched up``: ``api = await serve(config,
-quota_rules=...)`` (governance's side of ``services.api.quota_rules``; ``log=..., pool=...`` to share an
-open log and pool), then ``await api.stop()``. Opens the log and the database unless given, creates the
+quota_rules=..., governance=...)`` (governance's sides of the ports ``services.api.quota_rules`` and
+``services.api.governance_reads``; ``log=..., pool=...`` to share an open log and pool), then ``await
+api.stop()``. Opens the log and the database unless given, creates the
 topics and the API's tables, wires the servicers to the read models (``projections.readmodel.reader``)
 and starts the intake task.
 
@@ -38,14 +40,17 @@ from projections.readmodel import writer as readmodels
 from projections.readmodel.reader import ReadModels
 from services.api.audit import AuditService
 from services.api.auth import AuthInterceptor
-from services.api.commands import JobCommands, QuotaCommands
+from services.api.commands import JobCommands
 from services.api.config import ApiConfig, is_loopback
 from services.api.documents import ConfigCommands, ConfigService
+from services.api.governance import GovernanceService
+from services.api.governance_reads import GovernanceReads
 from services.api.handlers import generic_handler, request_samples
 from services.api.intake import Intake
 from services.api.jobs import JobService
 from services.api.pb import SERVICES
 from services.api.quota import QuotaService
+from services.api.quota_commands import QuotaCommands
 from services.api.quota_rules import QuotaRules
 from services.api.resources import ResourceService
 from services.api.store import ApiStore
@@ -110,7 +115,12 @@ class ApiServer:
 
 
 async def serve(
-    config: ApiConfig, *, quota_rules: QuotaRules, log: EventLog | None = None, pool: asyncpg.Pool | None = None
+    config: ApiConfig,
+    *,
+    quota_rules: QuotaRules,
+    governance: GovernanceReads,
+    log: EventLog | None = None,
+    pool: asyncpg.Pool | None = None,
 ) -> ApiServer:
     """Start the API (and the intake, if configured). Pass ``log`` and ``pool`` to share open ones;
     otherwise they are opened from ``config`` and closed by ``stop``."""
@@ -136,9 +146,10 @@ async def serve(
     servicers = {
         "fedsched.v1.JobService": JobService(jobs, reads, store, log, tails),
         "fedsched.v1.ResourceService": ResourceService(reads),
-        "fedsched.v1.QuotaService": QuotaService(quotas, reads, publisher.clock),
+        "fedsched.v1.QuotaService": QuotaService(quotas, reads, publisher.clock, quota_rules, log),
         "fedsched.v1.AuditService": AuditService(jobs, reads, store),
         "fedsched.v1.ConfigService": ConfigService(ConfigCommands(publisher, reads)),
+        "fedsched.v1.GovernanceService": GovernanceService(governance, reads, log, publisher.clock),
     }
     limit = config.max_message_bytes
     server = grpc.aio.server(

@@ -185,13 +185,14 @@ async def run_api(args: argparse.Namespace) -> int:
     from services.api.auth import DEV_TOKEN_TTL_S
     from services.api.dev_tokens import DevTokens
     from services.api.server import serve
+    from services.governance.api_reads import GovernanceReports
     from services.governance.quota_rules import GovernanceQuotaRules
 
     configure_logging()
 
     tune_for_service()
     config, dev = api_config(args, intake=not args.no_intake)
-    api = await serve(config, quota_rules=GovernanceQuotaRules())
+    api = await serve(config, quota_rules=GovernanceQuotaRules(), governance=GovernanceReports())
     print(f"fedsched api: listening on {api.address}", flush=True)
     metrics_server = None
     if args.metrics_listen:

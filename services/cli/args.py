@@ -49,3 +49,35 @@ def time_range(since_ms: int | None, until_ms: int | None) -> None:
 
     if since_ms is not None and until_ms is not None and since_ms > until_ms:
         raise CliError(f"--since {format_time(since_ms)} is later than --until {format_time(until_ms)}", 2)
+
+
+class Retired(argparse.Action):
+    """An option a command no longer takes: given anyway (with or without a value), the command is refused
+    before anything runs, saying why (``argument --by: ...``, exit 2), so an old script fails clearly
+    rather than having its option ignored. Hidden from the help."""
+
+    def __init__(self, option_strings: list[str], dest: str, *, why: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs="?", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        self.why = why
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        raise argparse.ArgumentError(self, f"no longer accepted: {self.why}")
+
+
+#: Why the CLI's API commands take no ``--log`` or ``--dsn``.
+THROUGH_THE_API = (
+    "this command is a client of the API now: it reaches it with --server (FEDSCHED_SERVER) and your token"
+    " (--token, FEDSCHED_TOKEN or FEDSCHED_TOKEN_FILE), never the log or the database"
+)
+
+
+def retire(parser: argparse.ArgumentParser, *options: str, why: str = THROUGH_THE_API) -> None:
+    """Refuse each of ``options`` on ``parser`` with ``why`` (``Retired``)."""
+    for option in options:
+        parser.add_argument(option, action=Retired, why=why)

@@ -1,14 +1,19 @@
 """Sub-commands: ``fedsched audit ...`` (archive the log, verify the hash chain against signed checkpoints,
-make a signing key, prove one record's inclusion, and the replays: verify, timeline, export, at, whatif)."""
+make a signing key, prove one record's inclusion, and the replays: verify, export, at, whatif).
+
+These are offline tools for an operator or an auditor who can read the log and the archive (its DSN or
+log URL): they change no state (``archive`` is the archiver service, which copies the log into the
+archive). ``audit timeline`` is the exception: a client of the API with the caller's token
+(``services.cli.timeline_cmd``), like every command that reads tenants' data for people."""
 
 from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from events.plumbing.signals import stop_on_signals
+from services.cli import timeline_cmd
 from services.cli.args import rfc3339_ms, time_range
 
 if TYPE_CHECKING:
@@ -24,11 +29,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     audit = sub.add_parser(
         "audit", help="the audit trail: archive, chain, verify, timeline, export, at (a past moment), whatif"
     )
+    audit.description = (
+        "timeline asks the API with your token; the others are offline tools over a log and an archive you can"
+        " read (--log, --dsn or the environment) and change nothing"
+    )
     audit_sub = audit.add_subparsers(dest="audit", metavar="WHAT")
 
     chain = audit_sub.add_parser(
         "chain",
-        help="check the hash chain of the audit archive (against signed checkpoints, with --public-key)",
+        help="check the hash chain of the audit archive (against signed checkpoints, with --public-key);"
+        " offline, changes nothing",
         epilog="exit status: 0 every chain holds (and matches every checkpoint); 1 a problem was found; 2 bad"
         " arguments or key; 3 --public-key given but no checkpoint to check against",
     )
@@ -46,14 +56,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     chain.add_argument("--json", action="store_true", help="print one JSON object")
     chain.set_defaults(handler=verify_chain)
 
-    keygen = audit_sub.add_parser("keygen", help="make the archiver's Ed25519 key pair for signed checkpoints")
+    keygen = audit_sub.add_parser(
+        "keygen", help="make the archiver's Ed25519 key pair for signed checkpoints (offline: writes two files)"
+    )
     keygen.add_argument("--out", required=True, metavar="FILE", help="private key file to create (mode 0600)")
     keygen.add_argument("--public-out", metavar="FILE", help="public key file to create (default: FILE.pub)")
     keygen.set_defaults(handler=run_keygen)
 
     proof = audit_sub.add_parser(
         "proof",
-        help="prove that one archived record is in a signed checkpoint (RFC 6962), or --check such a proof",
+        help="prove that one archived record is in a signed checkpoint (RFC 6962), or --check such a proof;"
+        " offline, changes nothing",
         epilog="exit status: 0 the proof was made (or holds); 1 it does not hold; 2 bad arguments, key or file;"
         " 3 no proof can be made for that record",
     )
@@ -70,7 +83,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     verify = audit_sub.add_parser(
         "verify",
-        help="re-execute every recorded scheduling cycle and compare",
+        help="re-execute every recorded scheduling cycle and compare (offline: reads the log, changes nothing)",
         epilog="exit status: 0 every cycle re-executed identically; 1 some cycle differs; 2 bad arguments;"
         " 3 no scheduling cycle recorded in the range, so nothing was verified",
     )
@@ -81,26 +94,27 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     verify.add_argument("--json", action="store_true", help="print one JSON object")
     verify.set_defaults(handler=run_verify)
 
-    timeline = audit_sub.add_parser("timeline", help="every event of a job, with reasons, from the archive")
-    timeline.add_argument("job_id")
-    timeline.add_argument("--dsn", help="PostgreSQL DSN of the archive (default: FEDSCHED_POSTGRES_DSN)")
-    timeline.add_argument("--json", action="store_true", help="print one JSON object")
-    timeline.set_defaults(handler=run_timeline)
+    timeline_cmd.register(audit_sub)
 
-    export = audit_sub.add_parser("export", help="the whole archive as JSON lines or CSV")
+    export = audit_sub.add_parser("export", help="the whole archive as JSON lines or CSV (offline, changes nothing)")
     export.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
     export.add_argument("--out", help="file to write (default: standard output)")
     export.add_argument("--dsn", help="PostgreSQL DSN of the archive (default: FEDSCHED_POSTGRES_DSN)")
     export.set_defaults(handler=run_export)
 
-    at = audit_sub.add_parser("at", help="the fleet, queues and quotas as they stood at a moment")
+    at = audit_sub.add_parser(
+        "at", help="the fleet, queues and quotas as they stood at a moment (offline: replays the log, changes nothing)"
+    )
     at.add_argument("time", type=rfc3339_ms, help="RFC 3339, e.g. 2026-12-01T09:00:00Z")
     at.add_argument("--log", help="log URL (default: FEDSCHED_LOG)")
     at.add_argument("--namespace", default="")
     at.add_argument("--json", action="store_true", help="print one JSON object")
     at.set_defaults(handler=run_at)
 
-    whatif = audit_sub.add_parser("whatif", help="replay recorded history under another policy, beside what happened")
+    whatif = audit_sub.add_parser(
+        "whatif",
+        help="replay recorded history under another policy, beside what happened (offline, changes nothing)",
+    )
     whatif.add_argument(
         "--policy", required=True, help="a Policy document (YAML or JSON, as fedsched apply takes), or its bare spec"
     )
@@ -111,7 +125,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     whatif.add_argument("--json", action="store_true", help="print one JSON object")
     whatif.set_defaults(handler=run_whatif)
 
-    archive = audit_sub.add_parser("archive", help="copy every event of every topic into the archive")
+    archive = audit_sub.add_parser(
+        "archive", help="the archiver service: copy every event of every topic into the archive (never the log)"
+    )
     archive.add_argument("--log", help="log URL (default: FEDSCHED_LOG)")
     archive.add_argument("--dsn", help="PostgreSQL DSN of the archive (default: FEDSCHED_POSTGRES_DSN)")
     archive.add_argument("--once", action="store_true", help="catch up and exit instead of following the log")
@@ -499,30 +515,6 @@ def _range_text(since_ms: int | None, until_ms: int | None) -> str:
     since = "" if since_ms is None else f" from {format_time(since_ms)}"
     until = "" if until_ms is None else f" until {format_time(until_ms)}"
     return since + until
-
-
-async def run_timeline(args: argparse.Namespace) -> int:
-    import asyncpg
-
-    from events.wire.envelope import format_time
-    from services.audit.queries import timeline
-    from services.cli.config import postgres_dsn
-    from services.cli.main import CliError
-
-    pool = await asyncpg.create_pool(postgres_dsn(args.dsn), min_size=1, max_size=2)
-    try:
-        events = await timeline(pool, args.job_id)
-    finally:
-        await pool.close()
-    if not events:
-        raise CliError(f"no archived event for job {args.job_id!r}", 3)
-    if args.json:
-        print(json.dumps({"job_id": args.job_id, "events": [asdict(e) for e in events]}, default=str))
-        return 0
-    for e in events:
-        detail = " ".join(x for x in (e.reason, e.message) if x)
-        print(f"{format_time(e.time_ms)}  {e.type:<24} {e.topic}[{e.partition}]@{e.offset}  {detail}")
-    return 0
 
 
 async def run_export(args: argparse.Namespace) -> int:

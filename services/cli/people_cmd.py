@@ -49,8 +49,9 @@ PENDING_REASONS = tuple(reason.value for reason in PendingReason)
 WAITING = ("submitted", "queued")
 
 
-def client_options() -> argparse.ArgumentParser:
-    """The options of every command that is a client of the API (a parent parser)."""
+def client_options(*, json_option: bool = True) -> argparse.ArgumentParser:
+    """The options of every command that is a client of the API (a parent parser); ``json_option``:
+    with ``--json`` (a command whose ``--json`` means something else adds its own)."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--server", default=None, help="API address host:port (default: FEDSCHED_SERVER or local)")
     common.add_argument("--token", default=None, help="bearer token (default: FEDSCHED_TOKEN or the dev token)")
@@ -58,7 +59,8 @@ def client_options() -> argparse.ArgumentParser:
     common.add_argument("--client-cert", type=Path, default=None, help="client certificate for mutual TLS (PEM)")
     common.add_argument("--client-key", type=Path, default=None, help="client key for mutual TLS (PEM)")
     common.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for an answer (default 30)")
-    common.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    if json_option:
+        common.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return common
 
 
@@ -202,6 +204,22 @@ def _failed(args: argparse.Namespace, error: CallError, *, answered: bool = Fals
     raise CliError(f"{error.code.lower().replace('_', ' ')}: {error.message}{where}{hint}", code)
 
 
+async def every_page(
+    client: Client, method: Any, request: Any, items: str, limit: int | None = None
+) -> tuple[list[Any], bool]:
+    """The ``items`` of a paged list (a request with ``page_size`` and ``page_token``), page after page, up
+    to ``limit`` of them (``None``: every one); and whether more remain."""
+    found: list[Any] = []
+    while limit is None or len(found) < limit:
+        request.page_size = 1000 if limit is None else min(1000, limit - len(found))
+        page = await client.call(method, request)
+        found += getattr(page, items)
+        request.page_token = page.next_page_token
+        if not request.page_token:
+            break
+    return found, bool(request.page_token)
+
+
 def _print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, sort_keys=True))
 
@@ -327,33 +345,24 @@ async def submit_job(args: argparse.Namespace, client: Client) -> int:
 async def list_jobs(args: argparse.Namespace, client: Client) -> int:
     from services.api.pb import jobs_pb2
 
-    found: list[Any] = []
-    token = ""
-    while len(found) < args.limit:
-        request = jobs_pb2.ListJobsRequest(
-            tenant=args.tenant,
-            project=args.project,
-            queue=args.queue,
-            statuses=args.status,
-            priority_class=args.priority_class,
-            cluster=args.cluster,
-            pending_reasons=args.pending_reason,
-            page_size=min(1000, args.limit - len(found)),
-            page_token=token,
-        )
-        page = await client.call(client.jobs.ListJobs, request)
-        found += list(page.jobs)
-        token = page.next_page_token
-        if not token:
-            break
+    request = jobs_pb2.ListJobsRequest(
+        tenant=args.tenant,
+        project=args.project,
+        queue=args.queue,
+        statuses=args.status,
+        priority_class=args.priority_class,
+        cluster=args.cluster,
+        pending_reasons=args.pending_reason,
+    )
+    found, more = await every_page(client, client.jobs.ListJobs, request, "jobs", args.limit)
     if args.json:
-        _print_json({"jobs": [to_dict(j) for j in found], "more": bool(token)})
+        _print_json({"jobs": [to_dict(j) for j in found], "more": more})
         return 0
     if args.pending_reason or (args.status and set(args.status) <= set(WAITING)):
         print(_waiting_table(found))
     else:
         print(_jobs_table(found))
-    if token:
+    if more:
         print(f"(more than {len(found)} jobs; raise --limit or filter)")
     return 0
 
@@ -541,19 +550,10 @@ async def show_resources(args: argparse.Namespace, client: Client) -> int:
 async def _show_nodes(args: argparse.Namespace, client: Client) -> int:
     from services.api.pb import resources_pb2
 
-    nodes: list[Any] = []
-    token = ""
-    while len(nodes) < args.limit:
-        request = resources_pb2.ListNodesRequest(
-            cluster=args.cluster, page_size=min(1000, args.limit - len(nodes)), page_token=token
-        )
-        page = await client.call(client.resources.ListNodes, request)
-        nodes += list(page.nodes)
-        token = page.next_page_token
-        if not token:
-            break
+    request = resources_pb2.ListNodesRequest(cluster=args.cluster)
+    nodes, more = await every_page(client, client.resources.ListNodes, request, "nodes", args.limit)
     if args.json:
-        _print_json({"nodes": [to_dict(n) for n in nodes], "more": bool(token)})
+        _print_json({"nodes": [to_dict(n) for n in nodes], "more": more})
         return 0
     rows = [
         [

@@ -7,10 +7,12 @@ Who calls what:
   no I/O and takes time as input;
 - ``host.GovernanceHost`` follows the log and publishes what the rules decide (``fedsched gov run``, and
   inside ``fedsched up``);
-- ``commands`` publishes people's quota requests and decisions (``fedsched gov quota ...``), and
-  ``quota_rules`` answers the API's questions about them (the API's ``QuotaRules`` port);
-- ``report`` builds ``fedsched gov report`` from the read models and findings (``services.cli.gov_render``
-  prints it).
+- ``topic`` reads the governance topic (quota requests and decisions, findings); ``quota_rules`` and
+  ``api_reads`` answer the API's questions from it (its ``QuotaRules`` and ``GovernanceReads`` ports):
+  people's quota requests, decisions, findings and reports go through the API with their token
+  (``fedsched gov quota ...``, ``gov findings``, ``gov report``);
+- ``report`` builds the governance report from the read models and findings (the API's ``GetReport``;
+  ``services.cli.gov_render`` prints it).
 
 The names below are the pure, public part; importing them pulls in no I/O library.
 """

@@ -1,20 +1,21 @@
-"""``fedsched gov report``: fetch the read models and findings, compute the figures, hand them to a renderer.
+"""The governance report: fetch the read models and findings, compute the figures.
 
-Called by the CLI and by tests. Calls the read models' reader (``projections.readmodel.reader``) and the
-event log (findings on the governance topic); the figures themselves are computed by the pure
-``services.governance.core.figures``; ``services.cli.gov_render`` writes them out.
+Called by the API's ``GetReport`` through ``services.governance.api_reads`` (``fedsched gov report`` is
+its client) and by tests. Calls the read models' reader (``projections.readmodel.reader``) and the
+event log (findings on the governance topic, ``services.governance.topic``); the figures themselves are
+computed by the pure ``services.governance.core.figures``; ``services.cli.gov_render`` writes them out.
+
+Scoped to some tenants (``tenants``; ``None``: all), every input is of those tenants alone (the read
+models' rows in SQL, findings by their tenant: a finding without one is left out), so no figure of the
+report counts another tenant's work: the totals per cluster or priority class are the tenants' own.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
-from events.catalog.errors import EventError
-from events.catalog.governance import GovernanceFinding
-from events.catalog.topics import GOVERNANCE
-from events.log.contract import EventLog, TopicPartition
-from events.log.reading import read_to_end
-from events.wire.codec import decode
+from events.log.contract import EventLog
 from projections.readmodel.budgets import budget_views
 from projections.readmodel.reader import ReadModels
 from services.governance.core.figures import (
@@ -27,9 +28,13 @@ from services.governance.core.figures import (
     build,
     gpu_hours,
 )
+from services.governance.topic import findings
+
+Scope = Sequence[str] | None
+"""The tenants a report counts; ``None``: every tenant."""
 
 
-async def usage_rows(reads: ReadModels) -> list[UsageRow]:
+async def usage_rows(reads: ReadModels, tenants: Scope = None) -> list[UsageRow]:
     return [
         UsageRow(
             u.tenant,
@@ -43,11 +48,11 @@ async def usage_rows(reads: ReadModels) -> list[UsageRow]:
             u.currency,
             u.projects,
         )
-        for u in await reads.usage_hours()
+        for u in await reads.usage_hours(tenants)
     ]
 
 
-async def job_rows(reads: ReadModels) -> list[JobRow]:
+async def job_rows(reads: ReadModels, tenants: Scope = None) -> list[JobRow]:
     return [
         JobRow(
             j.job_id,
@@ -61,11 +66,11 @@ async def job_rows(reads: ReadModels) -> list[JobRow]:
             j.waiting_ms,
             j.timeline,
         )
-        for j in await reads.job_histories()
+        for j in await reads.job_histories(tenants)
     ]
 
 
-async def held_rows(reads: ReadModels) -> list[HeldRow]:
+async def held_rows(reads: ReadModels, tenants: Scope = None) -> list[HeldRow]:
     """Runs holding GPUs now, with the model of their first replica's node (as their usage is counted)."""
     return [
         HeldRow(
@@ -77,63 +82,59 @@ async def held_rows(reads: ReadModels) -> list[HeldRow]:
             r.placed_ms,
             sum(len(slot.gpu_indices) * slot.gpu_milli_each for slot in r.placement),
         )
-        for r in await reads.held_runs()
+        for r in await reads.held_runs(tenants)
     ]
 
 
-async def quota_rows(reads: ReadModels) -> list[QuotaRow]:
+async def quota_rows(reads: ReadModels, tenants: Scope = None) -> list[QuotaRow]:
     return [
         QuotaRow(q.tenant, q.queue, line.resource, line.gpu_model, line.used, line.guaranteed, line.limit)
-        for q in await reads.quota(None)
+        for q in await reads.quota(tenants)
         for line in q.usage
     ]
 
 
-async def finding_rows(event_log: EventLog, *, namespace: str = "") -> list[FindingRow]:
-    reader = await event_log.reader()
-    out: list[FindingRow] = []
-    try:
-        tp = TopicPartition((f"{namespace}." if namespace else "") + GOVERNANCE.name, 0)
-        async for batch in read_to_end(reader, tp):
-            for record in batch:
-                try:
-                    envelope = decode(record.headers, record.value)
-                except EventError:
-                    continue
-                f = envelope.data
-                if isinstance(f, GovernanceFinding):
-                    subject = f.job_id or (f"{f.cluster}/{f.node}" if f.node else f.cluster) or f.finding_id
-                    out.append(FindingRow(envelope.time_ms, f.kind.value, f.rule, f.tenant, str(subject), f.message))
-    finally:
-        await reader.close()
-    return out
+async def finding_rows(event_log: EventLog, tenants: Scope = None, *, namespace: str = "") -> list[FindingRow]:
+    """Every finding on the governance topic (of ``tenants`` only, when given), in the order recorded."""
+    return [
+        row
+        async for _, row in findings(event_log, namespace=namespace)
+        if tenants is None or (row.tenant is not None and row.tenant in tenants)
+    ]
 
 
-async def latest_time(reads: ReadModels) -> int:
+async def latest_time(reads: ReadModels, tenants: Scope = None) -> int:
     """The latest event time the read models know of (simulated fleets run ahead of the wall clock): the
     latest job time, or just inside the latest usage hour. (That hour's end, used before, counted jobs
     still waiting as waiting until then: up to an hour more than they had.)"""
-    return await reads.latest_time_ms()
+    return await reads.latest_time_ms(tenants)
 
 
 async def gather(
-    reads: ReadModels, event_log: EventLog | None, since_ms: int, until_ms: int, *, now_ms: int | None = None
+    reads: ReadModels,
+    event_log: EventLog | None,
+    since_ms: int,
+    until_ms: int,
+    *,
+    now_ms: int | None = None,
+    tenants: Scope = None,
 ) -> Report:
-    """The report of the period. The usage figures cover whole hours, so runs still holding GPUs count up to
-    the end of the last hour, but not past ``now_ms`` (default: the wall clock, or the read models' latest
-    time if a simulated fleet runs ahead of it), where no usage sample can be yet."""
+    """The report of the period, of ``tenants`` only when given. The usage figures cover whole hours, so
+    runs still holding GPUs count up to the end of the last hour, but not past ``now_ms`` (default: the
+    wall clock, or the read models' latest time if a simulated fleet runs ahead of it), where no usage
+    sample can be yet."""
     if until_ms <= since_ms:
         raise ValueError(f"the report's period is empty: it ends at {until_ms} ms, not after its start {since_ms} ms")
     if now_ms is None:
-        now_ms = max(int(time.time() * 1000), await latest_time(reads))
-    findings = await finding_rows(event_log) if event_log is not None else []
+        now_ms = max(int(time.time() * 1000), await latest_time(reads, tenants))
+    found = await finding_rows(event_log, tenants) if event_log is not None else []
     usage, jobs, quota, held = (
-        await usage_rows(reads),
-        await job_rows(reads),
-        await quota_rows(reads),
-        await held_rows(reads),
+        await usage_rows(reads, tenants),
+        await job_rows(reads, tenants),
+        await quota_rows(reads, tenants),
+        await held_rows(reads, tenants),
     )
-    report = build(since_ms, until_ms, usage, jobs, quota, findings, held, now_ms)
+    report = build(since_ms, until_ms, usage, jobs, quota, found, held, now_ms)
     report.budgets = [
         {
             "budget": b.name,
@@ -146,6 +147,8 @@ async def gather(
             "projected_gpu_hours": gpu_hours(b.projected_milli_ms),
             "used_pct": b.used_milli_ms * 100 // b.limit_milli_ms,
         }
-        for b in await budget_views(reads, None, "", now_ms)
+        for b in await budget_views(reads, tenants, "", now_ms)
+        # A cohort's budget counts its members: in a scoped report only when they are all in scope.
+        if tenants is None or set(b.tenants) <= set(tenants)
     ]
     return report

@@ -360,6 +360,7 @@ def default_nodes() -> Path:
 async def _start_api(running: Running) -> None:
     from services.api.dev_tokens import DevTokens
     from services.api.embedded import start_embedded
+    from services.governance.api_reads import GovernanceReports
     from services.governance.quota_rules import GovernanceQuotaRules
 
     api = await start_embedded(
@@ -367,6 +368,7 @@ async def _start_api(running: Running) -> None:
         running.pool,
         running.config.api_listen,
         quota_rules=GovernanceQuotaRules(),
+        governance=GovernanceReports(),
         state_dir=running.config.data_dir,
         clock=running.clock.now_ms if running.clock is not None else wall_clock_ms,
     )

@@ -24,11 +24,12 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
-from events.log import EventLog
+from events.log import EventLog, open_log
 from projections.inprocess.runner import ProjectionRunner
 from services.api.client import Client, ClientConfig
 from services.api.config import ApiConfig
 from services.api.server import ApiServer, serve
+from services.governance.api_reads import GovernanceReports
 from services.governance.quota_rules import GovernanceQuotaRules
 from tests.api.prefixed import PrefixedLog
 from tests.api.support import AUDIENCE, ISSUER, Keys
@@ -81,7 +82,7 @@ async def stack(event_log: EventLog, log_url: str, api_database: str, keys: Keys
         api_schema=f"api_{kind}",
         instance=prefix,
     )
-    api = await serve(config, quota_rules=GovernanceQuotaRules(), log=log, pool=pool)  # type: ignore[arg-type]
+    api = await serve(config, quota_rules=GovernanceQuotaRules(), governance=GovernanceReports(), log=log, pool=pool)  # type: ignore[arg-type]
     runner = ProjectionRunner(log, pool, schema=config.read_schema, publish=False)  # type: ignore[arg-type]
     await runner.start()
     built = Stack(kind, api, log, pool, runner, keys, config)
@@ -151,6 +152,20 @@ def start_api(args: list[str], env: dict[str, str], log_path: Path) -> tuple[sub
         if seen or line.startswith("fedsched api: listening on"):
             seen.append(line)
     return process, seen
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def runner(api_process: RunningApi) -> AsyncIterator[ProjectionRunner]:
+    """The projections of ``api_process``'s database, folding on demand (``await runner.catch_up()``)."""
+    log = open_log(api_process.dsn)
+    await log.start()
+    pool = await asyncpg.create_pool(api_process.dsn, min_size=1, max_size=4)
+    projections = ProjectionRunner(log, pool, publish=False)
+    await projections.start()
+    yield projections
+    await projections.close()
+    await pool.close()
+    await log.close()
 
 
 def stop_api(process: subprocess.Popen[str]) -> int:

@@ -16,6 +16,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from events.catalog.base import Event
 from events.catalog.errors import EventError
+from events.catalog.governance import FindingKind, GovernanceFinding
+from events.catalog.reasons import ReasonCode
 from events.log.contract import EventLog, LogRecord, TopicPartition
 from events.log.publisher import to_record
 from events.wire.codec import decode
@@ -85,6 +87,32 @@ def spec(**overrides: Any) -> jobs_pb2.JobSpec:
 
 def new_request_id() -> str:
     return f"test-{uuid.uuid4().hex}"
+
+
+def a_finding(tenant: str | None, subject: str, message: str) -> GovernanceFinding:
+    """A crash-loop finding about job ``subject`` of ``tenant``, or, without a tenant, a suspect node
+    ``subject`` of cluster ``sim-1``: as the governance service publishes them."""
+    if tenant is None:
+        return GovernanceFinding(
+            finding_id=f"node-{subject}",
+            kind=FindingKind.SUSPECT_NODE,
+            rule="suspect-node",
+            reason=ReasonCode.NODE_FAILURE,
+            cluster="sim-1",
+            node=subject,
+            observed_ms=int(time.time() * 1000),
+            message=message,
+        )
+    return GovernanceFinding(
+        finding_id=f"crash-{subject}",
+        kind=FindingKind.CRASH_LOOP,
+        rule="crash-loop",
+        reason=ReasonCode.CRASH_LOOP,
+        tenant=tenant,
+        job_id=subject,
+        observed_ms=int(time.time() * 1000),
+        message=message,
+    )
 
 
 @dataclass

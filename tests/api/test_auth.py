@@ -19,6 +19,7 @@ from services.api.client import CallError, Client, ClientConfig
 from services.api.config import ApiConfig, TlsConfig
 from services.api.pb import SERVICES, jobs_pb2, quota_pb2, resources_pb2
 from services.api.server import serve
+from services.governance.api_reads import GovernanceReports
 from services.governance.quota_rules import GovernanceQuotaRules
 from tests.api.conftest import Stack
 from tests.api.support import spec
@@ -136,7 +137,9 @@ async def test_mutual_tls_admits_only_clients_with_a_certificate_of_the_ca(stack
         intake=False,
         create_topics=False,
     )
-    api = await serve(config, quota_rules=GovernanceQuotaRules(), log=stack.log, pool=stack.pool)  # type: ignore[arg-type]
+    api = await serve(
+        config, quota_rules=GovernanceQuotaRules(), governance=GovernanceReports(), log=stack.log, pool=stack.pool
+    )  # type: ignore[arg-type]
     token = stack.keys.hs(roles=["viewer"])
     server = f"localhost:{api.port}"
     trusted = Client(
@@ -165,6 +168,7 @@ async def test_the_embedded_api_of_fedsched_up_admits_its_development_token(stac
         stack.pool,
         "127.0.0.1:0",
         quota_rules=GovernanceQuotaRules(),
+        governance=GovernanceReports(),
         state_dir=tmp_path,
         intake=False,
     )

@@ -7,12 +7,9 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import asyncpg
 import pytest
-import pytest_asyncio
 
 from events.catalog.jobs import JobCancelled
 from events.log import open_log
@@ -54,19 +51,6 @@ async def fedsched(
     out, err = await asyncio.wait_for(process.communicate(), timeout=60)
     assert process.returncode is not None
     return process.returncode, out.decode(), err.decode()
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def runner(api_process: RunningApi) -> AsyncIterator[ProjectionRunner]:
-    log = open_log(api_process.dsn)
-    await log.start()
-    pool = await asyncpg.create_pool(api_process.dsn, min_size=1, max_size=4)
-    projections = ProjectionRunner(log, pool, publish=False)
-    await projections.start()
-    yield projections
-    await projections.close()
-    await pool.close()
-    await log.close()
 
 
 async def test_a_person_submits_lists_inspects_explains_watches_and_cancels(

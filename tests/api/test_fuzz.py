@@ -9,7 +9,17 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from services.api.pb import jobs_pb2, jobs_pb2_grpc, quota_pb2, quota_pb2_grpc, resources_pb2, resources_pb2_grpc
+from services.api.pb import (
+    governance_pb2,
+    governance_pb2_grpc,
+    jobs_pb2,
+    jobs_pb2_grpc,
+    quota_pb2,
+    quota_pb2_grpc,
+    resources_pb2,
+    resources_pb2_grpc,
+)
+from services.api.validation import encode_page_token
 from tests.api.conftest import RunningApi
 
 pytestmark = [pytest.mark.property, pytest.mark.postgres]
@@ -169,17 +179,18 @@ def test_fuzzed_reads_and_writes_of_every_service_never_fail_inside(
             ),
         ),
         st.builds(
-            lambda t, r, a, s, e, j: (
+            lambda t, r, a, s, e, n, j: (
                 quota.RequestQuota,
                 quota_pb2.RequestQuotaRequest(
-                    tenant=t, resource=r, amount=a, period_start_ms=s, period_end_ms=e, justification=j
+                    tenant=t, resource=r, amount=a, period_start_ms=s, period_end_ms=e, period_ms=n, justification=j
                 ),
             ),
             IDS,
             st.one_of(st.just("gpu"), TEXT),
             INT64,
             INT64,
-            INT64,
+            st.one_of(st.just(0), INT64),
+            st.one_of(st.just(0), INT64),
             TEXT,
         ),
         st.builds(
@@ -193,6 +204,13 @@ def test_fuzzed_reads_and_writes_of_every_service_never_fail_inside(
         ),
     )
 
+    call_each(requests, metadata)
+    assert_alive(channel, api_process)
+
+
+def call_each(requests: st.SearchStrategy[tuple[object, object]], metadata: tuple[tuple[str, str], ...]) -> None:
+    """Fuzz: each drawn (method, request) is answered or refused with an allowed code (``check``)."""
+
     @FUZZ
     @given(item=requests)
     def call(item: tuple[object, object]) -> None:
@@ -200,6 +218,49 @@ def test_fuzzed_reads_and_writes_of_every_service_never_fail_inside(
         check(lambda: method(request, metadata=metadata, timeout=30))  # type: ignore[operator]
 
     call()
+
+
+def tokens(query: dict[str, str]) -> st.SearchStrategy[str]:
+    """Page tokens as a client could forge them for ``query`` (the list's filters all empty), holding any
+    key, beside text that is no token at all."""
+    keys = st.lists(st.one_of(INT64, st.text(max_size=20), st.booleans()), min_size=1, max_size=2)
+    return st.one_of(st.just(""), TEXT, st.builds(lambda after: encode_page_token(query, after), keys))
+
+
+def test_fuzzed_governance_reads_never_fail_inside(
+    channel: grpc.Channel, metadata: tuple[tuple[str, str], ...], api_process: RunningApi
+) -> None:
+    governance = governance_pb2_grpc.GovernanceServiceStub(channel)
+    quota = quota_pb2_grpc.QuotaServiceStub(channel)
+    requests = st.one_of(
+        st.builds(
+            lambda n, u, t: (governance.GetReport, governance_pb2.GetReportRequest(period_ms=n, until_ms=u, tenant=t)),
+            st.one_of(st.just(86_400_000), INT64),
+            st.one_of(st.none(), INT64),
+            st.one_of(st.just(""), IDS),
+        ),
+        st.builds(
+            lambda t, n, p: (
+                governance.ListFindings,
+                governance_pb2.ListFindingsRequest(tenant=t, page_size=n, page_token=p),
+            ),
+            st.one_of(st.just(""), IDS),
+            st.one_of(SMALL, INT32),
+            tokens({"tenant": ""}),
+        ),
+        st.builds(
+            lambda t, s, n, p: (
+                quota.ListQuotaRequests,
+                quota_pb2.ListQuotaRequestsRequest(tenant=t, status=s, page_size=n, page_token=p),
+            ),
+            st.one_of(st.just(""), IDS),
+            st.one_of(st.sampled_from(["", "pending", "approved"]), TEXT),
+            st.one_of(SMALL, INT32),
+            tokens({"tenant": "", "status": ""}),
+        ),
+    )
+
+    call_each(requests, metadata)
     assert_alive(channel, api_process)
 
 

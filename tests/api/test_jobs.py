@@ -30,6 +30,7 @@ from services.api.commands import job_id_for
 from services.api.config import ApiConfig
 from services.api.pb import audit_pb2, jobs_pb2
 from services.api.server import serve
+from services.governance.api_reads import GovernanceReports
 from services.governance.quota_rules import GovernanceQuotaRules
 from tests.api.conftest import Stack
 from tests.api.support import LogTail, append, envelope_of, header, new_request_id, spec
@@ -101,6 +102,7 @@ async def test_sixteen_concurrent_retries_on_two_replicas_make_one_job(stack: St
             create_topics=False,
         ),
         quota_rules=GovernanceQuotaRules(),
+        governance=GovernanceReports(),
         log=stack.log,  # type: ignore[arg-type]
         pool=stack.pool,
     )

@@ -21,6 +21,7 @@ from services.api.client import CallError, Client, ClientConfig
 from services.api.config import ApiConfig, TlsConfig
 from services.api.pb import resources_pb2
 from services.api.server import ApiServer, serve
+from services.governance.api_reads import GovernanceReports
 from services.governance.quota_rules import GovernanceQuotaRules
 from tests.api.conftest import Stack
 
@@ -121,7 +122,9 @@ async def mutual_tls(stack: Stack) -> AsyncIterator[MutualTls]:
         intake=False,
         create_topics=False,
     )
-    api = await serve(config, quota_rules=GovernanceQuotaRules(), log=stack.log, pool=stack.pool)  # type: ignore[arg-type]
+    api = await serve(
+        config, quota_rules=GovernanceQuotaRules(), governance=GovernanceReports(), log=stack.log, pool=stack.pool
+    )  # type: ignore[arg-type]
     try:
         yield MutualTls(api, ca, f"localhost:{api.port}")
     finally:

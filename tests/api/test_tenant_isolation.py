@@ -1,12 +1,13 @@
 """Tenant isolation over every RPC of the API: a token of tenant A (each role, admin included) that asks
-about tenant B's job, queue, quota or quota request never gets B's data, and its refusal does not tell
-whether B's thing exists.
+about tenant B's job, queue, quota, quota request, findings or report never gets B's data, and its
+refusal does not tell whether B's thing exists.
 
 The rule (``services.api.auth``): an object named by id outside the token's tenants is NOT_FOUND, word
 for word as an id that does not exist; a tenant named in a request outside the token's tenants is
 PERMISSION_DENIED, the same for a tenant that exists and one that does not; a role that may not call a
-method is PERMISSION_DENIED before the request is read; lists hold the token's tenants only, and the
-fleet (clusters, nodes, capacity) is not tenant data. Each refusal is compared with the answer to the
+method is PERMISSION_DENIED before the request is read; lists hold the token's tenants only (a scoped
+token's governance report counts its tenants' data alone), and the fleet (clusters, nodes, capacity) is
+not tenant data. Each refusal is compared with the answer to the
 same request about a tenant and ids that were never created ("ghost"): equal but for the names.
 
 The matrix is parametrised by the service descriptors: an RPC added to the proto without a row here
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -29,15 +31,16 @@ import pytest_asyncio
 from services.api.auth import METHODS, Role
 from services.api.client import CallError, Client, call_error
 from services.api.commands import derived_id, job_id_for
-from services.api.pb import SERVICES, audit_pb2, config_pb2, jobs_pb2, quota_pb2, resources_pb2
+from services.api.pb import SERVICES, audit_pb2, config_pb2, governance_pb2, jobs_pb2, quota_pb2, resources_pb2
 from tests.api.conftest import Stack
-from tests.api.support import new_request_id, spec
+from tests.api.support import a_finding, append, new_request_id, spec
 
 pytestmark = pytest.mark.postgres
 in_session_loop = pytest.mark.asyncio(loop_scope="session")
 
 OK, NOT_FOUND, DENIED = "OK", "NOT_FOUND", "PERMISSION_DENIED"
 ROLES = tuple(Role)
+MONTH_MS = 30 * 86_400_000
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,7 @@ class World:
     b: Target
     ghost: Target
     secrets: tuple[str, ...]
-    """Strings of B's that must appear in no answer to A: tenant, queue, job, request, job name."""
+    """Strings of B's that must appear in no answer to A: tenant, queue, job, request, job name, finding."""
 
 
 Call = Callable[[Client, Target], Awaitable[Any]]
@@ -78,6 +81,10 @@ class Probe:
 
 def each(code: str, **overrides: str) -> dict[Role, str]:
     return {role: overrides.get(role.value, code) for role in ROLES}
+
+
+#: Governance's findings and reports: for the people who run the platform and answer for it.
+GOVERNANCE_READERS = {"operator": OK, "auditor": OK, "admin": OK}
 
 
 async def watch(client: Client, target: Target) -> list[Any]:
@@ -245,6 +252,44 @@ ROWS: dict[str, list[Probe]] = {
         ),
         Probe("every budget", lambda c, t: c.call(c.quota.GetBudgets, quota_pb2.GetBudgetsRequest()), each(OK)),
     ],
+    "/fedsched.v1.QuotaService/ListQuotaRequests": [
+        Probe(
+            "B's requests by filter",
+            lambda c, t: c.call(c.quota.ListQuotaRequests, quota_pb2.ListQuotaRequestsRequest(tenant=t.tenant)),
+            each(DENIED),
+        ),
+        Probe(
+            "every request",
+            lambda c, t: c.call(c.quota.ListQuotaRequests, quota_pb2.ListQuotaRequestsRequest(page_size=1000)),
+            each(OK),
+        ),
+    ],
+    "/fedsched.v1.GovernanceService/ListFindings": [
+        Probe(
+            "B's findings by filter",
+            lambda c, t: c.call(c.governance.ListFindings, governance_pb2.ListFindingsRequest(tenant=t.tenant)),
+            each(DENIED),
+        ),
+        Probe(
+            "every finding",
+            lambda c, t: c.call(c.governance.ListFindings, governance_pb2.ListFindingsRequest(page_size=1000)),
+            each(DENIED, **GOVERNANCE_READERS),
+        ),
+    ],
+    "/fedsched.v1.GovernanceService/GetReport": [
+        Probe(
+            "B's report",
+            lambda c, t: c.call(
+                c.governance.GetReport, governance_pb2.GetReportRequest(period_ms=MONTH_MS, tenant=t.tenant)
+            ),
+            each(DENIED),
+        ),
+        Probe(
+            "every tenant's report",
+            lambda c, t: c.call(c.governance.GetReport, report_of_the_month()),
+            each(DENIED, **GOVERNANCE_READERS),
+        ),
+    ],
     "/fedsched.v1.AuditService/GetJobTimeline": [
         Probe(
             "B's job",
@@ -253,6 +298,12 @@ ROWS: dict[str, list[Probe]] = {
         )
     ],
 }
+
+
+def report_of_the_month() -> governance_pb2.GetReportRequest:
+    """The month to an hour from now: it holds every job and finding of the world."""
+    return governance_pb2.GetReportRequest(period_ms=MONTH_MS, until_ms=int(time.time() * 1000) + 3_600_000)
+
 
 RPCS = sorted(f"/{name}/{method.name}" for name, service in SERVICES.items() for method in service.methods)
 
@@ -298,6 +349,8 @@ async def world(stack: Stack) -> World:
             client_request_id=f"ask-{tag}",
         ),
     )
+    secret_finding = f"b-secret-finding-{tag}"
+    await append(stack.log, [a_finding(b, b_job.job_id, secret_finding), a_finding(a, a_job.job_id, "A's own")])
     await stack.fold()
     b_target = Target(b, queue_b, b_job.job_id, asked.request_id)
     applying = asyncio.ensure_future(admin.call(admin.documents.ApplyDocuments, _tenant_document(b_target)))
@@ -309,7 +362,8 @@ async def world(stack: Stack) -> World:
     ghost = Target(
         ghost_tenant, f"queue-ghost-{tag}", job_id_for(ghost_tenant, "never"), derived_id("q", ghost_tenant, "never")
     )
-    return World(a, a_job.job_id, b_target, ghost, (b, queue_b, b_job.job_id, asked.request_id, name_b))
+    secrets = (b, queue_b, b_job.job_id, asked.request_id, name_b, secret_finding)
+    return World(a, a_job.job_id, b_target, ghost, secrets)
 
 
 async def outcome(call: Call, client: Client, target: Target) -> tuple[str, Any]:
@@ -370,3 +424,32 @@ async def test_the_same_tokens_see_their_own_tenant(stack: Stack, world: World) 
         assert {q.tenant for q in quota.queues} == {world.a}
         timeline = await client.call(client.audit.GetJobTimeline, audit_pb2.GetJobTimelineRequest(job_id=world.a_job))
         assert timeline.tenant == world.a
+
+
+@in_session_loop
+async def test_a_token_for_every_tenant_sees_bs_request_finding_and_report_rows(stack: Stack, world: World) -> None:
+    """So the probes above ask about things that exist: B's request, finding and report rows."""
+    admin = stack.client(stack.keys.admin())
+    requests = await admin.call(
+        admin.quota.ListQuotaRequests, quota_pb2.ListQuotaRequestsRequest(tenant=world.b.tenant)
+    )
+    assert [r.request_id for r in requests.requests] == [world.b.request_id]
+    findings = await admin.call(
+        admin.governance.ListFindings, governance_pb2.ListFindingsRequest(tenant=world.b.tenant)
+    )
+    assert [f.subject for f in findings.findings] == [world.b.job_id]
+    report = await admin.call(admin.governance.GetReport, report_of_the_month())
+    assert leaked(report, world.secrets)
+
+
+@in_session_loop
+async def test_the_governance_readers_of_a_see_their_own_findings_and_report_rows(stack: Stack, world: World) -> None:
+    for role in ("operator", "auditor", "admin"):
+        client = stack.client(stack.keys.hs(tenants=[world.a], roles=[role]))
+        findings = await client.call(client.governance.ListFindings, governance_pb2.ListFindingsRequest())
+        assert [(f.tenant, f.subject) for f in findings.findings] == [(world.a, world.a_job)], role
+        report = await client.call(client.governance.GetReport, report_of_the_month())
+        assert list(report.tenants) == [world.a]
+        for table in (t for t in report.tables if t.name in ("interruptions", "findings", "quota")):
+            tenant = list(table.columns).index("tenant")
+            assert {row.cells[tenant].text for row in table.rows} == {world.a}, (role, table.name)

@@ -6,18 +6,19 @@ One run tells four stories at once, each checked from the log and the read model
   ``idle-notebook`` rule, with its cancel), stopped by the cluster and not placed again;
 - a job that fails three times within the window (a pipeline resubmitting it) is flagged as a crash loop;
 - a quota request above the auto-approve threshold waits; an operator approves it with
-  ``fedsched gov quota approve``; governance publishes the raised ``QuotaSet`` and the scheduler then
-  places the job that the quota held back;
-- the cost per tenant in ``fedsched gov report`` equals a recomputation from the raw events (zero
-  difference), after the read models have caught up with the whole log.
+  ``fedsched gov quota approve`` through ``fedsched up``'s API, as the subject of their token;
+  governance publishes the raised ``QuotaSet`` and the scheduler then places the job that the quota
+  held back;
+- the cost per tenant in ``fedsched gov report`` (through an API on the same database) equals a
+  recomputation from the raw events (zero difference), after the read models have caught up with the
+  whole log.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
+import socket
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -53,8 +54,12 @@ from events.log.reading import read_to_end
 from events.wire.codec import decode
 from events.wire.envelope import Envelope
 from projections.inprocess.runner import ProjectionRunner
+from services.api.embedded import start_embedded
+from services.governance.api_reads import GovernanceReports
 from services.governance.core.config import MINUTE_MS, GovConfig, IdleRule, LeaseRule
+from services.governance.quota_rules import GovernanceQuotaRules
 from services.runtime import up
+from tests.cli import fedsched
 
 pytestmark = [
     pytest.mark.asyncio(loop_scope="session"),
@@ -114,15 +119,19 @@ def job(job_id: str, tenant: str, *, gpus: int = 1, kind: JobKind = JobKind.TRAI
 async def test_idle_reclaim_crash_loop_quota_approval_and_cost_from_raw_events(
     fresh_database: str, tmp_path: Path
 ) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        api_listen = f"127.0.0.1:{probe.getsockname()[1]}"
     config = up.UpConfig(
         data_dir=tmp_path,
         dsn=fresh_database,
         metrics_listen="127.0.0.1:0",
         sim_clusters=(),
-        with_api=False,
+        api_listen=api_listen,
         governance=GOVERNANCE,
     )
     running = await up.start(config)
+    as_admin = {"FEDSCHED_SERVER": api_listen, "FEDSCHED_TOKEN": running.api_token or ""}
     fleet = SimFleet.from_node_list(running.log, NODES, names=("sim-1",), config=SIM)
     publisher = Publisher(running.log, "urn:test:portal", clock=lambda: fleet.clock.now_ms())
     await publisher.start()
@@ -178,7 +187,7 @@ async def test_idle_reclaim_crash_loop_quota_approval_and_cost_from_raw_events(
         assert not of(events, QuotaRequestApproved), "a request above the threshold is not approved by rule"
         assert await status("big-q") == "queued"
 
-        code, out = await fedsched("gov", "quota", "list", "--json", dsn=fresh_database)
+        code, out = await fedsched("gov", "quota", "list", "--json", dsn=fresh_database, env=as_admin)
         assert code == 0, out
         assert json.loads(out) == [
             {
@@ -193,13 +202,21 @@ async def test_idle_reclaim_crash_loop_quota_approval_and_cost_from_raw_events(
                 "granted_until_ms": None,
                 "status": "pending",
                 "by": "",
+                "requester": "carol@example.com",
             }
         ]
         code, out = await fedsched(
-            "gov", "quota", "approve", "qr-team-q-1", "--comment", "ok for the release", "--by", "ops@example.com",
+            "gov",
+            "quota",
+            "approve",
+            "qr-team-q-1",
+            "--comment",
+            "ok for the release",
             dsn=fresh_database,
-        )  # fmt: skip
+            env=as_admin,
+        )
         assert code == 0, out
+        assert out.strip() == "approved qr-team-q-1 (by dev@localhost)"  # the subject of the token
 
         async def admitted() -> bool:
             return await status("big-q") in ("placed", "running", "succeeded")
@@ -256,10 +273,11 @@ async def test_idle_reclaim_crash_loop_quota_approval_and_cost_from_raw_events(
     assert {f.name: f.value for f in crash[0].figures}["failures"] == 3
     raised = [q for q in of(events, QuotaSet) if q.request_id == "qr-team-q-1"]
     assert raised and raised[0].lines[0].limit == 5000
+    [approved] = [a for a in of(events, QuotaRequestApproved) if a.request_id == "qr-team-q-1"]
+    assert (approved.decided_by, approved.comment) == ("dev@localhost", "ok for the release")
 
-    code, out = await fedsched("gov", "report", "--period", "30d", "--format", "json", dsn=fresh_database)
-    assert code == 0, out
-    report = json.loads(out)
+    as_json, as_table, page = await _report_through_an_api(fresh_database, tmp_path / "api")
+    report = json.loads(as_json)
     # By default the period ends with the latest event, not at the end of its hour.
     assert report["until_ms"] <= max(e.time_ms for e in events) + 1
     reported = {row["tenant"]: row["cost_micro"] for row in report["cost_by_tenant"]}
@@ -268,48 +286,41 @@ async def test_idle_reclaim_crash_loop_quota_approval_and_cost_from_raw_events(
     assert {t: reported.get(t, 0) - expected.get(t, 0) for t in tenants} == dict.fromkeys(tenants, 0)
     assert expected["team-a"] > 0 and expected["team-n"] > 0
     assert {r["kind"] for r in report["findings"]} >= {"crash_loop", "idle_reclaim"}
-    code, out = await fedsched("gov", "report", "--period", "30d", dsn=fresh_database)
-    assert code == 0 and "Business impact" in out, out
-    print(out)
-    code, page = await fedsched("gov", "report", "--period", "30d", "--format", "html", dsn=fresh_database)
-    assert code == 0 and page.count("<svg") == 3, page[:500]
+    assert "Business impact" in as_table, as_table
+    assert page.count("<svg") == 3, page[:500]
 
 
-async def test_a_person_files_decides_and_lists_a_quota_request_from_the_command_line(fresh_database: str) -> None:
+async def _report_through_an_api(dsn: str, state_dir: Path) -> tuple[str, str, str]:
+    """The 30-day report as JSON, as a table and as an HTML page, from an API started on the database once
+    the read models hold the whole log (``fedsched up`` stopped)."""
     from events.log.postgres import PostgresEventLog
 
-    log = PostgresEventLog(fresh_database)  # the embedded log's tables, as fedsched up leaves them
-    await log.start()
-    await log.create_topics(TOPICS)
-    await log.close()
-    code, out = await fedsched("gov", "quota", "list", dsn=fresh_database)
-    assert (code, out.strip()) == (0, "(no quota requests)")
-    code, out = await fedsched(
-        "gov", "quota", "request", "--id", "qr-cli-1", "--tenant", "team-a", "--resource", "gpu",
-        "--gpu-model", "V100M32", "--amount", "8000", "--hours", "24", "--justification", "paper deadline",
-        "--by", "alice@example.com", dsn=fresh_database,
-    )  # fmt: skip
-    assert code == 0, out
-    assert out.strip() == "requested qr-cli-1: 8000 gpu for 24.0 h"
-    code, out = await fedsched("gov", "quota", "reject", "qr-cli-1", "--by", "bob@example.com", dsn=fresh_database)
-    assert code == 0, out
-    code, out = await fedsched("gov", "quota", "list", "--json", dsn=fresh_database)
-    assert code == 0, out
-    assert json.loads(out) == [
-        {
-            "request_id": "qr-cli-1",
-            "tenant": "team-a",
-            "resource": "gpu",
-            "gpu_model": "V100M32",
-            "amount": 8000,
-            "granted": None,
-            "unit": "milli-GPU",
-            "granted_from_ms": None,
-            "granted_until_ms": None,
-            "status": "rejected",
-            "by": "bob@example.com",
-        }
-    ]
+    event_log = PostgresEventLog(dsn)
+    await event_log.start()
+    import asyncpg
+
+    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=4)
+    api = await start_embedded(
+        event_log,
+        pool,
+        "127.0.0.1:0",
+        quota_rules=GovernanceQuotaRules(),
+        governance=GovernanceReports(),
+        state_dir=state_dir,
+        intake=False,
+    )
+    as_admin = {"FEDSCHED_SERVER": api.server.address, "FEDSCHED_TOKEN": api.dev_token}
+    try:
+        outputs = []
+        for fmt in ("json", "table", "html"):
+            code, out = await fedsched("gov", "report", "--period", "30d", "--format", fmt, dsn=dsn, env=as_admin)
+            assert code == 0, out
+            outputs.append(out)
+    finally:
+        await api.server.stop()
+        await pool.close()
+        await event_log.close()
+    return outputs[0], outputs[1], outputs[2]
 
 
 async def _has_crash_loop(event_log: EventLog) -> bool:
@@ -354,19 +365,3 @@ def recompute_cost(events: list[Envelope]) -> dict[str, int]:
             cost[tenants[key[0]]] += rate * milli * (piece_end - t) // (1000 * HOUR_MS)
             t = piece_end
     return dict(cost)
-
-
-async def fedsched(*args: str, dsn: str) -> tuple[int, str]:
-    env = {**os.environ, "FEDSCHED_POSTGRES_DSN": dsn, "FEDSCHED_LOG": dsn}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "services.cli.main",
-        *args,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), timeout=60)
-    assert process.returncode is not None
-    return process.returncode, out.decode() + (err.decode() if process.returncode else "")

@@ -1,17 +1,14 @@
-"""``fedsched gov quota`` as an operator uses it: JSON of what was published, the people commands' exit
-codes (2 bad input, 3 not found, 5 conflict), field names in errors, a list with headers and GPU model."""
+"""``fedsched gov ...`` on the command line, before any call: help, options refused naming themselves,
+``--by``, ``--log`` and ``--dsn`` refused saying that identity comes from the token and the commands go
+through the API (their calls: ``tests/api/test_cli_gov.py``)."""
 
 from __future__ import annotations
 
-import json
+import argparse
 
 import pytest
 
-from events.catalog.topics import TOPICS
-from events.log import open_log
-from events.wire.envelope import format_time
 from services.cli.main import build_parser, main
-from tests.cli import fedsched
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -19,7 +16,7 @@ pytestmark = pytest.mark.timeout(120)
 def ask(request_id: str, *more: str) -> list[str]:
     return [
         "gov", "quota", "request", "--id", request_id, "--tenant", "team-a", "--amount", "8000",
-        "--justification", "paper deadline", "--by", "alice@example.com", *more,
+        "--justification", "paper deadline", *more,
     ]  # fmt: skip
 
 
@@ -48,94 +45,60 @@ def test_a_period_of_no_hours_is_refused_naming_the_option(hours: str, capsys: p
     assert "argument --hours: must be more than 0" in capsys.readouterr().err
 
 
-@pytest.mark.asyncio(loop_scope="session")
-@pytest.mark.postgres
-async def test_an_operator_requests_decides_and_lists_with_json_and_exit_codes(fresh_database: str) -> None:
-    log = open_log(fresh_database)  # the embedded log's tables, as fedsched up leaves them
-    await log.start()
-    await log.create_topics(TOPICS)
-    await log.close()
-
-    code, out = await fedsched(*ask("qr-1", "--gpu-model", "V100M32", "--json"), dsn=fresh_database)
-    assert code == 0, out
-    asked = json.loads(out)
-    assert (asked["event_type"], asked["request_id"], asked["amount"]) == (
-        "io.fedsched.QuotaRequestSubmitted",
-        "qr-1",
-        8000,
-    )
-    code, out = await fedsched(*ask("qr-2"), dsn=fresh_database)
-    assert code == 0, out
-
-    code, out = await fedsched(*ask("qr-3", "--tenant", "Not A Tenant"), dsn=fresh_database)
-    assert code == 2 and "invalid request: tenant: " in out and "('" not in out, out
-    code, out = await fedsched("gov", "quota", "approve", "nope", dsn=fresh_database)
-    assert (code, out.strip()) == (3, "fedsched: no quota request nope")
-    code, out = await fedsched("gov", "quota", "approve", "qr-1", "--amount", "9000", dsn=fresh_database)
-    assert code == 2 and "more than the 8000 asked" in out
-
-    code, out = await fedsched("gov", "quota", "approve", "qr-1", "--amount", "5000", "--json", dsn=fresh_database)
-    assert code == 0, out
-    approved = json.loads(out)
-    assert (approved["event_type"], approved["approved_amount"]) == ("io.fedsched.QuotaRequestApproved", 5000)
-    code, out = await fedsched("gov", "quota", "reject", "qr-1", dsn=fresh_database)
-    assert (code, out.strip()) == (5, "fedsched: quota request qr-1 is already decided")
-
-    code, out = await fedsched("gov", "quota", "list", dsn=fresh_database)
-    assert code == 0, out
-    until = format_time(asked["period_end_ms"])  # the grant lasts for the period asked
-    assert [line.split() for line in out.splitlines()] == [
-        ["REQUEST", "TENANT", "RESOURCE", "GPU", "MODEL", "ASKED", "GRANTED", "UNIT", "UNTIL", "STATUS", "BY"],
-        ["qr-1", "team-a", "gpu", "V100M32", "8000", "5000", "milli-GPU", until, "approved", "operator"],
-        ["qr-2", "team-a", "gpu", "-", "8000", "-", "milli-GPU", "-", "pending", "-"],
-    ]
-    code, out = await fedsched("gov", "quota", "list", "--json", dsn=fresh_database)
-    assert code == 0, out
-    first, second = json.loads(out)
-    assert (first["amount"], first["granted"], first["unit"]) == (8000, 5000, "milli-GPU")
-    assert (first["granted_from_ms"], first["granted_until_ms"]) == (asked["period_start_ms"], asked["period_end_ms"])
-    assert (second["amount"], second["granted"], second["granted_until_ms"], second["status"]) == (
-        8000,
-        None,
-        None,
-        "pending",
-    )
+@pytest.mark.parametrize(
+    ("argv", "who"),
+    [
+        (ask("q1", "--by", "alice@example.com"), "requester"),
+        (["gov", "quota", "approve", "q-1", "--by=ops@example.com"], "approver"),
+        (["gov", "quota", "reject", "--by", "ops@example.com", "q-1"], "approver"),
+    ],
+)
+def test_by_is_refused_saying_the_identity_comes_from_the_token(
+    argv: list[str], who: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FEDSCHED_SERVER", "127.0.0.1:1")  # never reached
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"argument --by: no longer accepted: the {who} is the subject of the caller's token" in err, err
+    assert "--token, FEDSCHED_TOKEN or FEDSCHED_TOKEN_FILE" in err and "Traceback" not in err
 
 
-@pytest.mark.asyncio(loop_scope="session")
-@pytest.mark.postgres
-async def test_a_request_id_names_one_request_a_retry_is_answered_another_refused(fresh_database: str) -> None:
-    log = open_log(fresh_database)
-    await log.start()
-    await log.create_topics(TOPICS)
-    await log.close()
-    period = ("--from", "2099-01-01T00:00:00Z", "--hours", "10")
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        ([*ask("q1"), "--log", "postgresql://x"], "--log"),
+        (["gov", "quota", "list", "--log=postgresql://x"], "--log"),
+        (["gov", "findings", "--log", "postgresql://x"], "--log"),
+        (["gov", "report", "--dsn", "postgresql://x"], "--dsn"),
+        (["gov", "report", "--log", "-"], "--log"),
+        (["audit", "timeline", "j-1", "--dsn", "postgresql://x"], "--dsn"),
+    ],
+)
+def test_the_log_and_the_database_are_no_longer_options_of_the_api_commands(
+    argv: list[str], option: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"argument {option}: no longer accepted: this command is a client of the API now" in err, err
 
-    code, out = await fedsched(*ask("req-1", *period), dsn=fresh_database)
-    assert (code, out.strip()) == (0, "requested req-1: 8000 gpu for 10.0 h"), out
-    code, out = await fedsched(*ask("req-1", *period, "--by", "bob@example.com"), dsn=fresh_database)
-    assert (code, out.strip()) == (0, "requested req-1: 8000 gpu for 10.0 h (already recorded)"), out
-    # Without --from the start is now, on a retry as well: the same length of period is the same request.
-    code, out = await fedsched(*ask("req-2"), dsn=fresh_database)
-    assert code == 0, out
-    code, out = await fedsched(*ask("req-2", "--json"), dsn=fresh_database)
-    assert code == 0, out
-    assert json.loads(out)["request_id"] == "req-2"
 
-    code, out = await fedsched(
-        *ask("req-1", *period, "--tenant", "team-c", "--amount", "500", "--justification", "dup"), dsn=fresh_database
-    )
-    assert code == 5, out
-    assert "quota request id req-1 is already used by another request (team-a, 8000 gpu" in out
-    assert "use a new --id" in out
-    code, out = await fedsched(*ask("req-1", "--from", "2099-01-01T00:00:00Z", "--hours", "11"), dsn=fresh_database)
-    assert code == 5, out
-    code, out = await fedsched(*ask("req-2", "--hours", "48"), dsn=fresh_database)
-    assert code == 5, out
+def test_the_offline_audit_tools_say_so_in_their_help() -> None:
+    helps = _sub_helps(_sub_helps_parser(build_parser(), "audit"))
+    for tool in ("chain", "keygen", "proof", "verify", "export", "at", "whatif"):
+        assert "offline" in helps[tool], (tool, helps[tool])
+    assert "through the API, with your token" in helps["timeline"]
 
-    code, out = await fedsched("gov", "quota", "list", "--json", dsn=fresh_database)
-    assert code == 0, out
-    assert [(r["request_id"], r["tenant"], r["amount"]) for r in json.loads(out)] == [
-        ("req-1", "team-a", 8000),
-        ("req-2", "team-a", 8000),
-    ]
+
+def _sub_helps_parser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    [group] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    found: argparse.ArgumentParser = group.choices[name]
+    return found
+
+
+def _sub_helps(parser: argparse.ArgumentParser) -> dict[str, str]:
+    [group] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return {choice.dest: choice.help or "" for choice in group._choices_actions}

@@ -18,6 +18,7 @@ import pytest_asyncio
 from events.log import EventLog, open_log
 from services.api.config import ApiConfig
 from services.api.server import INTAKE_HEALTH, serve
+from services.governance.api_reads import GovernanceReports
 from services.governance.quota_rules import GovernanceQuotaRules
 from tests.api.support import Keys
 from tests.integration.restart_support import (
@@ -67,7 +68,7 @@ async def test_every_request_is_answered_once_across_a_broker_restart(broker: Br
     config = ApiConfig(
         log_url=url, dsn=fresh_database, auth=keys.auth(), listen="127.0.0.1:0", instance=unique("kafka")
     )
-    api = await serve(config, quota_rules=GovernanceQuotaRules(), log=log, pool=pool)
+    api = await serve(config, quota_rules=GovernanceQuotaRules(), governance=GovernanceReports(), log=log, pool=pool)
     try:
         requests = [submission(unique("ok"), token) for _ in range(6)]
         requests += [submission(unique("bad"), token, gpus=-1), garbage(unique("junk"))]

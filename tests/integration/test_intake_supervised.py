@@ -29,6 +29,7 @@ from events.plumbing.metrics import Metrics
 from services.api.config import ApiConfig
 from services.api.intake import GROUP
 from services.api.server import INTAKE_HEALTH, ApiServer, serve
+from services.governance.api_reads import GovernanceReports
 from services.governance.quota_rules import GovernanceQuotaRules
 from tests.api.support import Keys
 from tests.integration.restart_support import (
@@ -70,7 +71,11 @@ async def start_api(dsn: str, keys: Keys) -> tuple[ApiServer, PostgresEventLog, 
     await log.start()
     pool = await asyncpg.create_pool(dsn, min_size=1, max_size=4)
     config = ApiConfig(log_url=dsn, dsn=dsn, auth=keys.auth(), listen="127.0.0.1:0", instance=unique("intake"))
-    return await serve(config, quota_rules=GovernanceQuotaRules(), log=log, pool=pool), log, pool
+    return (
+        await serve(config, quota_rules=GovernanceQuotaRules(), governance=GovernanceReports(), log=log, pool=pool),
+        log,
+        pool,
+    )
 
 
 @pytest_asyncio.fixture(loop_scope="session")

@@ -141,6 +141,28 @@ class Report:
     hourly: list[dict[str, object]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
+    def tables(self) -> list[tuple[str, list[dict[str, object]]]]:
+        """Every table of the report by its attribute's name, in the order of ``TABLES``."""
+        return [(name, getattr(self, name)) for name in TABLES]
+
+
+#: The report's tables (each a list of rows with the same keys), as ``Report.tables`` gives them.
+TABLES = (
+    "impact",
+    "utilisation",
+    "cost_by_tenant",
+    "cost_by_project",
+    "idle",
+    "waiting",
+    "wait_reasons",
+    "interruptions",
+    "inference",
+    "quota",
+    "budgets",
+    "findings",
+    "hourly",
+)
+
 
 def gpu_hours(milli_ms: int) -> float:
     return round(milli_ms / 1000 / HOUR_MS, 3)

@@ -1,9 +1,9 @@
 """Quota requests: approval by rule or by a person, and the quota in force while a grant lasts.
 
-Called by the governance host (``auto_decide`` for each new request, ``quota_changes`` on every tick),
-by ``fedsched gov quota ...`` and by the API through ``services.governance.quota_rules``
-(``request_problem`` checks a new request, ``decide`` checks and builds an operator's answer). Pure: time
-comes in as ``now_ms``.
+Called by the governance host (``auto_decide`` for each new request, ``quota_changes`` on every tick)
+and by the API through ``services.governance.quota_rules`` (``request_problem`` checks a new request,
+``decide`` checks and builds an operator's answer; ``fedsched gov quota ...`` is the API's client).
+Pure: time comes in as ``now_ms``.
 
 A grant adds ``approved_amount`` to the guaranteed amount (and the limit, when bounded) of the matching
 line of the tenant queue's base quota (the last ``QuotaSet`` an operator published) from
@@ -33,16 +33,8 @@ class DecisionError(ValueError):
     """An operator's decision that cannot be applied (more than asked, an amount below 1, a bad window)."""
 
 
-class RequestNotFound(DecisionError):
-    """No quota request has the id the decision names."""
-
-
 class AlreadyDecided(DecisionError):
     """The request was approved or rejected before: a decision is final."""
-
-
-class RequestIdInUse(ValueError):
-    """A quota request id already names another request (a retry of the same request is no conflict)."""
 
 
 #: The resources a request may name a GPU model on (as ``QuotaLine`` allows).
@@ -61,17 +53,6 @@ def request_problem(request: QuotaRequestSubmitted, now_ms: int) -> tuple[str, s
             " ask for a period that has not ended"
         )
     return None
-
-
-def same_request(recorded: QuotaRequestSubmitted, asked: QuotaRequestSubmitted, *, any_start: bool = False) -> bool:
-    """Whether ``asked`` is a retry of ``recorded``: every field alike but who asked. ``any_start``: the
-    retry's start was not given (it defaulted to now), so the period's length counts, not when it starts."""
-    skip = {"requester", "period_start_ms", "period_end_ms"} if any_start else {"requester"}
-    if recorded.model_dump(exclude=skip) != asked.model_dump(exclude=skip):
-        return False
-    if any_start:
-        return recorded.period_end_ms - recorded.period_start_ms == asked.period_end_ms - asked.period_start_ms
-    return True
 
 
 def auto_decide(request: QuotaRequestSubmitted, config: GovConfig) -> QuotaRequestApproved | None:
