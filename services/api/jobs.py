@@ -69,9 +69,11 @@ class JobService:
 
     async def _largest_nodes(self, *, fresh: bool = False) -> dict[str, int]:
         """The most GPUs a node of each model has, read at most every few seconds unless ``fresh`` (a
-        submission that fits the fleet costs no query)."""
+        submission that fits the fleet costs no query). A fleet not known yet is read again each time:
+        it gives no warning at all, and held for seconds it hid them from the first submissions."""
         now = time.monotonic()
-        if fresh or self._largest is None or now - self._largest[0] > _FLEET_VIEW_FOR_S:
+        stale = self._largest is None or not self._largest[1] or now - self._largest[0] > _FLEET_VIEW_FOR_S
+        if fresh or stale:
             self._largest = (now, await self._reads.largest_nodes())
         return self._largest[1]
 
