@@ -72,10 +72,10 @@ class JobService:
         submission that fits the fleet costs no query). A fleet not known yet is read again each time:
         it gives no warning at all, and held for seconds it hid them from the first submissions."""
         now = time.monotonic()
-        stale = self._largest is None or not self._largest[1] or now - self._largest[0] > _FLEET_VIEW_FOR_S
-        if fresh or stale:
-            self._largest = (now, await self._reads.largest_nodes())
-        return self._largest[1]
+        held = self._largest
+        if fresh or held is None or not held[1] or now - held[0] > _FLEET_VIEW_FOR_S:
+            held = self._largest = (now, await self._reads.largest_nodes())
+        return held[1]
 
     async def CancelJob(self, request: jobs_pb2.CancelJobRequest, context: Context) -> jobs_pb2.CancelJobResponse:
         request_id = validation.request_id("client_request_id", request.client_request_id)

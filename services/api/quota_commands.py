@@ -150,8 +150,8 @@ class QuotaCommands:
                 )
             except ValidationError as error:  # a ValueError too: the narrower one first
                 raise InvalidArgument(*_first_error(error)) from None
-            except ValueError as error:  # the rules refuse the amount or the window
-                raise InvalidArgument("expires_ms", str(error)) from None
+            except ValueError as error:  # the rules refuse the amount or the window, naming which
+                raise InvalidArgument(getattr(error, "field", "request"), str(error)) from None
             envelope = self._publisher.envelope(decision, id=f"quota-decision:{request_id}", tenant=asked.tenant)
             await self._publisher.publish([envelope])
         return record(asked, found.submitted_ms, decision)

@@ -65,6 +65,7 @@ async def test_a_request_is_asked_decided_and_listed_with_the_identities_of_the_
         ),
         "unknown": run("gov", "quota", "approve", "q-nope", token=ops),
         "too much": run("gov", "quota", "approve", request_id, "--amount", "9000", token=ops),
+        "ends first": run("gov", "quota", "approve", request_id, "--until", "2020-12-01T00:00:00Z", token=ops),
     }
     results = dict(zip(calls, await asyncio.gather(*calls.values()), strict=True))
     code, out, _ = results["retry"]
@@ -89,6 +90,8 @@ async def test_a_request_is_asked_decided_and_listed_with_the_identities_of_the_
         assert code == 3 and "not found: request_id: no quota request" in err, (missing, err)
     code, _, err = results["too much"]
     assert code == 2 and "approved_amount: is more than the 8000 that was asked (option --amount)" in err
+    code, _, err = results["ends first"]
+    assert code == 2 and "expires_ms: the grant would expire before it starts" in err, err
 
     code, out, err = await run("gov", "quota", "approve", request_id, "--amount", "5000", "--json", token=ops)
     assert code == 0, err

@@ -30,7 +30,12 @@ from services.governance.core.state import GovState, Output, Request
 
 
 class DecisionError(ValueError):
-    """An operator's decision that cannot be applied (more than asked, an amount below 1, a bad window)."""
+    """An operator's decision that cannot be applied (more than asked, an amount below 1, a bad window),
+    naming the field of the decision at fault."""
+
+    def __init__(self, message: str, field: str = "request_id") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class AlreadyDecided(DecisionError):
@@ -103,13 +108,15 @@ def decide(
         )
     amount = request.amount if approved_amount is None else approved_amount
     if amount < 1:
-        raise DecisionError(f"approved amount must be at least 1, got {amount}; reject the request to grant nothing")
+        raise DecisionError(
+            f"approved amount must be at least 1, got {amount}; reject the request to grant nothing", "approved_amount"
+        )
     if amount > request.amount:
-        raise DecisionError(f"approved amount {amount} is more than the {request.amount} asked")
+        raise DecisionError(f"approved amount {amount} is more than the {request.amount} asked", "approved_amount")
     start = request.period_start_ms if effective_from_ms is None else effective_from_ms
     end = request.period_end_ms if expires_ms is None else expires_ms
     if end <= start:
-        raise DecisionError("the grant would expire before it starts")
+        raise DecisionError("the grant would expire before it starts", "expires_ms")
     return QuotaRequestApproved(
         request_id=request.request_id,
         tenant=request.tenant,
