@@ -7,10 +7,13 @@ holding GPUs now), the usage projection the report reads; computes the window wi
 (``events.plumbing.zones``) and ``events.catalog.budget_windows``, as governance opens it.
 
 Used counts the GPU time runs held from placement to end within the window: the runs that ended (by the
-hours of the usage projection) and those holding GPUs now, until now. Projected adds what those would hold
-if they ran on to the window's end. The scheduler enforces a hard budget on the same rule from the log
-(``services.scheduler.core.policy.budgets``): the two may differ by what the read models have not folded
-yet, and by part of an hour at a window's edge in a zone whose offset is not a whole number of hours.
+hours of the usage projection) and those holding GPUs now, until now. Projected adds what those are
+expected to hold still, to their expected end within the window: the runtime they were submitted with
+(expected, else maximum, else the Policy's ``default_runtime_s``), and no more for a run already past it.
+That is the rule the scheduler holds a hard budget to from the log (``services.scheduler.core.policy
+.budgets``): a job starts when what it is expected to need fits in the budget less what is projected.
+The two may differ by what the read models have not folded yet, and by part of an hour at a window's
+edge in a zone whose offset is not a whole number of hours.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from events.catalog.budget_windows import MILLI_MS_PER_GPU_HOUR, Window, held_within, window_at
-from events.catalog.documents import BudgetSpec, Kind
+from events.catalog.documents import BudgetSpec, Kind, PolicySpec
 from events.plumbing.zones import UnknownZone, offsets
 from projections.readmodel.reader import ReadModels
 from projections.readmodel.rows.typed import DocumentRow
@@ -50,6 +53,7 @@ async def budget_views(reads: ReadModels, scope: Sequence[str] | None, tenant: s
     """The budgets ``scope`` may see (None: all), of ``tenant`` only when given, at ``now_ms``."""
     rows = await reads.documents(scope, Kind.BUDGET.value)
     tenants = await reads.documents(None, Kind.TENANT.value)
+    default_s = _default_runtime_s(await reads.documents(None, Kind.POLICY.value))
     held = await reads.held_runs()
     out = []
     for row in rows:
@@ -70,10 +74,19 @@ async def budget_views(reads: ReadModels, scope: Sequence[str] | None, tenant: s
                 continue
             gpu = sum(len(slot.gpu_indices) * slot.gpu_milli_each for slot in run.placement)
             running += 1
+            expected_end = run.placed_ms + (run.expected_runtime_s or run.max_runtime_s or default_s) * 1000
             used += held_within(gpu, run.placed_ms, now_ms, window)
-            projected += held_within(gpu, run.placed_ms, window.end_ms, window)
+            projected += held_within(gpu, run.placed_ms, max(now_ms, expected_end), window)
         out.append(BudgetView(row.name, spec, window, members, used, max(projected, used), running))
     return out
+
+
+def _default_runtime_s(policies: Sequence[DocumentRow]) -> int:
+    """The runtime the Policy in force expects of a job that gave none (one Policy at a time)."""
+    for row in policies:
+        if row.body is not None:
+            return PolicySpec.model_validate_json(json.dumps(row.body.get("spec", {}))).default_runtime_s
+    return PolicySpec().default_runtime_s
 
 
 def _cohort(row: DocumentRow) -> object:

@@ -131,7 +131,8 @@ class ReadModels:
         """Runs holding GPUs now (placed or running; of ``tenants`` only, when given), with the GPU model of
         their first replica's node."""
         sql = (
-            f"SELECT j.tenant, j.project, j.cluster, j.placed_ms, j.placement, n.gpu_model"
+            f"SELECT j.tenant, j.project, j.cluster, j.placed_ms, j.placement, n.gpu_model, j.expected_runtime_s,"
+            f" j.max_runtime_s"
             f" FROM {self._jobs} j LEFT JOIN {self._nodes} n"
             f" ON n.cluster = j.cluster AND n.node = j.placement -> 0 ->> 0"
             f" WHERE j.status IN ('placed', 'running') AND j.placed_ms IS NOT NULL AND NOT coalesce(j.orphan, false)"

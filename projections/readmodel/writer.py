@@ -97,7 +97,8 @@ window of recent ids; the latest report and the lifecycle steps taken are kept p
 entities are stored in the stage codec's format (``projections.stages.codec``), no longer as pickles, with
 a JSON marker (``{"format": 7, "layout": ...}``); 8: a waiting job's view keeps where it stands (the
 category of its wait, its places in the federation's order and in its own queue, its estimated start:
-``JobQueued`` v2), in four columns of the jobs table, so the jobs it had are filled in by the replay."""
+``JobQueued`` v2), in four columns of the jobs table, and the runtime each job was submitted with (what a
+budget's projection expects a running job to hold), so the jobs it had are filled in by the replay."""
 _FORMAT_KEY = ("_format", "")
 ENDED_JOBS = f"{JOB_STAGE}.ended"
 """The stage name an ended job's view is stored under: not loaded at start (the in-process host keeps

@@ -147,6 +147,8 @@ class Submission:
     gpu_milli: int
     gpu_models: tuple[str, ...]
     preemptible: bool
+    expected_runtime_s: int | None = None
+    max_runtime_s: int | None = None
 
 
 @record
@@ -213,6 +215,9 @@ class JobView:
     """Per replica."""
     gpu_models: tuple[str, ...] = ()
     preemptible: bool = True
+    expected_runtime_s: int | None = None
+    max_runtime_s: int | None = None
+    """As submitted: what the budgets' projection expects a run to hold its GPUs for."""
     submitted_ms: int | None = None
     placed_ms: int | None = None
     started_ms: int | None = None
@@ -379,6 +384,8 @@ def _fact(event: Event, kind: str, order: Order, now: int) -> Fact:
             r.total_gpu_milli(),
             tuple(r.gpu_models),
             event.preemptible,
+            event.expected_runtime_s,
+            event.max_runtime_s,
         )
         return Fact(order, now, kind, 0, "Submitted", "", submission)
     if isinstance(event, JobQueued):
@@ -571,6 +578,8 @@ def _submitted(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobVi
         gpu_milli=s.gpu_milli,
         gpu_models=s.gpu_models,
         preemptible=s.preemptible,
+        expected_runtime_s=s.expected_runtime_s,
+        max_runtime_s=s.max_runtime_s,
         submitted_ms=now,
         status=status,
         queued_since_ms=now if first else view.queued_since_ms,

@@ -640,5 +640,8 @@ async def show_budgets(args: argparse.Namespace, client: Client) -> int:
     headers = ["BUDGET", "FOR", "WINDOW", "MODE", "USED", "LEFT", "PROJECTED", "GPU-HOURS", "USED%", "RUNNING"]
     print(table(headers, rows) if rows else "no budgets")
     if rows:
-        print("(GPU-hours; PROJECTED: used, plus what the runs holding GPUs now hold to the window's end)")
+        print(
+            "(GPU-hours; PROJECTED: used, plus what the runs holding GPUs now are expected to hold still in the"
+            " window; a hard budget starts a job whose expected need fits in GPU-HOURS - PROJECTED)"
+        )
     return 0

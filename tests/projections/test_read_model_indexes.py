@@ -10,7 +10,15 @@ from projections.readmodel.rows.entities import TABLES
 
 pytestmark = [pytest.mark.postgres, pytest.mark.asyncio(loop_scope="session")]
 
-ADDED = ("queued_since_ms", "pending_reason", "federation_position", "tenant_queue_position", "estimated_start_ms")
+ADDED = (
+    "queued_since_ms",
+    "pending_reason",
+    "federation_position",
+    "tenant_queue_position",
+    "estimated_start_ms",
+    "expected_runtime_s",
+    "max_runtime_s",
+)
 """The jobs table's columns added since it was first made, in the order they were added."""
 LISTING = (
     "SELECT entity_key FROM {s}.read_jobs WHERE NOT orphan AND tenant = ANY($1::text[]) AND status = ANY($2::text[])"

@@ -83,6 +83,8 @@ def _job_rows(key: str, job: JobView) -> Sequence[Row]:
             job.wait.federation_position,
             job.wait.tenant_queue_position,
             job.wait.estimated_start_ms,
+            job.expected_runtime_s,
+            job.max_runtime_s,
         )
     ]
 

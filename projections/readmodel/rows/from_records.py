@@ -135,6 +135,8 @@ def held_run(r: Record) -> HeldRun:
         r["gpu_model"],
         int(r["placed_ms"]),
         slots(r["placement"]),
+        _maybe_int(r, "expected_runtime_s"),
+        _maybe_int(r, "max_runtime_s"),
     )
 
 

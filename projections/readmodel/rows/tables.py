@@ -105,6 +105,9 @@ JOBS = Table(
         ("federation_position", "int"),
         ("tenant_queue_position", "int"),
         ("estimated_start_ms", "bigint"),
+        # The runtime it was submitted with, expected and at most (seconds; NULL: none given).
+        ("expected_runtime_s", "bigint"),
+        ("max_runtime_s", "bigint"),
     ),
     _JOB_INDEXES,
 )

@@ -132,6 +132,9 @@ class HeldRun:
     """``None`` when the node is not known (any more)."""
     placed_ms: int
     placement: tuple[Slot, ...]
+    expected_runtime_s: int | None = None
+    max_runtime_s: int | None = None
+    """The runtime it was submitted with (``None``: none given)."""
 
 
 @dataclass(frozen=True, slots=True)
