@@ -53,10 +53,12 @@ async def wait_for(predicate: Any, timeout_s: float) -> None:
         await asyncio.sleep(0.2)
 
 
-def zone_at_noon() -> str:
-    """A zone where it is about noon now: the next local midnight (the next window) is ~12 simulated
-    hours (~12 s) away, whatever the time of day the test runs at."""
-    offset = (12 - time.gmtime().tm_hour + 12) % 24 - 12  # -12 .. 11
+def zone_at_four(now_ms: int) -> str:
+    """A zone where it is about 4 AM at ``now_ms``: its next midnight (the next window) is about 20
+    simulated hours away, some 20 s at the test's speed, whatever the time the test runs at; time enough
+    for the jobs to be submitted and the second one held before it, under load too."""
+    utc_hour = now_ms // 3_600_000 % 24
+    offset = (4 - utc_hour + 12) % 24 - 12  # -12 .. 11: every zone Etc/GMT-11 .. Etc/GMT+12 exists
     return "UTC" if offset == 0 else (f"Etc/GMT-{offset}" if offset > 0 else f"Etc/GMT+{-offset}")
 
 
@@ -93,7 +95,8 @@ async def test_a_hard_budget_holds_a_job_until_the_next_window_and_a_soft_one_on
     )
     running = await up.start(config)
     client = Client(ClientConfig(server=api, token=running.api_token))
-    zone = zone_at_noon()
+    assert running.clock is not None
+    zone = zone_at_four(running.clock.now_ms())
     try:
         budgets = [
             document("Budget", "team-a-daily", tenant="team-a", window="day", timezone=zone, gpu_hours=1, mode="hard"),

@@ -96,6 +96,8 @@ def _summary_fields(r: Record) -> dict[str, Any]:
         "federation_position": _maybe_int(r, "federation_position"),
         "tenant_queue_position": _maybe_int(r, "tenant_queue_position"),
         "estimated_start_ms": _maybe_int(r, "estimated_start_ms"),
+        "expected_runtime_s": _maybe_int(r, "expected_runtime_s"),
+        "max_runtime_s": _maybe_int(r, "max_runtime_s"),
     }
 
 

@@ -93,6 +93,9 @@ class JobSummary:
     """While it waits: its place among the waiting jobs of its tenant's queue (1 is next)."""
     estimated_start_ms: int | None
     """While it waits: when the scheduler expects it to start, if it can tell."""
+    expected_runtime_s: int | None
+    max_runtime_s: int | None
+    """The runtime it was submitted with, expected and at most (``None``: none given)."""
 
 
 @dataclass(frozen=True, slots=True)
