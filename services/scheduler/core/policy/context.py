@@ -34,6 +34,10 @@ from services.scheduler.core.policy.quota import QuotaBook
 
 I64 = npt.NDArray[np.int64]
 HOT_PENALTY = 10_000_000_000
+REMEMBER_ALIKE = True
+"""A cycle remembers what it found for a job to reuse it for jobs alike in all it reads of them (the
+preemption search that found nothing, the explanation of a wait). Off only in the test that proves the
+answers the same without."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +75,13 @@ class Ctx:
     preempted: dict[TenantId, int] = field(default_factory=dict)
     """Per tenant, its jobs asked to stop within the policy's hour (the snapshot's, then this cycle's)."""
     preemptions: int = 0  # jobs asked to stop in this cycle
+    generation: int = 0
+    """Counts what may let a preemption search succeed where an earlier one failed: a tenant that starts
+    borrowing (its running jobs become reclaimable) and a reservation (another mask). Nothing else in a
+    cycle can: placements and preemptions only take room and candidates away, and add to the counts
+    the limits hold. A search that found nothing at one generation finds nothing again at the same one."""
+    no_room: dict[object, int] = field(default_factory=dict)
+    """Preemption searches that found nothing, by what they read of the job -> the generation then."""
     _running: list[RunningJob] | None = None
     _stopping: dict[str, list[RunningJob]] | None = None
 

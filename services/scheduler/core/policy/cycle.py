@@ -36,12 +36,13 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from services.scheduler.core.policy import context
 from services.scheduler.core.policy.backfill import may_backfill
 from services.scheduler.core.policy.budgets import BudgetBook
 from services.scheduler.core.policy.capacity import model_pressure
 from services.scheduler.core.policy.context import Ctx
 from services.scheduler.core.policy.decisions import Change, Constraint, CycleResult, Decision, Queue
-from services.scheduler.core.policy.explain import describe, explain
+from services.scheduler.core.policy.explain import Shortfall, describe, explain
 from services.scheduler.core.policy.fairshare import Capacity, FairShare, Held
 from services.scheduler.core.policy.fleet import Demand, FleetMemo, FleetState, fleet_for
 from services.scheduler.core.policy.fragmentation import FragModel, typical_shapes_from_counts
@@ -326,14 +327,24 @@ def _queue_decisions(ctx: Ctx, waiting: list[Waiting]) -> list[Queue]:
     and among the waiting jobs of its own tenant's queue."""
     out = []
     seen: dict[tuple[TenantId, str], int] = {}  # waiting jobs so far per (tenant, queue); looked up only
+    # The fleet no longer changes here: jobs alike in what an explanation reads of them get the same one
+    # (a long queue is mostly a few shapes), but for an estimated start, which reads the job's runtime.
+    alike: dict[object, Shortfall] = {}
+    reserved_for = ctx.reservation.job_id if ctx.reservation is not None else None
     for pos, (job, d, forced, note, forced_constraint) in enumerate(waiting, start=1):
         own = seen[job.tenant, job.queue] = seen.get((job.tenant, job.queue), 0) + 1
-        extra = ctx.extra_for(job, d, False, may_backfill(ctx, job)) if forced is None else None
+        backfills = forced is None and may_backfill(ctx, job)
         # When the free capacity is not what holds the job (its quota, its tenant's cap on hot models, a
         # preemption under way), the fleet cannot say when it starts; and for a quota or a preemption, no
         # other shape of the request would start it sooner either.
         estimate = forced is None and pos <= ctx.config.estimate_limit
-        short = explain(ctx, job, d, extra, estimate=estimate, forced=forced)
+        key = (d, job.replicas, forced, backfills, job.job_id == reserved_for)
+        short = alike.get(key) if context.REMEMBER_ALIKE and not estimate else None
+        if short is None:
+            extra = ctx.extra_for(job, d, False, backfills) if forced is None else None
+            short = explain(ctx, job, d, extra, estimate=estimate, forced=forced)
+            if not estimate:
+                alike[key] = short
         fleet_changes = forced not in (
             ReasonCode.QUOTA_EXCEEDED,
             ReasonCode.BUDGET_EXCEEDED,

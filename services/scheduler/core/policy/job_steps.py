@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from services.scheduler.core.policy import backfill
+from services.scheduler.core.policy import backfill, context
 from services.scheduler.core.policy.capacity import per_node
 from services.scheduler.core.policy.context import I64, Ctx, Plan
 from services.scheduler.core.policy.decisions import CandidateScore, Constraint, Decision, Place, Preempt, Reserve
@@ -154,8 +154,16 @@ def preempt(ctx: Ctx, t: Turn) -> Verdict | None:
     job = t.job
     if not ctx.config.preemption:
         return None
+    # In a long queue most jobs find nothing to stop, and a job like one that found nothing finds
+    # nothing again until something changes: the search reads only these of it (and nothing stops for it).
+    alike = (job.tenant, job.queue, job.priority_class, job.kind, job.replicas, t.demand, t.forbid_hot, t.may_backfill)
+    owed = ctx.stopping_for(job.job_id)
+    if context.REMEMBER_ALIKE and not owed and ctx.no_room.get(alike) == ctx.generation:
+        return None
     room = find_victims(ctx, job, t.demand, t.extra)
     if room is None:
+        if not owed:
+            ctx.no_room[alike] = ctx.generation
         return None
     cid = ctx.fleet.clusters[room.cluster]
     made: list[Decision] = []
@@ -235,6 +243,7 @@ def reserve(ctx: Ctx, t: Turn) -> Verdict | None:
     if r is None:
         return None
     ctx.reservation = r
+    ctx.generation += 1
     cid = ctx.fleet.clusters[r.cluster]
     held = Reserve(
         job_id=job.job_id,
@@ -326,7 +335,10 @@ def _place(
     fs = ctx.fleet
     replicas = ctx.commit(plan, d)
     model = plan.models[0] if plan.models else None
+    borrowing = ctx.book.borrowing(job.tenant)
     ctx.book.add(job, model)
+    if not borrowing and ctx.book.borrowing(job.tenant):  # its running jobs may be reclaimed now
+        ctx.generation += 1
     if ctx.budgets is not None:
         ctx.budgets.charge(job)
     if model in ctx.hot:
