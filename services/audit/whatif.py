@@ -4,7 +4,9 @@ Called by the audit CLI. The recorded submissions (with their real arrival times
 they really had), the recorded fleet and the tenants' quotas are fed through the same ``schedule``
 core the service runs, under the candidate policy, and the outcome is printed beside what really
 happened: waiting-time percentiles per priority class, preemptions, GPU allocation and cost per tenant.
-A policy change can be tried on real history before it goes live.
+A policy change can be tried on real history before it goes live. The tenants, quotas and GPU-hour
+budgets are those in force at the end of the recorded history; a hard budget holds jobs back in the
+calendar's window at the simulated time, counted as the live scheduler counts it (``whatif_budgets``).
 
 Both sides count the same things, so that the policy in force, replayed, comes out close to what was
 recorded: submissions within the window (``--since``/``--until``), preemptions requested within it, and
@@ -19,13 +21,15 @@ import heapq
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
-from events.catalog.decisions import JobPreemptionRequested
+from events.catalog.decisions import JobPreemptionRequested, JobQueued
 from events.catalog.errors import EventError
 from events.catalog.jobs import JobCancelled, JobFailed, JobStarted, JobSucceeded
+from events.catalog.reasons import ReasonCode
 from events.log.contract import EventLog, TopicPartition
 from events.log.reading import read_to_end
 from events.wire.codec import decode
 from events.wire.envelope import Envelope
+from services.audit.whatif_budgets import budgets_in_force
 from services.scheduler.core.decide import INPUT_TOPICS, SAME_INSTANT_LIMIT
 from services.scheduler.core.policy import FleetSnapshot, Job, Place, PolicyConfig, Preempt, RunningJob, schedule
 from services.scheduler.core.policy import model as m
@@ -45,6 +49,8 @@ class Outcome:
     span_ms: int = 0
     cost_micro: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     never_started: int = 0
+    held_by_budget: set[str] = field(default_factory=set)
+    """Jobs a hard GPU-hour budget held back at least once (their wait's reason ``BudgetExceeded``)."""
 
     def allocation_pct(self) -> float:
         if not self.capacity_milli or not self.span_ms:
@@ -67,6 +73,7 @@ class Outcome:
             "gpu_allocation_pct": round(self.allocation_pct(), 2),
             "cost_micro_by_tenant": dict(sorted(self.cost_micro.items())),
             "never_started": self.never_started,
+            "held_by_budget": len(self.held_by_budget),
         }
 
 
@@ -115,6 +122,7 @@ def history_of(envelopes: list[Envelope], *, since_ms: int | None = None, until_
     ended: dict[tuple[str, int], int] = {}
     cancelled_at: dict[str, int] = {}
     preempted_at: list[int] = []
+    held: set[str] = set()
     for envelope in envelopes:
         state.fold(envelope)
         data = envelope.data
@@ -126,6 +134,8 @@ def history_of(envelopes: list[Envelope], *, since_ms: int | None = None, until_
             cancelled_at.setdefault(data.job_id, envelope.time_ms)
         elif isinstance(data, JobPreemptionRequested):
             preempted_at.append(envelope.time_ms)
+        elif isinstance(data, JobQueued) and ReasonCode.BUDGET_EXCEEDED in data.reasons:
+            held.add(data.job_id)
     start = max(since_ms or 0, min((e.time_ms for e in envelopes), default=0))
     end = min(until_ms or 2**62, max((e.time_ms for e in envelopes), default=0))
     snapshot = state.snapshot(end)
@@ -164,6 +174,8 @@ def history_of(envelopes: list[Envelope], *, since_ms: int | None = None, until_
                 runtime = end - facts.submitted_ms + 1  # it ran until cancelled: no end of its own in the window
         else:
             actual.never_started += 1
+        if job_id in held:
+            actual.held_by_budget.add(job_id)
         runtime = runtime or (job.expected_runtime_s or 3600) * 1000
         arrivals.append((job, facts.submitted_ms, max(1, runtime)))
     return History(state, arrivals, actual, start, end, cancels)
@@ -193,6 +205,7 @@ def simulate(history: History, config: PolicyConfig) -> Outcome:
         for n in base.nodes
     }
     rates = _rates(history.state)
+    budgets = budgets_in_force(history.state, config, history.start_ms)
     models: dict[tuple[str, str], str] = {(n.cluster, n.node_id): n.gpu_model for n in base.nodes}
     outcome = Outcome(
         capacity_milli=sum(len(n.gpus) for n in nodes.values()) * 1000,
@@ -212,19 +225,21 @@ def simulate(history: History, config: PolicyConfig) -> Outcome:
     now = history.start_ms
     horizon = history.end_ms
     again = 0  # cycles run at this moment in a row, each after a preemption
-    while index < len(arrivals) or ends or again or next_cancel < len(cancels):
+    while index < len(arrivals) or ends or again or next_cancel < len(cancels) or budgets.next_opening(now) is not None:
         upcoming = [
             t
             for t in (
                 arrivals[index][1] if index < len(arrivals) else None,
                 ends[0][0] if ends else None,
                 cancels[next_cancel][0] if next_cancel < len(cancels) else None,
+                budgets.next_opening(now),  # a job a budget holds back gets the next window's first moment
             )
             if t is not None
         ]
         now = now if again else min(upcoming)
         if now > horizon:
             break
+        budgets.advance(now)
         while ends and ends[0][0] <= now:
             at, job_id = heapq.heappop(ends)
             entry = running.get(job_id)
@@ -233,6 +248,7 @@ def simulate(history: History, config: PolicyConfig) -> Outcome:
             del running[job_id]
             _account(outcome, entry, now, rates, models)
             _release(nodes, entry[0])
+            budgets.ended(entry[0], now)
         while index < len(arrivals) and arrivals[index][1] <= now:
             if arrivals[index][0].job_id not in cancelled:
                 pending[arrivals[index][0].job_id] = arrivals[index][0]
@@ -241,28 +257,35 @@ def simulate(history: History, config: PolicyConfig) -> Outcome:
             job_id = cancels[next_cancel][1]
             next_cancel += 1
             cancelled.add(job_id)
-            pending.pop(job_id, None)  # cancelled while waiting: it leaves the queue
+            if pending.pop(job_id, None) is not None:  # cancelled while waiting: it leaves the queue
+                budgets.withdrawn(job_id, now)
             entry = running.pop(job_id, None)
             if entry is not None:  # cancelled while running: it ends now
                 _account(outcome, entry, now, rates, models)
                 _release(nodes, entry[0])
+                budgets.ended(entry[0], now)
         if not pending:
             again = 0
             continue
+        in_order = tuple(r for r, _ in (running[j] for j in sorted(running)))
         snapshot = FleetSnapshot(
             now_ms=now,
             clusters=base.clusters,
             nodes=tuple(nodes[k] for k in sorted(nodes)),
             tenants=tenants,
-            running=tuple(r for r, _ in (running[j] for j in sorted(running))),
+            running=in_order,
             pending=tuple(pending[j] for j in sorted(pending)),
+            budgets=budgets.in_force(now, in_order),
         )
         freed = False
-        for decision in schedule(snapshot, config).decisions:
+        result = schedule(snapshot, config)
+        budgets.decided(snapshot.budgets, result, snapshot.pending)
+        for decision in result.decisions:
             if isinstance(decision, Place) and decision.job_id in pending:
                 job = pending.pop(decision.job_id)
                 placed = RunningJob(job, decision.cluster, decision.replicas, now)
                 _take(nodes, placed)
+                budgets.started(placed)
                 running[job.job_id] = (placed, now)
                 placed_once.add(job.job_id)
                 if job.times_preempted == 0:
@@ -272,16 +295,18 @@ def simulate(history: History, config: PolicyConfig) -> Outcome:
                 entry = running.pop(decision.victim)
                 _account(outcome, entry, now, rates, models)
                 _release(nodes, entry[0])
+                budgets.ended(entry[0], now)
                 outcome.preemptions += 1
                 victim = entry[0].job
                 pending[victim.job_id] = replace(victim, times_preempted=victim.times_preempted + 1)
                 freed = True
         again = again + 1 if freed and again < SAME_INSTANT_LIMIT else 0
-        if not ends and index >= len(arrivals) and next_cancel >= len(cancels) and not again:
+        if not ends and index >= len(arrivals) and next_cancel >= len(cancels) and not again and not budgets.holds:
             break  # what is left can never start on this fleet
     for entry in running.values():  # still running at the end of the window: counted up to it
         _account(outcome, entry, max(entry[1], min(now, horizon)), rates, models)
     outcome.never_started = sum(1 for job, _, _ in arrivals if job.job_id not in placed_once)
+    outcome.held_by_budget = set(budgets.held_jobs)
     return outcome
 
 

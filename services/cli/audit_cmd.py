@@ -658,7 +658,7 @@ def comparison_lines(columns: dict[str, dict[str, Any]]) -> list[str]:
             waits = [c["wait_by_priority"].get(priority, {}) for c in columns.values()]
             # No job of the class started in that column: no wait to show (not a wait of 0).
             rows.append((f"wait {priority} {stat}", [f"{w[stat]:.1f}" if w.get("jobs") else "-" for w in waits]))
-    for key in ("preemptions", "gpu_allocation_pct", "never_started"):
+    for key in ("preemptions", "gpu_allocation_pct", "never_started", "held_by_budget"):
         rows.append((key, [str(c[key]) for c in columns.values()]))
     tenants = sorted({t for c in columns.values() for t in c["cost_micro_by_tenant"]})
     for tenant in tenants:

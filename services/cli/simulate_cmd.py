@@ -2,15 +2,19 @@
 
 ``--mode arrival`` reproduces the FGD paper's experiment (pods arrive, never depart) and prints the
 unallocated-GPU table per policy; ``--mode timed`` replays creation and deletion times through the full
-scheduling cycle (queueing, fairness, preemption). Heavy modules are imported inside the handler.
+scheduling cycle (queueing, fairness, preemption), with ``--config`` under a configuration of documents
+(tenants, quotas, GPU-hour budgets, the policy). Heavy modules are imported inside the handlers
+(``simulate_run``, ``simulate_timed``).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 DEFAULT_POLICIES = "fgd,fgd-paper,bestfit,packing,clustering,spread,random,dotprod"
+DEFAULT_SEEDS = "42-51"
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -45,8 +49,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         default="default",
         help="pod list CSV, or trace names (default, multigpu50, gpushare40, gpuspec20, cpu050; comma-separated)",
     )
-    p.add_argument("--policy", default=DEFAULT_POLICIES, help=f"node policies (default: {DEFAULT_POLICIES})")
-    p.add_argument("--seeds", type=parse_seeds, default=parse_seeds("42-51"), help="e.g. 42-51 or 42,43")
+    p.add_argument(
+        "--policy",
+        help=f"node policies (default: {DEFAULT_POLICIES}; timed mode with a Policy document: the document's)",
+    )
+    p.add_argument(
+        "--seeds",
+        type=parse_seeds,
+        help=f"e.g. 42-51 or 42,43 (default: {DEFAULT_SEEDS}; timed mode, which runs the first, with a Policy "
+        "document: the document's seed)",
+    )
     p.add_argument("--clusters", type=int, default=1, help="split the fleet into K clusters (federation)")
     p.add_argument("--workers", type=int, default=1, help="runs in parallel processes")
     p.add_argument(
@@ -60,14 +72,30 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--placements-out", help="write every placement as CSV")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.add_argument("--max-pods", type=int, default=0, help="timed mode: replay only the first N pods")
+    p.add_argument(
+        "--config",
+        action="append",
+        metavar="FILE|DIR",
+        help="timed mode: fedsched.io/v1 documents, as fedsched apply -f takes them (Tenant, Quota, Budget, "
+        "Policy): the trace's jobs are dealt to the Tenants, hard budgets hold jobs back by the calendar's "
+        "window at the simulated time, and the report has a budgets section; repeatable",
+    )
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    """Fill in the defaults, noting which of ``--policy`` and ``--seeds`` were given (a Policy document
+    gives them in timed mode otherwise)."""
+    args.given = {name for name in ("policy", "seeds") if getattr(args, name) is not None}
+    args.policy = args.policy or DEFAULT_POLICIES
+    args.seeds = args.seeds or parse_seeds(DEFAULT_SEEDS)
     if args.mode == "timed":
-        from services.cli.simulate_run import run_timed
+        from services.cli.simulate_timed import run_timed
 
         return run_timed(args)
+    if args.config:
+        print("fedsched simulate: --config is for --mode timed", file=sys.stderr)
+        return 2
     from services.cli.simulate_run import run_arrival_cli
 
     return run_arrival_cli(args)

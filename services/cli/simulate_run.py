@@ -1,5 +1,6 @@
-"""The simulator's command handlers: ``fedsched simulate --mode arrival|timed`` (``simulate_cmd`` registers
-them and stays light; this one imports numpy and friends). Calls ``services.scheduler.sim``."""
+"""The simulator's arrival-mode handler, ``fedsched simulate --mode arrival`` (``simulate_cmd`` registers it
+and stays light; this one imports numpy and friends), and the choice of traces and node policies both modes
+share (``simulate_timed`` has the timed mode). Calls ``services.scheduler.sim``."""
 
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ def _progress(done: int, total: int, run: ArrivalRun, trace: str) -> None:
     )
 
 
-def _chosen(args: argparse.Namespace) -> tuple[list[tuple[str, Path]], list[NodePolicy]] | None:
+def chosen(args: argparse.Namespace) -> tuple[list[tuple[str, Path]], list[NodePolicy]] | None:
     """The traces and policies asked for; None (said on stderr) when one of them does not exist."""
     try:
         return _trace_paths(args.pods), _policies(args.policy)
@@ -75,10 +76,10 @@ def _chosen(args: argparse.Namespace) -> tuple[list[tuple[str, Path]], list[Node
 
 
 def run_arrival_cli(args: argparse.Namespace) -> int:
-    chosen = _chosen(args)
-    if chosen is None:
+    picked = chosen(args)
+    if picked is None:
         return 2
-    traces, policies = chosen
+    traces, policies = picked
     nodes_csv = Path(args.nodes) if args.nodes else default_nodes_csv()
     if not nodes_csv.exists():
         print(f"fedsched simulate: node list not found: {nodes_csv}", file=sys.stderr)
@@ -147,36 +148,4 @@ def _append_placements(path: Path, runs: list[ArrivalRun], trace: str, first: bo
     return n
 
 
-def run_timed(args: argparse.Namespace) -> int:
-    from services.scheduler.sim.timed import run_timed as simulate_timed
-
-    chosen = _chosen(args)
-    if chosen is None:
-        return 2
-    traces, policies = chosen
-    nodes_csv = Path(args.nodes) if args.nodes else default_nodes_csv()
-    nodes = load_openb_nodes(nodes_csv, args.clusters)
-    trace, path = traces[0]
-    pods = [p for p in load_pods(path) if p.creation_s is not None]
-    if not pods:
-        print(f"fedsched simulate: {path} has no creation times", file=sys.stderr)
-        return 2
-    seed = args.seeds[0]
-    out: dict[str, Any] = {}
-    for pol in policies:
-        m = simulate_timed(nodes, pods, pol, seed, args.max_pods)
-        out[pol.value] = m
-        print(f"{trace} {pol.value}: {m['completed']}/{m['jobs']} done in {m['wall_s']} s", file=sys.stderr)
-    if args.json:
-        print(json.dumps({"mode": "timed", "trace": trace, "policies": out}))
-        return 0
-    cols = ("jobs", "completed", "dropped", "preemptions", "mean_queue_s", "p99_queue_s", "mean_jct_s",
-            "gpu_utilisation_pct", "wall_s")  # fmt: skip
-    print(f"timed replay of {trace} ({len(nodes)} nodes, {args.clusters} cluster(s), seed {seed})")
-    print(f"{'policy':<10} " + " ".join(f"{c:>14}" for c in cols))
-    for name, m in out.items():
-        print(f"{name:<10} " + " ".join(f"{m[c]:>14}" for c in cols))
-    return 0
-
-
-__all__ = ["run_arrival_cli", "run_timed"]
+__all__ = ["SimError", "chosen", "run_arrival_cli"]

@@ -1,18 +1,28 @@
 """Timed-mode simulation: the trace's creation and deletion times replayed through full cycles.
 
-Called by ``fedsched simulate --mode timed`` (``services.cli.simulate_run``). Each pod becomes a job
+Called by ``fedsched simulate --mode timed`` (``services.cli.simulate_timed``). Each pod becomes a job
 (priority class from its QoS: LS -> production inference, Guaranteed -> critical training, Burstable ->
-standard, BE -> best effort; one of four tenants; runtime = deletion - scheduled time). Time advances
-from event to event; whenever jobs arrived or ended, one scheduling cycle (``schedule``, the same core
-the service runs) decides on every waiting job: placements start running, preemptions send their victims
-back to the queue. Reports queueing delay, job completion time, GPU utilisation and preemptions per
-policy.
+standard, BE -> best effort; one of four tenants, or of the configuration's; runtime = deletion - scheduled
+time). Time advances from event to event; whenever jobs arrived or ended, one scheduling cycle
+(``schedule``, the same core the service runs) decides on every waiting job: placements start running,
+preemptions send their victims back to the queue. Reports queueing delay, job completion time, GPU
+utilisation and preemptions per policy.
+
+With a configuration (``services.scheduler.sim.config``: Tenant, Quota, Budget and Policy documents), every
+cycle decides with its tenants, quotas and policy, and with the hard GPU-hour budgets in force at the
+simulated time (``services.scheduler.core.simulated_budgets``, counted as the live scheduler counts them).
+No governance process runs here: a budget's window is the calendar's at the simulated time (the trace's
+time 0 is 1970-01-01T00:00Z), and a job a hard budget holds back gets a cycle the moment the next window
+opens. The report's ``budgets`` lists, per budget and window, the GPU-hours used, when 80% and 100% were
+crossed, and the jobs held back and for how long. A job held back with nothing running or left to arrive,
+and not started when a new window opened, is left waiting (its need exceeds what a whole window has).
 """
 
 from __future__ import annotations
 
 import heapq
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -30,14 +40,15 @@ from services.scheduler.core.policy import (
     Node,
     NodePolicy,
     Place,
-    PolicyConfig,
     Preempt,
     RunningJob,
     schedule,
 )
 from services.scheduler.core.policy.fleet import Demand
+from services.scheduler.sim.config import SimConfig
 from services.scheduler.sim.traces import TracePod
 
+NO_CONFIGURATION = SimConfig()
 QOS = {
     "LS": (PriorityClass.PRODUCTION_INFERENCE, JobKind.INFERENCE),
     "Guaranteed": (PriorityClass.CRITICAL_TRAINING, JobKind.TRAINING),
@@ -46,7 +57,9 @@ QOS = {
 }
 
 
-def to_job(p: TracePod) -> tuple[Job, int, int]:
+def to_job(p: TracePod, tenants: Sequence[str] = ()) -> tuple[Job, int, int]:
+    """The pod as a job (its arrival and runtime in ms), of ``tenants[number % len(tenants)]`` (by the digits
+    of its name), else of ``tenant-0`` to ``tenant-3``."""
     prio, kind = QOS.get(p.qos, (PriorityClass.STANDARD, JobKind.BATCH))
     created = p.creation_s or 0
     runtime = max(1, (p.deletion_s or created + 3600) - created)
@@ -54,7 +67,7 @@ def to_job(p: TracePod) -> tuple[Job, int, int]:
     digits = "".join(ch for ch in p.name if ch.isdigit()) or "0"
     job = Job(
         job_id=JobId(p.name),
-        tenant=TenantId(f"tenant-{int(digits) % 4}"),
+        tenant=TenantId(tenants[int(digits) % len(tenants)] if tenants else f"tenant-{int(digits) % 4}"),
         kind=kind,
         priority_class=prio,
         cpu_milli=d.cpu_milli,
@@ -80,16 +93,24 @@ def _nodes_now(fs: FleetState) -> tuple[Node, ...]:
     return tuple(out)
 
 
-def run_timed(nodes: list[Node], pods: list[TracePod], policy: NodePolicy, seed: int, max_pods: int) -> dict[str, Any]:
+def run_timed(
+    nodes: list[Node],
+    pods: list[TracePod],
+    policy: NodePolicy,
+    seed: int,
+    max_pods: int,
+    configuration: SimConfig = NO_CONFIGURATION,
+) -> dict[str, Any]:
     t0 = time.perf_counter()
     ordered = sorted(pods, key=lambda p: (p.creation_s or 0, p.name))
     if max_pods:
         ordered = ordered[:max_pods]
     fs = FleetState(nodes)
     capacity = fs.capacity_gpu_milli()
-    config = PolicyConfig(node_policy=policy, seed=seed, estimate_limit=0)
+    config = configuration.policy_config(policy, seed)
+    budgets = configuration.simulated_budgets(config)
     clusters = tuple(Cluster(ClusterId(c)) for c in fs.clusters)
-    arrivals = [to_job(p) for p in ordered]
+    arrivals = [to_job(p, configuration.dealt_to) for p in ordered]
     runtime = {j.job_id: r for j, _, r in arrivals}
     arrived_at = {j.job_id: a for j, a, _ in arrivals}
     empty = FleetState(nodes)
@@ -104,17 +125,21 @@ def run_timed(nodes: list[Node], pods: list[TracePod], policy: NodePolicy, seed:
     first = now
     k = 0
     again = 0  # cycles run at this moment in a row, each after a preemption freed room
+    woke = False  # this moment is a budget's window opening, and nothing else
     while k < len(arrivals) or ends or pending:
         nxt = [
             x for x in (arrivals[k][1] if k < len(arrivals) else None, ends[0][0] if ends else None) if x is not None
         ]
         if again:
             nxt.append(now)  # the job that asked for the room gets it now, not at the next arrival or end
-        if not nxt:
+        opening = budgets.next_opening(now)  # a job a budget holds back gets the next window's first moment
+        if not nxt and (opening is None or woke):
             break  # only jobs that can never start are left
-        t = min(nxt)
+        woke = not nxt or (opening is not None and opening < min(nxt))
+        t = opening if woke and opening is not None else min(nxt)
         busy_gpu_ms += (capacity - int((fs.gpu_free * fs.gpu_usable).sum())) * (t - now)
         now = t
+        budgets.advance(now)
         while ends and ends[0][0] <= now:
             at, jid = heapq.heappop(ends)
             r = running.get(JobId(jid))
@@ -123,6 +148,7 @@ def run_timed(nodes: list[Node], pods: list[TracePod], policy: NodePolicy, seed:
             del running[r.job.job_id]
             for p in r.placements:
                 fs.give(p, r.job.cpu_milli, r.job.memory_mib)
+            budgets.ended(r, now)
             finished[r.job.job_id] = now
         while k < len(arrivals) and arrivals[k][1] <= now:
             job = arrivals[k][0]
@@ -134,14 +160,18 @@ def run_timed(nodes: list[Node], pods: list[TracePod], policy: NodePolicy, seed:
         if not pending:
             again = 0
             continue
+        in_order = tuple(running[j] for j in sorted(running))
         snap = FleetSnapshot(
             now_ms=now,
             clusters=clusters,
             nodes=_nodes_now(fs),
-            running=tuple(running[j] for j in sorted(running)),
+            tenants=configuration.tenants,
+            running=in_order,
             pending=tuple(pending[j] for j in sorted(pending)),
+            budgets=budgets.in_force(now, in_order),
         )
         result = schedule(snap, config)
+        budgets.decided(snap.budgets, result, snap.pending)
         cycles += 1
         freed = False
         for d in result.decisions:
@@ -153,12 +183,14 @@ def run_timed(nodes: list[Node], pods: list[TracePod], policy: NodePolicy, seed:
                     slots = [int(np.flatnonzero(fs.gpu_index[i] == g)[0]) for g in p.gpu_indices]
                     fs.take(i, dem, slots)
                 running[job.job_id] = RunningJob(job, d.cluster, d.replicas, now)
+                budgets.started(running[job.job_id])
                 started.setdefault(job.job_id, now)
                 heapq.heappush(ends, (now + runtime[job.job_id], str(job.job_id)))
             elif isinstance(d, Preempt) and d.victim in running:
                 r = running.pop(d.victim)
                 for p in r.placements:
                     fs.give(p, r.job.cpu_milli, r.job.memory_mib)
+                budgets.ended(r, now)
                 preemptions += 1
                 pending[r.job.job_id] = replace(r.job, times_preempted=r.job.times_preempted + 1)
                 freed = True
@@ -181,6 +213,7 @@ def run_timed(nodes: list[Node], pods: list[TracePod], policy: NodePolicy, seed:
         "mean_jct_s": round(float(jct_s.mean()), 1),
         "p50_jct_s": round(float(np.percentile(jct_s, 50)), 1),
         "gpu_utilisation_pct": round(100.0 * busy_gpu_ms / (capacity * span), 2) if capacity else 0.0,
+        "budgets": budgets.report(now),
         "wall_s": round(time.perf_counter() - t0, 2),
     }
 

@@ -3,7 +3,8 @@
 Called by ``services.scheduler.core.decide`` (for the scheduler host, ``fedsched audit verify`` and the
 benchmarks) and by ``fedsched audit at`` and ``audit whatif``. Pure: no I/O, clock or randomness; only
 ``events`` and the policy core's model. The facts (``facts``), the fold (``fold``), the core's models of
-events (``convert``), the policy document (``policy_document``) and the state that derives snapshots
+events (``convert``), the policy document (``policy_document``), what a hard budget has spent
+(``budget_count``, which the simulations count with too) and the state that derives snapshots
 (``scheduler_state``).
 
 The fold is written so that its result does not depend on how records of *different* partitions

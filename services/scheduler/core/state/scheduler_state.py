@@ -12,15 +12,15 @@ import bisect
 from dataclasses import dataclass, field, replace
 
 from events.catalog.base import has_field
-from events.catalog.budget_windows import DAY_MS, MILLI_MS_PER_GPU_HOUR, Window, held_within
-from events.catalog.documents import BudgetMode
+from events.catalog.budget_windows import DAY_MS, Window
+from events.catalog.documents import BudgetSpec
 from events.catalog.governance import PolicyConfigured, QuotaSet, TenantRegistered
 from events.catalog.inventory import ClusterStatus, ClusterStatusChanged
 from events.catalog.types import ClusterId, JobId, ResourceKind, TenantId
 from events.wire.envelope import Envelope
 from services.scheduler.core.policy import model as m
-from services.scheduler.core.policy.budgets import expected_runtime_ms
 from services.scheduler.core.policy.usage import UsageLedger, history_of
+from services.scheduler.core.state.budget_count import Holdings, hard_budgets
 from services.scheduler.core.state.convert import core_node_id, job_model, taints
 from services.scheduler.core.state.facts import Facts, JobFacts, SettledUsage
 from services.scheduler.core.state.fold import HANDLERS
@@ -190,35 +190,24 @@ class SchedulerState(Facts):
         return tuple(out)
 
     def _budgets(self, now_ms: int) -> tuple[m.Budget, ...]:
-        """The hard budgets with a window open, and what their tenants hold within it: runs that ended
-        (the ledger), running ones until now, and what those are expected to hold in it still."""
+        """The hard budgets with a window open (governance's ``BudgetWindowOpened``), and what their tenants
+        hold within it, counted as every simulation counts it (``budget_count``)."""
         if now_ms - self._held_pruned_ms > DAY_MS:
             self.held.forget_before(now_ms)
             self._held_pruned_ms = now_ms
-        config = self.policy_config()
-        out = []
-        for name, budget in sorted(self.budgets.items()):
-            spec, opened = budget.spec, self.budget_windows.get(name)
-            if spec.mode is not BudgetMode.HARD or opened is None:
-                continue
-            if spec.tenant is not None:
-                tenants: tuple[str, ...] = (spec.tenant,)
-            else:
-                tenants = tuple(sorted(t for t, e in self.tenants.items() if e.cohort == spec.cohort))
-            window = Window(opened.start_ms, opened.end_ms, opened.label)
-            spent = self.held.within(tenants, window)
-            for job_id, running in self._derived.running.items():
-                if running.job.tenant not in tenants:
-                    continue
-                facts = self.jobs[job_id]
-                run = facts.current_run()
-                placed_ms = facts.placed_at.get(run, now_ms)
-                gpu = sum(len(r.gpu_indices) * r.gpu_milli_each for r in facts.placements[run].replicas)
-                expected_end = placed_ms + expected_runtime_ms(running.job, config)
-                spent += held_within(gpu, placed_ms, max(now_ms, expected_end), window)
-            limit = spec.gpu_hours * MILLI_MS_PER_GPU_HOUR
-            out.append(m.Budget(name, tuple(TenantId(t) for t in tenants), opened.label, opened.end_ms, limit, spent))
-        return tuple(out)
+
+        def window_of(name: str, _: BudgetSpec) -> Window | None:
+            opened = self.budget_windows.get(name)
+            return None if opened is None else Window(opened.start_ms, opened.end_ms, opened.label)
+
+        def placed_ms(running: m.RunningJob) -> int:
+            facts = self.jobs[running.job.job_id]
+            return facts.placed_at.get(facts.current_run(), now_ms)
+
+        specs = {name: budget.spec for name, budget in self.budgets.items()}
+        cohorts = {tenant: registered.cohort for tenant, registered in self.tenants.items()}
+        holdings = Holdings(self.held, self._derived.running.values(), placed_ms)
+        return hard_budgets(specs, window_of, cohorts, holdings, now_ms, self.policy_config())
 
     def _refresh(self) -> None:
         derived = self._derived
