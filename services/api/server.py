@@ -35,6 +35,7 @@ from events.catalog.topics import JOBS, TOPICS
 from events.log import EventLog, LogReader, TopicPartition, open_log
 from events.log.publisher import Publisher
 from events.plumbing.health import DependencyProbe
+from events.plumbing.startup import patiently
 from events.plumbing.tasks import cancel_and_wait
 from projections.readmodel import writer as readmodels
 from projections.readmodel.reader import ReadModels
@@ -127,19 +128,25 @@ async def serve(
     owned: list[object] = []
     if log is None:
         log = open_log(config.log_url)
-        await log.start()
+        await patiently("log", log.start, component="api", undo=log.close)
         owned.append(log)
     if pool is None:
-        pool = await asyncpg.create_pool(config.dsn, min_size=1, max_size=16, reset=_nothing_to_reset)
+        dsn = config.dsn
+        pool = await patiently(
+            "postgres",
+            lambda: asyncpg.create_pool(dsn, min_size=1, max_size=16, reset=_nothing_to_reset),
+            component="api",
+        )
         owned.append(pool)
+    opened_log, opened_pool = log, pool  # not Optional: what the retried steps below read
     if config.create_topics:
-        await log.create_topics(TOPICS)
-    await readmodels.ensure_schema(pool, config.read_schema)
+        await patiently("log", lambda: opened_log.create_topics(TOPICS), component="api")
+    await patiently("postgres", lambda: readmodels.ensure_schema(opened_pool, config.read_schema), component="api")
     store = ApiStore(pool, config.api_schema)
-    await store.ensure_schema()
+    await patiently("postgres", store.ensure_schema, component="api")
     reads = ReadModels(pool, config.read_schema)
     publisher = Publisher(log, config.source, clock=config.clock)
-    await publisher.start()
+    await patiently("log", publisher.start, component="api", undo=publisher.close)
     jobs = JobCommands(publisher, store, reads)
     tails = WatchTails(log)
     quotas = QuotaCommands(publisher, store, log, quota_rules)

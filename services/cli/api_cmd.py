@@ -229,33 +229,28 @@ async def run_api(args: argparse.Namespace) -> int:
 
 
 async def run_intake(args: argparse.Namespace) -> int:
-
-    import asyncpg
-
-    from events.catalog.topics import TOPICS
-    from events.log import open_log
     from events.log.publisher import Publisher
+    from events.plumbing.startup import patiently
     from projections.readmodel import writer as readmodels
     from projections.readmodel.reader import ReadModels
     from services.api.commands import JobCommands
     from services.api.intake import Intake
     from services.api.store import ApiStore
+    from services.cli.config import started_log, started_pool
 
     configure_logging()
 
     tune_for_service()
     config, _ = api_config(args, intake=True)
-    log = open_log(config.log_url)
-    await log.start()
-    pool = await asyncpg.create_pool(config.dsn, min_size=1, max_size=4)
+    log = await started_log(config.log_url, "intake")
+    pool = await started_pool(config.dsn, "intake", 4)
     publisher = Publisher(log, config.source)
     intake: Intake | None = None
     try:
-        await log.create_topics(TOPICS)
-        await readmodels.ensure_schema(pool, config.read_schema)
+        await patiently("postgres", lambda: readmodels.ensure_schema(pool, config.read_schema), component="intake")
         store = ApiStore(pool, config.api_schema)
-        await store.ensure_schema()
-        await publisher.start()
+        await patiently("postgres", store.ensure_schema, component="intake")
+        await patiently("log", publisher.start, component="intake", undo=publisher.close)
         intake = Intake(log, JobCommands(publisher, store, ReadModels(pool, config.read_schema)), config)
         await intake.start()
         print("fedsched intake: consuming fedsched.intake", flush=True)

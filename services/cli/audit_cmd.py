@@ -387,27 +387,22 @@ def _print_proof_check(proof: InclusionProof, wrong: list[str], *, as_json: bool
 
 
 async def run_archiver(args: argparse.Namespace) -> int:
-    import asyncpg
-
     from events.audit.archive import ArchiveBroken, AuditArchiver
     from events.audit.checkpointer import Checkpointer
     from events.catalog.topics import TOPICS
     from events.hosting.lag import Lag
-    from events.log import open_log
     from events.plumbing.collector import tune_for_service
     from events.plumbing.logs import configure as configure_logging
     from events.plumbing.metrics import serving
-    from services.cli.config import log_url, postgres_dsn
+    from services.cli.config import log_url, postgres_dsn, started_log, started_pool
     from services.cli.main import CliError
 
     configure_logging()
     tune_for_service()
 
     signing = _signing(args)
-    log = open_log(log_url(args.log))
-    await log.start()
-    await log.create_topics(TOPICS)
-    pool = await asyncpg.create_pool(postgres_dsn(args.dsn), min_size=1, max_size=4)
+    log = await started_log(log_url(args.log), "archiver")
+    pool = await started_pool(postgres_dsn(args.dsn), "archiver", 4)
     checkpointer = None
     if signing is not None:
         key, directory = signing

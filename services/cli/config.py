@@ -1,6 +1,7 @@
 """Where a process finds its log and its database: flags first, then the environment or a file it names.
 
-Called by CLI handlers and composition roots (never by the pure core). ``FEDSCHED_LOG`` is a log URL
+Called by CLI handlers and composition roots (never by the pure core); ``started_log`` and
+``started_pool`` open them for a service, waiting out an outage at its start. ``FEDSCHED_LOG`` is a log URL
 (``kafka://host:port`` or ``postgresql://...``); ``FEDSCHED_POSTGRES_DSN`` the PostgreSQL of the read
 models and the audit archive. In embedded mode the log URL is that same DSN. Either may instead sit in a
 file named by ``FEDSCHED_LOG_FILE`` or ``FEDSCHED_POSTGRES_DSN_FILE`` (``services.runtime.credentials``),
@@ -10,8 +11,16 @@ password is used, with a warning that the command line is visible to every user 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from events.plumbing.startup import patiently
 from services.cli.main import CliError
 from services.runtime import credentials
+
+if TYPE_CHECKING:
+    import asyncpg
+
+    from events.log.contract import EventLog
 
 
 def postgres_dsn(flag: str | None) -> str:
@@ -49,3 +58,25 @@ def _from_environment(variable: str) -> str | None:
         return credentials.from_environment(variable)
     except credentials.SecretError as error:
         raise CliError(str(error), 2) from None
+
+
+async def started_log(url: str, component: str, *, topics: bool = True) -> EventLog:
+    """The log at ``url``, started (and its topics made, unless ``topics`` is false), waiting out an
+    outage of the broker or database meanwhile (``events.plumbing.startup``)."""
+    from events.catalog.topics import TOPICS
+    from events.log import open_log
+
+    log = open_log(url)
+    await patiently("log", log.start, component=component, undo=log.close)
+    if topics:
+        await patiently("log", lambda: log.create_topics(TOPICS), component=component)
+    return log
+
+
+async def started_pool(dsn: str, component: str, max_size: int) -> asyncpg.Pool:
+    """A pool on ``dsn``, waiting out an outage of the database meanwhile."""
+    import asyncpg
+
+    return await patiently(
+        "postgres", lambda: asyncpg.create_pool(dsn, min_size=1, max_size=max_size), component=component
+    )

@@ -72,9 +72,7 @@ async def run_sim(args: argparse.Namespace) -> int:
     import logging
 
     from connectors.sim import ClusterSpec, NodeListError, SimCluster, SimConfig, load_nodes, parse_split
-    from events.catalog.topics import TOPICS
-    from events.log import open_log
-    from services.cli.config import log_url
+    from services.cli.config import log_url, started_log
     from services.cli.main import CliError
     from services.runtime.up import default_nodes
 
@@ -115,11 +113,9 @@ async def run_sim(args: argparse.Namespace) -> int:
             "events are stamped in simulated time while the other processes use the wall clock; "
             "use --speed 1 with a distributed deployment, or fedsched up for a faster simulation",
         )
-    log = open_log(log_url(args.log))
-    await log.start()
+    log = await started_log(log_url(args.log), f"connector-{spec.cluster}")
     cluster = SimCluster(log, spec, config)
     try:
-        await log.create_topics(TOPICS)
         stop = stop_on_signals()
         await cluster.start()
         print(
@@ -175,10 +171,8 @@ async def run_kubernetes(args: argparse.Namespace) -> int:
 
     from connectors.kubernetes import ConnectorConfig, KubeApi, KubernetesConnector
     from connectors.kubernetes.throttle import RateLimiter
-    from events.catalog.topics import TOPICS
-    from events.log import open_log
     from events.plumbing.tasks import cancel_and_wait
-    from services.cli.config import log_url
+    from services.cli.config import log_url, started_log
     from services.cli.main import CliError
 
     configure_logging()
@@ -207,10 +201,8 @@ async def run_kubernetes(args: argparse.Namespace) -> int:
     configure_logging()
     tune_for_service()
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
-    log = open_log(log_url(args.log))
-    await log.start()
+    log = await started_log(log_url(args.log), f"connector-{args.cluster}")
     try:
-        await log.create_topics(TOPICS)
         connector = KubernetesConnector(config, log, api)
         print(f"kubernetes connector {args.cluster}: API server {api.host}", flush=True)
         stop = stop_on_signals()

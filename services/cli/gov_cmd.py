@@ -32,14 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 async def _open(flag: str | None) -> Any:
-    from events.catalog.topics import TOPICS
-    from events.log import open_log
-    from services.cli.config import log_url
+    from services.cli.config import log_url, started_log
 
-    event_log = open_log(log_url(flag))
-    await event_log.start()
-    await event_log.create_topics(TOPICS)
-    return event_log
+    return await started_log(log_url(flag), "governance")
 
 
 def governance_settings(path: str | Path, option: str) -> GovConfig:

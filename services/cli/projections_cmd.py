@@ -49,9 +49,6 @@ def _register_rebuild(commands: argparse._SubParsersAction) -> None:  # type: ig
 
 
 async def run_inprocess(args: argparse.Namespace) -> int:
-
-    import asyncpg
-
     from events.plumbing.collector import tune_for_service
     from events.plumbing.logs import configure as configure_logging
 
@@ -59,14 +56,12 @@ async def run_inprocess(args: argparse.Namespace) -> int:
     tune_for_service()
 
     from events.hosting.lag import Lag
-    from events.log import open_log
     from events.plumbing.metrics import serving
     from projections.inprocess.runner import ProjectionRunner
-    from services.cli.config import log_url, postgres_dsn
+    from services.cli.config import log_url, postgres_dsn, started_log, started_pool
 
-    log = open_log(log_url(args.log))
-    await log.start()
-    pool = await asyncpg.create_pool(postgres_dsn(args.dsn), min_size=1, max_size=4)
+    log = await started_log(log_url(args.log), "projections", topics=False)
+    pool = await started_pool(postgres_dsn(args.dsn), "projections", 4)
     runner = ProjectionRunner(log, pool, schema=args.schema)
     await runner.start()
     stop = stop_on_signals()

@@ -19,20 +19,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 async def run(args: argparse.Namespace) -> int:
-    from events.catalog.topics import TOPICS
     from events.hosting.lag import Lag
-    from events.log import open_log
     from events.plumbing.metrics import serving
-    from services.cli.config import log_url
+    from services.cli.config import log_url, started_log
     from services.scheduler.host import SchedulerHost
 
     configure_logging()
 
     tune_for_service()
-    log = open_log(log_url(args.log))
-    await log.start()
-    if not args.namespace:
-        await log.create_topics(TOPICS)
+    log = await started_log(log_url(args.log), "scheduler", topics=not args.namespace)
     host = SchedulerHost(log, namespace=args.namespace, idle_cycle_ms=args.idle_cycle_ms)
     await host.start()
     stop = stop_on_signals()
