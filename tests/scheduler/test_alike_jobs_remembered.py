@@ -61,13 +61,7 @@ def scene(shapes: list[tuple[int, int, PriorityClass, str, tuple[str, ...], int 
 def test_remembering_alike_jobs_changes_no_decision(
     shapes: list[tuple[int, int, PriorityClass, str, tuple[str, ...], int | None]], busy: int
 ) -> None:
-    snap = scene(shapes, busy)
-    remembered = schedule(snap)
-    policy_context.REMEMBER_ALIKE = False
-    try:
-        afresh = schedule(snap)
-    finally:
-        policy_context.REMEMBER_ALIKE = True
+    remembered, afresh = both_ways(scene(shapes, busy))
     assert remembered == afresh
 
 
