@@ -110,7 +110,7 @@ class JobSubmitted(JobEvent):
     """A client asked to run a job: the full request, as the intake accepted it."""
 
     event_type: ClassVar[str] = "io.fedsched.JobSubmitted"
-    schema_version: ClassVar[int] = 1
+    schema_version: ClassVar[int] = 2
 
     name: Name
     tenant: TenantIdField
@@ -124,6 +124,12 @@ class JobSubmitted(JobEvent):
     resources: Resources
     """Per replica."""
     interconnect: Interconnect = Interconnect.NONE
+    """What the replicas talk over: ``nvlink`` keeps them inside one NVLink domain, ``rdma`` inside one RDMA
+    fabric; a preference (placement costs more outside the first replica's domain) unless
+    ``interconnect_required``."""
+    interconnect_required: bool = False
+    """The interconnect is a hard constraint: every replica on a node of one and the same domain of it, or
+    the job waits (v2; a v1 request's interconnect was a preference)."""
     datasets: Annotated[tuple[Id, ...], Field(max_length=64), Unique()] = ()
     tolerations: Annotated[tuple[Toleration, ...], Field(max_length=32)] = ()
     preemptible: bool = True
@@ -140,6 +146,8 @@ class JobSubmitted(JobEvent):
 
     @model_validator(mode="after")
     def _consistent(self) -> JobSubmitted:
+        if self.interconnect_required and self.interconnect is Interconnect.NONE:
+            raise ValueError("interconnect_required needs interconnect 'nvlink' or 'rdma'")
         if self.inference is not None:
             if self.kind is not JobKind.INFERENCE:
                 raise ValueError("inference settings are only for kind 'inference'")
