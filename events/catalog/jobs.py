@@ -27,7 +27,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, ClassVar
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from events.catalog.base import Event
 from events.catalog.reasons import ReasonCode
@@ -144,10 +144,15 @@ class JobSubmitted(JobEvent):
     client_request_id: RequestId | None = None
     """The client's idempotency key: a second submission with the same key is a duplicate."""
 
+    @field_validator("interconnect_required")
+    @classmethod
+    def _required_names_one(cls, value: bool, info: ValidationInfo) -> bool:
+        if value and info.data.get("interconnect", Interconnect.NONE) is Interconnect.NONE:
+            raise ValueError("needs interconnect 'nvlink' or 'rdma' to require")
+        return value
+
     @model_validator(mode="after")
     def _consistent(self) -> JobSubmitted:
-        if self.interconnect_required and self.interconnect is Interconnect.NONE:
-            raise ValueError("interconnect_required needs interconnect 'nvlink' or 'rdma'")
         if self.inference is not None:
             if self.kind is not JobKind.INFERENCE:
                 raise ValueError("inference settings are only for kind 'inference'")
