@@ -4,6 +4,8 @@ it, preferred otherwise; what a wait for a domain says; preemption and reservati
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from events.catalog.jobs import PriorityClass
 from events.catalog.pending_reasons import PendingReason, pending_reason_of
@@ -142,3 +144,41 @@ def test_a_reservation_for_a_job_requiring_rdma_holds_nodes_of_one_fabric():
     r = schedule(snapshot(nodes, [a_job("t").gpus(8).replicas(2).rdma().build()], busy, now_ms=0))
     held = [d for d in r.decisions if isinstance(d, Reserve)]
     assert held and held[0].nodes == ("n1", "n3")  # a preference: the earliest room, in rank order
+
+
+def test_a_required_domain_chooses_the_cluster_where_the_job_fits_whole():
+    # cluster-a has more free GPUs, over two domains; cluster-b fewer, in one.
+    nodes = [a_node(n).domain(f"a{i % 2}").build() for i, n in enumerate(("a1", "a2", "a3", "a4"))]
+    nodes += [a_node(n).cluster("cluster-b").domain("b").build() for n in ("b1", "b2", "b3")]
+    r = schedule(snapshot(nodes, [a_job("t").gpus(8).replicas(3).nvlink(required=True).build()]))
+    assert placed_on(r, "t") == {"b1", "b2", "b3"}
+
+
+def test_a_single_replica_requiring_a_fabric_goes_only_to_a_node_on_one():
+    nodes = [a_node("n1").build(), a_node("n2").fabric("ib-a").build()]
+    assert placed_on(schedule(snapshot(nodes, [a_job("t").gpus(8).rdma(required=True).build()])), "t") == {"n2"}
+    q = queued(schedule(snapshot(nodes[:1], [a_job("t").gpus(8).rdma(required=True).build()])), "t")
+    assert "needs 1 replica in one RDMA fabric; no node it fits on is in one" in q.message
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    layout=st.lists(
+        st.tuples(st.sampled_from(["", "d0", "d1", "d2"]), st.sampled_from([0, 4, 8])), min_size=1, max_size=9
+    ),
+    asks=st.lists(st.tuples(st.sampled_from([1, 2, 4, 8]), st.integers(1, 4), st.booleans()), min_size=1, max_size=6),
+)
+def test_every_replica_of_a_job_requiring_nvlink_shares_one_domain(layout, asks) -> None:  # type: ignore[no-untyped-def]
+    nodes = [
+        a_node(f"n{i}").domain(dom).gpus(8, (0,) * busy + (1000,) * (8 - busy)).build()
+        for i, (dom, busy) in enumerate(layout)
+    ]
+    domain = {n.node_id: n.nvlink_domain for n in nodes}
+    jobs = [
+        a_job(f"j{k}").gpus(g).replicas(r).nvlink(required=hard).submitted(k).build()
+        for k, (g, r, hard) in enumerate(asks)
+    ]
+    for d in schedule(snapshot(nodes, jobs)).decisions:
+        if isinstance(d, Place) and next(j for j in jobs if j.job_id == d.job_id).interconnect_required:
+            shared = {domain[p.node_id] for p in d.replicas}
+            assert len(shared) == 1 and "" not in shared, d.message

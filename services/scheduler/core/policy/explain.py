@@ -171,7 +171,8 @@ def _topology(
 ) -> ClusterWhyNot | None:
     """Why a job that requires an interconnect does not fit in cluster ``ci`` when its domains are what
     holds it: none could ever hold all of its replicas (the cluster as a whole could), or none has room
-    for them now (``empty``: the most one could hold with no job running). None: not the domains."""
+    for them now (the cluster as a whole has). ``empty``: the most one domain could hold with no job
+    running. None: not the domains (the cluster's size or its free capacity says why)."""
     fs = ctx.fleet
     lo, hi = fs.cluster_range[ci]
     cid = fs.clusters[ci]
@@ -183,21 +184,26 @@ def _topology(
             return None  # the cluster could not hold it even spread over domains: its size says why
         largest = topology.largest_room(fs, kind, when_empty, lo, hi)
         if largest.domain < 0:
-            detail = f"needs {n} replicas in one {name}; no node it fits on is in one"
+            detail = f"needs {n} replica{_s(n)} in one {name}; no node it fits on is in one"
         else:
-            detail = (
-                f"needs {n} replicas in one {name}; the largest, {topology.domain_name(fs, kind, largest.domain)}, "
-                f"holds at most {largest.replicas} even when empty"
-            )
+            biggest = topology.domain_name(fs, kind, largest.domain)
+            detail = f"needs {n} replica{_s(n)} in one {name}; the largest, {biggest}, holds at most "
+            detail += f"{largest.replicas} even when empty"
         return ClusterWhyNot(cid, ReasonCode.INTERCONNECT_DOMAIN_TOO_SMALL, detail)
+    if int(cap_now.sum()) < n:
+        return None  # not even spread over domains: the capacity taken now says why
     room = topology.largest_room(fs, kind, cap_now, lo, hi)
     if room.domain < 0:
-        detail = f"needs {n} replicas in one {name}; none in {cid} has room for any now"
+        detail = f"needs {n} replica{_s(n)} in one {name}; none in {cid} has room for any now"
     else:
         where = topology.domain_name(fs, kind, room.domain)
-        detail = f"needs {n} replicas in one {name}; the largest with room is {where} in {cid} with room for "
+        detail = f"needs {n} replica{_s(n)} in one {name}; the largest with room is {where} in {cid} with room for "
         detail += f"{room.replicas}"
     return ClusterWhyNot(cid, ReasonCode.INTERCONNECT_UNAVAILABLE, detail)
+
+
+def _s(n: int) -> str:
+    return "" if n == 1 else "s"
 
 
 def _largest_node(ctx: Ctx, d: Demand, lo: int, hi: int, bound: Callable[..., Constraint]) -> Constraint:
