@@ -268,6 +268,7 @@ class PolicyConfig:
     frag_window_milli: int = 60
     frag_share_window_milli: int = 0
     cross_domain_penalty: int = 500_000
+    """A preferred interconnect's cost for a node outside the first replica's domain (``topology``)."""
     # Fair share.
     usage_half_life_ms: int = 7 * 24 * 3600 * 1000
     aging_step_ms: int = 3600 * 1000  # each full step of waiting lowers the fair-share key by one unit
