@@ -10,7 +10,9 @@ not lost (``NodeLost``) or cordoned (``NodeUnschedulable``), its taints are tole
 model is allowed (``GpuModelUnavailable``) and has enough memory (``GpuMemoryTooSmall``); the GPU
 indices exist (``LaunchFailed``) and are healthy (``GpuUnhealthy``); nothing is over-committed, counting
 the replicas of this placement that share a node or a GPU (``InsufficientGpu``,
-``InsufficientGpuShare``, ``InsufficientNpu``, ``InsufficientCpu``, ``InsufficientMemory``).
+``InsufficientGpuShare``, ``InsufficientNpu``, ``InsufficientCpu``, ``InsufficientMemory``); then, for a
+job that requires its interconnect, every replica on a node of one NVLink domain or RDMA fabric
+(``InterconnectUnavailable``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from connectors.sim.jobs import JobSpec
 from connectors.sim.state import NodeState
 from events.catalog.decisions import JobPlaced, ReplicaPlacement
-from events.catalog.jobs import Toleration
+from events.catalog.jobs import Interconnect, Toleration
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import NodeId, TaintEffect
 
@@ -57,6 +59,30 @@ def check_placement(placed: JobPlaced, job: JobSpec, nodes: Mapping[NodeId, Node
         refusal = _check_replica(replica, job, nodes, taken)
         if refusal is not None:
             return refusal
+    return _one_domain(placed, job, nodes)
+
+
+def _one_domain(placed: JobPlaced, job: JobSpec, nodes: Mapping[NodeId, NodeState]) -> Refusal | None:
+    """A job that requires an interconnect has every replica on a node of one domain of it (the gang
+    could not form otherwise)."""
+    if job.interconnect is None or job.interconnect is Interconnect.NONE:
+        return None
+    nvlink = job.interconnect is Interconnect.NVLINK
+    kind = "NVLink domain" if nvlink else "RDMA fabric"
+    seen: dict[str, NodeId] = {}
+    for replica in placed.replicas:
+        spec = nodes[replica.node].spec
+        domain = spec.nvlink_domain if nvlink else spec.rdma_fabric
+        if not domain:
+            return Refusal(
+                R.INTERCONNECT_UNAVAILABLE,
+                f"replica {replica.replica} on node {replica.node}: the job requires one {kind}; the node is on none",
+                replica.node,
+            )
+        seen.setdefault(domain, replica.node)
+    if len(seen) > 1:
+        spans = ", ".join(f"{d} ({n})" for d, n in sorted(seen.items()))
+        return Refusal(R.INTERCONNECT_UNAVAILABLE, f"the job requires one {kind}; the placement spans {spans}")
     return None
 
 

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from connectors.sim.config import SimConfig, ms
-from events.catalog.jobs import JobKind, JobSubmitted, Toleration
+from events.catalog.jobs import Interconnect, JobKind, JobSubmitted, Toleration
 from events.catalog.types import JobId, Resources, TenantId
 
 CREATION_LABEL = "trace.fedsched.io/creation-time"
@@ -52,6 +52,9 @@ class JobSpec:
     fail_after_ms: int | None = None
     exit_code: int = 1
     start_delay_ms: int | None = None
+    interconnect: Interconnect | None = None
+    """The interconnect the job requires (``interconnect_required``): every replica in one NVLink domain
+    or RDMA fabric of it; None: none required."""
 
     @classmethod
     def from_submitted(cls, job: JobSubmitted, config: SimConfig) -> JobSpec:
@@ -70,6 +73,7 @@ class JobSpec:
             fail_after_ms=_label_ms(labels, FAIL_AFTER_LABEL),
             exit_code=_label_int(labels, EXIT_CODE_LABEL, -(2**31), 2**31 - 1) or 1,
             start_delay_ms=_label_ms(labels, START_DELAY_LABEL),
+            interconnect=job.interconnect if job.interconnect_required else None,
         )
 
 

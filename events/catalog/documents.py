@@ -208,6 +208,8 @@ class PolicySpec(Frozen):
     frag_window_milli: NonNegInt = 60
     frag_share_window_milli: NonNegInt = 0
     cross_domain_penalty: NonNegInt = 500_000
+    """For a job that prefers (not requires) its interconnect: what placing a replica outside the first
+    replica's NVLink domain or RDMA fabric (the kind it asks for) costs; a node on none shares none."""
     usage_half_life_ms: NonNegInt = 7 * 24 * 3600 * 1000
     """Fair share's half-life: past usage counts half after this long (0: never decays)."""
     aging_step_ms: PosInt = 3600 * 1000

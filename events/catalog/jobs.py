@@ -27,7 +27,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, ClassVar
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from events.catalog.base import Event
 from events.catalog.reasons import ReasonCode
@@ -110,7 +110,7 @@ class JobSubmitted(JobEvent):
     """A client asked to run a job: the full request, as the intake accepted it."""
 
     event_type: ClassVar[str] = "io.fedsched.JobSubmitted"
-    schema_version: ClassVar[int] = 1
+    schema_version: ClassVar[int] = 2
 
     name: Name
     tenant: TenantIdField
@@ -124,6 +124,12 @@ class JobSubmitted(JobEvent):
     resources: Resources
     """Per replica."""
     interconnect: Interconnect = Interconnect.NONE
+    """What the replicas talk over: ``nvlink`` keeps them inside one NVLink domain, ``rdma`` inside one RDMA
+    fabric; a preference (placement costs more outside the first replica's domain) unless
+    ``interconnect_required``."""
+    interconnect_required: bool = False
+    """The interconnect is a hard constraint: every replica on a node of one and the same domain of it, or
+    the job waits (v2; a v1 request's interconnect was a preference)."""
     datasets: Annotated[tuple[Id, ...], Field(max_length=64), Unique()] = ()
     tolerations: Annotated[tuple[Toleration, ...], Field(max_length=32)] = ()
     preemptible: bool = True
@@ -137,6 +143,13 @@ class JobSubmitted(JobEvent):
     submitted_by: Principal | None = None
     client_request_id: RequestId | None = None
     """The client's idempotency key: a second submission with the same key is a duplicate."""
+
+    @field_validator("interconnect_required")
+    @classmethod
+    def _required_names_one(cls, value: bool, info: ValidationInfo) -> bool:
+        if value and info.data.get("interconnect", Interconnect.NONE) is Interconnect.NONE:
+            raise ValueError("needs interconnect 'nvlink' or 'rdma' to require")
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> JobSubmitted:

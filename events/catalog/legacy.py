@@ -23,6 +23,8 @@ History:
   (``tenant_queue_position``: ``None`` for a v1 record, which did not say) and the wait's category
   (``pending_reason``), which the upcaster derives from the record's binding reason (else its first
   reason) by the catalogue's one mapping (``events.catalog.pending_reasons``), as the scheduler does.
+- ``io.fedsched.JobSubmitted`` v1 -> v2: v2 can make the interconnect a hard constraint
+  (``interconnect_required``). A v1 request's interconnect was a preference, so: not required.
 - ``io.fedsched.NodeUsageReported`` v1 -> v2: v2 names the ``run`` each job usage measured. A v1 report
   did not say, so its runs are ``None`` (the projections attribute it by time, as they did).
 """
@@ -43,15 +45,17 @@ from events.catalog.decisions import (
     SuggestedChange,
     TopicOffset,
 )
+from events.catalog.jobs import InferenceSpec, Interconnect, JobKind, PriorityClass, Toleration
 from events.catalog.pending_reasons import pending_reason_of
 from events.catalog.reasons import ReasonCode
-from events.catalog.topics import DECISIONS, GOVERNANCE, INVENTORY
+from events.catalog.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS
 from events.catalog.types import (
     MAX_REPLICAS,
     ClusterIdField,
     CycleIdField,
     DeviceIndex,
     DeviceIndices,
+    DurationSeconds,
     EpochMillis,
     Frozen,
     Health,
@@ -70,8 +74,11 @@ from events.catalog.types import (
     QueueIdField,
     QuotaLine,
     QuotaRequestIdField,
+    RequestId,
+    Resources,
     Sha256Hex,
     TemperatureC,
+    Template,
     TenantIdField,
     Text,
     Unique,
@@ -310,12 +317,65 @@ def quota_v1_to_v2(payload: Payload) -> Payload:
     return payload
 
 
+class JobSubmittedV1(Event):
+    """A client asked to run a job (v1: its interconnect was only ever a preference)."""
+
+    event_type: ClassVar[str] = "io.fedsched.JobSubmitted"
+    schema_version: ClassVar[int] = 1
+    key_field: ClassVar[str | None] = "job_id"
+    topic: ClassVar[str] = JOBS.name
+
+    job_id: JobIdField
+    name: Name
+    tenant: TenantIdField
+    project: Id = "default"
+    queue: QueueIdField = QueueId("default")
+    kind: JobKind = JobKind.BATCH
+    priority_class: PriorityClass = PriorityClass.STANDARD
+    replicas: Annotated[int, Field(ge=1, le=MAX_REPLICAS)] = 1
+    gang: bool = False
+    resources: Resources
+    interconnect: Interconnect = Interconnect.NONE
+    datasets: Annotated[tuple[Id, ...], Field(max_length=64), Unique()] = ()
+    tolerations: Annotated[tuple[Toleration, ...], Field(max_length=32)] = ()
+    preemptible: bool = True
+    expected_runtime_s: DurationSeconds | None = None
+    max_runtime_s: DurationSeconds | None = None
+    inference: InferenceSpec | None = None
+    template: Template = Field(default_factory=dict)
+    labels: Labels = Field(default_factory=dict)
+    submitted_by: Principal | None = None
+    client_request_id: RequestId | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> JobSubmittedV1:
+        if self.inference is not None:
+            if self.kind is not JobKind.INFERENCE:
+                raise ValueError("inference settings are only for kind 'inference'")
+            if self.inference.min_replicas > self.replicas:
+                raise ValueError("inference.min_replicas is more than replicas")
+        if (
+            self.expected_runtime_s is not None
+            and self.max_runtime_s is not None
+            and self.expected_runtime_s > self.max_runtime_s
+        ):
+            raise ValueError("expected_runtime_s is more than max_runtime_s")
+        return self
+
+
+@upcaster("io.fedsched.JobSubmitted", 1)
+def submitted_v1_to_v2(payload: Payload) -> Payload:
+    payload["interconnect_required"] = False
+    return payload
+
+
 __all__ = [
     "GpuHealthReportedV1",
     "GpuHealthSampleV1",
     "GpuUsageV1",
     "JobPlacedV1",
     "JobQueuedV1",
+    "JobSubmittedV1",
     "JobUsageV1",
     "NodeUsageReportedV1",
     "PolicyConfiguredV1",
@@ -328,6 +388,7 @@ __all__ = [
     "policy_v1_to_v2",
     "queued_v1_to_v2",
     "quota_v1_to_v2",
+    "submitted_v1_to_v2",
     "tenant_v1_to_v2",
     "usage_v1_to_v2",
 ]

@@ -58,6 +58,7 @@ PENDING_REASONS = MappingProxyType(
         _R.GPU_MODEL_UNAVAILABLE: _P.MISCONFIGURED,
         _R.GPU_MEMORY_TOO_SMALL: _P.MISCONFIGURED,
         _R.TAINT_NOT_TOLERATED: _P.MISCONFIGURED,
+        _R.INTERCONNECT_DOMAIN_TOO_SMALL: _P.MISCONFIGURED,
     }
 )
 """Each waiting reason code -> its category."""
@@ -70,7 +71,10 @@ DESCRIPTIONS = MappingProxyType(
         _P.UNAVAILABLE: "the capacity that would take it is cordoned, unhealthy, draining or unreachable",
         _P.TOPOLOGY: "no cluster can hold it together as it asks (one cluster, its interconnect, its data)",
         _P.PREEMPTION_PENDING: "jobs are being stopped to make room for it",
-        _P.MISCONFIGURED: "no node could take it as asked (GPU model, GPU memory, taints): change the request",
+        _P.MISCONFIGURED: (
+            "no node could take it as asked (GPU model, GPU memory, taints, an NVLink domain or RDMA fabric "
+            "big enough): change the request"
+        ),
     }
 )
 

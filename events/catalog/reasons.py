@@ -35,6 +35,7 @@ class ReasonCode(StrEnum):
     NODE_UNSCHEDULABLE = "NodeUnschedulable"
     GPU_UNHEALTHY = "GpuUnhealthy"
     INTERCONNECT_UNAVAILABLE = "InterconnectUnavailable"
+    INTERCONNECT_DOMAIN_TOO_SMALL = "InterconnectDomainTooSmall"
     DATASET_NOT_LOCAL = "DatasetNotLocal"
     TAINT_NOT_TOLERATED = "TaintNotTolerated"
     CLUSTER_UNREACHABLE = "ClusterUnreachable"
@@ -107,7 +108,10 @@ DESCRIPTIONS = MappingProxyType(
         _R.RESERVED_FOR_GANG: "the free capacity is held for a waiting gang job",
         _R.NODE_UNSCHEDULABLE: "the suitable nodes are cordoned or not schedulable",
         _R.GPU_UNHEALTHY: "the suitable GPUs are degraded or failed",
-        _R.INTERCONNECT_UNAVAILABLE: "no NVLink domain or RDMA fabric large enough for the job",
+        _R.INTERCONNECT_UNAVAILABLE: "no NVLink domain or RDMA fabric has room for all of the job's replicas now",
+        _R.INTERCONNECT_DOMAIN_TOO_SMALL: (
+            "no NVLink domain or RDMA fabric could hold all of the job's replicas even when empty"
+        ),
         _R.DATASET_NOT_LOCAL: "a required dataset is not reachable locally",
         _R.TAINT_NOT_TOLERATED: "the suitable nodes carry taints the job does not tolerate",
         _R.CLUSTER_UNREACHABLE: "the cluster's connector cannot be reached",

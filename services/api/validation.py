@@ -72,6 +72,8 @@ def job_spec_body(spec: jobs_pb2.JobSpec) -> dict[str, Any]:
             body[name] = getattr(spec, name)
     if spec.gang:
         body["gang"] = True
+    if spec.interconnect_required:
+        body["interconnect_required"] = True
     if spec.HasField("resources"):
         r = spec.resources
         body["resources"] = {

@@ -13,6 +13,8 @@ kind: fine_tune                 # training, fine_tune, batch, inference, noteboo
 priority_class: standard        # production_inference, critical_training, standard, best_effort
 replicas: 2
 gang: true
+interconnect: rdma              # none, nvlink, rdma: replicas inside one RDMA fabric / NVLink domain
+interconnect_required: true     # a hard constraint (otherwise a preference)
 datasets: [c4-en]
 preemptible: true
 expected_runtime: 6h            # seconds, or 90s / 30m / 6h / 2d / 1h30m (also expected_runtime_s)
@@ -41,6 +43,7 @@ _SCALARS = {
     "kind": str,
     "priority_class": str,
     "interconnect": str,
+    "interconnect_required": bool,
     "replicas": int,
     "gang": bool,
     "preemptible": bool,

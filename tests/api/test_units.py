@@ -57,6 +57,7 @@ client_request_id: run-7
         ("- a list", "(file)"),
         ("name: [unclosed", "(file)"),
         ("name: n\nreplicas: 99999999999", "replicas"),
+        ("name: n\ninterconnect: rdma\ninterconnect_required: 'yes'", "interconnect_required"),
     ],
 )
 def test_a_bad_job_file_names_the_field(text: str, field: str) -> None:
@@ -79,6 +80,8 @@ def test_a_bad_job_file_names_the_field(text: str, field: str) -> None:
         (spec(resources=jobs_pb2.Resources(gpu_models=["A100-80G"])), "resources"),  # asks for nothing
         (spec(name=""), "name"),
         (spec(tenant=""), "tenant"),
+        (spec(interconnect_required=True), "interconnect_required"),  # requires no interconnect
+        (spec(interconnect="infiniband", interconnect_required=True), "interconnect"),
     ],
 )
 def test_edge_validation_names_the_field_as_the_catalogue_does(bad: jobs_pb2.JobSpec, field: str) -> None:
@@ -87,6 +90,18 @@ def test_edge_validation_names_the_field_as_the_catalogue_does(bad: jobs_pb2.Job
         validation.asks_for_something(validation.event_from(JobSubmitted, {**body, "job_id": "j-1"}))
     assert caught.value.field == field
     assert "at least 1 character" not in str(caught.value)  # a missing field is said to be missing
+
+
+def test_a_required_interconnect_goes_from_the_job_file_to_the_event() -> None:
+    parsed, _ = jobfile.parse(
+        "name: n\ntenant: t\nresources: {gpus: 8}\nreplicas: 4\ninterconnect: rdma\ninterconnect_required: true"
+    )
+    event = validation.event_from(JobSubmitted, {**validation.job_spec_body(parsed), "job_id": "j-1"})
+    assert (event.interconnect.value, event.interconnect_required) == ("rdma", True)
+    preference = validation.event_from(
+        JobSubmitted, {**validation.job_spec_body(spec(interconnect="nvlink")), "job_id": "j-2"}
+    )
+    assert (preference.interconnect.value, preference.interconnect_required) == ("nvlink", False)
 
 
 def test_defaults_come_from_the_catalogue() -> None:

@@ -68,8 +68,11 @@ class JobBuilder:
     def kind(self, k: JobKind) -> JobBuilder:
         return self._set(kind=k)
 
-    def nvlink(self) -> JobBuilder:
-        return self._set(interconnect=Interconnect.NVLINK)
+    def nvlink(self, required: bool = False) -> JobBuilder:
+        return self._set(interconnect=Interconnect.NVLINK, interconnect_required=required)
+
+    def rdma(self, required: bool = False) -> JobBuilder:
+        return self._set(interconnect=Interconnect.RDMA, interconnect_required=required)
 
     def datasets(self, *ds: str) -> JobBuilder:
         return self._set(datasets=tuple(ds))
@@ -145,7 +148,12 @@ class NodeBuilder:
         return self._set(taints=tuple(sorted((*self._n.taints, (key, value, effect)))))
 
     def domain(self, d: str) -> NodeBuilder:
-        return self._set(domain=d)
+        """Its NVLink domain."""
+        return self._set(nvlink_domain=d)
+
+    def fabric(self, f: str) -> NodeBuilder:
+        """Its RDMA fabric."""
+        return self._set(rdma_fabric=f)
 
     def build(self) -> Node:
         return self._n

@@ -2,7 +2,7 @@
 the explanation of a wait (``context.REMEMBER_ALIKE``): in a long queue of a few shapes that made a
 cycle of 3,000 waiting jobs some 4.8x cheaper. It must change no decision: every cycle here is decided
 with and without it, over long queues of mixed shapes, priorities, gangs, GPU models, runtimes, quotas,
-a cohort and a reservation, and the two results must be equal."""
+a cohort, a reservation and NVLink domains preferred or required, and the two results must be equal."""
 
 from __future__ import annotations
 
@@ -24,12 +24,18 @@ SHAPES = st.tuples(
     st.sampled_from(["t0", "t1", "t2", "t3"]),  # t3 holds nothing of its guarantee: it may reclaim
     st.sampled_from([(), ("A100",), ("T4",)]),
     st.sampled_from([None, 60, 36_000]),  # max runtime: some may backfill a reservation
+    st.sampled_from([None, False, True]),  # NVLink: none, preferred, required (domains of 2 and 1 nodes)
 )
 
 
-def scene(shapes: list[tuple[int, int, PriorityClass, str, tuple[str, ...], int | None]], busy: int):  # type: ignore[no-untyped-def]
+def scene(shapes: list[tuple[int, int, PriorityClass, str, tuple[str, ...], int | None, bool | None]], busy: int):  # type: ignore[no-untyped-def]
     nodes = [
-        a_node(f"{c}-n{i}").cluster(c).model(m).gpus(8, (0,) * busy + (1000,) * (8 - busy)).build()
+        a_node(f"{c}-n{i}")
+        .cluster(c)
+        .model(m)
+        .gpus(8, (0,) * busy + (1000,) * (8 - busy))
+        .domain(f"{c}-d{i % 2}")
+        .build()
         for c, m in (("cluster-a", "A100"), ("cluster-b", "T4"))
         for i in range(3)
     ]
@@ -44,8 +50,9 @@ def scene(shapes: list[tuple[int, int, PriorityClass, str, tuple[str, ...], int 
         if busy
     ]
     jobs = []
-    for k, (gpus, replicas, priority, who, models, max_s) in enumerate(shapes):
+    for k, (gpus, replicas, priority, who, models, max_s, nvlink) in enumerate(shapes):
         job = a_job(f"j{k:03d}").tenant(who).priority(priority).replicas(replicas, gang=replicas > 1).submitted(k)
+        job = job if nvlink is None else job.nvlink(required=nvlink)
         job = (job.gpus(gpus) if gpus else job.share(500)).models(*models).runtime(max_s=max_s)
         jobs.append(job.kind(JobKind.TRAINING if k % 2 else JobKind.BATCH).build())
     tenants = [
@@ -59,7 +66,7 @@ def scene(shapes: list[tuple[int, int, PriorityClass, str, tuple[str, ...], int 
 @settings(max_examples=150, deadline=None)
 @given(shapes=st.lists(SHAPES, min_size=1, max_size=80), busy=st.sampled_from([0, 4, 6, 8]))
 def test_remembering_alike_jobs_changes_no_decision(
-    shapes: list[tuple[int, int, PriorityClass, str, tuple[str, ...], int | None]], busy: int
+    shapes: list[tuple[int, int, PriorityClass, str, tuple[str, ...], int | None, bool | None]], busy: int
 ) -> None:
     remembered, afresh = both_ways(scene(shapes, busy))
     assert remembered == afresh

@@ -45,7 +45,7 @@ _TEXT = 4096
 _VICTIMS = 256
 
 
-DECISION_ENGINE = "fedsched-decisions-5"
+DECISION_ENGINE = "fedsched-decisions-6"
 """The name of this code's decisions, recorded with every cycle. Change it in the same commit as anything
 that makes the same inputs give other decision events: a choice of the policy core, a reason, a message's
 words or figures, how an event is built. ``tests/scheduler/test_decision_engine.py`` holds the digest of
@@ -73,7 +73,12 @@ per-tenant hourly limits, counts the jobs already stopping for a job as its room
 victims while the first ones were stopping) and counts room only on the nodes the job may use; a wait
 (``JobQueued`` v2) gives its place in its own tenant's queue beside its place in the federation's order,
 and the category of its binding reason; a cluster with room for a job its quota or budget holds says
-"room for its N replica(s) now (M would fit)"."""
+"room for its N replica(s) now (M would fit)". ``-6`` keeps every replica of a job that requires its
+interconnect (``interconnect_required``) inside one NVLink domain or RDMA fabric, in placement,
+preemption, reservations and explanations (``InterconnectUnavailable``, ``InterconnectDomainTooSmall``);
+a preferred interconnect is counted on the domain of the kind the job asks for (``-5`` took a node's
+NVLink domain, else its RDMA fabric, for either) and a node on none shares it with no node (``-5``: all
+such nodes shared the empty one)."""
 
 
 def cycle_id(sequence: int) -> CycleId:

@@ -99,7 +99,7 @@ def load_openb_nodes(path: Path, clusters: int = 1) -> list[Node]:
                 gpu_model=model if count else "",
                 gpu_memory_mib=GPU_MEMORY_MIB.get(model, 0),
                 gpus=tuple(Gpu(index=j) for j in range(count)),
-                domain=f"{model or 'cpu'}-{i // 32:03d}",
+                rdma_fabric=f"{model or 'cpu'}-{i // 32:03d}",
             )
         )
     return nodes
@@ -127,7 +127,7 @@ def load_spot_nodes(path: Path, target_nodes: int, clusters: int) -> list[Node]:
                 gpu_model=model if count else "",
                 gpu_memory_mib=GPU_MEMORY_MIB.get(model, 0),
                 gpus=tuple(Gpu(index=j) for j in range(count)),
-                domain=f"{model}-{i // 64:04d}",
+                rdma_fabric=f"{model}-{i // 64:04d}",
             )
         )
     return nodes

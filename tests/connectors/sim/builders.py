@@ -19,7 +19,7 @@ from events.catalog.decisions import (
     ReplicaPlacement,
 )
 from events.catalog.inventory import Taint
-from events.catalog.jobs import JobCancelRequested, JobKind, JobSubmitted, Toleration
+from events.catalog.jobs import Interconnect, JobCancelRequested, JobKind, JobSubmitted, Toleration
 from events.catalog.types import ClusterId, JobId, NodeId, Resources, TaintEffect, TenantId
 from events.wire.envelope import Envelope
 
@@ -40,6 +40,11 @@ class NodeBuilder:
     gpu_memory_mib: int = 81_251
     taints: tuple[Taint, ...] = ()
     schedulable: bool = True
+    fabric: str | None = None
+
+    def on_fabric(self, name: str) -> Self:
+        self.fabric = name
+        return self
 
     def gpus(self, count: int, model: str | None = None, memory_mib: int | None = None) -> Self:
         self.gpu_count = count
@@ -73,6 +78,7 @@ class NodeBuilder:
             gpu_memory_mib=self.gpu_memory_mib if self.gpu_count else 0,
             taints=self.taints,
             schedulable=self.schedulable,
+            rdma_fabric=self.fabric,
         )
 
 
@@ -97,6 +103,11 @@ class JobBuilder:
     max_runtime_s: int | None = None
     labels: dict[str, str] = field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
+    rdma_required: bool = False
+
+    def requires_rdma(self) -> Self:
+        self.rdma_required = True
+        return self
 
     def gpus(self, count: int) -> Self:
         self.resources["gpus"] = count
@@ -162,6 +173,8 @@ class JobBuilder:
             max_runtime_s=self.max_runtime_s,
             labels=self.labels,
             tolerations=self.tolerations,
+            interconnect=Interconnect.RDMA if self.rdma_required else Interconnect.NONE,
+            interconnect_required=self.rdma_required,
         )
 
 

@@ -16,10 +16,12 @@ pytestmark = pytest.mark.timeout(30)
 
 
 def fleet() -> Story:
-    """Two A100 nodes (one already half full), a cordoned node, a tainted T4 node, a CPU node."""
+    """Two A100 nodes (one already half full) on fabric ib-a, one on ib-b, a cordoned node, a tainted T4
+    node, a CPU node."""
     spec = a_cluster(
-        a_node("a100-0"),
-        a_node("a100-1"),
+        a_node("a100-0").on_fabric("ib-a"),
+        a_node("a100-1").on_fabric("ib-a"),
+        a_node("a100-2").on_fabric("ib-b"),
         a_node("cordoned").cordoned(),
         a_node("t4-spot").gpus(4, "T4", 15109).tainted("spot", "true"),
         a_node("cpu-0").gpus(0).cpu(8000).memory(32_768),
@@ -76,6 +78,10 @@ REFUSED = [
          "gang of 2"),
     Case("more replicas than the job has", j().gpus(1), p().on("a100-0", 0).on("a100-0", 1),
          ReasonCode.LAUNCH_FAILED, "names 2 replicas"),
+    Case("a required fabric spanned", j().gpus(1).replicas(2).requires_rdma(), p().on("a100-0", 0).on("a100-2", 0),
+         ReasonCode.INTERCONNECT_UNAVAILABLE, "one RDMA fabric; the placement spans ib-a (a100-0), ib-b (a100-2)"),
+    Case("a required fabric on a node without one", j().gpus(1).tolerates("spot").requires_rdma(), p().on("t4-spot", 0),
+         ReasonCode.INTERCONNECT_UNAVAILABLE, "replica 0 on node t4-spot: the job requires one RDMA fabric"),
 ]  # fmt: skip
 
 
@@ -99,6 +105,10 @@ ACCEPTED = [
     Case("a gang over two nodes", j().gpus(3).replicas(2, gang=True), p().on("a100-0", 0, 1, 2).on("a100-1", 5, 6, 7),
          ReasonCode.PLACED, ""),
     Case("a CPU-only job", j().cpu(8000), p().on("cpu-0"), ReasonCode.PLACED, ""),
+    Case("a required fabric kept", j().gpus(1).replicas(2).requires_rdma(), p().on("a100-0", 0).on("a100-1", 5),
+         ReasonCode.PLACED, ""),
+    Case("a preferred fabric spanned", j().gpus(1).replicas(2), p().on("a100-0", 0).on("a100-2", 0),
+         ReasonCode.PLACED, ""),
 ]  # fmt: skip
 
 

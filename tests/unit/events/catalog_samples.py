@@ -92,6 +92,7 @@ from events.catalog.legacy import (
     GpuUsageV1,
     JobPlacedV1,
     JobQueuedV1,
+    JobSubmittedV1,
     JobUsageV1,
     NodeUsageReportedV1,
     PolicyConfiguredV1,
@@ -232,6 +233,7 @@ def _submitted() -> JobSubmitted:
             min_gpu_memory_mib=40_960,
         ),
         interconnect=Interconnect.NVLINK,
+        interconnect_required=True,
         datasets=("support-tickets-2025",),
         tolerations=(Toleration(key="nvidia.com/gpu", effect=TaintEffect.NO_SCHEDULE),),
         preemptible=True,
@@ -580,6 +582,7 @@ def _cycle() -> dict[str, Any]:
 def _legacy() -> list[Event]:
     chosen, runner_up = _scores()
     return [
+        JobSubmittedV1(**_submitted().model_dump(exclude={"interconnect_required"})),
         JobQueuedV1(**_wait(), queue_position=3, estimated_start_ms=T0 + 2 * HOUR),
         JobPlacedV1(
             job_id=JOB,

@@ -35,8 +35,8 @@ from events.catalog.governance import (
     QuotaRequestSubmitted,
     _Decided,
 )
-from events.catalog.jobs import JobKind, JobSubmitted
-from events.catalog.legacy import JobPlacedV1
+from events.catalog.jobs import Interconnect, JobKind, JobSubmitted
+from events.catalog.legacy import JobPlacedV1, JobSubmittedV1
 from events.catalog.types import MAX_SAFE_INT, JsonLimits, ResourceKind, Resources, Unique
 from events.wire.envelope import Envelope
 
@@ -210,6 +210,8 @@ def _job_submitted(v: Values) -> Values:
     expected, maximum = v["expected_runtime_s"], v["max_runtime_s"]
     if expected is not None and maximum is not None and expected > maximum:  # type: ignore[operator]
         v["expected_runtime_s"], v["max_runtime_s"] = maximum, expected
+    if v.get("interconnect_required") and v["interconnect"] is Interconnect.NONE:
+        v["interconnect_required"] = False
     return v
 
 
@@ -290,6 +292,7 @@ FIXUPS: dict[type[BaseModel], Callable[[Values], Values]] = {
     PolicySpec: _policy,
     Resources: _resources,
     JobSubmitted: _job_submitted,
+    JobSubmittedV1: _job_submitted,
     ReplicaPlacement: _replica,
     CandidateScore: _candidate,
     JobPlaced: _placed,

@@ -54,7 +54,7 @@ CATALOGUE = {
     "io.fedsched.JobReclaimed": 1,
     "io.fedsched.JobRejected": 1,
     "io.fedsched.JobStarted": 1,
-    "io.fedsched.JobSubmitted": 1,
+    "io.fedsched.JobSubmitted": 2,
     "io.fedsched.JobSucceeded": 1,
     "io.fedsched.NodeObserved": 1,
     "io.fedsched.NodeRemoved": 1,

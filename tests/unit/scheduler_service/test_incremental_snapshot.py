@@ -106,7 +106,8 @@ def full_snapshot(state: SchedulerState, now_ms: int) -> m.FleetSnapshot:
                 gpu_memory_mib=seen.gpus[0].memory_mib if seen.gpus else 0,
                 gpus=tuple(gpus),
                 schedulable=seen.schedulable and state.cluster_status.get(key[0], "reachable") == "reachable",
-                domain=seen.nvlink_domain or seen.rdma_fabric or "",
+                nvlink_domain=seen.nvlink_domain or "",
+                rdma_fabric=seen.rdma_fabric or "",
             )
         )
     incremental = state.snapshot(now_ms)

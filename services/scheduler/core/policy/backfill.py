@@ -3,7 +3,8 @@
 Called by the cycle (reservations) and by explanations (estimated start times). Running jobs are assumed
 to end at ``started_at + expected runtime`` (or their maximum runtime, or the policy default); releasing
 them in that order on a copy of the capacity, the first moment a job's replicas all fit in one cluster is
-its estimated start. The reservation holds the nodes the gang would then use; a later job may run on
+its estimated start (all in one domain, for a job that requires an interconnect: ``topology``). The
+reservation holds the nodes the gang would then use; a later job may run on
 them only if its maximum runtime ends before the reservation starts.
 """
 
@@ -11,9 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.scheduler.core.policy.capacity import per_node
+from services.scheduler.core.policy import topology
+from services.scheduler.core.policy.capacity import I64, per_node
 from services.scheduler.core.policy.context import Ctx, Reservation
-from services.scheduler.core.policy.fleet import Demand
+from services.scheduler.core.policy.fleet import Demand, FleetState
 from services.scheduler.core.policy.model import Job, RunningJob
 
 
@@ -33,7 +35,7 @@ def earliest_start(ctx: Ctx, job: Job, d: Demand) -> tuple[int, int, list[int]] 
         released = []
         when: int | None = None
         try:
-            if int(per_node(fs, d, lo, hi).sum()) >= job.replicas:
+            if topology.fits(job, per_node(fs, d, lo, hi), fs, lo, hi):
                 when = ctx.snap.now_ms
             else:
                 for r in ends:
@@ -43,11 +45,11 @@ def earliest_start(ctx: Ctx, job: Job, d: Demand) -> tuple[int, int, list[int]] 
                         if p.node_id in fs.index:
                             fs.give(p, r.job.cpu_milli, r.job.memory_mib)
                     released.append(r)
-                    if int(per_node(fs, d, lo, hi).sum()) >= job.replicas:
+                    if topology.fits(job, per_node(fs, d, lo, hi), fs, lo, hi):
                         when = expected_end_ms(ctx, r)
                         break
             if when is not None and (best is None or (when, ci) < (best[0], best[1])):
-                cap = per_node(fs, d, lo, hi)
+                cap = _within_one_domain(fs, job, per_node(fs, d, lo, hi), lo, hi)
                 order = np.argsort(fs.tiebreak[lo:hi], kind="stable")
                 nodes: list[int] = []
                 need = job.replicas
@@ -65,6 +67,16 @@ def earliest_start(ctx: Ctx, job: Job, d: Demand) -> tuple[int, int, list[int]] 
                     if p.node_id in fs.index:
                         fs.retake(p, r.job.cpu_milli, r.job.memory_mib)
     return best
+
+
+def _within_one_domain(fs: FleetState, job: Job, cap: I64, lo: int, hi: int) -> I64:
+    """``cap`` on the nodes of the domain with the most room, for a job that requires an interconnect
+    (its reservation holds nodes of one domain); ``cap`` as it is otherwise."""
+    kind = topology.required(job)
+    if kind is None:
+        return cap
+    best = topology.largest_room(fs, kind, cap, lo, hi).domain
+    return np.where(topology.domain_of(fs, kind)[lo:hi] == best, cap, 0)
 
 
 def reserve(ctx: Ctx, job: Job, d: Demand) -> Reservation | None:

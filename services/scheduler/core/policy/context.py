@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from services.scheduler.core.policy import topology
 from services.scheduler.core.policy.budgets import BudgetBook
 from services.scheduler.core.policy.capacity import per_node
 from services.scheduler.core.policy.fairshare import Held
@@ -22,7 +23,6 @@ from services.scheduler.core.policy.model import (
     Cluster,
     ClusterId,
     FleetSnapshot,
-    Interconnect,
     Job,
     PolicyConfig,
     ReplicaPlacement,
@@ -145,16 +145,21 @@ class Ctx:
         fs = self.fleet
         plans: dict[ClusterId, Plan] = {}
         cands: list[tuple[ClusterId, int, int]] = []
+        kind = topology.required(job)
         for ci, (lo, hi) in enumerate(fs.cluster_range):
             # For one replica the trial is the capacity count: its choice is None exactly when no node
             # (outside the masked ones) fits it.
-            if job.replicas > 1:
+            within = extra
+            if job.replicas > 1 or kind is not None:
                 cap = per_node(fs, d, lo, hi)
                 if extra is not None:
                     cap = np.where(extra[lo:hi] < MASKED, cap, 0)
-                if int(cap.sum()) < job.replicas:
+                if not topology.fits(job, cap, fs, lo, hi):
                     continue
-            plan = self._trial(ci, job, d, extra)
+                if kind is not None:  # the first replica goes to a domain with room for all of them
+                    out = topology.outside(fs, kind, cap, job, lo, hi) * MASKED
+                    within = out if extra is None else np.maximum(extra, out)
+            plan = self._trial(ci, job, d, within)
             if plan is None:
                 continue
             cid = fs.clusters[ci]
@@ -178,6 +183,7 @@ class Ctx:
         taken: list[ReplicaPlacement] = []
         choices: list[Choice] = []
         cur = extra
+        hard, soft = topology.required(job), topology.preferred(job)
         try:
             for r in range(job.replicas):
                 c = placer.choose(d, lo, hi, cur)
@@ -185,8 +191,11 @@ class Ctx:
                     return None
                 choices.append(c)
                 taken.append(placer.place(d, c))
-                if r == 0 and job.replicas > 1 and job.interconnect is not Interconnect.NONE:
-                    other = (fs.domain_of != fs.domain_of[c.node]).astype(np.int64)
+                if r == 0 and hard is not None:  # the rest stay in the first one's domain
+                    out = topology.other_domain(fs, hard, c.node) * MASKED
+                    cur = out if cur is None else np.maximum(cur, out)
+                elif r == 0 and soft is not None:
+                    other = topology.other_domain(fs, soft, c.node)
                     pen = other * (self.config.cross_domain_penalty // max(1, fs.size) + 1)
                     cur = pen if cur is None else np.where(cur >= MASKED, cur, cur + pen)
             models = tuple(sorted({self.model_at(c.node) for c in choices if d.gpus or d.gpu_milli} - {""}))

@@ -36,7 +36,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from services.scheduler.core.policy import context
+from services.scheduler.core.policy import context, topology
 from services.scheduler.core.policy.backfill import may_backfill
 from services.scheduler.core.policy.budgets import BudgetBook
 from services.scheduler.core.policy.capacity import model_pressure
@@ -338,7 +338,7 @@ def _queue_decisions(ctx: Ctx, waiting: list[Waiting]) -> list[Queue]:
         # preemption under way), the fleet cannot say when it starts; and for a quota or a preemption, no
         # other shape of the request would start it sooner either.
         estimate = forced is None and pos <= ctx.config.estimate_limit
-        key = (d, job.replicas, forced, backfills, job.job_id == reserved_for)
+        key = (d, job.replicas, forced, backfills, job.job_id == reserved_for, topology.required(job))
         short = alike.get(key) if context.REMEMBER_ALIKE and not estimate else None
         if short is None:
             extra = ctx.extra_for(job, d, False, backfills) if forced is None else None

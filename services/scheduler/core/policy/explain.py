@@ -14,12 +14,13 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
+from services.scheduler.core.policy import topology
 from services.scheduler.core.policy.backfill import earliest_start
 from services.scheduler.core.policy.capacity import largest_whole_gpu_block, per_node
 from services.scheduler.core.policy.context import Ctx
 from services.scheduler.core.policy.decisions import Change, ClusterWhyNot, Constraint
 from services.scheduler.core.policy.fleet import Demand
-from services.scheduler.core.policy.model import MILLI, Job, hard_taints
+from services.scheduler.core.policy.model import MILLI, Interconnect, Job, hard_taints
 from services.scheduler.core.policy.placer import MASKED
 from services.scheduler.core.policy.reasons import ReasonCode
 
@@ -100,7 +101,7 @@ def _cluster(
     cap_now = per_node(fs, d, lo, hi)
     if extra is not None:
         masked = extra[lo:hi] >= MASKED
-        if int(cap_now.sum()) >= job.replicas and int(np.where(masked, 0, cap_now).sum()) < job.replicas:
+        if topology.fits(job, cap_now, fs, lo, hi) and not topology.fits(job, np.where(masked, 0, cap_now), fs, lo, hi):
             r = ctx.reservation
             reason = ReasonCode.RESERVED_FOR_GANG if r is not None and r.cluster == ci else ReasonCode.HOT_MODEL_CAP
             held = reason is ReasonCode.RESERVED_FOR_GANG and r
@@ -108,9 +109,9 @@ def _cluster(
                 f"capacity held for {r.job_id} until {moment(r.start_ms)}" if held and r
                 else "the free capacity is on hot GPU models, above the tenant's cap"
             )  # fmt: skip
-            return ClusterWhyNot(cid, reason, detail), int(cap_now.sum()), bound(reason)
+            return ClusterWhyNot(cid, reason, detail), topology.most_in_one(job, cap_now, fs, lo, hi), bound(reason)
         cap_now = np.where(masked, 0, cap_now)
-    total_now = int(cap_now.sum())
+    total_now = topology.most_in_one(job, cap_now, fs, lo, hi)  # in one domain, if it requires one
     if not fs.schedulable[lo:hi].any():
         status = next((c.status for c in ctx.snap.clusters if c.cluster_id == cid), "reachable")
         reason, detail = _CLOSED.get(status, (ReasonCode.NODE_UNSCHEDULABLE, "every node is cordoned"))
@@ -122,13 +123,18 @@ def _cluster(
         why = ClusterWhyNot(cid, forced, detail)
         return why, total_now, bound(forced)
     # Could the cluster ever hold it (all running jobs gone)?
-    if empty < job.replicas and _empty_capacity(ctx, d, lo, hi, tolerated=False) >= job.replicas:
+    if empty < job.replicas and topology.fits(job, _empty_capacity(ctx, d, lo, hi, tolerated=False), fs, lo, hi):
         taints = sorted({t for i in fs.tainted if lo <= i < hi for t in hard_taints(fs.nodes[i].taints)})
         named = ", ".join(f"{key}={value}:{effect}" for key, value, effect in taints[:4])
         detail = f"the nodes that could hold it carry taints it does not tolerate ({named}); room for {empty} of "
         detail += f"{job.replicas} replicas on the others"
         why = ClusterWhyNot(cid, ReasonCode.TAINT_NOT_TOLERATED, detail)
         return why, total_now, bound(why.reason)
+    kind = topology.required(job)
+    if kind is not None and (empty < job.replicas or total_now < job.replicas):
+        domains = _topology(ctx, job, d, kind, ci, cap_now, empty)
+        if domains is not None:
+            return domains, total_now, bound(domains.reason)
     if empty < job.replicas:
         reason = ReasonCode.GANG_TOO_LARGE if job.replicas > 1 else ReasonCode.NO_FEASIBLE_NODE
         why = ClusterWhyNot(cid, reason, f"holds at most {empty} of {job.replicas} replicas even when empty")
@@ -160,6 +166,46 @@ def _cluster(
     return why, total_now, bound(why.reason)
 
 
+def _topology(
+    ctx: Ctx, job: Job, d: Demand, kind: Interconnect, ci: int, cap_now: np.ndarray, empty: int
+) -> ClusterWhyNot | None:
+    """Why a job that requires an interconnect does not fit in cluster ``ci`` when its domains are what
+    holds it: none could ever hold all of its replicas (the cluster as a whole could), or none has room
+    for them now (the cluster as a whole has). ``empty``: the most one domain could hold with no job
+    running. None: not the domains (the cluster's size or its free capacity says why)."""
+    fs = ctx.fleet
+    lo, hi = fs.cluster_range[ci]
+    cid = fs.clusters[ci]
+    name = topology.KIND_NAMES[kind]
+    n = job.replicas
+    if empty < n:
+        when_empty = _empty_capacity(ctx, d, lo, hi)
+        if int(when_empty.sum()) < n:
+            return None  # the cluster could not hold it even spread over domains: its size says why
+        largest = topology.largest_room(fs, kind, when_empty, lo, hi)
+        if largest.domain < 0:
+            detail = f"needs {n} replica{_s(n)} in one {name}; no node it fits on is in one"
+        else:
+            biggest = topology.domain_name(fs, kind, largest.domain)
+            detail = f"needs {n} replica{_s(n)} in one {name}; the largest, {biggest}, holds at most "
+            detail += f"{largest.replicas} even when empty"
+        return ClusterWhyNot(cid, ReasonCode.INTERCONNECT_DOMAIN_TOO_SMALL, detail)
+    if int(cap_now.sum()) < n:
+        return None  # not even spread over domains: the capacity taken now says why
+    room = topology.largest_room(fs, kind, cap_now, lo, hi)
+    if room.domain < 0:
+        detail = f"needs {n} replica{_s(n)} in one {name}; none in {cid} has room for any now"
+    else:
+        where = topology.domain_name(fs, kind, room.domain)
+        detail = f"needs {n} replica{_s(n)} in one {name}; the largest with room is {where} in {cid} with room for "
+        detail += f"{room.replicas}"
+    return ClusterWhyNot(cid, ReasonCode.INTERCONNECT_UNAVAILABLE, detail)
+
+
+def _s(n: int) -> str:
+    return "" if n == 1 else "s"
+
+
 def _largest_node(ctx: Ctx, d: Demand, lo: int, hi: int, bound: Callable[..., Constraint]) -> Constraint:
     """A replica no node of the cluster could hold even when empty: the first resource (GPU, CPU, memory)
     that no suitable node has enough of, with the most any of them has (none: only a combination fails)."""
@@ -179,9 +225,9 @@ def _largest_node(ctx: Ctx, d: Demand, lo: int, hi: int, bound: Callable[..., Co
     return bound(ReasonCode.NO_FEASIBLE_NODE)
 
 
-def _empty_capacity(ctx: Ctx, d: Demand, lo: int, hi: int, *, tolerated: bool = True) -> int:
-    """Replicas the cluster's nodes could hold with no job running (on every schedulable node, taints
-    or not, when ``tolerated`` is False)."""
+def _empty_capacity(ctx: Ctx, d: Demand, lo: int, hi: int, *, tolerated: bool = True) -> np.ndarray:
+    """Replicas each of the cluster's nodes could hold with no job running (on every schedulable node,
+    taints or not, when ``tolerated`` is False)."""
     fs = ctx.fleet
     sl = slice(lo, hi)
     fits = np.full(hi - lo, 1 << 20, dtype=np.int64)
@@ -195,7 +241,7 @@ def _empty_capacity(ctx: Ctx, d: Demand, lo: int, hi: int, *, tolerated: bool = 
         fits = np.minimum(fits, fs.gpu_count[sl] * (MILLI // d.gpu_milli))
     if d.gpus or d.gpu_milli:
         fits = np.where(fs.model_mask(d.models)[sl] & (fs.gpu_mem[sl] >= d.min_gpu_memory_mib), fits, 0)
-    return int(np.where(fs.usable(d)[sl] if tolerated else fs.schedulable[sl], fits, 0).sum())
+    return np.where(fs.usable(d)[sl] if tolerated else fs.schedulable[sl], fits, 0)
 
 
 _CLOSED = {
@@ -216,7 +262,8 @@ def explain(
     ctx: Ctx, job: Job, d: Demand, extra: np.ndarray | None, estimate: bool, forced: ReasonCode | None = None
 ) -> Shortfall:
     fs = ctx.fleet
-    empty = [_empty_capacity(ctx, d, lo, hi) for lo, hi in fs.cluster_range]
+    # The most replicas each cluster could hold with no job running (in one domain, if the job requires one).
+    empty = [topology.most_in_one(job, _empty_capacity(ctx, d, lo, hi), fs, lo, hi) for lo, hi in fs.cluster_range]
     rows = [_cluster(ctx, job, d, ci, extra, empty[ci], forced) for ci in range(len(fs.clusters))]
     per = tuple(r[0] for r in rows)
     # Binding: the cluster closest to fitting (most replicas now); among equals, one that has the GPU
@@ -262,6 +309,18 @@ def explain(
         if 0 < now < job.replicas:
             changes.append(f"would fit now with {now} replicas in {per[closest].cluster}")
             fields.append(Change("replicas", str(job.replicas), str(now), f"would fit now in {per[closest].cluster}"))
+    kind = topology.required(job)
+    if kind is not None:
+        spread = [
+            fs.clusters[ci]
+            for ci, (lo, hi) in enumerate(fs.cluster_range)
+            if int(per_node(fs, d, lo, hi).sum()) >= job.replicas
+        ]
+        if spread:
+            changes.append(
+                f"would fit now in {spread[0]} across several {topology.KIND_NAMES[kind]}s (as a preference)"
+            )
+            fields.append(Change("interconnect_required", "true", "false", f"would fit now in {spread[0]}"))
     if d.models:
         other = Demand(d.cpu_milli, d.memory_mib, d.gpus, d.gpu_milli, (), d.min_gpu_memory_mib, d.tolerations)
         fits_any = [

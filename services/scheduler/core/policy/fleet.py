@@ -90,9 +90,9 @@ class FleetState:
         self.models: tuple[str, ...] = tuple(sorted({x.gpu_model for x in ordered if x.gpu_model}))
         mpos = {m: i for i, m in enumerate(self.models)}
         self.model_of: I64 = np.array([mpos.get(x.gpu_model, -1) for x in ordered], dtype=np.int64)
-        self.domains: tuple[str, ...] = tuple(sorted({x.domain for x in ordered}))
-        dpos = {d: i for i, d in enumerate(self.domains)}
-        self.domain_of: I64 = np.array([dpos[x.domain] for x in ordered], dtype=np.int64)
+        # NVLink domains and RDMA fabrics by name, numbered in name order; -1: the node has none.
+        self.nvlink_domains, self.nvlink_of = _numbered([x.nvlink_domain for x in ordered])
+        self.rdma_fabrics, self.rdma_of = _numbered([x.rdma_fabric for x in ordered])
         self.gpu_slots = max([1] + [len(x.gpus) for x in ordered])
         g = self.gpu_slots
         self.gpu_free: I64 = np.zeros((n, g), dtype=np.int64)
@@ -126,7 +126,7 @@ class FleetState:
                 self.gpu_degraded[i, j] = gpu.health is Health.DEGRADED
 
     def _set_row(self, i: int, node: Node) -> None:
-        """Node ``i`` as ``node`` says now (same id, cluster, model, domain and GPU count as before)."""
+        """Node ``i`` as ``node`` says now (same id, cluster, model, domains and GPU count as before)."""
         self.gpu_index[i] = -1
         self.gpu_usable[i] = False
         self.gpu_free[i] = 0
@@ -287,6 +287,13 @@ class FleetState:
         return int(self.gpu_count.sum() * MILLI)
 
 
+def _numbered(names: Sequence[str]) -> tuple[tuple[str, ...], I64]:
+    """The distinct non-empty names, sorted, and each entry's position among them (-1 for "")."""
+    named = tuple(sorted(set(names) - {""}))
+    pos = {name: i for i, name in enumerate(named)}
+    return named, np.array([pos.get(name, -1) for name in names], dtype=np.int64)
+
+
 # (cluster, node id), read at C speed: fleets are sorted every cycle.
 _order: Callable[[Node], tuple[str, str]] = operator.attrgetter("cluster", "node_id")
 
@@ -363,7 +370,8 @@ def _same_layout(new: Node, old: Node) -> bool:
         new.node_id == old.node_id
         and new.cluster == old.cluster
         and new.gpu_model == old.gpu_model
-        and new.domain == old.domain
+        and new.nvlink_domain == old.nvlink_domain
+        and new.rdma_fabric == old.rdma_fabric
         and len(new.gpus) == len(old.gpus)
         and new.taints == old.taints
     )

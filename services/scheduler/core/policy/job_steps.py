@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from services.scheduler.core.policy import backfill, context
+from services.scheduler.core.policy import backfill, context, topology
 from services.scheduler.core.policy.capacity import per_node
 from services.scheduler.core.policy.context import I64, Ctx, Plan
 from services.scheduler.core.policy.decisions import CandidateScore, Constraint, Decision, Place, Preempt, Reserve
@@ -156,7 +156,17 @@ def preempt(ctx: Ctx, t: Turn) -> Verdict | None:
         return None
     # In a long queue most jobs find nothing to stop, and a job like one that found nothing finds
     # nothing again until something changes: the search reads only these of it (and nothing stops for it).
-    alike = (job.tenant, job.queue, job.priority_class, job.kind, job.replicas, t.demand, t.forbid_hot, t.may_backfill)
+    alike = (
+        job.tenant,
+        job.queue,
+        job.priority_class,
+        job.kind,
+        job.replicas,
+        t.demand,
+        t.forbid_hot,
+        t.may_backfill,
+        topology.required(job),
+    )
     owed = ctx.stopping_for(job.job_id)
     if context.REMEMBER_ALIKE and not owed and ctx.no_room.get(alike) == ctx.generation:
         return None
@@ -306,7 +316,7 @@ def _most_that_fit(
         cap = per_node(fs, d, lo, hi)
         if extra is not None:
             cap = np.where(extra[lo:hi] < MASKED, cap, 0)
-        most = max(most, int(cap.sum()))
+        most = max(most, topology.most_in_one(job, cap, fs, lo, hi))
     count = min(most, job.replicas - 1)
     if count < job.min_replicas:
         return None

@@ -92,7 +92,11 @@ class Node:
     gpu_memory_mib: int = 0
     gpus: tuple[Gpu, ...] = ()
     schedulable: bool = True
-    domain: str = ""  # NVLink / RDMA domain; replicas of a multi-node job prefer one domain
+    nvlink_domain: str = ""
+    """The NVLink/NVSwitch domain the node's GPUs share with other nodes' (one NVL72 rack); "" = none."""
+    rdma_fabric: str = ""
+    """The RDMA fabric (InfiniBand or RoCE) the node is on; "" = none. An empty domain or fabric is never
+    one that nodes share (see ``policy.topology``)."""
     taints: tuple[Taint, ...] = ()
     """Sorted; those with a hard effect (``HARD_TAINT_EFFECTS``) keep a job off unless it tolerates them."""
 
@@ -169,6 +173,11 @@ class Job:
     gpu_models: tuple[str, ...] = ()  # acceptable models; empty = any
     min_gpu_memory_mib: int = 0
     interconnect: Interconnect = Interconnect.NONE
+    """What its replicas talk over: they are kept inside one NVLink domain (``nvlink``) or RDMA fabric
+    (``rdma``), as a preference (a cost per replica outside the first one's) unless required."""
+    interconnect_required: bool = False
+    """The interconnect is a hard constraint: all replicas in one domain of it, on nodes that have one,
+    or the job waits (``policy.topology``)."""
     datasets: tuple[str, ...] = ()
     preemptible: bool = True
     expected_runtime_s: int | None = None
@@ -259,6 +268,7 @@ class PolicyConfig:
     frag_window_milli: int = 60
     frag_share_window_milli: int = 0
     cross_domain_penalty: int = 500_000
+    """A preferred interconnect's cost for a node outside the first replica's domain (``topology``)."""
     # Fair share.
     usage_half_life_ms: int = 7 * 24 * 3600 * 1000
     aging_step_ms: int = 3600 * 1000  # each full step of waiting lowers the fair-share key by one unit

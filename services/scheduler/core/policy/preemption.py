@@ -15,7 +15,9 @@ victim not needed is put back, so the set is minimal; a set that would break the
 per-tenant limits is not used. Between clusters the set whose most important victim is least important
 wins, then the one taking the fewest GPUs away (a standard job is never stopped where a best-effort one
 would do). Room is counted on the nodes the job may use (off a gang's reservation, off hot models when
-its tenant is over its cap). Everything is a what-if on the fleet arrays and undone before returning.
+its tenant is over its cap) and, for a job that requires an interconnect, inside one NVLink domain or
+RDMA fabric: a set of victims that frees room spread over several domains does not make room for it.
+Everything is a what-if on the fleet arrays and undone before returning.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from services.scheduler.core.policy import topology
 from services.scheduler.core.policy.capacity import per_node
 from services.scheduler.core.policy.context import I64, Ctx
 from services.scheduler.core.policy.fleet import Demand
@@ -109,7 +112,7 @@ def _fits(ctx: Ctx, job: Job, d: Demand, lo: int, hi: int, extra: I64 | None) ->
     cap = per_node(ctx.fleet, d, lo, hi)
     if extra is not None:
         cap = np.where(extra[lo:hi] < MASKED, cap, 0)
-    return int(cap.sum()) >= job.replicas
+    return topology.fits(job, cap, ctx.fleet, lo, hi)
 
 
 def _release(ctx: Ctx, v: RunningJob, sign: int) -> None:
@@ -137,38 +140,62 @@ def find_victims(ctx: Ctx, job: Job, d: Demand, extra: I64 | None = None) -> Roo
         for r in stopping:
             _release(ctx, r, +1)
         try:
-            chosen = _minimal_set(ctx, job, d, ci, extra, bool(stopping))
+            sets = [
+                _minimal_set(ctx, job, d, ci, within, bool(stopping), nodes)
+                for within, nodes in _scopes(ctx, job, ci, extra)
+            ]
         finally:
             for r in reversed(stopping):
                 _release(ctx, r, -1)
-        if chosen is None or not (chosen or stopping) or not within_limits(ctx, chosen):
-            # Nothing to stop here, or (fitting with no victim at all) what keeps the job off is not the
-            # room, as a node held for a gang: stopping anyone would not place it.
-            continue
-        gpus = sum(x.running.job.total_gpu_milli() for x in chosen)
-        # Between clusters, as within one: stop the least important jobs first (the most important victim
-        # of the set decides), then take the fewest GPUs away, then stop the fewest jobs.
-        most_important = min((priority_rank(x.running.job.priority_class) for x in chosen), default=None)
-        rank = _NO_NEW_VICTIM if most_important is None else -most_important
-        key = (rank, gpus, len(chosen), str(cid))
-        if best is None or key < best[0]:
-            best = (key, Room(ci, chosen, stopping))
+        for chosen in sets:
+            if chosen is None or not (chosen or stopping) or not within_limits(ctx, chosen):
+                # Nothing to stop here, or (fitting with no victim at all) what keeps the job off is not the
+                # room, as a node held for a gang: stopping anyone would not place it.
+                continue
+            gpus = sum(x.running.job.total_gpu_milli() for x in chosen)
+            # Between clusters, as within one: stop the least important jobs first (the most important
+            # victim of the set decides), then take the fewest GPUs away, then stop the fewest jobs.
+            most_important = min((priority_rank(x.running.job.priority_class) for x in chosen), default=None)
+            rank = _NO_NEW_VICTIM if most_important is None else -most_important
+            key = (rank, gpus, len(chosen), str(cid))
+            if best is None or key < best[0]:
+                best = (key, Room(ci, chosen, stopping))
     return None if best is None else best[1]
 
 
+def _scopes(ctx: Ctx, job: Job, ci: int, extra: I64 | None) -> list[tuple[I64 | None, frozenset[str] | None]]:
+    """Where room may be made in cluster ``ci``: the whole cluster, or, for a job that requires an
+    interconnect, each of its domains of that kind apart (the nodes outside masked, and the ids of the
+    nodes inside, whose running jobs alone may be victims), in domain order."""
+    kind = topology.required(job)
+    if kind is None:
+        return [(extra, None)]
+    fs = ctx.fleet
+    lo, hi = fs.cluster_range[ci]
+    dom = topology.domain_of(fs, kind)
+    out: list[tuple[I64 | None, frozenset[str] | None]] = []
+    for number in sorted(set(dom[lo:hi].tolist()) - {-1}):
+        inside = dom == number
+        mask = np.where(inside, 0, MASKED).astype(np.int64)
+        within = mask if extra is None else np.maximum(extra, mask)
+        out.append((within, frozenset(fs.node_ids[i] for i in np.flatnonzero(inside[lo:hi]) + lo)))
+    return out
+
+
 def _minimal_set(
-    ctx: Ctx, job: Job, d: Demand, ci: int, extra: I64 | None, released: bool
+    ctx: Ctx, job: Job, d: Demand, ci: int, extra: I64 | None, released: bool, nodes: frozenset[str] | None = None
 ) -> tuple[Victim, ...] | None:
     """The fewest eligible victims in cluster ``ci`` whose stop lets the job fit there (in id order;
     none if it fits already), or None if stopping every one of the first ``max_victims`` would not.
-    ``released``: room was given back before (jobs stopping for it), so it may fit with no victim."""
+    ``released``: room was given back before (jobs stopping for it), so it may fit with no victim.
+    ``nodes``: only jobs running on one of these may be victims (None: any in the cluster)."""
     lo, hi = ctx.fleet.cluster_range[ci]
     if released and _fits(ctx, job, d, lo, hi, extra):
         return ()
     cid = ctx.fleet.clusters[ci]
     eligible = []
     for v in ctx.running:
-        if v.cluster != cid:
+        if v.cluster != cid or (nodes is not None and not any(p.node_id in nodes for p in v.placements)):
             continue
         rule = _rule(ctx, job, v)
         if rule is not None:

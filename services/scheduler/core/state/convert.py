@@ -50,6 +50,7 @@ def job_of(e: JobSubmitted, submitted_ms: int) -> m.Job:
         gpu_models=tuple(sorted(r.gpu_models)),
         min_gpu_memory_mib=r.min_gpu_memory_mib,
         interconnect=e.interconnect,
+        interconnect_required=e.interconnect_required,
         datasets=tuple(sorted(e.datasets)),
         preemptible=e.preemptible,
         expected_runtime_s=e.expected_runtime_s,

@@ -386,7 +386,8 @@ class SchedulerState(Facts):
             gpu_memory_mib=observed.gpus[0].memory_mib if observed.gpus else 0,
             gpus=tuple(gpus),
             schedulable=schedulable,
-            domain=observed.nvlink_domain or observed.rdma_fabric or "",
+            nvlink_domain=observed.nvlink_domain or "",
+            rdma_fabric=observed.rdma_fabric or "",
             taints=taints(observed),
         )
 
