@@ -163,7 +163,9 @@ class Ctx:
             cands.append((cid, plan.cost, hot))
         if not cands:
             return None
-        ranked = score_clusters(cands, self.profiles, job.datasets, self.config.cluster_weights)
+        models = {cid: plan.models for cid, plan in plans.items()}
+        weights = self.config.cluster_weights
+        ranked = score_clusters(cands, self.profiles, job.datasets, weights, kind=job.kind, models=models)
         return plans[ranked[0].cluster], ranked
 
     def _trial(self, ci: int, job: Job, d: Demand, extra: I64 | None) -> Plan | None:

@@ -104,8 +104,34 @@ class Cluster:
     congestion_milli: int = 0  # 0 idle .. 1000 saturated network / storage, from profiles
     stability_milli: int = MILLI  # 1000 = no recent failures
     cost_milli_per_gpu_hour: int = 0
+    """A flat price for a GPU-hour of a model ``gpu_rates`` does not name (0: free or unknown)."""
     gpu_model_pressure_milli: tuple[tuple[str, int], ...] = ()  # profile-reported demand pressure
     status: str = "reachable"  # as its connector last reported: reachable, unreachable or draining
+    gpu_rates: tuple[tuple[str, int], ...] = ()
+    """(GPU model, milli-units of its currency per GPU-hour), by model: what a job pays for the model it
+    would use here."""
+    fit_training: bool = True
+    """Some node of it suits long multi-GPU training (enough GPUs or a fast interconnect, healthy)."""
+    fit_inference: bool = True
+    """Some node of it suits serving (healthy, seldom failing)."""
+    failures_per_kgpu_hour_milli: int = 0
+    """GPU failures per 1,000 GPU-hours its nodes were observed, in thousandths (what lowered
+    ``stability_milli``, for explanations)."""
+
+    def rate_of(self, model: str) -> int:
+        """The price of a GPU-hour of ``model`` here: its listed rate, else the flat one."""
+        for named, rate in self.gpu_rates:
+            if named == model:
+                return rate
+        return self.cost_milli_per_gpu_hour
+
+    def fit_for(self, kind: JobKind) -> bool:
+        """Whether its nodes suit a job of ``kind`` (training and fine-tuning, inference; others: any)."""
+        if kind in (JobKind.TRAINING, JobKind.FINE_TUNE):
+            return self.fit_training
+        if kind is JobKind.INFERENCE:
+            return self.fit_inference
+        return True
 
 
 @dataclass(frozen=True, slots=True)

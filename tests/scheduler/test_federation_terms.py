@@ -1,0 +1,81 @@
+"""Each term of the federation score changes where a job goes, and the placement says which term decided.
+
+Two clusters alike in every node; only the profile term under test differs. Without the difference the
+stable cluster order picks ``sim-1``; each case makes ``sim-2`` the better one by that term alone.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from events.catalog.jobs import JobKind, PriorityClass
+from events.catalog.types import ClusterId
+from services.scheduler.core.policy import Cluster, Place, schedule
+from tests.scheduler.builders import a_job, a_node, snapshot
+
+pytestmark = pytest.mark.timeout(30)
+
+NODES = [a_node("n1").cluster("sim-1").build(), a_node("n2").cluster("sim-2").build()]
+LONG_TRAINING = a_job("train").gpus(8).kind(JobKind.TRAINING).runtime(expected_s=3 * 24 * 3600)
+
+
+def place(job, sim_1: Cluster, sim_2: Cluster) -> Place:
+    r = schedule(snapshot(NODES, [job.build()], clusters=[sim_1, sim_2]))
+    (p,) = [d for d in r.decisions if isinstance(d, Place)]
+    return p
+
+
+def cluster(name: str, **profile: object) -> Cluster:
+    return Cluster(ClusterId(name), **profile)  # type: ignore[arg-type]
+
+
+def test_alike_clusters_go_by_the_stable_cluster_order():
+    assert place(LONG_TRAINING, cluster("sim-1"), cluster("sim-2")).cluster == "sim-1"
+
+
+@pytest.mark.parametrize(
+    ("case", "job", "sim_1", "sim_2", "said"),
+    [
+        ("recent GPU failures lose a long training job to a stable cluster", LONG_TRAINING,
+         cluster("sim-1", stability_milli=610, failures_per_kgpu_hour_milli=2400),
+         cluster("sim-2", stability_milli=980),
+         "sim-2 over sim-1: stability 980 vs 610 (recent GPU failures: 2.40 per 1,000 GPU-hours observed)"),
+        ("a congested cluster loses to an idle one", a_job("j").gpus(2),
+         cluster("sim-1", congestion_milli=950), cluster("sim-2", congestion_milli=40),
+         "sim-2 over sim-1: congestion 40 vs 950"),
+        ("the cluster holding the job's datasets wins", a_job("j").gpus(2).datasets("imagenet", "laion"),
+         cluster("sim-1", datasets=("laion",)), cluster("sim-2", datasets=("imagenet", "laion")),
+         "sim-2 over sim-1: data locality (0 vs 1 of the job's datasets missing)"),
+        ("the cheaper cluster for the model it would use wins best-effort work, though dearer on average",
+         a_job("j").gpus(1).models("A100").priority(PriorityClass.BEST_EFFORT),
+         cluster("sim-1", gpu_rates=(("A100", 2000), ("T4", 200))),
+         cluster("sim-2", gpu_rates=(("A100", 1200), ("H100", 4000))),
+         "sim-2 over sim-1: cost 1.20 vs 2.00 per GPU-hour"),
+        ("a cluster with no node fit for training loses a training job", LONG_TRAINING,
+         cluster("sim-1", fit_training=False), cluster("sim-2"),
+         "sim-2 over sim-1: no node of sim-1 suits training"),
+        ("a cluster with no node fit for serving loses an inference job", a_job("j").gpus(1).kind(JobKind.INFERENCE),
+         cluster("sim-1", fit_inference=False), cluster("sim-2"),
+         "sim-2 over sim-1: no node of sim-1 suits serving"),
+    ],
+)  # fmt: skip
+def test_one_term_decides_and_the_placement_says_so(case, job, sim_1, sim_2, said):
+    p = place(job, sim_1, sim_2)
+    assert p.cluster == "sim-2", case
+    assert said in p.message, (case, p.message)
+
+
+def test_the_fit_read_is_the_one_of_the_jobs_kind():
+    unfit_for_training = cluster("sim-1", fit_training=False)
+    assert place(a_job("j").gpus(1).kind(JobKind.INFERENCE), unfit_for_training, cluster("sim-2")).cluster == "sim-1"
+    assert place(a_job("j").gpus(1).kind(JobKind.BATCH), unfit_for_training, cluster("sim-2")).cluster == "sim-1"
+
+
+def test_a_cpu_only_job_pays_for_no_gpu_hour():
+    dear = cluster("sim-1", gpu_rates=(("A100", 9000),))
+    p = place(a_job("j").cpu(2000), dear, cluster("sim-2", gpu_rates=(("A100", 100),)))
+    assert p.cluster == "sim-1" and dict(p.chosen.breakdown)["cost"] == 0
+
+
+def test_a_model_without_a_listed_rate_costs_the_flat_price():
+    assert cluster("c", gpu_rates=(("A100", 1200),), cost_milli_per_gpu_hour=700).rate_of("T4") == 700
