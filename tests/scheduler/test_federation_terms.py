@@ -68,7 +68,10 @@ def test_one_term_decides_and_the_placement_says_so(case, job, sim_1, sim_2, sai
 def test_the_fit_read_is_the_one_of_the_jobs_kind():
     unfit_for_training = cluster("sim-1", fit_training=False)
     assert place(a_job("j").gpus(1).kind(JobKind.INFERENCE), unfit_for_training, cluster("sim-2")).cluster == "sim-1"
-    assert place(a_job("j").gpus(1).kind(JobKind.BATCH), unfit_for_training, cluster("sim-2")).cluster == "sim-1"
+    assert place(a_job("j").gpus(4).kind(JobKind.BATCH), unfit_for_training, cluster("sim-2")).cluster == "sim-1"
+    # Training on one GPU needs no 8-GPU node nor a fast interconnect.
+    assert place(a_job("j").gpus(1).kind(JobKind.TRAINING), unfit_for_training, cluster("sim-2")).cluster == "sim-1"
+    assert place(a_job("j").gpus(2).kind(JobKind.FINE_TUNE), unfit_for_training, cluster("sim-2")).cluster == "sim-2"
 
 
 def test_a_cpu_only_job_pays_for_no_gpu_hour():

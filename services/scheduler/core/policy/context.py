@@ -165,7 +165,7 @@ class Ctx:
             return None
         models = {cid: plan.models for cid, plan in plans.items()}
         weights = self.config.cluster_weights
-        ranked = score_clusters(cands, self.profiles, job.datasets, weights, kind=job.kind, models=models)
+        ranked = score_clusters(cands, self.profiles, job.datasets, weights, job=job, models=models)
         return plans[ranked[0].cluster], ranked
 
     def _trial(self, ci: int, job: Job, d: Demand, extra: I64 | None) -> Plan | None:

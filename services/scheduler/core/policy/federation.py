@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from events.catalog.jobs import JobKind
 from services.scheduler.core.policy.fleet import Demand
-from services.scheduler.core.policy.model import Cluster, ClusterId, ClusterWeights, NodePolicy
+from services.scheduler.core.policy.model import Cluster, ClusterId, ClusterWeights, Job, NodePolicy
 from services.scheduler.core.policy.placer import INF, Choice, Placer
 
 SCALE = 1000
@@ -78,14 +77,14 @@ def score_clusters(
     datasets: Sequence[str],
     weights: ClusterWeights,
     *,
-    kind: JobKind = JobKind.BATCH,
+    job: Job | None = None,
     models: Mapping[ClusterId, tuple[str, ...]] | None = None,
 ) -> list[ClusterScore]:
     """Rank candidate clusters, best first. A candidate is (cluster, placement cost, hot pressure 0..1000).
 
     ``models``: per candidate, the GPU models the job would use there (none: a CPU-only job, which pays
-    for no GPU-hour); without it, each cluster's flat price counts. ``kind`` picks the fit (training or
-    inference) the health term reads.
+    for no GPU-hour); without it, each cluster's flat price counts. ``job`` picks the fit (training or
+    inference) the health term reads (``Cluster.fit_for``); without it, no fit is read.
     """
     if not candidates:
         return []
@@ -101,7 +100,7 @@ def score_clusters(
         missing = sum(1 for d in wanted if d not in have)
         locality = (SCALE * missing // len(wanted)) if wanted else 0
         congestion = max(0, min(SCALE, prof.congestion_milli))
-        unfit = not prof.fit_for(kind)
+        unfit = job is not None and not prof.fit_for(job)
         health = SCALE if unfit else SCALE - max(0, min(SCALE, prof.stability_milli))
         hot = max(0, min(SCALE, hot))
         score = ClusterScore(cid, fit, locality, congestion, hot, health, price, raw, weights, paid, unfit, missing)

@@ -125,11 +125,12 @@ class Cluster:
                 return rate
         return self.cost_milli_per_gpu_hour
 
-    def fit_for(self, kind: JobKind) -> bool:
-        """Whether its nodes suit a job of ``kind`` (training and fine-tuning, inference; others: any)."""
-        if kind in (JobKind.TRAINING, JobKind.FINE_TUNE):
+    def fit_for(self, job: Job) -> bool:
+        """Whether its nodes suit ``job``: training and fine-tuning on more than one GPU want a node fit
+        for training, inference one fit for serving; other work (and one-GPU training) any node."""
+        if job.kind in (JobKind.TRAINING, JobKind.FINE_TUNE) and job.total_gpu_milli() > MILLI:
             return self.fit_training
-        if kind is JobKind.INFERENCE:
+        if job.kind is JobKind.INFERENCE:
             return self.fit_inference
         return True
 
