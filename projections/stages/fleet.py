@@ -9,12 +9,14 @@ is lowered by its failed GPUs and by its recent failures, a penalty that halves 
 its GPUs over that day; it is fit for training or for inference when one of its nodes is.
 
 Called by the projection hosts. Pure. Congestion of a model is pending demand over free capacity (in
-thousandths; 1000 means the queue would take every free card). A model is hot when its congestion
-reaches ``HOT_MILLI``. A job that accepts several models counts against each (it could go to any), and
-a job that accepts any model counts against every model, so demand is an upper bound. A job asking for
-more GPUs than the whole fleet has of the models it accepts counts against none: it cannot run as asked
-whatever the queue, and one such job made every model hot (each placement then paid for congestion
-that was not there). Whether a job fits is looked at again whenever a model's capacity changes.
+thousandths; 1000 means the queue would take every free card). A model is hot as the scheduler defines
+it (``events.catalog.profiles.is_hot``: its allocated share of its working capacity reaches the policy's
+default ``hot_pressure_milli``), so ``fedsched resources`` calls hot what the scheduler steers jobs off.
+A job that accepts several models counts against each (it could go to any), and a job that accepts any
+model counts against every model, so demand is an upper bound. A job asking for more GPUs than the
+whole fleet has of the models it accepts counts against none: it cannot run as asked whatever the
+queue, and one such job made every model congested (each placement then paid for congestion that was
+not there). Whether a job fits is looked at again whenever a model's capacity changes.
 
 Totals are kept as running sums (per model, per cluster and model, pending demand per model), and the
 nodes and pending jobs are persistent maps (``projections.stages.persistent``: a version is made by changing its
@@ -28,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import field
 
-from events.catalog.profiles import GpuModelProfile, Quantities, ResourceProfileUpdated
+from events.catalog.profiles import GpuModelProfile, Quantities, ResourceProfileUpdated, is_hot, pressure_milli
 from events.catalog.types import ClusterId
 from events.wire.envelope import Envelope
 from projections.stages.core import Applied, Emitted, Input, Output, evolve, record
@@ -36,7 +38,6 @@ from projections.stages.deltas import NodeCapacity, PendingDemand
 from projections.stages.persistent import PMap
 
 STAGE = "fleet"
-HOT_MILLI = 800
 
 Totals = Mapping[str, tuple[int, int, int]]
 """GPU model -> (capacity milli, free milli, node entries naming the model)."""
@@ -70,8 +71,6 @@ class FleetState:
     rollups: Mapping[str, tuple[RollupFacts, int]] = field(default_factory=dict)
     """Cluster -> what its latest roll-up version says, and its ``last_seen_ms``."""
     applied: Applied = field(default_factory=Applied)
-    congestion_milli: Mapping[str, int] = field(default_factory=dict)
-    """``congestion()`` when the roll-ups were last brought up to date."""
     health: Mapping[str, NodeHealth] = field(default_factory=dict)
     """Cluster -> its nodes' health, summed."""
 
@@ -99,7 +98,8 @@ class FleetState:
         return out
 
     def hot_models(self) -> tuple[str, ...]:
-        return tuple(model for model, value in self.congestion().items() if value >= HOT_MILLI)
+        models = self.models
+        return tuple(model for model in sorted(models) if is_hot(pressure_milli(models[model][0], models[model][1])))
 
 
 class FleetStage:
@@ -128,15 +128,15 @@ class FleetStage:
             # Nothing to fold: the congestion and the roll-ups (brought up to date with every change)
             # cannot change either; the positions applied may.
             return (entity if applied is entity.applied else evolve(entity, applied=applied)), []
-        previous = fleet.congestion_milli
+        hot_before = fleet.hot_models()
         fleet = changed or fleet
-        congestion = fleet.congestion()
         # A roll-up changes with its cluster's totals and nodes, with the demand (its congestion), or with
         # the hot models among its own.
-        clusters = set(fleet.rollups) if congestion != previous or isinstance(delta, PendingDemand) else set()
+        demand = isinstance(delta, PendingDemand)
+        clusters = set(fleet.rollups) if demand or fleet.hot_models() != hot_before else set()
         if isinstance(delta, NodeCapacity) and (delta.present or delta.cluster in fleet.rollups):
             clusters.add(delta.cluster)
-        return _rollups(fleet, sorted(clusters), applied, item.time_ms, congestion), []
+        return _rollups(fleet, sorted(clusters), applied, item.time_ms), []
 
     def publish(self, before: FleetState | None, after: FleetState | None) -> list[Output]:
         if after is None:
@@ -183,7 +183,6 @@ def _capacity(fleet: FleetState, delta: NodeCapacity) -> FleetState | None:
         fleet.versions,
         fleet.rollups,
         fleet.applied,
-        fleet.congestion_milli,
         health,
     )
     # The fleet's capacity changed exactly when this node's did (most deltas only change what is free).
@@ -282,7 +281,6 @@ def _demand(fleet: FleetState, delta: PendingDemand) -> FleetState | None:
         fleet.versions,
         fleet.rollups,
         fleet.applied,
-        fleet.congestion_milli,
         fleet.health,
     )
 
@@ -341,11 +339,9 @@ def rollup(fleet: FleetState, cluster: str, version: int, now: int) -> ResourceP
     return rollup_event(cluster, rollup_facts(fleet, cluster, fleet.hot_models()), version, now)
 
 
-def _rollups(
-    fleet: FleetState, clusters: Sequence[str], applied: Applied, now: int, congestion: Mapping[str, int]
-) -> FleetState:
+def _rollups(fleet: FleetState, clusters: Sequence[str], applied: Applied, now: int) -> FleetState:
     """A new roll-up version for each of these clusters whose roll-up says something new."""
-    hot = [model for model, value in congestion.items() if value >= HOT_MILLI]
+    hot = fleet.hot_models()
     versions: dict[str, int] | None = None
     rollups: dict[str, tuple[RollupFacts, int]] | None = None
     for cluster in clusters:
@@ -370,6 +366,5 @@ def _rollups(
         fleet.versions if versions is None else versions,
         fleet.rollups if rollups is None else rollups,
         applied,
-        congestion,
         fleet.health,
     )

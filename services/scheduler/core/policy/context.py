@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from events.catalog.profiles import is_hot
 from services.scheduler.core.policy.budgets import BudgetBook
 from services.scheduler.core.policy.capacity import per_node
 from services.scheduler.core.policy.fairshare import Held
@@ -108,7 +109,7 @@ class Ctx:
 
     @property
     def hot(self) -> frozenset[str]:
-        return frozenset(m for m, p in self.pressure.items() if p >= self.config.hot_pressure_milli)
+        return frozenset(m for m, p in self.pressure.items() if is_hot(p, self.config.hot_pressure_milli))
 
     def hot_cap(self, tenant: TenantId) -> int | None:
         t = self.book.tenants.get(tenant)

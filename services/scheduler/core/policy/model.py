@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from events.catalog.jobs import Interconnect, JobKind, PriorityClass
+from events.catalog.profiles import HOT_PRESSURE_MILLI
 from events.catalog.types import ClusterId, JobId, NodeId, TenantId
 
 MILLI = 1000
@@ -291,7 +292,7 @@ class PolicyConfig:
     aging_step_ms: int = 3600 * 1000  # each full step of waiting lowers the fair-share key by one unit
     aging_unit_milli: int = 100  # ... by this much (in the 0..1000 dominant-share scale)
     # Hot-spot governance.
-    hot_pressure_milli: int = 900  # a GPU model whose allocated share is above this is hot
+    hot_pressure_milli: int = HOT_PRESSURE_MILLI  # a GPU model this much allocated is hot (``is_hot``)
     hot_model_cap_milli: int | None = None  # per-tenant cap on hot-model GPUs (milli-GPU), None: none
     # Preemption and backfill.
     preemption: bool = True
