@@ -10,7 +10,8 @@ import pytest
 
 from events.catalog.jobs import JobKind, PriorityClass
 from events.catalog.types import ClusterId
-from services.scheduler.core.policy import Cluster, Place, schedule
+from services.scheduler.core.policy import Cluster, ClusterWeights, Place, schedule
+from services.scheduler.core.state.policy_document import policy_from_document
 from tests.scheduler.builders import a_job, a_node, snapshot
 
 pytestmark = pytest.mark.timeout(30)
@@ -82,3 +83,12 @@ def test_a_cpu_only_job_pays_for_no_gpu_hour():
 
 def test_a_model_without_a_listed_rate_costs_the_flat_price():
     assert cluster("c", gpu_rates=(("A100", 1200),), cost_milli_per_gpu_hour=700).rate_of("T4") == 700
+
+
+def test_the_policy_documents_weights_decide_how_much_a_term_counts():
+    shaky, steady = cluster("sim-1", stability_milli=610), cluster("sim-2")
+    snap = snapshot(NODES, [LONG_TRAINING.build()], clusters=[shaky, steady])
+    ignoring_health = policy_from_document("p2", {"cluster_weights": {"health": 0}})
+    assert ignoring_health.cluster_weights == ClusterWeights(health=0)
+    (p,) = [d for d in schedule(snap, ignoring_health).decisions if isinstance(d, Place)]
+    assert p.cluster == "sim-1"  # a tie again: the stable cluster order
