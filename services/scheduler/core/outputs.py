@@ -45,7 +45,7 @@ _TEXT = 4096
 _VICTIMS = 256
 
 
-DECISION_ENGINE = "fedsched-decisions-5"
+DECISION_ENGINE = "fedsched-decisions-6"
 """The name of this code's decisions, recorded with every cycle. Change it in the same commit as anything
 that makes the same inputs give other decision events: a choice of the policy core, a reason, a message's
 words or figures, how an event is built. ``tests/scheduler/test_decision_engine.py`` holds the digest of
@@ -73,7 +73,11 @@ per-tenant hourly limits, counts the jobs already stopping for a job as its room
 victims while the first ones were stopping) and counts room only on the nodes the job may use; a wait
 (``JobQueued`` v2) gives its place in its own tenant's queue beside its place in the federation's order,
 and the category of its binding reason; a cluster with room for a job its quota or budget holds says
-"room for its N replica(s) now (M would fit)"."""
+"room for its N replica(s) now (M would fit)". ``-6`` reads each cluster's stability (its roll-up's
+health: ``-5`` never set it, so the health term was always 0), its fit for training and inference, and
+its congestion as its own (``-5``: the fleet's figure for its worst model) from the log; prices a cluster
+by its rate for the GPU model the job would use there (``-5``: the average of its rates); and a
+placement names the term that put it ahead of the runner-up ("sim-2 over sim-1: stability ...")."""
 
 
 def cycle_id(sequence: int) -> CycleId:
