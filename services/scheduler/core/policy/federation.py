@@ -12,6 +12,7 @@ to the cluster id. ``federation_why`` says in words which term put the winner ah
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -45,7 +46,10 @@ class ClusterScore:
     """The weighted sum of the six terms (lower wins): the sum of ``terms``."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "total", sum(self.terms().values()))
+        w = self.weights  # ``terms`` summed, without building it: this runs for every candidate of every job
+        total = w.fit * self.fit + w.locality * self.locality + w.congestion * self.congestion
+        total += w.hot_spot * self.hot_spot + w.health * self.health + w.cost * self.cost
+        object.__setattr__(self, "total", total)
 
     def terms(self) -> dict[str, int]:
         """Each term's points in ``total``, its 0..1000 value times its weight: they add up to ``total``, so
@@ -88,16 +92,18 @@ def score_clusters(
     """
     if not candidates:
         return []
-    ordered = sorted(candidates, key=lambda c: c[0])
+    ordered = sorted(candidates, key=_FIRST)
     fits = _normalise([c[1] for c in ordered])
-    raw_prices = [_price(profiles.get(c[0]), models.get(c[0], ()) if models is not None else None) for c in ordered]
+    found = [profiles.get(c[0], _UNKNOWN) for c in ordered]
+    if models is None:
+        raw_prices = [prof.cost_milli_per_gpu_hour for prof in found]
+    else:
+        raw_prices = [_price(prof, models.get(c[0], ())) for prof, c in zip(found, ordered, strict=True)]
     prices = _normalise(raw_prices)
-    wanted = sorted(set(datasets))
+    wanted = sorted(set(datasets)) if datasets else []
     out = []
-    for (cid, raw, hot), fit, price, paid in zip(ordered, fits, prices, raw_prices, strict=True):
-        prof = profiles.get(cid, Cluster(cluster_id=cid))
-        have = set(prof.datasets)
-        missing = sum(1 for d in wanted if d not in have)
+    for (cid, raw, hot), prof, fit, price, paid in zip(ordered, found, fits, prices, raw_prices, strict=True):
+        missing = len(set(wanted) - set(prof.datasets)) if wanted else 0
         locality = (SCALE * missing // len(wanted)) if wanted else 0
         congestion = max(0, min(SCALE, prof.congestion_milli))
         unfit = job is not None and not prof.fit_for(job)
@@ -105,16 +111,18 @@ def score_clusters(
         hot = max(0, min(SCALE, hot))
         score = ClusterScore(cid, fit, locality, congestion, hot, health, price, raw, weights, paid, unfit, missing)
         out.append(score)
-    out.sort(key=lambda s: (s.total, s.placement_cost, s.cluster))
+    out.sort(key=_RANK)
     return out
 
 
-def _price(profile: Cluster | None, models: tuple[str, ...] | None) -> int:
-    """A GPU-hour's price there: of the dearest model the job would use (none: 0), or the flat price."""
-    if profile is None:
-        return 0
-    if models is None:
-        return profile.cost_milli_per_gpu_hour
+_UNKNOWN = Cluster(cluster_id=ClusterId(""))
+"""The profile of a cluster with none: nothing known against it (only its fields are read)."""
+_FIRST = operator.itemgetter(0)
+_RANK = operator.attrgetter("total", "placement_cost", "cluster")
+
+
+def _price(profile: Cluster, models: tuple[str, ...]) -> int:
+    """A GPU-hour's price there: of the dearest model the job would use (none, a CPU-only job: 0)."""
     return max((profile.rate_of(model) for model in models), default=0)
 
 
