@@ -90,7 +90,8 @@ class ResourceProfileUpdated(Event):
     health_milli: Permille
     """1000 is fully healthy; lowered by degraded and failed devices."""
     failures_per_kgpu_hour_milli: NonNegInt
-    """Job failures per 1000 GPU-hours run here, in thousandths (2500 is 2.5 failures)."""
+    """GPU failures per 1000 GPU-hours, in thousandths (2500 is 2.5 failures): a node's over the GPU-hours
+    it was observed; a cluster's (no node) in the last day over its GPUs' hours of that day."""
     congestion_milli: Permille
     """0 idle .. 1000 saturated: how contended the scope is (network, storage, queueing)."""
     hot_models: Annotated[tuple[GpuModel, ...], Field(max_length=16), Unique()] = ()

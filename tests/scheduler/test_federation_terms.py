@@ -40,7 +40,7 @@ def test_alike_clusters_go_by_the_stable_cluster_order():
         ("recent GPU failures lose a long training job to a stable cluster", LONG_TRAINING,
          cluster("sim-1", stability_milli=610, failures_per_kgpu_hour_milli=2400),
          cluster("sim-2", stability_milli=980),
-         "sim-2 over sim-1: stability 980 vs 610 (recent GPU failures: 2.40 per 1,000 GPU-hours observed)"),
+         "sim-2 over sim-1: stability 980 vs 610 (GPU failures in the last day: 2.40 per 1,000 GPU-hours)"),
         ("a congested cluster loses to an idle one", a_job("j").gpus(2),
          cluster("sim-1", congestion_milli=950), cluster("sim-2", congestion_milli=40),
          "sim-2 over sim-1: congestion 40 vs 950"),

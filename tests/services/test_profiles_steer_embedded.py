@@ -112,7 +112,7 @@ async def test_a_cluster_with_recent_gpu_failures_loses_a_training_job_and_says_
         why = await client.call(client.jobs.ExplainJob, jobs_pb2.ExplainJobRequest(job_id=job_id))
         assert why.placement.cluster == "sim-2", why
         said = why.placement.explanation
-        assert "sim-2 over sim-1: stability 1000 vs 700 (recent GPU failures: " in said, said
+        assert "sim-2 over sim-1: stability 1000 vs 700 (GPU failures in the last day: " in said, said
     finally:
         await client.close()
         await probe.close()

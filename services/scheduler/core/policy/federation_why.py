@@ -47,15 +47,17 @@ def _words(name: str, a: ClusterScore, b: ClusterScore, profiles: Mapping[Cluste
         if b.unfit:
             return f"no node of {b.cluster} suits {_KIND_FIT.get(kind, kind.value)}"
         return f"stability {SCALE - a.health} vs {SCALE - b.health}{_failures(profiles.get(b.cluster))}"
-    return f"cost {_money(a.price_milli)} vs {_money(b.price_milli)} per GPU-hour of the model it would use"
+    return f"cost {_two_places(a.price_milli)} vs {_two_places(b.price_milli)} per GPU-hour of the model it would use"
 
 
 def _failures(profile: Cluster | None) -> str:
     rate = profile.failures_per_kgpu_hour_milli if profile is not None else 0
-    return f" (recent GPU failures: {_money(rate)} per 1,000 GPU-hours observed)" if rate else " (its GPUs' health)"
+    if not rate:
+        return " (its GPUs' health)"
+    return f" (GPU failures in the last day: {_two_places(rate)} per 1,000 GPU-hours)"
 
 
-def _money(milli: int) -> str:
+def _two_places(milli: int) -> str:
     return f"{milli // 1000}.{milli % 1000 // 10:02d}"
 
 

@@ -116,7 +116,7 @@ class Cluster:
     fit_inference: bool = True
     """Some node of it suits serving (healthy, seldom failing)."""
     failures_per_kgpu_hour_milli: int = 0
-    """GPU failures per 1,000 GPU-hours its nodes were observed, in thousandths (what lowered
+    """GPU failures in the last day per 1,000 GPU-hours of its GPUs, in thousandths (part of what lowered
     ``stability_milli``, for explanations)."""
 
     def rate_of(self, model: str) -> int:
