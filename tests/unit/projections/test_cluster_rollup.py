@@ -3,8 +3,9 @@ failure history (decayed), fit for training and inference from its nodes, folded
 
 from __future__ import annotations
 
-from events.catalog.inventory import GpuHealthReported, GpuHealthSample, NodeObserved
+from events.catalog.inventory import GpuHealthReported, GpuHealthSample, NodeObserved, NodeRemoved
 from events.catalog.profiles import ResourceProfileUpdated
+from events.catalog.reasons import ReasonCode
 from events.catalog.types import Health
 from tests.unit.projections.builders import Fold, a_job, a_node, placed
 
@@ -50,6 +51,9 @@ def test_a_cluster_whose_gpus_failed_in_the_last_day_is_less_stable_and_recovers
     fold.feed(failed("n1", 3), at_s=100 + DAY_S)
     later = rollup(fold, "c1")
     assert (later.health_milli, later.failures_per_kgpu_hour_milli) == ((775 + 1000) // 2, 0)
+    gone = NodeRemoved(cluster="c1", node="n1", generation=1, reason=ReasonCode.NODE_DELETED)
+    fold.feed(gone, at_s=200 + DAY_S)  # it leaves: n2 alone
+    assert rollup(fold, "c1").health_milli == 1000
 
 
 def test_fit_for_training_and_inference_rolls_up_from_the_nodes() -> None:
