@@ -25,6 +25,8 @@ History:
   reason) by the catalogue's one mapping (``events.catalog.pending_reasons``), as the scheduler does.
 - ``io.fedsched.NodeUsageReported`` v1 -> v2: v2 names the ``run`` each job usage measured. A v1 report
   did not say, so its runs are ``None`` (the projections attribute it by time, as they did).
+- ``io.fedsched.ResourceProfileUpdated`` v1 -> v2: v2 counts the GPU failures of the last day
+  (``recent_failures``), which explanations name. A v1 profile did not say: ``None``.
 """
 
 from __future__ import annotations
@@ -44,8 +46,9 @@ from events.catalog.decisions import (
     TopicOffset,
 )
 from events.catalog.pending_reasons import pending_reason_of
+from events.catalog.profiles import GpuModelProfile, Quantities
 from events.catalog.reasons import ReasonCode
-from events.catalog.topics import DECISIONS, GOVERNANCE, INVENTORY
+from events.catalog.topics import DECISIONS, GOVERNANCE, INVENTORY, PROFILES
 from events.catalog.types import (
     MAX_REPLICAS,
     ClusterIdField,
@@ -54,6 +57,7 @@ from events.catalog.types import (
     DeviceIndices,
     EpochMillis,
     Frozen,
+    GpuModel,
     Health,
     Id,
     JobIdField,
@@ -62,6 +66,7 @@ from events.catalog.types import (
     NodeIdField,
     NonNegInt,
     Percent,
+    Permille,
     PolicyDocument,
     PolicyVersion,
     PosInt,
@@ -262,6 +267,37 @@ class PolicyConfiguredV1(Event):
     configured_by: Principal
 
 
+class ResourceProfileUpdatedV1(Event):
+    """A projection recomputed the profile of a node or a cluster (v1: without its recent failures)."""
+
+    event_type: ClassVar[str] = "io.fedsched.ResourceProfileUpdated"
+    schema_version: ClassVar[int] = 1
+    key_field: ClassVar[str | None] = "cluster/node"
+    topic: ClassVar[str] = PROFILES.name
+
+    cluster: ClusterIdField
+    node: NodeIdField | None = None
+    version: PosInt
+    capacity: Quantities
+    allocated: Quantities
+    free: Quantities
+    gpu_models: Annotated[tuple[GpuModelProfile, ...], Field(max_length=32), Unique(("model",), ordered=True)] = ()
+    health_milli: Permille
+    failures_per_kgpu_hour_milli: NonNegInt
+    congestion_milli: Permille
+    hot_models: Annotated[tuple[GpuModel, ...], Field(max_length=16), Unique()] = ()
+    fit_training: bool
+    fit_inference: bool
+    last_seen_ms: EpochMillis
+    stale: bool = False
+
+
+@upcaster("io.fedsched.ResourceProfileUpdated", 1)
+def profile_v1_to_v2(payload: Payload) -> Payload:
+    payload["recent_failures"] = None
+    return payload
+
+
 class TenantRegisteredV1(Event):
     """A tenant was registered or its settings changed (v1: no cap, default class nor document)."""
 
@@ -320,12 +356,14 @@ __all__ = [
     "NodeUsageReportedV1",
     "PolicyConfiguredV1",
     "QuotaSetV1",
+    "ResourceProfileUpdatedV1",
     "SchedulingCycleCompletedV1",
     "TenantRegisteredV1",
     "cycle_v1_to_v2",
     "gpu_health_v1_to_v2",
     "placed_v1_to_v2",
     "policy_v1_to_v2",
+    "profile_v1_to_v2",
     "queued_v1_to_v2",
     "quota_v1_to_v2",
     "tenant_v1_to_v2",

@@ -76,7 +76,7 @@ class ResourceProfileUpdated(Event):
     """A projection recomputed the profile of a node (or of a whole cluster, when ``node`` is None)."""
 
     event_type: ClassVar[str] = "io.fedsched.ResourceProfileUpdated"
-    schema_version: ClassVar[int] = 1
+    schema_version: ClassVar[int] = 2
     key_field: ClassVar[str | None] = "cluster/node"
     topic: ClassVar[str] = PROFILES.name
 
@@ -102,6 +102,9 @@ class ResourceProfileUpdated(Event):
     """Time of the last inventory report folded in."""
     stale: bool = False
     """No report arrived within the projection's staleness limit: the scheduler should not trust it."""
+    recent_failures: NonNegInt | None = None
+    """GPU failures in the day before ``last_seen_ms`` (a cluster's: all its nodes'); ``None``: not said
+    (a v1 record)."""
 
 
 class QuotaUsage(Frozen):

@@ -41,9 +41,10 @@ STAGE = "fleet"
 
 Totals = Mapping[str, tuple[int, int, int]]
 """GPU model -> (capacity milli, free milli, node entries naming the model)."""
-RollupFacts = tuple[tuple[tuple[str, int, int], ...], int, tuple[str, ...], int, int, bool, bool]
+RollupFacts = tuple[tuple[tuple[str, int, int], ...], int, tuple[str, ...], int, int, int, bool, bool]
 """What a cluster's roll-up says but its time: (model, capacity, free) by model, congestion, hot models,
-stability, failures per 1,000 GPU-hours (thousandths), fit for training, fit for inference."""
+stability, GPU failures in the last day and per 1,000 GPU-hours (thousandths), fit for training, fit for
+inference."""
 NodeHealth = tuple[int, int, int, int, int]
 """Summed over a cluster's present nodes: GPUs, GPUs x health, GPU failures in the last day, nodes fit
 for training, nodes fit for inference."""
@@ -297,6 +298,7 @@ def rollup_facts(fleet: FleetState, cluster: str, hot: Sequence[str]) -> RollupF
         fleet.cluster_congestion(cluster),
         tuple(model for model in hot if model in models),
         stability,
+        failures,
         rate,
         training > 0,
         inference > 0,
@@ -304,7 +306,7 @@ def rollup_facts(fleet: FleetState, cluster: str, hot: Sequence[str]) -> RollupF
 
 
 def rollup_event(cluster: str, facts: RollupFacts, version: int, now: int) -> ResourceProfileUpdated:
-    models, congestion, hot, stability, failures, training, inference = facts
+    models, congestion, hot, stability, recent, failures, training, inference = facts
     capacity = sum(cap for _, cap, _ in models)
     free = sum(fr for _, _, fr in models)
     return ResourceProfileUpdated(
@@ -332,6 +334,7 @@ def rollup_event(cluster: str, facts: RollupFacts, version: int, now: int) -> Re
         fit_training=training,
         fit_inference=inference,
         last_seen_ms=now,
+        recent_failures=recent,
     )
 
 

@@ -497,6 +497,7 @@ def profile_event_of(profile: NodeProfile, facts: ProfileFacts, version: int, se
         fit_inference=inference,
         last_seen_ms=seen_ms,
         stale=stale,
+        recent_failures=recent_failures(profile, seen_ms),
     )
 
 

@@ -70,14 +70,15 @@ def two_clusters(*more: Event, priced: bool = False) -> list[Event]:
 def test_the_latest_rollup_gives_each_cluster_its_profile_and_its_rates():
     state = folded(two_clusters(
         rollup("sim-1", 2, health_milli=610, failures_per_kgpu_hour_milli=2400, congestion_milli=300,
-               fit_training=False),
+               fit_training=False, recent_failures=3),
         rollup("sim-1", 1, health_milli=1000, congestion_milli=900),  # an older version read late: no effect
         priced=True,
     ))  # fmt: skip
     sim_1, sim_2 = state.snapshot(2_000).clusters
     said = (sim_1.stability_milli, sim_1.congestion_milli, sim_1.fit_training, sim_1.fit_inference)
     assert said == (610, 300, False, True)
-    assert sim_1.failures_per_kgpu_hour_milli == 2400 and sim_1.gpu_rates == (("A100", 2500),)
+    assert sim_1.failures_per_kgpu_hour_milli == 2400 and sim_1.recent_failures == 3
+    assert sim_1.gpu_rates == (("A100", 2500),)
     # No roll-up yet: nothing known against it.
     assert (sim_2.stability_milli, sim_2.congestion_milli, sim_2.fit_training) == (1000, 0, True)
     assert sim_2.gpu_rates == (("A100", 1200), ("H100", 9000)) and sim_2.cost_milli_per_gpu_hour == 0
@@ -86,8 +87,8 @@ def test_the_latest_rollup_gives_each_cluster_its_profile_and_its_rates():
 @pytest.mark.parametrize(
     ("case", "profile", "job", "said"),
     [
-        ("recent failures lose a training job", {"health_milli": 610},
-         submitted("j", JobKind.TRAINING), "sim-2 over sim-1: stability 1000 vs 610"),
+        ("recent failures lose a training job", {"health_milli": 610, "recent_failures": 2},
+         submitted("j", JobKind.TRAINING), "sim-2 over sim-1: stability 1000 vs 610 (2 GPU failures in the last day)"),
         ("a congested cluster loses", {"congestion_milli": 950}, submitted("j"), "congestion 0 vs 950"),
         ("no node fit for training loses a training job", {"fit_training": False},
          submitted("j", JobKind.TRAINING), "no node of sim-1 suits training"),

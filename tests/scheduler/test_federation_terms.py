@@ -38,6 +38,10 @@ def test_alike_clusters_go_by_the_stable_cluster_order():
     ("case", "job", "sim_1", "sim_2", "said"),
     [
         ("recent GPU failures lose a long training job to a stable cluster", LONG_TRAINING,
+         cluster("sim-1", stability_milli=610, failures_per_kgpu_hour_milli=2400, recent_failures=3),
+         cluster("sim-2", stability_milli=980),
+         "sim-2 over sim-1: stability 980 vs 610 (3 GPU failures in the last day)"),
+        ("a profile that does not count its failures gives their rate", LONG_TRAINING,
          cluster("sim-1", stability_milli=610, failures_per_kgpu_hour_milli=2400),
          cluster("sim-2", stability_milli=980),
          "sim-2 over sim-1: stability 980 vs 610 (GPU failures in the last day: 2.40 per 1,000 GPU-hours)"),

@@ -89,7 +89,7 @@ async def test_a_cluster_with_recent_gpu_failures_loses_a_training_job_and_says_
 
         async def shaken() -> bool:
             sim_1 = state.profiles.get("sim-1")
-            return sim_1 is not None and sim_1.health_milli == 700 and sim_1.failures_per_kgpu_hour_milli > 0
+            return sim_1 is not None and sim_1.health_milli == 700 and sim_1.recent_failures == 3
 
         await wait_for(shaken, seen=lambda: state.profiles.get("sim-1"))
         assert state.profiles["sim-2"].health_milli == 1000 and state.profiles["sim-1"].fit_training
@@ -112,7 +112,7 @@ async def test_a_cluster_with_recent_gpu_failures_loses_a_training_job_and_says_
         why = await client.call(client.jobs.ExplainJob, jobs_pb2.ExplainJobRequest(job_id=job_id))
         assert why.placement.cluster == "sim-2", why
         said = why.placement.explanation
-        assert "sim-2 over sim-1: stability 1000 vs 700 (GPU failures in the last day: " in said, said
+        assert "sim-2 over sim-1: stability 1000 vs 700 (3 GPU failures in the last day)" in said, said
     finally:
         await client.close()
         await probe.close()

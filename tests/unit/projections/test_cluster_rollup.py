@@ -46,11 +46,13 @@ def test_a_cluster_whose_gpus_failed_in_the_last_day_is_less_stable_and_recovers
     assert (shaken.health_milli, steady.health_milli) == (837, 1000)
     assert shaken.failures_per_kgpu_hour_milli == 1 * 1000 * 1000 // (16 * 24)  # 1 failure, 384 GPU-hours
     assert steady.failures_per_kgpu_hour_milli == 0
+    assert (shaken.recent_failures, steady.recent_failures) == (1, 0)
     # A day on (the node reports the same counters), the penalty has halved and the failure is no longer
     # in the last day.
     fold.feed(failed("n1", 3), at_s=100 + DAY_S)
     later = rollup(fold, "c1")
     assert (later.health_milli, later.failures_per_kgpu_hour_milli) == ((775 + 1000) // 2, 0)
+    assert later.recent_failures == 0
     gone = NodeRemoved(cluster="c1", node="n1", generation=1, reason=ReasonCode.NODE_DELETED)
     fold.feed(gone, at_s=200 + DAY_S)  # it leaves: n2 alone
     assert rollup(fold, "c1").health_milli == 1000

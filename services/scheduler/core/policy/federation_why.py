@@ -51,6 +51,9 @@ def _words(name: str, a: ClusterScore, b: ClusterScore, profiles: Mapping[Cluste
 
 
 def _failures(profile: Cluster | None) -> str:
+    if profile is not None and profile.recent_failures:
+        count = profile.recent_failures
+        return f" ({count} GPU failure{'s' if count > 1 else ''} in the last day)"
     rate = profile.failures_per_kgpu_hour_milli if profile is not None else 0
     if not rate:
         return " (its GPUs' health)"

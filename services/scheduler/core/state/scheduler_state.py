@@ -404,6 +404,7 @@ class SchedulerState(Facts):
             fit_training=profile.fit_training if profile is not None else True,
             fit_inference=profile.fit_inference if profile is not None else True,
             failures_per_kgpu_hour_milli=profile.failures_per_kgpu_hour_milli if profile is not None else 0,
+            recent_failures=profile.recent_failures if profile is not None else None,
         )
 
     def usage_histories(self, half_life_ms: int) -> dict[str, m.UsageHistory]:
