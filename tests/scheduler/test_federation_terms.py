@@ -10,7 +10,7 @@ import pytest
 
 from events.catalog.jobs import JobKind, PriorityClass
 from events.catalog.types import ClusterId
-from services.scheduler.core.policy import Cluster, ClusterWeights, Place, schedule
+from services.scheduler.core.policy import Cluster, ClusterWeights, Place, PolicyConfig, schedule
 from services.scheduler.core.state.policy_document import policy_from_document
 from tests.scheduler.builders import a_job, a_node, snapshot
 
@@ -96,3 +96,14 @@ def test_the_policy_documents_weights_decide_how_much_a_term_counts():
     assert ignoring_health.cluster_weights == ClusterWeights(health=0)
     (p,) = [d for d in schedule(snap, ignoring_health).decisions if isinstance(d, Place)]
     assert p.cluster == "sim-1"  # a tie again: the stable cluster order
+
+
+def test_a_tie_names_no_term_though_the_terms_differ():
+    # sim-2 more stable (500 x 2 points) and dearer (1000 x 1 point, normalised): equal totals.
+    shaky = cluster("sim-1", stability_milli=500, gpu_rates=(("A100", 1000),))
+    dear = cluster("sim-2", gpu_rates=(("A100", 1780),))
+    weights = ClusterWeights(health=2, cost=1)
+    snap = snapshot(NODES, [LONG_TRAINING.build()], clusters=[shaky, dear])
+    (p,) = [d for d in schedule(snap, PolicyConfig(cluster_weights=weights)).decisions if isinstance(d, Place)]
+    assert dict(p.chosen.breakdown)["total"] == dict(p.runner_up.breakdown)["total"], p.message
+    assert " over " not in p.message and "a tie decided by the stable cluster order" in p.message

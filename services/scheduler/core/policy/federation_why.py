@@ -23,7 +23,7 @@ _KIND_FIT = {
 
 def why_first(ranked: list[ClusterScore], profiles: Mapping[ClusterId, Cluster], kind: JobKind) -> str:
     """The words "<winner> over <runner-up>: <what decided>", or "" with no runner-up or no term gained."""
-    if len(ranked) < 2:
+    if len(ranked) < 2 or ranked[1].total == ranked[0].total:  # a tie: the caller says what broke it
         return ""
     first, second = ranked[0], ranked[1]
     mine, theirs = first.terms(), second.terms()
