@@ -33,6 +33,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, Field, JsonValue, StringConstraints, ValidationError, model_validator
 
 from events.catalog.jobs import PriorityClass
+from events.catalog.profiles import HOT_PRESSURE_MILLI
 from events.catalog.types import (
     MAX_SAFE_INT,
     DurationSeconds,
@@ -214,7 +215,8 @@ class PolicySpec(Frozen):
     """Fair share's half-life: past usage counts half after this long (0: never decays)."""
     aging_step_ms: PosInt = 3600 * 1000
     aging_unit_milli: Permille = 100
-    hot_pressure_milli: Permille = 900
+    hot_pressure_milli: Permille = HOT_PRESSURE_MILLI
+    """A GPU model this share of whose working capacity is allocated is hot (``profiles.is_hot``)."""
     hot_model_cap_milli: NonNegInt | None = None
     preemption: bool = True
     max_victims: NonNegInt = 16

@@ -27,6 +27,8 @@ History:
   (``interconnect_required``). A v1 request's interconnect was a preference, so: not required.
 - ``io.fedsched.NodeUsageReported`` v1 -> v2: v2 names the ``run`` each job usage measured. A v1 report
   did not say, so its runs are ``None`` (the projections attribute it by time, as they did).
+- ``io.fedsched.ResourceProfileUpdated`` v1 -> v2: v2 counts the GPU failures of the last day
+  (``recent_failures``), which explanations name. A v1 profile did not say: ``None``.
 """
 
 from __future__ import annotations
@@ -47,8 +49,9 @@ from events.catalog.decisions import (
 )
 from events.catalog.jobs import InferenceSpec, Interconnect, JobKind, PriorityClass, Toleration
 from events.catalog.pending_reasons import pending_reason_of
+from events.catalog.profiles import GpuModelProfile, Quantities
 from events.catalog.reasons import ReasonCode
-from events.catalog.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS
+from events.catalog.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS, PROFILES
 from events.catalog.types import (
     MAX_REPLICAS,
     ClusterIdField,
@@ -58,6 +61,7 @@ from events.catalog.types import (
     DurationSeconds,
     EpochMillis,
     Frozen,
+    GpuModel,
     Health,
     Id,
     JobIdField,
@@ -66,6 +70,7 @@ from events.catalog.types import (
     NodeIdField,
     NonNegInt,
     Percent,
+    Permille,
     PolicyDocument,
     PolicyVersion,
     PosInt,
@@ -269,6 +274,37 @@ class PolicyConfiguredV1(Event):
     configured_by: Principal
 
 
+class ResourceProfileUpdatedV1(Event):
+    """A projection recomputed the profile of a node or a cluster (v1: without its recent failures)."""
+
+    event_type: ClassVar[str] = "io.fedsched.ResourceProfileUpdated"
+    schema_version: ClassVar[int] = 1
+    key_field: ClassVar[str | None] = "cluster/node"
+    topic: ClassVar[str] = PROFILES.name
+
+    cluster: ClusterIdField
+    node: NodeIdField | None = None
+    version: PosInt
+    capacity: Quantities
+    allocated: Quantities
+    free: Quantities
+    gpu_models: Annotated[tuple[GpuModelProfile, ...], Field(max_length=32), Unique(("model",), ordered=True)] = ()
+    health_milli: Permille
+    failures_per_kgpu_hour_milli: NonNegInt
+    congestion_milli: Permille
+    hot_models: Annotated[tuple[GpuModel, ...], Field(max_length=16), Unique()] = ()
+    fit_training: bool
+    fit_inference: bool
+    last_seen_ms: EpochMillis
+    stale: bool = False
+
+
+@upcaster("io.fedsched.ResourceProfileUpdated", 1)
+def profile_v1_to_v2(payload: Payload) -> Payload:
+    payload["recent_failures"] = None
+    return payload
+
+
 class TenantRegisteredV1(Event):
     """A tenant was registered or its settings changed (v1: no cap, default class nor document)."""
 
@@ -380,12 +416,14 @@ __all__ = [
     "NodeUsageReportedV1",
     "PolicyConfiguredV1",
     "QuotaSetV1",
+    "ResourceProfileUpdatedV1",
     "SchedulingCycleCompletedV1",
     "TenantRegisteredV1",
     "cycle_v1_to_v2",
     "gpu_health_v1_to_v2",
     "placed_v1_to_v2",
     "policy_v1_to_v2",
+    "profile_v1_to_v2",
     "queued_v1_to_v2",
     "quota_v1_to_v2",
     "submitted_v1_to_v2",

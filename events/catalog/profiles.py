@@ -55,11 +55,28 @@ class GpuModelProfile(Frozen):
     """The most milli-GPU free together on one node (what the largest replica could get)."""
 
 
+HOT_PRESSURE_MILLI = 900
+"""A GPU model is hot where this share (thousandths) of its working capacity is allocated: the policy's
+default ``hot_pressure_milli``, and what ``fedsched resources`` and a profile's ``hot_models`` say."""
+
+
+def pressure_milli(capacity_milli: int, free_milli: int) -> int:
+    """The allocated share of a GPU model's working capacity (failed GPUs left out), in thousandths: what
+    makes it hot (``is_hot``); 0 for no capacity."""
+    return (capacity_milli - free_milli) * 1000 // capacity_milli if capacity_milli > 0 else 0
+
+
+def is_hot(pressure: int, threshold: int = HOT_PRESSURE_MILLI) -> bool:
+    """The one definition of a hot GPU model, for the scheduler (with the policy's threshold) and the
+    read side (with the default): its ``pressure_milli`` reaches the threshold."""
+    return pressure >= threshold
+
+
 class ResourceProfileUpdated(Event):
     """A projection recomputed the profile of a node (or of a whole cluster, when ``node`` is None)."""
 
     event_type: ClassVar[str] = "io.fedsched.ResourceProfileUpdated"
-    schema_version: ClassVar[int] = 1
+    schema_version: ClassVar[int] = 2
     key_field: ClassVar[str | None] = "cluster/node"
     topic: ClassVar[str] = PROFILES.name
 
@@ -73,17 +90,21 @@ class ResourceProfileUpdated(Event):
     health_milli: Permille
     """1000 is fully healthy; lowered by degraded and failed devices."""
     failures_per_kgpu_hour_milli: NonNegInt
-    """Job failures per 1000 GPU-hours run here, in thousandths (2500 is 2.5 failures)."""
+    """GPU failures per 1000 GPU-hours, in thousandths (2500 is 2.5 failures): a node's over the GPU-hours
+    it was observed; a cluster's (no node) in the last day over its GPUs' hours of that day."""
     congestion_milli: Permille
     """0 idle .. 1000 saturated: how contended the scope is (network, storage, queueing)."""
     hot_models: Annotated[tuple[GpuModel, ...], Field(max_length=16), Unique()] = ()
-    """GPU models in high demand here, most demanded first."""
+    """GPU models hot here (``is_hot`` of their ``pressure_milli``), by name."""
     fit_training: bool
     fit_inference: bool
     last_seen_ms: EpochMillis
     """Time of the last inventory report folded in."""
     stale: bool = False
     """No report arrived within the projection's staleness limit: the scheduler should not trust it."""
+    recent_failures: NonNegInt | None = None
+    """GPU failures in the day before ``last_seen_ms`` (a cluster's: all its nodes'); ``None``: not said
+    (a v1 record)."""
 
 
 class QuotaUsage(Frozen):
@@ -117,9 +138,12 @@ class QuotaUsageUpdated(Event):
 
 
 __all__ = [
+    "HOT_PRESSURE_MILLI",
     "GpuModelProfile",
     "Quantities",
     "QuotaUsage",
     "QuotaUsageUpdated",
     "ResourceProfileUpdated",
+    "is_hot",
+    "pressure_milli",
 ]

@@ -1,13 +1,22 @@
 """The fleet: per GPU model, capacity, free capacity and pending demand; congestion and hot models;
 and per cluster, the roll-up profile the scheduler reads first. One entity, key ``fleet``.
 
+A cluster's roll-up is its own: its congestion is the pending demand that could use its GPUs (jobs that
+accept a model it has, or any model) against its own free GPUs, in thousandths, at most 1000; its
+stability (the event's ``health_milli``) is its nodes' health weighted by their GPUs (each node's health
+is lowered by its failed GPUs and by its recent failures, a penalty that halves every day: see
+``projections.stages.nodes``); its failure rate is its GPU failures in the last day per 1,000 GPU-hours of
+its GPUs over that day; it is fit for training or for inference when one of its nodes is.
+
 Called by the projection hosts. Pure. Congestion of a model is pending demand over free capacity (in
-thousandths; 1000 means the queue would take every free card). A model is hot when its congestion
-reaches ``HOT_MILLI``. A job that accepts several models counts against each (it could go to any), and
-a job that accepts any model counts against every model, so demand is an upper bound. A job asking for
-more GPUs than the whole fleet has of the models it accepts counts against none: it cannot run as asked
-whatever the queue, and one such job made every model hot (each placement then paid for congestion
-that was not there). Whether a job fits is looked at again whenever a model's capacity changes.
+thousandths; 1000 means the queue would take every free card). A model is hot as the scheduler defines
+it (``events.catalog.profiles.is_hot``: its allocated share of its working capacity reaches the policy's
+default ``hot_pressure_milli``), so ``fedsched resources`` calls hot what the scheduler steers jobs off.
+A job that accepts several models counts against each (it could go to any), and a job that accepts any
+model counts against every model, so demand is an upper bound. A job asking for more GPUs than the
+whole fleet has of the models it accepts counts against none: it cannot run as asked whatever the
+queue, and one such job made every model congested (each placement then paid for congestion that was
+not there). Whether a job fits is looked at again whenever a model's capacity changes.
 
 Totals are kept as running sums (per model, per cluster and model, pending demand per model), and the
 nodes and pending jobs are persistent maps (``projections.stages.persistent``: a version is made by changing its
@@ -21,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import field
 
-from events.catalog.profiles import GpuModelProfile, Quantities, ResourceProfileUpdated
+from events.catalog.profiles import GpuModelProfile, Quantities, ResourceProfileUpdated, is_hot, pressure_milli
 from events.catalog.types import ClusterId
 from events.wire.envelope import Envelope
 from projections.stages.core import Applied, Emitted, Input, Output, evolve, record
@@ -29,12 +38,17 @@ from projections.stages.deltas import NodeCapacity, PendingDemand
 from projections.stages.persistent import PMap
 
 STAGE = "fleet"
-HOT_MILLI = 800
 
 Totals = Mapping[str, tuple[int, int, int]]
 """GPU model -> (capacity milli, free milli, node entries naming the model)."""
-RollupFacts = tuple[tuple[tuple[str, int, int], ...], int, tuple[str, ...]]
-"""What a cluster's roll-up says but its time: (model, capacity, free) by model, congestion, hot models."""
+RollupFacts = tuple[tuple[tuple[str, int, int], ...], int, tuple[str, ...], int, int, int, bool, bool]
+"""What a cluster's roll-up says but its time: (model, capacity, free) by model, congestion, hot models,
+stability, GPU failures in the last day and per 1,000 GPU-hours (thousandths), fit for training, fit for
+inference."""
+NodeHealth = tuple[int, int, int, int, int]
+"""Summed over a cluster's present nodes: GPUs, GPUs x health, GPU failures in the last day, nodes fit
+for training, nodes fit for inference."""
+_DAY_HOURS = 24
 
 
 @record
@@ -58,8 +72,17 @@ class FleetState:
     rollups: Mapping[str, tuple[RollupFacts, int]] = field(default_factory=dict)
     """Cluster -> what its latest roll-up version says, and its ``last_seen_ms``."""
     applied: Applied = field(default_factory=Applied)
-    congestion_milli: Mapping[str, int] = field(default_factory=dict)
-    """``congestion()`` when the roll-ups were last brought up to date."""
+    health: Mapping[str, NodeHealth] = field(default_factory=dict)
+    """Cluster -> its nodes' health, summed."""
+
+    def cluster_congestion(self, cluster: str) -> int:
+        """The pending demand that could use the cluster's GPUs against its own free GPUs (0..1000)."""
+        models = self.clusters.get(cluster, {})
+        if not models:
+            return 0
+        demand = self.demand_any + sum(self.demand_by_model.get(model, 0) for model in models)
+        free = sum(fr for _, fr, _ in models.values())
+        return min(1000, demand * 1000 // (free if free > 1 else 1))
 
     def demand(self, model: str) -> int:
         return self.demand_any + self.demand_by_model.get(model, 0)
@@ -76,7 +99,8 @@ class FleetState:
         return out
 
     def hot_models(self) -> tuple[str, ...]:
-        return tuple(model for model, value in self.congestion().items() if value >= HOT_MILLI)
+        models = self.models
+        return tuple(model for model in sorted(models) if is_hot(pressure_milli(models[model][0], models[model][1])))
 
 
 class FleetStage:
@@ -105,14 +129,15 @@ class FleetStage:
             # Nothing to fold: the congestion and the roll-ups (brought up to date with every change)
             # cannot change either; the positions applied may.
             return (entity if applied is entity.applied else evolve(entity, applied=applied)), []
-        previous = fleet.congestion_milli
+        hot_before = fleet.hot_models()
         fleet = changed or fleet
-        congestion = fleet.congestion()
-        # A roll-up changes with its cluster's totals, or with the congestion of the models in it.
-        clusters = set(fleet.rollups) if congestion != previous else set()
+        # A roll-up changes with its cluster's totals and nodes, with the demand (its congestion), or with
+        # the hot models among its own.
+        demand = isinstance(delta, PendingDemand)
+        clusters = set(fleet.rollups) if demand or fleet.hot_models() != hot_before else set()
         if isinstance(delta, NodeCapacity) and (delta.present or delta.cluster in fleet.rollups):
             clusters.add(delta.cluster)
-        return _rollups(fleet, sorted(clusters), applied, item.time_ms, congestion), []
+        return _rollups(fleet, sorted(clusters), applied, item.time_ms), []
 
     def publish(self, before: FleetState | None, after: FleetState | None) -> list[Output]:
         if after is None:
@@ -144,6 +169,10 @@ def _capacity(fleet: FleetState, delta: NodeCapacity) -> FleetState | None:
             _add(models, model, capacity, free, 1)
             _add(in_cluster, model, capacity, free, 1)
     clusters[delta.cluster] = in_cluster
+    health = dict(fleet.health)
+    sums = _node_health(health.get(delta.cluster, (0, 0, 0, 0, 0)), old, -1)
+    sums = _node_health(sums, delta if delta.present else None, 1)
+    health[delta.cluster] = sums
     changed = FleetState(
         nodes,
         fleet.pending,
@@ -154,6 +183,8 @@ def _capacity(fleet: FleetState, delta: NodeCapacity) -> FleetState | None:
         fleet.unfit,
         fleet.versions,
         fleet.rollups,
+        fleet.applied,
+        health,
     )
     # The fleet's capacity changed exactly when this node's did (most deltas only change what is free).
     before = {model: capacity for model, capacity, _ in old.per_model} if old is not None else {}
@@ -164,6 +195,19 @@ def _capacity(fleet: FleetState, delta: NodeCapacity) -> FleetState | None:
     # case, thousands of times while a log is replayed) can only make unfit jobs fit: those are looked at.
     grew = all(after.get(model, 0) >= capacity for model, capacity in before.items())
     return _recount(changed, only_unfit=grew)
+
+
+def _node_health(sums: NodeHealth, node: NodeCapacity | None, sign: int) -> NodeHealth:
+    if node is None:
+        return sums
+    gpus, weighted, failures, training, inference = sums
+    return (
+        gpus + sign * node.gpus,
+        weighted + sign * node.gpus * node.health_milli,
+        failures + sign * node.recent_failures,
+        training + sign * node.fit_training,
+        inference + sign * node.fit_inference,
+    )
 
 
 def _fits(models: Totals, demand: PendingDemand) -> bool:
@@ -228,25 +272,41 @@ def _demand(fleet: FleetState, delta: PendingDemand) -> FleetState | None:
             else:
                 by_model.pop(model, None)
     return FleetState(
-        fleet.nodes, pending, fleet.models, fleet.clusters, demand_any, by_model, unfit, fleet.versions, fleet.rollups
+        fleet.nodes,
+        pending,
+        fleet.models,
+        fleet.clusters,
+        demand_any,
+        by_model,
+        unfit,
+        fleet.versions,
+        fleet.rollups,
+        fleet.applied,
+        fleet.health,
     )
 
 
-def rollup_facts(fleet: FleetState, cluster: str, congestion: Mapping[str, int], hot: Sequence[str]) -> RollupFacts:
+def rollup_facts(fleet: FleetState, cluster: str, hot: Sequence[str]) -> RollupFacts:
     models = fleet.clusters.get(cluster, {})
-    worst = 0
-    totals = []
-    for model, (capacity, free, _) in models.items():
-        totals.append((model, capacity, free))
-        value = congestion.get(model, 0)
-        if value > worst:
-            worst = value
-    totals.sort()
-    return tuple(totals), min(1000, worst), tuple(model for model in hot if model in models)
+    totals = sorted((model, capacity, free) for model, (capacity, free, _) in models.items())
+    gpus, weighted, failures, training, inference = fleet.health.get(cluster, (0, 0, 0, 0, 0))
+    stability = weighted // gpus if gpus > 0 else 1000
+    # Failures in the last day per 1,000 GPU-hours of its GPUs over that day, in thousandths.
+    rate = failures * 1000 * 1000 // (gpus * _DAY_HOURS) if gpus > 0 else 0
+    return (
+        tuple(totals),
+        fleet.cluster_congestion(cluster),
+        tuple(model for model in hot if model in models),
+        stability,
+        failures,
+        rate,
+        training > 0,
+        inference > 0,
+    )
 
 
 def rollup_event(cluster: str, facts: RollupFacts, version: int, now: int) -> ResourceProfileUpdated:
-    models, congestion, hot = facts
+    models, congestion, hot, stability, recent, failures, training, inference = facts
     capacity = sum(cap for _, cap, _ in models)
     free = sum(fr for _, _, fr in models)
     return ResourceProfileUpdated(
@@ -267,29 +327,28 @@ def rollup_event(cluster: str, facts: RollupFacts, version: int, now: int) -> Re
             )
             for model, cap, fr in models
         ),
-        health_milli=1000,
-        failures_per_kgpu_hour_milli=0,
+        health_milli=stability,
+        failures_per_kgpu_hour_milli=failures,
         congestion_milli=congestion,
         hot_models=hot,
-        fit_training=True,
-        fit_inference=True,
+        fit_training=training,
+        fit_inference=inference,
         last_seen_ms=now,
+        recent_failures=recent,
     )
 
 
 def rollup(fleet: FleetState, cluster: str, version: int, now: int) -> ResourceProfileUpdated:
-    return rollup_event(cluster, rollup_facts(fleet, cluster, fleet.congestion(), fleet.hot_models()), version, now)
+    return rollup_event(cluster, rollup_facts(fleet, cluster, fleet.hot_models()), version, now)
 
 
-def _rollups(
-    fleet: FleetState, clusters: Sequence[str], applied: Applied, now: int, congestion: Mapping[str, int]
-) -> FleetState:
+def _rollups(fleet: FleetState, clusters: Sequence[str], applied: Applied, now: int) -> FleetState:
     """A new roll-up version for each of these clusters whose roll-up says something new."""
-    hot = [model for model, value in congestion.items() if value >= HOT_MILLI]
+    hot = fleet.hot_models()
     versions: dict[str, int] | None = None
     rollups: dict[str, tuple[RollupFacts, int]] | None = None
     for cluster in clusters:
-        facts = rollup_facts(fleet, cluster, congestion, hot)
+        facts = rollup_facts(fleet, cluster, hot)
         old = fleet.rollups.get(cluster)
         if old is not None and old[0] == facts:
             continue
@@ -310,5 +369,5 @@ def _rollups(
         fleet.versions if versions is None else versions,
         fleet.rollups if rollups is None else rollups,
         applied,
-        congestion,
+        fleet.health,
     )

@@ -497,6 +497,7 @@ def profile_event_of(profile: NodeProfile, facts: ProfileFacts, version: int, se
         fit_inference=inference,
         last_seen_ms=seen_ms,
         stale=stale,
+        recent_failures=recent_failures(profile, seen_ms),
     )
 
 
@@ -504,11 +505,28 @@ def profile_event(profile: NodeProfile, version: int) -> ResourceProfileUpdated:
     return profile_event_of(profile, profile_facts(profile), version, profile.last_seen_ms)
 
 
-def capacity_delta(profile: NodeProfile, facts: ProfileFacts | None = None) -> NodeCapacity:
+def recent_failures(profile: NodeProfile, at_ms: int) -> int:
+    """Its GPU failures within ``HALF_LIFE_MS`` (a day) before ``at_ms``."""
+    return sum(1 for moment in profile.recent_failures_ms if at_ms - moment < HALF_LIFE_MS)
+
+
+def capacity_delta(profile: NodeProfile, facts: ProfileFacts | None = None, at_ms: int | None = None) -> NodeCapacity:
+    """What the fleet stage rolls up of the node: capacity per model, health, fit, and its failures in the
+    day before ``at_ms`` (default: its latest report)."""
     if not profile.present:
         return NodeCapacity(profile.cluster, profile.node, False)
-    models = (facts or profile_facts(profile))[3]
-    return NodeCapacity(profile.cluster, profile.node, True, tuple((m[0], m[3], m[5]) for m in models))
+    facts = facts or profile_facts(profile)
+    return NodeCapacity(
+        profile.cluster,
+        profile.node,
+        True,
+        tuple((m[0], m[3], m[5]) for m in facts[3]),
+        len(profile.gpus),
+        facts[4],
+        recent_failures(profile, profile.last_seen_ms if at_ms is None else at_ms),
+        facts[6],
+        facts[7],
+    )
 
 
 def _versioned(before: NodeProfile, after: NodeProfile, emitted: list[Emitted]) -> tuple[NodeProfile, list[Emitted]]:
@@ -521,15 +539,12 @@ def _versioned(before: NodeProfile, after: NodeProfile, emitted: list[Emitted]) 
     if previous is not None and previous[0] == facts and after.last_seen_ms - previous[1] < HEARTBEAT_MS:
         return after, emitted
     after = evolve(after, version=after.version + 1, published=(facts, after.last_seen_ms))
-    # A stored profile says what its latest version says (but the time): ``previous`` is ``before``'s.
-    if previous is None or _capacity(before.present, previous[0]) != _capacity(after.present, facts):
-        emitted = [*emitted, Routed("fleet", "fleet", capacity_delta(after, facts))]
+    # A stored profile says what its latest version says (but the time): ``previous`` is ``before``'s,
+    # and its failures in the day before it were those of ``before`` (a failure makes a new version).
+    delta = capacity_delta(after, facts)
+    if previous is None or capacity_delta(before, previous[0], previous[1]) != delta:
+        emitted = [*emitted, Routed("fleet", "fleet", delta)]
     return after, emitted
-
-
-def _capacity(present: bool, facts: ProfileFacts) -> tuple[tuple[str, int, int], ...] | None:
-    """What ``capacity_delta`` says, to compare (None: not present)."""
-    return tuple((m[0], m[3], m[5]) for m in facts[3]) if present else None
 
 
 HEARTBEAT_MS = 300_000

@@ -51,7 +51,7 @@ def known(state: SchedulerState, now_ms: int) -> dict[str, Any]:
     return {
         "jobs": dict(sorted(state.jobs.items())),
         "nodes": dict(sorted(state.nodes.items())),
-        "clusters": (state.clusters, state.cluster_status, state.congestion),
+        "clusters": (state.clusters, state.cluster_status, state.profiles),
         "governance": (state.tenants, state.quotas, state.policy),
         "settled": state.settled,
         "snapshot": state.snapshot(now_ms),

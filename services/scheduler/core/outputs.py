@@ -78,7 +78,11 @@ interconnect (``interconnect_required``) inside one NVLink domain or RDMA fabric
 preemption, reservations and explanations (``InterconnectUnavailable``, ``InterconnectDomainTooSmall``);
 a preferred interconnect is counted on the domain of the kind the job asks for (``-5`` took a node's
 NVLink domain, else its RDMA fabric, for either) and a node on none shares it with no node (``-5``: all
-such nodes shared the empty one)."""
+such nodes shared the empty one). It also reads each cluster's stability (its roll-up's
+health: ``-5`` never set it, so the health term was always 0), its fit for training and inference, and
+its congestion as its own (``-5``: the fleet's figure for its worst model) from the log; prices a cluster
+by its rate for the GPU model the job would use there (``-5``: the average of its rates); and a
+placement names the term that put it ahead of the runner-up ("sim-2 over sim-1: stability ...")."""
 
 
 def cycle_id(sequence: int) -> CycleId:

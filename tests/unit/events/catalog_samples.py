@@ -97,6 +97,7 @@ from events.catalog.legacy import (
     NodeUsageReportedV1,
     PolicyConfiguredV1,
     QuotaSetV1,
+    ResourceProfileUpdatedV1,
     SchedulingCycleCompletedV1,
     TenantRegisteredV1,
 )
@@ -540,6 +541,7 @@ def _profiles() -> list[Event]:
             fit_training=True,
             fit_inference=False,
             last_seen_ms=T0 - 15_000,
+            recent_failures=1,
         ),
         QuotaUsageUpdated(
             tenant=ML,
@@ -631,6 +633,7 @@ def _legacy() -> list[Event]:
                 QuotaLine(resource=ResourceKind.CPU, guaranteed=256_000),
             ),
         ),
+        ResourceProfileUpdatedV1(**_profiles()[0].model_dump(exclude={"recent_failures"})),
         NodeUsageReportedV1(
             cluster=C1,
             node=N1,

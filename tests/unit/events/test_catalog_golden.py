@@ -21,6 +21,7 @@ from events.catalog.decisions import JobQueued
 from events.catalog.inventory import GpuHealthReported, GpuHealthSample
 from events.catalog.legacy import queued_v1_to_v2
 from events.catalog.pending_reasons import PendingReason
+from events.catalog.profiles import ResourceProfileUpdated
 from events.catalog.types import ClusterId, Health, NodeId
 from events.wire import codec
 
@@ -95,6 +96,13 @@ def test_the_v1_gpu_health_golden_reads_as_v2_with_xid_counts_and_unknown_ecc() 
             GpuHealthSample(index=5, health=Health.DEGRADED, xid_errors=3, temperature_c=81),
         ),
     )
+
+
+def test_the_v1_profile_golden_reads_as_v2_with_its_recent_failures_not_said() -> None:
+    body, meta = read("io.fedsched.ResourceProfileUpdated", 1)
+    data = codec.decode(wire_headers(meta), body).data
+    assert isinstance(data, ResourceProfileUpdated) and data.recent_failures is None
+    assert data.health_milli == 875 and data.failures_per_kgpu_hour_milli == 2_500
 
 
 def test_the_v1_wait_golden_reads_as_v2_its_position_the_federations_and_its_category_from_the_binding() -> None:

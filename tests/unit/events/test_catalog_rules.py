@@ -65,7 +65,7 @@ CATALOGUE = {
     "io.fedsched.QuotaRequestSubmitted": 1,
     "io.fedsched.QuotaSet": 2,
     "io.fedsched.QuotaUsageUpdated": 1,
-    "io.fedsched.ResourceProfileUpdated": 1,
+    "io.fedsched.ResourceProfileUpdated": 2,
     "io.fedsched.SchedulingCycleCompleted": 2,
     "io.fedsched.TenantRegistered": 2,
 }

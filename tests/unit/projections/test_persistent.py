@@ -194,7 +194,8 @@ def test_the_fleet_folds_a_long_stream_of_nodes_and_demand_to_consistent_totals(
             n = rng.randrange(400)
             present = rng.random() < 0.85
             per = ((rng.choice(["A100", "H100"]), 8000, rng.randrange(0, 8001, 1000)),) if present else ()
-            delta: NodeCapacity | PendingDemand = NodeCapacity(f"c{n % 3}", f"n{n}", present, per)
+            health = (8, rng.randrange(0, 1001), rng.randrange(3), rng.random() < 0.5, rng.random() < 0.5)
+            delta: NodeCapacity | PendingDemand = NodeCapacity(f"c{n % 3}", f"n{n}", present, per, *health)
             if present:
                 nodes[(delta.cluster, delta.node)] = delta
             else:
@@ -217,6 +218,17 @@ def test_the_fleet_folds_a_long_stream_of_nodes_and_demand_to_consistent_totals(
             models[model] = (cap + capacity, fr + free)
     assert fleet.per_model() == models
     assert fleet.demand_any == sum(d.gpu_milli for d in pending.values() if not d.gpu_models)
+    # Each cluster's health sums, kept delta by delta, equal a count from scratch.
+    for cluster in ("c0", "c1", "c2"):
+        mine = [node for node in nodes.values() if node.cluster == cluster]
+        expected = (
+            sum(node.gpus for node in mine),
+            sum(node.gpus * node.health_milli for node in mine),
+            sum(node.recent_failures for node in mine),
+            sum(node.fit_training for node in mine),
+            sum(node.fit_inference for node in mine),
+        )
+        assert fleet.health.get(cluster, (0, 0, 0, 0, 0)) == expected, cluster
     for old, old_nodes, old_pending, rows in kept:
         assert old.nodes.to_dict() == old_nodes and old.pending.to_dict() == old_pending
         assert TABLES["fleet"].rows("fleet", old) == rows

@@ -168,14 +168,18 @@ def test_usage_above_the_guarantee_is_borrowed() -> None:
     assert (gpu.used, gpu.guaranteed, gpu.limit, gpu.borrowed) == (5000, 2000, 8000, 3000)
 
 
-def test_pending_demand_above_free_capacity_makes_a_model_hot() -> None:
+def test_pending_demand_congests_a_model_and_allocation_beyond_the_hot_pressure_makes_it_hot() -> None:
     fold = Fold()
-    fold.feed(a_node(gpus=4, model="H100"))
-    fold.feed(a_job("j1", gpus=4))
-    fold.feed(a_job("j2", gpus=4))
+    fold.feed(a_node(gpus=10, model="H100"))
+    fold.feed(a_job("j1", gpus=8))
+    fold.feed(a_job("j2", gpus=10))
     fleet = fold.get("fleet", "fleet")
-    assert fleet.congestion()["H100"] == 2000
-    assert fleet.hot_models() == ("H100",)
+    assert fleet.congestion()["H100"] == 1800 and fleet.hot_models() == ()  # wanted, not yet taken
+    fold.feed(placed("j1", gpus=tuple(range(8))), at_s=1)
+    assert fold.get("fleet", "fleet").hot_models() == ()  # 800 of 1000 taken: below the scheduler's 900
+    fold.feed(a_job("j3", gpus=1))
+    fold.feed(placed("j3", gpus=(8,)), at_s=2)
+    assert fold.get("fleet", "fleet").hot_models() == ("H100",)  # 900: hot, as the scheduler counts it
     rollups = [o.event for o in fold.outputs if isinstance(o.event, ResourceProfileUpdated) and o.event.node is None]
     assert rollups[-1].hot_models == ("H100",)
 
@@ -186,10 +190,10 @@ def test_a_job_larger_than_the_fleet_counts_as_demand_only_once_the_fleet_could_
     fold.feed(a_node(node="n2", gpus=8, model="A100"))
     fold.feed(a_job("huge", gpus=0).model_copy(update={"replicas": 3, "resources": a_job(gpus=8).resources}))
     fleet = fold.get("fleet", "fleet")
-    assert fleet.hot_models() == () and fleet.congestion() == {"A100": 0, "H100": 0}  # 24 GPUs of 16: never
+    assert fleet.congestion() == {"A100": 0, "H100": 0}  # 24 GPUs of 16: never
     fold.feed(a_node(node="n3", gpus=8, model="A100"))  # 24 GPUs now: it could run, and it waits
     fleet = fold.get("fleet", "fleet")
-    assert fleet.congestion() == {"A100": 1500, "H100": 3000} and fleet.hot_models() == ("A100", "H100")
+    assert fleet.congestion() == {"A100": 1500, "H100": 3000}
     fold.feed(JobCancelled(job_id="huge", cluster="c1", run=0))
     fleet = fold.get("fleet", "fleet")
     assert fleet.congestion() == {"A100": 0, "H100": 0} and fleet.demand_by_model == {} and fleet.demand_any == 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from events.catalog.profiles import pressure_milli
 from services.scheduler.core.policy.fleet import Demand, FleetState
 from services.scheduler.core.policy.model import MILLI
 
@@ -59,13 +60,13 @@ def largest_whole_gpu_block(fs: FleetState, d: Demand, lo: int, hi: int) -> tupl
 
 
 def model_pressure(fs: FleetState) -> dict[str, int]:
-    """Allocated share of each GPU model's capacity, per mille."""
+    """Allocated share of each GPU model's working capacity, per mille (``pressure_milli``: what makes a
+    model hot, for the scheduler and the read side alike)."""
     out: dict[str, int] = {}
-    alloc = (fs.gpu_count * MILLI) - (fs.gpu_free * fs.gpu_usable).sum(axis=1)
+    free = (fs.gpu_free * fs.gpu_usable).sum(axis=1)
     for m, name in enumerate(fs.models):
         sel = fs.model_of == m
-        cap = int(fs.gpu_count[sel].sum()) * MILLI
-        out[name] = int(alloc[sel].sum()) * 1000 // cap if cap else 0
+        out[name] = pressure_milli(int(fs.gpu_count[sel].sum()) * MILLI, int(free[sel].sum()))
     return out
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from events.catalog.profiles import is_hot
 from services.scheduler.core.policy import topology
 from services.scheduler.core.policy.budgets import BudgetBook
 from services.scheduler.core.policy.capacity import per_node
@@ -108,7 +109,7 @@ class Ctx:
 
     @property
     def hot(self) -> frozenset[str]:
-        return frozenset(m for m, p in self.pressure.items() if p >= self.config.hot_pressure_milli)
+        return frozenset(m for m, p in self.pressure.items() if is_hot(p, self.config.hot_pressure_milli))
 
     def hot_cap(self, tenant: TenantId) -> int | None:
         t = self.book.tenants.get(tenant)
@@ -168,7 +169,9 @@ class Ctx:
             cands.append((cid, plan.cost, hot))
         if not cands:
             return None
-        ranked = score_clusters(cands, self.profiles, job.datasets, self.config.cluster_weights)
+        models = {cid: plan.models for cid, plan in plans.items()}
+        weights = self.config.cluster_weights
+        ranked = score_clusters(cands, self.profiles, job.datasets, weights, job=job, models=models)
         return plans[ranked[0].cluster], ranked
 
     def _trial(self, ci: int, job: Job, d: Demand, extra: I64 | None) -> Plan | None:

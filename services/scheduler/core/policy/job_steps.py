@@ -25,6 +25,7 @@ from services.scheduler.core.policy.context import I64, Ctx, Plan
 from services.scheduler.core.policy.decisions import CandidateScore, Constraint, Decision, Place, Preempt, Reserve
 from services.scheduler.core.policy.explain import describe, moment
 from services.scheduler.core.policy.federation import ClusterScore
+from services.scheduler.core.policy.federation_why import why_first
 from services.scheduler.core.policy.fleet import Demand
 from services.scheduler.core.policy.model import ClusterId, Job
 from services.scheduler.core.policy.placer import MASKED
@@ -368,6 +369,8 @@ def _place(
             alt += f", a tie won on placement cost ({ranked[0].placement_cost} vs {ranked[1].placement_cost})"
         else:
             alt += f", a tie decided by the stable cluster order ({cid} before {runner.cluster})"
+    why = why_first(ranked, ctx.profiles, job.kind)
+    alt += f"; {why}" if why else ""
     share = f" ({d.gpu_milli}m each)" if d.is_share else ""
     terms = " + ".join(f"{name} {points}" for name, points in ranked[0].terms().items())
     msg = (

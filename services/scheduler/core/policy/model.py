@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from events.catalog.jobs import Interconnect, JobKind, PriorityClass
+from events.catalog.profiles import HOT_PRESSURE_MILLI
 from events.catalog.types import ClusterId, JobId, NodeId, TenantId
 
 MILLI = 1000
@@ -108,8 +109,37 @@ class Cluster:
     congestion_milli: int = 0  # 0 idle .. 1000 saturated network / storage, from profiles
     stability_milli: int = MILLI  # 1000 = no recent failures
     cost_milli_per_gpu_hour: int = 0
+    """A flat price for a GPU-hour of a model ``gpu_rates`` does not name (0: free or unknown)."""
     gpu_model_pressure_milli: tuple[tuple[str, int], ...] = ()  # profile-reported demand pressure
     status: str = "reachable"  # as its connector last reported: reachable, unreachable or draining
+    gpu_rates: tuple[tuple[str, int], ...] = ()
+    """(GPU model, milli-units of its currency per GPU-hour), by model: what a job pays for the model it
+    would use here."""
+    fit_training: bool = True
+    """Some node of it suits long multi-GPU training (enough GPUs or a fast interconnect, healthy)."""
+    fit_inference: bool = True
+    """Some node of it suits serving (healthy, seldom failing)."""
+    failures_per_kgpu_hour_milli: int = 0
+    """GPU failures in the last day per 1,000 GPU-hours of its GPUs, in thousandths (part of what lowered
+    ``stability_milli``, for explanations)."""
+    recent_failures: int | None = None
+    """GPU failures of its nodes in the last day (None: not known), for explanations."""
+
+    def rate_of(self, model: str) -> int:
+        """The price of a GPU-hour of ``model`` here: its listed rate, else the flat one."""
+        for named, rate in self.gpu_rates:
+            if named == model:
+                return rate
+        return self.cost_milli_per_gpu_hour
+
+    def fit_for(self, job: Job) -> bool:
+        """Whether its nodes suit ``job``: training and fine-tuning on more than one GPU want a node fit
+        for training, inference one fit for serving; other work (and one-GPU training) any node."""
+        if job.kind in (JobKind.TRAINING, JobKind.FINE_TUNE) and job.total_gpu_milli() > MILLI:
+            return self.fit_training
+        if job.kind is JobKind.INFERENCE:
+            return self.fit_inference
+        return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,7 +304,7 @@ class PolicyConfig:
     aging_step_ms: int = 3600 * 1000  # each full step of waiting lowers the fair-share key by one unit
     aging_unit_milli: int = 100  # ... by this much (in the 0..1000 dominant-share scale)
     # Hot-spot governance.
-    hot_pressure_milli: int = 900  # a GPU model whose allocated share is above this is hot
+    hot_pressure_milli: int = HOT_PRESSURE_MILLI  # a GPU model this much allocated is hot (``is_hot``)
     hot_model_cap_milli: int | None = None  # per-tenant cap on hot-model GPUs (milli-GPU), None: none
     # Preemption and backfill.
     preemption: bool = True

@@ -14,6 +14,7 @@ from events.catalog.decisions import ReplicaPlacement as EventReplicaPlacement
 from events.catalog.governance import BudgetSet, BudgetWindowOpened, PolicyConfigured, QuotaSet, TenantRegistered
 from events.catalog.inventory import ClusterRegistered, NodeObserved
 from events.catalog.lifecycle import REQUEUED, JobStatus, RunEnd
+from events.catalog.profiles import ResourceProfileUpdated
 from events.wire.envelope import Latest
 from services.scheduler.core.policy import model as m
 
@@ -127,7 +128,9 @@ class Facts:
     clusters: dict[str, ClusterRegistered] = field(default_factory=dict)
     cluster_status: dict[str, str] = field(default_factory=dict)
     """Cluster -> its last reported status; its nodes take no work unless it is reachable."""
-    congestion: dict[str, tuple[int, int]] = field(default_factory=dict)  # cluster -> (version, milli)
+    profiles: dict[str, ResourceProfileUpdated] = field(default_factory=dict)
+    """Cluster -> its latest roll-up profile (by version): congestion, stability, fit for training and
+    inference, as the fleet projection rolled them up from the cluster's nodes."""
     tenants: dict[str, TenantRegistered] = field(default_factory=dict)
     quotas: dict[tuple[str, str], QuotaSet] = field(default_factory=dict)
     policy: PolicyConfigured | None = None

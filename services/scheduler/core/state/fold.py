@@ -95,8 +95,11 @@ def _cluster_status(state: Facts, e: ClusterStatusChanged, time_ms: int, event_i
 
 
 def _profile(state: Facts, e: ResourceProfileUpdated, _: int, __: str) -> None:
-    if e.node is None and e.version > state.congestion.get(e.cluster, (0, 0))[0]:
-        state.congestion[e.cluster] = (e.version, e.congestion_milli)
+    if e.node is not None:
+        return
+    latest = state.profiles.get(e.cluster)
+    if latest is None or e.version > latest.version:
+        state.profiles[e.cluster] = e
 
 
 def _tenant(state: Facts, e: TenantRegistered, time_ms: int, event_id: str) -> None:

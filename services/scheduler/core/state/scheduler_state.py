@@ -393,13 +393,19 @@ class SchedulerState(Facts):
 
     def _cluster(self, cluster_id: str) -> m.Cluster:
         registered = self.clusters[cluster_id]
-        rates = [rate.micro_per_gpu_hour for rate in registered.gpu_rates]
+        profile = self.profiles.get(cluster_id)
+        # No roll-up yet (no node reported): nothing is known against it, as of a new cluster.
         return m.Cluster(
             cluster_id=ClusterId(cluster_id),
             datasets=tuple(sorted(registered.datasets)),
-            congestion_milli=self.congestion.get(cluster_id, (0, 0))[1],
-            cost_milli_per_gpu_hour=(sum(rates) // len(rates) // 1000) if rates else 0,
+            congestion_milli=profile.congestion_milli if profile is not None else 0,
+            stability_milli=profile.health_milli if profile is not None else m.MILLI,
             status=self.cluster_status.get(cluster_id, _REACHABLE),
+            gpu_rates=tuple(sorted((r.model, r.micro_per_gpu_hour // 1000) for r in registered.gpu_rates)),
+            fit_training=profile.fit_training if profile is not None else True,
+            fit_inference=profile.fit_inference if profile is not None else True,
+            failures_per_kgpu_hour_milli=profile.failures_per_kgpu_hour_milli if profile is not None else 0,
+            recent_failures=profile.recent_failures if profile is not None else None,
         )
 
     def usage_histories(self, half_life_ms: int) -> dict[str, m.UsageHistory]:
