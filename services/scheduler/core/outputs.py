@@ -169,7 +169,7 @@ def _binding(decision: core.Queue) -> BindingConstraint:
     return BindingConstraint(
         reason=_reason(c.reason),
         resource=resource,
-        gpu_model=c.gpu_model if resource is ResourceKind.GPU else None,
+        gpu_model=c.gpu_model if resource in (ResourceKind.GPU, ResourceKind.NPU) else None,
         cluster=ClusterId(c.cluster) if c.cluster else None,
         requested=c.requested if resource is not None else 0,
         available=c.available if resource is not None else 0,
@@ -224,6 +224,7 @@ def _event(state: SchedulerState, decision: core.Decision, cid: CycleId, now_ms:
                         "node": event_node(r.node_id),
                         "gpu_indices": tuple(r.gpu_indices),
                         "gpu_milli_each": r.gpu_milli_each,
+                        "npu_indices": tuple(r.npu_indices),
                     }
                     for i, r in enumerate(decision.replicas)
                 ),
