@@ -21,6 +21,7 @@ class NodeAllocation(Delta):
     cpu_milli: int = 0
     memory_mib: int = 0
     gpu_milli: tuple[tuple[int, int], ...] = ()  # (GPU index, milli-GPU)
+    npus: tuple[int, ...] = ()  # NPU indices
 
 
 @record

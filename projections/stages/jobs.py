@@ -129,6 +129,7 @@ class ReplicaSlot:
     node: str
     gpu_indices: tuple[int, ...]
     gpu_milli_each: int
+    npu_indices: tuple[int, ...] = ()
 
 
 @record
@@ -393,7 +394,9 @@ def _fact(event: Event, kind: str, order: Order, now: int) -> Fact:
         wait = Wait(reason, event.federation_position, event.tenant_queue_position, event.estimated_start_ms)
         return Fact(order, now, kind, 0, ",".join(r.value for r in event.reasons), event.message[:512], wait)
     if isinstance(event, JobPlaced):
-        slots = tuple(ReplicaSlot(r.node, tuple(r.gpu_indices), r.gpu_milli_each) for r in event.replicas)
+        slots = tuple(
+            ReplicaSlot(r.node, tuple(r.gpu_indices), r.gpu_milli_each, tuple(r.npu_indices)) for r in event.replicas
+        )
         placement = Placement(event.cluster, slots)
         return Fact(order, now, kind, event.run, event.reason.value, event.explanation[:512], placement)
     if isinstance(event, JobCancelRequested):
@@ -728,8 +731,11 @@ def _hold(view: JobView, now: int) -> list[Emitted]:
     emitted: list[Emitted] = []
     for node, slots in per_node.items():
         gpu = tuple((index, slot.gpu_milli_each) for slot in slots for index in slot.gpu_indices)
+        npus = tuple(index for slot in slots for index in slot.npu_indices)
         n = len(slots)
-        delta = NodeAllocation(view.job_id, view.run, True, view.tenant, view.cpu_milli * n, view.memory_mib * n, gpu)
+        delta = NodeAllocation(
+            view.job_id, view.run, True, view.tenant, view.cpu_milli * n, view.memory_mib * n, gpu, npus
+        )
         emitted.append(Routed("nodes", f"{view.cluster}/{node}", delta))
     emitted.append(_via_node(view.cluster, view.placement, _queue_delta(view, view.run, True, now, now)))
     return emitted

@@ -293,7 +293,7 @@ class FleetState:
         ok = self.usable(d)[sel] & (self.cpu_free[sel] >= d.cpu_milli) & (self.mem_free[sel] >= d.memory_mib)
         if d.npus:
             ok &= self.free_npus(d, sel) >= d.npus
-        cards = self.gpu_fits(d) if d.gpus or d.gpu_milli else None
+        cards = self.gpu_fits(d) if self.mixed and (d.gpus or d.gpu_milli) else None
         if cards is not None:  # mixed nodes in the fleet: count the cards that fit, node by node
             if d.gpus:
                 ok &= ((self.gpu_free[sel] == MILLI) & cards[sel] & self.gpu_usable[sel]).sum(axis=1) >= d.gpus
@@ -318,7 +318,7 @@ class FleetState:
             return False
         if d.npus and int(self.free_npus(d, slice(i, i + 1))[0]) < d.npus:
             return False
-        cards = self.gpu_fits(d) if d.gpus or d.gpu_milli else None
+        cards = self.gpu_fits(d) if self.mixed and (d.gpus or d.gpu_milli) else None
         if cards is not None:
             fits = (cards[i] & self.gpu_usable[i]).tolist()
             free_now = self.gpu_free[i].tolist()
@@ -342,7 +342,7 @@ class FleetState:
     def whole_gpu_slots(self, i: int, count: int, d: Demand | None = None) -> tuple[int, ...]:
         """The first ``count`` fully free GPUs of node ``i`` that ``d`` accepts, healthy ones before
         degraded ones."""
-        cards = self.gpu_fits(d) if d is not None else None
+        cards = self.gpu_fits(d) if d is not None and self.mixed else None
         fit = self.gpu_usable[i] if cards is None else cards[i] & self.gpu_usable[i]
         free = [j for j in range(self.gpu_slots) if fit[j] and self.gpu_free[i, j] == MILLI]
         free.sort(key=lambda j: (bool(self.gpu_degraded[i, j]), j))
@@ -375,7 +375,7 @@ class FleetState:
         the models they accept, and a quota per model counts the first)."""
         if not slots:
             return ""
-        m = int(self.gpu_model_slot[i, slots[0]]) if i in self.mixed_rows else int(self.model_of[i])
+        m = int(self.gpu_model_slot[i, slots[0]] if i in self.mixed_rows else self.model_of[i])
         return self.models[m] if m >= 0 else ""
 
     def npu_model_of_slots(self, i: int, slots: Sequence[int]) -> str:
@@ -385,11 +385,11 @@ class FleetState:
         return self.npu_models[m] if m >= 0 else ""
 
     def take(self, i: int, d: Demand, slots: Sequence[int], npu_slots: Sequence[int] = ()) -> ReplicaPlacement:
-        for j in npu_slots:
-            if not self.npu_free[i, j]:
+        if npu_slots or d.npus:
+            if len(npu_slots) != d.npus:
+                raise ValueError("a replica takes exactly the NPUs it asks")
+            if not all(self.npu_free[i, j] for j in npu_slots):
                 raise ValueError("NPU over-commit")
-        if len(npu_slots) != d.npus:
-            raise ValueError("a replica takes exactly the NPUs it asks")
         each = MILLI if d.gpus else d.gpu_milli
         for j in slots:
             if self.gpu_free[i, j] < each:
@@ -408,7 +408,7 @@ class FleetState:
             node_id=self.node_ids[i],
             gpu_indices=tuple(int(self.gpu_index[i, j]) for j in slots),
             gpu_milli_each=each if slots else 0,
-            npu_indices=tuple(int(self.npu_index[i, j]) for j in npu_slots),
+            npu_indices=tuple(int(self.npu_index[i, j]) for j in npu_slots) if npu_slots else (),
         )
 
     def _npus(self, i: int, p: ReplicaPlacement, free: int) -> None:
@@ -433,7 +433,8 @@ class FleetState:
             self.gpu_free[i, j] = min(MILLI, int(self.gpu_free[i, j]) + p.gpu_milli_each)
         self.cpu_free[i] += cpu_milli
         self.mem_free[i] += memory_mib
-        self._npus(i, p, 1)
+        if p.npu_indices:
+            self._npus(i, p, 1)
         self.version[i] += 1
         self._count_class(i, p, -1)
 
@@ -447,7 +448,8 @@ class FleetState:
             self.gpu_free[i, int(found[0])] -= p.gpu_milli_each
         self.cpu_free[i] -= cpu_milli
         self.mem_free[i] -= memory_mib
-        self._npus(i, p, 0)
+        if p.npu_indices:
+            self._npus(i, p, 0)
         self.version[i] += 1
         self._count_class(i, p, 1)
 

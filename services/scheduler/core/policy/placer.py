@@ -286,7 +286,8 @@ class Placer:
                 fits = np.flatnonzero(room if cards is None else room & cards[i])
                 slots = (int(fits[int(self.rng.integers(fits.size))]),)
             else:
-                slots = (fs.share_slot(i, d, int(self._cache[d].slot[i])),)
+                slot = int(self._cache[d].slot[i])
+                slots = (fs.share_slot(i, d, slot) if i in fs.mixed_rows else slot,)
         else:
             slots = ()
         npus = fs.npu_slots_for(i, d) if d.npus else ()
