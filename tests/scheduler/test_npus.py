@@ -260,3 +260,15 @@ def test_a_gpu_model_quota_counts_the_model_of_the_cards_taken_on_a_mixed_node()
     assert q.binding is ReasonCode.QUOTA_EXCEEDED and "gpu:H100" in q.message
     r = schedule(snapshot([mixed("n1").build()], [a_job("j").gpus(2).models("A100").build()], tenants=[t]))
     assert "j" in placed(r)
+
+
+# -- fair share -------------------------------------------------------------------------------------------------
+
+
+def test_a_tenant_holding_most_npus_waits_behind_one_holding_none():
+    node = npu_node("n1", 8, taken=(0, 1, 2, 3, 4, 5)).cpu(64000).build()
+    held = running_on_npus(a_job("old").tenant("rich").cpu(0).npus(6).build(), "cluster-a", ("n1", tuple(range(6))))
+    rich = a_job("r").tenant("rich").npus(2).submitted(0).build()
+    poor = a_job("p").tenant("poor").npus(2).submitted(5).build()
+    r = schedule(snapshot([node], [rich, poor], [held]))
+    assert list(placed(r)) == ["p"]

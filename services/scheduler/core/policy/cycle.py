@@ -301,7 +301,8 @@ def _npu_model_at(fleet: FleetState, placements: Sequence[ReplicaPlacement]) -> 
 
 def _fair(ctx: Ctx) -> FairShare:
     fs = ctx.fleet
-    cap = Capacity(int(fs.cpu_cap.sum()), int(fs.mem_cap.sum()), fs.capacity_gpu_milli())
+    npus = int(fs.npu_usable.sum()) if fs.has_npus else 0
+    cap = Capacity(int(fs.cpu_cap.sum()), int(fs.mem_cap.sum()), fs.capacity_gpu_milli(), npus)
     return FairShare(ctx.book.tenants, ctx.held, cap, ctx.snap.now_ms, ctx.config)
 
 
