@@ -42,6 +42,9 @@ class QueueAllocation(Delta):
     """When the run was placed; the quota stage integrates GPU-hours from it to ``at_ms``."""
     at_ms: int = 0
     """When this hold or release happened (a release may be folded later than it happened)."""
+    npus: int = 0
+    npu_model: str | None = None
+    """The model of the NPUs held (the first replica's node fills it in, as ``gpu_model``)."""
 
 
 @record

@@ -737,7 +737,11 @@ def _hold(view: JobView, now: int) -> list[Emitted]:
             view.job_id, view.run, True, view.tenant, view.cpu_milli * n, view.memory_mib * n, gpu, npus
         )
         emitted.append(Routed("nodes", f"{view.cluster}/{node}", delta))
-    emitted.append(_via_node(view.cluster, view.placement, _queue_delta(view, view.run, True, now, now)))
+    emitted.append(
+        _via_node(
+            view.cluster, view.placement, _queue_delta(view, view.run, True, now, now, npus=_npus(view.placement))
+        )
+    )
     return emitted
 
 
@@ -761,7 +765,9 @@ def _release_accounting(
     """The run gives its queue hold back and reports the GPU time it held, from ``placed_ms`` to ``now``."""
     if view.orphan:
         return []
-    emitted: list[Emitted] = [_via_node(cluster, placement, _queue_delta(view, run, False, placed_ms, now, cluster))]
+    emitted: list[Emitted] = [
+        _via_node(cluster, placement, _queue_delta(view, run, False, placed_ms, now, cluster, npus=_npus(placement)))
+    ]
     total = sum(len(slot.gpu_indices) * slot.gpu_milli_each for slot in placement)
     if total:
         interval = UsageInterval(view.job_id, run, view.tenant, view.project, cluster, "", total, placed_ms, now)
@@ -774,8 +780,12 @@ def _via_node(cluster: str, placement: tuple[ReplicaSlot, ...], delta: QueueAllo
     return Routed("nodes", f"{cluster}/{placement[0].node}", delta)
 
 
+def _npus(placement: tuple[ReplicaSlot, ...]) -> int:
+    return sum(len(slot.npu_indices) for slot in placement)
+
+
 def _queue_delta(
-    view: JobView, run: int, held: bool, since: int, now: int, cluster: str | None = None
+    view: JobView, run: int, held: bool, since: int, now: int, cluster: str | None = None, *, npus: int = 0
 ) -> QueueAllocation:
     return QueueAllocation(
         view.job_id,
@@ -789,4 +799,5 @@ def _queue_delta(
         None,
         since,
         now,
+        npus,
     )

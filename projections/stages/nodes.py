@@ -206,7 +206,8 @@ def _apply(profile: NodeProfile, item: Event | object, now: int, event_id: str) 
         return _allocation(profile, item, now)
     if isinstance(item, QueueAllocation):
         model = profile.gpus[0].model if (profile.gpus and item.gpu_milli) else None
-        return profile, [Routed("quota", item.queue_key, evolve(item, gpu_model=model))]
+        npu_model = (profile.npu_model or None) if item.npus else None
+        return profile, [Routed("quota", item.queue_key, evolve(item, gpu_model=model, npu_model=npu_model))]
     if isinstance(item, UsageInterval):
         return profile, [Routed("clusters", profile.cluster, evolve(item, gpu_model=_main_model(profile)))]
     return profile, []
