@@ -24,6 +24,7 @@ import numpy.typing as npt
 from services.scheduler.core.policy.model import (
     MILLI,
     ClusterId,
+    Gpu,
     Health,
     Job,
     Node,
@@ -98,7 +99,8 @@ class FleetState:
         self.cluster_range: tuple[tuple[int, int], ...] = tuple(
             (int(bounds[i]), int(bounds[i + 1])) for i in range(len(self.clusters))
         )
-        cards = {g.model for x in ordered for g in x.gpus if g.model}
+        flat = list(itertools.chain.from_iterable(x.gpus for x in ordered))
+        cards = set(map(_MODEL, flat)) - {""}
         self.models: tuple[str, ...] = tuple(sorted({x.gpu_model for x in ordered if x.gpu_model} | cards))
         mpos = {m: i for i, m in enumerate(self.models)}
         self._mpos = mpos
@@ -115,8 +117,6 @@ class FleetState:
         # Per card, on mixed nodes only (elsewhere the node's model and memory hold for every card).
         self.gpu_model_slot: I64 = np.full((n, g), -1, dtype=np.int64)
         self.gpu_mem_slot: I64 = np.zeros((n, g), dtype=np.int64)
-        self.mixed: tuple[int, ...] = tuple(i for i, x in enumerate(ordered) if _mixed(x))
-        self.mixed_rows = frozenset(self.mixed)
         self.npu_models: tuple[str, ...] = tuple(sorted({u.model for x in ordered for u in x.npus}))
         self._npos = {m: i for i, m in enumerate(self.npu_models)}
         self.npu_slots = max([1] + [len(x.npus) for x in ordered])
@@ -131,15 +131,20 @@ class FleetState:
         """Any NPU in the fleet: without one, nothing about NPUs is computed anywhere."""
         self._slot_ok: dict[tuple[tuple[str, ...], int], B] = {}
         self._npu_ok: dict[tuple[tuple[str, ...], int], B] = {}
-        for i, node in enumerate(ordered):
-            self._set_gpus(i, node)
-            self._set_npus(i, node)
+        node_mem = np.array([x.gpu_memory_mib for x in ordered], dtype=np.int64)
+        mixed = self._fill_gpus(ordered, flat, node_mem)
+        self.mixed: tuple[int, ...] = mixed
+        self.mixed_rows = frozenset(mixed)
+        for i in (i for i, x in enumerate(ordered) if x.npus):
+            self._set_npus(i, ordered[i])
         self.gpu_count: I64 = self.gpu_usable.sum(axis=1).astype(np.int64)
         self.cpu_cap: I64 = np.array([x.cpu_milli for x in ordered], dtype=np.int64)
         self.mem_cap: I64 = np.array([x.memory_mib for x in ordered], dtype=np.int64)
         self.cpu_free: I64 = np.array([x.cpu_free_milli for x in ordered], dtype=np.int64)
         self.mem_free: I64 = np.array([x.memory_free_mib for x in ordered], dtype=np.int64)
-        self.gpu_mem: I64 = np.array([_gpu_memory(x) for x in ordered], dtype=np.int64)
+        self.gpu_mem: I64 = node_mem
+        for i in mixed:
+            self.gpu_mem[i] = _gpu_memory(ordered[i])
         self.schedulable: B = np.array([x.schedulable for x in ordered], dtype=np.bool_)
         self.tainted: tuple[int, ...] = tuple(i for i, x in enumerate(ordered) if hard_taints(x.taints))
         self._tolerated: dict[tuple[Toleration, ...], B] = {}
@@ -149,6 +154,42 @@ class FleetState:
         self.pod_class: I64 = np.zeros((n, g + 1), dtype=np.int64)
         # Tie-break rank: node order unless a caller installs a (seeded) permutation.
         self.tiebreak: I64 = np.arange(n, dtype=np.int64)
+
+    def _fill_gpus(self, ordered: Sequence[Node], flat: list[Gpu], node_mem: I64) -> tuple[int, ...]:
+        """Every card's arrays at once (what ``_set_gpus`` does node by node, at C speed over the fleet's
+        cards), and the mixed nodes' positions. A node whose cards are not given by index is redone by
+        ``_set_gpus``."""
+        total = len(flat)
+        if not total:
+            return ()
+        n = len(ordered)
+        counts = np.fromiter(map(len, (x.gpus for x in ordered)), dtype=np.int64, count=n)
+        rows = np.repeat(np.arange(n, dtype=np.int64), counts)
+        cols = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+        index = np.fromiter(map(_INDEX, flat), dtype=np.int64, count=total)
+        health = np.fromiter(map(_HEALTH_CODE.__getitem__, map(_HEALTH, flat)), dtype=np.int64, count=total)
+        free = np.fromiter(map(_FREE, flat), dtype=np.int64, count=total)
+        codes = {"": -2, **self._mpos}
+        model = np.fromiter(map(codes.__getitem__, map(_MODEL, flat)), dtype=np.int64, count=total)
+        model = np.where(model == -2, self.model_of[rows], model)
+        memory = np.fromiter(map(_MEMORY, flat), dtype=np.int64, count=total)
+        memory = np.where(memory == 0, node_mem[rows], memory)
+        ok = health != _HEALTH_CODE[Health.FAILED]
+        self.gpu_index[rows, cols] = index
+        self.gpu_model_slot[rows, cols] = model
+        self.gpu_mem_slot[rows, cols] = memory
+        self.gpu_usable[rows, cols] = ok
+        self.gpu_free[rows, cols] = np.where(ok, np.clip(free, 0, MILLI), 0)
+        self.gpu_degraded[rows, cols] = ok & (health == _HEALTH_CODE[Health.DEGRADED])
+        same = rows[1:] == rows[:-1]
+        for i in np.unique(rows[1:][same & (index[1:] < index[:-1])]).tolist():
+            self.gpu_index[i] = -1
+            self.gpu_usable[i] = False
+            self.gpu_free[i] = 0
+            self.gpu_degraded[i] = False
+            self._set_gpus(i, ordered[i])
+        differs = (self.gpu_model_slot != self.model_of[:, None]) | (self.gpu_mem_slot != node_mem[:, None])
+        return tuple(np.flatnonzero((differs & (self.gpu_index >= 0)).any(axis=1)).tolist())
 
     def _set_gpus(self, i: int, node: Node) -> None:
         for j, gpu in enumerate(sorted(node.gpus, key=lambda x: x.index)):
@@ -462,6 +503,13 @@ class FleetState:
 
 # (cluster, node id), read at C speed: fleets are sorted every cycle.
 _order: Callable[[Node], tuple[str, str]] = operator.attrgetter("cluster", "node_id")
+# A card's fields, read at C speed when a fleet is built.
+_INDEX = operator.attrgetter("index")
+_HEALTH = operator.attrgetter("health")
+_FREE = operator.attrgetter("free_milli")
+_MODEL = operator.attrgetter("model")
+_MEMORY = operator.attrgetter("memory_mib")
+_HEALTH_CODE = {Health.OK: 0, Health.DEGRADED: 1, Health.FAILED: 2}
 
 # The arrays ``take``, ``give`` and ``hold`` change; a copy owns these (see ``FleetState.copy``).
 _PLACING_CHANGES = frozenset({"gpu_free", "cpu_free", "mem_free", "version", "pod_class", "npu_free"})
