@@ -70,7 +70,9 @@ DESCRIPTIONS = MappingProxyType(
         _P.UNAVAILABLE: "the capacity that would take it is cordoned, unhealthy, draining or unreachable",
         _P.TOPOLOGY: "no cluster can hold it together as it asks (one cluster, its interconnect, its data)",
         _P.PREEMPTION_PENDING: "jobs are being stopped to make room for it",
-        _P.MISCONFIGURED: "no node could take it as asked (GPU model, GPU memory, taints): change the request",
+        _P.MISCONFIGURED: (
+            "no node could take it as asked (GPU or NPU model, device memory, taints): change the request"
+        ),
     }
 )
 

@@ -141,9 +141,10 @@ class JobCommands:
         """Refuse a replica asking GPUs and NPUs when no node of the known fleet has both kinds: it could
         never start, and the fix is the submitter's (one kind per replica, or two jobs). Read only for
         such a replica; a fleet not known yet (no node reported) refuses nothing, and the scheduler then
-        explains the wait (``NoFeasibleNode``: no node has both GPUs and NPUs). The shapes nodes could
-        hold one day (more GPUs than any node has, a model no node has) stay accepted with a warning
-        (``services.api.jobs.shape_warnings``): fleets grow, and a rejected job cannot wait for them."""
+        explains the wait (``GpuModelUnavailable``, category misconfigured: no node has both GPUs and
+        NPUs). The shapes nodes could hold one day (more GPUs than any node has, a model no node has)
+        stay accepted with a warning (``services.api.jobs.shape_warnings``): fleets grow, and a rejected
+        job cannot wait for them."""
         r = event.resources
         if not (r.npus and (r.gpus or r.gpu_milli)):
             return

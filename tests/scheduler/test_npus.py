@@ -109,7 +109,7 @@ def test_an_npu_job_on_a_fleet_without_npus_waits_saying_no_node_has_npus():
     q = queued(schedule(snapshot([gpu_node("n1").build()], [a_job("j").npus(2).build()])))["j"]
     assert "asks for nothing" not in q.message
     assert "no node here has NPUs" in q.message
-    assert q.binding is ReasonCode.INSUFFICIENT_NPU
+    assert q.binding is ReasonCode.GPU_MODEL_UNAVAILABLE  # category misconfigured: waiting changes nothing
 
 
 def test_an_npu_job_of_a_model_no_node_has_is_told_which_models_exist():
@@ -161,7 +161,7 @@ def test_a_replica_asking_gpus_and_npus_goes_to_a_node_that_has_both():
 def test_a_replica_asking_gpus_and_npus_where_no_node_has_both_waits_saying_so():
     nodes = [gpu_node("a-gpu").build(), npu_node("b-npu").build()]
     q = queued(schedule(snapshot(nodes, [a_job("j").gpus(2).npus(2).build()])))["j"]
-    assert q.binding is ReasonCode.NO_FEASIBLE_NODE
+    assert q.binding is ReasonCode.GPU_MODEL_UNAVAILABLE
     assert "no node here has both GPUs and NPUs" in q.message
 
 

@@ -192,12 +192,12 @@ def _npu_kind(fs: FleetState, d: Demand, lo: int, hi: int, cid: ClusterId) -> Cl
         detail = f"no {want} NPU node; has {', '.join(kinds) + ' NPUs' if kinds else 'no NPUs'}"
         return ClusterWhyNot(cid, ReasonCode.GPU_MODEL_UNAVAILABLE, detail)
     if not (fs.npu_count(d, sl) > 0).any():
-        if not has.any():
-            return ClusterWhyNot(cid, ReasonCode.INSUFFICIENT_NPU, "no node here has NPUs")
+        if not has.any():  # nothing to wait for here: as for a GPU model the cluster does not have
+            return ClusterWhyNot(cid, ReasonCode.GPU_MODEL_UNAVAILABLE, "no node here has NPUs")
         detail = f"no {want} NPU with {d.min_npu_memory_mib} MiB"
         return ClusterWhyNot(cid, ReasonCode.GPU_MEMORY_TOO_SMALL, detail)
     if (d.gpus or d.gpu_milli) and not ((fs.npu_count(d, sl) > 0) & (fs.gpu_count[sl] > 0)).any():
-        return ClusterWhyNot(cid, ReasonCode.NO_FEASIBLE_NODE, "no node here has both GPUs and NPUs")
+        return ClusterWhyNot(cid, ReasonCode.GPU_MODEL_UNAVAILABLE, "no node here has both GPUs and NPUs")
     return None
 
 

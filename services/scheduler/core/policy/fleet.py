@@ -135,6 +135,8 @@ class FleetState:
         mixed = self._fill_gpus(ordered, flat, node_mem)
         self.mixed: tuple[int, ...] = mixed
         self.mixed_rows = frozenset(mixed)
+        self.devices_vary = self.has_npus or bool(mixed)
+        """NPUs or mixed nodes in the fleet: only then do the scalar checks look past the node-wide arrays."""
         for i in (i for i, x in enumerate(ordered) if x.npus):
             self._set_npus(i, ordered[i])
         self.gpu_count: I64 = self.gpu_usable.sum(axis=1).astype(np.int64)
@@ -263,8 +265,9 @@ class FleetState:
             if m in self.models:
                 allowed[self.models.index(m)] = True
         mask = allowed[self.model_of]
-        for i in self.mixed:
-            mask[i] = bool(allowed[self.gpu_model_slot[i]].any())
+        if self.mixed:  # absent cards are -1: the last entry, False
+            rows = np.array(self.mixed, dtype=np.int64)
+            mask[rows] = allowed[self.gpu_model_slot[rows]].any(axis=1)
         return mask
 
     def gpu_fits(self, d: Demand) -> B | None:
@@ -357,15 +360,10 @@ class FleetState:
             return False
         if self.tainted and not self.tolerated(d.tolerations)[i]:
             return False
-        if d.npus and int(self.free_npus(d, slice(i, i + 1))[0]) < d.npus:
-            return False
-        cards = self.gpu_fits(d) if self.mixed and (d.gpus or d.gpu_milli) else None
-        if cards is not None:
-            fits = (cards[i] & self.gpu_usable[i]).tolist()
-            free_now = self.gpu_free[i].tolist()
-            if d.gpus:
-                return sum(1 for j, free in enumerate(free_now) if free == MILLI and fits[j]) >= d.gpus
-            return any(free >= d.gpu_milli and fits[j] for j, free in enumerate(free_now))
+        if self.devices_vary or d.npus:
+            verdict = self._feasible_devices(d, i)
+            if verdict is not None:
+                return verdict
         if d.models:
             m = int(self.model_of[i])
             if m < 0 or self.models[m] not in d.models:
@@ -379,6 +377,20 @@ class FleetState:
             free: list[int] = self.gpu_free[i].tolist()
             return max(free) >= d.gpu_milli
         return True
+
+    def _feasible_devices(self, d: Demand, i: int) -> bool | None:
+        """What NPUs and a mixed fleet's cards say of node ``i`` for ``d``: False when its NPUs are short,
+        the answer when its cards decide it, None when the node-wide checks do."""
+        if d.npus and int(self.free_npus(d, slice(i, i + 1))[0]) < d.npus:
+            return False
+        cards = self.gpu_fits(d) if self.mixed and (d.gpus or d.gpu_milli) else None
+        if cards is None:
+            return None
+        fits = (cards[i] & self.gpu_usable[i]).tolist()
+        free_now = self.gpu_free[i].tolist()
+        if d.gpus:
+            return sum(1 for j, free in enumerate(free_now) if free == MILLI and fits[j]) >= d.gpus
+        return any(free >= d.gpu_milli and fits[j] for j, free in enumerate(free_now))
 
     def whole_gpu_slots(self, i: int, count: int, d: Demand | None = None) -> tuple[int, ...]:
         """The first ``count`` fully free GPUs of node ``i`` that ``d`` accepts, healthy ones before
