@@ -150,10 +150,11 @@ class JobCommands:
             return
         known, both = await self._reads.accelerators()
         if known and not both:
-            gpus = f"{r.gpus} GPUs" if r.gpus else f"{r.gpu_milli}m of a GPU"
+            gpus = f"{r.gpus} GPU{'s' if r.gpus > 1 else ''}" if r.gpus else f"{r.gpu_milli}m of a GPU"
+            npus = f"{r.npus} NPU{'s' if r.npus > 1 else ''}"
             raise InvalidArgument(
                 "resources.npus",
-                f"asks {gpus} and {r.npus} NPUs per replica, and no node of the fleet has both GPUs and NPUs: "
+                f"asks {gpus} and {npus} per replica, and no node of the fleet has both GPUs and NPUs: "
                 "ask one kind per replica, or submit one job for each",
             )
 
