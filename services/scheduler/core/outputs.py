@@ -45,7 +45,7 @@ _TEXT = 4096
 _VICTIMS = 256
 
 
-DECISION_ENGINE = "fedsched-decisions-5"
+DECISION_ENGINE = "fedsched-decisions-6"
 """The name of this code's decisions, recorded with every cycle. Change it in the same commit as anything
 that makes the same inputs give other decision events: a choice of the policy core, a reason, a message's
 words or figures, how an event is built. ``tests/scheduler/test_decision_engine.py`` holds the digest of
@@ -73,7 +73,11 @@ per-tenant hourly limits, counts the jobs already stopping for a job as its room
 victims while the first ones were stopping) and counts room only on the nodes the job may use; a wait
 (``JobQueued`` v2) gives its place in its own tenant's queue beside its place in the federation's order,
 and the category of its binding reason; a cluster with room for a job its quota or budget holds says
-"room for its N replica(s) now (M would fit)"."""
+"room for its N replica(s) now (M would fit)". ``-6`` schedules NPUs (``-5`` dropped them: an NPU job
+waited as asking nothing, or was placed where no NPU was): NPU devices in ``JobPlaced.npu_indices``,
+quota lines ``npu`` and ``npu:<MODEL>``, NPUs in fair share's dominant share, waits that name NPUs;
+work asking no NPU keeps off nodes with free NPUs unless nothing else fits; on a node whose GPUs differ,
+a job naming models or a memory floor takes only the cards that meet them (``-5`` read the first card's)."""
 
 
 def cycle_id(sequence: int) -> CycleId:
