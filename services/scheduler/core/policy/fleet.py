@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -53,6 +53,17 @@ class Demand:
     npus: int = 0  # whole NPUs
     npu_models: tuple[str, ...] = ()
     min_npu_memory_mib: int = 0
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+    """Computed once: a demand is a dictionary key on the placer's hot path, looked up a few times per
+    replica placed."""
+
+    def __post_init__(self) -> None:
+        fields = (self.cpu_milli, self.memory_mib, self.gpus, self.gpu_milli, self.models, self.min_gpu_memory_mib)
+        more = (self.tolerations, self.npus, self.npu_models, self.min_npu_memory_mib)
+        object.__setattr__(self, "_hash", hash(fields + more))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
     def is_share(self) -> bool:
@@ -396,9 +407,12 @@ class FleetState:
         """The first ``count`` fully free GPUs of node ``i`` that ``d`` accepts, healthy ones before
         degraded ones."""
         cards = self.gpu_fits(d) if d is not None and self.mixed else None
-        fit = self.gpu_usable[i] if cards is None else cards[i] & self.gpu_usable[i]
-        free = [j for j in range(self.gpu_slots) if fit[j] and self.gpu_free[i, j] == MILLI]
-        free.sort(key=lambda j: (bool(self.gpu_degraded[i, j]), j))
+        fit: list[bool] = (self.gpu_usable[i] if cards is None else cards[i] & self.gpu_usable[i]).tolist()
+        share: list[int] = self.gpu_free[i].tolist()
+        free = [j for j, ok in enumerate(fit) if ok and share[j] == MILLI]
+        if len(free) > count:
+            degraded: list[bool] = self.gpu_degraded[i].tolist()
+            free.sort(key=lambda j: (degraded[j], j))
         if len(free) < count:
             raise ValueError("not enough free GPUs")
         return tuple(sorted(free[:count]))
