@@ -72,8 +72,8 @@ DESCRIPTIONS = MappingProxyType(
         _P.TOPOLOGY: "no cluster can hold it together as it asks (one cluster, its interconnect, its data)",
         _P.PREEMPTION_PENDING: "jobs are being stopped to make room for it",
         _P.MISCONFIGURED: (
-            "no node could take it as asked (GPU model, GPU memory, taints, an NVLink domain or RDMA fabric "
-            "big enough): change the request"
+            "no node could take it as asked (GPU or NPU model, device memory, taints, an NVLink domain or "
+            "RDMA fabric big enough): change the request"
         ),
     }
 )

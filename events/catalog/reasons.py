@@ -96,7 +96,7 @@ DESCRIPTIONS = MappingProxyType(
         _R.BUDGET_EXCEEDED: "the GPU-hours the job is expected to use exceed what its budget has left this window",
         _R.COHORT_EXHAUSTED: "no unused quota left to borrow in the tenant's cohort",
         _R.NO_FEASIBLE_NODE: "no node satisfies every constraint of a replica",
-        _R.GPU_MODEL_UNAVAILABLE: "none of the allowed GPU models exists here",
+        _R.GPU_MODEL_UNAVAILABLE: "none of the allowed GPU or NPU models exists here",
         _R.GPU_MEMORY_TOO_SMALL: "the GPUs here have less memory than the job's minimum",
         _R.INSUFFICIENT_GPU: "not enough free whole GPUs",
         _R.INSUFFICIENT_GPU_SHARE: "no GPU has the requested share free",

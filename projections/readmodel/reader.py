@@ -221,6 +221,16 @@ class ReadModels:
         )
         return {r["gpu_model"]: int(r["gpus"]) for r in await self._pool.fetch(sql)}
 
+    async def accelerators(self) -> tuple[bool, bool]:
+        """(any present node known, any present node with both GPUs and NPUs): what the API needs to
+        refuse a replica asking both kinds that no node of the fleet can hold."""
+        sql = (
+            f"SELECT count(*) > 0 AS known, coalesce(bool_or(gpus > 0 AND coalesce(npus, 0) > 0), false) AS both"
+            f" FROM {self._nodes} WHERE present"
+        )
+        row = await self._pool.fetchrow(sql)
+        return (bool(row["known"]), bool(row["both"])) if row is not None else (False, False)
+
     async def allocation(self) -> list[ClusterAllocation]:
         """Each cluster's GPU capacity and allocation, over every node it has reported."""
         sql = (

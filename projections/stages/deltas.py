@@ -21,6 +21,7 @@ class NodeAllocation(Delta):
     cpu_milli: int = 0
     memory_mib: int = 0
     gpu_milli: tuple[tuple[int, int], ...] = ()  # (GPU index, milli-GPU)
+    npus: tuple[int, ...] = ()  # NPU indices
 
 
 @record
@@ -41,6 +42,9 @@ class QueueAllocation(Delta):
     """When the run was placed; the quota stage integrates GPU-hours from it to ``at_ms``."""
     at_ms: int = 0
     """When this hold or release happened (a release may be folded later than it happened)."""
+    npus: int = 0
+    npu_model: str | None = None
+    """The model of the NPUs held (the first replica's node fills it in, as ``gpu_model``)."""
 
 
 @record

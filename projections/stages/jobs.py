@@ -129,6 +129,7 @@ class ReplicaSlot:
     node: str
     gpu_indices: tuple[int, ...]
     gpu_milli_each: int
+    npu_indices: tuple[int, ...] = ()
 
 
 @record
@@ -393,7 +394,9 @@ def _fact(event: Event, kind: str, order: Order, now: int) -> Fact:
         wait = Wait(reason, event.federation_position, event.tenant_queue_position, event.estimated_start_ms)
         return Fact(order, now, kind, 0, ",".join(r.value for r in event.reasons), event.message[:512], wait)
     if isinstance(event, JobPlaced):
-        slots = tuple(ReplicaSlot(r.node, tuple(r.gpu_indices), r.gpu_milli_each) for r in event.replicas)
+        slots = tuple(
+            ReplicaSlot(r.node, tuple(r.gpu_indices), r.gpu_milli_each, tuple(r.npu_indices)) for r in event.replicas
+        )
         placement = Placement(event.cluster, slots)
         return Fact(order, now, kind, event.run, event.reason.value, event.explanation[:512], placement)
     if isinstance(event, JobCancelRequested):
@@ -728,10 +731,17 @@ def _hold(view: JobView, now: int) -> list[Emitted]:
     emitted: list[Emitted] = []
     for node, slots in per_node.items():
         gpu = tuple((index, slot.gpu_milli_each) for slot in slots for index in slot.gpu_indices)
+        npus = tuple(index for slot in slots for index in slot.npu_indices)
         n = len(slots)
-        delta = NodeAllocation(view.job_id, view.run, True, view.tenant, view.cpu_milli * n, view.memory_mib * n, gpu)
+        delta = NodeAllocation(
+            view.job_id, view.run, True, view.tenant, view.cpu_milli * n, view.memory_mib * n, gpu, npus
+        )
         emitted.append(Routed("nodes", f"{view.cluster}/{node}", delta))
-    emitted.append(_via_node(view.cluster, view.placement, _queue_delta(view, view.run, True, now, now)))
+    emitted.append(
+        _via_node(
+            view.cluster, view.placement, _queue_delta(view, view.run, True, now, now, npus=_npus(view.placement))
+        )
+    )
     return emitted
 
 
@@ -755,7 +765,9 @@ def _release_accounting(
     """The run gives its queue hold back and reports the GPU time it held, from ``placed_ms`` to ``now``."""
     if view.orphan:
         return []
-    emitted: list[Emitted] = [_via_node(cluster, placement, _queue_delta(view, run, False, placed_ms, now, cluster))]
+    emitted: list[Emitted] = [
+        _via_node(cluster, placement, _queue_delta(view, run, False, placed_ms, now, cluster, npus=_npus(placement)))
+    ]
     total = sum(len(slot.gpu_indices) * slot.gpu_milli_each for slot in placement)
     if total:
         interval = UsageInterval(view.job_id, run, view.tenant, view.project, cluster, "", total, placed_ms, now)
@@ -768,8 +780,12 @@ def _via_node(cluster: str, placement: tuple[ReplicaSlot, ...], delta: QueueAllo
     return Routed("nodes", f"{cluster}/{placement[0].node}", delta)
 
 
+def _npus(placement: tuple[ReplicaSlot, ...]) -> int:
+    return sum(len(slot.npu_indices) for slot in placement)
+
+
 def _queue_delta(
-    view: JobView, run: int, held: bool, since: int, now: int, cluster: str | None = None
+    view: JobView, run: int, held: bool, since: int, now: int, cluster: str | None = None, *, npus: int = 0
 ) -> QueueAllocation:
     return QueueAllocation(
         view.job_id,
@@ -783,4 +799,5 @@ def _queue_delta(
         None,
         since,
         now,
+        npus,
     )

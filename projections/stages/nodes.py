@@ -52,7 +52,7 @@ ModelFacts = tuple[str, int, int, int, int, int, int]
 """(model, GPUs, memory MiB, capacity milli, allocated milli, free milli, largest free block milli)."""
 Quantity4 = tuple[int, int, int, int]
 """(milli-CPU, MiB, milli-GPU, NPUs)."""
-ProfileFacts = tuple[Quantity4, tuple[int, int, int], Quantity4, tuple[ModelFacts, ...], int, int, bool, bool, bool]
+ProfileFacts = tuple[Quantity4, Quantity4, Quantity4, tuple[ModelFacts, ...], int, int, bool, bool, bool]
 """What a node's profile event says but its version and time, as plain values: capacity, allocated
 and free quantities, GPU models, health, stability, fit for training, fit for inference, stale."""
 
@@ -77,6 +77,8 @@ class Allocation:
     gpu_milli: tuple[tuple[int, int], ...]
     since_ms: int = 0
     """When the run was placed here (its placement's time)."""
+    npus: tuple[int, ...] = ()
+    """The NPU indices it holds."""
 
 
 @record
@@ -111,6 +113,8 @@ class NodeProfile:
     memory_mib: int = 0
     gpus: tuple[Gpu, ...] = ()
     npus: int = 0
+    npu_model: str = ""
+    """The model of its first NPU ("" without NPUs)."""
     nvlink_domain: str | None = None
     rdma_fabric: str | None = None
     schedulable: bool = False
@@ -202,7 +206,8 @@ def _apply(profile: NodeProfile, item: Event | object, now: int, event_id: str) 
         return _allocation(profile, item, now)
     if isinstance(item, QueueAllocation):
         model = profile.gpus[0].model if (profile.gpus and item.gpu_milli) else None
-        return profile, [Routed("quota", item.queue_key, evolve(item, gpu_model=model))]
+        npu_model = (profile.npu_model or None) if item.npus else None
+        return profile, [Routed("quota", item.queue_key, evolve(item, gpu_model=model, npu_model=npu_model))]
     if isinstance(item, UsageInterval):
         return profile, [Routed("clusters", profile.cluster, evolve(item, gpu_model=_main_model(profile)))]
     return profile, []
@@ -245,6 +250,7 @@ def _observed(profile: NodeProfile, event: NodeObserved) -> NodeProfile:
         memory_mib=event.memory_mib,
         gpus=tuple(gpus),
         npus=len(event.npus),
+        npu_model=event.npus[0].model if event.npus else "",
         nvlink_domain=event.nvlink_domain,
         rdma_fabric=event.rdma_fabric,
         schedulable=event.schedulable,
@@ -364,7 +370,7 @@ def _allocation(profile: NodeProfile, delta: NodeAllocation, now: int) -> tuple[
         elif current is not None:  # a later run replaces one still held: that one is given back now
             profile = _given_back(profile, current, now)
         new = Allocation(
-            delta.job_id, delta.run, delta.tenant, delta.cpu_milli, delta.memory_mib, delta.gpu_milli, since
+            delta.job_id, delta.run, delta.tenant, delta.cpu_milli, delta.memory_mib, delta.gpu_milli, since, delta.npus
         )
         profile = evolve(profile, allocations=tuple(sorted((*others, new), key=lambda a: a.job_id)))
         return _usage_for(profile, delta.job_id)
@@ -452,12 +458,13 @@ def profile_facts(profile: NodeProfile) -> ProfileFacts:
     cpu_alloc = min(MAX_SAFE_INT, sum(a.cpu_milli for a in profile.allocations))
     mem_alloc = min(MAX_SAFE_INT, sum(a.memory_mib for a in profile.allocations))
     cpu, memory, npus = (profile.cpu_milli, profile.memory_mib, profile.npus) if present else (0, 0, 0)
+    npus_taken = len({index for a in profile.allocations for index in a.npus if index < npus})
     health = health_milli(profile)
     stability = failures_per_kgpu_hour_milli(profile)
     return (
         (cpu, memory, capacity_gpu, npus),
-        (cpu_alloc, mem_alloc, sum(used.values())),
-        (max(0, cpu - cpu_alloc), max(0, memory - mem_alloc), free_gpu, npus),
+        (cpu_alloc, mem_alloc, sum(used.values()), npus_taken),
+        (max(0, cpu - cpu_alloc), max(0, memory - mem_alloc), free_gpu, npus - npus_taken),
         tuple((model, *models[model]) for model in sorted(models)),  # type: ignore[misc]
         health,
         stability,
@@ -476,7 +483,9 @@ def profile_event_of(profile: NodeProfile, facts: ProfileFacts, version: int, se
         node=NodeId(profile.node),
         version=version,
         capacity=Quantities(cpu_milli=capacity[0], memory_mib=capacity[1], gpu_milli=capacity[2], npus=capacity[3]),
-        allocated=Quantities(cpu_milli=allocated[0], memory_mib=allocated[1], gpu_milli=allocated[2]),
+        allocated=Quantities(
+            cpu_milli=allocated[0], memory_mib=allocated[1], gpu_milli=allocated[2], npus=allocated[3]
+        ),
         free=Quantities(cpu_milli=free[0], memory_mib=free[1], gpu_milli=free[2], npus=free[3]),
         gpu_models=tuple(
             GpuModelProfile(

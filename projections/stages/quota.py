@@ -33,6 +33,7 @@ STAGE = "quota"
 _HOUR_MS = 3_600_000
 RELEASED_RUNS = 10_000
 _CPU, _MEMORY, _GPU = ResourceKind.CPU.value, ResourceKind.MEMORY.value, ResourceKind.GPU.value
+_NPU = ResourceKind.NPU.value
 
 UsageFacts = tuple[tuple[tuple[str, str | None, int, int, int | None, int], ...], int, int]
 """What a usage event says but its version: (resource, GPU model, used, guaranteed, limit, borrowed)
@@ -47,6 +48,8 @@ class Holding:
     memory_mib: int
     gpu_milli: int
     gpu_model: str | None
+    npus: int = 0
+    npu_model: str | None = None
 
 
 @record
@@ -59,29 +62,41 @@ class QuotaLineState:
 
 @record
 class Used:
-    """Running totals of a queue's holdings: CPU, memory, GPU, and GPU by model (with the number of
-    holdings of GPUs of each model, so a model leaves when its last holding does)."""
+    """Running totals of a queue's holdings: CPU, memory, GPU, NPU, and GPU and NPU by model (with the
+    number of holdings of each model, so a model leaves when its last holding does)."""
 
     cpu_milli: int = 0
     memory_mib: int = 0
     gpu_milli: int = 0
     gpu_by_model: Mapping[str | None, tuple[int, int]] = field(default_factory=dict)
+    npus: int = 0
+    npu_by_model: Mapping[str | None, tuple[int, int]] = field(default_factory=dict)
 
     def plus(self, holding: Holding, sign: int) -> Used:
-        by_model = self.gpu_by_model
-        if holding.gpu_milli:
-            by_model = dict(by_model)
-            milli, count = by_model.get(holding.gpu_model, (0, 0))
-            if count + sign == 0:
-                del by_model[holding.gpu_model]
-            else:
-                by_model[holding.gpu_model] = (milli + sign * holding.gpu_milli, count + sign)
+        by_model = _by_model(self.gpu_by_model, holding.gpu_model, holding.gpu_milli, sign)
+        npu_by_model = _by_model(self.npu_by_model, holding.npu_model, holding.npus, sign)
         return Used(
             self.cpu_milli + sign * holding.cpu_milli,
             self.memory_mib + sign * holding.memory_mib,
             self.gpu_milli + sign * holding.gpu_milli,
             by_model,
+            self.npus + sign * holding.npus,
+            npu_by_model,
         )
+
+
+def _by_model(
+    by_model: Mapping[str | None, tuple[int, int]], model: str | None, amount: int, sign: int
+) -> Mapping[str | None, tuple[int, int]]:
+    if not amount:
+        return by_model
+    out = dict(by_model)
+    held, count = out.get(model, (0, 0))
+    if count + sign == 0:
+        del out[model]
+    else:
+        out[model] = (held + sign * amount, count + sign)
+    return out
 
 
 @record
@@ -112,6 +127,10 @@ class QueueQuota:
             if gpu_model is None:
                 return self.totals.gpu_milli
             return self.totals.gpu_by_model.get(gpu_model, (0, 0))[0]
+        if resource == _NPU:
+            if gpu_model is None:
+                return self.totals.npus
+            return self.totals.npu_by_model.get(gpu_model, (0, 0))[0]
         return 0
 
 
@@ -184,7 +203,16 @@ def _allocation(quota: QueueQuota, delta: QueueAllocation, now: int) -> QueueQuo
     if delta.held:
         if was_released or (current is not None and current.run > delta.run):
             return quota
-        holding = Holding(delta.job_id, delta.run, delta.cpu_milli, delta.memory_mib, delta.gpu_milli, delta.gpu_model)
+        holding = Holding(
+            delta.job_id,
+            delta.run,
+            delta.cpu_milli,
+            delta.memory_mib,
+            delta.gpu_milli,
+            delta.gpu_model,
+            delta.npus,
+            delta.npu_model,
+        )
         totals = quota.totals if current is None else quota.totals.plus(current, -1)
         return evolve(quota, holdings=holdings.set(delta.job_id, holding), totals=totals.plus(holding, 1))
     if was_released:
@@ -210,6 +238,9 @@ def usage_facts(quota: QueueQuota) -> UsageFacts:
     for model in quota.totals.gpu_by_model:
         if (_GPU, model) not in keys:
             keys[(_GPU, model)] = None
+    for model in quota.totals.npu_by_model:
+        if (_NPU, model) not in keys:
+            keys[(_NPU, model)] = None
     usage = []
     for (resource, model), line in sorted(keys.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
         used = quota.used(resource, model)

@@ -26,7 +26,7 @@ from events.log.publisher import Publisher
 from projections.readmodel.reader import ReadModels
 from services.api import validation
 from services.api.auth import Action, Principal, authorize
-from services.api.errors import FailedPrecondition, NotFound
+from services.api.errors import FailedPrecondition, InvalidArgument, NotFound
 from services.api.store import ApiStore, Submission
 
 
@@ -117,6 +117,7 @@ class JobCommands:
             submitted_by=principal.subject,
         )
         event = validation.asks_for_something(validation.event_from(JobSubmitted, body))
+        await self._fleet_can_hold(event)
         envelope = self._publisher.envelope(
             event,
             id=f"submit-{event.job_id}",
@@ -135,6 +136,27 @@ class JobCommands:
         )
         job_id, created = await self._store.submit(entry, lambda: self._publisher.publish([envelope]))
         return Submitted(job_id, created, request_id, event)
+
+    async def _fleet_can_hold(self, event: JobSubmitted) -> None:
+        """Refuse a replica asking GPUs and NPUs when no node of the known fleet has both kinds: it could
+        never start, and the fix is the submitter's (one kind per replica, or two jobs). Read only for
+        such a replica; a fleet not known yet (no node reported) refuses nothing, and the scheduler then
+        explains the wait (``GpuModelUnavailable``, category misconfigured: no node has both GPUs and
+        NPUs). The shapes nodes could hold one day (more GPUs than any node has, a model no node has)
+        stay accepted with a warning (``services.api.jobs.shape_warnings``): fleets grow, and a rejected
+        job cannot wait for them."""
+        r = event.resources
+        if not (r.npus and (r.gpus or r.gpu_milli)):
+            return
+        known, both = await self._reads.accelerators()
+        if known and not both:
+            gpus = f"{r.gpus} GPU{'s' if r.gpus > 1 else ''}" if r.gpus else f"{r.gpu_milli}m of a GPU"
+            npus = f"{r.npus} NPU{'s' if r.npus > 1 else ''}"
+            raise InvalidArgument(
+                "resources.npus",
+                f"asks {gpus} and {npus} per replica, and no node of the fleet has both GPUs and NPUs: "
+                "ask one kind per replica, or submit one job for each",
+            )
 
     async def find(self, principal: Principal, job_id: str) -> JobRef:
         """The job if the principal may see it; ``NotFound`` otherwise (another tenant's job included)."""

@@ -52,9 +52,17 @@ def timeline_entry(entry: Sequence[Any]) -> jobs_pb2.TimelineEntry:
 
 
 def slots(placement: Sequence[Sequence[Any]] | None) -> list[jobs_pb2.ReplicaSlot]:
+    """A placement's replicas, as the job row keeps them: ``[node, gpu indices, milli each, npu indices]``
+    (rows from before NPUs were kept have three entries)."""
     return [
-        jobs_pb2.ReplicaSlot(replica=i, node=str(node), gpu_indices=[int(g) for g in gpus], gpu_milli_each=int(each))
-        for i, (node, gpus, each) in enumerate(placement or ())
+        jobs_pb2.ReplicaSlot(
+            replica=i,
+            node=str(node),
+            gpu_indices=[int(g) for g in gpus],
+            gpu_milli_each=int(each),
+            npu_indices=[int(u) for u in (npus[0] if npus else ())],
+        )
+        for i, (node, gpus, each, *npus) in enumerate(placement or ())
     ]
 
 
@@ -170,6 +178,9 @@ def node(row: NodeRow) -> resources_pb2.Node:
         gpu_utilisation_pct=row.gpu_utilisation_pct,
         jobs=row.jobs,
         last_seen_ms=row.last_seen_ms,
+        npus=row.npus,
+        npu_model=row.npu_model,
+        npus_free=row.npus_free,
     )
 
 

@@ -203,7 +203,7 @@ def _placement(d: JobPlaced) -> jobs_pb2.PlacementExplanation:
         cluster=d.cluster,
         run=d.run,
         reason=reason_text(d.reason.value),
-        replicas=slots([[r.node, list(r.gpu_indices), r.gpu_milli_each] for r in d.replicas]),
+        replicas=slots([[r.node, list(r.gpu_indices), r.gpu_milli_each, list(r.npu_indices)] for r in d.replicas]),
         chosen=_score(d.chosen),
         runner_up=[_score(c) for c in d.runner_up],
         explanation=d.explanation,

@@ -433,7 +433,9 @@ async def show_job(args: argparse.Namespace, client: Client) -> int:
         if job.HasField(name):
             fields.append((name.removesuffix("_ms"), when(getattr(job, name))))
     for slot in job.placement:
-        fields.append((f"replica {slot.replica}", f"{slot.node} GPUs {list(slot.gpu_indices)} x {slot.gpu_milli_each}"))
+        held = [f"GPUs {list(slot.gpu_indices)} x {slot.gpu_milli_each}"] if slot.gpu_indices else []
+        held += [f"NPUs {list(slot.npu_indices)}"] if slot.npu_indices else []
+        fields.append((f"replica {slot.replica}", f"{slot.node} {', '.join(held) or 'no GPU or NPU'}"))
     width = max(len(k) for k, _ in fields)
     print("\n".join(f"{k.ljust(width)}  {v}" for k, v in fields))
     if job.timeline:
@@ -563,12 +565,13 @@ async def _show_nodes(args: argparse.Namespace, client: Client) -> int:
             n.gpu_model or "-",
             n.gpus,
             gpus(n.gpu_free_milli),
+            f"{n.npus_free}/{n.npus} {n.npu_model}" if n.npus else "-",
             f"{n.health_milli / 10:g}%",
             n.jobs,
         ]
         for n in nodes
     ]
-    print(table(["CLUSTER", "NODE", "SCHEDULABLE", "GPU MODEL", "GPUS", "FREE", "HEALTH", "JOBS"], rows))
+    print(table(["CLUSTER", "NODE", "SCHEDULABLE", "GPU MODEL", "GPUS", "FREE", "NPUS FREE", "HEALTH", "JOBS"], rows))
     return 0
 
 

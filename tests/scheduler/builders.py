@@ -14,6 +14,7 @@ from services.scheduler.core.policy import (
     Health,
     Job,
     Node,
+    Npu,
     PolicyConfig,
     Quota,
     ReplicaPlacement,
@@ -95,6 +96,9 @@ class JobBuilder:
     def preempted(self, times: int) -> JobBuilder:
         return self._set(times_preempted=times)
 
+    def npus(self, n: int, *models: str, min_memory_mib: int = 0) -> JobBuilder:
+        return self._set(npus=n, npu_models=tuple(models), min_npu_memory_mib=min_memory_mib)
+
     def build(self) -> Job:
         return self._j
 
@@ -155,6 +159,24 @@ class NodeBuilder:
         """Its RDMA fabric."""
         return self._set(rdma_fabric=f)
 
+    def npus(
+        self, n: int, model: str = "Ascend910B", memory_mib: int = 65536, taken: tuple[int, ...] = ()
+    ) -> NodeBuilder:
+        """``n`` NPUs of one model (``taken``: indices already held by running jobs)."""
+        return self._set(npus=tuple(Npu(i, model, memory_mib, free=i not in taken) for i in range(n)))
+
+    def npu_health(self, index: int, health: Health) -> NodeBuilder:
+        return self._set(npus=tuple(replace(u, health=health) if u.index == index else u for u in self._n.npus))
+
+    def no_gpus(self) -> NodeBuilder:
+        return self._set(gpus=(), gpu_model="", gpu_memory_mib=0)
+
+    def cards(self, *cards: tuple[str, int]) -> NodeBuilder:
+        """GPUs of their own models and memory (a mixed node): (model, memory MiB) per card, by index."""
+        first = cards[0] if cards else ("", 0)
+        gpus = tuple(Gpu(i, model=m, memory_mib=mem) for i, (m, mem) in enumerate(cards))
+        return self._set(gpus=gpus, gpu_model=first[0], gpu_memory_mib=first[1])
+
     def build(self) -> Node:
         return self._n
 
@@ -168,6 +190,18 @@ def running(job: Job, cluster: str, *placements: tuple[str, tuple[int, ...], int
         job=job,
         cluster=ClusterId(cluster),
         placements=tuple(ReplicaPlacement(NodeId(n), g, m) for n, g, m in placements),
+        started_at_ms=started_ms,
+    )
+
+
+def running_on_npus(
+    job: Job, cluster: str, *placements: tuple[str, tuple[int, ...]], started_ms: int = 0
+) -> RunningJob:
+    """A running job holding whole NPUs: (node, NPU indices) per replica (its nodes list them as taken)."""
+    return RunningJob(
+        job=job,
+        cluster=ClusterId(cluster),
+        placements=tuple(ReplicaPlacement(NodeId(n), npu_indices=u) for n, u in placements),
         started_at_ms=started_ms,
     )
 

@@ -18,7 +18,15 @@ from pathlib import Path
 
 from events.catalog.decisions import CandidateScore, JobPlaced, ReplicaPlacement
 from events.catalog.governance import QuotaLine, QuotaSet
-from events.catalog.inventory import ClusterKind, ClusterRegistered, GpuDevice, GpuRate, NodeObserved, Taint
+from events.catalog.inventory import (
+    ClusterKind,
+    ClusterRegistered,
+    GpuDevice,
+    GpuRate,
+    NodeObserved,
+    NpuDevice,
+    Taint,
+)
 from events.catalog.jobs import InferenceSpec, JobKind, JobStarted, JobSubmitted, PriorityClass
 from events.catalog.types import ResourceKind, Resources, TaintEffect
 from events.wire.envelope import Envelope
@@ -75,6 +83,13 @@ def scenario() -> tuple[list[Envelope], Envelope]:
             taints=(Taint(key="reserved", value="research", effect=TaintEffect.NO_SCHEDULE),),
         )
     )  # fmt: skip
+    # An NPU node beside the T4s: an NPU job takes half of it, a larger one waits for NPUs.
+    facts.append(
+        NodeObserved(
+            cluster="west", node="west-npu-0", generation=1, cpu_milli=64_000, memory_mib=512_000,
+            npus=tuple(NpuDevice(index=i, model="Ascend910B", memory_mib=65_536) for i in range(8)),
+        )
+    )  # fmt: skip
     line = QuotaLine(resource=ResourceKind.GPU, guaranteed=0, limit=1000)
     facts.append(QuotaSet(tenant="capped", lines=(line,), set_by="golden"))
 
@@ -114,6 +129,8 @@ def scenario() -> tuple[list[Envelope], Envelope]:
         submitted("untolerated", 2, resources={"gpu_models": ("L40",)}),
         submitted("service", 1, replicas=24, kind=JobKind.INFERENCE, inference=InferenceSpec(min_replicas=4)),
         submitted("gang", 8, replicas=2, gang=True, kind=JobKind.TRAINING, resources={"gpu_models": ("A100",)}),
+        submitted("npu-train", 0, resources={"npus": 4, "gpu_models": ("Ascend910B",)}),
+        submitted("npu-more", 0, resources={"npus": 8}),
     ]  # fmt: skip
     for i, data in enumerate(facts):
         state.fold(Envelope(id=f"golden-{i}", time_ms=T0 + i, data=data))  # type: ignore[arg-type]

@@ -15,7 +15,9 @@ def test_the_scenario_decides_every_kind_of_thing_the_service_publishes() -> Non
     assert kinds["JobPlaced"] >= 1 and kinds["JobPreemptionRequested"] >= 1
     reasons = {e.data.binding.reason.value for e in events if e.type.endswith("JobQueued")}  # type: ignore[attr-defined]
     expected = {"WaitingForPreemption", "QuotaExceeded", "GpuModelUnavailable", "NoFeasibleNode", "TaintNotTolerated"}
-    assert expected <= reasons
+    assert expected | {"InsufficientNpu"} <= reasons
+    placed = {e.data.job_id: e.data for e in events if e.type.endswith("JobPlaced")}  # type: ignore[attr-defined]
+    assert [tuple(r.npu_indices) for r in placed["npu-train"].replicas] == [(0, 1, 2, 3)]
 
 
 def test_decisions_change_only_with_the_engine_name() -> None:

@@ -7,18 +7,32 @@ and departures through it.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.scheduler.core.policy.fleet import STAMP, Demand, FleetMemo, FleetState, fleet_for
-from services.scheduler.core.policy.model import Node
+from services.scheduler.core.policy.model import Health, Node
 from tests.scheduler.builders import a_node
 
 
 def _node(name: str, free: int, model: str = "A100") -> Node:
-    return a_node(name).model(model).gpus(4, free=(free, 1000, 1000, 1000)).build()
+    """Four GPUs; every third node also has NPUs (one taken or degraded by ``free``), and every third
+    other one has cards of another model (a mixed node)."""
+    built = a_node(name).model(model).gpus(4, free=(free, 1000, 1000, 1000))
+    k = int(name[1:])
+    if k % 3 == 1:
+        built = built.npus(2, taken=(0,) if free < 500 else ())
+        if free % 2:
+            built = built.npu_health(1, Health.DEGRADED)
+    node = built.build()
+    if k % 3 == 2:
+        other = tuple(replace(g, model="H200", memory_mib=143_360) if g.index >= 2 else g for g in node.gpus)
+        node = replace(node, gpus=other)
+    return node
 
 
 def _same(a: FleetState, b: FleetState) -> None:
@@ -77,3 +91,13 @@ def test_a_copy_cannot_change_what_it_shares_with_the_memo() -> None:
         fleet.cpu_cap[0] = 1
     fleet.cpu_free[0] = 1  # what placing changes is its own
     assert memo.base is not None and memo.base.cpu_free[0] != 1
+
+
+def test_cards_given_out_of_index_order_build_what_cards_in_order_build() -> None:
+    nodes = [_node(f"n{i}", 300) for i in range(4)]
+    shuffled = [replace(n, gpus=tuple(reversed(n.gpus))) if i % 2 else n for i, n in enumerate(nodes)]
+    a, b = FleetState(nodes), FleetState(shuffled)
+    for name, value in vars(a).items():
+        if isinstance(value, np.ndarray):
+            assert np.array_equal(getattr(b, name), value), name
+    assert a.mixed == b.mixed == (2,)

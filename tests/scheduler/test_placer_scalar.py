@@ -35,6 +35,11 @@ DEMANDS = [
     Demand(cpu_milli=16000, gpus=2, min_gpu_memory_mib=40000),
     Demand(cpu_milli=4000, gpus=1, models=("T4",)),
     Demand(cpu_milli=60000, memory_mib=300_000),
+    Demand(cpu_milli=2000, npus=2),
+    Demand(cpu_milli=4000, npus=1, npu_models=("Ascend910B",), min_npu_memory_mib=32768),
+    Demand(cpu_milli=8000, gpus=1, npus=1),
+    Demand(cpu_milli=4000, gpus=1, models=("H200",)),
+    Demand(cpu_milli=2000, gpu_milli=470, min_gpu_memory_mib=100_000),
 ]
 
 
@@ -55,7 +60,18 @@ def nodes_st(draw: st.DrawFn, i: int) -> object:
     b = b.memory(256_000, draw(st.sampled_from([0, 2048, 256_000])))
     if draw(st.integers(0, 9)) == 0:
         b = b.cordoned()
-    return b.build()
+    npus = draw(st.integers(0, 4))
+    if npus:
+        taken = tuple(j for j in range(npus) if draw(st.booleans()))
+        b = b.npus(npus, draw(st.sampled_from(["Ascend910B", "Ascend310P"])), taken=taken)
+        if draw(st.booleans()):
+            b = b.npu_health(0, draw(st.sampled_from([Health.DEGRADED, Health.FAILED])))
+    node = b.build()
+    if node.gpus and draw(st.integers(0, 3)) == 0:  # a mixed node: its last cards of another model
+        node = replace(
+            node, gpus=tuple(replace(g, model="H200", memory_mib=143_360) if g.index >= 1 else g for g in node.gpus)
+        )
+    return node
 
 
 shapes_st = st.lists(

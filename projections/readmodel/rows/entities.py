@@ -48,7 +48,7 @@ def _converted(table: tables.Table, rows: Callable[[str, Any], Sequence[Row]]) -
 
 
 def _job_rows(key: str, job: JobView) -> Sequence[Row]:
-    placement = [[s.node, list(s.gpu_indices), s.gpu_milli_each] for s in job.placement]
+    placement = [[s.node, list(s.gpu_indices), s.gpu_milli_each, list(s.npu_indices)] for s in job.placement]
     timeline = [[e.time_ms, e.status, e.event, e.reason, e.message] for e in job.timeline]
     return [
         (
@@ -115,6 +115,9 @@ def _node_rows(key: str, node: NodeProfile) -> Sequence[Row]:
             node.gpu_utilisation_pct,
             len(node.allocations),
             node.last_seen_ms,
+            capacity[3],
+            node.npu_model or None,
+            free[3],
         )
     ]
 

@@ -55,7 +55,12 @@ def _maybe_int(r: Record, name: str) -> int | None:
 
 
 def slots(value: Any) -> tuple[Slot, ...]:
-    return tuple(Slot(str(node), tuple(int(g) for g in gpus), int(each)) for node, gpus, each in _json(value) or ())
+    """A placement's replicas: ``[node, gpu indices, milli each, npu indices]`` (rows written before NPUs
+    were kept have no fourth entry)."""
+    return tuple(
+        Slot(str(node), tuple(int(g) for g in gpus), int(each), tuple(int(u) for u in (npus[0] if npus else ())))
+        for node, gpus, each, *npus in _json(value) or ()
+    )
 
 
 def timeline(value: Any) -> tuple[TimelineEntry, ...]:
@@ -182,6 +187,9 @@ def node_row(r: Record) -> NodeRow:
         gpu_utilisation_pct=_int(r, "gpu_utilisation_pct"),
         jobs=_int(r, "jobs"),
         last_seen_ms=_int(r, "last_seen_ms"),
+        npus=_int(r, "npus"),
+        npu_model=_text(r, "npu_model"),
+        npus_free=_int(r, "npus_free"),
     )
 
 

@@ -135,6 +135,9 @@ NODES = Table(
         ("gpu_utilisation_pct", "int"),
         ("jobs", "int"),
         ("last_seen_ms", "bigint"),
+        ("npus", "int"),
+        ("npu_model", "text"),
+        ("npus_free", "int"),
     ),
 )
 CLUSTERS = Table(

@@ -25,6 +25,7 @@ class Slot(NamedTuple):
     node: str
     gpu_indices: tuple[int, ...]
     gpu_milli_each: int
+    npu_indices: tuple[int, ...] = ()
 
 
 class TimelineEntry(NamedTuple):
@@ -185,6 +186,9 @@ class NodeRow:
     gpu_utilisation_pct: int
     jobs: int
     last_seen_ms: int
+    npus: int = 0
+    npu_model: str = ""
+    npus_free: int = 0
 
 
 @dataclass(frozen=True, slots=True)

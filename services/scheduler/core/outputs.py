@@ -82,7 +82,12 @@ such nodes shared the empty one). It also reads each cluster's stability (its ro
 health: ``-5`` never set it, so the health term was always 0), its fit for training and inference, and
 its congestion as its own (``-5``: the fleet's figure for its worst model) from the log; prices a cluster
 by its rate for the GPU model the job would use there (``-5``: the average of its rates); and a
-placement names the term that put it ahead of the runner-up ("sim-2 over sim-1: stability ...")."""
+placement names the term that put it ahead of the runner-up ("sim-2 over sim-1: stability ...").
+It schedules NPUs (``-5`` dropped them: an NPU job waited as asking nothing, or was placed where no NPU
+was): NPU devices in ``JobPlaced.npu_indices``,
+quota lines ``npu`` and ``npu:<MODEL>``, NPUs in fair share's dominant share, waits that name NPUs;
+work asking no NPU keeps off nodes with free NPUs unless nothing else fits; on a node whose GPUs differ,
+a job naming models or a memory floor takes only the cards that meet them (``-5`` read the first card's)."""
 
 
 def cycle_id(sequence: int) -> CycleId:
@@ -178,7 +183,7 @@ def _binding(decision: core.Queue) -> BindingConstraint:
     return BindingConstraint(
         reason=_reason(c.reason),
         resource=resource,
-        gpu_model=c.gpu_model if resource is ResourceKind.GPU else None,
+        gpu_model=c.gpu_model if resource in (ResourceKind.GPU, ResourceKind.NPU) else None,
         cluster=ClusterId(c.cluster) if c.cluster else None,
         requested=c.requested if resource is not None else 0,
         available=c.available if resource is not None else 0,
@@ -233,6 +238,7 @@ def _event(state: SchedulerState, decision: core.Decision, cid: CycleId, now_ms:
                         "node": event_node(r.node_id),
                         "gpu_indices": tuple(r.gpu_indices),
                         "gpu_milli_each": r.gpu_milli_each,
+                        "npu_indices": tuple(r.npu_indices),
                     }
                     for i, r in enumerate(decision.replicas)
                 ),

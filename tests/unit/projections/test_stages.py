@@ -211,3 +211,34 @@ def test_a_share_of_a_gpu_is_measured_as_the_share_not_the_whole_gpu() -> None:
     hour = 1_062_000 - 1_062_000 % 3_600_000
     bucket = fold.get("usage", usage_key("team-a", "c1", "A100", hour))
     assert bucket.used_milli_ms == 300 * 50 // 100 * 60_000  # half of 0.3 GPU for a minute
+
+
+def test_an_npu_run_is_shown_on_its_job_held_on_its_node_and_counted_on_its_npu_quota_lines() -> None:
+    from events.catalog.governance import QuotaLine, QuotaSet
+    from events.catalog.inventory import NpuDevice
+    from events.catalog.types import ResourceKind
+
+    fold = Fold()
+    fold.feed(QuotaSet(tenant="team-a", lines=(QuotaLine(resource=ResourceKind.NPU, guaranteed=2),), set_by="admin"))
+    npus = tuple(NpuDevice(index=i, model="Ascend910B", memory_mib=65536) for i in range(8))
+    fold.feed(a_node(gpus=0).model_copy(update={"npus": npus}))
+    submitted = a_job(gpus=0)
+    fold.feed(submitted.model_copy(update={"resources": submitted.resources.model_copy(update={"npus": 4})}))
+    event = placed(gpus=(), milli=0)
+    replica = ReplicaPlacement(replica=0, node="n1", npu_indices=(2, 3, 4, 5))
+    fold.feed(event.model_copy(update={"replicas": (replica,)}), at_s=1)
+    job = fold.get("jobs", "j1")
+    assert [(s.node, s.npu_indices, s.gpu_indices) for s in job.placement] == [("n1", (2, 3, 4, 5), ())]
+    placement = [name for name, _ in TABLES["jobs"].columns].index("placement")
+    assert _job_rows("j1", job)[0][placement] == '[["n1",[],0,[2,3,4,5]]]'
+    profile = [o.event for o in fold.outputs if isinstance(o.event, ResourceProfileUpdated) and o.event.node == "n1"]
+    assert (profile[-1].capacity.npus, profile[-1].allocated.npus, profile[-1].free.npus) == (8, 4, 4)
+    latest = [o.event for o in fold.outputs if o.id.startswith("quota:team-a/default")][-1]
+    lines = {(u.resource, u.gpu_model): (u.used, u.borrowed) for u in latest.usage}
+    assert lines[(ResourceKind.NPU, None)] == (4, 2)
+    assert lines[(ResourceKind.NPU, "Ascend910B")] == (4, 0)
+    fold.feed(JobSucceeded(job_id="j1", cluster="c1"), at_s=60)
+    profile = [o.event for o in fold.outputs if isinstance(o.event, ResourceProfileUpdated) and o.event.node == "n1"]
+    assert profile[-1].free.npus == 8
+    latest = [o.event for o in fold.outputs if o.id.startswith("quota:team-a/default")][-1]
+    assert {(u.resource, u.gpu_model): u.used for u in latest.usage}[(ResourceKind.NPU, None)] == 0

@@ -23,7 +23,9 @@ from events.catalog.inventory import (
     ClusterStatusChanged,
     GpuHealthReported,
     GpuHealthSample,
+    NodeObserved,
     NodeRemoved,
+    NpuDevice,
 )
 from events.catalog.jobs import JobCancelRequested, JobFailed, JobPreempted, JobSucceeded
 from events.catalog.reasons import ReasonCode
@@ -44,6 +46,7 @@ def full_snapshot(state: SchedulerState, now_ms: int) -> m.FleetSnapshot:
     """Everything recomputed from the facts (the reference)."""
     running = []
     used_gpu: dict[tuple[str, str], dict[int, int]] = {}
+    used_npu: dict[tuple[str, str], set[int]] = {}
     used_cpu: dict[tuple[str, str], tuple[int, int]] = {}
     usage: dict[str, list[m.UsageRecord]] = {}
     pending = []
@@ -64,7 +67,9 @@ def full_snapshot(state: SchedulerState, now_ms: int) -> m.FleetSnapshot:
             continue
         job = job_model(facts)
         replicas = tuple(
-            m.ReplicaPlacement(core_node_id(now.cluster, r.node), tuple(r.gpu_indices), r.gpu_milli_each)
+            m.ReplicaPlacement(
+                core_node_id(now.cluster, r.node), tuple(r.gpu_indices), r.gpu_milli_each, tuple(r.npu_indices)
+            )
             for r in now.replicas
         )
         run = facts.current_run()
@@ -77,6 +82,7 @@ def full_snapshot(state: SchedulerState, now_ms: int) -> m.FleetSnapshot:
             gpus = used_gpu.setdefault(key, {})
             for index in r.gpu_indices:
                 gpus[index] = gpus.get(index, 0) + r.gpu_milli_each
+            used_npu.setdefault(key, set()).update(r.npu_indices)
             cpu, mem = used_cpu.get(key, (0, 0))
             used_cpu[key] = (cpu + job.cpu_milli, mem + job.memory_mib)
     nodes = []
@@ -90,9 +96,18 @@ def full_snapshot(state: SchedulerState, now_ms: int) -> m.FleetSnapshot:
             health = facts.gpu_health.get(device.index, device.health.value)
             if suspect and health == "ok":
                 health = "degraded"
-            gpus.append(
-                m.Gpu(device.index, max(0, 1000 - used_gpu.get(key, {}).get(device.index, 0)), m.Health(health))
+            free = max(0, 1000 - used_gpu.get(key, {}).get(device.index, 0))
+            gpus.append(m.Gpu(device.index, free, m.Health(health), device.model, device.memory_mib))
+        npus = tuple(
+            m.Npu(
+                u.index,
+                u.model,
+                u.memory_mib,
+                u.index not in used_npu.get(key, set()),
+                m.Health.DEGRADED if suspect and u.health.value == "ok" else m.Health(u.health.value),
             )
+            for u in seen.npus
+        )
         cpu, mem = used_cpu.get(key, (0, 0))
         nodes.append(
             m.Node(
@@ -108,6 +123,7 @@ def full_snapshot(state: SchedulerState, now_ms: int) -> m.FleetSnapshot:
                 schedulable=seen.schedulable and state.cluster_status.get(key[0], "reachable") == "reachable",
                 nvlink_domain=seen.nvlink_domain or "",
                 rdma_fabric=seen.rdma_fabric or "",
+                npus=npus,
             )
         )
     incremental = state.snapshot(now_ms)
@@ -148,11 +164,23 @@ def _preempted_last_hour(state: SchedulerState, now_ms: int) -> tuple[tuple[Tena
     return tuple((TenantId(tenant), n) for tenant, n in sorted(counts.items()) if n)
 
 
+def _node(node: str, generation: int = 1) -> NodeObserved:
+    """A node of 4 GPUs and 2 NPUs."""
+    observed = a_node(node=node, gpus=4, generation=generation, model=MODELS[node])
+    return observed.model_copy(
+        update={"npus": tuple(NpuDevice(index=i, model="Ascend910B", memory_mib=65536) for i in range(2))}
+    )
+
+
 def _job_event(kind: int, job: str, node: str, run: int, gpu: int) -> Event:
+    npus = int(job[1:]) % 2  # odd jobs ask an NPU per replica too, and hold one when placed
     if kind == 0:
-        return a_job(job, tenant=f"team-{int(job[1:]) % 2}", gpus=1)
+        submitted = a_job(job, tenant=f"team-{int(job[1:]) % 2}", gpus=1)
+        return submitted.model_copy(update={"resources": submitted.resources.model_copy(update={"npus": npus})})
     if kind == 1:
-        return placed(job, node=node, gpus=(gpu,), run=run)
+        event = placed(job, node=node, gpus=(gpu,), run=run)
+        replica = event.replicas[0].model_copy(update={"npu_indices": (gpu % 2,) if npus else ()})
+        return event.model_copy(update={"replicas": (replica,)})
     if kind == 2:
         return JobSucceeded(job_id=job, cluster="c1", run=run)
     if kind == 3:
@@ -166,7 +194,7 @@ def _job_event(kind: int, job: str, node: str, run: int, gpu: int) -> Event:
 
 def _fleet_event(kind: int, node: str, gpu: int) -> Event:
     if kind == 0:
-        return a_node(node=node, gpus=4, generation=1 + gpu, model=MODELS[node])
+        return _node(node, generation=1 + gpu)
     if kind == 1:
         return NodeRemoved(cluster="c1", node=node, generation=1 + gpu, reason=ReasonCode.NODE_DELETED)
     if kind == 2:
@@ -303,7 +331,7 @@ def test_the_incremental_snapshot_equals_a_rebuild_at_every_moment(
         )
     )
     for node in NODES:
-        fold(Envelope(id=f"o-{node}", time_ms=T0, data=a_node(node=node, gpus=4, model=MODELS[node])))
+        fold(Envelope(id=f"o-{node}", time_ms=T0, data=_node(node)))
     for i, (what, kind, job, node, run, gpu) in enumerate(steps):
         now = T0 + (i + 1) * 60_000 * (1 + gpu)
         if what == "snapshot":

@@ -3,10 +3,13 @@
 Called by the cycle (gang feasibility, hot-spot governance), by explanations ("the largest free block is
 6 GPUs in cluster-b") and by estimates of start times. Replicas of one job are identical, so per node the
 count is the minimum over CPU, memory and GPUs of how many copies fit; the sum over a cluster's nodes is
-exact for whole-GPU replicas and for shares alike.
+exact for whole-GPU replicas and for shares alike. NPUs are whole devices: free accepted NPUs // NPUs
+asked. On mixed nodes (cards of several models or memories) only the cards the shape accepts count.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import numpy.typing as npt
@@ -31,12 +34,16 @@ def per_node(
         fits = np.minimum(fits, fs.cpu_free[sl] // d.cpu_milli)
     if "memory" not in ignore and d.memory_mib:
         fits = np.minimum(fits, fs.mem_free[sl] // d.memory_mib)
+    if "npu" not in ignore and d.npus:
+        fits = np.minimum(fits, fs.free_npus(d, sl) // d.npus)
+    cards = fs.gpu_fits(d) if (d.gpus or d.gpu_milli) and not ignore & {"model", "gpu_memory"} else None
     if "gpu" not in ignore:
+        usable = fs.gpu_usable[sl] if cards is None else fs.gpu_usable[sl] & cards[sl]
         if d.gpus:
-            full = ((fs.gpu_free[sl] == MILLI) & fs.gpu_usable[sl]).sum(axis=1)
+            full = ((fs.gpu_free[sl] == MILLI) & usable).sum(axis=1)
             fits = np.minimum(fits, full // d.gpus)
         elif d.gpu_milli:
-            fits = np.minimum(fits, (fs.gpu_free[sl] // d.gpu_milli).sum(axis=1))
+            fits = np.minimum(fits, (np.where(usable, fs.gpu_free[sl], 0) // d.gpu_milli).sum(axis=1))
     if d.gpus or d.gpu_milli:
         if "model" not in ignore and d.models:
             fits = np.where(fs.model_mask(d.models)[sl], fits, 0)
@@ -50,13 +57,26 @@ def per_node(
 
 def largest_whole_gpu_block(fs: FleetState, d: Demand, lo: int, hi: int) -> tuple[int, int]:
     """(most fully free GPUs on one eligible node, its position) in ``lo:hi``; CPU and memory must fit."""
-    probe = Demand(d.cpu_milli, d.memory_mib, 1, 0, d.models, d.min_gpu_memory_mib, d.tolerations)
+    probe = replace(d, gpus=1, gpu_milli=0)
     ok = per_node(fs, probe, lo, hi, ignore=frozenset({"gpu"})) > 0
-    full = np.where(ok, ((fs.gpu_free[lo:hi] == MILLI) & fs.gpu_usable[lo:hi]).sum(axis=1), 0)
+    cards = fs.gpu_fits(d)
+    usable = fs.gpu_usable[lo:hi] if cards is None else fs.gpu_usable[lo:hi] & cards[lo:hi]
+    full = np.where(ok, ((fs.gpu_free[lo:hi] == MILLI) & usable).sum(axis=1), 0)
     if not full.size:
         return 0, -1
     j = int(full.argmax())
     return int(full[j]), lo + j
+
+
+def largest_npu_block(fs: FleetState, d: Demand, lo: int, hi: int) -> tuple[int, int]:
+    """(most free NPUs ``d`` accepts on one eligible node, its position) in ``lo:hi``; CPU, memory and
+    GPUs must fit."""
+    ok = per_node(fs, d, lo, hi, ignore=frozenset({"npu"})) > 0
+    free = np.where(ok, fs.free_npus(d, slice(lo, hi)), 0)
+    if not free.size:
+        return 0, -1
+    j = int(free.argmax())
+    return int(free[j]), lo + j
 
 
 def model_pressure(fs: FleetState) -> dict[str, int]:
@@ -70,4 +90,4 @@ def model_pressure(fs: FleetState) -> dict[str, int]:
     return out
 
 
-__all__ = ["largest_whole_gpu_block", "model_pressure", "per_node"]
+__all__ = ["largest_npu_block", "largest_whole_gpu_block", "model_pressure", "per_node"]

@@ -47,6 +47,7 @@ class Plan:
     choices: tuple[Choice, ...]
     cost: int
     models: tuple[str, ...]
+    npu_models: tuple[str, ...] = ()
 
 
 _BY_JOB_ID = operator.attrgetter("job.job_id")
@@ -117,9 +118,9 @@ class Ctx:
             return t.hot_model_cap_milli
         return self.config.hot_model_cap_milli
 
-    def model_at(self, node: int) -> str:
-        m = int(self.fleet.model_of[node])
-        return self.fleet.models[m] if m >= 0 else ""
+    def model_at(self, c: Choice) -> str:
+        """The GPU model of the cards a choice takes ("" for none)."""
+        return self.fleet.model_of_slots(c.node, c.slots)
 
     def extra_for(self, job: Job, d: Demand, forbid_hot: bool, backfill_ok: bool) -> I64 | None:
         """Per-node extra cost: hot-model steering, a hot-model ban, nodes reserved for a gang."""
@@ -181,8 +182,9 @@ class Ctx:
             c = placer.choose(d, lo, hi, extra)
             if c is None:
                 return None
-            model = self.model_at(c.node) if d.gpus or d.gpu_milli else ""
-            return Plan(ci, (c,), c.cost, (model,) if model else ())
+            model = self.model_at(c)
+            npu = self.fleet.npu_model_of_slots(c.node, c.npu_slots)
+            return Plan(ci, (c,), c.cost, (model,) if model else (), (npu,) if npu else ())
         taken: list[ReplicaPlacement] = []
         choices: list[Choice] = []
         cur = extra
@@ -201,14 +203,15 @@ class Ctx:
                     other = topology.other_domain(fs, soft, c.node)
                     pen = other * (self.config.cross_domain_penalty // max(1, fs.size) + 1)
                     cur = pen if cur is None else np.where(cur >= MASKED, cur, cur + pen)
-            models = tuple(sorted({self.model_at(c.node) for c in choices if d.gpus or d.gpu_milli} - {""}))
-            return Plan(ci, tuple(choices), sum(c.cost for c in choices), models)
+            models = tuple(sorted({self.model_at(c) for c in choices} - {""}))
+            npus = tuple(sorted({fs.npu_model_of_slots(c.node, c.npu_slots) for c in choices} - {""}))
+            return Plan(ci, tuple(choices), sum(c.cost for c in choices), models, npus)
         finally:
             for p in reversed(taken):
                 placer.release(p, d)
 
     def commit(self, plan: Plan, d: Demand) -> tuple[ReplicaPlacement, ...]:
-        return tuple(self.fleet.take(c.node, d, c.slots) for c in plan.choices)
+        return tuple(self.fleet.take(c.node, d, c.slots, c.npu_slots) for c in plan.choices)
 
 
 __all__ = ["HOT_PENALTY", "Ctx", "Plan", "Reservation"]

@@ -33,8 +33,10 @@ whatif``, the timed simulator and the tests. Calls the per-job steps (``job_step
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from services.scheduler.core.policy import context, topology
 from services.scheduler.core.policy.backfill import may_backfill
@@ -52,7 +54,6 @@ from services.scheduler.core.policy.model import (
     FleetSnapshot,
     Job,
     JobId,
-    NodeId,
     PolicyConfig,
     ReplicaPlacement,
     RunningDelta,
@@ -94,12 +95,14 @@ class _Group:
     gpu_milli: int
     models: tuple[str, ...]
     model: str | None  # the GPU model it runs on
+    npus: int = 0
+    npu_model: str | None = None  # the NPU model it runs on
 
     @staticmethod
     def of(job: Job, model: str | None) -> _Group:
         return _Group(
             job.tenant, job.queue, job.replicas, job.cpu_milli, job.memory_mib, job.gpus, job.gpu_milli,
-            job.gpu_models, model,
+            job.gpu_models, model, job.npus,
         )  # fmt: skip
 
     @property
@@ -113,10 +116,11 @@ class _Group:
         return Job(
             job_id=JobId(""), tenant=self.tenant, queue=self.queue, replicas=self.replicas,
             cpu_milli=self.cpu_milli, memory_mib=self.memory_mib, gpus=self.gpus, gpu_milli=self.gpu_milli,
+            npus=self.npus,
         )  # fmt: skip
 
 
-_Key = tuple[TenantId, str, int, int, int, int, int, tuple[str, ...], str | None]
+_Key = tuple[TenantId, str, int, int, int, int, int, tuple[str, ...], str | None, int, str | None]
 
 
 @dataclass(slots=True)
@@ -201,8 +205,12 @@ def _count_in(memo: CycleMemo, fleet: FleetState, r: RunningJob) -> None:
 
 def _group_key(memo: CycleMemo, fleet: FleetState, r: RunningJob) -> _Key:
     j = r.job
-    model = _model_at(fleet.index, memo.models, r.placements)
-    return (j.tenant, j.queue, j.replicas, j.cpu_milli, j.memory_mib, j.gpus, j.gpu_milli, j.gpu_models, model)
+    model = _model_at(fleet, memo.models, r.placements)
+    npu_model = _npu_model_at(fleet, r.placements) if j.npus else None
+    return (
+        j.tenant, j.queue, j.replicas, j.cpu_milli, j.memory_mib, j.gpus, j.gpu_milli, j.gpu_models, model,
+        j.npus, npu_model,
+    )  # fmt: skip
 
 
 def _context(snap: FleetSnapshot, config: PolicyConfig, memo: CycleMemo | None = None) -> Ctx:
@@ -235,7 +243,7 @@ def _context(snap: FleetSnapshot, config: PolicyConfig, memo: CycleMemo | None =
         preempted=dict(snap.preempted_last_hour),
     )
     for group, n in sorted(groups.items(), key=_group_order):
-        book.add(group.job(), group.model, n)
+        book.add(group.job(), group.model, n, npu_model=group.npu_model)
     ctx.pressure = model_pressure(fleet)
     for c in ctx.profiles.values():
         for m, p in c.gpu_model_pressure_milli:
@@ -269,17 +277,32 @@ def _group_order(item: tuple[_Group, int]) -> tuple[str, str, str, int, int, int
     return (g.tenant, g.queue, g.model or "", g.replicas, g.cpu_milli, g.memory_mib, g.gpus, g.gpu_milli)
 
 
-def _model_at(index: Mapping[NodeId, int], models: Sequence[str], placements: Sequence[ReplicaPlacement]) -> str | None:
+def _model_at(fleet: FleetState, models: Sequence[str], placements: Sequence[ReplicaPlacement]) -> str | None:
+    """The GPU model a running job's first placed card is of (its node's, or on a mixed node its card's)."""
     for p in placements:
-        i = index.get(p.node_id)
+        i = fleet.index.get(p.node_id)
         if i is not None and p.gpu_indices:
+            if i in fleet.mixed_rows:
+                found = np.flatnonzero(fleet.gpu_index[i] == p.gpu_indices[0])
+                return (fleet.model_of_slots(i, (int(found[0]),)) or None) if found.size else None
             return models[i] or None
+    return None
+
+
+def _npu_model_at(fleet: FleetState, placements: Sequence[ReplicaPlacement]) -> str | None:
+    """The NPU model a running job's first placed NPU is of."""
+    for p in placements:
+        i = fleet.index.get(p.node_id)
+        if i is not None and p.npu_indices:
+            found = np.flatnonzero(fleet.npu_index[i] == p.npu_indices[0])
+            return (fleet.npu_model_of_slots(i, (int(found[0]),)) or None) if found.size else None
     return None
 
 
 def _fair(ctx: Ctx) -> FairShare:
     fs = ctx.fleet
-    cap = Capacity(int(fs.cpu_cap.sum()), int(fs.mem_cap.sum()), fs.capacity_gpu_milli())
+    npus = int(fs.npu_usable.sum()) if fs.has_npus else 0
+    cap = Capacity(int(fs.cpu_cap.sum()), int(fs.mem_cap.sum()), fs.capacity_gpu_milli(), npus)
     return FairShare(ctx.book.tenants, ctx.held, cap, ctx.snap.now_ms, ctx.config)
 
 

@@ -49,9 +49,9 @@ class ClusterWhyNot:
 @dataclass(frozen=True, slots=True)
 class Constraint:
     """What holds a waiting job back, with the numbers. ``requested`` and ``available`` are in the unit of
-    ``resource``: ``cpu`` milli-CPU, ``memory`` MiB and ``gpu`` milli-GPU, per replica on one node (or, for
-    a quota, the tenant's amount and what its quota has left). Without a resource (a reservation, a
-    cordoned cluster, a gang too large) both are 0 and the detail says why."""
+    ``resource``: ``cpu`` milli-CPU, ``memory`` MiB, ``gpu`` milli-GPU and ``npu`` NPUs, per replica on one
+    node (or, for a quota, the tenant's amount and what its quota has left). Without a resource (a
+    reservation, a cordoned cluster, a gang too large) both are 0 and the detail says why."""
 
     reason: ReasonCode
     resource: str | None = None

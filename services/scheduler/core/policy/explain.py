@@ -2,25 +2,25 @@
 
 Called by the cycle for every job it queues. Each cluster gets one reason code and a detail with the
 numbers; the binding constraint is the reason of the cluster that comes closest to fitting the job; the
-smallest change lists what would make it fit now (fewer GPUs, fewer replicas, another GPU model) and
+smallest change lists what would make it fit now (fewer GPUs or NPUs, fewer replicas, another GPU model) and
 when it would fit as it is (from the running jobs' expected ends, as backfill computes them).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
 from services.scheduler.core.policy import topology
 from services.scheduler.core.policy.backfill import earliest_start
-from services.scheduler.core.policy.capacity import largest_whole_gpu_block, per_node
+from services.scheduler.core.policy.capacity import largest_npu_block, largest_whole_gpu_block, per_node
 from services.scheduler.core.policy.context import Ctx
 from services.scheduler.core.policy.decisions import Change, ClusterWhyNot, Constraint
-from services.scheduler.core.policy.fleet import Demand
-from services.scheduler.core.policy.model import MILLI, Interconnect, Job, hard_taints
+from services.scheduler.core.policy.fleet import Demand, FleetState
+from services.scheduler.core.policy.model import MILLI, ClusterId, Interconnect, Job, hard_taints
 from services.scheduler.core.policy.placer import MASKED
 from services.scheduler.core.policy.reasons import ReasonCode
 
@@ -55,6 +55,10 @@ def describe(job: Job) -> str:
     else:
         g = "no GPU"
     models = f" ({'|'.join(job.gpu_models)})" if job.gpu_models else ""
+    if job.npus:
+        npu_models = f" ({'|'.join(job.npu_models)})" if job.npu_models else ""
+        npus = f"{job.npus} NPU{'s' if job.npus > 1 else ''}{npu_models}"
+        g, models = (npus, "") if g == "no GPU" else (g, f"{models} + {npus}")
     per = f"{job.replicas} x " if job.replicas > 1 else ""
     return f"{per}{g}{models}, {job.cpu_milli // MILLI} CPU, {job.memory_mib} MiB" + (
         " in one cluster" if job.replicas > 1 else ""
@@ -98,6 +102,10 @@ def _cluster(
         if not (model_ok & (fs.gpu_mem[lo:hi] >= d.min_gpu_memory_mib)).any():
             why = ClusterWhyNot(cid, ReasonCode.GPU_MEMORY_TOO_SMALL, f"no GPU with {d.min_gpu_memory_mib} MiB")
             return why, 0, bound(why.reason)
+    if d.npus:
+        npu_why = _npu_kind(fs, d, lo, hi, cid)
+        if npu_why is not None:
+            return npu_why, 0, bound(npu_why.reason, "npu", d.npus, 0)
     cap_now = per_node(fs, d, lo, hi)
     if extra is not None:
         masked = extra[lo:hi] >= MASKED
@@ -139,10 +147,23 @@ def _cluster(
         reason = ReasonCode.GANG_TOO_LARGE if job.replicas > 1 else ReasonCode.NO_FEASIBLE_NODE
         why = ClusterWhyNot(cid, reason, f"holds at most {empty} of {job.replicas} replicas even when empty")
         return why, total_now, (bound(reason) if job.replicas > 1 else _largest_node(ctx, d, lo, hi, bound))
-    for res, code in (("gpu", None), ("cpu", ReasonCode.INSUFFICIENT_CPU), ("memory", ReasonCode.INSUFFICIENT_MEMORY)):
-        if res == "gpu" and not needs_gpu:
+    for res, code in (
+        ("gpu", None),
+        ("npu", ReasonCode.INSUFFICIENT_NPU),
+        ("cpu", ReasonCode.INSUFFICIENT_CPU),
+        ("memory", ReasonCode.INSUFFICIENT_MEMORY),
+    ):
+        if (res == "gpu" and not needs_gpu) or (res == "npu" and not d.npus):
             continue
         if int(per_node(fs, d, lo, hi, ignore=frozenset({res})).sum()) >= job.replicas:
+            if res == "npu":
+                block, at = largest_npu_block(fs, d, lo, hi)
+                where = f" on {fs.node_ids[at]}" if at >= 0 and block else ""
+                detail = (
+                    f"largest free NPU block is {block} NPUs{where}; room for {total_now} of {job.replicas} replicas"
+                )
+                why = ClusterWhyNot(cid, ReasonCode.INSUFFICIENT_NPU, detail)
+                return why, total_now, per_replica(why.reason, "npu", d.npus, block)
             if res == "gpu":
                 if d.gpus:
                     block, at = largest_whole_gpu_block(fs, d, lo, hi)
@@ -206,6 +227,26 @@ def _s(n: int) -> str:
     return "" if n == 1 else "s"
 
 
+def _npu_kind(fs: FleetState, d: Demand, lo: int, hi: int, cid: ClusterId) -> ClusterWhyNot | None:
+    """Why no node of the cluster could ever give a replica of ``d`` its NPUs: none has NPUs of a model
+    it accepts, or none with the memory it asks, or none has them beside the GPUs it asks too."""
+    sl = slice(lo, hi)
+    has = fs.npu_usable[sl].any(axis=1)
+    kinds = sorted({fs.npu_models[m] for m in fs.npu_model_of[sl].ravel().tolist() if m >= 0})
+    want = "|".join(d.npu_models) or "any"
+    if d.npu_models and not any(m in kinds for m in d.npu_models):
+        detail = f"no {want} NPU node; has {', '.join(kinds) + ' NPUs' if kinds else 'no NPUs'}"
+        return ClusterWhyNot(cid, ReasonCode.GPU_MODEL_UNAVAILABLE, detail)
+    if not (fs.npu_count(d, sl) > 0).any():
+        if not has.any():  # nothing to wait for here: as for a GPU model the cluster does not have
+            return ClusterWhyNot(cid, ReasonCode.GPU_MODEL_UNAVAILABLE, "no node here has NPUs")
+        detail = f"no {want} NPU with {d.min_npu_memory_mib} MiB"
+        return ClusterWhyNot(cid, ReasonCode.GPU_MEMORY_TOO_SMALL, detail)
+    if (d.gpus or d.gpu_milli) and not ((fs.npu_count(d, sl) > 0) & (fs.gpu_count[sl] > 0)).any():
+        return ClusterWhyNot(cid, ReasonCode.GPU_MODEL_UNAVAILABLE, "no node here has both GPUs and NPUs")
+    return None
+
+
 def _largest_node(ctx: Ctx, d: Demand, lo: int, hi: int, bound: Callable[..., Constraint]) -> Constraint:
     """A replica no node of the cluster could hold even when empty: the first resource (GPU, CPU, memory)
     that no suitable node has enough of, with the most any of them has (none: only a combination fails)."""
@@ -218,6 +259,11 @@ def _largest_node(ctx: Ctx, d: Demand, lo: int, hi: int, bound: Callable[..., Co
         asked = d.gpus * MILLI if d.gpus else d.gpu_milli
         if gpus < asked:
             return bound(ReasonCode.NO_FEASIBLE_NODE, "gpu", asked, gpus)
+    if d.npus:
+        ok &= fs.npu_count(d, sl) > 0
+        most = int(fs.npu_count(d, sl)[ok].max()) if ok.any() else 0
+        if most < d.npus:
+            return bound(ReasonCode.NO_FEASIBLE_NODE, "npu", d.npus, most)
     for resource, caps, asked in (("cpu", fs.cpu_cap, d.cpu_milli), ("memory", fs.mem_cap, d.memory_mib)):
         most = int(caps[sl][ok].max()) if ok.any() else 0
         if most < asked:
@@ -241,6 +287,8 @@ def _empty_capacity(ctx: Ctx, d: Demand, lo: int, hi: int, *, tolerated: bool = 
         fits = np.minimum(fits, fs.gpu_count[sl] * (MILLI // d.gpu_milli))
     if d.gpus or d.gpu_milli:
         fits = np.where(fs.model_mask(d.models)[sl] & (fs.gpu_mem[sl] >= d.min_gpu_memory_mib), fits, 0)
+    if d.npus:
+        fits = np.minimum(fits, fs.npu_count(d, sl) // d.npus)
     return np.where(fs.usable(d)[sl] if tolerated else fs.schedulable[sl], fits, 0)
 
 
@@ -290,6 +338,14 @@ def explain(
         if 0 < b < d.gpus:
             changes.append(f"would fit now with {b} GPUs in {where}")
             fields.append(Change("resources.gpus", str(d.gpus), str(b), f"would fit now in {where}"))
+    if d.npus and job.replicas == 1:
+        npu_blocks = [
+            (largest_npu_block(fs, d, lo, hi)[0], fs.clusters[ci]) for ci, (lo, hi) in enumerate(fs.cluster_range)
+        ]
+        nb, nwhere = max(npu_blocks, key=lambda x: (x[0], [-ord(c) for c in x[1]])) if npu_blocks else (0, "")
+        if 0 < nb < d.npus:
+            changes.append(f"would fit now with {nb} NPUs in {nwhere}")
+            fields.append(Change("resources.npus", str(d.npus), str(nb), f"would fit now in {nwhere}"))
     if job.replicas == 1:
         for resource, free, asked, name, unit in (
             ("cpu", fs.cpu_free, d.cpu_milli, "resources.cpu_milli", "m CPU"),
@@ -322,7 +378,7 @@ def explain(
             )
             fields.append(Change("interconnect_required", "true", "false", f"would fit now in {spread[0]}"))
     if d.models:
-        other = Demand(d.cpu_milli, d.memory_mib, d.gpus, d.gpu_milli, (), d.min_gpu_memory_mib, d.tolerations)
+        other = replace(d, models=())
         fits_any = [
             fs.clusters[ci]
             for ci, (lo, hi) in enumerate(fs.cluster_range)

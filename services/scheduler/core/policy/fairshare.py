@@ -1,7 +1,8 @@
 """Order and fairness: priority classes first, then weighted fair share between tenants, with aging.
 
 Called by the cycle, once per admission. Inside a priority class the next job comes from the tenant with
-the lowest fair-share key: its dominant-resource share of what it holds now (DRF over CPU, memory, GPU),
+the lowest fair-share key: its dominant-resource share of what it holds now (DRF over CPU, memory, GPU,
+and NPU in a fleet that has NPUs),
 plus its share of decayed historical GPU usage (Slurm-style exponential decay with a configurable
 half-life), divided by its weight, minus an aging bonus for how long the job has waited, so nothing
 starves. All in integers (per-mille of the fleet); the decayed history comes from ``policy.usage``.
@@ -23,11 +24,13 @@ class Held:
     cpu_milli: int = 0
     memory_mib: int = 0
     gpu_milli: int = 0
+    npus: int = 0
 
     def add(self, job: Job, sign: int = 1) -> None:
         self.cpu_milli += sign * job.cpu_milli * job.replicas
         self.memory_mib += sign * job.memory_mib * job.replicas
         self.gpu_milli += sign * job.total_gpu_milli()
+        self.npus += sign * job.npus * job.replicas
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +38,7 @@ class Capacity:
     cpu_milli: int
     memory_mib: int
     gpu_milli: int
+    npus: int = 0  # usable NPUs
 
 
 class FairShare:
@@ -49,7 +53,7 @@ class FairShare:
         config: PolicyConfig,
     ) -> None:
         self.tenants = tenants
-        self.held = {t: Held(h.cpu_milli, h.memory_mib, h.gpu_milli) for t, h in held.items()}
+        self.held = {t: Held(h.cpu_milli, h.memory_mib, h.gpu_milli, h.npus) for t, h in held.items()}
         self.capacity = capacity
         self.now_ms = now_ms
         self.config = config
@@ -73,6 +77,7 @@ class FairShare:
             h.cpu_milli * SCALE // max(1, c.cpu_milli),
             h.memory_mib * SCALE // max(1, c.memory_mib),
             h.gpu_milli * SCALE // max(1, c.gpu_milli),
+            h.npus * SCALE // max(1, c.npus),
         ]
         return max(shares)
 

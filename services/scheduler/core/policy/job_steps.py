@@ -27,7 +27,7 @@ from services.scheduler.core.policy.explain import describe, moment
 from services.scheduler.core.policy.federation import ClusterScore
 from services.scheduler.core.policy.federation_why import why_first
 from services.scheduler.core.policy.fleet import Demand
-from services.scheduler.core.policy.model import ClusterId, Job
+from services.scheduler.core.policy.model import ClusterId, Job, ReplicaPlacement
 from services.scheduler.core.policy.placer import MASKED
 from services.scheduler.core.policy.preemption import Room, count_asked, find_victims
 from services.scheduler.core.policy.quota import QuotaCheck, fmt_amount
@@ -75,7 +75,7 @@ Step = Callable[[Ctx, Turn], Verdict | None]
 def asks_nothing(ctx: Ctx, t: Turn) -> Verdict | None:
     """A job that asks for no resources, or no replicas, fits nowhere meaningful: it waits."""
     d = t.demand
-    if t.job.replicas <= 0 or (d.gpus == 0 and d.gpu_milli == 0 and d.cpu_milli == 0 and d.memory_mib == 0):
+    if t.job.replicas <= 0 or not (d.gpus or d.gpu_milli or d.cpu_milli or d.memory_mib or d.npus):
         return t.waits(ReasonCode.NO_FEASIBLE_NODE, "the job asks for nothing")
     return None
 
@@ -128,7 +128,7 @@ def place(ctx: Ctx, t: Turn) -> Verdict | None:
     if got is None:
         return None
     plan, ranked = got
-    q = ctx.book.check(job, plan.models[0] if plan.models else None)
+    q = ctx.book.check(job, *plan_models(plan))
     if not q.ok:
         return t.waits(ReasonCode.QUOTA_EXCEEDED, q.message, quota_constraint(q))
     return Verdict((_place(ctx, job, d, plan, ranked, q.borrowed or t.borrowed, t.may_backfill),), None)
@@ -234,7 +234,7 @@ def fewer_replicas(ctx: Ctx, t: Turn) -> Verdict | None:
     if fewer is None:
         return None
     placing, (plan, ranked) = fewer
-    q = ctx.book.check(placing, plan.models[0] if plan.models else None)
+    q = ctx.book.check(placing, *plan_models(plan))
     if not q.ok:
         return None
     return Verdict((_place(ctx, placing, d, plan, ranked, q.borrowed, t.may_backfill, asked=job.replicas),), None)
@@ -299,6 +299,11 @@ def decide_job(ctx: Ctx, job: Job) -> Verdict:
     raise AssertionError("the last step, wait, always gives a verdict")
 
 
+def plan_models(plan: Plan) -> tuple[str | None, str | None]:
+    """The GPU model and the NPU model a plan's quota lines per model count (None: none)."""
+    return (plan.models[0] if plan.models else None), (plan.npu_models[0] if plan.npu_models else None)
+
+
 def quota_constraint(q: QuotaCheck) -> Constraint:
     resource, _, model = q.resource.partition(":")
     return Constraint(ReasonCode.QUOTA_EXCEEDED, resource, model or None, None, q.request, q.available)
@@ -326,6 +331,14 @@ def _most_that_fit(
     return None if got is None else (fewer, got)
 
 
+def _devices(p: ReplicaPlacement) -> str:
+    """A replica's node and devices as an explanation names them: ``n1[0,1]``, ``n2[npu 0,1]``."""
+    taken = [",".join(map(str, p.gpu_indices))] if p.gpu_indices else []
+    if p.npu_indices:
+        taken.append("npu " + ",".join(map(str, p.npu_indices)))
+    return f"{p.node_id}[{'; '.join(taken)}]" if taken else p.node_id
+
+
 def _candidate(s: ClusterScore, nodes: tuple[str, ...]) -> CandidateScore:
     return CandidateScore(cluster=s.cluster, nodes=nodes, breakdown=tuple(sorted(s.breakdown().items())))
 
@@ -345,9 +358,9 @@ def _place(
     score's terms, the runner-up, what broke a tie."""
     fs = ctx.fleet
     replicas = ctx.commit(plan, d)
-    model = plan.models[0] if plan.models else None
+    model, npu_model = plan_models(plan)
     borrowing = ctx.book.borrowing(job.tenant)
-    ctx.book.add(job, model)
+    ctx.book.add(job, model, npu_model=npu_model)
     if not borrowing and ctx.book.borrowing(job.tenant):  # its running jobs may be reclaimed now
         ctx.generation += 1
     if ctx.budgets is not None:
@@ -359,9 +372,7 @@ def _place(
     chosen = _candidate(ranked[0], nodes)
     runner = _candidate(ranked[1], ()) if len(ranked) > 1 else None
     reasons = [ReasonCode.PLACED] + ([ReasonCode.BACKFILLED] if backfilled else [])
-    gpus = ", ".join(
-        f"{p.node_id}[{','.join(map(str, p.gpu_indices))}]" if p.gpu_indices else p.node_id for p in replicas
-    )
+    gpus = ", ".join(_devices(p) for p in replicas)
     alt = f"; runner-up {runner.cluster} scored {ranked[1].total} vs {ranked[0].total}" if runner is not None else ""
     if runner is not None and ranked[1].total == ranked[0].total:
         # Equal scores: say what decided, so "why there" never reads as chance.

@@ -55,6 +55,21 @@ class Gpu:
     index: int
     free_milli: int = MILLI
     health: Health = Health.OK
+    model: str = ""
+    """This card's model; "" means the node's ``gpu_model`` (a node of one model need not repeat it)."""
+    memory_mib: int = 0
+    """This card's memory; 0 means the node's ``gpu_memory_mib``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Npu:
+    """One NPU (a whole device: NPUs are not shared between replicas)."""
+
+    index: int
+    model: str = ""
+    memory_mib: int = 0
+    free: bool = True
+    health: Health = Health.OK
 
 
 Taint = tuple[str, str, str]
@@ -90,6 +105,7 @@ class Node:
     cpu_free_milli: int
     memory_free_mib: int
     gpu_model: str = ""
+    """The model of its GPUs (of its first GPU when they differ: each ``Gpu`` then names its own)."""
     gpu_memory_mib: int = 0
     gpus: tuple[Gpu, ...] = ()
     schedulable: bool = True
@@ -100,6 +116,7 @@ class Node:
     one that nodes share (see ``policy.topology``)."""
     taints: tuple[Taint, ...] = ()
     """Sorted; those with a hard effect (``HARD_TAINT_EFFECTS``) keep a job off unless it tolerates them."""
+    npus: tuple[Npu, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +163,8 @@ class Cluster:
 class Quota:
     """Guaranteed (nominal) and limit for one resource of one tenant (or one tenant's queue).
 
-    ``resource`` is ``"gpu"`` (milli-GPU), ``"cpu"`` (milli-CPU), ``"memory"`` (MiB) or ``"gpu:<MODEL>"``.
+    ``resource`` is ``"gpu"`` (milli-GPU), ``"cpu"`` (milli-CPU), ``"memory"`` (MiB), ``"npu"`` (NPUs),
+    ``"gpu:<MODEL>"`` (milli-GPU of that model) or ``"npu:<MODEL>"`` (NPUs of that model).
     Usage above ``guaranteed`` is borrowed from the cohort and reclaimable; usage never exceeds ``limit``.
     """
 
@@ -220,6 +238,9 @@ class Job:
     min_replicas: int | None = None
     """Fewest replicas the job may start with when not all fit (an inference service's
     ``inference.min_replicas``); None: all of them or none."""
+    npus: int = 0  # whole NPUs per replica
+    npu_models: tuple[str, ...] = ()  # acceptable NPU models; empty = any
+    min_npu_memory_mib: int = 0
 
     def gpu_milli_per_replica(self) -> int:
         return self.gpus * MILLI + self.gpu_milli
@@ -233,6 +254,7 @@ class ReplicaPlacement:
     node_id: NodeId
     gpu_indices: tuple[int, ...] = ()
     gpu_milli_each: int = 0  # milli-GPU taken from each listed GPU
+    npu_indices: tuple[int, ...] = ()  # whole NPUs taken
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,6 +418,7 @@ __all__ = [
     "Node",
     "NodeId",
     "NodePolicy",
+    "Npu",
     "PolicyConfig",
     "PreemptionRules",
     "PriorityClass",

@@ -10,6 +10,12 @@ Our fragmentation policy (``fgd``) chooses in three steps: the nodes whose model
 increase is within a window of the best (60 expected milli-GPU for whole-GPU and CPU-only replicas, exact
 for GPU shares) are equally good; among them a CPU-only replica prefers the node with the least free GPU
 (``scoring.cpu_only_tie``, cached like the keys); then the stable rank decides, which consolidates load.
+
+NPUs, in a fleet that has any, add one rule to every policy's cost: a replica that asks none pays
+``NPU_GUARD`` per free NPU of a node (CPU and GPU work goes to nodes with free NPUs only when no other
+node fits, as CPU-only work is kept off free GPUs, so NPU nodes keep the CPU and memory their NPUs need);
+a replica that asks NPUs pays ``NPU_FIT`` per free NPU it would leave on the node (best fit: whole NPU
+nodes stay free for larger replicas) and the degraded-card penalty per degraded NPU it would have to take.
 """
 
 from __future__ import annotations
@@ -32,6 +38,11 @@ MASKED = 1 << 40  # an ``extra`` cost at or above this excludes the node
 ScoreFn = Callable[[FleetState, I64, Demand], tuple[I64, I64]]
 MAX_CACHED_SHAPES = 2048
 SCALAR_MAX = 4  # dirty nodes up to which a refresh of our policy goes node by node (see _refresh_scalar)
+NPU_GUARD = 1_000_000
+"""Cost per free NPU of a node for a replica that asks no NPU: above any fragmentation window and any
+GPU-scoring difference between nodes, so such a replica takes a node with free NPUs only when no other fits."""
+NPU_FIT = 1_000
+"""Cost per free NPU a replica asking NPUs would leave on the node (best fit among NPU nodes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +50,7 @@ class Choice:
     node: int  # position in the fleet's canonical order
     slots: tuple[int, ...]  # GPU slots inside the node
     cost: int
+    npu_slots: tuple[int, ...] = ()  # NPU slots inside the node
 
 
 @dataclass(slots=True)
@@ -139,6 +151,8 @@ class Placer:
             return
         cost, slot = self._score(fs, cand, d)
         cost = cost + self._degraded_cost(cand, d, slot)
+        if fs.has_npus:
+            cost = cost + self._npu_cost(cand, d)
         e.key[cand] = cost * fs.size + fs.tiebreak[cand]
         e.slot[cand] = slot
         if e.tie is not None:
@@ -161,6 +175,8 @@ class Placer:
         idx, cost, slot = cache.scores(fs, d, fm)
         if idx.size:
             cost = cost + self._degraded_cost(idx, d, slot)
+            if fs.has_npus:
+                cost = cost + self._npu_cost(idx, d)
             e.key[idx] = cost * fs.size + fs.tiebreak[idx]
             e.slot[idx] = slot
             if e.tie is not None:
@@ -180,6 +196,8 @@ class Placer:
             cost, slot = scoring.fragmentation_model_aware_one(fs, i, d, fm)
             if d.gpus or d.gpu_milli:
                 cost += self._degraded_one(i, d, slot)
+            if fs.has_npus:
+                cost += int(self._npu_cost(np.array([i], dtype=np.int64), d)[0])
             e.key[i] = cost * n + int(fs.tiebreak[i])
             e.slot[i] = slot
             if e.tie is not None:
@@ -195,6 +213,19 @@ class Placer:
         usable = self.fleet.gpu_usable[i].tolist()
         healthy = sum(1 for j, bad in enumerate(degraded) if free[j] == 1000 and usable[j] and not bad)
         return max(0, d.gpus - healthy) * self.degraded_penalty
+
+    def _npu_cost(self, cand: I64, d: Demand) -> I64:
+        """The NPU rule of the module docstring, for the nodes ``cand`` (where ``d`` fits)."""
+        fs = self.fleet
+        if not d.npus:
+            guard: I64 = fs.npu_free[cand].sum(axis=1) * NPU_GUARD
+            return guard
+        fits = fs.npu_fits(d)[cand]
+        free = fs.npu_free[cand] * fits
+        cost: I64 = (free.sum(axis=1) - d.npus) * NPU_FIT
+        healthy = (free * ~fs.npu_degraded[cand]).sum(axis=1)
+        short: I64 = np.maximum(0, d.npus - healthy).astype(np.int64)
+        return cost + short * self.degraded_penalty
 
     def _degraded_cost(self, cand: I64, d: Demand, slot: I64) -> I64:
         fs = self.fleet
@@ -247,19 +278,23 @@ class Placer:
     def _choice(self, d: Demand, i: int, cost: int) -> Choice:
         fs = self.fleet
         if d.gpus:
-            slots = fs.whole_gpu_slots(i, d.gpus)
+            slots = fs.whole_gpu_slots(i, d.gpus, d)
         elif d.gpu_milli:
             if self.policy is NodePolicy.RANDOM:
-                fits = np.flatnonzero(fs.gpu_free[i] >= d.gpu_milli)
+                cards = fs.gpu_fits(d)
+                room = fs.gpu_free[i] >= d.gpu_milli
+                fits = np.flatnonzero(room if cards is None else room & cards[i])
                 slots = (int(fits[int(self.rng.integers(fits.size))]),)
             else:
-                slots = (int(self._cache[d].slot[i]),)
+                slot = int(self._cache[d].slot[i])
+                slots = (fs.share_slot(i, d, slot) if i in fs.mixed_rows else slot,)
         else:
             slots = ()
-        return Choice(node=i, slots=slots, cost=cost)
+        npus = fs.npu_slots_for(i, d) if d.npus else ()
+        return Choice(node=i, slots=slots, cost=cost, npu_slots=npus)
 
     def place(self, d: Demand, c: Choice) -> ReplicaPlacement:
-        return self.fleet.take(c.node, d, c.slots)
+        return self.fleet.take(c.node, d, c.slots, c.npu_slots)
 
     def release(self, p: ReplicaPlacement, d: Demand) -> None:
         self.fleet.give(p, d.cpu_milli, d.memory_mib)

@@ -1,10 +1,12 @@
 """Quotas: guaranteed and limit per tenant (and queue), per resource and per GPU model; cohort borrowing.
 
 Called by the cycle before it places a job and by preemption (which reclaims borrowed capacity first).
-Resources: ``gpu`` (milli-GPU), ``cpu`` (milli-CPU), ``memory`` (MiB) and ``gpu:<MODEL>`` (milli-GPU of
-that model). A tenant may use up to its guaranteed amount on its own; above it, it borrows: from its
-cohort's unused guaranteed amounts if it has a cohort, otherwise from idle fleet capacity; never above
-its limit. Whatever a tenant uses above its guaranteed amount is borrowed, and reclaimable.
+Resources: ``gpu`` (milli-GPU), ``cpu`` (milli-CPU), ``memory`` (MiB), ``gpu:<MODEL>`` (milli-GPU of
+that model), ``npu`` (NPUs) and ``npu:<MODEL>`` (NPUs of that model); a job's model lines are those of
+the devices its plan takes (the placement's GPU model and NPU model). A tenant may use up to its
+guaranteed amount on its own; above it, it borrows: from its cohort's unused guaranteed amounts if it
+has a cohort, otherwise from idle fleet capacity; never above its limit. Whatever a tenant uses above
+its guaranteed amount is borrowed, and reclaimable.
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ from dataclasses import dataclass, field
 
 from services.scheduler.core.policy.model import Job, Quota, Tenant, TenantId
 
-GENERIC = ("cpu", "memory", "gpu")
+GENERIC = ("cpu", "memory", "gpu", "npu")
 
 
-def job_amounts(job: Job, model: str | None = None) -> dict[str, int]:
+def job_amounts(job: Job, model: str | None = None, npu_model: str | None = None) -> dict[str, int]:
     out = {
         "cpu": job.cpu_milli * job.replicas,
         "memory": job.memory_mib * job.replicas,
@@ -25,10 +27,16 @@ def job_amounts(job: Job, model: str | None = None) -> dict[str, int]:
     }
     if model and job.total_gpu_milli():
         out[f"gpu:{model}"] = job.total_gpu_milli()
+    if job.npus:
+        out["npu"] = job.npus * job.replicas
+        if npu_model:
+            out[f"npu:{npu_model}"] = job.npus * job.replicas
     return out
 
 
 def fmt_amount(resource: str, v: int) -> str:
+    if resource.startswith("npu"):
+        return f"{v} NPU{'s' if v != 1 else ''}"
     if resource.startswith("gpu"):
         whole, rest = divmod(v, 1000)
         return f"{whole}" if not rest else f"{whole}.{rest:03d}".rstrip("0")
@@ -56,8 +64,8 @@ class QuotaBook:
     tenants: Mapping[TenantId, Tenant]
     usage: dict[tuple[TenantId, str, str], int] = field(default_factory=dict)  # (tenant, queue, res)
 
-    def add(self, job: Job, model: str | None, sign: int = 1) -> None:
-        for res, v in job_amounts(job, model).items():
+    def add(self, job: Job, model: str | None, sign: int = 1, npu_model: str | None = None) -> None:
+        for res, v in job_amounts(job, model, npu_model).items():
             for q in ("", job.queue):
                 k = (job.tenant, q, res)
                 self.usage[k] = self.usage.get(k, 0) + sign * v
@@ -83,9 +91,9 @@ class QuotaBook:
                     room += q.guaranteed - self.used(tid, "", resource)
         return max(0, room)
 
-    def check(self, job: Job, model: str | None) -> QuotaCheck:
+    def check(self, job: Job, model: str | None, npu_model: str | None = None) -> QuotaCheck:
         borrowed = False
-        amounts = job_amounts(job, model)
+        amounts = job_amounts(job, model, npu_model)
         for q in self.quotas(job.tenant):
             if q.queue and q.queue != job.queue:
                 continue

@@ -15,7 +15,7 @@ from events.catalog.base import has_field
 from events.catalog.budget_windows import DAY_MS, Window
 from events.catalog.documents import BudgetSpec
 from events.catalog.governance import PolicyConfigured, QuotaSet, TenantRegistered
-from events.catalog.inventory import ClusterStatus, ClusterStatusChanged
+from events.catalog.inventory import ClusterStatus, ClusterStatusChanged, NpuDevice
 from events.catalog.types import ClusterId, JobId, ResourceKind, TenantId
 from events.wire.envelope import Envelope
 from services.scheduler.core.policy import model as m
@@ -45,9 +45,12 @@ class _Derived:
     snapshot_running: tuple[m.RunningJob, ...] | None = None
     running_was: dict[str, m.RunningJob | None] = field(default_factory=dict)
     cancel_open: set[str] = field(default_factory=set)  # cancel requested, not terminal
-    # What each running job holds, per node: (node key, [(gpu index, milli)], cpu, memory).
-    holds: dict[str, list[tuple[tuple[str, str], list[tuple[int, int]], int, int]]] = field(default_factory=dict)
+    # What each running job holds, per node: (node key, [(gpu index, milli)], cpu, memory, npu indices).
+    holds: dict[str, list[tuple[tuple[str, str], list[tuple[int, int]], int, int, tuple[int, ...]]]] = field(
+        default_factory=dict
+    )
     used_gpu: dict[tuple[str, str], dict[int, int]] = field(default_factory=dict)
+    used_npu: dict[tuple[str, str], dict[int, int]] = field(default_factory=dict)  # node -> NPU index -> holders
     used_cpu: dict[tuple[str, str], list[int]] = field(default_factory=dict)
     node_models: dict[tuple[str, str], m.Node | None] = field(default_factory=dict)
     node_order: list[tuple[str, str]] = field(default_factory=list)
@@ -257,10 +260,14 @@ class SchedulerState(Facts):
     def _refresh_job(self, job_id: str, touched_nodes: set[tuple[str, str]]) -> None:
         derived = self._derived
         facts = self.jobs[job_id]
-        for held, gpus, cpu, mem in derived.holds.pop(job_id, ()):
+        for held, gpus, cpu, mem, npus in derived.holds.pop(job_id, ()):
             used = derived.used_gpu[held]
             for index, milli in gpus:
                 used[index] -= milli
+            if npus:
+                holders = derived.used_npu[held]
+                for index in npus:
+                    holders[index] -= 1
             derived.used_cpu[held][0] -= cpu
             derived.used_cpu[held][1] -= mem
             touched_nodes.add(held)
@@ -281,7 +288,9 @@ class SchedulerState(Facts):
         if len(placed.replicas) < job.replicas:  # started with fewer (``min_replicas``): it holds only those
             job = replace(job, replicas=len(placed.replicas))
         replicas = tuple(
-            m.ReplicaPlacement(core_node_id(placed.cluster, r.node), tuple(r.gpu_indices), r.gpu_milli_each)
+            m.ReplicaPlacement(
+                core_node_id(placed.cluster, r.node), tuple(r.gpu_indices), r.gpu_milli_each, tuple(r.npu_indices)
+            )
             for r in placed.replicas
         )
         # When the run started (its cluster's report), else when it was placed: not when the job was
@@ -307,7 +316,12 @@ class SchedulerState(Facts):
             cpu_mem = derived.used_cpu.setdefault(key, [0, 0])
             cpu_mem[0] += job.cpu_milli
             cpu_mem[1] += job.memory_mib
-            holds.append((key, gpus, job.cpu_milli, job.memory_mib))
+            npus = tuple(replica.npu_indices)
+            if npus:
+                holders = derived.used_npu.setdefault(key, {})
+                for index in npus:
+                    holders[index] = holders.get(index, 0) + 1
+            holds.append((key, gpus, job.cpu_milli, job.memory_mib, npus))
             touched_nodes.add(key)
         derived.holds[job_id] = holds
 
@@ -372,7 +386,19 @@ class SchedulerState(Facts):
             health = facts.gpu_health.get(device.index, device.health.value)
             if suspect and health == m.Health.OK.value:
                 health = m.Health.DEGRADED.value
-            gpus.append(m.Gpu(device.index, max(0, _MILLI - used.get(device.index, 0)), m.Health(health)))
+            free = max(0, _MILLI - used.get(device.index, 0))
+            gpus.append(m.Gpu(device.index, free, m.Health(health), device.model, device.memory_mib))
+        holders = self._derived.used_npu.get(key, {})
+        npus = tuple(
+            m.Npu(
+                device.index,
+                device.model,
+                device.memory_mib,
+                holders.get(device.index, 0) <= 0,
+                _npu_health(device, suspect),
+            )
+            for device in observed.npus
+        )
         reachable = self.cluster_status.get(key[0], _REACHABLE) == _REACHABLE
         schedulable = observed.schedulable and reachable
         return m.Node(
@@ -389,6 +415,7 @@ class SchedulerState(Facts):
             nvlink_domain=observed.nvlink_domain or "",
             rdma_fabric=observed.rdma_fabric or "",
             taints=taints(observed),
+            npus=npus,
         )
 
     def _cluster(self, cluster_id: str) -> m.Cluster:
@@ -427,8 +454,8 @@ class SchedulerState(Facts):
                     continue
                 for line in quota_set.lines:
                     resource = line.resource.value
-                    if line.resource is ResourceKind.GPU and line.gpu_model:
-                        resource = f"gpu:{line.gpu_model}"
+                    if line.resource in (ResourceKind.GPU, ResourceKind.NPU) and line.gpu_model:
+                        resource = f"{line.resource.value}:{line.gpu_model}"
                     limit = line.limit if line.limit is not None else 2**62
                     quotas.append(m.Quota(resource, line.guaranteed, limit, "" if queue == "default" else queue))
             out.append(
@@ -442,3 +469,10 @@ class SchedulerState(Facts):
                 )
             )
         return tuple(out)
+
+
+def _npu_health(device: NpuDevice, suspect: bool) -> m.Health:
+    """An NPU's health as its node's last snapshot says; a suspect node's healthy ones count as degraded
+    (as its GPUs do): taken last."""
+    health = m.Health(device.health.value)
+    return m.Health.DEGRADED if suspect and health is m.Health.OK else health
