@@ -25,6 +25,8 @@ History:
   reason) by the catalogue's one mapping (``events.catalog.pending_reasons``), as the scheduler does.
 - ``io.fedsched.NodeUsageReported`` v1 -> v2: v2 names the ``run`` each job usage measured. A v1 report
   did not say, so its runs are ``None`` (the projections attribute it by time, as they did).
+- ``io.fedsched.JobSubmitted`` v1 -> v2: v2 says how often a run the workload failed is retried
+  (``retry.on_application_failure``). A v1 request could not ask: none (``0``), as it ran then.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from events.catalog.decisions import (
     SuggestedChange,
     TopicOffset,
 )
+from events.catalog.jobs import InferenceSpec, Interconnect, JobEvent, JobKind, PriorityClass, Toleration
 from events.catalog.pending_reasons import pending_reason_of
 from events.catalog.reasons import ReasonCode
 from events.catalog.topics import DECISIONS, GOVERNANCE, INVENTORY
@@ -52,6 +55,7 @@ from events.catalog.types import (
     CycleIdField,
     DeviceIndex,
     DeviceIndices,
+    DurationSeconds,
     EpochMillis,
     Frozen,
     Health,
@@ -70,8 +74,11 @@ from events.catalog.types import (
     QueueIdField,
     QuotaLine,
     QuotaRequestIdField,
+    RequestId,
+    Resources,
     Sha256Hex,
     TemperatureC,
+    Template,
     TenantIdField,
     Text,
     Unique,
@@ -310,12 +317,62 @@ def quota_v1_to_v2(payload: Payload) -> Payload:
     return payload
 
 
+class JobSubmittedV1(JobEvent):
+    """A client asked to run a job (v1: no ``retry``)."""
+
+    event_type: ClassVar[str] = "io.fedsched.JobSubmitted"
+    schema_version: ClassVar[int] = 1
+
+    name: Name
+    tenant: TenantIdField
+    project: Id = "default"
+    queue: QueueIdField = QueueId("default")
+    kind: JobKind = JobKind.BATCH
+    priority_class: PriorityClass = PriorityClass.STANDARD
+    replicas: Annotated[int, Field(ge=1, le=MAX_REPLICAS)] = 1
+    gang: bool = False
+    resources: Resources
+    interconnect: Interconnect = Interconnect.NONE
+    datasets: Annotated[tuple[Id, ...], Field(max_length=64), Unique()] = ()
+    tolerations: Annotated[tuple[Toleration, ...], Field(max_length=32)] = ()
+    preemptible: bool = True
+    expected_runtime_s: DurationSeconds | None = None
+    max_runtime_s: DurationSeconds | None = None
+    inference: InferenceSpec | None = None
+    template: Template = Field(default_factory=dict)
+    labels: Labels = Field(default_factory=dict)
+    submitted_by: Principal | None = None
+    client_request_id: RequestId | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> JobSubmittedV1:
+        if self.inference is not None:
+            if self.kind is not JobKind.INFERENCE:
+                raise ValueError("inference settings are only for kind 'inference'")
+            if self.inference.min_replicas > self.replicas:
+                raise ValueError("inference.min_replicas is more than replicas")
+        if (
+            self.expected_runtime_s is not None
+            and self.max_runtime_s is not None
+            and self.expected_runtime_s > self.max_runtime_s
+        ):
+            raise ValueError("expected_runtime_s is more than max_runtime_s")
+        return self
+
+
+@upcaster("io.fedsched.JobSubmitted", 1)
+def submitted_v1_to_v2(payload: Payload) -> Payload:
+    payload["retry"] = {"on_application_failure": 0}
+    return payload
+
+
 __all__ = [
     "GpuHealthReportedV1",
     "GpuHealthSampleV1",
     "GpuUsageV1",
     "JobPlacedV1",
     "JobQueuedV1",
+    "JobSubmittedV1",
     "JobUsageV1",
     "NodeUsageReportedV1",
     "PolicyConfiguredV1",
@@ -328,6 +385,7 @@ __all__ = [
     "policy_v1_to_v2",
     "queued_v1_to_v2",
     "quota_v1_to_v2",
+    "submitted_v1_to_v2",
     "tenant_v1_to_v2",
     "usage_v1_to_v2",
 ]

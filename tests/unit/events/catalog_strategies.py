@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, JsonValue, StringConstraints
 from pydantic.fields import FieldInfo
 
-from events.catalog.decisions import CandidateScore, JobPlaced, JobQueued, ReplicaPlacement
+from events.catalog.decisions import CandidateScore, JobPlaced, JobQueued, JobRetryScheduled, ReplicaPlacement
 from events.catalog.documents import MIN_USAGE_HALF_LIFE_MS, BudgetSpec, PolicySpec
 from events.catalog.governance import (
     BudgetWindowOpened,
@@ -36,7 +36,7 @@ from events.catalog.governance import (
     _Decided,
 )
 from events.catalog.jobs import JobKind, JobSubmitted
-from events.catalog.legacy import JobPlacedV1
+from events.catalog.legacy import JobPlacedV1, JobSubmittedV1
 from events.catalog.types import MAX_SAFE_INT, JsonLimits, ResourceKind, Resources, Unique
 from events.wire.envelope import Envelope
 
@@ -284,12 +284,20 @@ def _queued(v: Values) -> Values:
     return v
 
 
+def _retry(v: Values) -> Values:
+    if v["attempt"] > v["allowed"]:  # type: ignore[operator]
+        v["allowed"] = v["attempt"]
+    return v
+
+
 FIXUPS: dict[type[BaseModel], Callable[[Values], Values]] = {
+    JobRetryScheduled: _retry,
     BudgetSpec: _budget,
     BudgetWindowOpened: lambda v: _ordered_pair(v, "start_ms", "end_ms"),
     PolicySpec: _policy,
     Resources: _resources,
     JobSubmitted: _job_submitted,
+    JobSubmittedV1: _job_submitted,
     ReplicaPlacement: _replica,
     CandidateScore: _candidate,
     JobPlaced: _placed,

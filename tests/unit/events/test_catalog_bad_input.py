@@ -140,7 +140,7 @@ def test_an_unknown_type_is_named() -> None:
 
 
 @pytest.mark.parametrize(
-    ("event_type", "version"), [("io.fedsched.JobSubmitted", "2"), ("io.fedsched.GpuHealthReported", "3")]
+    ("event_type", "version"), [("io.fedsched.JobSubmitted", "3"), ("io.fedsched.GpuHealthReported", "3")]
 )
 def test_a_newer_schema_version_than_the_reader_knows_is_refused(event_type: str, version: str) -> None:
     body = payload(REGISTRY.get(event_type))

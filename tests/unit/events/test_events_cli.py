@@ -35,8 +35,8 @@ def test_events_list_as_json_gives_every_field_for_tools(capsys: pytest.CaptureF
     assert by_type["io.fedsched.GpuHealthReported"]["versions"] == [1, 2]
     assert by_type["io.fedsched.JobSubmitted"] == {
         "type": "io.fedsched.JobSubmitted",
-        "version": 1,
-        "versions": [1],
+        "version": 2,
+        "versions": [1, 2],
         "topic": "fedsched.jobs",
         "key": "job_id",
         "description": JobSubmitted.doc_line(),
