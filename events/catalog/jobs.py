@@ -277,6 +277,7 @@ class JobCancelled(JobEvent):
 
 
 __all__ = [
+    "MAX_APPLICATION_RETRIES",
     "InferenceSpec",
     "Interconnect",
     "JobCancelRequested",
@@ -290,7 +291,6 @@ __all__ = [
     "JobStarted",
     "JobSubmitted",
     "JobSucceeded",
-    "MAX_APPLICATION_RETRIES",
     "PriorityClass",
     "RetrySpec",
     "Toleration",

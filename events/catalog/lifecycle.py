@@ -103,7 +103,13 @@ RUN_START_EVENTS: tuple[type[JobStarted], ...] = (JobStarted,)
 RUN_END_EVENTS: tuple[type[RunEndEvent], ...] = (JobSucceeded, JobFailed, JobCancelled, JobPreempted, JobReclaimed)
 """The run is over and its resources are free (except a cancellation of a job that never ran, see
 ``ends_run``)."""
-JOB_END_EVENTS: tuple[type[JobEndEvent], ...] = (JobSucceeded, JobFailed, JobCancelled, JobRejected, JobRetriesExhausted)
+JOB_END_EVENTS: tuple[type[JobEndEvent], ...] = (
+    JobSucceeded,
+    JobFailed,
+    JobCancelled,
+    JobRejected,
+    JobRetriesExhausted,
+)
 """The job has ended for good: its status is final (but a ``JobFailed`` that ``awaits_verdict``)."""
 OTHER_JOB_EVENTS: tuple[type[Event], ...] = (
     JobSubmitted,
@@ -144,6 +150,7 @@ def awaits_verdict(event: Event, application_retries: int) -> bool:
         return False
     kind = failure_kind(event.reason)
     return kind is FailureKind.INFRASTRUCTURE or (kind is FailureKind.APPLICATION and application_retries > 0)
+
 
 NEVER_RAN = 0
 """The ``run`` of a ``JobCancelled`` that cancels a job never placed: it ends the job and no run."""
@@ -229,8 +236,8 @@ __all__ = [
     "RunEndEvent",
     "awaits_verdict",
     "ends_job",
-    "failure_kind",
     "ends_run",
+    "failure_kind",
     "final_status",
     "run_end",
     "status_after",

@@ -53,13 +53,12 @@ from events.catalog.lifecycle import (
     RunEnd,
     awaits_verdict,
     ends_job,
-    failure_kind,
     ends_run,
+    failure_kind,
     final_status,
     run_end,
     status_after,
 )
-
 from events.catalog.reasons import ReasonCode
 
 from .catalog_samples import sample
