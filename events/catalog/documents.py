@@ -193,6 +193,43 @@ def _every_class() -> dict[PriorityClass, PreemptionClassSpec]:
     return {p: PreemptionClassSpec() for p in PriorityClass}
 
 
+MAX_RETRIES = 100
+MAX_BACKOFF_S = 24 * 3600
+
+
+class RetryClassSpec(Frozen):
+    """How the jobs of one priority class are retried after the infrastructure failed their run (a node
+    failed, was lost or removed, a GPU failed, an eviction). Retry n waits ``backoff_s * 2**(n-1)``
+    seconds after the failure, at most ``max_backoff_s``."""
+
+    max_retries: Annotated[int, Field(ge=0, le=MAX_RETRIES)]
+    """Retries of one job (0: none, the job ends failed at the first such failure)."""
+    backoff_s: Annotated[int, Field(ge=0, le=MAX_BACKOFF_S)]
+    max_backoff_s: Annotated[int, Field(ge=0, le=MAX_BACKOFF_S)]
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RetryClassSpec:
+        if self.backoff_s > self.max_backoff_s:
+            raise ValueError("backoff_s is more than max_backoff_s")
+        return self
+
+
+RETRY_DEFAULTS: Mapping[PriorityClass, RetryClassSpec] = {
+    PriorityClass.PRODUCTION_INFERENCE: RetryClassSpec(max_retries=10, backoff_s=5, max_backoff_s=300),
+    PriorityClass.CRITICAL_TRAINING: RetryClassSpec(max_retries=3, backoff_s=30, max_backoff_s=600),
+    PriorityClass.STANDARD: RetryClassSpec(max_retries=2, backoff_s=60, max_backoff_s=900),
+    PriorityClass.BEST_EFFORT: RetryClassSpec(max_retries=1, backoff_s=120, max_backoff_s=1800),
+}
+"""Each class's retry rules unless the policy names them (the scheduler's ``DEFAULT_RETRY_RULES``)."""
+
+
+_CLASS_NAMES = frozenset(p.value for p in PriorityClass)
+
+
+def _every_retry_class() -> dict[PriorityClass, RetryClassSpec]:
+    return dict(RETRY_DEFAULTS)
+
+
 class PolicySpec(Frozen):
     """The scheduling policy; every setting the scheduler's ``PolicyConfig`` has, with its default."""
 
@@ -227,12 +264,33 @@ class PolicySpec(Frozen):
     default_runtime_s: NonNegInt = 3600
     max_decisions: PosInt = 10_000
     estimate_limit: NonNegInt = 64
+    retry_classes: dict[PriorityClass, RetryClassSpec] = Field(default_factory=_every_retry_class)
+    """Per priority class of the job whose run the infrastructure failed; a class left out keeps its
+    defaults (``RETRY_DEFAULTS``)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _retry_rules_from_defaults(cls, data: Any) -> Any:
+        """A class's retry rules given in part keep that class's defaults for the rest."""
+        given = data.get("retry_classes") if isinstance(data, dict) else None
+        if not isinstance(given, dict):
+            return data
+        merged: dict[Any, Any] = {}
+        for name, rules in given.items():
+            default = RETRY_DEFAULTS.get(PriorityClass(name)) if name in _CLASS_NAMES else None
+            if default is not None and isinstance(rules, dict):
+                rules = {**default.model_dump(), **rules}
+            merged[name] = rules
+        return {**data, "retry_classes": merged}
 
     @model_validator(mode="after")
     def _every_class_named(self) -> PolicySpec:
         if self.preemption_classes.keys() != set(PriorityClass):  # spelt out, so get shows what is in force
             named = {**_every_class(), **self.preemption_classes}
             object.__setattr__(self, "preemption_classes", {p: named[p] for p in PriorityClass})
+        if self.retry_classes.keys() != set(PriorityClass):
+            retry = {**_every_retry_class(), **self.retry_classes}
+            object.__setattr__(self, "retry_classes", {p: retry[p] for p in PriorityClass})
         return self
 
     @model_validator(mode="after")
@@ -409,6 +467,7 @@ def _text(value: Any) -> str | None:
 __all__ = [
     "API_VERSION",
     "MAX_DOCUMENTS",
+    "RETRY_DEFAULTS",
     "SPECS",
     "BudgetMode",
     "BudgetSpec",
@@ -425,6 +484,7 @@ __all__ = [
     "PolicySpec",
     "PreemptionClassSpec",
     "QuotaSpec",
+    "RetryClassSpec",
     "TenantSpec",
     "TypicalShape",
     "changes",

@@ -22,9 +22,12 @@ from events.catalog.base import Event
 from events.catalog.decisions import (
     BindingConstraint,
     ClusterWhyNot,
+    FailureKind,
     JobPlaced,
     JobPreemptionRequested,
     JobQueued,
+    JobRetriesExhausted,
+    JobRetryScheduled,
     SchedulingCycleCompleted,
     SuggestedChange,
     TopicOffset,
@@ -45,7 +48,7 @@ _TEXT = 4096
 _VICTIMS = 256
 
 
-DECISION_ENGINE = "fedsched-decisions-5"
+DECISION_ENGINE = "fedsched-decisions-6"
 """The name of this code's decisions, recorded with every cycle. Change it in the same commit as anything
 that makes the same inputs give other decision events: a choice of the policy core, a reason, a message's
 words or figures, how an event is built. ``tests/scheduler/test_decision_engine.py`` holds the digest of
@@ -73,7 +76,10 @@ per-tenant hourly limits, counts the jobs already stopping for a job as its room
 victims while the first ones were stopping) and counts room only on the nodes the job may use; a wait
 (``JobQueued`` v2) gives its place in its own tenant's queue beside its place in the federation's order,
 and the category of its binding reason; a cluster with room for a job its quota or budget holds says
-"room for its N replica(s) now (M would fit)"."""
+"room for its N replica(s) now (M would fit)". ``-6`` gives a verdict on each run the infrastructure
+failed (or the workload, for a job that asked for retries): ``JobRetryScheduled`` within the retry budget
+of the job's priority class (the policy's ``retry_classes``), after a backoff, else ``JobRetriesExhausted``
+(``-5`` let such a failure end the job)."""
 
 
 def cycle_id(sequence: int) -> CycleId:
@@ -206,6 +212,29 @@ def _moved(before: int | None, now: int) -> bool:
     return before is not None and abs(max(1, now) - before) >= max(1, before // 5)
 
 
+def _verdict(state: SchedulerState, decision: core.Retry | core.GiveUp, cid: CycleId) -> Event | None:
+    """The verdict on a failed run, unless one was given already (the core sees only runs without one)."""
+    facts = state.jobs.get(decision.job_id)
+    if facts is None or decision.run in facts.verdicts:
+        return None
+    common: dict[str, object] = {
+        "job_id": decision.job_id,
+        "cycle_id": cid,
+        "run": decision.run,
+        "cluster": decision.cluster,
+        "node": event_node(decision.node) if decision.node else None,
+        "failure": _reason(decision.failure),
+        "kind": FailureKind.INFRASTRUCTURE if decision.infrastructure else FailureKind.APPLICATION,
+        "allowed": decision.allowed,
+        "message": decision.message[:_TEXT],
+    }
+    if isinstance(decision, core.Retry):
+        return JobRetryScheduled.model_validate(
+            {**common, "attempt": decision.attempt, "not_before_ms": decision.not_before_ms}
+        )
+    return JobRetriesExhausted.model_validate({**common, "used": decision.used})
+
+
 def _event(state: SchedulerState, decision: core.Decision, cid: CycleId, now_ms: int) -> Event | None:
     if isinstance(decision, core.Place):
         facts = state.jobs[decision.job_id]
@@ -279,4 +308,6 @@ def _event(state: SchedulerState, decision: core.Decision, cid: CycleId, now_ms:
             grace_period_s=decision.grace_period_s,
             message=decision.message[:_TEXT],
         )
+    if isinstance(decision, core.Retry | core.GiveUp):
+        return _verdict(state, decision, cid)
     return None  # Reserve: visible in the reserved job's JobQueued (ReservedForGang) and explanation

@@ -1,8 +1,10 @@
 """One scheduling cycle: ``schedule(snapshot, config, memo) -> CycleResult``. Pure and deterministic.
 
 Called by ``core.decide`` (the scheduler service, ``audit verify``, the verify benchmark), by ``audit
-whatif``, the timed simulator and the tests. Calls the per-job steps (``job_steps``) and the explanations
-(``explain``). The recipe, as ``schedule`` reads:
+whatif``, the timed simulator and the tests. Calls the retry rule (``retries``), the per-job steps
+(``job_steps``) and the explanations (``explain``). The recipe, as ``schedule`` reads:
+0. The verdict on each run that failed for a cause that may be retried (``retries``): back to the queue
+   after a backoff, or failed for good; the job is not in this cycle's queue either way.
 1. Set up (``_context``): the fleet arrays (nodes in canonical order), the quota book and the GPU-model
    pressure from the snapshot; the typical shapes for fragmentation unless the policy gives them.
 2. Order (``_fair``): the pending jobs by priority class, then weighted fair share (DRF on held
@@ -63,6 +65,7 @@ from services.scheduler.core.policy.model import (
 from services.scheduler.core.policy.placer import Placer
 from services.scheduler.core.policy.quota import book_from
 from services.scheduler.core.policy.reasons import ReasonCode
+from services.scheduler.core.policy.retries import verdicts
 from services.scheduler.core.policy.score_cache import ScoreCache
 
 FALLBACK_SHAPES = (Shape(cpu_milli=8000, gpu_milli=MILLI, gpus=1, weight=1),)
@@ -285,9 +288,11 @@ def _fair(ctx: Ctx) -> FairShare:
 
 def schedule(snapshot: FleetSnapshot, config: PolicyConfig | None = None, memo: CycleMemo | None = None) -> CycleResult:
     config = config or PolicyConfig()
+    made: list[Decision] = list(verdicts(snapshot.failed, config))  # 0. the verdict on each failed run
     ctx = _context(snapshot, config, memo)  # 1. set up
     order = _fair(ctx).order(snapshot.pending)  # 2. order
-    made, waiting = _decide_each(ctx, order)  # 3. decide each job
+    decided, waiting = _decide_each(ctx, order)  # 3. decide each job
+    made.extend(decided)
     made.extend(_queue_decisions(ctx, waiting))  # 4. explain the waiting ones
     return CycleResult(
         now_ms=snapshot.now_ms, policy_version=config.version, decisions=tuple(made[: config.max_decisions])

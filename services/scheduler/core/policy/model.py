@@ -181,6 +181,8 @@ class Job:
     min_replicas: int | None = None
     """Fewest replicas the job may start with when not all fit (an inference service's
     ``inference.min_replicas``); None: all of them or none."""
+    application_retries: int = 0
+    """Retries it asked for after its own workload fails a run (``retry.on_application_failure``)."""
 
     def gpu_milli_per_replica(self) -> int:
         return self.gpus * MILLI + self.gpu_milli
@@ -219,6 +221,45 @@ class PreemptionRules:
     """How long a victim is given to checkpoint and stop once asked."""
     min_runtime_s: int = 0
     """How long a run must have run (since its start) before it may be preempted."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetryRules:
+    """How the jobs of one priority class are retried after the infrastructure failed their run (a node
+    failed, was lost or removed, a GPU failed, the job was evicted). Retry n waits
+    ``backoff_s * 2**(n-1)`` seconds after the failure, at most ``max_backoff_s``."""
+
+    max_retries: int = 2
+    """Retries of one job after infrastructure failures (0: none; it ends failed at the first)."""
+    backoff_s: int = 30
+    max_backoff_s: int = 600
+
+
+DEFAULT_RETRY_RULES: tuple[tuple[PriorityClass, RetryRules], ...] = (
+    (PriorityClass.PRODUCTION_INFERENCE, RetryRules(max_retries=10, backoff_s=5, max_backoff_s=300)),
+    (PriorityClass.CRITICAL_TRAINING, RetryRules(max_retries=3, backoff_s=30, max_backoff_s=600)),
+    (PriorityClass.STANDARD, RetryRules(max_retries=2, backoff_s=60, max_backoff_s=900)),
+    (PriorityClass.BEST_EFFORT, RetryRules(max_retries=1, backoff_s=120, max_backoff_s=1800)),
+)
+"""The retry rules of each class unless the policy says otherwise: the more important, the more retries
+and the sooner."""
+
+
+@dataclass(frozen=True, slots=True)
+class FailedRun:
+    """A run that failed for a cause that may be retried, awaiting the scheduler's verdict."""
+
+    job: Job
+    run: int
+    cluster: ClusterId
+    node: str | None
+    failure: str
+    """The ``JobFailed`` reason code."""
+    infrastructure: bool
+    """The infrastructure's failure (else the workload's own)."""
+    failed_at_ms: int
+    retries_used: int
+    """Retries of this kind (infrastructure or application) the job had before this failure."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +323,9 @@ class PolicyConfig:
     default_runtime_s: int = 3600  # used for estimates when a job states no expected runtime
     max_decisions: int = 10_000
     estimate_limit: int = 64  # queued jobs (in queue order) that get an estimated start time
+    retry_classes: tuple[tuple[PriorityClass, RetryRules], ...] = DEFAULT_RETRY_RULES
+    """Per priority class of the job whose run the infrastructure failed (every class, in
+    ``PRIORITY_ORDER``): see ``retry_rules_for``."""
 
     def rules_for(self, priority: PriorityClass) -> PreemptionRules:
         """The preemption rules of a class (the defaults for a class the policy does not name)."""
@@ -289,6 +333,13 @@ class PolicyConfig:
             if named is priority:
                 return rules
         return PreemptionRules()
+
+    def retry_rules_for(self, priority: PriorityClass) -> RetryRules:
+        """The retry rules of a class (the class's defaults for a class the policy does not name)."""
+        for named, rules in (*self.retry_classes, *DEFAULT_RETRY_RULES):
+            if named is priority:
+                return rules
+        return RetryRules()
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,11 +384,14 @@ class FleetSnapshot:
     preempted_last_hour: tuple[tuple[TenantId, int], ...] = ()
     """Per tenant (by id), its jobs the scheduler asked to stop within the hour up to ``now_ms``: what
     the policy's ``max_preemptions_per_tenant_hour`` counts."""
+    failed: tuple[FailedRun, ...] = ()
+    """Runs that failed for a cause that may be retried and have no verdict yet, by job id."""
     # Not part of what is decided on (two snapshots with the same jobs are equal with or without it).
     running_delta: RunningDelta | None = field(default=None, compare=False, repr=False)
 
 
 __all__ = [
+    "DEFAULT_RETRY_RULES",
     "HARD_TAINT_EFFECTS",
     "MILLI",
     "PREEMPTION_RATE_WINDOW_MS",
@@ -346,6 +400,7 @@ __all__ = [
     "Cluster",
     "ClusterId",
     "ClusterWeights",
+    "FailedRun",
     "FleetSnapshot",
     "Gpu",
     "Health",
@@ -361,6 +416,7 @@ __all__ = [
     "PriorityClass",
     "Quota",
     "ReplicaPlacement",
+    "RetryRules",
     "RunningDelta",
     "RunningJob",
     "Shape",

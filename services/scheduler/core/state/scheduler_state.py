@@ -45,6 +45,8 @@ class _Derived:
     snapshot_running: tuple[m.RunningJob, ...] | None = None
     running_was: dict[str, m.RunningJob | None] = field(default_factory=dict)
     cancel_open: set[str] = field(default_factory=set)  # cancel requested, not terminal
+    failed: dict[str, m.FailedRun] = field(default_factory=dict)  # runs awaiting a retry verdict
+    backoff: dict[str, int] = field(default_factory=dict)  # pending job -> when its retry may be placed
     # What each running job holds, per node: (node key, [(gpu index, milli)], cpu, memory).
     holds: dict[str, list[tuple[tuple[str, str], list[tuple[int, int]], int, int]]] = field(default_factory=dict)
     used_gpu: dict[tuple[str, str], dict[int, int]] = field(default_factory=dict)
@@ -154,7 +156,10 @@ class SchedulerState(Facts):
                         added.append(after)
             delta = m.RunningDelta(derived.snapshot_running, tuple(added), tuple(removed))
         derived.snapshot_running, derived.running_was = running, {}
-        pending = tuple(derived.pending[job_id] for job_id in sorted(derived.pending))
+        backoff = derived.backoff
+        pending = tuple(
+            derived.pending[job_id] for job_id in sorted(derived.pending) if backoff.get(job_id, 0) <= now_ms
+        )
         # At C speed (every cycle, every node); a removed node's entry is None, a ``Node`` is always true.
         nodes = tuple(filter(None, derived.node_list))
         half_life = self.policy_config().usage_half_life_ms
@@ -177,6 +182,7 @@ class SchedulerState(Facts):
             pending=pending,
             budgets=self._budgets(now_ms) if self.budgets else (),
             preempted_last_hour=self._preempted_last_hour(now_ms),
+            failed=tuple(derived.failed[job_id] for job_id in sorted(derived.failed)),
             running_delta=delta,
         )
 
@@ -266,6 +272,8 @@ class SchedulerState(Facts):
             touched_nodes.add(held)
         derived.running.pop(job_id, None)
         derived.pending.pop(job_id, None)
+        derived.failed.pop(job_id, None)
+        derived.backoff.pop(job_id, None)
         derived.cancel_open.discard(job_id)
         if facts.cancel_requested and not facts.terminal:
             derived.cancel_open.add(job_id)
@@ -275,6 +283,22 @@ class SchedulerState(Facts):
         placed = facts.running_placement()
         if facts.pending():
             derived.pending[job_id] = job_model(facts)
+            not_before = facts.not_before_ms()
+            if not_before > 0:
+                derived.backoff[job_id] = not_before
+        failed_run = facts.awaiting_verdict()
+        if failed_run:
+            failure = facts.failures[failed_run]
+            derived.failed[job_id] = m.FailedRun(
+                job_model(facts),
+                failed_run,
+                ClusterId(failure.cluster),
+                failure.node,
+                failure.reason,
+                failure.infrastructure,
+                failure.at_ms,
+                facts.retries(failure.infrastructure),
+            )
         if placed is None:
             return
         job = job_model(facts)
