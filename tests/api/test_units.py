@@ -57,6 +57,9 @@ client_request_id: run-7
         ("- a list", "(file)"),
         ("name: [unclosed", "(file)"),
         ("name: n\nreplicas: 99999999999", "replicas"),
+        ("name: n\nretry: {on_node_failure: 1}", "retry.on_node_failure"),
+        ("name: n\nretry: {on_application_failure: often}", "retry.on_application_failure"),
+        ("name: n\nretry: 3", "retry"),
     ],
 )
 def test_a_bad_job_file_names_the_field(text: str, field: str) -> None:
@@ -79,6 +82,8 @@ def test_a_bad_job_file_names_the_field(text: str, field: str) -> None:
         (spec(resources=jobs_pb2.Resources(gpu_models=["A100-80G"])), "resources"),  # asks for nothing
         (spec(name=""), "name"),
         (spec(tenant=""), "tenant"),
+        (spec(retry=jobs_pb2.RetrySpec(on_application_failure=101)), "retry.on_application_failure"),
+        (spec(retry=jobs_pb2.RetrySpec(on_application_failure=-1)), "retry.on_application_failure"),
     ],
 )
 def test_edge_validation_names_the_field_as_the_catalogue_does(bad: jobs_pb2.JobSpec, field: str) -> None:
@@ -92,6 +97,14 @@ def test_edge_validation_names_the_field_as_the_catalogue_does(bad: jobs_pb2.Job
 def test_defaults_come_from_the_catalogue() -> None:
     event = validation.event_from(JobSubmitted, {**validation.job_spec_body(spec()), "job_id": "j-1"})
     assert (event.replicas, event.preemptible, event.queue, event.kind.value) == (1, True, "default", "batch")
+    assert event.retry.on_application_failure == 0
+
+
+def test_a_job_file_asks_for_retries_after_its_own_failures_and_the_api_keeps_them() -> None:
+    parsed, _ = jobfile.parse("name: n\ntenant: t\nresources: {gpus: 1}\nretry: {on_application_failure: 2}\n")
+    assert parsed.retry.on_application_failure == 2
+    event = validation.event_from(JobSubmitted, {**validation.job_spec_body(parsed), "job_id": "j-1"})
+    assert event.retry.on_application_failure == 2
 
 
 def test_page_tokens_continue_only_the_query_they_came_from() -> None:
