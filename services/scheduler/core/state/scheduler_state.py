@@ -117,6 +117,11 @@ class SchedulerState(Facts):
         self._refresh()
         return len(self._derived.pending)
 
+    def awaiting_verdict_count(self) -> int:
+        """Runs that failed for a cause that may be retried and await the next cycle's verdict."""
+        self._refresh()
+        return len(self._derived.failed)
+
     def running_count(self) -> int:
         self._refresh()
         return len(self._derived.running)
