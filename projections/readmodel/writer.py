@@ -81,7 +81,7 @@ async def load_positions(pool: asyncpg.Pool, schema: str) -> dict[tuple[str, int
     return {(row["topic"], row["partition"]): row["next_offset"] for row in rows}
 
 
-STATE_FORMAT = 8
+STATE_FORMAT = 9
 """The format of the stored entities: raise it whenever a fold changes what the read models say (the log
 is then replayed into them). A change of a stored class's fields needs no raise: the stage codec's layout
 fingerprint (``projections.stages.codec.LAYOUT``) is stored beside it in the marker and changes by itself,
@@ -98,7 +98,9 @@ entities are stored in the stage codec's format (``projections.stages.codec``), 
 a JSON marker (``{"format": 7, "layout": ...}``); 8: a waiting job's view keeps where it stands (the
 category of its wait, its places in the federation's order and in its own queue, its estimated start:
 ``JobQueued`` v2), in four columns of the jobs table, and the runtime each job was submitted with (what a
-budget's projection expects a running job to hold), so the jobs it had are filled in by the replay."""
+budget's projection expects a running job to hold), so the jobs it had are filled in by the replay; 9: a
+run that failed for a cause that may be retried leaves its job queued for the scheduler's verdict (not
+failed), and the jobs table counts the ``retries``."""
 _FORMAT_KEY = ("_format", "")
 ENDED_JOBS = f"{JOB_STAGE}.ended"
 """The stage name an ended job's view is stored under: not loaded at start (the in-process host keeps

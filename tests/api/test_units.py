@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from events.catalog.decisions import CandidateScore, JobPlaced, ReplicaPlacement
+from events.catalog.decisions import CandidateScore, JobPlaced, JobRetriesExhausted, JobRetryScheduled, ReplicaPlacement
 from events.catalog.jobs import JobKind, JobSubmitted, PriorityClass
+from events.wire.envelope import format_time
 from services.api import codegen, validation
 from services.api.convert import waited_ms
 from services.api.errors import InvalidArgument, field_path
@@ -20,6 +21,7 @@ from services.cli import jobfile
 from services.scheduler.core.policy import Preempt, Queue, schedule
 from tests.api.support import spec
 from tests.scheduler.builders import a_job, a_node, running, snapshot
+from tests.unit.events.catalog_samples import sample
 
 
 def test_a_job_file_becomes_a_spec_with_durations_template_and_labels() -> None:
@@ -130,6 +132,32 @@ def test_an_explanation_without_a_decision_says_so() -> None:
     assert answer.question == "unknown" and "no decision" in answer.summary[0]
     row.update(last_decision={"job_id": "j-1", "from": "the future"}, last_decision_type="JobQueued")
     assert "cannot read" in explain(row, 0).summary[0]
+
+
+def test_an_explanation_of_a_retry_gives_the_scheduler_s_words_and_when_it_may_start() -> None:
+    retry = sample(JobRetryScheduled)
+    row = {
+        "entity_key": retry.job_id,
+        "status": "queued",
+        "timeline": [],
+        "last_decision": json.loads(retry.model_dump_json()),
+        "last_decision_type": "JobRetryScheduled",
+    }
+    answer = explain(row, 0)
+    assert answer.question == "waiting" and answer.summary[0].startswith("Retry 1 of 3 after node")
+    assert f"placed again from {format_time(retry.not_before_ms)}" in answer.summary[0]
+    gave_up = sample(JobRetriesExhausted)
+    row.update(
+        status="failed",
+        last_reason="RetriesExhausted",
+        last_decision=json.loads(gave_up.model_dump_json()),
+        last_decision_type="JobRetriesExhausted",
+    )
+    answer = explain(row, 0)
+    assert answer.question == "finished" and answer.summary[0].startswith(
+        "The job has ended: failed (RetriesExhausted)"
+    )
+    assert answer.summary[1] == gave_up.message[:1].upper() + gave_up.message[1:] + "."
 
 
 def test_stubs_are_generated_with_package_imports_and_not_twice(tmp_path: Path) -> None:
