@@ -202,16 +202,16 @@ class RetryClassSpec(Frozen):
     failed, was lost or removed, a GPU failed, an eviction). Retry n waits ``backoff_s * 2**(n-1)``
     seconds after the failure, at most ``max_backoff_s``."""
 
-    max_retries: Annotated[int, Field(ge=0, le=MAX_RETRIES)]
+    max_retries: Annotated[int, Field(ge=0, le=MAX_RETRIES)] | None = None
     """Retries of one job (0: none, the job ends failed at the first such failure)."""
-    backoff_s: Annotated[int, Field(ge=0, le=MAX_BACKOFF_S)]
-    max_backoff_s: Annotated[int, Field(ge=0, le=MAX_BACKOFF_S)]
+    backoff_s: Annotated[int, Field(ge=0, le=MAX_BACKOFF_S)] | None = None
+    max_backoff_s: Annotated[int, Field(ge=0, le=MAX_BACKOFF_S)] | None = None
+    """A rule left out (``None``) is the class's default (``RETRY_DEFAULTS``)."""
 
-    @model_validator(mode="after")
-    def _ordered(self) -> RetryClassSpec:
-        if self.backoff_s > self.max_backoff_s:
-            raise ValueError("backoff_s is more than max_backoff_s")
-        return self
+    def over(self, default: RetryClassSpec) -> RetryClassSpec:
+        """These rules, the ones left out taken from ``default``."""
+        given = {name: value for name, value in self.model_dump().items() if value is not None}
+        return default.model_copy(update=given)
 
 
 RETRY_DEFAULTS: Mapping[PriorityClass, RetryClassSpec] = {
@@ -223,11 +223,11 @@ RETRY_DEFAULTS: Mapping[PriorityClass, RetryClassSpec] = {
 """Each class's retry rules unless the policy names them (the scheduler's ``DEFAULT_RETRY_RULES``)."""
 
 
-_CLASS_NAMES = frozenset(p.value for p in PriorityClass)
-
-
 def _every_retry_class() -> dict[PriorityClass, RetryClassSpec]:
     return dict(RETRY_DEFAULTS)
+
+
+AgingCeiling = Literal[PriorityClass.CRITICAL_TRAINING, PriorityClass.STANDARD, PriorityClass.BEST_EFFORT]
 
 
 class PolicySpec(Frozen):
@@ -249,6 +249,13 @@ class PolicySpec(Frozen):
     """Fair share's half-life: past usage counts half after this long (0: never decays)."""
     aging_step_ms: PosInt = 3600 * 1000
     aging_unit_milli: Permille = 100
+    class_aging_step_ms: NonNegInt = 4 * 3600 * 1000
+    """Across classes: each full step of waiting orders a job as the next priority class up (0: never),
+    up to ``class_aging_ceiling``; the order only: its preemption rules stay its own class's."""
+    class_aging_ceiling: AgingCeiling = PriorityClass.STANDARD
+    """The most important class a job is ordered as by waiting: ``standard`` (best effort catches up with
+    standard work), ``critical_training`` (standard work catches up with critical training too) or
+    ``best_effort`` (no aging across classes). Never production inference."""
     hot_pressure_milli: Permille = 900
     hot_model_cap_milli: NonNegInt | None = None
     preemption: bool = True
@@ -268,29 +275,17 @@ class PolicySpec(Frozen):
     """Per priority class of the job whose run the infrastructure failed; a class left out keeps its
     defaults (``RETRY_DEFAULTS``)."""
 
-    @model_validator(mode="before")
-    @classmethod
-    def _retry_rules_from_defaults(cls, data: Any) -> Any:
-        """A class's retry rules given in part keep that class's defaults for the rest."""
-        given = data.get("retry_classes") if isinstance(data, dict) else None
-        if not isinstance(given, dict):
-            return data
-        merged: dict[Any, Any] = {}
-        for name, rules in given.items():
-            default = RETRY_DEFAULTS.get(PriorityClass(name)) if name in _CLASS_NAMES else None
-            if default is not None and isinstance(rules, dict):
-                rules = {**default.model_dump(), **rules}
-            merged[name] = rules
-        return {**data, "retry_classes": merged}
-
     @model_validator(mode="after")
     def _every_class_named(self) -> PolicySpec:
         if self.preemption_classes.keys() != set(PriorityClass):  # spelt out, so get shows what is in force
             named = {**_every_class(), **self.preemption_classes}
             object.__setattr__(self, "preemption_classes", {p: named[p] for p in PriorityClass})
-        if self.retry_classes.keys() != set(PriorityClass):
-            retry = {**_every_retry_class(), **self.retry_classes}
-            object.__setattr__(self, "retry_classes", {p: retry[p] for p in PriorityClass})
+        retry = {p: self.retry_classes.get(p, RetryClassSpec()).over(RETRY_DEFAULTS[p]) for p in PriorityClass}
+        for p, rules in retry.items():
+            if (rules.backoff_s or 0) > (rules.max_backoff_s or 0):
+                raise ValueError(f"retry_classes.{p.value}: backoff_s is more than max_backoff_s")
+        if retry != self.retry_classes:  # spelt out, so get shows what is in force
+            object.__setattr__(self, "retry_classes", retry)
         return self
 
     @model_validator(mode="after")

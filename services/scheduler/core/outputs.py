@@ -79,7 +79,10 @@ and the category of its binding reason; a cluster with room for a job its quota 
 "room for its N replica(s) now (M would fit)". ``-6`` gives a verdict on each run the infrastructure
 failed (or the workload, for a job that asked for retries): ``JobRetryScheduled`` within the retry budget
 of the job's priority class (the policy's ``retry_classes``), after a backoff, else ``JobRetriesExhausted``
-(``-5`` let such a failure end the job)."""
+(``-5`` let such a failure end the job); a job that waited the policy's ``class_aging_step_ms`` is ordered
+one class up per step, up to its ``class_aging_ceiling`` (standard), and its placement or wait says it was
+promoted by aging (``-5`` aged jobs only within their class, so a stream of standard jobs starved best
+effort)."""
 
 
 def cycle_id(sequence: int) -> CycleId:

@@ -304,6 +304,11 @@ class PolicyConfig:
     usage_half_life_ms: int = 7 * 24 * 3600 * 1000
     aging_step_ms: int = 3600 * 1000  # each full step of waiting lowers the fair-share key by one unit
     aging_unit_milli: int = 100  # ... by this much (in the 0..1000 dominant-share scale)
+    class_aging_step_ms: int = 4 * 3600 * 1000
+    """Across classes: each full step of waiting orders a job as the next priority class up (0: never),
+    up to ``class_aging_ceiling``; see ``ordering_rank``."""
+    class_aging_ceiling: PriorityClass = PriorityClass.STANDARD
+    """The most important class aging orders a job as (never production inference)."""
     # Hot-spot governance.
     hot_pressure_milli: int = 900  # a GPU model whose allocated share is above this is hot
     hot_model_cap_milli: int | None = None  # per-tenant cap on hot-model GPUs (milli-GPU), None: none
@@ -340,6 +345,22 @@ class PolicyConfig:
             if named is priority:
                 return rules
         return RetryRules()
+
+
+def ordering_rank(job: Job, now_ms: int, config: PolicyConfig) -> int:
+    """The class a waiting job is ordered as (``priority_rank`` of a class): its own, one class up for
+    every ``class_aging_step_ms`` it has waited since it was submitted, but never above the policy's
+    ``class_aging_ceiling``. Jobs that waited long all meet in the ceiling's class, where the longest wait
+    goes first (fair share's aging), so a stream of jobs of classes up to the ceiling cannot starve a job
+    for ever: it waits at most a step per class below the ceiling, then as long as a job of that class.
+    (Were every class raised without a ceiling, the jobs of the stream would be raised too and stay
+    ahead.) Order only: preemption keeps the job's own class."""
+    rank = priority_rank(job.priority_class)
+    step = config.class_aging_step_ms
+    ceiling = priority_rank(config.class_aging_ceiling)
+    if step <= 0 or rank <= ceiling:
+        return rank
+    return max(ceiling, rank - max(0, now_ms - job.submitted_at_ms) // step)
 
 
 @dataclass(frozen=True, slots=True)
@@ -427,6 +448,7 @@ __all__ = [
     "UsageHistory",
     "UsageRecord",
     "hard_taints",
+    "ordering_rank",
     "priority_rank",
     "tolerates",
 ]

@@ -27,6 +27,8 @@ def policy_from_document(version: str, document: Any) -> m.PolicyConfig:
         raise ValueError(f"unknown settings {', '.join(unknown)}; valid settings: {', '.join(sorted(known))}")
     for name, value in doc.items():
         _check_setting(name, value, getattr(base, name))
+    if "class_aging_ceiling" in doc:
+        doc["class_aging_ceiling"] = m.PriorityClass(doc["class_aging_ceiling"])
     if "node_policy" in doc:
         doc["node_policy"] = m.NodePolicy(doc["node_policy"])
     if "cluster_weights" in doc:
@@ -55,6 +57,7 @@ _MILLI_SCALE = {"hot_pressure_milli": 1000, "aging_unit_milli": 1000}
 _LIMITS = {"max_preemptions_per_cycle", "max_preemptions_per_tenant_hour"}
 _AT_LEAST_ONE = {"max_decisions", "aging_step_ms", *_LIMITS}
 _NULLABLE = {"hot_model_cap_milli", *_LIMITS}  # a whole number, or null for none
+_AGING_CEILINGS = ("critical_training", "standard", "best_effort")
 _RETRY_HIGH = {"max_retries": MAX_RETRIES, "backoff_s": MAX_BACKOFF_S, "max_backoff_s": MAX_BACKOFF_S}
 _RULE_HIGH = {"interruption_budget": 1000, "grace_period_s": MAX_GRACE_PERIOD_S, "min_runtime_s": 10 * 365 * 24 * 3600}
 
@@ -88,6 +91,9 @@ def _check_setting(name: str, value: Any, default: Any) -> None:
                 refuse(f"weight {term} must be a whole number from 0 up")
     elif name == "preemption_classes":
         _check_classes(value, refuse)
+    elif name == "class_aging_ceiling":
+        if value not in _AGING_CEILINGS:
+            refuse(f"must be one of {', '.join(_AGING_CEILINGS)} (never production_inference)")
     elif name == "retry_classes":
         _check_classes(value, refuse, _RETRY_HIGH)
         defaults = {p.value: rules for p, rules in m.DEFAULT_RETRY_RULES}
