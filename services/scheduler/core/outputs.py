@@ -218,7 +218,7 @@ def _moved(before: int | None, now: int) -> bool:
 def _verdict(state: SchedulerState, decision: core.Retry | core.GiveUp, cid: CycleId) -> Event | None:
     """The verdict on a failed run, unless one was given already (the core sees only runs without one)."""
     facts = state.jobs.get(decision.job_id)
-    if facts is None or decision.run in facts.verdicts:
+    if facts is None or facts.verdict(decision.run):
         return None
     common: dict[str, object] = {
         "job_id": decision.job_id,

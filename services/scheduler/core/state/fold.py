@@ -192,6 +192,8 @@ def _ended(how: RunEnd) -> Callable[[Facts, RunEndEvent, int, str], None]:
         if kind is not None and isinstance(e, JobFailed):  # it may be retried: the scheduler's verdict ends
             # the job, unless the job asked no retries of a failure of its own (known once it is submitted)
             infrastructure = kind is FailureKind.INFRASTRUCTURE
+            if facts.failures is None:
+                facts.failures = {}
             facts.failures[run] = Failure(e.reason.value, infrastructure, e.cluster, e.node, time_ms)
             _judge_failures(facts)
         elif final is not None:
@@ -205,15 +207,17 @@ def _judge_failures(facts: JobFacts) -> None:
     """A failure of the workload ends a job that asked for no retries at once: nothing awaits a verdict."""
     if facts.spec is None or facts.spec.application_retries > 0:
         return
-    for run, failure in facts.failures.items():
-        if not failure.infrastructure and run not in facts.verdicts:
+    for run, failure in (facts.failures or {}).items():
+        if not failure.infrastructure and not facts.verdict(run):
             facts.terminal = facts.terminal or JobStatus.FAILED
 
 
 def _retry_verdict(state: Facts, e: JobRetryScheduled | JobRetriesExhausted, _: int, __: str) -> None:
     facts = state.job(e.job_id)
-    if e.run in facts.verdicts:
+    if facts.verdict(e.run):
         return  # one verdict per run: the scheduler never gives two
+    if facts.verdicts is None:
+        facts.verdicts = {}
     infrastructure = e.kind is FailureKind.INFRASTRUCTURE
     if isinstance(e, JobRetryScheduled):
         facts.verdicts[e.run] = (infrastructure, e.not_before_ms)

@@ -293,6 +293,7 @@ class SchedulerState(Facts):
                 derived.backoff[job_id] = not_before
         failed_run = facts.awaiting_verdict()
         if failed_run:
+            assert facts.failures is not None
             failure = facts.failures[failed_run]
             derived.failed[job_id] = m.FailedRun(
                 job_model(facts),
