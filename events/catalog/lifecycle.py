@@ -190,8 +190,11 @@ STATUS_AFTER: Mapping[type[Event], JobStatus] = MappingProxyType(
 notes) leave the status as it was."""
 
 
-def status_after(event: Event) -> JobStatus | None:
-    """The status ``event`` leaves its job in; ``None`` if it leaves the status as it was."""
+def status_after(event: Event, application_retries: int = 0) -> JobStatus | None:
+    """The status ``event`` leaves its job in; ``None`` if it leaves the status as it was. A ``JobFailed``
+    that ``awaits_verdict`` leaves it queued (for the scheduler's verdict), not failed."""
+    if awaits_verdict(event, application_retries):
+        return JobStatus.QUEUED
     return STATUS_AFTER.get(type(event))
 
 

@@ -192,7 +192,7 @@ CASES = [
     Case("a run that exceeded its runtime", _of(JobFailed, run=3, reason=ReasonCode.RUNTIME_EXCEEDED), True, True,
          RunEnd.FAILED, JobStatus.FAILED),
     Case("a run its node's loss failed: the scheduler's verdict ends the job, not the failure",
-         _of(JobFailed, run=3, reason=ReasonCode.NODE_FAILURE), True, False, RunEnd.FAILED, JobStatus.FAILED),
+         _of(JobFailed, run=3, reason=ReasonCode.NODE_FAILURE), True, False, RunEnd.FAILED, JobStatus.QUEUED),
     Case("a retry scheduled", _of(JobRetryScheduled), False, False, None, JobStatus.QUEUED),
     Case("the retries exhausted", _of(JobRetriesExhausted), False, True, None, JobStatus.FAILED),
     Case("a run preempted", _of(JobPreempted, run=1), True, False, RunEnd.PREEMPTED, JobStatus.QUEUED),
@@ -236,6 +236,7 @@ def test_an_infrastructure_failure_always_awaits_the_verdict_a_workload_failure_
     failed = _of(JobFailed, reason=reason)
     assert awaits_verdict(failed, asked) is awaits
     assert ends_job(failed, asked) is not awaits
+    assert status_after(failed, asked) is (JobStatus.QUEUED if awaits else JobStatus.FAILED)
     assert ends_run(failed)
 
 
