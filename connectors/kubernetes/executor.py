@@ -49,7 +49,7 @@ from connectors.kubernetes.jobbook import JobBook
 from connectors.kubernetes.kubeapi import KubeApi, KubeError, Obj
 from connectors.kubernetes.reporting import Reporter
 from connectors.kubernetes.throttle import Backoff
-from events.catalog.decisions import JobPlaced, JobPreemptionRequested, JobReclaimRequested
+from events.catalog.decisions import JobPlaced, JobPreemptionRequested, JobReclaimRequested, JobRetriesExhausted
 from events.catalog.jobs import (
     JobCancelled,
     JobCancelRequested,
@@ -119,6 +119,8 @@ class Executor:
                 if isinstance(event, JOB_END_EVENTS):
                     self._placed.discard(event.job_id)
                     self._current.pop(event.job_id, None)
+            if isinstance(event, JobRetriesExhausted):
+                self.book.forget(event.job_id)
             if isinstance(event, JobPlaced):
                 await self._supersede(event)
             if isinstance(event, JobPlaced) and event.cluster == self.cluster:

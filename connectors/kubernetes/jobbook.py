@@ -3,8 +3,10 @@
 Called by the executor. A ``JobPlaced`` names nodes and devices, but the pods also need what the job
 asked for (tenant, resources, tolerations, the workload template): that lives in the job's
 ``JobSubmitted`` on the jobs topic. Decision: the connector reads the jobs topic in its consumer group
-and keeps each ``JobSubmitted`` in memory until the job ends for good (``JOB_END_EVENTS`` of
-``events.catalog.lifecycle``); it also notes cancel requests and the runs that ended here.
+and keeps each ``JobSubmitted`` in memory until the job ends for good (``ends_job`` of
+``events.catalog.lifecycle``: a run failed for a cause that may be retried keeps it, for the retry's
+placement, until the scheduler's ``JobRetriesExhausted``, which the executor passes on as ``forget``); it
+also notes cancel requests and the runs that ended here.
 
 A restart loses that memory while the group's offsets are already past the submissions, and a
 ``JobPlaced`` can be read before its ``JobSubmitted`` (two topics, no order between them). Either way
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 from events.catalog.base import Event
 from events.catalog.errors import EventError
 from events.catalog.jobs import JobCancelRequested, JobSubmitted
-from events.catalog.lifecycle import JOB_END_EVENTS, RUN_END_EVENTS
+from events.catalog.lifecycle import JOB_END_EVENTS, RUN_END_EVENTS, ends_job
 from events.catalog.topics import JOBS, partition_for
 from events.catalog.types import ClusterId, JobId
 from events.log import EventLog, TopicPartition
@@ -59,10 +61,18 @@ class JobBook:
             self._jobs.setdefault(event.job_id, JobEntry()).submitted = event
         elif isinstance(event, JobCancelRequested):
             self._jobs.setdefault(event.job_id, JobEntry()).cancel_requester = event.requester
-        elif isinstance(event, JOB_END_EVENTS):
+        elif isinstance(event, JOB_END_EVENTS) and ends_job(event, self._retries_asked(event.job_id)):
             self._jobs.pop(event.job_id, None)
         elif isinstance(event, RUN_END_EVENTS) and event.cluster == self.cluster:
             self._jobs.setdefault(event.job_id, JobEntry()).runs_ended.add(event.run)
+
+    def forget(self, job_id: JobId) -> None:
+        """The job ended for good by a decision (``JobRetriesExhausted``, on the decisions topic)."""
+        self._jobs.pop(job_id, None)
+
+    def _retries_asked(self, job_id: JobId) -> int:
+        entry = self._jobs.get(job_id)
+        return entry.submitted.retry.on_application_failure if entry and entry.submitted else 0
 
     def entry(self, job_id: JobId) -> JobEntry | None:
         return self._jobs.get(job_id)

@@ -99,6 +99,7 @@ class ClusterModel:
         self._deferred: list[tuple[JobPlaced, str]] = []
         self._timers: list[tuple[int, int, str, int, _Timer]] = []
         self._seq = 0
+        self._drills = 0
         self._plan: FaultPlan | None = None
         self._fault_cursor = 0
         self._usage_cursor = 0
@@ -435,6 +436,19 @@ class ClusterModel:
             self._finish(out, at, run, event)
 
     # -- faults ------------------------------------------------------------------------------------
+
+    def lose_node(self, node: NodeId, now_ms: int, for_ms: int) -> list[Emit]:
+        """An operator's drill: ``node`` is lost now (its runs fail with ``NodeFailure``, ``NodeRemoved``
+        is published) and comes back after ``for_ms``. Not part of the seeded fault plan, so a restart
+        does not replay it: the node is back after one."""
+        if node not in self.nodes:
+            raise KeyError(f"no node {node} in cluster {self.cluster}")
+        self._drills += 1
+        fault = Fault(now_ms, now_ms + max(1, for_ms), -1, self._drills, FaultKind.NODE_LOST, node)
+        out: list[Emit] = []
+        self._fault_changed(out, now_ms, fault, 1)
+        self._push(fault.until_ms, _Timer(_Rank.RECOVER, fault=fault), f"drill.{self._drills}")
+        return out
 
     def _apply_fault(self, fault: Fault, sign: int) -> None:
         node = self.nodes[fault.node]

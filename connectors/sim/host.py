@@ -44,6 +44,7 @@ from connectors.sim.restore import read_history
 from connectors.sim.spec import ClusterSpec
 from events.catalog.decisions import EXPLANATIONS_AND_CYCLES
 from events.catalog.topics import DECISIONS, JOBS
+from events.catalog.types import NodeId
 from events.hosting.consumer import EventConsumer
 from events.hosting.loop import ride_out
 from events.log import EventLog, GroupOffsets, LogRecord, ProducerFenced, TopicPartition
@@ -105,6 +106,7 @@ class SimCluster:
         self._joining: asyncio.Task[None] | None = None
         self._restored_to: dict[TopicPartition, int] = {}
         self._inbox: list[Envelope] = []
+        self._drills: list[tuple[str, float]] = []
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self.outage = Outage(f"sim-{spec.cluster}")
@@ -245,9 +247,16 @@ class SimCluster:
         for envelope in self._inbox:
             emits.extend(self.model.handle(envelope, now))
         self._inbox.clear()
+        for node, for_s in self._drills:
+            emits.extend(self.model.lose_node(NodeId(node), now, round(for_s * 1000)))
+        self._drills.clear()
         emits.extend(self.model.advance(now))
         await self._publish(emits)
         await asyncio.sleep(0)  # let the other clusters of a fleet (and everything else) run
+
+    def lose_node(self, node: str, for_s: float) -> None:
+        """An operator's drill (``ClusterModel.lose_node``): the node is lost at the next step."""
+        self._drills.append((node, for_s))
 
     async def _on_record(self, record: LogRecord, envelope: Envelope) -> None:
         self._inbox.append(envelope)
@@ -335,6 +344,14 @@ class SimFleet:
 
     async def stop(self) -> None:
         await asyncio.gather(*(c.stop() for c in self.clusters))
+
+    def lose_node(self, cluster: str, node: str, for_s: float) -> None:
+        """An operator's drill: ``node`` of ``cluster`` is lost for ``for_s`` simulated seconds."""
+        for each in self.clusters:
+            if each.cluster == cluster:
+                each.lose_node(node, for_s)
+                return
+        raise KeyError(f"no simulated cluster {cluster}")
 
 
 __all__ = ["SimCluster", "SimFleet", "SimStats"]

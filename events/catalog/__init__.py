@@ -20,6 +20,8 @@ from events.catalog.decisions import (
     JobPreemptionRequested,
     JobQueued,
     JobReclaimRequested,
+    JobRetriesExhausted,
+    JobRetryScheduled,
     SchedulingCycleCompleted,
 )
 from events.catalog.governance import (
@@ -81,6 +83,8 @@ __all__ = [
     "JobReclaimRequested",
     "JobReclaimed",
     "JobRejected",
+    "JobRetriesExhausted",
+    "JobRetryScheduled",
     "JobStarted",
     "JobSubmitted",
     "JobSucceeded",

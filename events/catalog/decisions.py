@@ -15,6 +15,7 @@ job's place in the whole federation's order, now ``federation_position``).
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated, ClassVar
 
 from pydantic import Field, model_validator
@@ -258,6 +259,65 @@ class JobReclaimRequested(DecisionEvent):
     message: Text = ""
 
 
+class FailureKind(StrEnum):
+    """Whose failure ended a run: the infrastructure's (retried under the policy's budget of the job's
+    class) or the workload's own (retried only as often as the job asked)."""
+
+    INFRASTRUCTURE = "infrastructure"
+    APPLICATION = "application"
+
+
+class RetryVerdict(DecisionEvent):
+    """Base of the scheduler's verdict on a run that failed for a cause that may be retried: the run, where
+    and why it failed, and the retries its budget allows and has used."""
+
+    run: PosInt
+    """The run that failed."""
+    cluster: ClusterIdField
+    node: NodeIdField | None = None
+    """Where it failed, when the cluster said."""
+    failure: ReasonCode
+    """The failure's reason (``JobFailed.reason``)."""
+    kind: FailureKind
+    allowed: NonNegInt
+    """Retries the budget allows for this kind of failure: the policy's for the job's priority class
+    (infrastructure), the job's own ``retry.on_application_failure`` (application)."""
+    message: Text
+    """The verdict in plain words (``retry 2 of 3 after node n-17 was lost``)."""
+
+
+class JobRetryScheduled(RetryVerdict):
+    """The scheduler sends a job whose run failed back to the queue: it may be placed again (as run
+    ``run + 1``) from ``not_before_ms`` on, after a backoff that grows with each retry."""
+
+    event_type: ClassVar[str] = "io.fedsched.JobRetryScheduled"
+    schema_version: ClassVar[int] = 1
+
+    reason: ReasonCode = ReasonCode.RETRY_SCHEDULED
+    attempt: PosInt
+    """This retry's number among the retries of its kind (1 for the first)."""
+    not_before_ms: EpochMillis
+    """Logical time from which it may be placed again (the verdict's cycle time plus the backoff)."""
+
+    @model_validator(mode="after")
+    def _within_budget(self) -> JobRetryScheduled:
+        if self.attempt > self.allowed:
+            raise ValueError("attempt is more than allowed")
+        return self
+
+
+class JobRetriesExhausted(RetryVerdict):
+    """The scheduler ends a job whose run failed: no retry of that kind is left (or none is allowed). The
+    job's status is final: failed."""
+
+    event_type: ClassVar[str] = "io.fedsched.JobRetriesExhausted"
+    schema_version: ClassVar[int] = 1
+
+    reason: ReasonCode = ReasonCode.RETRIES_EXHAUSTED
+    used: NonNegInt
+    """Retries of this kind the job had already (``allowed`` of them, or more under an older policy)."""
+
+
 class TopicOffset(Frozen):
     """A position in the log: the next offset to read (exclusive), as Kafka commits it."""
 
@@ -304,12 +364,16 @@ __all__ = [
     "CandidateScore",
     "ClusterWhyNot",
     "DecisionEvent",
+    "FailureKind",
     "JobPlaced",
     "JobPreemptionRequested",
     "JobQueued",
     "JobReclaimRequested",
+    "JobRetriesExhausted",
+    "JobRetryScheduled",
     "ReclaimFigures",
     "ReplicaPlacement",
+    "RetryVerdict",
     "SchedulingCycleCompleted",
     "ScoreComponent",
     "SuggestedChange",

@@ -194,6 +194,43 @@ def _every_class() -> dict[PriorityClass, PreemptionClassSpec]:
     return {p: PreemptionClassSpec() for p in PriorityClass}
 
 
+MAX_RETRIES = 100
+MAX_BACKOFF_S = 24 * 3600
+
+
+class RetryClassSpec(Frozen):
+    """How the jobs of one priority class are retried after the infrastructure failed their run (a node
+    failed, was lost or removed, a GPU failed, an eviction). Retry n waits ``backoff_s * 2**(n-1)``
+    seconds after the failure, at most ``max_backoff_s``."""
+
+    max_retries: Annotated[int, Field(ge=0, le=MAX_RETRIES)] | None = None
+    """Retries of one job (0: none, the job ends failed at the first such failure)."""
+    backoff_s: Annotated[int, Field(ge=0, le=MAX_BACKOFF_S)] | None = None
+    max_backoff_s: Annotated[int, Field(ge=0, le=MAX_BACKOFF_S)] | None = None
+    """A rule left out (``None``) is the class's default (``RETRY_DEFAULTS``)."""
+
+    def over(self, default: RetryClassSpec) -> RetryClassSpec:
+        """These rules, the ones left out taken from ``default``."""
+        given = {name: value for name, value in self.model_dump().items() if value is not None}
+        return default.model_copy(update=given)
+
+
+RETRY_DEFAULTS: Mapping[PriorityClass, RetryClassSpec] = {
+    PriorityClass.PRODUCTION_INFERENCE: RetryClassSpec(max_retries=10, backoff_s=5, max_backoff_s=300),
+    PriorityClass.CRITICAL_TRAINING: RetryClassSpec(max_retries=3, backoff_s=30, max_backoff_s=600),
+    PriorityClass.STANDARD: RetryClassSpec(max_retries=2, backoff_s=60, max_backoff_s=900),
+    PriorityClass.BEST_EFFORT: RetryClassSpec(max_retries=1, backoff_s=120, max_backoff_s=1800),
+}
+"""Each class's retry rules unless the policy names them (the scheduler's ``DEFAULT_RETRY_RULES``)."""
+
+
+def _every_retry_class() -> dict[PriorityClass, RetryClassSpec]:
+    return dict(RETRY_DEFAULTS)
+
+
+AgingCeiling = Literal[PriorityClass.CRITICAL_TRAINING, PriorityClass.STANDARD, PriorityClass.BEST_EFFORT]
+
+
 class PolicySpec(Frozen):
     """The scheduling policy; every setting the scheduler's ``PolicyConfig`` has, with its default."""
 
@@ -215,6 +252,13 @@ class PolicySpec(Frozen):
     """Fair share's half-life: past usage counts half after this long (0: never decays)."""
     aging_step_ms: PosInt = 3600 * 1000
     aging_unit_milli: Permille = 100
+    class_aging_step_ms: NonNegInt = 4 * 3600 * 1000
+    """Across classes: each full step of waiting orders a job as the next priority class up (0: never),
+    up to ``class_aging_ceiling``; the order only: its preemption rules stay its own class's."""
+    class_aging_ceiling: AgingCeiling = PriorityClass.STANDARD
+    """The most important class a job is ordered as by waiting: ``standard`` (best effort catches up with
+    standard work), ``critical_training`` (standard work catches up with critical training too) or
+    ``best_effort`` (no aging across classes). Never production inference."""
     hot_pressure_milli: Permille = HOT_PRESSURE_MILLI
     """A GPU model this share of whose working capacity is allocated is hot (``profiles.is_hot``)."""
     hot_model_cap_milli: NonNegInt | None = None
@@ -231,12 +275,21 @@ class PolicySpec(Frozen):
     default_runtime_s: NonNegInt = 3600
     max_decisions: PosInt = 10_000
     estimate_limit: NonNegInt = 64
+    retry_classes: dict[PriorityClass, RetryClassSpec] = Field(default_factory=_every_retry_class)
+    """Per priority class of the job whose run the infrastructure failed; a class left out keeps its
+    defaults (``RETRY_DEFAULTS``)."""
 
     @model_validator(mode="after")
     def _every_class_named(self) -> PolicySpec:
         if self.preemption_classes.keys() != set(PriorityClass):  # spelt out, so get shows what is in force
             named = {**_every_class(), **self.preemption_classes}
             object.__setattr__(self, "preemption_classes", {p: named[p] for p in PriorityClass})
+        retry = {p: self.retry_classes.get(p, RetryClassSpec()).over(RETRY_DEFAULTS[p]) for p in PriorityClass}
+        for p, rules in retry.items():
+            if (rules.backoff_s or 0) > (rules.max_backoff_s or 0):
+                raise ValueError(f"retry_classes.{p.value}: backoff_s is more than max_backoff_s")
+        if retry != self.retry_classes:  # spelt out, so get shows what is in force
+            object.__setattr__(self, "retry_classes", retry)
         return self
 
     @model_validator(mode="after")
@@ -413,6 +466,7 @@ def _text(value: Any) -> str | None:
 __all__ = [
     "API_VERSION",
     "MAX_DOCUMENTS",
+    "RETRY_DEFAULTS",
     "SPECS",
     "BudgetMode",
     "BudgetSpec",
@@ -429,6 +483,7 @@ __all__ = [
     "PolicySpec",
     "PreemptionClassSpec",
     "QuotaSpec",
+    "RetryClassSpec",
     "TenantSpec",
     "TypicalShape",
     "changes",

@@ -8,6 +8,8 @@ The job state machine (every transition is one event keyed by job id; decisions 
 
     submitted --(JobQueued)--> queued --(JobPlaced)--> placed --(JobStarted)--> running
     running --(JobSucceeded | JobFailed)--> done
+    placed | running --(JobFailed that may be retried)--> awaiting the verdict --(JobRetryScheduled)-->
+        queued again | --(JobRetriesExhausted)--> failed
     queued | placed | running --(JobCancelRequested .. JobCancelled)--> cancelled
     placed | running --(JobPreemptionRequested .. JobPreempted)--> queued again (if it can retry)
     running --(JobReclaimRequested .. JobReclaimed)--> queued again (if it can retry)
@@ -16,8 +18,13 @@ The job state machine (every transition is one event keyed by job id; decisions 
 Its words (the statuses, which are final, which events end a run or the job, how a run ended) are
 defined once, in ``events.catalog.lifecycle``.
 
-``run`` counts the attempts of a job: 1 for the first placement, one more after each preemption or
-reclaim, so facts about an earlier attempt that arrive late are recognised as such.
+``run`` counts the attempts of a job: 1 for the first placement, one more after each preemption, reclaim
+or retry, so facts about an earlier attempt that arrive late are recognised as such.
+
+A run that fails for a cause that may be retried (the infrastructure's: ``INFRASTRUCTURE_FAILURES``; or
+the workload's, when the job asked for retries: ``retry.on_application_failure``) does not end the job
+by itself: the scheduler's verdict does, ``JobRetryScheduled`` (queued again) or ``JobRetriesExhausted``
+(failed for good); see ``events.catalog.lifecycle``.
 
 Retired fields stay reserved (never reused with another meaning): none yet.
 """
@@ -97,6 +104,17 @@ class Toleration(Frozen):
     effect: TaintEffect | None = None
 
 
+MAX_APPLICATION_RETRIES = 100
+
+
+class RetrySpec(Frozen):
+    """What the job asks of retries. A run ended by the infrastructure (node lost, GPU failed, evicted) is
+    retried under the policy's budget of the job's priority class whatever this says; a run its own
+    workload failed (a non-zero exit, out of memory) only as many times as asked here."""
+
+    on_application_failure: Annotated[int, Field(ge=0, le=MAX_APPLICATION_RETRIES)] = 0
+
+
 class JobEvent(Event):
     """Base of the events on the jobs topic: keyed by job id."""
 
@@ -107,7 +125,7 @@ class JobEvent(Event):
 
 
 class JobSubmitted(JobEvent):
-    """A client asked to run a job: the full request, as the intake accepted it."""
+    """A client asked to run a job: the full request, as the intake accepted it (v2: ``retry``)."""
 
     event_type: ClassVar[str] = "io.fedsched.JobSubmitted"
     schema_version: ClassVar[int] = 2
@@ -143,6 +161,8 @@ class JobSubmitted(JobEvent):
     submitted_by: Principal | None = None
     client_request_id: RequestId | None = None
     """The client's idempotency key: a second submission with the same key is a duplicate."""
+    retry: RetrySpec = RetrySpec()
+    """How often a run its own workload failed is retried (a v1 record asked for none)."""
 
     @field_validator("interconnect_required")
     @classmethod
@@ -270,6 +290,7 @@ class JobCancelled(JobEvent):
 
 
 __all__ = [
+    "MAX_APPLICATION_RETRIES",
     "InferenceSpec",
     "Interconnect",
     "JobCancelRequested",
@@ -284,5 +305,6 @@ __all__ = [
     "JobSubmitted",
     "JobSucceeded",
     "PriorityClass",
+    "RetrySpec",
     "Toleration",
 ]

@@ -24,7 +24,9 @@ History:
   (``pending_reason``), which the upcaster derives from the record's binding reason (else its first
   reason) by the catalogue's one mapping (``events.catalog.pending_reasons``), as the scheduler does.
 - ``io.fedsched.JobSubmitted`` v1 -> v2: v2 can make the interconnect a hard constraint
-  (``interconnect_required``). A v1 request's interconnect was a preference, so: not required.
+  (``interconnect_required``; a v1 request's interconnect was a preference, so: not required) and says
+  how often a run the workload failed is retried (``retry.on_application_failure``; a v1 request could
+  not ask: none, ``0``, as it ran then).
 - ``io.fedsched.NodeUsageReported`` v1 -> v2: v2 names the ``run`` each job usage measured. A v1 report
   did not say, so its runs are ``None`` (the projections attribute it by time, as they did).
 - ``io.fedsched.ResourceProfileUpdated`` v1 -> v2: v2 counts the GPU failures of the last day
@@ -47,11 +49,11 @@ from events.catalog.decisions import (
     SuggestedChange,
     TopicOffset,
 )
-from events.catalog.jobs import InferenceSpec, Interconnect, JobKind, PriorityClass, Toleration
+from events.catalog.jobs import InferenceSpec, Interconnect, JobEvent, JobKind, PriorityClass, Toleration
 from events.catalog.pending_reasons import pending_reason_of
 from events.catalog.profiles import GpuModelProfile, Quantities
 from events.catalog.reasons import ReasonCode
-from events.catalog.topics import DECISIONS, GOVERNANCE, INVENTORY, JOBS, PROFILES
+from events.catalog.topics import DECISIONS, GOVERNANCE, INVENTORY, PROFILES
 from events.catalog.types import (
     MAX_REPLICAS,
     ClusterIdField,
@@ -353,15 +355,12 @@ def quota_v1_to_v2(payload: Payload) -> Payload:
     return payload
 
 
-class JobSubmittedV1(Event):
-    """A client asked to run a job (v1: its interconnect was only ever a preference)."""
+class JobSubmittedV1(JobEvent):
+    """A client asked to run a job (v1: its interconnect was only ever a preference, and no ``retry``)."""
 
     event_type: ClassVar[str] = "io.fedsched.JobSubmitted"
     schema_version: ClassVar[int] = 1
-    key_field: ClassVar[str | None] = "job_id"
-    topic: ClassVar[str] = JOBS.name
 
-    job_id: JobIdField
     name: Name
     tenant: TenantIdField
     project: Id = "default"
@@ -402,6 +401,7 @@ class JobSubmittedV1(Event):
 @upcaster("io.fedsched.JobSubmitted", 1)
 def submitted_v1_to_v2(payload: Payload) -> Payload:
     payload["interconnect_required"] = False
+    payload["retry"] = {"on_application_failure": 0}
     return payload
 
 

@@ -19,6 +19,13 @@ The words, in the terms of the state machine at the top of ``events.catalog.jobs
 - A job ends for good with one of ``JOB_END_EVENTS``: its run succeeded, failed or was cancelled, or the
   intake rejected the request. A ``JobCancelled`` whose ``run`` is ``NEVER_RAN`` (0) cancels a job that
   was never placed: it ends the job and no run (``ends_job`` is true, ``ends_run`` false).
+- A run that failed for a cause that may be retried does not end the job by itself (``awaits_verdict``):
+  the infrastructure's failures (``INFRASTRUCTURE_FAILURES``: the node failed, was lost or deleted, a
+  GPU failed; an eviction is reported as a node failure) always, the workload's own
+  (``APPLICATION_FAILURES``) when the job asked for retries (``JobSubmitted.retry``). The scheduler then
+  gives the one verdict every reader follows: ``JobRetryScheduled`` (the job is queued again) or
+  ``JobRetriesExhausted`` (one of ``JOB_END_EVENTS``: it failed for good). Other failures (a runtime
+  exceeded, a launch refused, an expired lease) end the job as before.
 - Every other event about a job (``OTHER_JOB_EVENTS``: the submission, the scheduler's decisions, the
   requests to stop, governance's notes) starts and ends nothing. A test holds every event type that
   names a ``job_id`` to these lists, so a new one cannot go unclassified.
@@ -32,7 +39,15 @@ from types import MappingProxyType
 from typing import TypeAlias
 
 from events.catalog.base import Event
-from events.catalog.decisions import JobPlaced, JobPreemptionRequested, JobQueued, JobReclaimRequested
+from events.catalog.decisions import (
+    FailureKind,
+    JobPlaced,
+    JobPreemptionRequested,
+    JobQueued,
+    JobReclaimRequested,
+    JobRetriesExhausted,
+    JobRetryScheduled,
+)
 from events.catalog.governance import GovernanceFinding, JobIdleWarning
 from events.catalog.jobs import (
     JobCancelled,
@@ -45,6 +60,7 @@ from events.catalog.jobs import (
     JobSubmitted,
     JobSucceeded,
 )
+from events.catalog.reasons import ReasonCode
 
 
 class JobStatus(StrEnum):
@@ -80,15 +96,21 @@ REQUEUED: frozenset[RunEnd] = frozenset({RunEnd.PREEMPTED, RunEnd.RECLAIMED})
 """Ends of a run after which the job waits in the queue again (the scheduler had it stopped)."""
 
 RunEndEvent: TypeAlias = JobSucceeded | JobFailed | JobCancelled | JobPreempted | JobReclaimed
-JobEndEvent: TypeAlias = JobSucceeded | JobFailed | JobCancelled | JobRejected
+JobEndEvent: TypeAlias = JobSucceeded | JobFailed | JobCancelled | JobRejected | JobRetriesExhausted
 
 RUN_START_EVENTS: tuple[type[JobStarted], ...] = (JobStarted,)
 """The cluster started the run's workload."""
 RUN_END_EVENTS: tuple[type[RunEndEvent], ...] = (JobSucceeded, JobFailed, JobCancelled, JobPreempted, JobReclaimed)
 """The run is over and its resources are free (except a cancellation of a job that never ran, see
 ``ends_run``)."""
-JOB_END_EVENTS: tuple[type[JobEndEvent], ...] = (JobSucceeded, JobFailed, JobCancelled, JobRejected)
-"""The job has ended for good: its status is final."""
+JOB_END_EVENTS: tuple[type[JobEndEvent], ...] = (
+    JobSucceeded,
+    JobFailed,
+    JobCancelled,
+    JobRejected,
+    JobRetriesExhausted,
+)
+"""The job has ended for good: its status is final (but a ``JobFailed`` that ``awaits_verdict``)."""
 OTHER_JOB_EVENTS: tuple[type[Event], ...] = (
     JobSubmitted,
     JobQueued,
@@ -98,8 +120,37 @@ OTHER_JOB_EVENTS: tuple[type[Event], ...] = (
     JobReclaimRequested,
     JobIdleWarning,
     GovernanceFinding,
+    JobRetryScheduled,
 )
 """The events about a job that start and end nothing."""
+
+INFRASTRUCTURE_FAILURES: frozenset[ReasonCode] = frozenset(
+    {ReasonCode.NODE_FAILURE, ReasonCode.NODE_LOST, ReasonCode.NODE_DELETED, ReasonCode.GPU_FAILURE}
+)
+"""Reasons of a ``JobFailed`` that blame the infrastructure, not the workload: always retried under the
+policy's budget of the job's priority class."""
+APPLICATION_FAILURES: frozenset[ReasonCode] = frozenset({ReasonCode.NON_ZERO_EXIT, ReasonCode.OUT_OF_MEMORY})
+"""Reasons of a ``JobFailed`` that blame the workload: retried only as often as the job asked."""
+
+
+def failure_kind(reason: ReasonCode | str) -> FailureKind | None:
+    """Whose failure a ``JobFailed`` reason names; ``None`` for a failure never retried."""
+    if reason in INFRASTRUCTURE_FAILURES:
+        return FailureKind.INFRASTRUCTURE
+    if reason in APPLICATION_FAILURES:
+        return FailureKind.APPLICATION
+    return None
+
+
+def awaits_verdict(event: Event, application_retries: int) -> bool:
+    """Whether ``event`` is a ``JobFailed`` the scheduler gives a retry verdict on (so it does not end the
+    job by itself): an infrastructure failure, or an application failure of a job that asked for
+    ``application_retries`` (its ``JobSubmitted.retry.on_application_failure``) more than 0."""
+    if not isinstance(event, JobFailed):
+        return False
+    kind = failure_kind(event.reason)
+    return kind is FailureKind.INFRASTRUCTURE or (kind is FailureKind.APPLICATION and application_retries > 0)
+
 
 NEVER_RAN = 0
 """The ``run`` of a ``JobCancelled`` that cancels a job never placed: it ends the job and no run."""
@@ -130,6 +181,8 @@ STATUS_AFTER: Mapping[type[Event], JobStatus] = MappingProxyType(
         JobPlaced: JobStatus.PLACED,
         JobStarted: JobStatus.RUNNING,
         JobRejected: JobStatus.REJECTED,
+        JobRetryScheduled: JobStatus.QUEUED,
+        JobRetriesExhausted: JobStatus.FAILED,
         **{cls: _STATUS_AFTER_END[how] for cls, how in RUN_END_OF.items()},
     }
 )
@@ -137,8 +190,11 @@ STATUS_AFTER: Mapping[type[Event], JobStatus] = MappingProxyType(
 notes) leave the status as it was."""
 
 
-def status_after(event: Event) -> JobStatus | None:
-    """The status ``event`` leaves its job in; ``None`` if it leaves the status as it was."""
+def status_after(event: Event, application_retries: int = 0) -> JobStatus | None:
+    """The status ``event`` leaves its job in; ``None`` if it leaves the status as it was. A ``JobFailed``
+    that ``awaits_verdict`` leaves it queued (for the scheduler's verdict), not failed."""
+    if awaits_verdict(event, application_retries):
+        return JobStatus.QUEUED
     return STATUS_AFTER.get(type(event))
 
 
@@ -154,9 +210,10 @@ def ends_run(event: Event) -> bool:
     return isinstance(event, RUN_END_EVENTS) and event.run != NEVER_RAN
 
 
-def ends_job(event: Event) -> bool:
-    """Whether ``event`` ends its job for good (one of ``JOB_END_EVENTS``)."""
-    return isinstance(event, JOB_END_EVENTS)
+def ends_job(event: Event, application_retries: int = 0) -> bool:
+    """Whether ``event`` ends its job for good: one of ``JOB_END_EVENTS``, but not a ``JobFailed`` that
+    ``awaits_verdict`` (``application_retries``: what the job's submission asked, 0 when not known)."""
+    return isinstance(event, JOB_END_EVENTS) and not awaits_verdict(event, application_retries)
 
 
 def run_end(event: Event) -> RunEnd | None:
@@ -165,7 +222,9 @@ def run_end(event: Event) -> RunEnd | None:
 
 
 __all__ = [
+    "APPLICATION_FAILURES",
     "FINAL_STATUSES",
+    "INFRASTRUCTURE_FAILURES",
     "JOB_END_EVENTS",
     "NEVER_RAN",
     "OTHER_JOB_EVENTS",
@@ -178,8 +237,10 @@ __all__ = [
     "JobStatus",
     "RunEnd",
     "RunEndEvent",
+    "awaits_verdict",
     "ends_job",
     "ends_run",
+    "failure_kind",
     "final_status",
     "run_end",
     "status_after",

@@ -50,6 +50,9 @@ class ReasonCode(StrEnum):
     NO_PREEMPTIBLE_VICTIMS = "NoPreemptibleVictims"
     INTERRUPTION_BUDGET_SPENT = "InterruptionBudgetSpent"
     INFERENCE_PROTECTED = "InferenceProtected"
+    # Retries: the scheduler's verdict on a run that failed (JobRetryScheduled, JobRetriesExhausted).
+    RETRY_SCHEDULED = "RetryScheduled"
+    RETRIES_EXHAUSTED = "RetriesExhausted"
     # Intake: why a request was refused (JobRejected, QuotaRequestRejected).
     INVALID_REQUEST = "InvalidRequest"
     DUPLICATE_REQUEST = "DuplicateRequest"
@@ -124,6 +127,8 @@ DESCRIPTIONS = MappingProxyType(
         _R.NO_PREEMPTIBLE_VICTIMS: "no running job may be preempted for it",
         _R.INTERRUPTION_BUDGET_SPENT: "the candidate victims were interrupted too often already",
         _R.INFERENCE_PROTECTED: "production inference is never preempted for it",
+        _R.RETRY_SCHEDULED: "its run failed and it goes back to the queue to run again, after a backoff",
+        _R.RETRIES_EXHAUSTED: "its run failed and it has no retries left: it ends failed",
         _R.INVALID_REQUEST: "the request is not valid",
         _R.DUPLICATE_REQUEST: "a request with the same client request id was already accepted",
         _R.UNKNOWN_TENANT: "the tenant is not registered",

@@ -45,6 +45,8 @@ JobPlaced                   P: a run no later than the latest placed is placed a
 JobPreemptionRequested      P: a step taken once per run. S: a run is asked to stop once; its preemptor
                             names it once.
 JobReclaimRequested         P: a step taken once per run. S: a set of runs. G: the run's rule, set again.
+JobRetryScheduled,          P: a step taken once per run. S: one verdict per run, the first. G (exhausted
+JobRetriesExhausted         only): the final status, once set, stays.
 SchedulingCycleCompleted    S: the highest sequence is kept.
 ResourceProfileUpdated      S: a version no later than the one held is ignored.
 PolicyConfigured            S: the latest per author (``configured_by``).

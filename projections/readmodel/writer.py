@@ -100,7 +100,9 @@ category of its wait, its places in the federation's order and in its own queue,
 ``JobQueued`` v2), in four columns of the jobs table, and the runtime each job was submitted with (what a
 budget's projection expects a running job to hold), so the jobs it had are filled in by the replay; 9: the
 NPUs a placement holds (the job's placement, the node's allocation, its free NPUs and NPU model in three
-columns of the nodes table)."""
+columns of the nodes table); a
+run that failed for a cause that may be retried leaves its job queued for the scheduler's verdict (not
+failed), and the jobs table counts the ``retries``."""
 _FORMAT_KEY = ("_format", "")
 ENDED_JOBS = f"{JOB_STAGE}.ended"
 """The stage name an ended job's view is stored under: not loaded at start (the in-process host keeps

@@ -1,6 +1,11 @@
 """The job view: each job's status, timeline with reasons, placement, waiting time, runs, preemptions,
 and while it waits, where it stands (``Wait``: its wait's category, its places, its estimated start).
 
+A run that failed for a cause that may be retried (``events.catalog.lifecycle.awaits_verdict``) leaves
+the job queued, not failed: the scheduler's verdict decides, ``JobRetryScheduled`` (a timeline entry
+"retry 1 of 3 after node n-17 failed", one more in ``retries``) or ``JobRetriesExhausted`` (failed, with
+the reason ``RetriesExhausted`` and the scheduler's words).
+
 Called by the projection hosts; its entities are keyed by job id. Pure. Besides the view, this stage
 derives the deltas the other stages need: a placement becomes allocations on its nodes and on its
 tenant's queue; the end of a run releases them and reports the GPU time used; a queued job is
@@ -63,7 +68,15 @@ from operator import attrgetter
 from typing import Any
 
 from events.catalog.base import Event
-from events.catalog.decisions import JobPlaced, JobPreemptionRequested, JobQueued, JobReclaimRequested
+from events.catalog.decisions import (
+    FailureKind,
+    JobPlaced,
+    JobPreemptionRequested,
+    JobQueued,
+    JobReclaimRequested,
+    JobRetriesExhausted,
+    JobRetryScheduled,
+)
 from events.catalog.jobs import (
     JobCancelled,
     JobCancelRequested,
@@ -75,7 +88,7 @@ from events.catalog.jobs import (
     JobSubmitted,
     JobSucceeded,
 )
-from events.catalog.lifecycle import FINAL_STATUSES, RUN_END_OF, STATUS_AFTER
+from events.catalog.lifecycle import FINAL_STATUSES, RUN_END_OF, STATUS_AFTER, failure_kind
 from events.wire.envelope import Envelope, mark_after
 from projections.stages.core import Applied, Emitted, Input, Routed, Silent, evolve, record
 from projections.stages.deltas import NodeAllocation, PendingDemand, QueueAllocation, ShapeSeen, UsageInterval
@@ -108,6 +121,8 @@ _RANK = {
     "JobPreempted": 7,
     "JobReclaimed": 7,
     "JobCancelled": 7,
+    "JobRetryScheduled": 8,
+    "JobRetriesExhausted": 8,
 }
 """Within one millisecond, what enables comes before what it enables."""
 
@@ -150,6 +165,7 @@ class Submission:
     preemptible: bool
     expected_runtime_s: int | None = None
     max_runtime_s: int | None = None
+    application_retries: int = 0
 
 
 @record
@@ -228,6 +244,10 @@ class JobView:
     run: int = 0
     runs: int = 0
     preemptions: int = 0
+    retries: int = 0
+    """Runs that failed and were retried (``JobRetryScheduled``): ``runs`` counts every attempt."""
+    application_retries: int = 0
+    """Retries the job asked for after its workload fails a run (``retry.on_application_failure``)."""
     waiting_ms: int = 0
     queued_since_ms: int | None = None
     last_reason: str = ""
@@ -263,7 +283,7 @@ class JobView:
         return self.cluster is not None and bool(self.placement) and self.status in ("placed", "running")
 
 
-_DECISIONS = (JobQueued, JobPlaced, JobPreemptionRequested, JobReclaimRequested)
+_DECISIONS = (JobQueued, JobPlaced, JobPreemptionRequested, JobReclaimRequested, JobRetryScheduled, JobRetriesExhausted)
 _HANDLED = (
     JobSubmitted,
     JobQueued,
@@ -278,6 +298,8 @@ _HANDLED = (
     JobReclaimRequested,
     JobCancelRequested,
     JobRejected,
+    JobRetryScheduled,
+    JobRetriesExhausted,
 )
 _NAMES: dict[type, str] = {cls: cls.event_type.rsplit(".", 1)[-1] for cls in _HANDLED}
 _by_order = attrgetter("order")
@@ -324,7 +346,8 @@ class JobStage(Silent[JobView]):
         return view, emitted
 
 
-_ONCE_PER_RUN = frozenset({"JobStarted", "JobPreemptionRequested", "JobReclaimRequested"})
+_VERDICTS = frozenset({"JobRetryScheduled", "JobRetriesExhausted"})
+_ONCE_PER_RUN = frozenset({"JobStarted", "JobPreemptionRequested", "JobReclaimRequested", *_VERDICTS})
 _ONCE_PER_JOB = frozenset({"JobSubmitted", "JobRejected", "JobCancelRequested"})
 
 
@@ -387,6 +410,7 @@ def _fact(event: Event, kind: str, order: Order, now: int) -> Fact:
             event.preemptible,
             event.expected_runtime_s,
             event.max_runtime_s,
+            event.retry.on_application_failure,
         )
         return Fact(order, now, kind, 0, "Submitted", "", submission)
     if isinstance(event, JobQueued):
@@ -403,7 +427,9 @@ def _fact(event: Event, kind: str, order: Order, now: int) -> Fact:
         return Fact(order, now, kind, 0, "CancelRequested", event.reason[:512])
     if isinstance(event, JobRejected):
         return Fact(order, now, kind, 0, event.reason.value, event.message[:512], tenant=event.tenant)
-    if isinstance(event, JobFailed | JobPreemptionRequested | JobReclaimRequested):
+    if isinstance(
+        event, JobFailed | JobPreemptionRequested | JobReclaimRequested | JobRetryScheduled | JobRetriesExhausted
+    ):
         return Fact(order, now, kind, event.run, event.reason.value, event.message[:512])
     run: int = getattr(event, "run", 0)
     message: str = getattr(event, "message", "")
@@ -551,6 +577,8 @@ def _apply(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView, 
         return _run_ended(view, fact, now, **extra)
     if kind in _REQUESTS:
         return _log(view, now, view.status, fact, **extra), []
+    if kind in _VERDICTS:
+        return _verdict(view, fact, now, **extra)
     if kind == "JobRejected":
         changes = {"status": "rejected", "tenant": view.tenant or fact.tenant, "ended_ms": now, "wait": NOT_WAITING}
         return _log(view, now, "rejected", fact, **changes, **extra), []
@@ -583,6 +611,7 @@ def _submitted(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobVi
         preemptible=s.preemptible,
         expected_runtime_s=s.expected_runtime_s,
         max_runtime_s=s.max_runtime_s,
+        application_retries=s.application_retries,
         submitted_ms=now,
         status=status,
         queued_since_ms=now if first else view.queued_since_ms,
@@ -655,11 +684,16 @@ def _run_ended(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobVi
         return logged, _release_accounting(view, held.run, held.cluster, held.placement, held.placed_ms, now)
     emitted = _release(view, now) if view.allocated else []
     status, reason = _RUN_ENDS[fact.event]
+    awaits = False
     if fact.event == "JobFailed":
         reason = fact.reason
+        awaits = _awaits_verdict(view, fact.reason) and ("JobRetriesExhausted", run) not in view.seen
+        status = "queued" if awaits else status
     emitted += _demand(view, status == "queued")  # of fields the end of a run does not change
     changes: dict[str, int | str | None]
-    if status == "queued":  # back in the queue: no cluster holds it until it is placed again
+    if awaits:  # the scheduler's verdict ends the job or queues it again: until then it waits for it
+        changes = {"queued_since_ms": now, "cluster": None}
+    elif status == "queued":  # back in the queue: no cluster holds it until it is placed again
         changes = {"preemptions": view.preemptions + 1, "queued_since_ms": now, "cluster": None}
     else:
         changes = {"ended_ms": now, "queued_since_ms": None}
@@ -667,6 +701,24 @@ def _run_ended(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobVi
         view, now, status, fact, reason, fact.message, status=status, placement=(), wait=NOT_WAITING, **changes, **extra
     )
     return logged, emitted
+
+
+def _awaits_verdict(view: JobView, reason: str) -> bool:
+    """Whether a run that failed for ``reason`` awaits the scheduler's retry verdict
+    (``events.catalog.lifecycle.awaits_verdict``, with what the job asked)."""
+    kind = failure_kind(reason)
+    return kind is FailureKind.INFRASTRUCTURE or (kind is FailureKind.APPLICATION and view.application_retries > 0)
+
+
+def _verdict(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView, list[Emitted]]:
+    """The scheduler's verdict on a failed run: queued again (one more retry) or failed for good."""
+    if view.status in FINAL_STATUSES or fact.run != view.run:
+        return _log(view, now, view.status, fact, **extra), []
+    if fact.event == "JobRetryScheduled":
+        changes = {"status": "queued", "retries": view.retries + 1, "queued_since_ms": _since(view, now)}
+        return _log(view, now, "queued", fact, **changes, **extra), []
+    changes = {"status": "failed", "ended_ms": now, "queued_since_ms": None, "wait": NOT_WAITING}
+    return _log(view, now, "failed", fact, **changes, **extra), _demand(view, False)
 
 
 def _since(view: JobView, now: int) -> int:

@@ -106,6 +106,7 @@ def job(row: JobSummary, *, now_ms: int, with_timeline: bool = False) -> jobs_pb
         run=row.run,
         runs=row.runs,
         preemptions=row.preemptions,
+        retries=row.retries,
         last_reason=row.last_reason,
         last_message=row.last_message,
         placement=slots(row.placement),

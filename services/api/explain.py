@@ -20,6 +20,8 @@ from events.catalog.decisions import (
     JobPreemptionRequested,
     JobQueued,
     JobReclaimRequested,
+    JobRetriesExhausted,
+    JobRetryScheduled,
 )
 from events.catalog.lifecycle import FINAL_STATUSES
 from events.catalog.pending_reasons import DESCRIPTIONS as CATEGORIES
@@ -28,11 +30,16 @@ from events.wire.envelope import format_time
 from services.api.convert import describe, reason_text, slots, timeline_entry, waited_ms
 from services.api.pb import jobs_pb2
 
-_DECISIONS: dict[str, type[JobQueued | JobPlaced | JobPreemptionRequested | JobReclaimRequested]] = {
+Decision = (
+    JobQueued | JobPlaced | JobPreemptionRequested | JobReclaimRequested | JobRetryScheduled | JobRetriesExhausted
+)
+_DECISIONS: dict[str, type[Decision]] = {
     "JobQueued": JobQueued,
     "JobPlaced": JobPlaced,
     "JobPreemptionRequested": JobPreemptionRequested,
     "JobReclaimRequested": JobReclaimRequested,
+    "JobRetryScheduled": JobRetryScheduled,
+    "JobRetriesExhausted": JobRetriesExhausted,
 }
 _PREEMPTION_EVENTS = ("JobPreemptionRequested", "JobPreempted", "JobReclaimRequested", "JobReclaimed")
 _STOP_REQUESTS = ("JobPreemptionRequested", "JobReclaimRequested")
@@ -74,6 +81,11 @@ def explain(row: Mapping[str, Any], now_ms: int) -> jobs_pb2.Explanation:
         out.cycle_id = decision.cycle_id
         out.preemption.CopyFrom(_preemption(decision))
         summary += _preemption_lines(decision)
+    elif isinstance(decision, JobRetryScheduled | JobRetriesExhausted):
+        # A failed run's verdict: the job waits out its backoff (then its next wait explains it), or ended.
+        out.question = "finished" if status in FINAL_STATUSES else "waiting"
+        out.cycle_id = decision.cycle_id
+        summary.append(_retry_line(decision))
     else:
         out.question = "finished" if status in FINAL_STATUSES else "unknown"
         summary.append(_no_decision(status, body is not None))
@@ -84,7 +96,15 @@ def explain(row: Mapping[str, Any], now_ms: int) -> jobs_pb2.Explanation:
     return out
 
 
-def _decision(kind: str, body: object) -> JobQueued | JobPlaced | JobPreemptionRequested | JobReclaimRequested | None:
+def _retry_line(d: JobRetryScheduled | JobRetriesExhausted) -> str:
+    """The verdict in the scheduler's words, with when the retry may start."""
+    line = d.message[:1].upper() + d.message[1:] + "."
+    if isinstance(d, JobRetryScheduled):
+        line += f" It may be placed again from {format_time(d.not_before_ms)}."
+    return line
+
+
+def _decision(kind: str, body: object) -> Decision | None:
     cls = _DECISIONS.get(kind)
     if cls is None or body is None:
         return None

@@ -94,6 +94,8 @@ def job_spec_body(spec: jobs_pb2.JobSpec) -> dict[str, Any]:
             "min_replicas": spec.inference.min_replicas,
             "spread_clusters": spec.inference.spread_clusters,
         }
+    if spec.HasField("retry"):
+        body["retry"] = {"on_application_failure": spec.retry.on_application_failure}
     if spec.template_json:
         body["template"] = parse_template(spec.template_json)
     if spec.labels:

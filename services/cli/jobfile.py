@@ -19,6 +19,7 @@ datasets: [c4-en]
 preemptible: true
 expected_runtime: 6h            # seconds, or 90s / 30m / 6h / 2d / 1h30m (also expected_runtime_s)
 max_runtime: 1d
+retry: {on_application_failure: 2}   # retries after the workload fails (node losses: the policy's)
 template: {image: "registry.example/llm:1.2", command: [python, train.py]}
 labels: {team: nlp}
 client_request_id: ft-2026-12-02-1   # idempotency key (optional)
@@ -57,7 +58,7 @@ _RESOURCES = {
     "min_gpu_memory_mib": int,
 }
 _DURATIONS = ("expected_runtime", "max_runtime")
-_OTHER = {"resources", "datasets", "tolerations", "inference", "template", "labels", "client_request_id"}
+_OTHER = {"resources", "datasets", "tolerations", "inference", "retry", "template", "labels", "client_request_id"}
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 
@@ -105,6 +106,15 @@ def parse(text: str) -> tuple[jobs_pb2.JobSpec, str | None]:
                 field = f"inference.{part}"
                 _set(spec.inference, part, _typed(field, inference[part], int), field=field)
         spec.inference.SetInParent()
+    if doc.get("retry") is not None:
+        retry = _mapping("retry", doc["retry"])
+        for part in retry:
+            if part != "on_application_failure":
+                raise JobFileError(f"retry.{part}", "unknown field; known: on_application_failure")
+        if "on_application_failure" in retry:
+            field = "retry.on_application_failure"
+            _set(spec.retry, "on_application_failure", _typed(field, retry["on_application_failure"], int), field=field)
+        spec.retry.SetInParent()
     if doc.get("template") is not None:
         spec.template_json = json.dumps(_mapping("template", doc["template"]), default=str)
     for key, value in _mapping("labels", doc.get("labels") or {}).items():

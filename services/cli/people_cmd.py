@@ -420,6 +420,7 @@ async def show_job(args: argparse.Namespace, client: Client) -> int:
     if args.json:
         _print_json(to_dict(job))
         return 0
+    retried = f", retried {job.retries} times after failures" if job.retries else ""
     fields = [
         ("job", job.job_id),
         ("name", job.name),
@@ -427,7 +428,7 @@ async def show_job(args: argparse.Namespace, client: Client) -> int:
         ("kind", f"{job.kind}, {job.priority_class}, {job.replicas} replica(s) x {gpus(job.gpu_milli)} GPU"),
         ("status", job.status + (f" on {job.cluster}" if job.cluster else "")),
         ("reason", f"{job.last_reason} {job.last_message}".strip() or "-"),
-        ("runs", f"{job.runs} (preempted {job.preemptions} times), waited {duration(job.waiting_ms)}"),
+        ("runs", f"{job.runs} (preempted {job.preemptions} times{retried}), waited {duration(job.waiting_ms)}"),
     ]
     for name in ("submitted_ms", "placed_ms", "started_ms", "ended_ms"):
         if job.HasField(name):

@@ -41,6 +41,7 @@ from typing import Protocol
 import asyncpg
 
 from connectors.sim.clock import SimClock
+from connectors.sim.host import SimFleet
 from events.audit.archive import AuditArchiver
 from events.audit.checkpoint_files import (
     CHECKPOINT_DIR_ENV,
@@ -97,6 +98,8 @@ class Running:
     closers: list[Callable[[], Awaitable[object]]] = field(default_factory=list)
     api_token: str | None = None
     clock: SimClock | None = None
+    fleet: SimFleet | None = None
+    """The simulated clusters (``None`` without them): an operator's drills go through it."""
     started_pg: bool = False
     governance: GovernanceHost | None = None
     supervised: dict[str, Supervised] = field(default_factory=dict)
@@ -343,6 +346,7 @@ async def _start_fleet(running: Running) -> None:
         clock=running.clock,
     )
     await fleet.start()
+    running.fleet = fleet
     running.closers.append(fleet.stop)
 
 

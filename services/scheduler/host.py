@@ -245,7 +245,8 @@ class SchedulerHost:
         await self._sink.drop()
 
     def needs_cycle(self, now_ms: int) -> bool:
-        if self.state.pending_count() == 0 and not self.state.open_cancellations():
+        state = self.state
+        if not (state.pending_count() or state.open_cancellations() or state.awaiting_verdict_count()):
             return False
         return self._dirty or now_ms - self._last_cycle_at >= self._idle_cycle_ms
 

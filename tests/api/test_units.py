@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from events.catalog.decisions import CandidateScore, JobPlaced, ReplicaPlacement
+from events.catalog.decisions import CandidateScore, JobPlaced, JobRetriesExhausted, JobRetryScheduled, ReplicaPlacement
 from events.catalog.jobs import JobKind, JobSubmitted, PriorityClass
+from events.wire.envelope import format_time
 from services.api import codegen, validation
 from services.api.convert import waited_ms
 from services.api.errors import InvalidArgument, field_path
@@ -20,6 +21,7 @@ from services.cli import jobfile
 from services.scheduler.core.policy import Preempt, Queue, schedule
 from tests.api.support import spec
 from tests.scheduler.builders import a_job, a_node, running, snapshot
+from tests.unit.events.catalog_samples import sample
 
 
 def test_a_job_file_becomes_a_spec_with_durations_template_and_labels() -> None:
@@ -58,6 +60,9 @@ client_request_id: run-7
         ("name: [unclosed", "(file)"),
         ("name: n\nreplicas: 99999999999", "replicas"),
         ("name: n\ninterconnect: rdma\ninterconnect_required: 'yes'", "interconnect_required"),
+        ("name: n\nretry: {on_node_failure: 1}", "retry.on_node_failure"),
+        ("name: n\nretry: {on_application_failure: often}", "retry.on_application_failure"),
+        ("name: n\nretry: 3", "retry"),
     ],
 )
 def test_a_bad_job_file_names_the_field(text: str, field: str) -> None:
@@ -82,6 +87,8 @@ def test_a_bad_job_file_names_the_field(text: str, field: str) -> None:
         (spec(tenant=""), "tenant"),
         (spec(interconnect_required=True), "interconnect_required"),  # requires no interconnect
         (spec(interconnect="infiniband", interconnect_required=True), "interconnect"),
+        (spec(retry=jobs_pb2.RetrySpec(on_application_failure=101)), "retry.on_application_failure"),
+        (spec(retry=jobs_pb2.RetrySpec(on_application_failure=-1)), "retry.on_application_failure"),
     ],
 )
 def test_edge_validation_names_the_field_as_the_catalogue_does(bad: jobs_pb2.JobSpec, field: str) -> None:
@@ -107,6 +114,14 @@ def test_a_required_interconnect_goes_from_the_job_file_to_the_event() -> None:
 def test_defaults_come_from_the_catalogue() -> None:
     event = validation.event_from(JobSubmitted, {**validation.job_spec_body(spec()), "job_id": "j-1"})
     assert (event.replicas, event.preemptible, event.queue, event.kind.value) == (1, True, "default", "batch")
+    assert event.retry.on_application_failure == 0
+
+
+def test_a_job_file_asks_for_retries_after_its_own_failures_and_the_api_keeps_them() -> None:
+    parsed, _ = jobfile.parse("name: n\ntenant: t\nresources: {gpus: 1}\nretry: {on_application_failure: 2}\n")
+    assert parsed.retry.on_application_failure == 2
+    event = validation.event_from(JobSubmitted, {**validation.job_spec_body(parsed), "job_id": "j-1"})
+    assert event.retry.on_application_failure == 2
 
 
 def test_page_tokens_continue_only_the_query_they_came_from() -> None:
@@ -132,6 +147,32 @@ def test_an_explanation_without_a_decision_says_so() -> None:
     assert answer.question == "unknown" and "no decision" in answer.summary[0]
     row.update(last_decision={"job_id": "j-1", "from": "the future"}, last_decision_type="JobQueued")
     assert "cannot read" in explain(row, 0).summary[0]
+
+
+def test_an_explanation_of_a_retry_gives_the_scheduler_s_words_and_when_it_may_start() -> None:
+    retry = sample(JobRetryScheduled)
+    row = {
+        "entity_key": retry.job_id,
+        "status": "queued",
+        "timeline": [],
+        "last_decision": json.loads(retry.model_dump_json()),
+        "last_decision_type": "JobRetryScheduled",
+    }
+    answer = explain(row, 0)
+    assert answer.question == "waiting" and answer.summary[0].startswith("Retry 1 of 3 after node")
+    assert f"placed again from {format_time(retry.not_before_ms)}" in answer.summary[0]
+    gave_up = sample(JobRetriesExhausted)
+    row.update(
+        status="failed",
+        last_reason="RetriesExhausted",
+        last_decision=json.loads(gave_up.model_dump_json()),
+        last_decision_type="JobRetriesExhausted",
+    )
+    answer = explain(row, 0)
+    assert answer.question == "finished" and answer.summary[0].startswith(
+        "The job has ended: failed (RetriesExhausted)"
+    )
+    assert answer.summary[1] == gave_up.message[:1].upper() + gave_up.message[1:] + "."
 
 
 def test_stubs_are_generated_with_package_imports_and_not_twice(tmp_path: Path) -> None:

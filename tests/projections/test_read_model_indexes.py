@@ -18,6 +18,7 @@ ADDED = (
     "estimated_start_ms",
     "expected_runtime_s",
     "max_runtime_s",
+    "retries",
 )
 """The jobs table's columns added since it was first made, in the order they were added."""
 LISTING = (

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from events.catalog.decisions import JobQueued
+from events.catalog.lifecycle import APPLICATION_FAILURES, INFRASTRUCTURE_FAILURES
 from events.catalog.pending_reasons import PENDING_REASONS, PendingReason
 from services.scheduler.core.policy import Queue, ReasonCode, schedule
 from tests.scheduler.builders import a_job, a_node, running, snapshot
@@ -20,6 +21,8 @@ pytestmark = pytest.mark.timeout(30)
 CORE = Path(__file__).resolve().parents[2] / "services" / "scheduler" / "core"
 NOT_WAITING = {ReasonCode.PLACED, ReasonCode.BACKFILLED, ReasonCode.PRIORITY_PREEMPTION, ReasonCode.RECLAIM_BORROWED}
 """What the core names for a placement or a preemption, never for a wait."""
+NOT_WAITING |= INFRASTRUCTURE_FAILURES | APPLICATION_FAILURES
+"""... and the failures its retry verdicts name (``policy.retries``)."""
 
 
 def test_with_two_tenants_a_jobs_place_in_its_own_queue_is_not_its_place_in_the_federation() -> None:

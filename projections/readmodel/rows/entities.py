@@ -85,6 +85,7 @@ def _job_rows(key: str, job: JobView) -> Sequence[Row]:
             job.wait.estimated_start_ms,
             job.expected_runtime_s,
             job.max_runtime_s,
+            job.retries,
         )
     ]
 

@@ -103,6 +103,7 @@ def _summary_fields(r: Record) -> dict[str, Any]:
         "estimated_start_ms": _maybe_int(r, "estimated_start_ms"),
         "expected_runtime_s": _maybe_int(r, "expected_runtime_s"),
         "max_runtime_s": _maybe_int(r, "max_runtime_s"),
+        "retries": _int(r, "retries"),
     }
 
 

@@ -108,6 +108,7 @@ JOBS = Table(
         # The runtime it was submitted with, expected and at most (seconds; NULL: none given).
         ("expected_runtime_s", "bigint"),
         ("max_runtime_s", "bigint"),
+        ("retries", "int"),  # runs that failed and were retried (``runs`` counts every attempt)
     ),
     _JOB_INDEXES,
 )

@@ -97,6 +97,8 @@ class JobSummary:
     expected_runtime_s: int | None
     max_runtime_s: int | None
     """The runtime it was submitted with, expected and at most (``None``: none given)."""
+    retries: int
+    """Runs that failed and were retried (the scheduler's ``JobRetryScheduled``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from events.catalog.base import Event, has_field
 from events.catalog.budget_windows import DAY_MS, HeldLedger
-from events.catalog.decisions import JobPlaced, JobQueued, JobReclaimRequested
+from events.catalog.decisions import JobPlaced, JobQueued, JobReclaimRequested, JobRetriesExhausted
 from events.catalog.governance import (
     BudgetSet,
     BudgetWindowOpened,
@@ -36,7 +36,16 @@ from events.catalog.governance import (
 )
 from events.catalog.inventory import ClusterStatus, ClusterStatusChanged, NodeObserved, NodeRemoved, NodeUsageReported
 from events.catalog.jobs import JobCancelRequested, JobFailed, JobKind, JobStarted, JobSubmitted
-from events.catalog.lifecycle import RUN_END_EVENTS, RUN_END_OF, JobStatus, RunEnd, RunEndEvent, ends_run, final_status
+from events.catalog.lifecycle import (
+    RUN_END_EVENTS,
+    RUN_END_OF,
+    JobStatus,
+    RunEnd,
+    RunEndEvent,
+    awaits_verdict,
+    ends_run,
+    final_status,
+)
 from events.wire.envelope import Envelope, Latest, mark_after
 from services.governance.core.failures import Entry, FailureIndex
 
@@ -104,10 +113,11 @@ class Spec:
     kind: JobKind
     gang: bool
     max_runtime_s: int | None
+    application_retries: int = 0
 
     @classmethod
     def of(cls, e: JobSubmitted) -> Spec:
-        return cls(e.tenant, e.name, e.kind, e.gang, e.max_runtime_s)
+        return cls(e.tenant, e.name, e.kind, e.gang, e.max_runtime_s, e.retry.on_application_failure)
 
 
 @dataclass(slots=True)
@@ -310,6 +320,8 @@ def _ended(state: GovState, e: RunEndEvent, t: int) -> None:
     facts = state.job(e.job_id)
     how = RUN_END_OF[type(e)]
     final = final_status(how)
+    if awaits_verdict(e, facts.spec.application_retries if facts.spec is not None else 0):
+        final = None  # the scheduler's verdict ends the job, or queues it again (``_exhausted``)
     if not ends_run(e):  # a job cancelled before it ever ran: it ends, and no run does
         facts.terminal = facts.terminal or final
         return
@@ -331,6 +343,11 @@ def _ended(state: GovState, e: RunEndEvent, t: int) -> None:
     if isinstance(e, JobFailed):
         run.fail_reason = e.reason.value
         run.fail_node = e.node or (run.nodes[0] if run.nodes else None)
+
+
+def _exhausted(state: GovState, e: Event, _: int, _at: Stamp) -> None:
+    facts = state.job(e.job_id)  # type: ignore[attr-defined]
+    facts.terminal = facts.terminal or JobStatus.FAILED
 
 
 def _hold(facts: JobFacts, e: JobStarted | RunEndEvent | JobReclaimRequested, t: int) -> bool:
@@ -466,6 +483,7 @@ _HANDLERS: dict[type[Event], Callable[[GovState, Event, int, Stamp], None]] = {
     JobStarted: _started,
     JobCancelRequested: _cancel_requested,
     JobReclaimRequested: _reclaim_requested,
+    JobRetriesExhausted: _exhausted,
     NodeUsageReported: _usage,
     NodeObserved: _node_observed,
     NodeRemoved: _node_removed,

@@ -22,9 +22,12 @@ from events.catalog.base import Event
 from events.catalog.decisions import (
     BindingConstraint,
     ClusterWhyNot,
+    FailureKind,
     JobPlaced,
     JobPreemptionRequested,
     JobQueued,
+    JobRetriesExhausted,
+    JobRetryScheduled,
     SchedulingCycleCompleted,
     SuggestedChange,
     TopicOffset,
@@ -87,7 +90,14 @@ It schedules NPUs (``-5`` dropped them: an NPU job waited as asking nothing, or 
 was): NPU devices in ``JobPlaced.npu_indices``,
 quota lines ``npu`` and ``npu:<MODEL>``, NPUs in fair share's dominant share, waits that name NPUs;
 work asking no NPU keeps off nodes with free NPUs unless nothing else fits; on a node whose GPUs differ,
-a job naming models or a memory floor takes only the cards that meet them (``-5`` read the first card's)."""
+a job naming models or a memory floor takes only the cards that meet them (``-5`` read the first card's).
+It gives a verdict on each run the infrastructure
+failed (or the workload, for a job that asked for retries): ``JobRetryScheduled`` within the retry budget
+of the job's priority class (the policy's ``retry_classes``), after a backoff, else ``JobRetriesExhausted``
+(``-5`` let such a failure end the job); a job that waited the policy's ``class_aging_step_ms`` is ordered
+one class up per step, up to its ``class_aging_ceiling`` (standard), and its placement or wait says it was
+promoted by aging (``-5`` aged jobs only within their class, so a stream of standard jobs starved best
+effort)."""
 
 
 def cycle_id(sequence: int) -> CycleId:
@@ -220,6 +230,29 @@ def _moved(before: int | None, now: int) -> bool:
     return before is not None and abs(max(1, now) - before) >= max(1, before // 5)
 
 
+def _verdict(state: SchedulerState, decision: core.Retry | core.GiveUp, cid: CycleId) -> Event | None:
+    """The verdict on a failed run, unless one was given already (the core sees only runs without one)."""
+    facts = state.jobs.get(decision.job_id)
+    if facts is None or facts.verdict(decision.run):
+        return None
+    common: dict[str, object] = {
+        "job_id": decision.job_id,
+        "cycle_id": cid,
+        "run": decision.run,
+        "cluster": decision.cluster,
+        "node": event_node(decision.node) if decision.node else None,
+        "failure": _reason(decision.failure),
+        "kind": FailureKind.INFRASTRUCTURE if decision.infrastructure else FailureKind.APPLICATION,
+        "allowed": decision.allowed,
+        "message": decision.message[:_TEXT],
+    }
+    if isinstance(decision, core.Retry):
+        return JobRetryScheduled.model_validate(
+            {**common, "attempt": decision.attempt, "not_before_ms": decision.not_before_ms}
+        )
+    return JobRetriesExhausted.model_validate({**common, "used": decision.used})
+
+
 def _event(state: SchedulerState, decision: core.Decision, cid: CycleId, now_ms: int) -> Event | None:
     if isinstance(decision, core.Place):
         facts = state.jobs[decision.job_id]
@@ -294,4 +327,6 @@ def _event(state: SchedulerState, decision: core.Decision, cid: CycleId, now_ms:
             grace_period_s=decision.grace_period_s,
             message=decision.message[:_TEXT],
         )
+    if isinstance(decision, core.Retry | core.GiveUp):
+        return _verdict(state, decision, cid)
     return None  # Reserve: visible in the reserved job's JobQueued (ReservedForGang) and explanation

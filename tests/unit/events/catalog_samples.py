@@ -18,10 +18,13 @@ from events.catalog.decisions import (
     BindingConstraint,
     CandidateScore,
     ClusterWhyNot,
+    FailureKind,
     JobPlaced,
     JobPreemptionRequested,
     JobQueued,
     JobReclaimRequested,
+    JobRetriesExhausted,
+    JobRetryScheduled,
     ReclaimFigures,
     ReplicaPlacement,
     SchedulingCycleCompleted,
@@ -84,6 +87,7 @@ from events.catalog.jobs import (
     JobSubmitted,
     JobSucceeded,
     PriorityClass,
+    RetrySpec,
     Toleration,
 )
 from events.catalog.legacy import (
@@ -244,6 +248,7 @@ def _submitted() -> JobSubmitted:
         labels={"team": "assistant", "cost-center": "cc-4410"},
         submitted_by="alice@example.com",
         client_request_id="mlflow/run-8c1f/submit",
+        retry=RetrySpec(on_application_failure=2),
     )
 
 
@@ -375,6 +380,30 @@ def _decisions() -> list[Event]:
                 reclaimed_milli=4_000,
             ),
             message="search-prod needs 4 H100 of its guarantee back",
+        ),
+        JobRetryScheduled(
+            job_id=JOB,
+            cycle_id=CYCLE,
+            run=1,
+            cluster=C1,
+            node=N1,
+            failure=R.NODE_FAILURE,
+            kind=FailureKind.INFRASTRUCTURE,
+            allowed=3,
+            attempt=1,
+            not_before_ms=T0 + 30_000,
+            message="retry 1 of 3 after node gpu-a100-017 failed; back in the queue in 30 s",
+        ),
+        JobRetriesExhausted(
+            job_id=JOB,
+            cycle_id=CYCLE,
+            run=3,
+            cluster=C1,
+            failure=R.NON_ZERO_EXIT,
+            kind=FailureKind.APPLICATION,
+            allowed=2,
+            used=2,
+            message="not retried: the workload failed (exit code 1) and the 2 retries it asked for are used",
         ),
         SchedulingCycleCompleted(**_cycle(), engine="decisions-3"),
     ]
@@ -584,7 +613,7 @@ def _cycle() -> dict[str, Any]:
 def _legacy() -> list[Event]:
     chosen, runner_up = _scores()
     return [
-        JobSubmittedV1(**_submitted().model_dump(exclude={"interconnect_required"})),
+        JobSubmittedV1(**_submitted().model_dump(exclude={"interconnect_required", "retry"})),
         JobQueuedV1(**_wait(), queue_position=3, estimated_start_ms=T0 + 2 * HOUR),
         JobPlacedV1(
             job_id=JOB,

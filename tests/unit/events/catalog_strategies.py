@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, JsonValue, StringConstraints
 from pydantic.fields import FieldInfo
 
-from events.catalog.decisions import CandidateScore, JobPlaced, JobQueued, ReplicaPlacement
-from events.catalog.documents import MIN_USAGE_HALF_LIFE_MS, BudgetSpec, PolicySpec
+from events.catalog.decisions import CandidateScore, JobPlaced, JobQueued, JobRetryScheduled, ReplicaPlacement
+from events.catalog.documents import MIN_USAGE_HALF_LIFE_MS, RETRY_DEFAULTS, BudgetSpec, PolicySpec
 from events.catalog.governance import (
     BudgetWindowOpened,
     QuotaLine,
@@ -276,6 +276,14 @@ def _policy(v: Values) -> Values:
     half_life = v["usage_half_life_ms"]
     if isinstance(half_life, int) and 0 < half_life < MIN_USAGE_HALF_LIFE_MS:
         v["usage_half_life_ms"] = 0
+    retry = v.get("retry_classes")
+    if isinstance(retry, dict):  # a backoff above its cap (the class's default filling a rule left out) is refused
+        v["retry_classes"] = {
+            p: r
+            if (m := r.over(RETRY_DEFAULTS[p])).backoff_s <= m.max_backoff_s
+            else r.model_copy(update={"backoff_s": 0})
+            for p, r in retry.items()
+        }
     return v
 
 
@@ -286,7 +294,14 @@ def _queued(v: Values) -> Values:
     return v
 
 
+def _retry(v: Values) -> Values:
+    if v["attempt"] > v["allowed"]:  # type: ignore[operator]
+        v["allowed"] = v["attempt"]
+    return v
+
+
 FIXUPS: dict[type[BaseModel], Callable[[Values], Values]] = {
+    JobRetryScheduled: _retry,
     BudgetSpec: _budget,
     BudgetWindowOpened: lambda v: _ordered_pair(v, "start_ms", "end_ms"),
     PolicySpec: _policy,

@@ -53,6 +53,8 @@ CATALOGUE = {
     "io.fedsched.JobReclaimRequested": 1,
     "io.fedsched.JobReclaimed": 1,
     "io.fedsched.JobRejected": 1,
+    "io.fedsched.JobRetriesExhausted": 1,
+    "io.fedsched.JobRetryScheduled": 1,
     "io.fedsched.JobStarted": 1,
     "io.fedsched.JobSubmitted": 2,
     "io.fedsched.JobSucceeded": 1,

@@ -105,7 +105,8 @@ def test_the_policy_spec_has_every_setting_of_the_schedulers_policy_with_its_def
     assert spec["node_policy"] == config.node_policy.value
     assert spec["cluster_weights"] == dataclasses.asdict(config.cluster_weights)
     assert spec["preemption_classes"] == {p.value: dataclasses.asdict(r) for p, r in config.preemption_classes}
-    for name in fields - {"node_policy", "cluster_weights", "typical_shapes", "preemption_classes"}:
+    assert spec["retry_classes"] == {p.value: dataclasses.asdict(r) for p, r in config.retry_classes}
+    for name in fields - {"node_policy", "cluster_weights", "typical_shapes", "preemption_classes", "retry_classes"}:
         assert spec[name] == getattr(config, name), name
 
 

@@ -16,7 +16,15 @@ import pytest
 
 from events.catalog import REGISTRY, Event, lifecycle
 from events.catalog.base import has_field
-from events.catalog.decisions import JobPlaced, JobPreemptionRequested, JobQueued, JobReclaimRequested
+from events.catalog.decisions import (
+    FailureKind,
+    JobPlaced,
+    JobPreemptionRequested,
+    JobQueued,
+    JobReclaimRequested,
+    JobRetriesExhausted,
+    JobRetryScheduled,
+)
 from events.catalog.governance import GovernanceFinding, JobIdleWarning
 from events.catalog.jobs import (
     JobCancelled,
@@ -30,7 +38,9 @@ from events.catalog.jobs import (
     JobSucceeded,
 )
 from events.catalog.lifecycle import (
+    APPLICATION_FAILURES,
     FINAL_STATUSES,
+    INFRASTRUCTURE_FAILURES,
     JOB_END_EVENTS,
     NEVER_RAN,
     OTHER_JOB_EVENTS,
@@ -41,12 +51,15 @@ from events.catalog.lifecycle import (
     STATUS_AFTER,
     JobStatus,
     RunEnd,
+    awaits_verdict,
     ends_job,
     ends_run,
+    failure_kind,
     final_status,
     run_end,
     status_after,
 )
+from events.catalog.reasons import ReasonCode
 
 from .catalog_samples import sample
 
@@ -71,6 +84,8 @@ CLASSIFIED: dict[type[Event], tuple[frozenset[str], JobStatus | None]] = {
     JobReclaimRequested: (NEITHER, None),
     JobIdleWarning: (NEITHER, None),
     GovernanceFinding: (NEITHER, None),
+    JobRetryScheduled: (NEITHER, JobStatus.QUEUED),
+    JobRetriesExhausted: (frozenset({ENDS_JOB}), JobStatus.FAILED),
 }
 """Every event type that names a job -> what it does to the lifecycle, and the status it leaves."""
 
@@ -172,7 +187,14 @@ CASES = [
          JobStatus.CANCELLED),
     Case("a running job cancelled", _of(JobCancelled, run=2), True, True, RunEnd.CANCELLED, JobStatus.CANCELLED),
     Case("a run that succeeded", _of(JobSucceeded, run=1), True, True, RunEnd.SUCCEEDED, JobStatus.SUCCEEDED),
-    Case("a run that failed", _of(JobFailed, run=3), True, True, RunEnd.FAILED, JobStatus.FAILED),
+    Case("a run the workload failed", _of(JobFailed, run=3, reason=ReasonCode.NON_ZERO_EXIT), True, True,
+         RunEnd.FAILED, JobStatus.FAILED),
+    Case("a run that exceeded its runtime", _of(JobFailed, run=3, reason=ReasonCode.RUNTIME_EXCEEDED), True, True,
+         RunEnd.FAILED, JobStatus.FAILED),
+    Case("a run its node's loss failed: the scheduler's verdict ends the job, not the failure",
+         _of(JobFailed, run=3, reason=ReasonCode.NODE_FAILURE), True, False, RunEnd.FAILED, JobStatus.QUEUED),
+    Case("a retry scheduled", _of(JobRetryScheduled), False, False, None, JobStatus.QUEUED),
+    Case("the retries exhausted", _of(JobRetriesExhausted), False, True, None, JobStatus.FAILED),
     Case("a run preempted", _of(JobPreempted, run=1), True, False, RunEnd.PREEMPTED, JobStatus.QUEUED),
     Case("a run reclaimed", _of(JobReclaimed, run=2), True, False, RunEnd.RECLAIMED, JobStatus.QUEUED),
     Case("a request rejected at intake", _of(JobRejected), False, True, None, JobStatus.REJECTED),
@@ -191,6 +213,38 @@ def test_what_an_event_ends_and_the_status_it_leaves(case: Case) -> None:
     assert ends_job(case.event) is case.ends_job
     assert run_end(case.event) == case.run_end
     assert status_after(case.event) == case.status
+
+
+@pytest.mark.parametrize(
+    ("reason", "asked", "awaits"),
+    [
+        (ReasonCode.NODE_FAILURE, 0, True),
+        (ReasonCode.NODE_LOST, 0, True),
+        (ReasonCode.NODE_DELETED, 0, True),
+        (ReasonCode.GPU_FAILURE, 0, True),
+        (ReasonCode.NON_ZERO_EXIT, 0, False),
+        (ReasonCode.NON_ZERO_EXIT, 2, True),
+        (ReasonCode.OUT_OF_MEMORY, 1, True),
+        (ReasonCode.RUNTIME_EXCEEDED, 5, False),
+        (ReasonCode.LAUNCH_FAILED, 5, False),
+        (ReasonCode.ALLOCATION_LEASE_EXPIRED, 5, False),
+    ],
+)
+def test_an_infrastructure_failure_always_awaits_the_verdict_a_workload_failure_only_when_retries_were_asked(
+    reason: ReasonCode, asked: int, awaits: bool
+) -> None:
+    failed = _of(JobFailed, reason=reason)
+    assert awaits_verdict(failed, asked) is awaits
+    assert ends_job(failed, asked) is not awaits
+    assert status_after(failed, asked) is (JobStatus.QUEUED if awaits else JobStatus.FAILED)
+    assert ends_run(failed)
+
+
+def test_failure_kinds_are_pinned() -> None:
+    assert {failure_kind(r) for r in INFRASTRUCTURE_FAILURES} == {FailureKind.INFRASTRUCTURE}
+    assert {failure_kind(r) for r in APPLICATION_FAILURES} == {FailureKind.APPLICATION}
+    assert not INFRASTRUCTURE_FAILURES & APPLICATION_FAILURES
+    assert failure_kind(ReasonCode.RUNTIME_EXCEEDED) is None
 
 
 def test_a_status_read_back_as_a_plain_string_is_found_by_its_word() -> None:
@@ -219,6 +273,10 @@ def test_the_pod_transitions_that_end_a_run_are_the_vocabulary_s_run_ends() -> N
 def test_the_public_names_are_pinned() -> None:
     assert sorted(lifecycle.__all__) == sorted(
         [
+            "APPLICATION_FAILURES",
+            "INFRASTRUCTURE_FAILURES",
+            "awaits_verdict",
+            "failure_kind",
             "FINAL_STATUSES",
             "JOB_END_EVENTS",
             "NEVER_RAN",

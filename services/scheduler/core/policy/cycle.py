@@ -1,12 +1,16 @@
 """One scheduling cycle: ``schedule(snapshot, config, memo) -> CycleResult``. Pure and deterministic.
 
 Called by ``core.decide`` (the scheduler service, ``audit verify``, the verify benchmark), by ``audit
-whatif``, the timed simulator and the tests. Calls the per-job steps (``job_steps``) and the explanations
-(``explain``). The recipe, as ``schedule`` reads:
+whatif``, the timed simulator and the tests. Calls the retry rule (``retries``), the per-job steps
+(``job_steps``) and the explanations (``explain``). The recipe, as ``schedule`` reads:
+0. The verdict on each run that failed for a cause that may be retried (``retries``): back to the queue
+   after a backoff, or failed for good; the job is not in this cycle's queue either way.
 1. Set up (``_context``): the fleet arrays (nodes in canonical order), the quota book and the GPU-model
    pressure from the snapshot; the typical shapes for fragmentation unless the policy gives them.
-2. Order (``_fair``): the pending jobs by priority class, then weighted fair share (DRF on held
-   resources plus decayed usage history), aging; ties by submission time and job id.
+2. Order (``_fair``): the pending jobs by priority class (each in the class it is ordered as: its own, or
+   higher after a long wait, bounded: ``model.ordering_rank``; its placement or wait then says it was
+   promoted by aging), then weighted fair share (DRF on held resources plus decayed usage history), aging;
+   ties by submission time and job id.
 3. Decide each job in that order (``_decide_each``): its turn goes through ``job_steps.JOB_STEPS`` until
    a step gives a verdict (decisions made, the job left waiting with its reason, or both):
    a. ``asks_nothing``: a job that asks for no resources waits;
@@ -34,7 +38,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -43,7 +47,7 @@ from services.scheduler.core.policy.backfill import may_backfill
 from services.scheduler.core.policy.budgets import BudgetBook
 from services.scheduler.core.policy.capacity import model_pressure
 from services.scheduler.core.policy.context import Ctx
-from services.scheduler.core.policy.decisions import Change, Constraint, CycleResult, Decision, Queue
+from services.scheduler.core.policy.decisions import Change, Constraint, CycleResult, Decision, Place, Queue
 from services.scheduler.core.policy.explain import Shortfall, describe, explain
 from services.scheduler.core.policy.fairshare import Capacity, FairShare, Held
 from services.scheduler.core.policy.fleet import Demand, FleetMemo, FleetState, fleet_for
@@ -64,6 +68,7 @@ from services.scheduler.core.policy.model import (
 from services.scheduler.core.policy.placer import Placer
 from services.scheduler.core.policy.quota import book_from
 from services.scheduler.core.policy.reasons import ReasonCode
+from services.scheduler.core.policy.retries import verdicts
 from services.scheduler.core.policy.score_cache import ScoreCache
 
 FALLBACK_SHAPES = (Shape(cpu_milli=8000, gpu_milli=MILLI, gpus=1, weight=1),)
@@ -308,13 +313,29 @@ def _fair(ctx: Ctx) -> FairShare:
 
 def schedule(snapshot: FleetSnapshot, config: PolicyConfig | None = None, memo: CycleMemo | None = None) -> CycleResult:
     config = config or PolicyConfig()
+    made: list[Decision] = list(verdicts(snapshot.failed, config))  # 0. the verdict on each failed run
     ctx = _context(snapshot, config, memo)  # 1. set up
-    order = _fair(ctx).order(snapshot.pending)  # 2. order
-    made, waiting = _decide_each(ctx, order)  # 3. decide each job
-    made.extend(_queue_decisions(ctx, waiting))  # 4. explain the waiting ones
+    fair = _fair(ctx)
+    order = fair.order(snapshot.pending)  # 2. order
+    decided, waiting = _decide_each(ctx, order)  # 3. decide each job
+    made.extend(_aged(decided, fair, order))
+    made.extend(_aged(_queue_decisions(ctx, waiting), fair, order))  # 4. explain the waiting ones
     return CycleResult(
         now_ms=snapshot.now_ms, policy_version=config.version, decisions=tuple(made[: config.max_decisions])
     )
+
+
+def _aged(decisions: Sequence[Decision], fair: FairShare, order: Sequence[Job]) -> list[Decision]:
+    """The placements and waits of jobs ordered above their class by aging, saying so."""
+    notes = {job.job_id: note for job in order if (note := fair.aged(job))}
+    if not notes:
+        return list(decisions)
+    return [
+        replace(d, message=f"{d.message}; {notes[d.job_id]}")
+        if isinstance(d, Place | Queue) and d.job_id in notes
+        else d
+        for d in decisions
+    ]
 
 
 def _decide_each(ctx: Ctx, order: Sequence[Job]) -> tuple[list[Decision], list[Waiting]]:

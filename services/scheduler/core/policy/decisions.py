@@ -116,7 +116,42 @@ class Reserve:
     kind: Literal["reserve"] = "reserve"
 
 
-Decision = Place | Queue | Preempt | Reserve
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """A job whose run failed goes back to the queue: it may be placed again from ``not_before_ms``."""
+
+    job_id: JobId
+    tenant: TenantId
+    run: int
+    cluster: ClusterId
+    node: str | None
+    failure: ReasonCode
+    infrastructure: bool
+    attempt: int
+    allowed: int
+    not_before_ms: int
+    message: str
+    kind: Literal["retry"] = "retry"
+
+
+@dataclass(frozen=True, slots=True)
+class GiveUp:
+    """A job whose run failed ends failed: no retry of that kind is left (``used`` of ``allowed``)."""
+
+    job_id: JobId
+    tenant: TenantId
+    run: int
+    cluster: ClusterId
+    node: str | None
+    failure: ReasonCode
+    infrastructure: bool
+    used: int
+    allowed: int
+    message: str
+    kind: Literal["give_up"] = "give_up"
+
+
+Decision = Place | Queue | Preempt | Reserve | Retry | GiveUp
 
 
 def _plain(value: object) -> object:
@@ -156,8 +191,10 @@ __all__ = [
     "Constraint",
     "CycleResult",
     "Decision",
+    "GiveUp",
     "Place",
     "Preempt",
     "Queue",
     "Reserve",
+    "Retry",
 ]

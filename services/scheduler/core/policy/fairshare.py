@@ -1,8 +1,11 @@
 """Order and fairness: priority classes first, then weighted fair share between tenants, with aging.
 
-Called by the cycle, once per admission. Inside a priority class the next job comes from the tenant with
-the lowest fair-share key: its dominant-resource share of what it holds now (DRF over CPU, memory, GPU,
-and NPU in a fleet that has NPUs),
+Called by the cycle, once per admission. Classes come first, each job in the class it is ordered as
+(``model.ordering_rank``): its own, or one class higher per ``class_aging_step_ms`` waited, up to the
+policy's ``class_aging_ceiling`` (bounded aging across classes, so best-effort work is not starved by a
+steady stream of standard jobs; its preemption rules stay its own class's). Inside a class the next job
+comes from the tenant with the lowest fair-share key: its dominant-resource share of what it holds now
+(DRF over CPU, memory, GPU, and NPU in a fleet that has NPUs),
 plus its share of decayed historical GPU usage (Slurm-style exponential decay with a configurable
 half-life), divided by its weight, minus an aging bonus for how long the job has waited, so nothing
 starves. All in integers (per-mille of the fleet); the decayed history comes from ``policy.usage``.
@@ -13,7 +16,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from services.scheduler.core.policy.model import Job, PolicyConfig, Tenant, TenantId, priority_rank
+from services.scheduler.core.policy.model import (
+    PRIORITY_ORDER,
+    Job,
+    PolicyConfig,
+    Tenant,
+    TenantId,
+    ordering_rank,
+    priority_rank,
+)
 from services.scheduler.core.policy.usage import decayed
 
 SCALE = 1000
@@ -87,7 +98,18 @@ class FairShare:
         share = (self.dominant_share(job.tenant) + self.history.get(job.tenant, 0)) * SCALE // self.weight(job.tenant)
         waited = max(0, self.now_ms - job.submitted_at_ms)
         bonus = (waited // max(1, c.aging_step_ms)) * c.aging_unit_milli * SCALE
-        return (priority_rank(job.priority_class), share - bonus, job.submitted_at_ms, str(job.job_id))
+        return (ordering_rank(job, self.now_ms, c), share - bonus, job.submitted_at_ms, str(job.job_id))
+
+    def aged(self, job: Job) -> str:
+        """Words for a job ordered above its own class by aging (``""`` when it is not)."""
+        rank = ordering_rank(job, self.now_ms, self.config)
+        if rank == priority_rank(job.priority_class):
+            return ""
+        waited_min = max(0, self.now_ms - job.submitted_at_ms) // 60_000
+        return (
+            f"ordered as {PRIORITY_ORDER[rank].value}: promoted by aging from {job.priority_class.value} after "
+            f"waiting {waited_min // 60} h {waited_min % 60} min (its preemption rules stay {job.priority_class.value})"
+        )
 
     def admit(self, job: Job) -> None:
         self.held.setdefault(job.tenant, Held()).add(job)
@@ -95,7 +117,8 @@ class FairShare:
     def order(self, pending: Sequence[Job]) -> list[Job]:
         """The whole queue in the order the cycle will consider it (re-ranked after every admission)."""
         by_tenant: dict[TenantId, list[Job]] = {}
-        for j in sorted(pending, key=lambda j: (priority_rank(j.priority_class), j.submitted_at_ms, j.job_id)):
+        now, config = self.now_ms, self.config
+        for j in sorted(pending, key=lambda j: (ordering_rank(j, now, config), j.submitted_at_ms, j.job_id)):
             by_tenant.setdefault(j.tenant, []).append(j)
         out: list[Job] = []
         heads = {t: 0 for t in by_tenant}

@@ -241,6 +241,8 @@ class Job:
     npus: int = 0  # whole NPUs per replica
     npu_models: tuple[str, ...] = ()  # acceptable NPU models; empty = any
     min_npu_memory_mib: int = 0
+    application_retries: int = 0
+    """Retries it asked for after its own workload fails a run (``retry.on_application_failure``)."""
 
     def gpu_milli_per_replica(self) -> int:
         return self.gpus * MILLI + self.gpu_milli
@@ -280,6 +282,45 @@ class PreemptionRules:
     """How long a victim is given to checkpoint and stop once asked."""
     min_runtime_s: int = 0
     """How long a run must have run (since its start) before it may be preempted."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetryRules:
+    """How the jobs of one priority class are retried after the infrastructure failed their run (a node
+    failed, was lost or removed, a GPU failed, the job was evicted). Retry n waits
+    ``backoff_s * 2**(n-1)`` seconds after the failure, at most ``max_backoff_s``."""
+
+    max_retries: int = 2
+    """Retries of one job after infrastructure failures (0: none; it ends failed at the first)."""
+    backoff_s: int = 30
+    max_backoff_s: int = 600
+
+
+DEFAULT_RETRY_RULES: tuple[tuple[PriorityClass, RetryRules], ...] = (
+    (PriorityClass.PRODUCTION_INFERENCE, RetryRules(max_retries=10, backoff_s=5, max_backoff_s=300)),
+    (PriorityClass.CRITICAL_TRAINING, RetryRules(max_retries=3, backoff_s=30, max_backoff_s=600)),
+    (PriorityClass.STANDARD, RetryRules(max_retries=2, backoff_s=60, max_backoff_s=900)),
+    (PriorityClass.BEST_EFFORT, RetryRules(max_retries=1, backoff_s=120, max_backoff_s=1800)),
+)
+"""The retry rules of each class unless the policy says otherwise: the more important, the more retries
+and the sooner."""
+
+
+@dataclass(frozen=True, slots=True)
+class FailedRun:
+    """A run that failed for a cause that may be retried, awaiting the scheduler's verdict."""
+
+    job: Job
+    run: int
+    cluster: ClusterId
+    node: str | None
+    failure: str
+    """The ``JobFailed`` reason code."""
+    infrastructure: bool
+    """The infrastructure's failure (else the workload's own)."""
+    failed_at_ms: int
+    retries_used: int
+    """Retries of this kind (infrastructure or application) the job had before this failure."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,6 +366,11 @@ class PolicyConfig:
     usage_half_life_ms: int = 7 * 24 * 3600 * 1000
     aging_step_ms: int = 3600 * 1000  # each full step of waiting lowers the fair-share key by one unit
     aging_unit_milli: int = 100  # ... by this much (in the 0..1000 dominant-share scale)
+    class_aging_step_ms: int = 4 * 3600 * 1000
+    """Across classes: each full step of waiting orders a job as the next priority class up (0: never),
+    up to ``class_aging_ceiling``; see ``ordering_rank``."""
+    class_aging_ceiling: PriorityClass = PriorityClass.STANDARD
+    """The most important class aging orders a job as (never production inference)."""
     # Hot-spot governance.
     hot_pressure_milli: int = HOT_PRESSURE_MILLI  # a GPU model this much allocated is hot (``is_hot``)
     hot_model_cap_milli: int | None = None  # per-tenant cap on hot-model GPUs (milli-GPU), None: none
@@ -344,6 +390,9 @@ class PolicyConfig:
     default_runtime_s: int = 3600  # used for estimates when a job states no expected runtime
     max_decisions: int = 10_000
     estimate_limit: int = 64  # queued jobs (in queue order) that get an estimated start time
+    retry_classes: tuple[tuple[PriorityClass, RetryRules], ...] = DEFAULT_RETRY_RULES
+    """Per priority class of the job whose run the infrastructure failed (every class, in
+    ``PRIORITY_ORDER``): see ``retry_rules_for``."""
 
     def rules_for(self, priority: PriorityClass) -> PreemptionRules:
         """The preemption rules of a class (the defaults for a class the policy does not name)."""
@@ -351,6 +400,29 @@ class PolicyConfig:
             if named is priority:
                 return rules
         return PreemptionRules()
+
+    def retry_rules_for(self, priority: PriorityClass) -> RetryRules:
+        """The retry rules of a class (the class's defaults for a class the policy does not name)."""
+        for named, rules in (*self.retry_classes, *DEFAULT_RETRY_RULES):
+            if named is priority:
+                return rules
+        return RetryRules()
+
+
+def ordering_rank(job: Job, now_ms: int, config: PolicyConfig) -> int:
+    """The class a waiting job is ordered as (``priority_rank`` of a class): its own, one class up for
+    every ``class_aging_step_ms`` it has waited since it was submitted, but never above the policy's
+    ``class_aging_ceiling``. Jobs that waited long all meet in the ceiling's class, where the longest wait
+    goes first (fair share's aging), so a stream of jobs of classes up to the ceiling cannot starve a job
+    for ever: it waits at most a step per class below the ceiling, then as long as a job of that class.
+    (Were every class raised without a ceiling, the jobs of the stream would be raised too and stay
+    ahead.) Order only: preemption keeps the job's own class."""
+    rank = priority_rank(job.priority_class)
+    step = config.class_aging_step_ms
+    ceiling = priority_rank(config.class_aging_ceiling)
+    if step <= 0 or rank <= ceiling:
+        return rank
+    return max(ceiling, rank - max(0, now_ms - job.submitted_at_ms) // step)
 
 
 @dataclass(frozen=True, slots=True)
@@ -395,11 +467,14 @@ class FleetSnapshot:
     preempted_last_hour: tuple[tuple[TenantId, int], ...] = ()
     """Per tenant (by id), its jobs the scheduler asked to stop within the hour up to ``now_ms``: what
     the policy's ``max_preemptions_per_tenant_hour`` counts."""
+    failed: tuple[FailedRun, ...] = ()
+    """Runs that failed for a cause that may be retried and have no verdict yet, by job id."""
     # Not part of what is decided on (two snapshots with the same jobs are equal with or without it).
     running_delta: RunningDelta | None = field(default=None, compare=False, repr=False)
 
 
 __all__ = [
+    "DEFAULT_RETRY_RULES",
     "HARD_TAINT_EFFECTS",
     "MILLI",
     "PREEMPTION_RATE_WINDOW_MS",
@@ -408,6 +483,7 @@ __all__ = [
     "Cluster",
     "ClusterId",
     "ClusterWeights",
+    "FailedRun",
     "FleetSnapshot",
     "Gpu",
     "Health",
@@ -424,6 +500,7 @@ __all__ = [
     "PriorityClass",
     "Quota",
     "ReplicaPlacement",
+    "RetryRules",
     "RunningDelta",
     "RunningJob",
     "Shape",
@@ -434,6 +511,7 @@ __all__ = [
     "UsageHistory",
     "UsageRecord",
     "hard_taints",
+    "ordering_rank",
     "priority_rank",
     "tolerates",
 ]

@@ -64,6 +64,7 @@ def job_of(e: JobSubmitted, submitted_ms: int) -> m.Job:
         submitted_at_ms=submitted_ms,
         times_preempted=0,
         min_replicas=_min_replicas(e),
+        application_retries=e.retry.on_application_failure,
         tolerations=tuple(
             sorted(
                 ((t.key, t.value, None if t.effect is None else t.effect.value) for t in e.tolerations),

@@ -28,6 +28,17 @@ class Placement:
     replicas: tuple[EventReplicaPlacement, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A run that failed for a cause that may be retried: where, why, when."""
+
+    reason: str
+    infrastructure: bool
+    cluster: str
+    node: str | None
+    at_ms: int
+
+
 @dataclass(slots=True)
 class JobFacts:
     """Everything known of one job, as sets of facts keyed by run (order-independent)."""
@@ -58,6 +69,12 @@ class JobFacts:
     victims: tuple[str, ...] = ()
     """Jobs asked to stop to make room for it since its latest placement (both on the decisions topic, so
     in one order everywhere): its next ``JobPlaced`` names them."""
+    failures: dict[int, Failure] | None = None
+    """Runs that failed for a cause that may be retried (by kind: ``failure_kind``), whatever the job asked."""
+    verdicts: dict[int, tuple[bool, int]] | None = None
+    """The scheduler's verdict on a failed run: (infrastructure, from when it may be placed again), the
+    time -1 when its retries were exhausted. Both ``None`` until there is one: most jobs never fail, and an
+    empty dict per job cost 7% of the state's memory."""
 
     def current_run(self) -> int:
         return max(self.placements, default=0)
@@ -71,7 +88,28 @@ class JobFacts:
     def pending(self) -> bool:
         if self.spec is None or self.terminal or self.cancel_requested:
             return False
-        return self.running_placement() is None
+        return self.running_placement() is None and not self.awaiting_verdict()
+
+    def awaiting_verdict(self) -> int:
+        """The run whose failure awaits the scheduler's retry verdict (0: none): the latest run, ended
+        failed by the infrastructure, or by the workload of a job that asked for retries."""
+        run = self.current_run()
+        failure = self.failures.get(run) if self.failures else None
+        if failure is None or self.verdict(run) or self.spec is None or self.terminal or self.cancel_requested:
+            return 0
+        return run if failure.infrastructure or self.spec.application_retries > 0 else 0
+
+    def retries(self, infrastructure: bool) -> int:
+        """Retries of one kind the scheduler gave the job."""
+        return sum(1 for kind, at in (self.verdicts or {}).values() if kind is infrastructure and at >= 0)
+
+    def not_before_ms(self) -> int:
+        """When its latest retry may be placed (0: it is not in a retry's backoff)."""
+        return max((at for _, at in (self.verdicts or {}).values()), default=0)
+
+    def verdict(self, run: int) -> bool:
+        """Whether the scheduler gave its retry verdict on ``run``."""
+        return self.verdicts is not None and run in self.verdicts
 
     def times_preempted(self) -> int:
         return sum(1 for how in self.ended.values() if how in REQUEUED)

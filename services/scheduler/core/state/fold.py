@@ -9,7 +9,12 @@ the latest of its entity (a node's generation; by time, then the order read, wit
 a repeat: ``events.wire.envelope.Latest``, for GPU health, a cluster's registration and status, a tenant,
 and per author a queue's quota and the policy, since authors' clocks differ); a step of a job's lifecycle
 is taken once (a run's first placement and first end are final, a submission is the first one, a stop
-request is made once per run); a wait keeps the latest cycle's reasons.
+request is made once per run, and so is a retry verdict); a wait keeps the latest cycle's reasons.
+
+A run that failed for a cause that may be retried (``events.catalog.lifecycle.awaits_verdict``) leaves
+its job open until the scheduler's verdict on it is folded (``JobRetryScheduled``: queued again after its
+backoff; ``JobRetriesExhausted``: failed); the job is neither pending nor final meanwhile, and the next
+cycle gives the verdict (``JobFacts.awaiting_verdict``).
 """
 
 from __future__ import annotations
@@ -19,10 +24,13 @@ from collections.abc import Callable
 from typing import Any
 
 from events.catalog.decisions import (
+    FailureKind,
     JobPlaced,
     JobPreemptionRequested,
     JobQueued,
     JobReclaimRequested,
+    JobRetriesExhausted,
+    JobRetryScheduled,
     SchedulingCycleCompleted,
 )
 from events.catalog.governance import (
@@ -40,13 +48,13 @@ from events.catalog.inventory import (
     NodeObserved,
     NodeRemoved,
 )
-from events.catalog.jobs import JobCancelRequested, JobRejected, JobStarted, JobSubmitted
-from events.catalog.lifecycle import RUN_END_OF, JobStatus, RunEnd, RunEndEvent, ends_run, final_status
+from events.catalog.jobs import JobCancelRequested, JobFailed, JobRejected, JobStarted, JobSubmitted
+from events.catalog.lifecycle import RUN_END_OF, JobStatus, RunEnd, RunEndEvent, ends_run, failure_kind, final_status
 from events.catalog.profiles import ResourceProfileUpdated
 from events.wire.envelope import Latest, mark_after
 from services.scheduler.core.policy import model as m
 from services.scheduler.core.state.convert import job_of
-from services.scheduler.core.state.facts import SUSPECT_FOR_MS, Facts, JobFacts, NodeFacts, Placement
+from services.scheduler.core.state.facts import SUSPECT_FOR_MS, Facts, Failure, JobFacts, NodeFacts, Placement
 from services.scheduler.core.state.policy_document import policy_from_document
 
 
@@ -157,6 +165,7 @@ def _submitted(state: Facts, e: JobSubmitted, time_ms: int, __: str) -> None:
     facts = state.job(e.job_id)
     if facts.spec is None:
         facts.spec = job_of(e, time_ms)
+        _judge_failures(facts)
         _count_held(state, facts)
         facts.submitted_ms = time_ms
         for _, asked_ms in sorted(facts.stop_requested.values()):  # preemptions folded before it
@@ -182,11 +191,42 @@ def _ended(how: RunEnd) -> Callable[[Facts, RunEndEvent, int, str], None]:
             return  # a run's first end is final: a later report (a failure while it was being stopped) is not
         facts.ended[run] = how
         facts.ended_at[run] = time_ms
-        if final is not None:
+        kind = failure_kind(e.reason) if isinstance(e, JobFailed) else None
+        if kind is not None and isinstance(e, JobFailed):  # it may be retried: the scheduler's verdict ends
+            # the job, unless the job asked no retries of a failure of its own (known once it is submitted)
+            infrastructure = kind is FailureKind.INFRASTRUCTURE
+            if facts.failures is None:
+                facts.failures = {}
+            facts.failures[run] = Failure(e.reason.value, infrastructure, e.cluster, e.node, time_ms)
+            _judge_failures(facts)
+        elif final is not None:
             facts.terminal = final
         _count_held(state, facts)
 
     return handle
+
+
+def _judge_failures(facts: JobFacts) -> None:
+    """A failure of the workload ends a job that asked for no retries at once: nothing awaits a verdict."""
+    if facts.spec is None or facts.spec.application_retries > 0:
+        return
+    for run, failure in (facts.failures or {}).items():
+        if not failure.infrastructure and not facts.verdict(run):
+            facts.terminal = facts.terminal or JobStatus.FAILED
+
+
+def _retry_verdict(state: Facts, e: JobRetryScheduled | JobRetriesExhausted, _: int, __: str) -> None:
+    facts = state.job(e.job_id)
+    if facts.verdict(e.run):
+        return  # one verdict per run: the scheduler never gives two
+    if facts.verdicts is None:
+        facts.verdicts = {}
+    infrastructure = e.kind is FailureKind.INFRASTRUCTURE
+    if isinstance(e, JobRetryScheduled):
+        facts.verdicts[e.run] = (infrastructure, e.not_before_ms)
+    else:
+        facts.verdicts[e.run] = (infrastructure, -1)
+        facts.terminal = facts.terminal or JobStatus.FAILED
 
 
 def _started(state: Facts, e: JobStarted, time_ms: int, __: str) -> None:
@@ -273,6 +313,8 @@ HANDLERS: dict[type, Any] = {
     JobQueued: _queued,
     JobPreemptionRequested: _stop_requested,
     JobReclaimRequested: _stop_requested,
+    JobRetryScheduled: _retry_verdict,
+    JobRetriesExhausted: _retry_verdict,
     SchedulingCycleCompleted: _cycle,
     GovernanceFinding: _finding,
 }

@@ -7,9 +7,10 @@ Called by the fold (an invalid document never takes effect), by ``SchedulerState
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
-from events.catalog.documents import MAX_GRACE_PERIOD_S
+from events.catalog.documents import MAX_BACKOFF_S, MAX_GRACE_PERIOD_S, MAX_RETRIES
 from services.scheduler.core.policy import model as m
 
 MIN_USAGE_HALF_LIFE_MS = 60_000
@@ -26,6 +27,8 @@ def policy_from_document(version: str, document: Any) -> m.PolicyConfig:
         raise ValueError(f"unknown settings {', '.join(unknown)}; valid settings: {', '.join(sorted(known))}")
     for name, value in doc.items():
         _check_setting(name, value, getattr(base, name))
+    if "class_aging_ceiling" in doc:
+        doc["class_aging_ceiling"] = m.PriorityClass(doc["class_aging_ceiling"])
     if "node_policy" in doc:
         doc["node_policy"] = m.NodePolicy(doc["node_policy"])
     if "cluster_weights" in doc:
@@ -33,6 +36,10 @@ def policy_from_document(version: str, document: Any) -> m.PolicyConfig:
     if "preemption_classes" in doc:
         given = doc["preemption_classes"]
         doc["preemption_classes"] = tuple((p, m.PreemptionRules(**given.get(p.value, {}))) for p in m.PRIORITY_ORDER)
+    if "retry_classes" in doc:
+        given = doc["retry_classes"]
+        defaults = dict(m.DEFAULT_RETRY_RULES)
+        doc["retry_classes"] = tuple((p, replace(defaults[p], **given.get(p.value, {}))) for p in m.PRIORITY_ORDER)
     if "typical_shapes" in doc:
         doc["typical_shapes"] = tuple(
             m.Shape(**{**s, "models": tuple(s.get("models", ()))}) for s in doc["typical_shapes"]
@@ -50,6 +57,8 @@ _MILLI_SCALE = {"hot_pressure_milli": 1000, "aging_unit_milli": 1000}
 _LIMITS = {"max_preemptions_per_cycle", "max_preemptions_per_tenant_hour"}
 _AT_LEAST_ONE = {"max_decisions", "aging_step_ms", *_LIMITS}
 _NULLABLE = {"hot_model_cap_milli", *_LIMITS}  # a whole number, or null for none
+_AGING_CEILINGS = ("critical_training", "standard", "best_effort")
+_RETRY_HIGH = {"max_retries": MAX_RETRIES, "backoff_s": MAX_BACKOFF_S, "max_backoff_s": MAX_BACKOFF_S}
 _RULE_HIGH = {"interruption_budget": 1000, "grace_period_s": MAX_GRACE_PERIOD_S, "min_runtime_s": 10 * 365 * 24 * 3600}
 
 
@@ -82,6 +91,16 @@ def _check_setting(name: str, value: Any, default: Any) -> None:
                 refuse(f"weight {term} must be a whole number from 0 up")
     elif name == "preemption_classes":
         _check_classes(value, refuse)
+    elif name == "class_aging_ceiling":
+        if value not in _AGING_CEILINGS:
+            refuse(f"must be one of {', '.join(_AGING_CEILINGS)} (never production_inference)")
+    elif name == "retry_classes":
+        _check_classes(value, refuse, _RETRY_HIGH)
+        defaults = {p.value: rules for p, rules in m.DEFAULT_RETRY_RULES}
+        for named, rules in value.items():
+            backoff = rules.get("backoff_s", defaults[named].backoff_s)
+            if backoff > rules.get("max_backoff_s", defaults[named].max_backoff_s):
+                refuse(f"class {named} has a backoff_s of {backoff}, more than its max_backoff_s")
     elif isinstance(default, tuple):
         if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
             refuse("must be a list of shapes")
@@ -89,8 +108,9 @@ def _check_setting(name: str, value: Any, default: Any) -> None:
         refuse("must be a string")
 
 
-def _check_classes(value: Any, refuse: Any) -> None:
-    """A mapping of priority class -> its preemption rules, each a whole number in its range."""
+def _check_classes(value: Any, refuse: Any, highs: dict[str, int] = _RULE_HIGH) -> None:
+    """A mapping of priority class -> its rules (preemption's, or ``highs``), each a whole number in its
+    range."""
     if not isinstance(value, dict):
         refuse("must be a mapping of priority class to its rules")
     classes = [p.value for p in m.PRIORITY_ORDER]
@@ -100,7 +120,7 @@ def _check_classes(value: Any, refuse: Any) -> None:
         if not isinstance(rules, dict):
             refuse(f"class {name} must be a mapping of rules")
         for rule, number in rules.items():
-            if rule not in _RULE_HIGH:
-                refuse(f"class {name} has an unknown rule {rule!r} (rules: {', '.join(_RULE_HIGH)})")
-            if isinstance(number, bool) or not isinstance(number, int) or not 0 <= number <= _RULE_HIGH[rule]:
-                refuse(f"class {name} rule {rule} must be a whole number from 0 to {_RULE_HIGH[rule]}")
+            if rule not in highs:
+                refuse(f"class {name} has an unknown rule {rule!r} (rules: {', '.join(highs)})")
+            if isinstance(number, bool) or not isinstance(number, int) or not 0 <= number <= highs[rule]:
+                refuse(f"class {name} rule {rule} must be a whole number from 0 to {highs[rule]}")

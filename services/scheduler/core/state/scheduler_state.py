@@ -45,6 +45,8 @@ class _Derived:
     snapshot_running: tuple[m.RunningJob, ...] | None = None
     running_was: dict[str, m.RunningJob | None] = field(default_factory=dict)
     cancel_open: set[str] = field(default_factory=set)  # cancel requested, not terminal
+    failed: dict[str, m.FailedRun] = field(default_factory=dict)  # runs awaiting a retry verdict
+    backoff: dict[str, int] = field(default_factory=dict)  # pending job -> when its retry may be placed
     # What each running job holds, per node: (node key, [(gpu index, milli)], cpu, memory, npu indices).
     holds: dict[str, list[tuple[tuple[str, str], list[tuple[int, int]], int, int, tuple[int, ...]]]] = field(
         default_factory=dict
@@ -118,6 +120,11 @@ class SchedulerState(Facts):
         self._refresh()
         return len(self._derived.pending)
 
+    def awaiting_verdict_count(self) -> int:
+        """Runs that failed for a cause that may be retried and await the next cycle's verdict."""
+        self._refresh()
+        return len(self._derived.failed)
+
     def running_count(self) -> int:
         self._refresh()
         return len(self._derived.running)
@@ -157,7 +164,10 @@ class SchedulerState(Facts):
                         added.append(after)
             delta = m.RunningDelta(derived.snapshot_running, tuple(added), tuple(removed))
         derived.snapshot_running, derived.running_was = running, {}
-        pending = tuple(derived.pending[job_id] for job_id in sorted(derived.pending))
+        backoff = derived.backoff
+        pending = tuple(
+            derived.pending[job_id] for job_id in sorted(derived.pending) if backoff.get(job_id, 0) <= now_ms
+        )
         # At C speed (every cycle, every node); a removed node's entry is None, a ``Node`` is always true.
         nodes = tuple(filter(None, derived.node_list))
         half_life = self.policy_config().usage_half_life_ms
@@ -180,6 +190,7 @@ class SchedulerState(Facts):
             pending=pending,
             budgets=self._budgets(now_ms) if self.budgets else (),
             preempted_last_hour=self._preempted_last_hour(now_ms),
+            failed=tuple(derived.failed[job_id] for job_id in sorted(derived.failed)),
             running_delta=delta,
         )
 
@@ -273,6 +284,8 @@ class SchedulerState(Facts):
             touched_nodes.add(held)
         derived.running.pop(job_id, None)
         derived.pending.pop(job_id, None)
+        derived.failed.pop(job_id, None)
+        derived.backoff.pop(job_id, None)
         derived.cancel_open.discard(job_id)
         if facts.cancel_requested and not facts.terminal:
             derived.cancel_open.add(job_id)
@@ -282,6 +295,23 @@ class SchedulerState(Facts):
         placed = facts.running_placement()
         if facts.pending():
             derived.pending[job_id] = job_model(facts)
+            not_before = facts.not_before_ms()
+            if not_before > 0:
+                derived.backoff[job_id] = not_before
+        failed_run = facts.awaiting_verdict()
+        if failed_run:
+            assert facts.failures is not None
+            failure = facts.failures[failed_run]
+            derived.failed[job_id] = m.FailedRun(
+                job_model(facts),
+                failed_run,
+                ClusterId(failure.cluster),
+                failure.node,
+                failure.reason,
+                failure.infrastructure,
+                failure.at_ms,
+                facts.retries(failure.infrastructure),
+            )
         if placed is None:
             return
         job = job_model(facts)
