@@ -24,7 +24,6 @@ by W / W_m to stay comparable across models.
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -64,24 +63,6 @@ def typical_shapes_from_counts(
     return tuple(out)
 
 
-def _groups(
-    shapes: list[tuple[int, int, int, int]],
-) -> tuple[tuple[int, int, tuple[int, ...], tuple[int, ...]], ...]:
-    """(threshold position, GPUs, CPU ascending, weight of the shapes up to each CPU) per group of
-    ``(threshold position, GPUs, CPU, weight)`` shapes; the weights start at 0 (no shape fits)."""
-    by: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    for t, num, cpu, weight in shapes:
-        by.setdefault((t, num), []).append((cpu, weight))
-    out = []
-    for (t, num), members in sorted(by.items()):
-        members.sort()
-        sums = [0]
-        for _, weight in members:
-            sums.append(sums[-1] + weight)
-        out.append((t, num, tuple(c for c, _ in members), tuple(sums)))
-    return tuple(out)
-
-
 class FragModel:
     """Typical shapes compiled against one fleet's GPU-model vocabulary."""
 
@@ -116,19 +97,15 @@ class FragModel:
             access.tobytes(),
             access.shape,
         )
-        # The same, as plain ints for ``frag_one``: per model row, the GPU shapes allowed there grouped by
-        # (threshold position, GPUs), each group as its shapes' CPU ascending and the running sums of their
-        # weights: the shapes of a group that fit a node are those up to its free CPU, so a node costs one
-        # bisection per group however many CPU sizes the shapes come in.
+        # The same, as plain ints for ``frag_one``: per model row, the GPU shapes allowed there as
+        # (threshold position, GPUs, CPU, weight).
         self.thresholds_list: tuple[int, ...] = tuple(self.thresholds.tolist())
         self.model_weight_list: tuple[int, ...] = tuple(self.model_weight.tolist())
-        self.groups_of_model: tuple[tuple[tuple[int, int, tuple[int, ...], tuple[int, ...]], ...], ...] = tuple(
-            _groups(
-                [
-                    (int(self.t_idx[k]), int(self.num[k]), int(self.cpu[k]), int(self.weight[k]))
-                    for k in range(len(gpu_shapes))
-                    if access[m, k]
-                ]
+        self.shapes_of_model: tuple[tuple[tuple[int, int, int, int], ...], ...] = tuple(
+            tuple(
+                (int(self.t_idx[k]), int(self.num[k]), int(self.cpu[k]), int(self.weight[k]))
+                for k in range(len(gpu_shapes))
+                if access[m, k]
             )
             for m in range(len(models) + 1)
         )
@@ -169,9 +146,9 @@ class FragModel:
         """``frag_from`` of one state, in Python ints (``model`` -1: a node without GPUs). A placement
         changes one node: for it, this costs a tenth of the array call's fixed overhead."""
         usable = 0
-        for t, num, cpus, weights in self.groups_of_model[model]:
-            if cnt[t] >= num:
-                usable += on[t] * weights[bisect_right(cpus, cpu_free)]
+        for t, num, cpu, weight in self.shapes_of_model[model]:
+            if cnt[t] >= num and cpu_free >= cpu:
+                usable += on[t] * weight
         return self.total_weight * total - usable
 
     def features_one(self, gpu_free: Sequence[int]) -> tuple[list[int], list[int], int]:
