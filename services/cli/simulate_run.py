@@ -47,11 +47,13 @@ def _policies(spec: str) -> list[NodePolicy]:
     return [valid[n] for n in names]
 
 
-def _one(job: tuple[str, str, int, str, int, bool, str]) -> ArrivalRun:
-    nodes_csv, pods_path, clusters, policy, seed, keep, tiebreak = job
+def _one(job: tuple[str, str, int, str, int, bool, str, int]) -> ArrivalRun:
+    nodes_csv, pods_path, clusters, policy, seed, keep, tiebreak, coverage = job
     nodes = load_openb_nodes(Path(nodes_csv), clusters)
     pods = load_pods(Path(pods_path))
-    return run_arrival(nodes, pods, NodePolicy(policy), seed, keep_placements=keep, tiebreak=tiebreak)
+    return run_arrival(
+        nodes, pods, NodePolicy(policy), seed, keep_placements=keep, tiebreak=tiebreak, typical_coverage_pct=coverage
+    )
 
 
 def _progress(done: int, total: int, run: ArrivalRun, trace: str) -> None:
@@ -87,7 +89,7 @@ def run_arrival_cli(args: argparse.Namespace) -> int:
     keep = bool(args.placements_out)
     node_count = len(load_openb_nodes(nodes_csv))
     jobs = [
-        (trace, (str(nodes_csv), str(path), args.clusters, p.value, seed, keep, args.tiebreak))
+        (trace, (str(nodes_csv), str(path), args.clusters, p.value, seed, keep, args.tiebreak, args.typical_coverage))
         for trace, path in traces
         for p in policies
         for seed in args.seeds
@@ -124,6 +126,7 @@ def run_arrival_cli(args: argparse.Namespace) -> int:
             "clusters": args.clusters,
             "seeds": args.seeds,
             "tiebreak": args.tiebreak,
+            "typical_coverage_pct": args.typical_coverage,
         }
         if len(per_trace) > 1:
             doc["traces"] = {t: {"policies": s} for t, s in per_trace.items()}
@@ -132,7 +135,10 @@ def run_arrival_cli(args: argparse.Namespace) -> int:
         for t, s in per_trace.items():
             print(report.table(t, s, node_count, args.clusters))
             print()
-        print(f"{len(jobs)} runs in {time.perf_counter() - t0:.1f} s (ties between equal nodes: {args.tiebreak} order)")
+        print(
+            f"{len(jobs)} runs in {time.perf_counter() - t0:.1f} s (ties between equal nodes: {args.tiebreak} order; "
+            f"fragmentation policies scored against the shapes of {args.typical_coverage}% of the pods)"
+        )
     return 0
 
 

@@ -48,7 +48,7 @@ shape_st = st.builds(
 @settings(max_examples=60, deadline=None)
 @given(
     free=st.lists(st.integers(0, 1000), min_size=1, max_size=8),
-    cpu=st.integers(0, 64000),
+    cpu=st.one_of(st.integers(0, 64000), st.sampled_from([0, 3999, 4000, 16000, 64000])),
     model=st.sampled_from(["A100", "T4"]),
     shapes=st.lists(shape_st, min_size=1, max_size=6),
 )
@@ -59,6 +59,11 @@ def test_integer_fragmentation_equals_the_definition(free, cpu, model, shapes):
     fm = FragModel(shapes, fs.models)
     got = int(fm.frag(fs.gpu_free, fs.cpu_free, fs.model_of)[0]) / fm.total_weight
     assert got == pytest.approx(brute_force(free, cpu, model, shapes), abs=1e-6)
+    # One node in Python ints (shapes of one share and GPU count grouped by CPU) gives the same number.
+    cnt, on, total = fm.features_one(free)
+    assert fm.frag_one(cnt, on, total, cpu, int(fs.model_of[0])) == int(
+        fm.frag(fs.gpu_free, fs.cpu_free, fs.model_of)[0]
+    )
 
 
 def test_typical_shapes_cover_the_requested_share_of_samples():

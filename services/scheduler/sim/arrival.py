@@ -2,7 +2,9 @@
 
 Called by ``fedsched simulate --mode arrival``. Procedure, as in the authors' simulator:
 1. The trace's pods, sorted by name, are the workload; its typical shapes (the most common shapes
-   covering 95% of the pods, CPU-only pods included) define fragmentation for the FGD policy.
+   covering 95% of the pods, CPU-only pods included) define fragmentation for the FGD policy. The
+   fragmentation policies can be scored against another coverage (``typical_coverage_pct``, e.g. 100:
+   every shape of the workload); the reported fragmentation measure stays the authors' 95%.
 2. The pods are shuffled with the seed, then inflated: pods drawn uniformly with replacement from the
    workload are appended until the next one would take GPU demand above 130% of the fleet's GPU capacity
    (the authors compare the drawn pod's per-GPU share with the remaining room; so do we). A trace whose
@@ -33,6 +35,7 @@ from services.scheduler.core.policy.placer import Placer
 from services.scheduler.sim.traces import TracePod
 
 TUNE_RATIO_PCT = 130
+PAPER_COVERAGE_PCT = 95  # the authors' typical shapes: the most common covering 95% of the pods
 TIEBREAKS = ("seeded", "name")
 
 
@@ -112,18 +115,24 @@ def run_arrival(
     seed: int,
     keep_placements: bool = False,
     tiebreak: str = "seeded",
+    typical_coverage_pct: int = PAPER_COVERAGE_PCT,
 ) -> ArrivalRun:
     if tiebreak not in TIEBREAKS:
         raise ValueError(f"tiebreak must be one of {TIEBREAKS}")
+    if isinstance(typical_coverage_pct, bool) or not 1 <= typical_coverage_pct <= 100:
+        raise ValueError(f"typical_coverage_pct must be from 1 to 100, not {typical_coverage_pct!r}")
     t0 = time.perf_counter()
     fleet = FleetState(nodes)
     if tiebreak == "seeded":
         rng = np.random.Generator(np.random.PCG64([seed, 1]))
         fleet.tiebreak = rng.permutation(fleet.size).astype(np.int64)
     capacity = fleet.capacity_gpu_milli()
-    shapes = typical_shapes((p.shape() for p in workload), 95)
-    fm = FragModel(shapes, fleet.models)
-    placer = Placer(fleet, policy, fm, seed=seed)
+    samples = [p.shape() for p in workload]
+    fm = FragModel(typical_shapes(samples, PAPER_COVERAGE_PCT), fleet.models)
+    scored = fm
+    if typical_coverage_pct != PAPER_COVERAGE_PCT:
+        scored = FragModel(typical_shapes(samples, typical_coverage_pct), fleet.models)
+    placer = Placer(fleet, policy, scored, seed=seed)
     pods = inflate(workload, seed, capacity)
     demands: dict[tuple[int, int, int, int, tuple[str, ...]], Demand] = {}
     n = len(pods)
@@ -170,4 +179,4 @@ def run_arrival(
     )
 
 
-__all__ = ["TIEBREAKS", "ArrivalRun", "PlacementRow", "inflate", "run_arrival"]
+__all__ = ["PAPER_COVERAGE_PCT", "TIEBREAKS", "ArrivalRun", "PlacementRow", "inflate", "run_arrival"]
