@@ -26,7 +26,9 @@ History:
 - ``io.fedsched.JobSubmitted`` v1 -> v2: v2 can make the interconnect a hard constraint
   (``interconnect_required``; a v1 request's interconnect was a preference, so: not required) and says
   how often a run the workload failed is retried (``retry.on_application_failure``; a v1 request could
-  not ask: none, ``0``, as it ran then).
+  not ask: none, ``0``, as it ran then); its resources name NPU models and memory apart
+  (``npu_models``, ``min_npu_memory_mib``): a v1 replica asking NPUs and no GPU could name them only in
+  ``gpu_models`` and ``min_gpu_memory_mib``, which the upcaster moves.
 - ``io.fedsched.NodeUsageReported`` v1 -> v2: v2 names the ``run`` each job usage measured. A v1 report
   did not say, so its runs are ``None`` (the projections attribute it by time, as they did).
 - ``io.fedsched.ResourceProfileUpdated`` v1 -> v2: v2 counts the GPU failures of the last day
@@ -64,6 +66,7 @@ from events.catalog.types import (
     EpochMillis,
     Frozen,
     GpuModel,
+    GpuModels,
     Health,
     Id,
     JobIdField,
@@ -82,7 +85,6 @@ from events.catalog.types import (
     QuotaLine,
     QuotaRequestIdField,
     RequestId,
-    Resources,
     Sha256Hex,
     TemperatureC,
     Template,
@@ -355,6 +357,24 @@ def quota_v1_to_v2(payload: Payload) -> Payload:
     return payload
 
 
+class ResourcesV1(Frozen):
+    """What one replica asked for before ``JobSubmitted`` v2 (no NPU models or memory)."""
+
+    cpu_milli: NonNegInt = 0
+    memory_mib: NonNegInt = 0
+    gpus: Annotated[int, Field(ge=0, le=64)] = 0
+    gpu_milli: Annotated[int, Field(ge=0, le=999)] = 0
+    npus: Annotated[int, Field(ge=0, le=64)] = 0
+    gpu_models: GpuModels = ()
+    min_gpu_memory_mib: NonNegInt = 0
+
+    @model_validator(mode="after")
+    def _whole_or_share(self) -> ResourcesV1:
+        if self.gpus and self.gpu_milli:
+            raise ValueError("gpu_milli (a share of one GPU) and gpus (whole GPUs) are exclusive")
+        return self
+
+
 class JobSubmittedV1(JobEvent):
     """A client asked to run a job (v1: its interconnect was only ever a preference, and no ``retry``)."""
 
@@ -369,7 +389,7 @@ class JobSubmittedV1(JobEvent):
     priority_class: PriorityClass = PriorityClass.STANDARD
     replicas: Annotated[int, Field(ge=1, le=MAX_REPLICAS)] = 1
     gang: bool = False
-    resources: Resources
+    resources: ResourcesV1
     interconnect: Interconnect = Interconnect.NONE
     datasets: Annotated[tuple[Id, ...], Field(max_length=64), Unique()] = ()
     tolerations: Annotated[tuple[Toleration, ...], Field(max_length=32)] = ()
@@ -402,6 +422,15 @@ class JobSubmittedV1(JobEvent):
 def submitted_v1_to_v2(payload: Payload) -> Payload:
     payload["interconnect_required"] = False
     payload["retry"] = {"on_application_failure": 0}
+    resources = payload.get("resources")
+    if (
+        isinstance(resources, dict)
+        and resources.get("npus")
+        and not (resources.get("gpus") or resources.get("gpu_milli"))
+    ):
+        # v1 had no NPU models: a replica asking NPUs and no GPU could only name them in gpu_models
+        resources["npu_models"] = resources.pop("gpu_models", [])
+        resources["min_npu_memory_mib"] = resources.pop("min_gpu_memory_mib", 0)
     return payload
 
 
@@ -417,6 +446,7 @@ __all__ = [
     "PolicyConfiguredV1",
     "QuotaSetV1",
     "ResourceProfileUpdatedV1",
+    "ResourcesV1",
     "SchedulingCycleCompletedV1",
     "TenantRegisteredV1",
     "cycle_v1_to_v2",

@@ -299,11 +299,17 @@ class Resources(Frozen):
     gpu_models: GpuModels = ()
     """Acceptable GPU models; empty means any."""
     min_gpu_memory_mib: NonNegInt = 0
+    npu_models: GpuModels = ()
+    """Acceptable NPU models; empty means any (``JobSubmitted`` v2)."""
+    min_npu_memory_mib: NonNegInt = 0
+    """Device memory each NPU must have (``JobSubmitted`` v2)."""
 
     @model_validator(mode="after")
     def _whole_or_share(self) -> Resources:
         if self.gpus and self.gpu_milli:
             raise ValueError("gpu_milli (a share of one GPU) and gpus (whole GPUs) are exclusive")
+        if (self.npu_models or self.min_npu_memory_mib) and not self.npus:
+            raise ValueError("npu_models and min_npu_memory_mib are for a replica that asks npus")
         return self
 
     def total_gpu_milli(self) -> int:

@@ -59,8 +59,6 @@ class JobService:
         done = await self._commands.submit(principal, spec, request_id)
         resources = request.spec.resources
         asked, gpus = list(resources.gpu_models), resources.gpus
-        if resources.npus and not (resources.gpus or resources.gpu_milli):
-            asked = []  # its models are NPU models (see ``services.scheduler.core.state.convert.job_of``)
         warnings = shape_warnings(asked, gpus, await self._largest_nodes()) if asked or gpus else []
         if warnings:  # never from a view that may be a few seconds old
             warnings = shape_warnings(asked, gpus, await self._largest_nodes(fresh=True))

@@ -84,6 +84,8 @@ def job_spec_body(spec: jobs_pb2.JobSpec) -> dict[str, Any]:
             "npus": r.npus,
             "gpu_models": list(r.gpu_models),
             "min_gpu_memory_mib": r.min_gpu_memory_mib,
+            "npu_models": list(r.npu_models),
+            "min_npu_memory_mib": r.min_npu_memory_mib,
         }
     if spec.datasets:
         body["datasets"] = list(spec.datasets)
@@ -105,10 +107,17 @@ def job_spec_body(spec: jobs_pb2.JobSpec) -> dict[str, Any]:
 
 def asks_for_something(event: JobSubmitted) -> JobSubmitted:
     """The submission, if it asks for some resource. A job asking for nothing would wait forever (no
-    node "fits" it) with nothing to account; the catalogue allows it for records already in the log."""
+    node "fits" it) with nothing to account; the catalogue allows it for records already in the log. A
+    replica asking NPUs and no GPU that names GPU models is refused: its NPU models go in ``npu_models``
+    (the catalogue keeps accepting such records of a CPU-only job, whose GPU models nothing reads)."""
     r = event.resources
     if not (r.cpu_milli or r.memory_mib or r.gpus or r.gpu_milli or r.npus):
         raise InvalidArgument("resources", "asks for nothing: give cpu_milli, memory_mib, gpus, gpu_milli or npus")
+    if r.npus and not (r.gpus or r.gpu_milli):
+        for name in ("gpu_models", "min_gpu_memory_mib"):
+            if getattr(r, name):
+                npu_name = name.replace("gpu", "npu")
+                raise InvalidArgument(f"resources.{name}", f"is for GPUs and the replica asks none; NPUs: {npu_name}")
     return event
 
 

@@ -56,7 +56,9 @@ _RESOURCES = {
     "gpu_milli": int,
     "npus": int,
     "min_gpu_memory_mib": int,
+    "min_npu_memory_mib": int,
 }
+_MODEL_LISTS = ("gpu_models", "npu_models")
 _DURATIONS = ("expected_runtime", "max_runtime")
 _OTHER = {"resources", "datasets", "tolerations", "inference", "retry", "template", "labels", "client_request_id"}
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
@@ -125,14 +127,15 @@ def parse(text: str) -> tuple[jobs_pb2.JobSpec, str | None]:
 
 def _resources(spec: jobs_pb2.JobSpec, doc: dict[str, Any]) -> None:
     for key in doc:
-        if key not in _RESOURCES and key != "gpu_models":
-            raise JobFileError(f"resources.{key}", f"unknown field; known: {', '.join([*_RESOURCES, 'gpu_models'])}")
+        if key not in _RESOURCES and key not in _MODEL_LISTS:
+            raise JobFileError(f"resources.{key}", f"unknown field; known: {', '.join([*_RESOURCES, *_MODEL_LISTS])}")
     for name, kind in _RESOURCES.items():
         if name in doc:
             field = f"resources.{name}"
             _set(spec.resources, name, _typed(field, doc[name], kind), field=field)
-    if "gpu_models" in doc:
-        spec.resources.gpu_models.extend(_strings("resources.gpu_models", doc["gpu_models"]))
+    for name in _MODEL_LISTS:
+        if name in doc:
+            getattr(spec.resources, name).extend(_strings(f"resources.{name}", doc[name]))
     spec.resources.SetInParent()
 
 

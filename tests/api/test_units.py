@@ -89,6 +89,9 @@ def test_a_bad_job_file_names_the_field(text: str, field: str) -> None:
         (spec(interconnect="infiniband", interconnect_required=True), "interconnect"),
         (spec(retry=jobs_pb2.RetrySpec(on_application_failure=101)), "retry.on_application_failure"),
         (spec(retry=jobs_pb2.RetrySpec(on_application_failure=-1)), "retry.on_application_failure"),
+        (spec(resources=jobs_pb2.Resources(npus=4, gpu_models=["Ascend910B"])), "resources.gpu_models"),
+        (spec(resources=jobs_pb2.Resources(npus=4, min_gpu_memory_mib=65536)), "resources.min_gpu_memory_mib"),
+        (spec(resources=jobs_pb2.Resources(cpu_milli=1000, npu_models=["Ascend910B"])), "resources"),
     ],
 )
 def test_edge_validation_names_the_field_as_the_catalogue_does(bad: jobs_pb2.JobSpec, field: str) -> None:
@@ -109,6 +112,15 @@ def test_a_required_interconnect_goes_from_the_job_file_to_the_event() -> None:
         JobSubmitted, {**validation.job_spec_body(spec(interconnect="nvlink")), "job_id": "j-2"}
     )
     assert (preference.interconnect.value, preference.interconnect_required) == ("nvlink", False)
+
+
+def test_a_job_file_names_npu_models_apart_from_gpu_models() -> None:
+    parsed, _ = jobfile.parse(
+        "name: n\ntenant: t\nresources: {npus: 4, npu_models: [Ascend910B], min_npu_memory_mib: 65536}"
+    )
+    event = validation.event_from(JobSubmitted, {**validation.job_spec_body(parsed), "job_id": "j-1"})
+    r = validation.asks_for_something(event).resources
+    assert (r.npus, r.npu_models, r.min_npu_memory_mib, r.gpu_models) == (4, ("Ascend910B",), 65536, ())
 
 
 def test_defaults_come_from_the_catalogue() -> None:

@@ -91,7 +91,7 @@ async def test_an_npu_job_is_placed_on_npus_run_and_shown_and_a_gpu_and_npu_repl
         await wait_for(fleet_known, 60)
         assert (await listed())["npu-1"].npus == 8
 
-        npu_job = await submit("npu-train", cpu_milli=4000, memory_mib=8192, npus=4, gpu_models=["Ascend910B"])
+        npu_job = await submit("npu-train", cpu_milli=4000, memory_mib=8192, npus=4, npu_models=["Ascend910B"])
         cpu_job = await submit("cpu-etl", cpu_milli=2000, memory_mib=4096)
 
         async def job(job_id: str) -> jobs_pb2.Job:

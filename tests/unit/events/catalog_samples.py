@@ -613,7 +613,15 @@ def _cycle() -> dict[str, Any]:
 def _legacy() -> list[Event]:
     chosen, runner_up = _scores()
     return [
-        JobSubmittedV1(**_submitted().model_dump(exclude={"interconnect_required", "retry"})),
+        JobSubmittedV1(
+            **_submitted().model_dump(
+                exclude={
+                    "interconnect_required": True,
+                    "retry": True,
+                    "resources": {"npu_models", "min_npu_memory_mib"},
+                }
+            )
+        ),
         JobQueuedV1(**_wait(), queue_position=3, estimated_start_ms=T0 + 2 * HOUR),
         JobPlacedV1(
             job_id=JOB,

@@ -36,7 +36,7 @@ from events.catalog.governance import (
     _Decided,
 )
 from events.catalog.jobs import Interconnect, JobKind, JobSubmitted
-from events.catalog.legacy import JobPlacedV1, JobSubmittedV1
+from events.catalog.legacy import JobPlacedV1, JobSubmittedV1, ResourcesV1
 from events.catalog.types import MAX_SAFE_INT, JsonLimits, ResourceKind, Resources, Unique
 from events.wire.envelope import Envelope
 
@@ -198,6 +198,8 @@ def _json_values() -> st.SearchStrategy[object]:
 def _resources(v: Values) -> Values:
     if v["gpus"] and v["gpu_milli"]:
         v["gpu_milli"] = 0
+    if not v["npus"] and "npu_models" in v:  # ResourcesV1 has no NPU models
+        v["npu_models"], v["min_npu_memory_mib"] = (), 0
     return v
 
 
@@ -306,6 +308,7 @@ FIXUPS: dict[type[BaseModel], Callable[[Values], Values]] = {
     BudgetWindowOpened: lambda v: _ordered_pair(v, "start_ms", "end_ms"),
     PolicySpec: _policy,
     Resources: _resources,
+    ResourcesV1: _resources,
     JobSubmitted: _job_submitted,
     JobSubmittedV1: _job_submitted,
     ReplicaPlacement: _replica,

@@ -8,6 +8,7 @@ reused; one wire vocabulary of reasons that includes the scheduler's.
 from __future__ import annotations
 
 import importlib
+import json
 import re
 import types
 import typing
@@ -289,3 +290,23 @@ def test_the_scheduler_decides_with_the_wire_vocabulary() -> None:
     scheduler = pytest.importorskip("services.scheduler.core.policy.reasons")
     assert scheduler.ReasonCode is ReasonCode
     assert set(scheduler.CAPACITY_REASON_ORDER) <= set(ReasonCode)
+
+
+def test_a_v1_replica_asking_npus_and_no_gpu_has_its_models_read_as_npu_models() -> None:
+    """v1 had no ``npu_models``: such a replica could name its NPU models only in ``gpu_models``."""
+    from events.catalog.jobs import JobSubmitted
+    from events.catalog.upcasters import upcast
+
+    def v2(resources: dict[str, object]) -> JobSubmitted:
+        payload = {"job_id": "j-1", "name": "n", "tenant": "t", "resources": resources}
+        return JobSubmitted.model_validate_json(json.dumps(upcast("io.fedsched.JobSubmitted", 1, 2, payload)))
+
+    npu = v2({"npus": 4, "gpu_models": ["Ascend910B"], "min_gpu_memory_mib": 65536}).resources
+    assert (npu.npu_models, npu.min_npu_memory_mib, npu.gpu_models, npu.min_gpu_memory_mib) == (
+        ("Ascend910B",),
+        65536,
+        (),
+        0,
+    )
+    both = v2({"npus": 4, "gpus": 1, "gpu_models": ["A100"]}).resources
+    assert (both.gpu_models, both.npu_models) == (("A100",), ())

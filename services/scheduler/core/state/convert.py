@@ -35,9 +35,6 @@ def job_model(facts: JobFacts) -> m.Job:
 
 def job_of(e: JobSubmitted, submitted_ms: int) -> m.Job:
     r = e.resources
-    # ``gpu_models`` and ``min_gpu_memory_mib`` name the accelerator a replica asks: its GPUs, or its
-    # NPUs when it asks NPUs and no GPU (as a quota line's ``gpu_model`` names an NPU model on an npu line).
-    npu_only = bool(r.npus) and not (r.gpus or r.gpu_milli)
     return m.Job(
         job_id=JobId(e.job_id),
         tenant=e.tenant,
@@ -50,11 +47,11 @@ def job_of(e: JobSubmitted, submitted_ms: int) -> m.Job:
         memory_mib=r.memory_mib,
         gpus=r.gpus,
         gpu_milli=r.gpu_milli,
-        gpu_models=() if npu_only else tuple(sorted(r.gpu_models)),
-        min_gpu_memory_mib=0 if npu_only else r.min_gpu_memory_mib,
+        gpu_models=tuple(sorted(r.gpu_models)),
+        min_gpu_memory_mib=r.min_gpu_memory_mib,
         npus=r.npus,
-        npu_models=tuple(sorted(r.gpu_models)) if npu_only else (),
-        min_npu_memory_mib=r.min_gpu_memory_mib if npu_only else 0,
+        npu_models=tuple(sorted(r.npu_models)),
+        min_npu_memory_mib=r.min_npu_memory_mib,
         interconnect=e.interconnect,
         interconnect_required=e.interconnect_required,
         datasets=tuple(sorted(e.datasets)),
