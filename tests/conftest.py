@@ -11,6 +11,7 @@ import contextlib
 import itertools
 import os
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from urllib.parse import urlsplit, urlunsplit
 
@@ -19,6 +20,8 @@ import pytest_asyncio
 
 from events.catalog.topics import Cleanup, TopicSpec
 from events.log import EventLog, open_log
+from events.plumbing import outage as outage_module
+from events.plumbing import tasks as tasks_module
 
 
 def _require(variable: str, what: str) -> str:
@@ -29,6 +32,14 @@ def _require(variable: str, what: str) -> str:
             pytrace=False,
         )
     return value
+
+
+@pytest.fixture
+def this_tests_health_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Health reads every component of the process; under one pytest that includes the session's test
+    stack, whose own probe may be failing under load. A test using this judges only what it made."""
+    monkeypatch.setattr(outage_module, "_WATCHED", weakref.WeakSet())
+    monkeypatch.setattr(tasks_module, "_SUPERVISED", weakref.WeakSet())
 
 
 @pytest.fixture(scope="session")

@@ -30,19 +30,25 @@ async def patiently(
     """``start()``'s result once it gets through; between attempts that met an outage, ``undo()`` (what a
     failed attempt may have left open) and a backoff."""
     outage = outage if outage is not None else Outage(component)
-    while True:
-        try:
-            value = await start()
-        except Exception as error:
-            if not transient(error):
-                raise
-            if undo is not None:
-                with contextlib.suppress(Exception):
-                    await undo()
-            await outage.wait(dependency, error)
-            continue
-        outage.recovered()
-        return value
+    try:
+        while True:
+            try:
+                value = await start()
+            except Exception as error:
+                if not transient(error):
+                    raise
+                if undo is not None:
+                    with contextlib.suppress(Exception):
+                        await undo()
+                await outage.wait(dependency, error)
+                continue
+            outage.recovered()
+            return value
+    except BaseException:
+        # Given up (a bug after an outage, or the service stopped while it waited): nothing is retried
+        # any more, so health must not go on naming the dependency for as long as the object lives.
+        outage.forget()
+        raise
 
 
 __all__ = ["patiently"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,25 +15,15 @@ from aiokafka.errors import KafkaTimeoutError
 
 from events.audit.archive import AuditArchiver
 from events.log.contract import LogRecord, ProducerFenced, TopicPartition
-from events.plumbing import outage as outage_module
-from events.plumbing import tasks as tasks_module
 from events.plumbing.health import DependencyProbe
 from events.plumbing.metrics import Metrics
 from events.plumbing.outage import Outage, Unreachable, reaching, transient, unreachable_now
 from projections.faust.sink import Sink
 from services.governance.host import GovernanceHost
 
-pytestmark = [pytest.mark.timeout(30)]
+pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("this_tests_health_only")]
 
 KAFKA_DOWN = KafkaTimeoutError("Failed to get offsets by times in 40000 ms")
-
-
-@pytest.fixture(autouse=True)
-def this_tests_health_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Health reads every component of the process; under one pytest that includes the session's test
-    stack, whose own probe may be failing under load. Each test here judges only what it made."""
-    monkeypatch.setattr(outage_module, "_WATCHED", weakref.WeakSet())
-    monkeypatch.setattr(tasks_module, "_SUPERVISED", weakref.WeakSet())
 
 
 def quick(component: str = "test") -> Outage:

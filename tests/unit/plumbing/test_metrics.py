@@ -8,7 +8,7 @@ import pytest
 
 from events.plumbing.metrics import Metrics
 
-pytestmark = pytest.mark.asyncio(loop_scope="session")
+pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.usefixtures("this_tests_health_only")]
 
 
 async def get(port: int, path: str) -> tuple[int, str]:

@@ -4,6 +4,8 @@ open is closed; an error that is not an outage is raised at once."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from events.plumbing.outage import Outage, unreachable_now
@@ -45,3 +47,37 @@ async def test_an_error_that_is_not_an_outage_is_raised_at_once() -> None:
     with pytest.raises(ValueError, match="a bug"):
         await patiently("log", flaky.start, component="test", undo=flaky.undo, outage=quick())
     assert (flaky.calls, flaky.undone) == (1, 0)
+
+
+class Then:
+    """Refused ``refusals`` times, then a bug."""
+
+    def __init__(self, refusals: int) -> None:
+        self.refusals = refusals
+
+    async def start(self) -> str:
+        if self.refusals:
+            self.refusals -= 1
+            raise ConnectionRefusedError(111, "refused")
+        raise ValueError("a bug")
+
+
+async def test_given_up_after_an_outage_health_names_the_dependency_no_more() -> None:
+    outage = quick()
+    with pytest.raises(ValueError, match="a bug"):
+        await patiently("postgres", Then(2).start, component="test", outage=outage)
+    assert outage.failing is None and "postgres" not in unreachable_now()
+
+
+async def test_stopped_while_waiting_out_an_outage_health_names_the_dependency_no_more() -> None:
+    outage = Outage("test", initial_s=30, maximum_s=30, jitter=0.0)
+    waiting = asyncio.ensure_future(patiently("postgres", Then(5).start, component="test", outage=outage))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5
+    while outage.failing is None:
+        assert loop.time() < deadline
+        await asyncio.sleep(0.001)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert outage.failing is None and "postgres" not in unreachable_now()
