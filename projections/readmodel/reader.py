@@ -261,10 +261,11 @@ class ReadModels:
 
     async def allocated_within(self, tenants: Sequence[str], start_ms: int, end_ms: int) -> int:
         """GPU time (milli-GPU x ms) the runs of ``tenants`` that ended held in the hours from ``start_ms``
-        to ``end_ms`` (the hour buckets that start within them)."""
+        to ``end_ms`` (the hour buckets that start within them). NPU time is not GPU time: a GPU-hour
+        budget counts GPU buckets only."""
         sql = (
             f"SELECT coalesce(sum(allocated_milli_ms), 0)::bigint FROM {self._usage}"
-            f" WHERE tenant = ANY($1::text[]) AND hour_ms >= $2 AND hour_ms < $3"
+            f" WHERE tenant = ANY($1::text[]) AND hour_ms >= $2 AND hour_ms < $3 AND kind = 'gpu'"
         )
         return int(await self._pool.fetchval(sql, list(tenants), start_ms, end_ms) or 0)
 
@@ -272,7 +273,8 @@ class ReadModels:
         """Every usage hour bucket (of ``tenants`` only, when given)."""
         sql = (
             f"SELECT tenant, cluster, gpu_model, hour_ms, allocated_milli_ms, used_milli_ms, idle_milli_ms,"
-            f" cost_micro, currency, projects FROM {self._usage} WHERE ($1::text[] IS NULL OR tenant = ANY($1::text[]))"
+            f" cost_micro, currency, projects, kind FROM {self._usage}"
+            f" WHERE ($1::text[] IS NULL OR tenant = ANY($1::text[]))"
         )
         return [parse.usage_hour(r) for r in await self._pool.fetch(sql, _scope(tenants))]
 

@@ -209,7 +209,8 @@ def _apply(profile: NodeProfile, item: Event | object, now: int, event_id: str) 
         npu_model = (profile.npu_model or None) if item.npus else None
         return profile, [Routed("quota", item.queue_key, evolve(item, gpu_model=model, npu_model=npu_model))]
     if isinstance(item, UsageInterval):
-        return profile, [Routed("clusters", profile.cluster, evolve(item, gpu_model=_main_model(profile)))]
+        model = profile.npu_model if item.kind == "npu" else _main_model(profile)
+        return profile, [Routed("clusters", profile.cluster, evolve(item, gpu_model=model))]
     return profile, []
 
 

@@ -157,6 +157,7 @@ def _usage_rows(key: str, bucket: UsageBucket) -> Sequence[Row]:
             bucket.cluster,
             bucket.gpu_model,
             bucket.hour_ms,
+            bucket.kind,
             bucket.allocated_milli_ms,
             bucket.used_milli_ms,
             bucket.idle_milli_ms,

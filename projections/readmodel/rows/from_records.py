@@ -255,6 +255,7 @@ def usage_hour(r: Record) -> UsageHour:
         cost_micro=_int(r, "cost_micro"),
         currency=_text(r, "currency"),
         projects=tuple(ProjectShare(str(p), int(a), int(c)) for p, a, c in _json(r["projects"]) or ()),
+        kind=_text(r, "kind") or "gpu",
     )
 
 

@@ -175,6 +175,7 @@ USAGE = Table(
         ("cluster", "text"),
         ("gpu_model", "text"),
         ("hour_ms", "bigint"),
+        ("kind", "text"),
         ("allocated_milli_ms", "bigint"),
         ("used_milli_ms", "bigint"),
         ("idle_milli_ms", "bigint"),

@@ -251,7 +251,7 @@ class QueueQuota:
 
 @dataclass(frozen=True, slots=True)
 class UsageHour:
-    """A tenant's GPU time on one model of one cluster in one hour, and its cost."""
+    """A tenant's GPU (or NPU: ``kind``) time on one model of one cluster in one hour, and its cost."""
 
     tenant: TenantId
     cluster: ClusterId
@@ -263,6 +263,8 @@ class UsageHour:
     cost_micro: int
     currency: str
     projects: tuple[ProjectShare, ...]
+    kind: str = "gpu"
+    """"gpu" or "npu": the device ``gpu_model`` names and the time counts (milli-device x ms)."""
 
 
 @dataclass(frozen=True, slots=True)
