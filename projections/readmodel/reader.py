@@ -46,6 +46,7 @@ from projections.readmodel.rows.typed import (
     JobSummary,
     ModelCapacity,
     NodeRow,
+    NpuCapacity,
     Positions,
     QueueQuota,
     UsageHour,
@@ -212,6 +213,17 @@ class ReadModels:
             WHERE present AND gpus > 0 AND ($1::text IS NULL OR cluster = $1)
             GROUP BY 1, 2 ORDER BY 1, 2"""
         return [parse.model_capacity(r) for r in await self._pool.fetch(sql, cluster)]
+
+    async def npu_capacity(self, cluster: str | None) -> list[NpuCapacity]:
+        """Each cluster's NPUs per NPU model (one cluster's if named), by cluster and model."""
+        sql = f"""
+            SELECT cluster, npu_model, count(*)::int AS nodes, sum(npus)::bigint AS total,
+                   coalesce(sum(npus_healthy), 0)::bigint AS healthy,
+                   coalesce(sum(CASE WHEN schedulable THEN npus_free ELSE 0 END), 0)::bigint AS free
+            FROM {self._nodes}
+            WHERE present AND npus > 0 AND ($1::text IS NULL OR cluster = $1)
+            GROUP BY 1, 2 ORDER BY 1, 2"""
+        return [parse.npu_capacity(r) for r in await self._pool.fetch(sql, cluster)]
 
     async def largest_nodes(self) -> dict[str, int]:
         """GPU model -> the most GPUs a present node of it has."""

@@ -104,7 +104,8 @@ columns of the nodes table); a
 run that failed for a cause that may be retried leaves its job queued for the scheduler's verdict (not
 failed), and the jobs table counts the ``retries``; 10: NPU time is counted (a run that held NPUs reports
 NPU time apart from its GPU time, priced at the cluster's rate for the NPU model), usage buckets are kept
-per device kind (``tenant|cluster|kind|model|hour``) and the usage table has a ``kind`` column."""
+per device kind (``tenant|cluster|kind|model|hour``) and the usage table has a ``kind`` column; a node keeps
+its failed NPUs (never free) and the nodes table counts its ``npus_healthy``."""
 _FORMAT_KEY = ("_format", "")
 ENDED_JOBS = f"{JOB_STAGE}.ended"
 """The stage name an ended job's view is stored under: not loaded at start (the in-process host keeps

@@ -113,7 +113,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     cancel.add_argument("--request-id", default=None, help="idempotency key")
     cancel.set_defaults(handler=api_command(cancel_job))
 
-    resources = sub.add_parser("resources", parents=[common], help="GPU capacity: clusters x GPU models")
+    resources = sub.add_parser(
+        "resources", parents=[common], help="GPU and NPU capacity: clusters x GPU models, clusters x NPU models"
+    )
     resources.add_argument("--cluster", default="", help="only this cluster")
     what = resources.add_mutually_exclusive_group()
     what.add_argument("--clusters", action="store_true", help="list clusters instead")
@@ -507,10 +509,21 @@ async def show_resources(args: argparse.Namespace, client: Client) -> int:
             _print_json(to_dict(clusters))
             return 0
         rows = [
-            [c.cluster, c.status, c.kind, c.region, c.nodes, c.gpus, gpus(c.gpu_capacity_milli), gpus(c.gpu_free_milli)]
+            [
+                c.cluster,
+                c.status,
+                c.kind,
+                c.region,
+                c.nodes,
+                c.gpus,
+                gpus(c.gpu_capacity_milli),
+                gpus(c.gpu_free_milli),
+                ", ".join(f"{n.free}/{n.healthy}/{n.total} {n.npu_model}" for n in c.npus) or "-",
+            ]
             for c in clusters.clusters
         ]
-        print(table(["CLUSTER", "STATUS", "KIND", "REGION", "NODES", "GPUS", "HEALTHY", "FREE"], rows))
+        headers = ["CLUSTER", "STATUS", "KIND", "REGION", "NODES", "GPUS", "HEALTHY", "FREE", "NPUS FREE/HEALTHY/TOTAL"]
+        print(table(headers, rows))
         return 0
     if args.nodes:
         return await _show_nodes(args, client)
@@ -547,6 +560,11 @@ async def show_resources(args: argparse.Namespace, client: Client) -> int:
         )
     print(table(["CLUSTER", "GPU MODEL", "NODES", "TOTAL", "HEALTHY", "FREE", "ALLOCATED", "PENDING"], rows))
     print("(GPUs; pending demand is federation-wide per model: a job that accepts several models counts for each)")
+    if capacity.npus:
+        npu_rows = [[n.cluster, n.npu_model or "-", n.nodes, n.total, n.healthy, n.free] for n in capacity.npus]
+        print()
+        print(table(["CLUSTER", "NPU MODEL", "NODES", "TOTAL", "HEALTHY", "FREE"], npu_rows))
+        print("(NPUs, whole devices)")
     return 0
 
 

@@ -23,6 +23,7 @@ from projections.readmodel.rows.typed import (
     JobSummary,
     ModelCapacity,
     NodeRow,
+    NpuCapacity,
     ProjectShare,
     QueueQuota,
     QuotaUsage,
@@ -191,6 +192,7 @@ def node_row(r: Record) -> NodeRow:
         npus=_int(r, "npus"),
         npu_model=_text(r, "npu_model"),
         npus_free=_int(r, "npus_free"),
+        npus_healthy=_int(r, "npus_healthy"),
     )
 
 
@@ -203,6 +205,17 @@ def model_capacity(r: Record) -> ModelCapacity:
         healthy_milli=_int(r, "healthy_milli"),
         free_milli=_int(r, "free_milli"),
         allocated_milli=_int(r, "allocated_milli"),
+    )
+
+
+def npu_capacity(r: Record) -> NpuCapacity:
+    return NpuCapacity(
+        cluster=ClusterId(r["cluster"]),
+        npu_model=_text(r, "npu_model"),
+        nodes=_int(r, "nodes"),
+        total=_int(r, "total"),
+        healthy=_int(r, "healthy"),
+        free=_int(r, "free"),
     )
 
 

@@ -139,6 +139,7 @@ NODES = Table(
         ("npus", "int"),
         ("npu_model", "text"),
         ("npus_free", "int"),
+        ("npus_healthy", "int"),
     ),
 )
 CLUSTERS = Table(

@@ -191,6 +191,7 @@ class NodeRow:
     npus: int = 0
     npu_model: str = ""
     npus_free: int = 0
+    npus_healthy: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +206,21 @@ class ModelCapacity:
     free_milli: int
     """Free on schedulable nodes."""
     allocated_milli: int
+
+
+@dataclass(frozen=True, slots=True)
+class NpuCapacity:
+    """One NPU model's NPUs in one cluster, over its present nodes with NPUs."""
+
+    cluster: ClusterId
+    npu_model: str
+    nodes: int
+    total: int
+    """Every NPU of those nodes, failed or not."""
+    healthy: int
+    """Those not failed."""
+    free: int
+    """Healthy and held by no run, on schedulable nodes."""
 
 
 @dataclass(frozen=True, slots=True)
