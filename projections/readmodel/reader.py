@@ -265,7 +265,7 @@ class ReadModels:
     ) -> list[QueueQuota]:
         """Queues' quota lines and use, by tenant and queue; ``tenant`` and ``queue`` narrow it."""
         sql = (
-            f"SELECT tenant, queue, usage, gpu_hours_milli, running_jobs FROM {self._quota}"
+            f"SELECT tenant, queue, usage, gpu_hours_milli, running_jobs, npu_hours_milli FROM {self._quota}"
             f" WHERE ($1::text[] IS NULL OR tenant = ANY($1::text[])) AND ($2::text IS NULL OR tenant = $2)"
             f" AND ($3::text IS NULL OR queue = $3) ORDER BY tenant, queue"
         )

@@ -105,7 +105,8 @@ run that failed for a cause that may be retried leaves its job queued for the sc
 failed), and the jobs table counts the ``retries``; 10: NPU time is counted (a run that held NPUs reports
 NPU time apart from its GPU time, priced at the cluster's rate for the NPU model), usage buckets are kept
 per device kind (``tenant|cluster|kind|model|hour``) and the usage table has a ``kind`` column; a node keeps
-its failed NPUs (never free) and the nodes table counts its ``npus_healthy``."""
+its failed NPUs (never free) and the nodes table counts its ``npus_healthy``; a queue counts its NPU-hours
+(``QuotaUsageUpdated`` v2, the quota table's ``npu_hours_milli``)."""
 _FORMAT_KEY = ("_format", "")
 ENDED_JOBS = f"{JOB_STAGE}.ended"
 """The stage name an ended job's view is stored under: not loaded at start (the in-process host keeps

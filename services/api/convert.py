@@ -258,4 +258,5 @@ def queue_quota(row: QueueQuota) -> quota_pb2.QueueQuota:
         lines=lines,
         gpu_hours_milli=row.gpu_hours_milli,
         running_jobs=row.running_jobs,
+        npu_hours_milli=row.npu_hours_milli,
     )

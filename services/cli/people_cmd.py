@@ -607,7 +607,7 @@ async def show_quota(args: argparse.Namespace, client: Client) -> int:
     for q in answer.queues:
         for index, line in enumerate(q.lines):
             scale, _ = unit_of(line.resource)
-            # RUNNING and GPU-HOURS are the queue's, not a line's: shown once, on its first line.
+            # RUNNING, GPU-HOURS and NPU-HOURS are the queue's, not a line's: shown once, on its first line.
             first = index == 0
             limit = f"{line.limit / scale:g}" if line.HasField("limit") else "-"
             rows.append(
@@ -621,15 +621,17 @@ async def show_quota(args: argparse.Namespace, client: Client) -> int:
                     f"{line.borrowed / scale:g}",
                     q.running_jobs if first else "",
                     f"{q.gpu_hours_milli / 1000:g}" if first else "",
+                    f"{q.npu_hours_milli / 1000:g}" if first else "",
                 ]
             )
         if not q.lines:
-            rows.append(
-                [q.tenant, q.queue, "(no quota)", "", "", "", "", q.running_jobs, f"{q.gpu_hours_milli / 1000:g}"]
-            )
-    headers = ["TENANT", "QUEUE", "RESOURCE", "USED", "GUARANTEED", "LIMIT", "BORROWED", "RUNNING", "GPU-HOURS"]
+            hours = [f"{q.gpu_hours_milli / 1000:g}", f"{q.npu_hours_milli / 1000:g}"]
+            rows.append([q.tenant, q.queue, "(no quota)", "", "", "", "", q.running_jobs, *hours])
+    headers = [
+        "TENANT", "QUEUE", "RESOURCE", "USED", "GUARANTEED", "LIMIT", "BORROWED", "RUNNING", "GPU-HOURS", "NPU-HOURS"
+    ]  # fmt: skip
     print(table(headers, rows))
-    print("(cpu in CPUs, gpu in GPUs, memory in MiB; RUNNING and GPU-HOURS per queue)")
+    print("(cpu in CPUs, gpu in GPUs, npu in NPUs, memory in MiB; RUNNING, GPU-HOURS and NPU-HOURS per queue)")
     return 0
 
 

@@ -142,12 +142,12 @@ def _cluster_rows(key: str, cluster: ClusterView) -> Sequence[Row]:
 
 
 def _quota_rows(key: str, quota: QueueQuota) -> Sequence[Row]:
-    lines, gpu_hours_milli, _ = usage_facts(quota)
+    lines, gpu_hours_milli, _, npu_hours_milli = usage_facts(quota)
     usage = [
         {"resource": r, "gpu_model": m, "used": u, "guaranteed": g, "limit": limit, "borrowed": b}
         for r, m, u, g, limit, b in lines
     ]  # what the published QuotaUsage lines say, as JSON
-    return [(key, quota.tenant, quota.queue, _json(usage), gpu_hours_milli, len(quota.holdings))]
+    return [(key, quota.tenant, quota.queue, _json(usage), gpu_hours_milli, len(quota.holdings), npu_hours_milli)]
 
 
 def _usage_rows(key: str, bucket: UsageBucket) -> Sequence[Row]:

@@ -253,6 +253,7 @@ def queue_quota(r: Record) -> QueueQuota:
         tuple(_quota_usage(line) for line in _json(r["usage"]) or ()),
         _int(r, "gpu_hours_milli"),
         _int(r, "running_jobs"),
+        _int(r, "npu_hours_milli"),
     )
 
 

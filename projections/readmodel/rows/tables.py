@@ -166,6 +166,7 @@ QUOTA = Table(
         ("usage", "jsonb"),
         ("gpu_hours_milli", "bigint"),
         ("running_jobs", "int"),
+        ("npu_hours_milli", "bigint"),
     ),
 )
 USAGE = Table(

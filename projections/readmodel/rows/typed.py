@@ -263,6 +263,8 @@ class QueueQuota:
     usage: tuple[QuotaUsage, ...]
     gpu_hours_milli: int
     running_jobs: int
+    npu_hours_milli: int = 0
+    """NPU time of the queue's runs since its period began, in milli-NPU-hours (apart from GPU time)."""
 
 
 @dataclass(frozen=True, slots=True)

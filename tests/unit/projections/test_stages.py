@@ -14,7 +14,7 @@ from events.catalog.inventory import (
 from events.catalog.jobs import JobCancelled, JobPreempted, JobStarted, JobSucceeded
 from events.catalog.profiles import ResourceProfileUpdated
 from events.catalog.types import Health
-from projections.readmodel.rows.entities import TABLES, _job_rows, _usage_rows
+from projections.readmodel.rows.entities import TABLES, _job_rows, _quota_rows, _usage_rows
 from projections.stages.clusters import usage_key
 from projections.stages.nodes import allocated_by_gpu
 from tests.unit.projections.builders import Fold, a_gpu_and_npu_run, a_job, a_node, placed
@@ -270,3 +270,15 @@ def test_a_gpu_only_run_reports_no_npu_time() -> None:
     fold.feed(JobSucceeded(job_id="j1", cluster="c1"), at_s=60)
     assert fold.get("usage", usage_key("team-a", "c1", "A100", 0)).allocated_milli_ms == 1000 * 60_000
     assert [key for key in fold.store.tables.get("usage", {}) if "|npu|" in key] == []
+
+
+def test_a_queues_npu_hours_are_counted_apart_from_its_gpu_hours() -> None:
+    from events.catalog.profiles import QuotaUsageUpdated
+
+    fold = a_gpu_and_npu_run()
+    latest = [o.event for o in fold.outputs if isinstance(o.event, QuotaUsageUpdated)][-1]
+    # 1 GPU and 4 NPUs for half an hour.
+    assert (latest.gpu_hours_milli, latest.npu_hours_milli) == (500, 2000)
+    row = _quota_rows("team-a/default", fold.get("quota", "team-a/default"))[0]
+    columns = [name for name, _ in TABLES["quota"].columns]
+    assert (row[columns.index("gpu_hours_milli")], row[columns.index("npu_hours_milli")]) == (500, 2000)
