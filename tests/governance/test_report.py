@@ -12,6 +12,7 @@ from services.cli.gov_render import render
 from services.governance.core.figures import (
     HOUR_MS,
     FindingRow,
+    HeldRow,
     JobRow,
     QuotaRow,
     UsageRow,
@@ -181,3 +182,9 @@ def test_npu_hours_are_shown_and_priced_beside_gpu_hours_and_never_as_gpu_utilis
     assert [(r["gpu_model"], r["allocated_gpu_h"]) for r in report.utilisation] == [("A100", 2.0)]
     assert report.idle[0]["allocated_gpu_h"] == 2.0 and report.hourly[0]["allocated_gpu_h"] == 2.0
     assert report.impact[0]["allocated_gpu_h"] == 2.0
+
+
+def test_a_running_npu_job_adds_no_gpu_row_to_utilisation() -> None:
+    npu_only = HeldRow("team-a", "p1", "sim-3", "none", T0, 0)  # holds NPUs, no GPU
+    report = build(T0, T0 + HOUR_MS, [usage("team-a", 0, 2, 1, 4)], [], [], [], held=[npu_only])
+    assert [(r["cluster"], r["gpu_model"]) for r in report.utilisation] == [("sim-1", "A100")]

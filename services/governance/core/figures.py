@@ -246,7 +246,7 @@ def with_held(usage: Sequence[UsageRow], held: Iterable[HeldRow], since_ms: int,
     last = until_ms - until_ms % HOUR_MS  # the hour the period ends in
     for run in held:
         start = max(run.placed_ms, since_ms)
-        if start >= until_ms:
+        if start >= until_ms or not run.gpu_milli:  # a run of NPUs alone holds no GPU time
             continue
         key = (run.tenant, run.cluster, run.gpu_model)
         first = start - start % HOUR_MS
