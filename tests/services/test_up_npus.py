@@ -164,7 +164,8 @@ async def test_the_default_fleet_shows_its_npu_pool_runs_an_npu_job_and_counts_i
             name="npu-train",
             tenant="team-a",
             expected_runtime_s=1800,
-            resources=jobs_pb2.Resources(cpu_milli=4000, memory_mib=8192, npus=8, gpu_models=["Ascend910B"]),
+            # No model named: the pool's is the fleet's only NPU model.
+            resources=jobs_pb2.Resources(cpu_milli=4000, memory_mib=8192, npus=8),
         )
         answer = await client.call(client.jobs.SubmitJob, jobs_pb2.SubmitJobRequest(spec=spec, client_request_id="n"))
         job_id = str(answer.job_id)
