@@ -18,7 +18,15 @@ from connectors.sim.faults import Fault, FaultKind, FaultPlan
 from connectors.sim.history import History
 from connectors.sim.host import SimCluster, SimFleet, SimStats
 from connectors.sim.jobs import JobSpec
-from connectors.sim.nodes import NodeList, NodeListError, NodeSpec, default_nodes_path, load_nodes, parse_split
+from connectors.sim.nodes import (
+    NodeList,
+    NodeListError,
+    NodeSpec,
+    default_nodes_path,
+    load_nodes,
+    npu_pool,
+    parse_split,
+)
 from connectors.sim.reports import Emit
 from connectors.sim.spec import ClusterSpec
 
@@ -43,5 +51,6 @@ __all__ = [
     "check_placement",
     "default_nodes_path",
     "load_nodes",
+    "npu_pool",
     "parse_split",
 ]

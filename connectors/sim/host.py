@@ -30,7 +30,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,7 +38,7 @@ from connectors.sim.clock import SimClock
 from connectors.sim.cluster import ClusterModel
 from connectors.sim.config import SimConfig
 from connectors.sim.history import History
-from connectors.sim.nodes import default_nodes_path, load_nodes
+from connectors.sim.nodes import NodeSpec, default_nodes_path, load_nodes
 from connectors.sim.reports import Emit
 from connectors.sim.restore import read_history
 from connectors.sim.spec import ClusterSpec
@@ -315,20 +315,28 @@ class SimFleet:
         regions: Sequence[str] | None = None,
         config: SimConfig | None = None,
         clock: SimClock | None = None,
+        extra: Mapping[str, Sequence[NodeSpec]] | None = None,
     ) -> SimFleet:
         """One cluster per name, the node list (default: the openb GPU nodes) dealt round-robin among
-        them, so each gets a similar mix of GPU models. A YAML node list's ``cluster:`` section (display
-        name, site, region, currency, GPU rates, datasets, labels) applies to every cluster, as it does
-        for ``fedsched connector sim``. Without a site there, each cluster is its own site; ``regions``
-        (one per name) win over the section's region, and both default to ``sim``."""
+        them, so each gets a similar mix of GPU models; ``extra`` adds nodes to named clusters (the
+        default fleet's NPU pool: ``nodes.npu_pool``), each of which must be one of ``names``. A YAML
+        node list's ``cluster:`` section (display name, site, region, currency, GPU rates, datasets,
+        labels) applies to every cluster, as it does for ``fedsched connector sim``. Without a site
+        there, each cluster is its own site; ``regions`` (one per name) win over the section's region,
+        and both default to ``sim``."""
         source = path or default_nodes_path()
         where = list(regions) if regions is not None else [None] * len(names)
         if len(where) != len(names):
             raise ValueError("give one region per cluster name")
+        added = dict(extra or {})
+        unknown = sorted(set(added) - set(names))
+        if unknown:
+            raise ValueError(f"nodes added to {', '.join(unknown)}, which is not one of the clusters")
         specs = []
         for index, (name, region) in enumerate(zip(names, where, strict=True)):
             listing = load_nodes(source, split=(len(names), index))
-            specs.append(ClusterSpec.build(name, listing.nodes, region=region, defaults=listing.cluster))
+            nodes = (*listing.nodes, *added.get(name, ()))
+            specs.append(ClusterSpec.build(name, nodes, region=region, defaults=listing.cluster))
         return cls(event_log, specs, config, clock=clock)
 
     async def start(self) -> None:

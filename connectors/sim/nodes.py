@@ -91,6 +91,32 @@ class NodeList:
     source: str = ""
 
 
+NPU_POOL_MODEL = "Ascend910B"
+NPU_POOL_NODES = 4
+"""The default simulated fleet's NPU pool: this many nodes of 8 ``NPU_POOL_MODEL`` NPUs, in its last cluster
+(``fedsched up``, ``fedsched demo``), so a newcomer's fleet shows NPUs and can run an NPU job."""
+
+
+def npu_pool(count: int = NPU_POOL_NODES) -> tuple[NodeSpec, ...]:
+    """``count`` nodes of 8 NPUs of one model each (64 GiB each), 192 CPUs and 1.5 TiB, on one RDMA fabric
+    so a job of several NPU nodes has somewhere to go; named ``npu-ascend-00``, ... (not an openb name)."""
+    if count < 0:
+        raise ValueError(f"an NPU pool of {count} nodes: give 0 or more")
+    return tuple(
+        NodeSpec(
+            NodeId(f"npu-ascend-{index:02d}"),
+            192_000,
+            1_572_864,
+            npus=8,
+            npu_model=NPU_POOL_MODEL,
+            npu_memory_mib=65_536,
+            labels=(("huawei.com/npu.product", NPU_POOL_MODEL),),
+            rdma_fabric="roce-ascend910b",
+        )
+        for index in range(count)
+    )
+
+
 def traces_dir() -> Path:
     """``FEDSCHED_TRACES``, or ``../shared/traces`` next to the repository."""
     env = os.environ.get("FEDSCHED_TRACES")
@@ -322,12 +348,15 @@ def _yaml_cluster(path: Path, section: object) -> ClusterDefaults:
 
 __all__ = [
     "GPU_MEMORY_MIB",
+    "NPU_POOL_MODEL",
+    "NPU_POOL_NODES",
     "ClusterDefaults",
     "NodeList",
     "NodeListError",
     "NodeSpec",
     "default_nodes_path",
     "load_nodes",
+    "npu_pool",
     "parse_split",
     "traces_dir",
 ]

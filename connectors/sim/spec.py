@@ -27,9 +27,11 @@ DEFAULT_GPU_RATES: Mapping[str, int] = {
     "T4": 350_000,
     "V100M16": 2_480_000,
     "V100M32": 2_970_000,
+    "Ascend910B": 2_600_000,
 }
-"""Price of one GPU-hour per model, in millionths of the currency unit (public cloud list prices, rounded);
-models without an entry cost 1.0 per GPU-hour."""
+"""Price of one device-hour per model (a GPU's or an NPU's), in millionths of the currency unit (public
+cloud list prices, rounded; Ascend910B, with no common public price, an estimate near an A100's); models
+without an entry cost 1.0 per device-hour."""
 UNKNOWN_MODEL_RATE = 1_000_000
 
 
@@ -58,10 +60,11 @@ class ClusterSpec:
         currency: str | None = None,
         defaults: ClusterDefaults | None = None,
     ) -> ClusterSpec:
-        """A spec with prices for every GPU model present; flags win over the node list's defaults."""
+        """A spec with prices for every GPU and NPU model present; flags win over the node list's defaults."""
         d = defaults or ClusterDefaults()
         rates = dict(d.gpu_rates)
-        for model in sorted({n.gpu_model for n in nodes if n.gpus}):
+        present = {n.gpu_model for n in nodes if n.gpus} | {n.npu_model for n in nodes if n.npus}
+        for model in sorted(present):
             rates.setdefault(model, DEFAULT_GPU_RATES.get(model, UNKNOWN_MODEL_RATE))
         spec = cls(
             cluster=ClusterId(cluster),

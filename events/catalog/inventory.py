@@ -63,7 +63,8 @@ class ClusterStatus(StrEnum):
 
 
 class GpuRate(Frozen):
-    """The price of one GPU-hour of a model, in millionths of the cluster's currency unit."""
+    """The price of one device-hour of a model, in millionths of the cluster's currency unit: a GPU
+    model's, or an NPU model's (NPU-hours are priced from the same rates, by the NPU's model)."""
 
     model: GpuModel
     micro_per_gpu_hour: NonNegInt

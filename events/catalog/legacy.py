@@ -53,9 +53,9 @@ from events.catalog.decisions import (
 )
 from events.catalog.jobs import InferenceSpec, Interconnect, JobEvent, JobKind, PriorityClass, Toleration
 from events.catalog.pending_reasons import pending_reason_of
-from events.catalog.profiles import GpuModelProfile, Quantities
+from events.catalog.profiles import GpuModelProfile, Quantities, QuotaUsage
 from events.catalog.reasons import ReasonCode
-from events.catalog.topics import DECISIONS, GOVERNANCE, INVENTORY, PROFILES
+from events.catalog.topics import DECISIONS, GOVERNANCE, INVENTORY, PROFILES, QUOTA_USAGE
 from events.catalog.types import (
     MAX_REPLICAS,
     ClusterIdField,
@@ -434,6 +434,28 @@ def submitted_v1_to_v2(payload: Payload) -> Payload:
     return payload
 
 
+class QuotaUsageUpdatedV1(Event):
+    """A projection recomputed a tenant queue's quota usage (v1: GPU-hours only, no NPU time)."""
+
+    event_type: ClassVar[str] = "io.fedsched.QuotaUsageUpdated"
+    schema_version: ClassVar[int] = 1
+    key_field: ClassVar[str | None] = "tenant/queue"
+    topic: ClassVar[str] = QUOTA_USAGE.name
+
+    tenant: TenantIdField
+    queue: QueueIdField
+    version: PosInt
+    usage: Annotated[tuple[QuotaUsage, ...], Field(max_length=64), Unique(("resource", "gpu_model"))] = ()
+    gpu_hours_milli: NonNegInt = 0
+    period_start_ms: EpochMillis
+
+
+@upcaster("io.fedsched.QuotaUsageUpdated", 1)
+def quota_usage_v1_to_v2(payload: Payload) -> Payload:
+    payload["npu_hours_milli"] = 0
+    return payload
+
+
 __all__ = [
     "GpuHealthReportedV1",
     "GpuHealthSampleV1",
@@ -445,6 +467,7 @@ __all__ = [
     "NodeUsageReportedV1",
     "PolicyConfiguredV1",
     "QuotaSetV1",
+    "QuotaUsageUpdatedV1",
     "ResourceProfileUpdatedV1",
     "ResourcesV1",
     "SchedulingCycleCompletedV1",
@@ -455,6 +478,7 @@ __all__ = [
     "policy_v1_to_v2",
     "profile_v1_to_v2",
     "queued_v1_to_v2",
+    "quota_usage_v1_to_v2",
     "quota_v1_to_v2",
     "submitted_v1_to_v2",
     "tenant_v1_to_v2",

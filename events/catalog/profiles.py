@@ -124,7 +124,7 @@ class QuotaUsageUpdated(Event):
     """A projection recomputed a tenant queue's quota usage."""
 
     event_type: ClassVar[str] = "io.fedsched.QuotaUsageUpdated"
-    schema_version: ClassVar[int] = 1
+    schema_version: ClassVar[int] = 2
     key_field: ClassVar[str | None] = "tenant/queue"
     topic: ClassVar[str] = QUOTA_USAGE.name
 
@@ -135,6 +135,9 @@ class QuotaUsageUpdated(Event):
     gpu_hours_milli: NonNegInt = 0
     """GPU time consumed since ``period_start_ms``, in milli-GPU-hours."""
     period_start_ms: EpochMillis
+    npu_hours_milli: NonNegInt = 0
+    """NPU time consumed since ``period_start_ms``, in milli-NPU-hours (v1 said none: NPU time was not
+    counted). Never part of ``gpu_hours_milli``."""
 
 
 __all__ = [

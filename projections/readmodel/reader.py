@@ -46,6 +46,7 @@ from projections.readmodel.rows.typed import (
     JobSummary,
     ModelCapacity,
     NodeRow,
+    NpuCapacity,
     Positions,
     QueueQuota,
     UsageHour,
@@ -213,6 +214,17 @@ class ReadModels:
             GROUP BY 1, 2 ORDER BY 1, 2"""
         return [parse.model_capacity(r) for r in await self._pool.fetch(sql, cluster)]
 
+    async def npu_capacity(self, cluster: str | None) -> list[NpuCapacity]:
+        """Each cluster's NPUs per NPU model (one cluster's if named), by cluster and model."""
+        sql = f"""
+            SELECT cluster, npu_model, count(*)::int AS nodes, sum(npus)::bigint AS total,
+                   coalesce(sum(npus_healthy), 0)::bigint AS healthy,
+                   coalesce(sum(CASE WHEN schedulable THEN npus_free ELSE 0 END), 0)::bigint AS free
+            FROM {self._nodes}
+            WHERE present AND npus > 0 AND ($1::text IS NULL OR cluster = $1)
+            GROUP BY 1, 2 ORDER BY 1, 2"""
+        return [parse.npu_capacity(r) for r in await self._pool.fetch(sql, cluster)]
+
     async def largest_nodes(self) -> dict[str, int]:
         """GPU model -> the most GPUs a present node of it has."""
         sql = (
@@ -253,7 +265,7 @@ class ReadModels:
     ) -> list[QueueQuota]:
         """Queues' quota lines and use, by tenant and queue; ``tenant`` and ``queue`` narrow it."""
         sql = (
-            f"SELECT tenant, queue, usage, gpu_hours_milli, running_jobs FROM {self._quota}"
+            f"SELECT tenant, queue, usage, gpu_hours_milli, running_jobs, npu_hours_milli FROM {self._quota}"
             f" WHERE ($1::text[] IS NULL OR tenant = ANY($1::text[])) AND ($2::text IS NULL OR tenant = $2)"
             f" AND ($3::text IS NULL OR queue = $3) ORDER BY tenant, queue"
         )
@@ -261,10 +273,11 @@ class ReadModels:
 
     async def allocated_within(self, tenants: Sequence[str], start_ms: int, end_ms: int) -> int:
         """GPU time (milli-GPU x ms) the runs of ``tenants`` that ended held in the hours from ``start_ms``
-        to ``end_ms`` (the hour buckets that start within them)."""
+        to ``end_ms`` (the hour buckets that start within them). NPU time is not GPU time: a GPU-hour
+        budget counts GPU buckets only."""
         sql = (
             f"SELECT coalesce(sum(allocated_milli_ms), 0)::bigint FROM {self._usage}"
-            f" WHERE tenant = ANY($1::text[]) AND hour_ms >= $2 AND hour_ms < $3"
+            f" WHERE tenant = ANY($1::text[]) AND hour_ms >= $2 AND hour_ms < $3 AND kind = 'gpu'"
         )
         return int(await self._pool.fetchval(sql, list(tenants), start_ms, end_ms) or 0)
 
@@ -272,7 +285,8 @@ class ReadModels:
         """Every usage hour bucket (of ``tenants`` only, when given)."""
         sql = (
             f"SELECT tenant, cluster, gpu_model, hour_ms, allocated_milli_ms, used_milli_ms, idle_milli_ms,"
-            f" cost_micro, currency, projects FROM {self._usage} WHERE ($1::text[] IS NULL OR tenant = ANY($1::text[]))"
+            f" cost_micro, currency, projects, kind FROM {self._usage}"
+            f" WHERE ($1::text[] IS NULL OR tenant = ANY($1::text[]))"
         )
         return [parse.usage_hour(r) for r in await self._pool.fetch(sql, _scope(tenants))]
 

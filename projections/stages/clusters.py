@@ -59,7 +59,7 @@ class ClusterView:
 
 @record
 class PricedUsage(Delta):
-    """GPU time of one tenant, cluster and model within one hour, with its cost."""
+    """GPU (or NPU) time of one tenant, cluster and model within one hour, with its cost."""
 
     job_id: str
     run: int
@@ -71,8 +71,8 @@ class PricedUsage(Delta):
     sample: bool
 
 
-def usage_key(tenant: str, cluster: str, model: str, hour_ms: int) -> str:
-    return f"{tenant or 'unknown'}|{cluster}|{model or 'none'}|{hour_ms}"
+def usage_key(tenant: str, cluster: str, model: str, hour_ms: int, kind: str = "gpu") -> str:
+    return f"{tenant or 'unknown'}|{cluster}|{kind}|{model or 'none'}|{hour_ms}"
 
 
 class ClusterStage(Silent[ClusterView]):
@@ -143,7 +143,8 @@ def _price_interval(view: ClusterView, interval: UsageInterval) -> list[Emitted]
             view.currency,
             False,
         )
-        emitted.append(Routed("usage", usage_key(interval.tenant, view.cluster, interval.gpu_model, hour), piece))
+        key = usage_key(interval.tenant, view.cluster, interval.gpu_model, hour, interval.kind)
+        emitted.append(Routed("usage", key, piece))
         start = end
     return emitted
 
@@ -156,5 +157,6 @@ def _price_sample(view: ClusterView, sample: UsageSample) -> list[Emitted]:
 
 
 def _cost(view: ClusterView, model: str, milli_ms: int) -> int:
-    # rate is per GPU-hour; milli_ms is milli-GPU x milliseconds: divide by 1000 x 3,600,000.
+    # rate is per device-hour of the model (a GPU's or an NPU's: ClusterRegistered.gpu_rates keys both);
+    # milli_ms is milli-device x milliseconds: divide by 1000 x 3,600,000.
     return view.rate(model) * milli_ms // (1000 * HOUR_MS)

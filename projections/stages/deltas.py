@@ -75,9 +75,14 @@ class NodeCapacity(Delta):
     fit_inference: bool = False
 
 
+DEVICE_KINDS = ("gpu", "npu")
+"""The device kinds whose time is counted: GPU-hour budgets count "gpu" time only."""
+
+
 @record
 class UsageInterval(Delta):
-    """A job's run held ``gpu_milli`` of a GPU model in a cluster from ``start_ms`` to ``end_ms``."""
+    """A job's run held ``gpu_milli`` of a device model in a cluster from ``start_ms`` to ``end_ms``: of
+    GPUs, or with ``kind`` "npu" of NPUs (``gpu_milli`` then 1000 per NPU held, ``gpu_model`` the NPUs')."""
 
     job_id: str
     run: int
@@ -88,6 +93,8 @@ class UsageInterval(Delta):
     gpu_milli: int
     start_ms: int
     end_ms: int
+    kind: str = "gpu"
+    """The device kind held: "gpu" or "npu" (``DEVICE_KINDS``); the two are counted apart."""
 
 
 @record

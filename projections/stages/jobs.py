@@ -814,7 +814,8 @@ def _release(view: JobView, now: int) -> list[Emitted]:
 def _release_accounting(
     view: JobView, run: int, cluster: str, placement: tuple[ReplicaSlot, ...], placed_ms: int, now: int
 ) -> list[Emitted]:
-    """The run gives its queue hold back and reports the GPU time it held, from ``placed_ms`` to ``now``."""
+    """The run gives its queue hold back and reports the GPU and NPU time it held, from ``placed_ms`` to
+    ``now`` (one interval per kind, so NPU time is never counted as GPU time)."""
     if view.orphan:
         return []
     emitted: list[Emitted] = [
@@ -824,11 +825,17 @@ def _release_accounting(
     if total:
         interval = UsageInterval(view.job_id, run, view.tenant, view.project, cluster, "", total, placed_ms, now)
         emitted.append(_via_node(cluster, placement, interval))
+    npus = _npus(placement)
+    if npus:
+        held = UsageInterval(
+            view.job_id, run, view.tenant, view.project, cluster, "", 1000 * npus, placed_ms, now, "npu"
+        )
+        emitted.append(_via_node(cluster, placement, held))
     return emitted
 
 
 def _via_node(cluster: str, placement: tuple[ReplicaSlot, ...], delta: QueueAllocation | UsageInterval) -> Routed:
-    """The GPU model lives with the node: the first replica's node fills it in and passes it on."""
+    """The GPU (NPU) model lives with the node: the first replica's node fills it in and passes it on."""
     return Routed("nodes", f"{cluster}/{placement[0].node}", delta)
 
 

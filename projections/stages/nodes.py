@@ -115,6 +115,8 @@ class NodeProfile:
     npus: int = 0
     npu_model: str = ""
     """The model of its first NPU ("" without NPUs)."""
+    failed_npus: tuple[int, ...] = ()
+    """The indices of its NPUs its latest snapshot says failed: not healthy, never free."""
     nvlink_domain: str | None = None
     rdma_fabric: str | None = None
     schedulable: bool = False
@@ -209,7 +211,8 @@ def _apply(profile: NodeProfile, item: Event | object, now: int, event_id: str) 
         npu_model = (profile.npu_model or None) if item.npus else None
         return profile, [Routed("quota", item.queue_key, evolve(item, gpu_model=model, npu_model=npu_model))]
     if isinstance(item, UsageInterval):
-        return profile, [Routed("clusters", profile.cluster, evolve(item, gpu_model=_main_model(profile)))]
+        model = profile.npu_model if item.kind == "npu" else _main_model(profile)
+        return profile, [Routed("clusters", profile.cluster, evolve(item, gpu_model=model))]
     return profile, []
 
 
@@ -251,6 +254,7 @@ def _observed(profile: NodeProfile, event: NodeObserved) -> NodeProfile:
         gpus=tuple(gpus),
         npus=len(event.npus),
         npu_model=event.npus[0].model if event.npus else "",
+        failed_npus=tuple(sorted(n.index for n in event.npus if n.health is Health.FAILED)),
         nvlink_domain=event.nvlink_domain,
         rdma_fabric=event.rdma_fabric,
         schedulable=event.schedulable,
@@ -398,6 +402,11 @@ def _usage_for(profile: NodeProfile, job_id: str) -> tuple[NodeProfile, list[Emi
     return evolve(profile, waiting_usage=tuple(waiting)), emitted
 
 
+def healthy_npus(profile: NodeProfile) -> int:
+    """Its NPUs that are not failed (none when it is not present)."""
+    return profile.npus - len(profile.failed_npus) if profile.present else 0
+
+
 def _main_model(profile: NodeProfile) -> str:
     return profile.gpus[0].model if profile.gpus else ""
 
@@ -458,13 +467,16 @@ def profile_facts(profile: NodeProfile) -> ProfileFacts:
     cpu_alloc = min(MAX_SAFE_INT, sum(a.cpu_milli for a in profile.allocations))
     mem_alloc = min(MAX_SAFE_INT, sum(a.memory_mib for a in profile.allocations))
     cpu, memory, npus = (profile.cpu_milli, profile.memory_mib, profile.npus) if present else (0, 0, 0)
-    npus_taken = len({index for a in profile.allocations for index in a.npus if index < npus})
+    npus_held = {index for a in profile.allocations for index in a.npus if index < npus}
+    npus_taken = len(npus_held)
+    # A failed NPU is never free (the scheduler places nothing on it), as a failed GPU is not.
+    npus_free = npus - len(npus_held | {index for index in profile.failed_npus if index < npus})
     health = health_milli(profile)
     stability = failures_per_kgpu_hour_milli(profile)
     return (
         (cpu, memory, capacity_gpu, npus),
         (cpu_alloc, mem_alloc, sum(used.values()), npus_taken),
-        (max(0, cpu - cpu_alloc), max(0, memory - mem_alloc), free_gpu, npus - npus_taken),
+        (max(0, cpu - cpu_alloc), max(0, memory - mem_alloc), free_gpu, npus_free),
         tuple((model, *models[model]) for model in sorted(models)),  # type: ignore[misc]
         health,
         stability,

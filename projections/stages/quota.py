@@ -35,9 +35,9 @@ RELEASED_RUNS = 10_000
 _CPU, _MEMORY, _GPU = ResourceKind.CPU.value, ResourceKind.MEMORY.value, ResourceKind.GPU.value
 _NPU = ResourceKind.NPU.value
 
-UsageFacts = tuple[tuple[tuple[str, str | None, int, int, int | None, int], ...], int, int]
+UsageFacts = tuple[tuple[tuple[str, str | None, int, int, int | None, int], ...], int, int, int]
 """What a usage event says but its version: (resource, GPU model, used, guaranteed, limit, borrowed)
-per line, GPU-hours in thousandths, start of the period."""
+per line, GPU-hours in thousandths, start of the period, NPU-hours in thousandths."""
 
 
 @record
@@ -109,6 +109,8 @@ class QueueQuota:
     released_runs: RunSet = field(default_factory=lambda: RunSet(cap=RELEASED_RUNS))
     """(job, run) pairs; the latest ``RELEASED_RUNS`` in their sorted order (a full set drops its smallest)."""
     gpu_milli_ms_consumed: int = 0
+    npu_milli_ms_consumed: int = 0
+    """NPU time of the runs given back (1000 per NPU x ms), apart from GPU time."""
     period_start_ms: int = 0
     version: int = 0
     published: UsageFacts | None = None
@@ -217,7 +219,8 @@ def _allocation(quota: QueueQuota, delta: QueueAllocation, now: int) -> QueueQuo
         return evolve(quota, holdings=holdings.set(delta.job_id, holding), totals=totals.plus(holding, 1))
     if was_released:
         return quota
-    consumed = delta.gpu_milli * max(0, (delta.at_ms or now) - delta.since_ms)
+    held_ms = max(0, (delta.at_ms or now) - delta.since_ms)
+    consumed = delta.gpu_milli * held_ms
     totals = quota.totals
     if current is not None and current.run == delta.run:
         holdings = holdings.remove(delta.job_id)
@@ -227,6 +230,7 @@ def _allocation(quota: QueueQuota, delta: QueueAllocation, now: int) -> QueueQuo
         holdings=holdings,
         released_runs=quota.released_runs.add(run),
         gpu_milli_ms_consumed=quota.gpu_milli_ms_consumed + consumed,
+        npu_milli_ms_consumed=quota.npu_milli_ms_consumed + 1000 * delta.npus * held_ms,
         totals=totals,
     )
 
@@ -255,11 +259,12 @@ def usage_facts(quota: QueueQuota) -> UsageFacts:
                 max(0, used - guaranteed) if line else 0,
             )
         )
-    return tuple(usage), quota.gpu_milli_ms_consumed // _HOUR_MS, quota.period_start_ms
+    npu_hours_milli = quota.npu_milli_ms_consumed // _HOUR_MS
+    return tuple(usage), quota.gpu_milli_ms_consumed // _HOUR_MS, quota.period_start_ms, npu_hours_milli
 
 
 def usage_event_of(quota: QueueQuota, facts: UsageFacts, version: int) -> QuotaUsageUpdated:
-    usage, gpu_hours_milli, period_start_ms = facts
+    usage, gpu_hours_milli, period_start_ms, npu_hours_milli = facts
     return QuotaUsageUpdated(
         tenant=TenantId(quota.tenant),
         queue=QueueId(quota.queue),
@@ -277,6 +282,7 @@ def usage_event_of(quota: QueueQuota, facts: UsageFacts, version: int) -> QuotaU
         ),
         gpu_hours_milli=gpu_hours_milli,
         period_start_ms=period_start_ms,
+        npu_hours_milli=npu_hours_milli,
     )
 
 

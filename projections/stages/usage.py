@@ -1,9 +1,10 @@
-"""Utilisation and cost: GPU time allocated and used, and its cost, per tenant x cluster x model x hour.
+"""Utilisation and cost: GPU and NPU time allocated and used, and its cost, per tenant x cluster x
+device kind x model x hour.
 
-Called by the projection hosts; keyed ``tenant|cluster|model|hour``. Pure. Allocated GPU time comes
-from finished runs (priced by the cluster stage); used GPU time from usage reports. Idle allocated
-time is allocated minus used. Each run contributes once per hour bucket (kept by job and run), so a
-replayed delta cannot count twice.
+Called by the projection hosts; keyed ``tenant|cluster|kind|model|hour`` (kind "gpu" or "npu"). Pure.
+Allocated time comes from finished runs (priced by the cluster stage); used GPU time from usage reports
+(which measure GPUs only: NPU buckets have no used time). Idle allocated time is allocated minus used.
+Each run contributes once per hour bucket (kept by job and run), so a replayed delta cannot count twice.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ class UsageBucket:
     runs: tuple[tuple[str, int], ...] = ()
     projects: tuple[tuple[str, int, int], ...] = ()  # (project, allocated milli-ms, cost micro)
     applied: Applied = field(default_factory=Applied)
+    kind: str = "gpu"
+    """The device kind counted: "gpu" (``gpu_model`` a GPU model) or "npu" (an NPU model, ``*_milli_ms``
+    milli-NPU x ms). GPU-hour budgets count "gpu" buckets only."""
 
     @property
     def allocated_gpu_hours(self) -> float:
@@ -50,8 +54,8 @@ class UsageStage(Silent[UsageBucket]):
         return ()
 
     def reduce(self, entity: UsageBucket | None, item: Input) -> tuple[UsageBucket | None, list[Emitted]]:
-        tenant, cluster, model, hour = item.key.split("|")
-        bucket = entity or UsageBucket(tenant, cluster, model, int(hour))
+        tenant, cluster, kind, model, hour = item.key.split("|")
+        bucket = entity or UsageBucket(tenant, cluster, model, int(hour), kind=kind)
         piece = item.item
         if bucket.applied.seen(item) or not isinstance(piece, PricedUsage):
             return entity, []

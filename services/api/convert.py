@@ -19,6 +19,7 @@ from projections.readmodel.rows.typed import (
     JobSummary,
     ModelCapacity,
     NodeRow,
+    NpuCapacity,
     QueueQuota,
 )
 from services.api.pb import jobs_pb2, quota_pb2, resources_pb2
@@ -145,7 +146,19 @@ def accepted_job(entry: Submission, *, with_timeline: bool = False) -> jobs_pb2.
     return message
 
 
-def cluster(row: ClusterSummary) -> resources_pb2.Cluster:
+def npu_capacity(row: NpuCapacity) -> resources_pb2.NpuCapacity:
+    return resources_pb2.NpuCapacity(
+        cluster=row.cluster,
+        npu_model=row.npu_model,
+        nodes=row.nodes,
+        total=row.total,
+        healthy=row.healthy,
+        free=row.free,
+    )
+
+
+def cluster(row: ClusterSummary, npus: Sequence[NpuCapacity] = ()) -> resources_pb2.Cluster:
+    """A cluster with its NPUs per model (``npus``: its own rows of ``ReadModels.npu_capacity``)."""
     return resources_pb2.Cluster(
         cluster=row.cluster,
         registered=row.registered,
@@ -158,6 +171,7 @@ def cluster(row: ClusterSummary) -> resources_pb2.Cluster:
         gpus=row.gpus,
         gpu_capacity_milli=row.gpu_capacity_milli,
         gpu_free_milli=row.gpu_free_milli,
+        npus=[npu_capacity(n) for n in npus],
     )
 
 
@@ -182,11 +196,14 @@ def node(row: NodeRow) -> resources_pb2.Node:
         npus=row.npus,
         npu_model=row.npu_model,
         npus_free=row.npus_free,
+        npus_healthy=row.npus_healthy,
     )
 
 
-def capacity(per_cluster: Sequence[ModelCapacity], fleet: Sequence[FleetModel]) -> resources_pb2.Capacity:
-    out = resources_pb2.Capacity()
+def capacity(
+    per_cluster: Sequence[ModelCapacity], fleet: Sequence[FleetModel], npus: Sequence[NpuCapacity] = ()
+) -> resources_pb2.Capacity:
+    out = resources_pb2.Capacity(npus=[npu_capacity(n) for n in npus])
     models: dict[str, list[int]] = {}
     for row in per_cluster:
         out.clusters.append(
@@ -241,4 +258,5 @@ def queue_quota(row: QueueQuota) -> quota_pb2.QueueQuota:
         lines=lines,
         gpu_hours_milli=row.gpu_hours_milli,
         running_jobs=row.running_jobs,
+        npu_hours_milli=row.npu_hours_milli,
     )

@@ -54,18 +54,28 @@ def cell(value: object) -> governance_pb2.ReportCell:
 
 
 def _bounded(message: governance_pb2.GovernanceReport, max_bytes: int) -> None:
-    """Drop the last rows of the largest table until the message fits in ``max_bytes``."""
-    while (excess := message.ByteSize() - max_bytes) > 0:
+    """Drop the last rows of the largest table until the message fits in ``max_bytes``, the notes that
+    say which rows were left out included (they are counted before the size is judged)."""
+    notes = list(message.notes)
+    while True:
+        message.ClearField("notes")
+        message.notes.extend(notes + _omissions(message))
+        excess = message.ByteSize() - max_bytes
+        if excess <= 0:
+            return
         largest = max(message.tables, key=lambda t: t.ByteSize())
         if not largest.rows:
-            break  # nothing left to drop: the rest is the period and the notes
+            return  # nothing left to drop: the rest is the period and the notes
         each = max(1, largest.ByteSize() // len(largest.rows))
         drop = min(len(largest.rows), excess // each + 1)
         del largest.rows[len(largest.rows) - drop :]
         largest.omitted_rows += drop
-    for t in message.tables:
-        if t.omitted_rows:
-            message.notes.append(
-                f"The last {t.omitted_rows} rows of {t.name} are left out to keep the report within one"
-                " answer of the API: ask for a shorter period, or one tenant."
-            )
+
+
+def _omissions(message: governance_pb2.GovernanceReport) -> list[str]:
+    return [
+        f"The last {t.omitted_rows} rows of {t.name} are left out to keep the report within one"
+        " answer of the API: ask for a shorter period, or one tenant."
+        for t in message.tables
+        if t.omitted_rows
+    ]

@@ -1,4 +1,4 @@
-"""``fedsched.v1.ResourceService``: the unified resource view (clusters, nodes, GPU capacity).
+"""``fedsched.v1.ResourceService``: the unified resource view (clusters, nodes, GPU and NPU capacity).
 
 Called by the gRPC server through ``services.api.handlers``. Reads the read models only. The fleet is
 not tenant data: any authenticated role may read it.
@@ -7,6 +7,7 @@ not tenant data: any authenticated role may read it.
 from __future__ import annotations
 
 from projections.readmodel.reader import ReadModels
+from projections.readmodel.rows.typed import NpuCapacity
 from services.api import convert, validation
 from services.api.errors import NotFound
 from services.api.handlers import Context
@@ -20,7 +21,11 @@ class ResourceService:
     async def ListClusters(
         self, request: resources_pb2.ListClustersRequest, context: Context
     ) -> resources_pb2.ListClustersResponse:
-        return resources_pb2.ListClustersResponse(clusters=[convert.cluster(r) for r in await self._reads.clusters()])
+        npus: dict[str, list[NpuCapacity]] = {}
+        for row in await self._reads.npu_capacity(None):
+            npus.setdefault(row.cluster, []).append(row)
+        clusters = [convert.cluster(r, npus.get(r.cluster, ())) for r in await self._reads.clusters()]
+        return resources_pb2.ListClustersResponse(clusters=clusters)
 
     async def ListNodes(
         self, request: resources_pb2.ListNodesRequest, context: Context
@@ -43,7 +48,8 @@ class ResourceService:
         cluster = validation.optional_identifier("cluster", request.cluster)
         await self._known(cluster)
         per_cluster = await self._reads.capacity(cluster)
-        return convert.capacity(per_cluster, await self._reads.fleet_models())
+        npus = await self._reads.npu_capacity(cluster)
+        return convert.capacity(per_cluster, await self._reads.fleet_models(), npus)
 
     async def _known(self, cluster: str | None) -> None:
         """A filter on a cluster the federation never heard of is a mistake (a typo), not an empty fleet."""

@@ -113,7 +113,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     cancel.add_argument("--request-id", default=None, help="idempotency key")
     cancel.set_defaults(handler=api_command(cancel_job))
 
-    resources = sub.add_parser("resources", parents=[common], help="GPU capacity: clusters x GPU models")
+    resources = sub.add_parser(
+        "resources", parents=[common], help="GPU and NPU capacity: clusters x GPU models, clusters x NPU models"
+    )
     resources.add_argument("--cluster", default="", help="only this cluster")
     what = resources.add_mutually_exclusive_group()
     what.add_argument("--clusters", action="store_true", help="list clusters instead")
@@ -507,10 +509,21 @@ async def show_resources(args: argparse.Namespace, client: Client) -> int:
             _print_json(to_dict(clusters))
             return 0
         rows = [
-            [c.cluster, c.status, c.kind, c.region, c.nodes, c.gpus, gpus(c.gpu_capacity_milli), gpus(c.gpu_free_milli)]
+            [
+                c.cluster,
+                c.status,
+                c.kind,
+                c.region,
+                c.nodes,
+                c.gpus,
+                gpus(c.gpu_capacity_milli),
+                gpus(c.gpu_free_milli),
+                ", ".join(f"{n.free}/{n.healthy}/{n.total} {n.npu_model}" for n in c.npus) or "-",
+            ]
             for c in clusters.clusters
         ]
-        print(table(["CLUSTER", "STATUS", "KIND", "REGION", "NODES", "GPUS", "HEALTHY", "FREE"], rows))
+        headers = ["CLUSTER", "STATUS", "KIND", "REGION", "NODES", "GPUS", "HEALTHY", "FREE", "NPUS FREE/HEALTHY/TOTAL"]
+        print(table(headers, rows))
         return 0
     if args.nodes:
         return await _show_nodes(args, client)
@@ -547,6 +560,11 @@ async def show_resources(args: argparse.Namespace, client: Client) -> int:
         )
     print(table(["CLUSTER", "GPU MODEL", "NODES", "TOTAL", "HEALTHY", "FREE", "ALLOCATED", "PENDING"], rows))
     print("(GPUs; pending demand is federation-wide per model: a job that accepts several models counts for each)")
+    if capacity.npus:
+        npu_rows = [[n.cluster, n.npu_model or "-", n.nodes, n.total, n.healthy, n.free] for n in capacity.npus]
+        print()
+        print(table(["CLUSTER", "NPU MODEL", "NODES", "TOTAL", "HEALTHY", "FREE"], npu_rows))
+        print("(NPUs, whole devices)")
     return 0
 
 
@@ -589,7 +607,7 @@ async def show_quota(args: argparse.Namespace, client: Client) -> int:
     for q in answer.queues:
         for index, line in enumerate(q.lines):
             scale, _ = unit_of(line.resource)
-            # RUNNING and GPU-HOURS are the queue's, not a line's: shown once, on its first line.
+            # RUNNING, GPU-HOURS and NPU-HOURS are the queue's, not a line's: shown once, on its first line.
             first = index == 0
             limit = f"{line.limit / scale:g}" if line.HasField("limit") else "-"
             rows.append(
@@ -603,15 +621,17 @@ async def show_quota(args: argparse.Namespace, client: Client) -> int:
                     f"{line.borrowed / scale:g}",
                     q.running_jobs if first else "",
                     f"{q.gpu_hours_milli / 1000:g}" if first else "",
+                    f"{q.npu_hours_milli / 1000:g}" if first else "",
                 ]
             )
         if not q.lines:
-            rows.append(
-                [q.tenant, q.queue, "(no quota)", "", "", "", "", q.running_jobs, f"{q.gpu_hours_milli / 1000:g}"]
-            )
-    headers = ["TENANT", "QUEUE", "RESOURCE", "USED", "GUARANTEED", "LIMIT", "BORROWED", "RUNNING", "GPU-HOURS"]
+            hours = [f"{q.gpu_hours_milli / 1000:g}", f"{q.npu_hours_milli / 1000:g}"]
+            rows.append([q.tenant, q.queue, "(no quota)", "", "", "", "", q.running_jobs, *hours])
+    headers = [
+        "TENANT", "QUEUE", "RESOURCE", "USED", "GUARANTEED", "LIMIT", "BORROWED", "RUNNING", "GPU-HOURS", "NPU-HOURS"
+    ]  # fmt: skip
     print(table(headers, rows))
-    print("(cpu in CPUs, gpu in GPUs, memory in MiB; RUNNING and GPU-HOURS per queue)")
+    print("(cpu in CPUs, gpu in GPUs, npu in NPUs, memory in MiB; RUNNING, GPU-HOURS and NPU-HOURS per queue)")
     return 0
 
 

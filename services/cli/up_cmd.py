@@ -29,6 +29,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     demo.set_defaults(handler=run_demo)
 
 
+def _node_count(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of nodes") from None
+    if count < 0:
+        raise argparse.ArgumentTypeError(f"{count} nodes: give 0 or more")
+    return count
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", type=Path, default=Path(".fedsched"), help="where embedded data lives")
     parser.add_argument("--dsn", help="use this PostgreSQL instead of starting an embedded one")
@@ -38,6 +48,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sim-speed", type=float, default=1.0, help="simulated seconds per second (up)")
     parser.add_argument(
         "--sim-nodes", type=Path, help="simulated fleet: an openb node CSV or a YAML node list (default: openb)"
+    )
+    parser.add_argument(
+        "--sim-npu-nodes",
+        type=_node_count,
+        help="nodes of 8 Ascend910B NPUs added to sim-3 (default: 4 with the default node list, 0 with --sim-nodes)",
     )
     parser.add_argument("--no-sim", action="store_true", help="do not start the simulated fleet")
     parser.add_argument("--governance", type=Path, help="governance settings, as fedsched gov run --config takes them")
@@ -57,6 +72,7 @@ def config_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         metrics_listen=args.metrics,
         sim_clusters=() if args.no_sim else ("sim-1", "sim-2", "sim-3"),
         sim_nodes=args.sim_nodes,
+        sim_npu_nodes=args.sim_npu_nodes,
         sim_speed=args.sim_speed,
         with_api=not args.no_api,
         governance=governance_settings(args.governance, "--governance") if args.governance else None,

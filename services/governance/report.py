@@ -47,6 +47,7 @@ async def usage_rows(reads: ReadModels, tenants: Scope = None) -> list[UsageRow]
             u.cost_micro,
             u.currency,
             u.projects,
+            u.kind,
         )
         for u in await reads.usage_hours(tenants)
     ]

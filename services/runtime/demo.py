@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
 
+from connectors.sim.nodes import NPU_POOL_NODES
 from projections.readmodel.reader import ReadModels
 from services.audit.verify import verify
 from services.runtime import up
@@ -51,7 +52,12 @@ async def run(config: DemoConfig, out: TextIO = sys.stdout) -> int:
     pods = sorted(load_pods(config.pods or pods_csv("default")), key=lambda p: (p.creation_s or 0, p.name))
     pods = [p for p in pods if p.num_gpu > 0][: config.count]
     sim_nodes = config.up.sim_nodes or _node_slice(config.up.data_dir, config.nodes)
-    running = await up.start(replace(config.up, sim_speed=config.speed, sim_nodes=sim_nodes, with_api=True))
+    # A slice of the default node list is still the default fleet: it keeps the default NPU pool.
+    npus = config.up.sim_npu_nodes
+    if npus is None and config.up.sim_nodes is None:
+        npus = NPU_POOL_NODES
+    demo_up = replace(config.up, sim_speed=config.speed, sim_nodes=sim_nodes, sim_npu_nodes=npus, with_api=True)
+    running = await up.start(demo_up)
     peak: dict[str, float] = {}
     client = Client(ClientConfig(server=config.up.api_listen, token=running.api_token))
     started = time.monotonic()

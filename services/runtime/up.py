@@ -42,6 +42,7 @@ import asyncpg
 
 from connectors.sim.clock import SimClock
 from connectors.sim.host import SimFleet
+from connectors.sim.nodes import NodeSpec
 from events.audit.archive import AuditArchiver
 from events.audit.checkpoint_files import (
     CHECKPOINT_DIR_ENV,
@@ -75,6 +76,10 @@ class UpConfig:
     metrics_listen: str = "127.0.0.1:9464"
     sim_clusters: tuple[str, ...] = ("sim-1", "sim-2", "sim-3")
     sim_nodes: Path | None = None
+    sim_npu_nodes: int | None = None
+    """Nodes of 8 NPUs added to the last simulated cluster (``connectors.sim.nodes.npu_pool``); ``None``:
+    the default pool (``NPU_POOL_NODES``) with the default node list, none with a list of one's own
+    (which says what it has)."""
     sim_speed: float = 1.0
     with_api: bool = True
     governance: GovConfig | None = None
@@ -344,10 +349,23 @@ async def _start_fleet(running: Running) -> None:
         names=config.sim_clusters,
         config=SimConfig(speed=config.sim_speed),
         clock=running.clock,
+        extra=npu_pool_of(config),
     )
     await fleet.start()
     running.fleet = fleet
     running.closers.append(fleet.stop)
+
+
+def npu_pool_of(config: UpConfig) -> dict[str, tuple[NodeSpec, ...]]:
+    """The NPU pool ``config`` asks, by the cluster it joins (the last simulated one)."""
+    from connectors.sim.nodes import NPU_POOL_NODES, npu_pool
+
+    count = config.sim_npu_nodes
+    if count is None:
+        count = NPU_POOL_NODES if config.sim_nodes is None else 0
+    if not count or not config.sim_clusters:
+        return {}
+    return {config.sim_clusters[-1]: npu_pool(count)}
 
 
 def default_nodes() -> Path:

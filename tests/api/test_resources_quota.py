@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from events.catalog.inventory import ClusterKind, ClusterRegistered, GpuDevice, NodeObserved
+from events.catalog.inventory import ClusterKind, ClusterRegistered, GpuDevice, NodeObserved, NpuDevice
 from events.catalog.topics import GOVERNANCE
 from events.catalog.types import Health
 from services.api.client import CallError
@@ -245,3 +245,29 @@ async def test_a_quota_request_that_could_never_be_used_is_refused_naming_the_fi
             quota_pb2.RequestQuotaRequest(**{**body, **change, "client_request_id": "ask-2"}),  # type: ignore[arg-type]
         )
     assert (caught.value.code, caught.value.field) == ("INVALID_ARGUMENT", field)
+
+
+async def test_npus_per_cluster_and_model_in_capacity_and_the_cluster_list(stack: Stack) -> None:
+    tag = uuid.uuid4().hex[:8]
+    east, model = f"npu-east-{tag}", f"Ascend910B-{tag}"
+
+    def npu_node(name: str, failed: int = 0, schedulable: bool = True) -> NodeObserved:
+        devices = tuple(
+            NpuDevice(index=i, model=model, memory_mib=65536, health=Health.FAILED if i < failed else Health.OK)
+            for i in range(8)
+        )
+        return node(east, name, "A100", 0, schedulable=schedulable).model_copy(update={"npus": devices})
+
+    registered = ClusterRegistered(cluster=east, kind=ClusterKind.KUBERNETES, site="dc1", region="eu", currency="EUR")
+    await append(stack.log, [registered, npu_node("n1", failed=2), npu_node("n2", schedulable=False)])
+    client = stack.client(stack.keys.hs(roles=["viewer"]))
+    await stack.fold()
+    capacity = await client.call(client.resources.GetCapacity, resources_pb2.GetCapacityRequest(cluster=east))
+    # 16 NPUs, 2 failed; free: the healthy ones of the schedulable node. No GPU row: the nodes have none.
+    assert [(n.npu_model, n.nodes, n.total, n.healthy, n.free) for n in capacity.npus] == [(model, 2, 16, 14, 6)]
+    assert [c for c in capacity.clusters if c.cluster == east] == []
+    clusters = await client.call(client.resources.ListClusters, resources_pb2.ListClustersRequest())
+    [listed] = [c for c in clusters.clusters if c.cluster == east]
+    assert [(n.npu_model, n.total, n.healthy, n.free) for n in listed.npus] == [(model, 16, 14, 6)]
+    nodes = await client.call(client.resources.ListNodes, resources_pb2.ListNodesRequest(cluster=east))
+    assert [(n.node, n.npus, n.npus_healthy, n.npus_free) for n in nodes.nodes] == [("n1", 8, 6, 6), ("n2", 8, 8, 8)]

@@ -22,7 +22,7 @@ def hour_by_hour(usage: list[UsageRow], held: list[HeldRow], since_ms: int, unti
     """The reference: every run split at every hour boundary it crosses (what ``with_held`` did before)."""
     extra: dict[tuple[str, str, str, int], int] = defaultdict(int)
     for run in held:
-        start = max(run.placed_ms, since_ms)
+        start = max(run.placed_ms, since_ms) if run.gpu_milli else until_ms  # no GPU (NPUs alone): no row
         while start < until_ms:
             end = min(until_ms, start - start % HOUR_MS + HOUR_MS)
             extra[(run.tenant, run.cluster, run.gpu_model, start - start % HOUR_MS)] += run.gpu_milli * (end - start)

@@ -12,6 +12,7 @@ from services.cli.gov_render import render
 from services.governance.core.figures import (
     HOUR_MS,
     FindingRow,
+    HeldRow,
     JobRow,
     QuotaRow,
     UsageRow,
@@ -147,3 +148,43 @@ def test_the_report_renders_as_table_csv_json_and_html_with_charts() -> None:
     assert json.loads(render(report, "json"))["cost_by_tenant"][0]["cost_micro"] == 12_000_000
     page = render(report, "html")
     assert page.count("<svg") == 3 and "Cost by tenant" in page
+
+
+def test_npu_hours_are_shown_and_priced_beside_gpu_hours_and_never_as_gpu_utilisation() -> None:
+    # team-a: 2 GPU-hours (cost 4) and 8 NPU-hours of an Ascend910B (cost 12) in the same hour and project.
+    npu = UsageRow(
+        "team-a",
+        "sim-1",
+        "Ascend910B",
+        T0,
+        8 * GPU_HOUR,
+        0,
+        8 * GPU_HOUR,
+        12,
+        "USD",
+        (("p1", 8 * GPU_HOUR, 12),),
+        "npu",
+    )
+    report = build(T0, T0 + HOUR_MS, [usage("team-a", 0, 2, 1, 4, project="p1"), npu], [], [], [])
+    assert report.npu_usage == [
+        {
+            "cluster": "sim-1",
+            "npu_model": "Ascend910B",
+            "npu_h": 8.0,
+            "cost_micro": 12,
+            "cost": 12e-6,
+            "currency": "USD",
+        }
+    ]
+    assert [(r["gpu_h"], r["npu_h"], r["cost_micro"]) for r in report.cost_by_tenant] == [(2.0, 8.0, 16)]
+    assert [(r["project"], r["gpu_h"], r["npu_h"]) for r in report.cost_by_project] == [("p1", 2.0, 8.0)]
+    # Utilisation, idle, hourly and impact are of GPUs: NPU time has no measured use to show.
+    assert [(r["gpu_model"], r["allocated_gpu_h"]) for r in report.utilisation] == [("A100", 2.0)]
+    assert report.idle[0]["allocated_gpu_h"] == 2.0 and report.hourly[0]["allocated_gpu_h"] == 2.0
+    assert report.impact[0]["allocated_gpu_h"] == 2.0
+
+
+def test_a_running_npu_job_adds_no_gpu_row_to_utilisation() -> None:
+    npu_only = HeldRow("team-a", "p1", "sim-3", "none", T0, 0)  # holds NPUs, no GPU
+    report = build(T0, T0 + HOUR_MS, [usage("team-a", 0, 2, 1, 4)], [], [], [], held=[npu_only])
+    assert [(r["cluster"], r["gpu_model"]) for r in report.utilisation] == [("sim-1", "A100")]

@@ -17,7 +17,7 @@ from projections.readmodel import writer
 from projections.readmodel.reader import ReadModels
 from projections.readmodel.rows.entities import TABLES
 from projections.readmodel.rows.typed import JobFilter, Slot
-from tests.unit.projections.builders import Fold, a_job, a_node, placed
+from tests.unit.projections.builders import Fold, a_gpu_and_npu_run, a_job, a_node, placed
 
 pytestmark = [pytest.mark.postgres, pytest.mark.asyncio(loop_scope="session")]
 
@@ -146,3 +146,22 @@ async def test_checksums_see_a_change_in_any_row(written: tuple[asyncpg.Pool, st
     await writer.flush(*written, [("jobs", "j1")], fold.store.tables, {})
     after = await reads.checksums()
     assert after["read_jobs"] != before["read_jobs"] and after["read_nodes"] == before["read_nodes"]
+
+
+async def test_npu_hours_are_read_with_their_kind_and_never_count_in_gpu_hour_budgets(
+    written: tuple[asyncpg.Pool, str],
+) -> None:
+    pool, _ = written
+    schema = f"rm_{uuid.uuid4().hex[:8]}"
+    await writer.ensure_schema(pool, schema)
+    tables = a_gpu_and_npu_run().store.tables
+    changed = [(stage, key) for stage, entities in tables.items() if stage in TABLES for key in entities]
+    await writer.flush(pool, schema, changed, tables, POSITIONS)
+    reads = ReadModels(pool, schema)
+    hours = {(u.kind, u.gpu_model): (u.allocated_milli_ms, u.cost_micro) for u in await reads.usage_hours()}
+    assert hours == {
+        ("gpu", "A100"): (1000 * 1_800_000, 1_000_000),
+        ("npu", "Ascend910B"): (4000 * 1_800_000, 3_000_000),
+    }
+    # Half a GPU-hour: the run's 2 NPU-hours are not GPU time.
+    assert await reads.allocated_within(["team-a"], 0, 3_600_000) == 1000 * 1_800_000

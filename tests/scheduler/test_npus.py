@@ -272,3 +272,21 @@ def test_a_tenant_holding_most_npus_waits_behind_one_holding_none():
     poor = a_job("p").tenant("poor").npus(2).submitted(5).build()
     r = schedule(snapshot([node], [rich, poor], [held]))
     assert list(placed(r)) == ["p"]
+
+
+def test_borrowing_npus_names_the_npus_once():
+    node = npu_node("n1", 16).build()
+    lender = tenant("lender", Quota("npu", 4, 16), cohort="c")
+    borrower = tenant("team-a", Quota("npu", 4, 16), cohort="c")
+    q = queued(schedule(snapshot([node], [a_job("j").npus(12).build()], tenants=[lender, borrower])))["j"]
+    assert "team-a would borrow 8 NPUs above its guaranteed 4 NPUs" in q.message
+    assert "NPUs npu" not in q.message
+
+
+def test_borrowed_amounts_say_what_they_are_of_once():
+    from services.scheduler.core.policy.quota import borrowed_amount
+
+    assert borrowed_amount("npu", 8) == "8 NPUs"
+    assert borrowed_amount("npu:Ascend910B", 1) == "1 NPU of Ascend910B"
+    assert borrowed_amount("gpu", 2500) == "2.5 gpu"
+    assert borrowed_amount("memory", 1024) == "1024 MiB memory"

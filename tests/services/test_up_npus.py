@@ -131,3 +131,67 @@ async def test_an_npu_job_is_placed_on_npus_run_and_shown_and_a_gpu_and_npu_repl
     assert report.cycles > 0
     (placed,) = [e.data for e in events if isinstance(e.data, JobPlaced) and e.data.job_id == npu_job]
     assert [tuple(r.npu_indices) for r in placed.replicas] == [(0, 1, 2, 3)]
+
+
+async def test_the_default_fleet_shows_its_npu_pool_runs_an_npu_job_and_counts_its_npu_hours_apart(
+    fresh_database: str, tmp_path: Path
+) -> None:
+    """``fedsched up`` as a newcomer runs it (the default node list, no flags): sim-3 has the NPU pool, the
+    API shows it per cluster x NPU model, an NPU job runs there, and its time is counted and priced as
+    NPU time, not GPU time."""
+    api = f"127.0.0.1:{free_port()}"
+    config = up.UpConfig(
+        data_dir=tmp_path / "data", dsn=fresh_database, metrics_listen="127.0.0.1:0", sim_speed=600.0, api_listen=api
+    )
+    running = await up.start(config)
+    client = Client(ClientConfig(server=api, token=running.api_token))
+    try:
+
+        async def pool_shown() -> bool:
+            answer = await client.call(client.resources.GetCapacity, resources_pb2.GetCapacityRequest())
+            return [(n.cluster, n.npu_model, n.nodes, n.total, n.free) for n in answer.npus] == [
+                ("sim-3", "Ascend910B", 4, 32, 32)
+            ]
+
+        await wait_for(pool_shown, 90)
+        clusters = await client.call(client.resources.ListClusters, resources_pb2.ListClustersRequest())
+        assert {c.cluster: [n.total for n in c.npus] for c in clusters.clusters} == {
+            "sim-1": [],
+            "sim-2": [],
+            "sim-3": [32],
+        }
+        spec = jobs_pb2.JobSpec(
+            name="npu-train",
+            tenant="team-a",
+            expected_runtime_s=1800,
+            # No model named: the pool's is the fleet's only NPU model.
+            resources=jobs_pb2.Resources(cpu_milli=4000, memory_mib=8192, npus=8),
+        )
+        answer = await client.call(client.jobs.SubmitJob, jobs_pb2.SubmitJobRequest(spec=spec, client_request_id="n"))
+        job_id = str(answer.job_id)
+
+        async def usage() -> list[Any]:
+            return list(
+                await running.pool.fetch(
+                    "SELECT kind, cluster, gpu_model, allocated_milli_ms, cost_micro FROM fedsched_rm.read_usage"
+                    " WHERE tenant = 'team-a'"
+                )
+            )
+
+        async def job() -> jobs_pb2.Job:
+            return await client.call(client.jobs.GetJob, jobs_pb2.GetJobRequest(job_id=job_id))
+
+        async def counted() -> bool:  # the run ended and its time is counted
+            return (await job()).status == "succeeded" and bool(await usage())
+
+        await wait_for(counted, 120)
+        assert (await job()).cluster == "sim-3"
+        rows = await usage()
+        assert {(r["kind"], r["cluster"], r["gpu_model"]) for r in rows} == {("npu", "sim-3", "Ascend910B")}
+        held = sum(r["allocated_milli_ms"] for r in rows)
+        assert held > 0 and sum(r["cost_micro"] for r in rows) == sum(
+            2_600_000 * r["allocated_milli_ms"] // (1000 * 3_600_000) for r in rows
+        )
+    finally:
+        await client.close()
+        await up.stop(running)

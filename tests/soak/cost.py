@@ -9,6 +9,7 @@ event that ended it, the milli-GPU of its replicas' GPUs times the share of each
 first GPU's of the node of its first replica; the time is cut at each hour and each piece costs the
 cluster's rate for that model (``ClusterRegistered.gpu_rates``, micro-units per GPU-hour) times its
 milli-GPU-milliseconds over 1000 x 3,600,000, rounded down. Buckets are tenant x cluster x model x hour.
+GPU time only: the read model's NPU rows (``kind`` "npu") are not recomputed here and not compared.
 """
 
 from __future__ import annotations
@@ -51,7 +52,9 @@ def differences(history: History, rows: Sequence[UsageHour]) -> tuple[list[str],
     """Each bucket where the read model differs from the recomputation; and the two totals of cost."""
     expected = recompute(history)
     live: dict[Bucket, tuple[int, int]] = {
-        (str(r.tenant), str(r.cluster), r.gpu_model, r.hour_ms): (r.allocated_milli_ms, r.cost_micro) for r in rows
+        (str(r.tenant), str(r.cluster), r.gpu_model, r.hour_ms): (r.allocated_milli_ms, r.cost_micro)
+        for r in rows
+        if r.kind == "gpu"
     }
     out = []
     for key in sorted(set(expected) | set(live)):

@@ -24,7 +24,7 @@ from projections.stages.clusters import ClusterView
 from projections.stages.documents import DocumentView
 from projections.stages.fleet import FleetState
 from projections.stages.jobs import JobView
-from projections.stages.nodes import NodeProfile, profile_facts
+from projections.stages.nodes import NodeProfile, healthy_npus, profile_facts
 from projections.stages.quota import QueueQuota, usage_facts
 from projections.stages.shapes import ShapeCount
 from projections.stages.usage import UsageBucket
@@ -119,6 +119,7 @@ def _node_rows(key: str, node: NodeProfile) -> Sequence[Row]:
             capacity[3],
             node.npu_model or None,
             free[3],
+            healthy_npus(node),
         )
     ]
 
@@ -141,12 +142,12 @@ def _cluster_rows(key: str, cluster: ClusterView) -> Sequence[Row]:
 
 
 def _quota_rows(key: str, quota: QueueQuota) -> Sequence[Row]:
-    lines, gpu_hours_milli, _ = usage_facts(quota)
+    lines, gpu_hours_milli, _, npu_hours_milli = usage_facts(quota)
     usage = [
         {"resource": r, "gpu_model": m, "used": u, "guaranteed": g, "limit": limit, "borrowed": b}
         for r, m, u, g, limit, b in lines
     ]  # what the published QuotaUsage lines say, as JSON
-    return [(key, quota.tenant, quota.queue, _json(usage), gpu_hours_milli, len(quota.holdings))]
+    return [(key, quota.tenant, quota.queue, _json(usage), gpu_hours_milli, len(quota.holdings), npu_hours_milli)]
 
 
 def _usage_rows(key: str, bucket: UsageBucket) -> Sequence[Row]:
@@ -157,6 +158,7 @@ def _usage_rows(key: str, bucket: UsageBucket) -> Sequence[Row]:
             bucket.cluster,
             bucket.gpu_model,
             bucket.hour_ms,
+            bucket.kind,
             bucket.allocated_milli_ms,
             bucket.used_milli_ms,
             bucket.idle_milli_ms,

@@ -23,6 +23,7 @@ from projections.readmodel.rows.typed import (
     JobSummary,
     ModelCapacity,
     NodeRow,
+    NpuCapacity,
     ProjectShare,
     QueueQuota,
     QuotaUsage,
@@ -191,6 +192,7 @@ def node_row(r: Record) -> NodeRow:
         npus=_int(r, "npus"),
         npu_model=_text(r, "npu_model"),
         npus_free=_int(r, "npus_free"),
+        npus_healthy=_int(r, "npus_healthy"),
     )
 
 
@@ -203,6 +205,17 @@ def model_capacity(r: Record) -> ModelCapacity:
         healthy_milli=_int(r, "healthy_milli"),
         free_milli=_int(r, "free_milli"),
         allocated_milli=_int(r, "allocated_milli"),
+    )
+
+
+def npu_capacity(r: Record) -> NpuCapacity:
+    return NpuCapacity(
+        cluster=ClusterId(r["cluster"]),
+        npu_model=_text(r, "npu_model"),
+        nodes=_int(r, "nodes"),
+        total=_int(r, "total"),
+        healthy=_int(r, "healthy"),
+        free=_int(r, "free"),
     )
 
 
@@ -240,6 +253,7 @@ def queue_quota(r: Record) -> QueueQuota:
         tuple(_quota_usage(line) for line in _json(r["usage"]) or ()),
         _int(r, "gpu_hours_milli"),
         _int(r, "running_jobs"),
+        _int(r, "npu_hours_milli"),
     )
 
 
@@ -255,6 +269,7 @@ def usage_hour(r: Record) -> UsageHour:
         cost_micro=_int(r, "cost_micro"),
         currency=_text(r, "currency"),
         projects=tuple(ProjectShare(str(p), int(a), int(c)) for p, a, c in _json(r["projects"]) or ()),
+        kind=_text(r, "kind") or "gpu",
     )
 
 

@@ -139,6 +139,7 @@ NODES = Table(
         ("npus", "int"),
         ("npu_model", "text"),
         ("npus_free", "int"),
+        ("npus_healthy", "int"),
     ),
 )
 CLUSTERS = Table(
@@ -165,6 +166,7 @@ QUOTA = Table(
         ("usage", "jsonb"),
         ("gpu_hours_milli", "bigint"),
         ("running_jobs", "int"),
+        ("npu_hours_milli", "bigint"),
     ),
 )
 USAGE = Table(
@@ -175,6 +177,7 @@ USAGE = Table(
         ("cluster", "text"),
         ("gpu_model", "text"),
         ("hour_ms", "bigint"),
+        ("kind", "text"),
         ("allocated_milli_ms", "bigint"),
         ("used_milli_ms", "bigint"),
         ("idle_milli_ms", "bigint"),

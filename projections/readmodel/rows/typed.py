@@ -191,6 +191,7 @@ class NodeRow:
     npus: int = 0
     npu_model: str = ""
     npus_free: int = 0
+    npus_healthy: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +206,21 @@ class ModelCapacity:
     free_milli: int
     """Free on schedulable nodes."""
     allocated_milli: int
+
+
+@dataclass(frozen=True, slots=True)
+class NpuCapacity:
+    """One NPU model's NPUs in one cluster, over its present nodes with NPUs."""
+
+    cluster: ClusterId
+    npu_model: str
+    nodes: int
+    total: int
+    """Every NPU of those nodes, failed or not."""
+    healthy: int
+    """Those not failed."""
+    free: int
+    """Healthy and held by no run, on schedulable nodes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,11 +263,13 @@ class QueueQuota:
     usage: tuple[QuotaUsage, ...]
     gpu_hours_milli: int
     running_jobs: int
+    npu_hours_milli: int = 0
+    """NPU time of the queue's runs since its period began, in milli-NPU-hours (apart from GPU time)."""
 
 
 @dataclass(frozen=True, slots=True)
 class UsageHour:
-    """A tenant's GPU time on one model of one cluster in one hour, and its cost."""
+    """A tenant's GPU (or NPU: ``kind``) time on one model of one cluster in one hour, and its cost."""
 
     tenant: TenantId
     cluster: ClusterId
@@ -263,6 +281,8 @@ class UsageHour:
     cost_micro: int
     currency: str
     projects: tuple[ProjectShare, ...]
+    kind: str = "gpu"
+    """"gpu" or "npu": the device ``gpu_model`` names and the time counts (milli-device x ms)."""
 
 
 @dataclass(frozen=True, slots=True)

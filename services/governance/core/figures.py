@@ -63,6 +63,8 @@ class UsageRow:
     cost_micro: int
     currency: str
     projects: tuple[tuple[str, int, int], ...] = ()
+    kind: str = "gpu"
+    """"gpu", or "npu": ``gpu_model`` is then an NPU model and the times are milli-NPU x ms."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +128,8 @@ class Report:
     usage_since_ms: int = 0
     usage_until_ms: int = 0
     utilisation: list[dict[str, object]] = field(default_factory=list)
+    npu_usage: list[dict[str, object]] = field(default_factory=list)
+    """NPU-hours of finished runs and their cost, per cluster x NPU model."""
     cost_by_tenant: list[dict[str, object]] = field(default_factory=list)
     cost_by_project: list[dict[str, object]] = field(default_factory=list)
     idle: list[dict[str, object]] = field(default_factory=list)
@@ -150,6 +154,7 @@ class Report:
 TABLES = (
     "impact",
     "utilisation",
+    "npu_usage",
     "cost_by_tenant",
     "cost_by_project",
     "idle",
@@ -183,10 +188,13 @@ def build(
     usage_since, usage_until = whole_hours(since_ms, until_ms)
     usage = sorted((u for u in usage if usage_since <= u.hour_ms < usage_until), key=_usage_key)
     held_until = min(usage_until, until_ms if now_ms is None else now_ms)
-    to_date = with_held(usage, held, usage_since, held_until)
+    # Utilisation, idle and impact are of GPUs: usage reports measure GPUs only, so NPU time has no
+    # used share to show. NPU time is counted apart (npu_usage) and in the cost tables beside GPU time.
+    to_date = with_held([u for u in usage if u.kind == "gpu"], held, usage_since, held_until)
     jobs = sorted((j for j in jobs if _in_period(j, since_ms, until_ms)), key=lambda j: j.job_id)
     report = Report(since_ms, until_ms, usage_since, usage_until)
     report.utilisation = utilisation(to_date)
+    report.npu_usage = npu_usage(usage)
     report.cost_by_tenant, report.cost_by_project = cost(usage)
     report.idle = idle(to_date)
     report.hourly = hourly(to_date)
@@ -205,6 +213,9 @@ def build(
         "Allocated, used and idle GPU time count every run in those hours, running ones too (up to now if the "
         "hours end later); idle is an hour's allocated minus used, never below zero. Cost and "
         "the GPU-hours beside it count finished runs (a run is priced when it ends).",
+        "NPU-hours count finished runs' NPU time apart from GPU time (an NPU-hour is not a GPU-hour: "
+        "GPU-hour budgets do not count it), priced at the cluster's rate for the NPU model; usage reports "
+        "measure GPUs only, so NPUs have no used or idle share.",
         "Quota usage is a percentage of the limit, and of the guarantee: an unbounded quota has no limit to "
         "be a percentage of.",
         "Inference disruption is per job: minutes an inference job was down after it first started (replicas "
@@ -218,8 +229,8 @@ def whole_hours(since_ms: int, until_ms: int) -> tuple[int, int]:
     return since_ms - since_ms % HOUR_MS, until_ms + (-until_ms) % HOUR_MS
 
 
-def _usage_key(u: UsageRow) -> tuple[str, str, str, int]:
-    return (u.tenant, u.cluster, u.gpu_model, u.hour_ms)
+def _usage_key(u: UsageRow) -> tuple[str, str, str, str, int]:
+    return (u.tenant, u.cluster, u.kind, u.gpu_model, u.hour_ms)
 
 
 def with_held(usage: Sequence[UsageRow], held: Iterable[HeldRow], since_ms: int, until_ms: int) -> list[UsageRow]:
@@ -235,7 +246,7 @@ def with_held(usage: Sequence[UsageRow], held: Iterable[HeldRow], since_ms: int,
     last = until_ms - until_ms % HOUR_MS  # the hour the period ends in
     for run in held:
         start = max(run.placed_ms, since_ms)
-        if start >= until_ms:
+        if start >= until_ms or not run.gpu_milli:  # a run of NPUs alone holds no GPU time
             continue
         key = (run.tenant, run.cluster, run.gpu_model)
         first = start - start % HOUR_MS
@@ -260,7 +271,7 @@ def with_held(usage: Sequence[UsageRow], held: Iterable[HeldRow], since_ms: int,
                     extra[(*key, each)] += rate * HOUR_MS
     merged = []
     for u in usage:
-        more = extra.pop(_usage_key(u), 0)
+        more = extra.pop((u.tenant, u.cluster, u.gpu_model, u.hour_ms), 0)
         a = u.allocated_milli_ms + more
         merged.append(replace(u, allocated_milli_ms=a, idle_milli_ms=max(0, a - u.used_milli_ms)))
     merged += [UsageRow(t, c, m, h, a, 0, a, 0, "") for (t, c, m, h), a in extra.items()]
@@ -293,39 +304,64 @@ def utilisation(usage: Iterable[UsageRow]) -> list[dict[str, object]]:
     ]
 
 
+def npu_usage(usage: Iterable[UsageRow]) -> list[dict[str, object]]:
+    """NPU-hours of finished runs and their cost, per cluster x NPU model (x currency)."""
+    sums: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for u in usage:
+        if u.kind == "npu":
+            row = sums[(u.cluster, u.gpu_model, u.currency)]
+            row[0] += u.allocated_milli_ms
+            row[1] += u.cost_micro
+    return [
+        {"cluster": c, "npu_model": m, "npu_h": gpu_hours(a), "cost_micro": micro, "cost": micro / 1e6, "currency": cur}
+        for (c, m, cur), (a, micro) in sorted(sums.items())
+    ]
+
+
 def cost(usage: Iterable[UsageRow]) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    """GPU-hours, NPU-hours and their cost per tenant and per project (each currency a row of its own)."""
     tenants: dict[str, dict[str, list[int]]] = defaultdict(dict)
     projects: dict[tuple[str, str], dict[str, list[int]]] = defaultdict(dict)
     for u in usage:
-        _add(tenants[u.tenant], u.currency, u.allocated_milli_ms, u.cost_micro)
+        npu = u.kind == "npu"
+        _add(tenants[u.tenant], u.currency, u.allocated_milli_ms, u.cost_micro, npu=npu)
         for project, allocated, micro in u.projects:
-            _add(projects[(u.tenant, project)], u.currency, allocated, micro)
+            _add(projects[(u.tenant, project)], u.currency, allocated, micro, npu=npu)
     by_tenant = [
-        {"tenant": t, "gpu_h": gpu_hours(a), "cost_micro": c, "cost": c / 1e6, "currency": cur}
-        for t, money in sorted(tenants.items())
-        for cur, (a, c) in sorted(_merged(money).items())
+        {"tenant": t, **_money(cur, sums)} for t, money in sorted(tenants.items()) for cur, sums in _merged(money)
     ]
     by_project = [
-        {"tenant": t, "project": p, "gpu_h": gpu_hours(a), "cost_micro": c, "cost": c / 1e6, "currency": cur}
+        {"tenant": t, "project": p, **_money(cur, sums)}
         for (t, p), money in sorted(projects.items())
-        for cur, (a, c) in sorted(_merged(money).items())
+        for cur, sums in _merged(money)
     ]
     return by_tenant, by_project
 
 
-def _add(money: dict[str, list[int]], currency: str, allocated: int, micro: int) -> None:
-    sums = money.setdefault(currency, [0, 0])
-    sums[0] += allocated
-    sums[1] += micro
+def _money(currency: str, sums: list[int]) -> dict[str, object]:
+    gpu, npu, micro = sums
+    return {
+        "gpu_h": gpu_hours(gpu),
+        "npu_h": gpu_hours(npu),
+        "cost_micro": micro,
+        "cost": micro / 1e6,
+        "currency": currency,
+    }
 
 
-def _merged(money: dict[str, list[int]]) -> dict[str, list[int]]:
+def _add(money: dict[str, list[int]], currency: str, allocated: int, micro: int, *, npu: bool) -> None:
+    sums = money.setdefault(currency, [0, 0, 0])
+    sums[1 if npu else 0] += allocated
+    sums[2] += micro
+
+
+def _merged(money: dict[str, list[int]]) -> list[tuple[str, list[int]]]:
     """Buckets with no price yet (usage samples only: no currency) join the tenant's one currency."""
     priced = sorted(c for c in money if c)
     if "" not in money or len(priced) != 1:
-        return money
-    a, c = money[priced[0]]
-    return {priced[0]: [a + money[""][0], c + money[""][1]]}
+        return sorted(money.items())
+    joined = [a + b for a, b in zip(money[priced[0]], money[""], strict=True)]
+    return [(priced[0], joined)]
 
 
 def idle(usage: Iterable[UsageRow]) -> list[dict[str, object]]:

@@ -88,7 +88,8 @@ by its rate for the GPU model the job would use there (``-5``: the average of it
 placement names the term that put it ahead of the runner-up ("sim-2 over sim-1: stability ...").
 It schedules NPUs (``-5`` dropped them: an NPU job waited as asking nothing, or was placed where no NPU
 was): NPU devices in ``JobPlaced.npu_indices``,
-quota lines ``npu`` and ``npu:<MODEL>``, NPUs in fair share's dominant share, waits that name NPUs;
+quota lines ``npu`` and ``npu:<MODEL>``, NPUs in fair share's dominant share, waits that name NPUs
+(once: "would borrow 8 NPUs", not "8 NPUs npu");
 work asking no NPU keeps off nodes with free NPUs unless nothing else fits; on a node whose GPUs differ,
 a job naming models or a memory floor takes only the cards that meet them (``-5`` read the first card's).
 It gives a verdict on each run the infrastructure

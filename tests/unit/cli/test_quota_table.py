@@ -29,6 +29,7 @@ def test_a_queue_s_running_jobs_and_gpu_hours_are_shown_once(capsys: pytest.Capt
         queue="default",
         running_jobs=2,
         gpu_hours_milli=1500,
+        npu_hours_milli=2250,
         lines=[
             quota_pb2.QuotaUsageLine(resource="gpu", used=2000, guaranteed=4000, limit=8000),
             quota_pb2.QuotaUsageLine(resource="gpu", gpu_model="A10", used=1000, guaranteed=2000),
@@ -38,6 +39,6 @@ def test_a_queue_s_running_jobs_and_gpu_hours_are_shown_once(capsys: pytest.Capt
     assert asyncio.run(show_quota(args, OneAnswer(quota_pb2.GetQuotaResponse(queues=[queue])))) == 0  # type: ignore[arg-type]
     lines = capsys.readouterr().out.splitlines()
     gpu, a10 = (line.split() for line in lines[1:3])
-    assert gpu == ["team-t", "default", "gpu", "2", "4", "8", "0", "2", "1.5"]
+    assert gpu == ["team-t", "default", "gpu", "2", "4", "8", "0", "2", "1.5", "2.25"]
     assert a10 == ["team-t", "default", "gpu:A10", "1", "2", "-", "0"]
-    assert lines[-1].endswith("RUNNING and GPU-HOURS per queue)")
+    assert lines[-1].endswith("RUNNING, GPU-HOURS and NPU-HOURS per queue)")

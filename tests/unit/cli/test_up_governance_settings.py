@@ -39,3 +39,14 @@ def test_a_governance_file_that_says_something_invalid_is_one_clear_error(
     assert raised.value.exit_code == 2 and "--governance" in str(raised.value)
     with pytest.raises(CliError, match="No such file"):
         config_from(up_args("--governance", str(tmp_path / "missing.yaml")))  # type: ignore[arg-type]
+
+
+def test_up_takes_the_size_of_the_simulated_npu_pool() -> None:
+    assert config_from(up_args()).sim_npu_nodes is None  # type: ignore[arg-type]
+    assert config_from(up_args("--sim-npu-nodes", "0")).sim_npu_nodes == 0  # type: ignore[arg-type]
+
+
+def test_a_negative_npu_pool_is_refused_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        up_args("--sim-npu-nodes", "-2")
+    assert "--sim-npu-nodes: -2 nodes: give 0 or more" in capsys.readouterr().err

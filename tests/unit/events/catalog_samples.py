@@ -101,6 +101,7 @@ from events.catalog.legacy import (
     NodeUsageReportedV1,
     PolicyConfiguredV1,
     QuotaSetV1,
+    QuotaUsageUpdatedV1,
     ResourceProfileUpdatedV1,
     SchedulingCycleCompletedV1,
     TenantRegisteredV1,
@@ -543,6 +544,27 @@ def _governance() -> list[Event]:
     ]
 
 
+def _quota_usage() -> QuotaUsageUpdated:
+    return QuotaUsageUpdated(
+        tenant=ML,
+        queue=QueueId("gpu-training"),
+        version=77,
+        period_start_ms=T0 - 24 * HOUR,
+        gpu_hours_milli=412_750,
+        npu_hours_milli=96_000,
+        usage=(
+            QuotaUsage(
+                resource=ResourceKind.GPU,
+                gpu_model="NVIDIA-H100-SXM5-80GB",
+                used=12_000,
+                guaranteed=8_000,
+                limit=16_000,
+                borrowed=4_000,
+            ),
+        ),
+    )
+
+
 def _profiles() -> list[Event]:
     return [
         ResourceProfileUpdated(
@@ -572,23 +594,7 @@ def _profiles() -> list[Event]:
             last_seen_ms=T0 - 15_000,
             recent_failures=1,
         ),
-        QuotaUsageUpdated(
-            tenant=ML,
-            queue=QueueId("gpu-training"),
-            version=77,
-            period_start_ms=T0 - 24 * HOUR,
-            gpu_hours_milli=412_750,
-            usage=(
-                QuotaUsage(
-                    resource=ResourceKind.GPU,
-                    gpu_model="NVIDIA-H100-SXM5-80GB",
-                    used=12_000,
-                    guaranteed=8_000,
-                    limit=16_000,
-                    borrowed=4_000,
-                ),
-            ),
-        ),
+        _quota_usage(),
     ]
 
 
@@ -678,6 +684,7 @@ def _legacy() -> list[Event]:
             gpus=(GpuUsageV1(index=0, utilisation_pct=97, memory_used_mib=78_000),),
             jobs=(JobUsageV1(job_id=JOB, gpu_indices=(0,), utilisation_pct=96),),
         ),
+        QuotaUsageUpdatedV1(**_quota_usage().model_dump(exclude={"npu_hours_milli"})),
     ]
 
 

@@ -67,7 +67,7 @@ CATALOGUE = {
     "io.fedsched.QuotaRequestRejected": 1,
     "io.fedsched.QuotaRequestSubmitted": 1,
     "io.fedsched.QuotaSet": 2,
-    "io.fedsched.QuotaUsageUpdated": 1,
+    "io.fedsched.QuotaUsageUpdated": 2,
     "io.fedsched.ResourceProfileUpdated": 2,
     "io.fedsched.SchedulingCycleCompleted": 2,
     "io.fedsched.TenantRegistered": 2,

@@ -87,3 +87,32 @@ class Fold:
 
     def get(self, stage: str, key: str) -> Any:
         return self.store.get(stage, key)
+
+
+def a_gpu_and_npu_run(gpu_rate: int = 2_000_000, npu_rate: int = 1_500_000) -> Fold:
+    """Team a's j1 held 1 A100 and 4 Ascend910B NPUs of c1/n1 for half an hour (1,000 s .. 2,800 s after
+    the epoch, in hour 0), and finished; c1 prices an A100-hour at ``gpu_rate`` and an NPU-hour of its
+    model at ``npu_rate`` (millionths of a euro)."""
+    from events.catalog.inventory import ClusterKind, ClusterRegistered, GpuRate, NpuDevice
+    from events.catalog.jobs import JobStarted, JobSucceeded
+
+    rates = (
+        GpuRate(model="A100", micro_per_gpu_hour=gpu_rate),
+        GpuRate(model="Ascend910B", micro_per_gpu_hour=npu_rate),
+    )
+    fold = Fold()
+    fold.feed(
+        ClusterRegistered(
+            cluster="c1", kind=ClusterKind.SIMULATED, site="s", region="r", currency="EUR", gpu_rates=rates
+        )
+    )
+    npus = tuple(NpuDevice(index=i, model="Ascend910B", memory_mib=65536) for i in range(8))
+    fold.feed(a_node(gpus=2).model_copy(update={"npus": npus}))
+    submitted = a_job(gpus=1)
+    fold.feed(submitted.model_copy(update={"resources": submitted.resources.model_copy(update={"npus": 4})}))
+    event = placed()
+    replica = event.replicas[0].model_copy(update={"npu_indices": (0, 1, 2, 3)})
+    fold.feed(event.model_copy(update={"replicas": (replica,)}))
+    fold.feed(JobStarted(job_id="j1", cluster="c1"), at_s=1)
+    fold.feed(JobSucceeded(job_id="j1", cluster="c1"), at_s=1800)
+    return fold

@@ -14,10 +14,10 @@ from events.catalog.inventory import (
 from events.catalog.jobs import JobCancelled, JobPreempted, JobStarted, JobSucceeded
 from events.catalog.profiles import ResourceProfileUpdated
 from events.catalog.types import Health
-from projections.readmodel.rows.entities import TABLES, _job_rows
+from projections.readmodel.rows.entities import TABLES, _job_rows, _quota_rows, _usage_rows
 from projections.stages.clusters import usage_key
 from projections.stages.nodes import allocated_by_gpu
-from tests.unit.projections.builders import Fold, a_job, a_node, placed
+from tests.unit.projections.builders import Fold, a_gpu_and_npu_run, a_job, a_node, placed
 
 
 def test_a_job_that_waits_runs_and_succeeds_has_its_timeline_and_waiting_time() -> None:
@@ -242,3 +242,43 @@ def test_an_npu_run_is_shown_on_its_job_held_on_its_node_and_counted_on_its_npu_
     assert profile[-1].free.npus == 8
     latest = [o.event for o in fold.outputs if o.id.startswith("quota:team-a/default")][-1]
     assert {(u.resource, u.gpu_model): u.used for u in latest.usage}[(ResourceKind.NPU, None)] == 0
+
+
+def test_npu_time_is_counted_and_priced_apart_from_gpu_time() -> None:
+    fold = a_gpu_and_npu_run(gpu_rate=2_000_000, npu_rate=1_500_000)
+    gpu = fold.get("usage", usage_key("team-a", "c1", "A100", 0))
+    npu = fold.get("usage", usage_key("team-a", "c1", "Ascend910B", 0, "npu"))
+    half_hour = 1_800_000
+    assert (gpu.kind, gpu.allocated_milli_ms, gpu.cost_micro) == ("gpu", 1000 * half_hour, 1_000_000)
+    # 4 NPUs for half an hour: 2 NPU-hours at the cluster's rate for the NPU's model.
+    assert (npu.kind, npu.allocated_milli_ms, npu.cost_micro, npu.currency) == (
+        "npu",
+        4000 * half_hour,
+        3_000_000,
+        "EUR",
+    )
+    assert npu.projects == (("default", 4000 * half_hour, 3_000_000),)
+    kind = [name for name, _ in TABLES["usage"].columns].index("kind")
+    assert _usage_rows("k", npu)[0][kind] == "npu" and _usage_rows("k", gpu)[0][kind] == "gpu"
+
+
+def test_a_gpu_only_run_reports_no_npu_time() -> None:
+    fold = Fold()
+    fold.feed(a_node(gpus=2))
+    fold.feed(a_job(gpus=1))
+    fold.feed(placed())
+    fold.feed(JobSucceeded(job_id="j1", cluster="c1"), at_s=60)
+    assert fold.get("usage", usage_key("team-a", "c1", "A100", 0)).allocated_milli_ms == 1000 * 60_000
+    assert [key for key in fold.store.tables.get("usage", {}) if "|npu|" in key] == []
+
+
+def test_a_queues_npu_hours_are_counted_apart_from_its_gpu_hours() -> None:
+    from events.catalog.profiles import QuotaUsageUpdated
+
+    fold = a_gpu_and_npu_run()
+    latest = [o.event for o in fold.outputs if isinstance(o.event, QuotaUsageUpdated)][-1]
+    # 1 GPU and 4 NPUs for half an hour.
+    assert (latest.gpu_hours_milli, latest.npu_hours_milli) == (500, 2000)
+    row = _quota_rows("team-a/default", fold.get("quota", "team-a/default"))[0]
+    columns = [name for name, _ in TABLES["quota"].columns]
+    assert (row[columns.index("gpu_hours_milli")], row[columns.index("npu_hours_milli")]) == (500, 2000)

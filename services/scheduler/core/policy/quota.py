@@ -46,6 +46,16 @@ def fmt_amount(resource: str, v: int) -> str:
     return f"{v} MiB"
 
 
+def borrowed_amount(resource: str, v: int) -> str:
+    """An amount with what it is of, named once: "2 gpu", "1024 MiB memory", "8 NPUs", "8 NPUs of
+    Ascend910B" (an NPU amount already says NPUs)."""
+    if resource == "npu":
+        return fmt_amount(resource, v)
+    if resource.startswith("npu:"):
+        return f"{fmt_amount(resource, v)} of {resource.removeprefix('npu:')}"
+    return f"{fmt_amount(resource, v)} {resource}"
+
+
 @dataclass(frozen=True, slots=True)
 class QuotaCheck:
     ok: bool
@@ -114,7 +124,7 @@ class QuotaBook:
                 if room >= 0 and req > room:
                     return QuotaCheck(
                         False, False, q.resource, used, q.guaranteed, req,
-                        f"{job.tenant} would borrow {fmt_amount(q.resource, over)} {q.resource} above its "
+                        f"{job.tenant} would borrow {borrowed_amount(q.resource, over)} above its "
                         f"guaranteed {fmt_amount(q.resource, q.guaranteed)}; its cohort has "
                         f"{fmt_amount(q.resource, room)} unused", max(0, q.guaranteed - used) + room,
                     )  # fmt: skip
@@ -137,4 +147,4 @@ def book_from(tenants: Iterable[Tenant]) -> QuotaBook:
     return QuotaBook({t.tenant_id: t for t in sorted(tenants, key=lambda t: t.tenant_id)})
 
 
-__all__ = ["QuotaBook", "QuotaCheck", "book_from", "fmt_amount", "job_amounts"]
+__all__ = ["QuotaBook", "QuotaCheck", "book_from", "borrowed_amount", "fmt_amount", "job_amounts"]

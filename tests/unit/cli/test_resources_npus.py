@@ -1,0 +1,51 @@
+"""``fedsched resources``: the default view shows NPUs per cluster x NPU model under the GPU table, and
+``--clusters`` each cluster's NPUs, not only ``--nodes``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from services.api.pb import resources_pb2
+from services.cli.people_cmd import show_resources
+
+NPUS = resources_pb2.NpuCapacity(cluster="sim-3", npu_model="Ascend910B", nodes=2, total=16, healthy=14, free=6)
+
+
+class OneAnswer:
+    def __init__(self, answer: Any) -> None:
+        self.resources = SimpleNamespace(GetCapacity=object(), ListClusters=object())
+        self._answer = answer
+
+    async def call(self, method: Any, request: Any) -> Any:
+        return self._answer
+
+
+def show(answer: Any, *, clusters: bool = False) -> None:
+    args = argparse.Namespace(cluster="", json=False, clusters=clusters, nodes=False)
+    assert asyncio.run(show_resources(args, OneAnswer(answer))) == 0  # type: ignore[arg-type]
+
+
+def test_the_default_view_has_a_table_of_npus_per_cluster_and_model(capsys: pytest.CaptureFixture[str]) -> None:
+    gpu = resources_pb2.ClusterModelCapacity(cluster="sim-1", gpu_model="A100", total_milli=8000, nodes=1)
+    show(resources_pb2.Capacity(clusters=[gpu], npus=[NPUS]))
+    out = capsys.readouterr().out.splitlines()
+    header = out.index(next(line for line in out if line.startswith("CLUSTER") and "NPU MODEL" in line))
+    assert out[header].split() == ["CLUSTER", "NPU", "MODEL", "NODES", "TOTAL", "HEALTHY", "FREE"]
+    assert out[header + 1].split() == ["sim-3", "Ascend910B", "2", "16", "14", "6"]
+
+
+def test_a_fleet_without_npus_shows_no_npu_table(capsys: pytest.CaptureFixture[str]) -> None:
+    show(resources_pb2.Capacity(clusters=[resources_pb2.ClusterModelCapacity(cluster="sim-1", gpu_model="A100")]))
+    assert "NPU" not in capsys.readouterr().out
+
+
+def test_the_cluster_list_shows_each_clusters_npus(capsys: pytest.CaptureFixture[str]) -> None:
+    clusters = [resources_pb2.Cluster(cluster="sim-3", status="reachable", nodes=2, npus=[NPUS])]
+    show(resources_pb2.ListClustersResponse(clusters=clusters), clusters=True)
+    out = capsys.readouterr().out.splitlines()
+    assert "NPUS FREE/HEALTHY/TOTAL" in out[0] and out[1].split()[-2:] == ["6/14/16", "Ascend910B"]
