@@ -53,6 +53,7 @@ CATALOGUE = {
     "io.fedsched.JobReclaimRequested": 1,
     "io.fedsched.JobReclaimed": 1,
     "io.fedsched.JobRejected": 1,
+    "io.fedsched.JobReplicasAdded": 1,
     "io.fedsched.JobRetriesExhausted": 1,
     "io.fedsched.JobRetryScheduled": 1,
     "io.fedsched.JobStarted": 1,
