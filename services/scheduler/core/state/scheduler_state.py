@@ -315,7 +315,8 @@ class SchedulerState(Facts):
         if placed is None:
             return
         job = job_model(facts)
-        if len(placed.replicas) < job.replicas:  # started with fewer (``min_replicas``): it holds only those
+        asked = job.replicas
+        if len(placed.replicas) < asked:  # started with fewer (not a gang): it holds only those, for now
             job = replace(job, replicas=len(placed.replicas))
         replicas = tuple(
             m.ReplicaPlacement(
@@ -335,6 +336,7 @@ class SchedulerState(Facts):
             started,
             stopping=stop is not None,
             stopping_for=JobId(stop[0]) if stop is not None and stop[0] else None,
+            replicas_asked=asked if asked > job.replicas else 0,
         )
         holds = []
         for replica in placed.replicas:
@@ -379,9 +381,8 @@ class SchedulerState(Facts):
             placed = facts.placements.get(run)
             if placed is None:
                 continue
-            milli = sum(len(r.gpu_indices) * r.gpu_milli_each for r in placed.replicas)
             start, end = facts.placed_at.get(run, 0), facts.ended_at.get(run, 0)
-            records.append(m.UsageRecord(end, milli * max(0, end - start)))
+            records.append(m.UsageRecord(end, placed.gpu_milli_ms(start, end)))
         derived = self._derived
         tenant, before = derived.usage_of.get(job_id, (facts.spec.tenant, []))
         if before == records:
