@@ -81,7 +81,7 @@ async def load_positions(pool: asyncpg.Pool, schema: str) -> dict[tuple[str, int
     return {(row["topic"], row["partition"]): row["next_offset"] for row in rows}
 
 
-STATE_FORMAT = 9
+STATE_FORMAT = 10
 """The format of the stored entities: raise it whenever a fold changes what the read models say (the log
 is then replayed into them). A change of a stored class's fields needs no raise: the stage codec's layout
 fingerprint (``projections.stages.codec.LAYOUT``) is stored beside it in the marker and changes by itself,
@@ -102,7 +102,9 @@ budget's projection expects a running job to hold), so the jobs it had are fille
 NPUs a placement holds (the job's placement, the node's allocation, its free NPUs and NPU model in three
 columns of the nodes table); a
 run that failed for a cause that may be retried leaves its job queued for the scheduler's verdict (not
-failed), and the jobs table counts the ``retries``."""
+failed), and the jobs table counts the ``retries``; 10: a run grows by ``JobReplicasAdded`` (the job's placement,
+its nodes' allocations and its queue hold count every replica it holds; a queue holds what a run holds, not
+what its job asks; its GPU time counts an added replica from when it was added)."""
 _FORMAT_KEY = ("_format", "")
 ENDED_JOBS = f"{JOB_STAGE}.ended"
 """The stage name an ended job's view is stored under: not loaded at start (the in-process host keeps

@@ -77,7 +77,8 @@ class NodeCapacity(Delta):
 
 @record
 class UsageInterval(Delta):
-    """A job's run held ``gpu_milli`` of a GPU model in a cluster from ``start_ms`` to ``end_ms``."""
+    """A job's run held ``gpu_milli`` of a GPU model in a cluster from ``start_ms`` to ``end_ms``, and the
+    replicas added to it later (``grown``: from when, how much) from then to ``end_ms``."""
 
     job_id: str
     run: int
@@ -88,6 +89,9 @@ class UsageInterval(Delta):
     gpu_milli: int
     start_ms: int
     end_ms: int
+    grown: tuple[tuple[int, int], ...] = ()
+    """(from ms, milli-GPU) of each ``JobReplicasAdded`` of the run: one interval per run still (the usage
+    stage counts a run once per hour), the added replicas' time counted from when they were added."""
 
 
 @record
