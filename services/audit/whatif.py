@@ -273,7 +273,7 @@ def simulate(history: History, config: PolicyConfig) -> Outcome:
                 _account(outcome, entry, now, rates, models)
                 _release(nodes, entry[0])
                 budgets.ended(entry[0], now)
-        if not pending:
+        if not pending and not any(r.missing() for r, _ in running.values()):  # nothing to place, no run to grow
             again = 0
             continue
         in_order = tuple(r for r, _ in (running[j] for j in sorted(running)))

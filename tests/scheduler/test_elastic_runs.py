@@ -81,6 +81,7 @@ def test_a_batch_array_starts_with_what_fits_and_grows_to_all_its_replicas_when_
     assert log.cycle() == []
     (run,) = [r for r in log.state.snapshot(log.now).running if r.job.job_id == "array"]
     assert (run.job.replicas, run.replicas_asked, run.missing()) == (2, 4, 2)
+    assert log.state.growing_count() == 1  # the service runs a cycle for it though nothing is pending
     log.add(JobSucceeded(job_id="first", cluster="c", run=1))
     (added,) = of(log.cycle(), JobReplicasAdded, "array")
     assert isinstance(added, JobReplicasAdded)
@@ -90,6 +91,7 @@ def test_a_batch_array_starts_with_what_fits_and_grows_to_all_its_replicas_when_
     assert "added 2 replica(s)" in added.explanation and "all 4 replicas run now" in added.explanation
     (run,) = log.state.snapshot(log.now).running
     assert (run.job.replicas, run.replicas_asked, len(run.placements), run.job.total_gpu_milli()) == (4, 0, 4, 4000)
+    assert log.state.growing_count() == 0
     assert log.cycle() == []  # it holds all of them: nothing more to add
 
 

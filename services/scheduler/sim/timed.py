@@ -158,7 +158,7 @@ def run_timed(
                 dropped += 1
                 continue
             pending[job.job_id] = job
-        if not pending:
+        if not pending and not any(r.missing() for r in running.values()):  # nothing to place, no run to grow
             again = 0
             continue
         in_order = tuple(running[j] for j in sorted(running))

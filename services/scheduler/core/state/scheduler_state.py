@@ -45,6 +45,7 @@ class _Derived:
     snapshot_running: tuple[m.RunningJob, ...] | None = None
     running_was: dict[str, m.RunningJob | None] = field(default_factory=dict)
     cancel_open: set[str] = field(default_factory=set)  # cancel requested, not terminal
+    growing: set[str] = field(default_factory=set)  # runs that hold fewer replicas than asked, not stopping
     failed: dict[str, m.FailedRun] = field(default_factory=dict)  # runs awaiting a retry verdict
     backoff: dict[str, int] = field(default_factory=dict)  # pending job -> when its retry may be placed
     # What each running job holds, per node: (node key, [(gpu index, milli)], cpu, memory, npu indices).
@@ -119,6 +120,11 @@ class SchedulerState(Facts):
     def pending_count(self) -> int:
         self._refresh()
         return len(self._derived.pending)
+
+    def growing_count(self) -> int:
+        """Runs that hold fewer replicas than their job asks and may grow (a cycle may add to them)."""
+        self._refresh()
+        return len(self._derived.growing)
 
     def awaiting_verdict_count(self) -> int:
         """Runs that failed for a cause that may be retried and await the next cycle's verdict."""
@@ -283,6 +289,7 @@ class SchedulerState(Facts):
             derived.used_cpu[held][1] -= mem
             touched_nodes.add(held)
         derived.running.pop(job_id, None)
+        derived.growing.discard(job_id)
         derived.pending.pop(job_id, None)
         derived.failed.pop(job_id, None)
         derived.backoff.pop(job_id, None)
@@ -338,6 +345,8 @@ class SchedulerState(Facts):
             stopping_for=JobId(stop[0]) if stop is not None and stop[0] else None,
             replicas_asked=asked if asked > job.replicas else 0,
         )
+        if asked > job.replicas and stop is None:
+            derived.growing.add(job_id)
         holds = []
         for replica in placed.replicas:
             key: tuple[str, str] = (placed.cluster, replica.node)
