@@ -347,7 +347,8 @@ def _growing(ctx: Ctx) -> dict[JobId, tuple[Job, RunningJob]]:
     stand-in for the replicas it lacks, on the GPU and NPU models it runs on (its replicas stay alike)."""
     out: dict[JobId, tuple[Job, RunningJob]] = {}
     fleet = ctx.fleet
-    for r in ctx.snap.running:
+    snap = ctx.snap
+    for r in snap.growing if snap.growing is not None else [r for r in snap.running if r.replicas_asked]:
         missing = r.missing()
         if not missing or r.stopping:
             continue

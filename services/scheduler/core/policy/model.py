@@ -502,6 +502,10 @@ class FleetSnapshot:
     """Runs that failed for a cause that may be retried and have no verdict yet, by job id."""
     # Not part of what is decided on (two snapshots with the same jobs are equal with or without it).
     running_delta: RunningDelta | None = field(default=None, compare=False, repr=False)
+    growing: tuple[RunningJob, ...] | None = field(default=None, compare=False, repr=False)
+    """The running jobs that hold fewer replicas than they ask (``RunningJob.replicas_asked``), when the
+    caller keeps them (the scheduler's state does): derived from ``running``, so not compared either;
+    ``None``: the cycle finds them in ``running``."""
 
 
 __all__ = [

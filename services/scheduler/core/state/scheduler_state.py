@@ -198,6 +198,7 @@ class SchedulerState(Facts):
             preempted_last_hour=self._preempted_last_hour(now_ms),
             failed=tuple(derived.failed[job_id] for job_id in sorted(derived.failed)),
             running_delta=delta,
+            growing=tuple(derived.running[j] for j in sorted(derived.growing)),
         )
 
     def _preempted_last_hour(self, now_ms: int) -> tuple[tuple[TenantId, int], ...]:
