@@ -9,14 +9,17 @@ from dataclasses import replace
 import pytest
 
 from events.catalog.base import Event
+from events.catalog.budget_windows import HeldLedger, Window
 from events.catalog.decisions import JobPlaced, JobReplicasAdded
+from events.catalog.documents import BudgetSpec, BudgetWindow
 from events.catalog.inventory import ClusterKind, ClusterRegistered, GpuDevice, NodeObserved
 from events.catalog.jobs import InferenceSpec, JobKind, JobSubmitted, JobSucceeded, PriorityClass
 from events.catalog.types import Resources
 from events.wire.envelope import Envelope
 from services.scheduler.core.decide import decide
-from services.scheduler.core.policy import AddReplicas, Place, schedule
+from services.scheduler.core.policy import AddReplicas, Place, PolicyConfig, schedule
 from services.scheduler.core.state import SchedulerState
+from services.scheduler.core.state.budget_count import Holdings, hard_budgets
 from tests.scheduler.builders import a_job, a_node, running, snapshot
 
 pytestmark = pytest.mark.timeout(30)
@@ -165,3 +168,21 @@ def test_a_repeated_top_up_changes_nothing():
     log.add(added)  # the same event appended again
     (run,) = log.state.snapshot(log.now).running
     assert len(run.placements) == 4 and run.job.replicas == 4
+
+
+def test_a_hard_budget_counts_an_added_replica_from_when_it_was_added() -> None:
+    job = a_job("array").gpus(1).replicas(2, gang=False).build()
+    run = running(job, "cluster-a", ("a1", (0,), 1000), ("a1", (1,), 1000))
+    spec = BudgetSpec(tenant=job.tenant, window=BudgetWindow.MONTH, gpu_hours=100)
+    hour = 3_600_000
+    window = Window(0, 100 * hour, "w")
+
+    def spent(grown: tuple[tuple[int, int], ...] | None) -> int:
+        holdings = Holdings(HeldLedger(), (run,), lambda _: 0, None if grown is None else (lambda _: grown))
+        (budget,) = hard_budgets({"b": spec}, lambda *_: window, {}, holdings, 10 * hour, PolicyConfig())
+        return budget.spent_milli_ms
+
+    # Two replicas held for the 10 hours so far (no expected runtime: the policy's default is shorter).
+    assert spent(None) == 2000 * 10 * hour
+    # One of them was added at hour 4: it counts from then.
+    assert spent(((4 * hour, 1000),)) == 1000 * 10 * hour + 1000 * 6 * hour

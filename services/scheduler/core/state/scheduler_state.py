@@ -227,7 +227,13 @@ class SchedulerState(Facts):
 
         specs = {name: budget.spec for name, budget in self.budgets.items()}
         cohorts = {tenant: registered.cohort for tenant, registered in self.tenants.items()}
-        holdings = Holdings(self.held, self._derived.running.values(), placed_ms)
+
+        def grown(running: m.RunningJob) -> tuple[tuple[int, int], ...]:
+            facts = self.jobs[running.job.job_id]
+            placement = facts.placements.get(facts.current_run())
+            return placement.grown if placement is not None else ()
+
+        holdings = Holdings(self.held, self._derived.running.values(), placed_ms, grown)
         return hard_budgets(specs, window_of, cohorts, holdings, now_ms, self.policy_config())
 
     def _refresh(self) -> None:
