@@ -9,6 +9,8 @@ time, in log order. Calls the API server and the ``Reporter``; reads the ``JobBo
   server refuses (4xx), ends the run with ``JobFailed(LaunchFailed)``; pods already made for it are
   deleted. A placement of a run that already ended here, or of a job whose cancellation was asked
   for, creates nothing.
+- ``JobReplicasAdded`` for this cluster: one pod per added replica on the named node (``grow``), the same
+  way; nothing for a run that ended or is over, or a job whose cancellation was asked for.
 - ``JobPreemptionRequested`` / ``JobReclaimRequested`` for this cluster, and ``JobCancelRequested``
   for a job with pods here (the pod watcher's view, which the consumer waits for at start, plus the
   jobs this process placed): annotate each pod with why (``fedsched.io/stop``), then delete it with
@@ -49,7 +51,13 @@ from connectors.kubernetes.jobbook import JobBook
 from connectors.kubernetes.kubeapi import KubeApi, KubeError, Obj
 from connectors.kubernetes.reporting import Reporter
 from connectors.kubernetes.throttle import Backoff
-from events.catalog.decisions import JobPlaced, JobPreemptionRequested, JobReclaimRequested, JobRetriesExhausted
+from events.catalog.decisions import (
+    JobPlaced,
+    JobPreemptionRequested,
+    JobReclaimRequested,
+    JobReplicasAdded,
+    JobRetriesExhausted,
+)
 from events.catalog.jobs import (
     JobCancelled,
     JobCancelRequested,
@@ -125,6 +133,8 @@ class Executor:
                 await self._supersede(event)
             if isinstance(event, JobPlaced) and event.cluster == self.cluster:
                 await self.place(event)
+            elif isinstance(event, JobReplicasAdded) and event.cluster == self.cluster:
+                await self.grow(event)
             elif isinstance(event, JobPreemptionRequested) and event.cluster == self.cluster:
                 await self.stop(event.job_id, event.run, "preempted", event.grace_period_s, None)
             elif isinstance(event, JobReclaimRequested) and event.cluster == self.cluster:
@@ -137,7 +147,7 @@ class Executor:
             log.error("event=decision_given_up type=%s id=%s error=%r", envelope.type, envelope.id, str(error))
         except Exception:
             log.exception("event=decision_error type=%s id=%s", envelope.type, envelope.id)
-            if isinstance(event, JobPlaced) and event.cluster == self.cluster:
+            if isinstance(event, JobPlaced | JobReplicasAdded) and event.cluster == self.cluster:
                 await self._failed(event, "the connector could not carry out the placement (see its log)")
 
     def _mine(self, envelope: Envelope) -> bool:
@@ -197,7 +207,7 @@ class Executor:
                 log.warning("event=api_retry error=%r retry_in_s=%.2f", str(error), delay)
                 await asyncio.sleep(delay)
 
-    async def _failed(self, placed: JobPlaced, message: str) -> None:
+    async def _failed(self, placed: pods.RunPods, message: str) -> None:
         event = JobFailed(
             job_id=placed.job_id,
             cluster=self.cluster,
@@ -251,6 +261,32 @@ class Executor:
             await self.stop(job_id, run, "failed", 0, None)
             return
         log.info("event=placed job=%s run=%d pods=%d namespace=%s", job_id, run, len(manifests), namespace)
+
+    async def grow(self, added: JobReplicasAdded) -> None:
+        """Create the pods of replicas added to a run here (names continue the run's, so a repeat creates
+        nothing). Nothing for a run that ended, is over, or whose job's cancellation was asked for (its
+        stop takes every pod of the run). A failure to launch them fails the run, as for a placement: the
+        scheduler counts those replicas as held."""
+        job_id, run = added.job_id, added.run
+        if self.book.run_ended(job_id, run) or self.is_over(lifecycle.RunKey(job_id, run)):
+            log.info("event=replicas_added_skipped job=%s run=%d reason=run_already_ended", job_id, run)
+            return
+        job = await self.book.get(job_id)
+        if job is None or self.book.cancel_requester(job_id) is not None:
+            log.info("event=replicas_added_skipped job=%s run=%d reason=no_job_or_cancelled", job_id, run)
+            return
+        try:
+            manifests = pods.render_pods(added, job, self.options)
+            namespace = await self._namespace(job)
+            self._placed.add(job_id)
+            for manifest in manifests:
+                await self._create(namespace, manifest)
+        except (pods.RenderError, LaunchFailed) as error:
+            log.warning("event=launch_failed job=%s run=%d error=%r", job_id, run, str(error))
+            await self._failed(added, str(error))
+            await self.stop(job_id, run, "failed", 0, None)
+            return
+        log.info("event=replicas_added job=%s run=%d pods=%d namespace=%s", job_id, run, len(manifests), namespace)
 
     async def _create(self, namespace: str, manifest: Obj) -> None:
         path = f"/api/v1/namespaces/{namespace}/pods"

@@ -89,6 +89,7 @@ class PodWatcher:
         if ident is None:
             return None
         run = self.runs.setdefault(ident.key, Run(ident.replicas))
+        run.replicas = max(run.replicas, ident.replicas)  # a run that grew: its newer pods count more
         run.pods[ident.replica] = pod
         run.gone.pop(ident.replica, None)
         run.reported |= lifecycle.reported_of(pod)

@@ -1,6 +1,8 @@
 """A placement as Kubernetes objects: the tenant's namespace and one pod per replica.
 
-Called by ``executor`` when a ``JobPlaced`` for this cluster arrives, and by unit tests. Pure: takes the
+Called by ``executor`` when a ``JobPlaced`` or a ``JobReplicasAdded`` for this cluster arrives, and by
+unit tests. A pod says how many replicas its run held when it was made (``FEDSCHED_REPLICAS``,
+``fedsched.io/replicas``): a run that grows has pods made with more; the pod watcher takes the most. Pure: takes the
 decision and the job's ``JobSubmitted`` and returns manifests (plain dicts), deterministic for the same
 inputs, so applying a decision twice creates nothing new (the second create gets 409 AlreadyExists).
 
@@ -25,11 +27,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from connectors.kubernetes import names
-from events.catalog.decisions import JobPlaced, ReplicaPlacement
+from events.catalog.decisions import JobPlaced, JobReplicasAdded, ReplicaPlacement
 from events.catalog.jobs import JobSubmitted, Toleration
 from events.catalog.types import ClusterId, TenantId
 
 Manifest = dict[str, Any]
+
+RunPods = JobPlaced | JobReplicasAdded
+"""What names pods of a run: its placement, or replicas added to it later (same labels and names)."""
+
+
+def replica_count(placed: RunPods) -> int:
+    """How many replicas the run holds with these pods (a growing run: with those added so far)."""
+    return placed.running_replicas if isinstance(placed, JobReplicasAdded) else len(placed.replicas)
 
 
 class RenderError(ValueError):
@@ -106,12 +116,12 @@ def _requests(job: JobSubmitted, replica: ReplicaPlacement, options: RenderOptio
     return wanted
 
 
-def _env(placed: JobPlaced, replica: ReplicaPlacement) -> list[Manifest]:
+def _env(placed: RunPods, replica: ReplicaPlacement) -> list[Manifest]:
     values = {
         "FEDSCHED_JOB_ID": placed.job_id,
         "FEDSCHED_RUN": str(placed.run),
         "FEDSCHED_REPLICA": str(replica.replica),
-        "FEDSCHED_REPLICAS": str(len(placed.replicas)),
+        "FEDSCHED_REPLICAS": str(replica_count(placed)),
         "FEDSCHED_GPU_INDICES": ",".join(str(i) for i in replica.gpu_indices),
     }
     return [{"name": k, "value": v} for k, v in values.items()]
@@ -141,7 +151,7 @@ def _toleration(toleration: Toleration) -> Manifest:
     return out
 
 
-def pod_labels(placed: JobPlaced, replica: int, tenant: TenantId, cluster: ClusterId) -> dict[str, str]:
+def pod_labels(placed: RunPods, replica: int, tenant: TenantId, cluster: ClusterId) -> dict[str, str]:
     return {
         names.MANAGED_BY: names.MANAGED_BY_VALUE,
         names.LABEL_CLUSTER: names.label_value(cluster),
@@ -152,7 +162,7 @@ def pod_labels(placed: JobPlaced, replica: int, tenant: TenantId, cluster: Clust
     }
 
 
-def render_pod(placed: JobPlaced, job: JobSubmitted, replica: ReplicaPlacement, options: RenderOptions) -> Manifest:
+def render_pod(placed: RunPods, job: JobSubmitted, replica: ReplicaPlacement, options: RenderOptions) -> Manifest:
     meta, spec = _pod_template(job, options)
     env = _env(placed, replica)
     requests = _requests(job, replica, options)
@@ -168,7 +178,7 @@ def render_pod(placed: JobPlaced, job: JobSubmitted, replica: ReplicaPlacement, 
         **(meta.get("annotations") or {}),
         names.ANN_JOB: placed.job_id,
         names.ANN_TENANT: job.tenant,
-        names.ANN_REPLICAS: str(len(placed.replicas)),
+        names.ANN_REPLICAS: str(replica_count(placed)),
         names.ANN_GPU_INDICES: ",".join(str(i) for i in replica.gpu_indices),
         names.ANN_GPU_MILLI: str(replica.gpu_milli_each),
         names.ANN_CYCLE: placed.cycle_id,
@@ -190,8 +200,9 @@ def render_pod(placed: JobPlaced, job: JobSubmitted, replica: ReplicaPlacement, 
     }
 
 
-def render_pods(placed: JobPlaced, job: JobSubmitted, options: RenderOptions) -> list[Manifest]:
-    """One pod per replica, in replica order. Raises ``RenderError`` when the template cannot work."""
+def render_pods(placed: RunPods, job: JobSubmitted, options: RenderOptions) -> list[Manifest]:
+    """One pod per replica (of a placement, or added to its run), in replica order. Raises
+    ``RenderError`` when the template cannot work."""
     if placed.job_id != job.job_id:
         raise ValueError("the placement and the submission are of different jobs")
     return [render_pod(placed, job, replica, options) for replica in placed.replicas]

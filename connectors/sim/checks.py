@@ -1,6 +1,8 @@
 """The second check on the scheduler: does a placement fit what this cluster has right now?
 
-Called by the model for every ``JobPlaced`` addressed to its cluster, before it takes any resource.
+Called by the model for every ``JobPlaced`` addressed to its cluster, before it takes any resource, and
+for every ``JobReplicasAdded`` (``check_added``: the same checks of the new replicas, against a run that
+holds the others).
 Pure: no I/O. A refusal names the reason code, the node at fault and the numbers, and becomes a
 ``JobFailed``; the scheduler can then queue the job again.
 
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 
 from connectors.sim.jobs import JobSpec
 from connectors.sim.state import NodeState
-from events.catalog.decisions import JobPlaced, ReplicaPlacement
+from events.catalog.decisions import JobPlaced, JobReplicasAdded, ReplicaPlacement
 from events.catalog.jobs import Interconnect, Toleration
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import NodeId, TaintEffect
@@ -62,7 +64,35 @@ def check_placement(placed: JobPlaced, job: JobSpec, nodes: Mapping[NodeId, Node
     return _one_domain(placed, job, nodes)
 
 
+def check_added(
+    added: JobReplicasAdded, held: tuple[ReplicaPlacement, ...], job: JobSpec, nodes: Mapping[NodeId, NodeState]
+) -> Refusal | None:
+    """Replicas added to a run that holds ``held`` (their resources not yet taken): a job that is not a
+    gang, no more replicas than it asks, numbers that continue the run's, room on the named devices, and
+    one interconnect domain with the run's replicas when the job requires one."""
+    count = len(held) + len(added.replicas)
+    if job.gang:
+        return Refusal(R.LAUNCH_FAILED, f"gang of {job.replicas} replicas: replicas cannot be added to its run")
+    if count > job.replicas:
+        return Refusal(R.LAUNCH_FAILED, f"the run would hold {count} replicas; the job has {job.replicas}")
+    if added.replicas[0].replica != len(held):
+        first = added.replicas[0].replica
+        return Refusal(R.LAUNCH_FAILED, f"replica {first} added to a run of {len(held)} (numbered 0..{len(held) - 1})")
+    taken = _Tentative(Counter(), Counter(), Counter(), Counter())
+    for replica in added.replicas:
+        refusal = _check_replica(replica, job, nodes, taken)
+        if refusal is not None:
+            return refusal
+    return _one_domain_of((*held, *added.replicas), job, nodes)
+
+
 def _one_domain(placed: JobPlaced, job: JobSpec, nodes: Mapping[NodeId, NodeState]) -> Refusal | None:
+    return _one_domain_of(placed.replicas, job, nodes)
+
+
+def _one_domain_of(
+    replicas: tuple[ReplicaPlacement, ...], job: JobSpec, nodes: Mapping[NodeId, NodeState]
+) -> Refusal | None:
     """A job that requires an interconnect has every replica on a node of one domain of it (the gang
     could not form otherwise)."""
     if job.interconnect is None or job.interconnect is Interconnect.NONE:
@@ -70,7 +100,7 @@ def _one_domain(placed: JobPlaced, job: JobSpec, nodes: Mapping[NodeId, NodeStat
     nvlink = job.interconnect is Interconnect.NVLINK
     kind = "NVLink domain" if nvlink else "RDMA fabric"
     seen: dict[str, NodeId] = {}
-    for replica in placed.replicas:
+    for replica in replicas:
         spec = nodes[replica.node].spec
         domain = spec.nvlink_domain if nvlink else spec.rdma_fabric
         if not domain:
@@ -195,4 +225,4 @@ def _capacity(replica: ReplicaPlacement, job: JobSpec, node: NodeState, taken: _
     return None
 
 
-__all__ = ["Refusal", "check_placement"]
+__all__ = ["Refusal", "check_added", "check_placement"]

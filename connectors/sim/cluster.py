@@ -8,14 +8,16 @@ events with the same ids.
 The recipe:
 
 1. ``restore(history)`` rebuilds the state from what the log already holds (``History``): runs that
-   started are running again with the same end, placements that had not started are checked again,
-   and the fault schedule is replayed silently up to the last event already published.
+   started are running again with the same end and every replica added to them, placements that had
+   not started are checked again, and the fault schedule is replayed silently up to the last event already published.
 2. ``begin(now)`` states the cluster (``ClusterRegistered``, ``NodeObserved`` for every node that
    changed since the last snapshot) and acts on what the restore left pending.
 3. ``handle(envelope, now)`` for each consumed event: a ``JobPlaced`` for this cluster is checked
    (``connectors.sim.checks``): refused with ``JobFailed`` naming why, or accepted (resources taken, the
    nodes' snapshots republished, the start timed ``start_delay`` later); a cancel, preemption or
-   reclaim stops the run after the stop delay.
+   reclaim stops the run after the stop delay; a ``JobReplicasAdded`` for a run here is checked the same
+   way (``check_added``) and its replicas are taken and held with the run's (they start with it, or at
+   once if it runs, and end with it); a refusal fails the run.
 4. ``advance(now)`` fires everything due up to ``now`` in time order: starts, ends (success, failure
    drawn from the seed, runtime exceeded), stops, faults and recoveries, and usage reports.
 
@@ -29,7 +31,7 @@ import heapq
 from dataclasses import dataclass
 from enum import IntEnum
 
-from connectors.sim.checks import check_placement
+from connectors.sim.checks import check_added, check_placement
 from connectors.sim.config import SimConfig
 from connectors.sim.faults import Fault, FaultKind, FaultPlan, RunFailure, run_failure
 from connectors.sim.history import History, StopRequest
@@ -38,7 +40,7 @@ from connectors.sim.reports import Emit, event_id, gpu_health, node_snapshot, no
 from connectors.sim.spec import ClusterSpec
 from connectors.sim.state import NodeState, Phase, Run, RunKey, StopKind, allocate
 from events.catalog.base import Event
-from events.catalog.decisions import JobPlaced, JobPreemptionRequested, JobReclaimRequested
+from events.catalog.decisions import JobPlaced, JobPreemptionRequested, JobReclaimRequested, JobReplicasAdded
 from events.catalog.errors import EventError
 from events.catalog.inventory import ClusterStatus, ClusterStatusChanged, NodeRemoved
 from events.catalog.jobs import (
@@ -97,6 +99,8 @@ class ClusterModel:
         self._pending: dict[JobId, tuple[JobPlaced, str]] = {}
         self._stops: dict[RunKey, tuple[StopRequest, str]] = {}
         self._deferred: list[tuple[JobPlaced, str]] = []
+        self._adds: dict[RunKey, list[tuple[JobReplicasAdded, str]]] = {}
+        """Replicas added to runs not placed here yet (their ``JobPlaced`` waits for its submission)."""
         self._timers: list[tuple[int, int, str, int, _Timer]] = []
         self._seq = 0
         self._drills = 0
@@ -142,6 +146,15 @@ class ClusterModel:
                 self._resume_running(placed, placed_id, job, history.started[key])
             else:
                 self._deferred.append((placed, placed_id))
+        for added, added_id in history.added:
+            key = (added.job_id, added.run)
+            if key in history.finished:
+                continue
+            run = self.runs.get(key)
+            if run is not None:  # running again: it holds what was added, as before the restart
+                self._grow(run, added, added_id)
+            else:
+                self._adds.setdefault(key, []).append((added, added_id))
 
     def _resume_running(self, placed: JobPlaced, placed_id: str, job: JobSpec, started_ms: int) -> None:
         run = Run(job, placed.run, placed.replicas, Phase.RUNNING, started_ms, placed_id, started_ms)
@@ -221,6 +234,8 @@ class ClusterModel:
             pass
         elif isinstance(event, JobPlaced):
             self._on_placed(out, now_ms, event, envelope.id)
+        elif isinstance(event, JobReplicasAdded):
+            self._on_replicas_added(out, now_ms, event, envelope.id)
         elif isinstance(event, JobPreemptionRequested | JobReclaimRequested):
             self._on_stop_request(out, now_ms, event, envelope.id)
         elif isinstance(event, RUN_END_EVENTS) and envelope.source != self.source:
@@ -268,6 +283,40 @@ class ClusterModel:
             return
         self._place(out, now_ms, placed, placed_id)
 
+    def _on_replicas_added(self, out: list[Emit], now_ms: int, added: JobReplicasAdded, added_id: str) -> None:
+        """Start the added replicas on the named nodes; a run not here yet takes them when placed, one that
+        ended lets them go. An addition the cluster cannot take fails the run (``check_added``): the
+        scheduler counts those replicas as held, so keeping the run without them would mislead it."""
+        key = (added.job_id, added.run)
+        run = self.runs.get(key)
+        if run is None:
+            if added.run > self._last_run.get(added.job_id, 0):  # its placement is still to come
+                self._adds.setdefault(key, []).append((added, added_id))
+            return
+        if run.phase is Phase.STOPPING or added.replicas[0].replica < len(run.placement):
+            return  # stopping anyway, or seen before (a redelivery)
+        refusal = check_added(added, run.placement, run.job, self.nodes)
+        if refusal is not None:
+            failed = JobFailed(
+                job_id=run.job.job_id,
+                cluster=self.cluster,
+                run=run.run,
+                reason=refusal.reason,
+                message="replicas added refused: " + refusal.message,
+                node=refusal.node,
+            )
+            self._emit(out, now_ms, failed, run.job.job_id, run.run, "failed", run=run, cause=added_id)
+            self._release(out, now_ms, run)
+            return
+        self._grow(run, added, added_id)
+        for name in dict.fromkeys(r.node for r in added.replicas):
+            self._observe(out, now_ms, self.nodes[name])
+
+    def _grow(self, run: Run, added: JobReplicasAdded, added_id: str) -> None:
+        """Take the added replicas' resources and hold them with the run's (they end with it)."""
+        run.placement = (*run.placement, *added.replicas)
+        allocate(self.nodes, run, 1, added.replicas)
+
     def _on_stop_request(self, out: list[Emit], now_ms: int, request: StopRequest, request_id: str) -> None:
         key = (request.job_id, request.run)
         if key in self._stops:
@@ -302,6 +351,8 @@ class ClusterModel:
         allocate(self.nodes, run, 1)
         for name in run.nodes():
             self._observe(out, now_ms, self.nodes[name])
+        for added, added_id in self._adds.pop(run.key, []):
+            self._on_replicas_added(out, now_ms, added, added_id)
         delay = job.start_delay_ms if job.start_delay_ms is not None else self.config.start_delay_ms
         self._push(now_ms + delay, _Timer(_Rank.START, key=run.key), job.job_id)
 

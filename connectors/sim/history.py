@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from connectors.sim.state import RunKey
-from events.catalog.decisions import JobPlaced, JobPreemptionRequested, JobReclaimRequested
+from events.catalog.decisions import JobPlaced, JobPreemptionRequested, JobReclaimRequested, JobReplicasAdded
 from events.catalog.inventory import ClusterStatus, ClusterStatusChanged, NodeObserved, NodeRemoved
 from events.catalog.jobs import JobCancelRequested, JobStarted, JobSubmitted
 from events.catalog.lifecycle import RUN_END_EVENTS
@@ -39,6 +39,8 @@ class History:
     placements: list[tuple[JobPlaced, str]] = field(default_factory=list)
     placed_jobs: dict[str, None] = field(default_factory=dict)
     """Jobs ever placed here (their lifecycle records matter; others' may be skipped undecoded)."""
+    added: list[tuple[JobReplicasAdded, str]] = field(default_factory=list)
+    """Replicas added to runs here, in log order (applied after their run's placement)."""
     stops: dict[RunKey, tuple[StopRequest, str]] = field(default_factory=dict)
     started: dict[RunKey, int] = field(default_factory=dict)
     finished: dict[RunKey, None] = field(default_factory=dict)
@@ -64,6 +66,8 @@ class History:
         elif isinstance(event, JobPlaced):
             self.placements.append((event, envelope.id))
             self.placed_jobs[event.job_id] = None
+        elif isinstance(event, JobReplicasAdded):
+            self.added.append((event, envelope.id))
         elif isinstance(event, JobPreemptionRequested | JobReclaimRequested):
             self.stops.setdefault((event.job_id, event.run), (event, envelope.id))
         elif isinstance(event, JobStarted):

@@ -64,7 +64,7 @@ class JobSpec:
             tenant=job.tenant,
             kind=job.kind,
             replicas=job.replicas,
-            gang=job.gang,
+            gang=job.is_gang(),
             resources=job.resources,
             tolerations=job.tolerations,
             runtime_ms=runtime_ms(job, config),

@@ -28,7 +28,8 @@ _LIFECYCLE_TYPES = frozenset(
     for name in ("JobStarted", "JobSucceeded", "JobFailed", "JobCancelled", "JobPreempted", "JobReclaimed")
 )
 _DECISION_TYPES = frozenset(
-    f"io.fedsched.{name}".encode() for name in ("JobPlaced", "JobPreemptionRequested", "JobReclaimRequested")
+    f"io.fedsched.{name}".encode()
+    for name in ("JobPlaced", "JobReplicasAdded", "JobPreemptionRequested", "JobReclaimRequested")
 )
 _SNAPSHOT_TYPES = frozenset(
     f"io.fedsched.{name}".encode() for name in ("NodeObserved", "NodeRemoved", "ClusterStatusChanged")

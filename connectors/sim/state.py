@@ -87,6 +87,7 @@ class Run:
     job: JobSpec
     run: int
     placement: tuple[ReplicaPlacement, ...]
+    """Every replica it holds: its ``JobPlaced``'s, then those each ``JobReplicasAdded`` added."""
     phase: Phase
     accepted_ms: int
     placed_id: str | None = None
@@ -107,10 +108,13 @@ class Run:
         return list(dict.fromkeys(r.node for r in self.placement))
 
 
-def allocate(nodes: dict[NodeId, NodeState], run: Run, sign: int) -> None:
-    """Take (``sign=1``) or give back (``sign=-1``) the run's resources on its nodes."""
+def allocate(
+    nodes: dict[NodeId, NodeState], run: Run, sign: int, replicas: tuple[ReplicaPlacement, ...] | None = None
+) -> None:
+    """Take (``sign=1``) or give back (``sign=-1``) the run's resources on its nodes: of all its replicas,
+    or of ``replicas`` only (those a ``JobReplicasAdded`` adds to it, already in its placement)."""
     res = run.job.resources
-    for replica in run.placement:
+    for replica in run.placement if replicas is None else replicas:
         node = nodes[replica.node]
         node.cpu_milli += sign * res.cpu_milli
         node.memory_mib += sign * res.memory_mib

@@ -208,6 +208,51 @@ class JobPlaced(DecisionEvent):
         return self
 
 
+class JobReplicasAdded(DecisionEvent):
+    """The scheduler added replicas to a run that holds fewer than its job asks (an elastic job: not a
+    gang): the cluster, each new replica's node and devices, and why there.
+
+    A run opens with one ``JobPlaced`` and may then grow by any number of these (never shrink: a replica
+    that ends ends with its run). Why a new type and not a second, versioned ``JobPlaced``: a ``JobPlaced``
+    opens a run (the job becomes placed, the run number moves on, the jobs stopped for it are named), and
+    every reader keys on that; growing a run opened earlier is another fact, which leaves the job's status
+    as it was. A new type changes no event already written (no upcaster, replay bit-identical) and a
+    reader that does not know it yet fails loudly rather than mistaking a growth for a new run.
+
+    Replica numbers continue the run's: a run of 3 replicas (0, 1, 2) grows with 3, 4, ... The event names
+    its own ``cluster``: in this version the scheduler grows a run only in the cluster it was placed in;
+    a run whose replicas live in several clusters (``inference.spread_clusters``) will add them here,
+    replica numbers staying unique across the run's clusters.
+    """
+
+    event_type: ClassVar[str] = "io.fedsched.JobReplicasAdded"
+    schema_version: ClassVar[int] = 1
+
+    cluster: ClusterIdField
+    run: PosInt
+    """The run that grows (its ``JobPlaced``'s ``run``)."""
+    replicas: Annotated[
+        tuple[ReplicaPlacement, ...],
+        Field(min_length=1, max_length=MAX_REPLICAS),
+        Unique(("replica",), ordered=True),
+    ]
+    """The new replicas, sorted by replica number, continuing the run's numbers."""
+    running_replicas: PosInt
+    """How many replicas the run holds with these (every cluster of the run)."""
+    chosen: CandidateScore
+    """The cluster's score for the new replicas."""
+    explanation: Text
+    """What was added and what still waits, in plain words."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> JobReplicasAdded:
+        if self.chosen.cluster != self.cluster:
+            raise ValueError("chosen.cluster must be the cluster the replicas are added in")
+        if self.running_replicas < len(self.replicas) or self.replicas[-1].replica >= self.running_replicas:
+            raise ValueError("running_replicas must count the run's replicas, these included")
+        return self
+
+
 class JobPreemptionRequested(DecisionEvent):
     """The scheduler asks a cluster to stop a running job (``job_id``, the victim) to make room."""
 
@@ -369,6 +414,7 @@ __all__ = [
     "JobPreemptionRequested",
     "JobQueued",
     "JobReclaimRequested",
+    "JobReplicasAdded",
     "JobRetriesExhausted",
     "JobRetryScheduled",
     "ReclaimFigures",

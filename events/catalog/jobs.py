@@ -76,6 +76,11 @@ class JobKind(StrEnum):
     NOTEBOOK = "notebook"
 
 
+GANG_KINDS = frozenset({JobKind.TRAINING, JobKind.FINE_TUNE})
+"""Kinds whose replicas start together unless the job says ``gang: false`` (a distributed training job
+started with some of its workers waits for the others, holding what it got)."""
+
+
 class PriorityClass(StrEnum):
     """Ordered from most to least important; the scheduler's order and preemption rules use it."""
 
@@ -137,8 +142,11 @@ class JobSubmitted(JobEvent):
     kind: JobKind = JobKind.BATCH
     priority_class: PriorityClass = PriorityClass.STANDARD
     replicas: Annotated[int, Field(ge=1, le=MAX_REPLICAS)] = 1
-    gang: bool = False
-    """All replicas start together or none does."""
+    gang: bool | None = None
+    """All replicas start together or none does (``True``), or the job starts with the replicas that fit
+    and is topped up as room appears (``False``); ``None`` (v2; a v1 request's unset ``False``): by its
+    kind, a gang for training and fine-tuning (``GANG_KINDS``), as distributed training expects; see
+    ``is_gang``."""
     resources: Resources
     """Per replica."""
     interconnect: Interconnect = Interconnect.NONE
@@ -170,6 +178,10 @@ class JobSubmitted(JobEvent):
         if value and info.data.get("interconnect", Interconnect.NONE) is Interconnect.NONE:
             raise ValueError("needs interconnect 'nvlink' or 'rdma' to require")
         return value
+
+    def is_gang(self) -> bool:
+        """Whether all of its replicas start together or none does."""
+        return self.gang if self.gang is not None else self.kind in GANG_KINDS
 
     @model_validator(mode="after")
     def _consistent(self) -> JobSubmitted:
@@ -290,6 +302,7 @@ class JobCancelled(JobEvent):
 
 
 __all__ = [
+    "GANG_KINDS",
     "MAX_APPLICATION_RETRIES",
     "InferenceSpec",
     "Interconnect",

@@ -28,7 +28,9 @@ History:
   how often a run the workload failed is retried (``retry.on_application_failure``; a v1 request could
   not ask: none, ``0``, as it ran then); its resources name NPU models and memory apart
   (``npu_models``, ``min_npu_memory_mib``): a v1 replica asking NPUs and no GPU could name them only in
-  ``gpu_models`` and ``min_gpu_memory_mib``, which the upcaster moves.
+  ``gpu_models`` and ``min_gpu_memory_mib``, which the upcaster moves; ``gang`` may be unset (``None``: by
+  the job's kind): a v1 ``False`` was the default, every multi-replica job starting whole, so it reads
+  as unset.
 - ``io.fedsched.NodeUsageReported`` v1 -> v2: v2 names the ``run`` each job usage measured. A v1 report
   did not say, so its runs are ``None`` (the projections attribute it by time, as they did).
 - ``io.fedsched.ResourceProfileUpdated`` v1 -> v2: v2 counts the GPU failures of the last day
@@ -422,6 +424,8 @@ class JobSubmittedV1(JobEvent):
 def submitted_v1_to_v2(payload: Payload) -> Payload:
     payload["interconnect_required"] = False
     payload["retry"] = {"on_application_failure": 0}
+    if not payload.get("gang"):  # v1's False was only ever the default (every job was all or nothing)
+        payload["gang"] = None
     resources = payload.get("resources")
     if (
         isinstance(resources, dict)

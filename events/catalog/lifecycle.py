@@ -26,6 +26,9 @@ The words, in the terms of the state machine at the top of ``events.catalog.jobs
   gives the one verdict every reader follows: ``JobRetryScheduled`` (the job is queued again) or
   ``JobRetriesExhausted`` (one of ``JOB_END_EVENTS``: it failed for good). Other failures (a runtime
   exceeded, a launch refused, an expired lease) end the job as before.
+- A run that holds fewer replicas than its job asks (a job that is not a gang may start with what fits)
+  grows by ``JobReplicasAdded``: the job stays in the status it was in (placed or running); the new
+  replicas end with their run.
 - Every other event about a job (``OTHER_JOB_EVENTS``: the submission, the scheduler's decisions, the
   requests to stop, governance's notes) starts and ends nothing. A test holds every event type that
   names a ``job_id`` to these lists, so a new one cannot go unclassified.
@@ -45,6 +48,7 @@ from events.catalog.decisions import (
     JobPreemptionRequested,
     JobQueued,
     JobReclaimRequested,
+    JobReplicasAdded,
     JobRetriesExhausted,
     JobRetryScheduled,
 )
@@ -115,6 +119,7 @@ OTHER_JOB_EVENTS: tuple[type[Event], ...] = (
     JobSubmitted,
     JobQueued,
     JobPlaced,
+    JobReplicasAdded,
     JobCancelRequested,
     JobPreemptionRequested,
     JobReclaimRequested,

@@ -42,6 +42,8 @@ JobQueued                   P S G: the latest cycle's wait: one with the id of t
                             an earlier cycle, is not applied.
 JobPlaced                   P: a run no later than the latest placed is placed already. S G: a run's first
                             placement is final.
+JobReplicasAdded            P S G: an addition continues the run's replica numbers exactly; one that names
+                            numbers the run holds already (a repeat) changes nothing.
 JobPreemptionRequested      P: a step taken once per run. S: a run is asked to stop once; its preemptor
                             names it once.
 JobReclaimRequested         P: a step taken once per run. S: a set of runs. G: the run's rule, set again.

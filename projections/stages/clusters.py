@@ -133,6 +133,7 @@ def _price_interval(view: ClusterView, interval: UsageInterval) -> list[Emitted]
         if hour == first_hour and end < last_hours:
             end = last_hours
         milli_ms = interval.gpu_milli * (end - start)
+        milli_ms += sum(milli * max(0, end - max(start, since)) for since, milli in interval.grown)
         piece = PricedUsage(
             interval.job_id,
             interval.run,

@@ -82,7 +82,8 @@ DEVICE_KINDS = ("gpu", "npu")
 @record
 class UsageInterval(Delta):
     """A job's run held ``gpu_milli`` of a device model in a cluster from ``start_ms`` to ``end_ms``: of
-    GPUs, or with ``kind`` "npu" of NPUs (``gpu_milli`` then 1000 per NPU held, ``gpu_model`` the NPUs')."""
+    GPUs, or with ``kind`` "npu" of NPUs (``gpu_milli`` then 1000 per NPU held, ``gpu_model`` the NPUs'); and
+    the replicas added to it later (``grown``: from when, how much) from then to ``end_ms``."""
 
     job_id: str
     run: int
@@ -95,6 +96,9 @@ class UsageInterval(Delta):
     end_ms: int
     kind: str = "gpu"
     """The device kind held: "gpu" or "npu" (``DEVICE_KINDS``); the two are counted apart."""
+    grown: tuple[tuple[int, int], ...] = ()
+    """(from ms, milli-GPU) of each ``JobReplicasAdded`` of the run: one interval per run still (the usage
+    stage counts a run once per hour), the added replicas' time counted from when they were added."""
 
 
 @record

@@ -74,6 +74,7 @@ from events.catalog.decisions import (
     JobPreemptionRequested,
     JobQueued,
     JobReclaimRequested,
+    JobReplicasAdded,
     JobRetriesExhausted,
     JobRetryScheduled,
 )
@@ -105,7 +106,7 @@ _RUN_ENDS: dict[str, tuple[str, str]] = {
 }
 """Each event that ends a run (by its name, as facts keep it) -> the status the view is then in and the
 timeline's reason (``Preempted``). Plain strings: the view is stored as it is."""
-_RUN_FACTS = frozenset({"JobStarted", *_RUN_ENDS})
+_RUN_FACTS = frozenset({"JobStarted", "JobReplicasAdded", *_RUN_ENDS})
 _REQUESTS = frozenset({"JobPreemptionRequested", "JobReclaimRequested", "JobCancelRequested"})
 _RANK = {
     "JobSubmitted": 0,
@@ -113,6 +114,7 @@ _RANK = {
     "JobQueued": 2,
     "JobPlaced": 3,
     "JobStarted": 4,
+    "JobReplicasAdded": 4,
     "JobPreemptionRequested": 5,
     "JobReclaimRequested": 5,
     "JobCancelRequested": 6,
@@ -241,6 +243,12 @@ class JobView:
     ended_ms: int | None = None
     cluster: str | None = None
     placement: tuple[ReplicaSlot, ...] = ()
+    """Every replica the current run holds: its placement's, then those added to it (``JobReplicasAdded``);
+    ``replicas`` is what the job asks."""
+    grown: tuple[tuple[int, int], ...] = ()
+    """The current run's additions: when, and the milli-GPU they hold (its GPU time counts them from then)."""
+    grown_npus: tuple[tuple[int, int], ...] = ()
+    """The current run's additions that hold NPUs: when, and how many (its NPU time counts them from then)."""
     run: int = 0
     runs: int = 0
     preemptions: int = 0
@@ -283,11 +291,20 @@ class JobView:
         return self.cluster is not None and bool(self.placement) and self.status in ("placed", "running")
 
 
-_DECISIONS = (JobQueued, JobPlaced, JobPreemptionRequested, JobReclaimRequested, JobRetryScheduled, JobRetriesExhausted)
+_DECISIONS = (
+    JobQueued,
+    JobPlaced,
+    JobReplicasAdded,
+    JobPreemptionRequested,
+    JobReclaimRequested,
+    JobRetryScheduled,
+    JobRetriesExhausted,
+)
 _HANDLED = (
     JobSubmitted,
     JobQueued,
     JobPlaced,
+    JobReplicasAdded,
     JobStarted,
     JobSucceeded,
     JobFailed,
@@ -368,6 +385,10 @@ def _repeated(view: JobView, event: Event, wait: tuple[str, tuple[str, ...]] | N
     ``JobQueued``'s mark once applied (None: it comes from an earlier cycle, or was applied already)."""
     if isinstance(event, JobPlaced):
         return event.run <= view.run
+    if isinstance(event, JobReplicasAdded):
+        # Decisions come in turn on one partition: an addition continues the run's replicas exactly, or
+        # was folded already (or its run ended first in the order read: its replicas ended with it).
+        return event.run != view.run or not view.allocated or event.replicas[0].replica != len(view.placement)
     if isinstance(event, JobQueued):
         return wait is None
     step = _step(_NAMES[type(event)], getattr(event, "run", 0))
@@ -417,6 +438,13 @@ def _fact(event: Event, kind: str, order: Order, now: int) -> Fact:
         reason = event.pending_reason.value if event.pending_reason is not None else None
         wait = Wait(reason, event.federation_position, event.tenant_queue_position, event.estimated_start_ms)
         return Fact(order, now, kind, 0, ",".join(r.value for r in event.reasons), event.message[:512], wait)
+    if isinstance(event, JobReplicasAdded):
+        slots = tuple(
+            ReplicaSlot(r.node, tuple(r.gpu_indices), r.gpu_milli_each, tuple(r.npu_indices)) for r in event.replicas
+        )
+        return Fact(
+            order, now, kind, event.run, "ReplicasAdded", event.explanation[:512], Placement(event.cluster, slots)
+        )
     if isinstance(event, JobPlaced):
         slots = tuple(
             ReplicaSlot(r.node, tuple(r.gpu_indices), r.gpu_milli_each, tuple(r.npu_indices)) for r in event.replicas
@@ -565,6 +593,8 @@ def _apply(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView, 
         return _log(view, now, "queued", fact, **changes, **extra), demand
     if kind == "JobPlaced":
         return _placed(view, fact, now, **extra)
+    if kind == "JobReplicasAdded" and fact.run <= view.run:
+        return _added(view, fact, now, **extra)
     if kind in _RUN_FACTS and fact.run > view.run:
         return evolve(view, early=(*view.early, fact), **extra), []
     if kind == "JobStarted":
@@ -648,6 +678,8 @@ def _placed(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView,
         status="placed",
         cluster=placement.cluster,
         placement=placement.slots,
+        grown=(),
+        grown_npus=(),
         run=fact.run,
         runs=view.runs + 1,
         placed_ms=now,
@@ -667,6 +699,27 @@ def _placed(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView,
         view, more = _apply(view, early, max(early.time_ms, now))
         emitted += more
     return view, emitted
+
+
+def _added(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView, list[Emitted]]:
+    """Replicas added to the run the job holds: its placement grows, its nodes and its queue hold say so."""
+    added = fact.detail
+    assert isinstance(added, Placement)
+    if fact.run != view.run or not view.allocated or added.cluster != view.cluster:
+        return _log(view, now, view.status, fact, **extra), []
+    milli = sum(len(slot.gpu_indices) * slot.gpu_milli_each for slot in added.slots)
+    npus = _npus(added.slots)
+    view = _log(
+        view,
+        now,
+        view.status,
+        fact,
+        placement=(*view.placement, *added.slots),
+        grown=(*view.grown, (now, milli)),
+        grown_npus=(*view.grown_npus, (now, npus)) if npus else view.grown_npus,
+        **extra,
+    )
+    return view, _hold(view, view.placed_ms if view.placed_ms is not None else now, {s.node for s in added.slots})
 
 
 def _run_ended(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView, list[Emitted]]:
@@ -771,7 +824,9 @@ def _demand(view: JobView, pending: bool) -> list[Emitted]:
     return [Routed("fleet", "fleet", demand)]
 
 
-def _hold(view: JobView, now: int) -> list[Emitted]:
+def _hold(view: JobView, now: int, only: set[str] | None = None) -> list[Emitted]:
+    """The job's allocation on each node of its placement (``only``: on these, after an addition) and its
+    queue hold (what it holds: a run that grows holds more)."""
     if view.orphan:  # nothing is held before the submission says who holds it, and how much
         return []
     assert view.cluster is not None
@@ -782,6 +837,8 @@ def _hold(view: JobView, now: int) -> list[Emitted]:
         per_node.setdefault(slot.node, []).append(slot)
     emitted: list[Emitted] = []
     for node, slots in per_node.items():
+        if only is not None and node not in only:
+            continue
         gpu = tuple((index, slot.gpu_milli_each) for slot in slots for index in slot.gpu_indices)
         npus = tuple(index for slot in slots for index in slot.npu_indices)
         n = len(slots)
@@ -822,13 +879,19 @@ def _release_accounting(
         _via_node(cluster, placement, _queue_delta(view, run, False, placed_ms, now, cluster, npus=_npus(placement)))
     ]
     total = sum(len(slot.gpu_indices) * slot.gpu_milli_each for slot in placement)
+    grown = view.grown if run == view.run else ()  # a superseded run's additions were not kept (see ``_added``)
+    base = total - sum(milli for _, milli in grown)
     if total:
-        interval = UsageInterval(view.job_id, run, view.tenant, view.project, cluster, "", total, placed_ms, now)
+        interval = UsageInterval(
+            view.job_id, run, view.tenant, view.project, cluster, "", base, placed_ms, now, grown=grown
+        )
         emitted.append(_via_node(cluster, placement, interval))
     npus = _npus(placement)
     if npus:
+        added = tuple((since, 1000 * n) for since, n in view.grown_npus) if run == view.run else ()
+        base_npus = 1000 * npus - sum(milli for _, milli in added)
         held = UsageInterval(
-            view.job_id, run, view.tenant, view.project, cluster, "", 1000 * npus, placed_ms, now, "npu"
+            view.job_id, run, view.tenant, view.project, cluster, "", base_npus, placed_ms, now, "npu", added
         )
         emitted.append(_via_node(cluster, placement, held))
     return emitted
@@ -846,15 +909,18 @@ def _npus(placement: tuple[ReplicaSlot, ...]) -> int:
 def _queue_delta(
     view: JobView, run: int, held: bool, since: int, now: int, cluster: str | None = None, *, npus: int = 0
 ) -> QueueAllocation:
+    # What the run holds: as many replicas as its placement names (fewer than the job asks for a run
+    # that started smaller and has not grown to all of them yet).
+    replicas = len(view.placement) if view.allocated and run == view.run else view.replicas
     return QueueAllocation(
         view.job_id,
         run,
         held,
         queue_key(view.tenant, view.queue),
         cluster or view.cluster or "",
-        view.cpu_milli * view.replicas,
-        view.memory_mib * view.replicas,
-        view.gpu_milli * view.replicas,
+        view.cpu_milli * replicas,
+        view.memory_mib * replicas,
+        view.gpu_milli * replicas,
         None,
         since,
         now,

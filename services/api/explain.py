@@ -20,6 +20,7 @@ from events.catalog.decisions import (
     JobPreemptionRequested,
     JobQueued,
     JobReclaimRequested,
+    JobReplicasAdded,
     JobRetriesExhausted,
     JobRetryScheduled,
 )
@@ -31,11 +32,18 @@ from services.api.convert import describe, reason_text, slots, timeline_entry, w
 from services.api.pb import jobs_pb2
 
 Decision = (
-    JobQueued | JobPlaced | JobPreemptionRequested | JobReclaimRequested | JobRetryScheduled | JobRetriesExhausted
+    JobQueued
+    | JobPlaced
+    | JobReplicasAdded
+    | JobPreemptionRequested
+    | JobReclaimRequested
+    | JobRetryScheduled
+    | JobRetriesExhausted
 )
 _DECISIONS: dict[str, type[Decision]] = {
     "JobQueued": JobQueued,
     "JobPlaced": JobPlaced,
+    "JobReplicasAdded": JobReplicasAdded,
     "JobPreemptionRequested": JobPreemptionRequested,
     "JobReclaimRequested": JobReclaimRequested,
     "JobRetryScheduled": JobRetryScheduled,
@@ -76,6 +84,11 @@ def explain(row: Mapping[str, Any], now_ms: int) -> jobs_pb2.Explanation:
         out.cycle_id = decision.cycle_id
         out.placement.CopyFrom(_placement(decision))
         summary += _placement_lines(decision)
+    elif isinstance(decision, JobReplicasAdded):
+        out.question = "finished" if status in FINAL_STATUSES else "placed"
+        out.cycle_id = decision.cycle_id
+        out.placement.CopyFrom(_growth(decision))
+        summary += _growth_lines(decision)
     elif isinstance(decision, JobPreemptionRequested | JobReclaimRequested):
         out.question = "finished" if status in FINAL_STATUSES else "preempted"
         out.cycle_id = decision.cycle_id
@@ -246,6 +259,30 @@ def _placement_lines(d: JobPlaced) -> list[str]:
         lines.append(f"  replica {r.replica} on node {r.node}{gpus}")
     if d.victims:
         lines.append(f"Room was made for it first: {len(d.victims)} job(s) asked to stop: {', '.join(d.victims)}.")
+    return lines
+
+
+def _growth(d: JobReplicasAdded) -> jobs_pb2.PlacementExplanation:
+    """Replicas added to the run: explained as a placement of those replicas (the run's own placement
+    explained the others)."""
+    replicas = slots([[r.node, list(r.gpu_indices), r.gpu_milli_each, list(r.npu_indices)] for r in d.replicas])
+    for slot, r in zip(replicas, d.replicas, strict=True):
+        slot.replica = r.replica  # numbered after the run's others
+    return jobs_pb2.PlacementExplanation(
+        cluster=d.cluster,
+        run=d.run,
+        reason=reason_text("Placed"),
+        replicas=replicas,
+        chosen=_score(d.chosen),
+        explanation=d.explanation,
+    )
+
+
+def _growth_lines(d: JobReplicasAdded) -> list[str]:
+    lines = [f"Grew on cluster {d.cluster} (run {d.run}, now {d.running_replicas} replicas): {d.explanation}"]
+    for r in d.replicas:
+        gpus = f", GPUs {list(r.gpu_indices)} x {r.gpu_milli_each} milli-GPU" if r.gpu_indices else ""
+        lines.append(f"  replica {r.replica} on node {r.node}{gpus}")
     return lines
 
 

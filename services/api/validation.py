@@ -67,11 +67,9 @@ def job_spec_body(spec: jobs_pb2.JobSpec) -> dict[str, Any]:
         value = getattr(spec, name)
         if value:
             body[name] = value
-    for name in ("replicas", "preemptible", "expected_runtime_s", "max_runtime_s"):
+    for name in ("replicas", "gang", "preemptible", "expected_runtime_s", "max_runtime_s"):
         if spec.HasField(name):
             body[name] = getattr(spec, name)
-    if spec.gang:
-        body["gang"] = True
     if spec.interconnect_required:
         body["interconnect_required"] = True
     if spec.HasField("resources"):

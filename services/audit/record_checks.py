@@ -22,11 +22,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from events.catalog.decisions import JobPlaced, JobPreemptionRequested, JobQueued, SchedulingCycleCompleted
+from events.catalog.decisions import (
+    JobPlaced,
+    JobPreemptionRequested,
+    JobQueued,
+    JobReplicasAdded,
+    SchedulingCycleCompleted,
+)
 from events.log.contract import TopicPartition
 from events.wire.envelope import Envelope
 
-DECISION_TYPES = (JobPlaced, JobQueued, JobPreemptionRequested)
+DECISION_TYPES = (JobPlaced, JobReplicasAdded, JobQueued, JobPreemptionRequested)
 """Events only the scheduler's cycles write (it also writes ``JobCancelled`` for a job cancelled while
 waiting, which connectors write too: that one is a decision when its source is the scheduler's)."""
 

@@ -31,7 +31,16 @@ from events.wire.codec import decode
 from events.wire.envelope import Envelope
 from services.audit.whatif_budgets import budgets_in_force
 from services.scheduler.core.decide import INPUT_TOPICS, SAME_INSTANT_LIMIT
-from services.scheduler.core.policy import FleetSnapshot, Job, Place, PolicyConfig, Preempt, RunningJob, schedule
+from services.scheduler.core.policy import (
+    AddReplicas,
+    FleetSnapshot,
+    Job,
+    Place,
+    PolicyConfig,
+    Preempt,
+    RunningJob,
+    schedule,
+)
 from services.scheduler.core.policy import model as m
 from services.scheduler.core.state import Placement, SchedulerState, job_model
 
@@ -264,7 +273,7 @@ def simulate(history: History, config: PolicyConfig) -> Outcome:
                 _account(outcome, entry, now, rates, models)
                 _release(nodes, entry[0])
                 budgets.ended(entry[0], now)
-        if not pending:
+        if not pending and not any(r.missing() for r, _ in running.values()):  # nothing to place, no run to grow
             again = 0
             continue
         in_order = tuple(r for r, _ in (running[j] for j in sorted(running)))
@@ -283,7 +292,7 @@ def simulate(history: History, config: PolicyConfig) -> Outcome:
         for decision in result.decisions:
             if isinstance(decision, Place) and decision.job_id in pending:
                 job = pending.pop(decision.job_id)
-                placed = RunningJob(job, decision.cluster, decision.replicas, now)
+                placed = RunningJob.started(job, decision.cluster, decision.replicas, now)
                 _take(nodes, placed)
                 budgets.started(placed)
                 running[job.job_id] = (placed, now)
@@ -291,13 +300,21 @@ def simulate(history: History, config: PolicyConfig) -> Outcome:
                 if job.times_preempted == 0:
                     outcome.waits_ms[job.priority_class.value].append(now - arrived[job.job_id])
                 heapq.heappush(ends, (now + runtime[job.job_id], job.job_id))
+            elif isinstance(decision, AddReplicas) and decision.job_id in running:
+                # The GPU time so far at the run's size, then the grown run from now.
+                before = running[decision.job_id]
+                _account(outcome, before, now, rates, models)
+                added = replace(before[0], placements=decision.replicas)
+                _take(nodes, added)
+                budgets.started(added)  # the rate grows by the new replicas
+                running[decision.job_id] = (before[0].grown(decision.replicas), now)
             elif isinstance(decision, Preempt) and decision.victim in running:
                 entry = running.pop(decision.victim)
                 _account(outcome, entry, now, rates, models)
                 _release(nodes, entry[0])
                 budgets.ended(entry[0], now)
                 outcome.preemptions += 1
-                victim = entry[0].job
+                victim = entry[0].requested()
                 pending[victim.job_id] = replace(victim, times_preempted=victim.times_preempted + 1)
                 freed = True
         again = again + 1 if freed and again < SAME_INSTANT_LIMIT else 0

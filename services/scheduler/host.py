@@ -246,7 +246,8 @@ class SchedulerHost:
 
     def needs_cycle(self, now_ms: int) -> bool:
         state = self.state
-        if not (state.pending_count() or state.open_cancellations() or state.awaiting_verdict_count()):
+        waiting = state.pending_count() or state.growing_count()  # jobs to place, runs to grow
+        if not (waiting or state.open_cancellations() or state.awaiting_verdict_count()):
             return False
         return self._dirty or now_ms - self._last_cycle_at >= self._idle_cycle_ms
 

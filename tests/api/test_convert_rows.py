@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from events.catalog.decisions import JobQueued
+from events.catalog.decisions import CandidateScore, JobQueued, JobReplicasAdded, ReplicaPlacement
 from events.catalog.jobs import JobStarted
 from events.catalog.reasons import ReasonCode
 from projections.readmodel.rows import from_records
@@ -64,3 +64,24 @@ def test_a_waiting_jobs_wait_counts_to_now_from_the_typed_row_as_from_the_column
     assert waited == convert.waited_ms(as_the_columns_read(record), 1_080_000) == 1_080_000 - row.queued_since_ms
     explained = explain(convert.as_mapping(row), 1_080_000)
     assert explained.question == "waiting" and explained == explain(as_the_columns_read(record), 1_080_000)
+
+
+def test_a_run_that_grew_shows_every_replica_it_holds_beside_what_the_job_asks_and_explains_the_growth() -> None:
+    fold = Fold()
+    fold.feed(a_node())
+    fold.feed(a_job(gpus=1).model_copy(update={"replicas": 3}), at_s=10)
+    fold.feed(placed(gpus=(0,)), at_s=40)
+    fold.feed(JobStarted(job_id="j1", cluster="c1"), at_s=45)
+    grew = JobReplicasAdded(
+        job_id="j1", cycle_id="c-2", cluster="c1", run=1, running_replicas=3,
+        replicas=tuple(ReplicaPlacement(replica=r, node="n1", gpu_indices=(r,), gpu_milli_each=1000) for r in (1, 2)),
+        chosen=CandidateScore(cluster="c1", total=0), explanation="j1 grows in c1: added 2 replica(s)",
+    )  # fmt: skip
+    fold.feed(grew, at_s=60)
+    row = from_records.job_row(job_record(fold))
+    message = convert.job(row, now_ms=2_000_000)
+    assert (message.replicas, len(message.placement)) == (3, 3)  # asked, running
+    explained = explain(convert.as_mapping(row), 2_000_000)
+    assert explained.question == "placed" and explained.decision_type == "JobReplicasAdded"
+    assert [s.replica for s in explained.placement.replicas] == [1, 2]
+    assert explained.summary[0].startswith("Grew on cluster c1 (run 1, now 3 replicas)")

@@ -7,8 +7,9 @@ repository root::
 
 The scenario makes one cycle decide every kind of thing the service publishes: a placement across two
 clusters, a preemption, a wait for the preemption, a wait on quota, a wait for a GPU model no cluster
-has, one for more GPUs than any node holds and one for a node reserved by a taint, and an inference
-service started with fewer replicas than it asks.
+has, one for more GPUs than any node holds and one for a node reserved by a taint, an inference
+service started with fewer replicas than it asks, and a batch array (not a gang) started earlier with
+two of its four replicas, which grows to four (``JobReplicasAdded``).
 """
 
 from __future__ import annotations
@@ -119,6 +120,18 @@ def scenario() -> tuple[list[Envelope], Envelope]:
             )
         )
         facts.append(JobStarted(job_id=job, cluster="east"))
+    # A batch array that is not a gang, started earlier with two of its four replicas: it grows in west.
+    facts.append(submitted("array", 1, replicas=4, kind=JobKind.BATCH, expected_runtime_s=3600))
+    facts.append(
+        JobPlaced(
+            job_id="array", cycle_id="cycle-earlier", cluster="west",
+            replicas=tuple(
+                ReplicaPlacement(replica=i, node="west-0", gpu_indices=(i,), gpu_milli_each=1000) for i in range(2)
+            ),
+            chosen=CandidateScore(cluster="west", total=0), explanation="earlier",
+        )
+    )  # fmt: skip
+    facts.append(JobStarted(job_id="array", cluster="west"))
     facts += [
         submitted("fits", 2),
         submitted("urgent", 8, priority_class=PriorityClass.CRITICAL_TRAINING, kind=JobKind.TRAINING,
@@ -129,7 +142,7 @@ def scenario() -> tuple[list[Envelope], Envelope]:
         submitted("untolerated", 2, resources={"gpu_models": ("L40",)}),
         submitted("service", 1, replicas=24, kind=JobKind.INFERENCE, inference=InferenceSpec(min_replicas=4)),
         submitted("gang", 8, replicas=2, gang=True, kind=JobKind.TRAINING, resources={"gpu_models": ("A100",)}),
-        submitted("npu-train", 0, resources={"npus": 4, "gpu_models": ("Ascend910B",)}),
+        submitted("npu-train", 0, resources={"npus": 4, "npu_models": ("Ascend910B",)}),
         submitted("npu-more", 0, resources={"npus": 8}),
     ]  # fmt: skip
     for i, data in enumerate(facts):

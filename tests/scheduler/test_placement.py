@@ -382,7 +382,7 @@ def test_an_inference_service_starts_with_as_many_replicas_as_fit_down_to_its_mi
     service = a_job("svc").kind(JobKind.INFERENCE).gpus(1).replicas(5, gang=False)
     # Three of five fit now: a service that may start with two starts with three, and says so.
     p = placed(schedule(snapshot(nodes, [service.min_replicas(2).build()])), "svc")
-    assert len(p.replicas) == 3 and "started with 3 of its 5 replicas" in p.message
+    assert len(p.replicas) == 3 and "running 3 of 5 replicas; 2 wait for room" in p.message
     # One that needs four waits; a gang, or a job of another kind, waits for all five.
     assert queued(schedule(snapshot(nodes, [service.min_replicas(4).build()])), "svc")
     for job in (

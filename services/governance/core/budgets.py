@@ -106,7 +106,8 @@ def _live(state: GovState, tenants: tuple[str, ...], window: Window) -> int:
             continue
         for run in facts.runs.values():
             if run.ended_ms is None:
-                total += held_within(run.gpu_milli, run.placed_ms, max(run.placed_ms, state.now_ms), window)
+                for milli, since in run.held_pieces():
+                    total += held_within(milli, since, max(since, state.now_ms), window)
     return total
 
 

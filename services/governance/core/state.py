@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from events.catalog.base import Event, has_field
 from events.catalog.budget_windows import DAY_MS, HeldLedger
-from events.catalog.decisions import JobPlaced, JobQueued, JobReclaimRequested, JobRetriesExhausted
+from events.catalog.decisions import JobPlaced, JobQueued, JobReclaimRequested, JobReplicasAdded, JobRetriesExhausted
 from events.catalog.governance import (
     BudgetSet,
     BudgetWindowOpened,
@@ -97,10 +97,20 @@ class RunFacts:
     fail_node: str | None = None
     reclaim_rule: str | None = None
     samples: list[Sample] = field(default_factory=list)
+    replicas: int = 0
+    """How many replicas it holds (its placement's and those added)."""
+    grown: tuple[tuple[int, int], ...] = ()
+    """Replicas added to the run (``JobReplicasAdded``): when, and the milli-GPU they hold (``gpu_milli``
+    counts them too); its GPU time counts each from when it was added, as the scheduler's does."""
 
     @property
     def live(self) -> bool:
         return self.ended_ms is None
+
+    def held_pieces(self) -> list[tuple[int, int]]:
+        """(milli-GPU, held since) of its placement's replicas and of each addition."""
+        base = self.gpu_milli - sum(milli for _, milli in self.grown)
+        return [(base, self.placed_ms), *((milli, max(at, self.placed_ms)) for at, milli in self.grown)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +127,7 @@ class Spec:
 
     @classmethod
     def of(cls, e: JobSubmitted) -> Spec:
-        return cls(e.tenant, e.name, e.kind, e.gang, e.max_runtime_s, e.retry.on_application_failure)
+        return cls(e.tenant, e.name, e.kind, e.is_gang(), e.max_runtime_s, e.retry.on_application_failure)
 
 
 @dataclass(slots=True)
@@ -296,7 +306,7 @@ def _placed(state: GovState, e: Event, t: int, _at: Stamp) -> None:
         return
     nodes = tuple(dict.fromkeys(r.node for r in e.replicas))
     milli = sum(len(r.gpu_indices) * r.gpu_milli_each for r in e.replicas)
-    facts.runs[e.run] = RunFacts(e.run, e.cluster, nodes, milli, t)
+    facts.runs[e.run] = RunFacts(e.run, e.cluster, nodes, milli, t, replicas=len(e.replicas))
     for early, at in facts.early.pop(e.run, []):
         if isinstance(early, JobStarted):
             _started(state, early, at)
@@ -304,6 +314,21 @@ def _placed(state: GovState, e: Event, t: int, _at: Stamp) -> None:
             _ended(state, early, at)
         elif isinstance(early, JobReclaimRequested):
             _reclaim_requested(state, early, at)
+
+
+def _replicas_added(state: GovState, e: Event, t: int, _at: Stamp) -> None:
+    """The run holds more: once per addition (a repeat names replica numbers it holds), while it lives."""
+    assert isinstance(e, JobReplicasAdded)
+    run = state.job(e.job_id).runs.get(e.run)
+    if run is None or run.ended_ms is not None or e.cluster != run.cluster:
+        return
+    if e.replicas[0].replica != run.replicas:
+        return
+    run.replicas += len(e.replicas)
+    run.nodes = tuple(dict.fromkeys((*run.nodes, *(r.node for r in e.replicas))))
+    milli = sum(len(r.gpu_indices) * r.gpu_milli_each for r in e.replicas)
+    run.gpu_milli += milli
+    run.grown = (*run.grown, (t, milli))
 
 
 def _started(state: GovState, e: Event, t: int, _at: Stamp = (0, "")) -> None:
@@ -336,7 +361,9 @@ def _ended(state: GovState, e: RunEndEvent, t: int) -> None:
         facts.terminal = final
     run.ended_ms, run.ended_how = t, how
     if facts.spec is not None:
-        state.held.add(facts.spec.tenant, run.gpu_milli, run.placed_ms, t)
+        for milli, since in run.held_pieces():
+            if milli and since < t:
+                state.held.add(facts.spec.tenant, milli, since, t)
     # The usage samples serve the rules on live runs only (idle, straggling gang); kept for every run
     # ever ended, up to MAX_SAMPLES each, they were most of what the state's history cost in memory.
     run.samples = []
@@ -480,6 +507,7 @@ _HANDLERS: dict[type[Event], Callable[[GovState, Event, int, Stamp], None]] = {
     JobSubmitted: _submitted,
     JobQueued: _queued,
     JobPlaced: _placed,
+    JobReplicasAdded: _replicas_added,
     JobStarted: _started,
     JobCancelRequested: _cancel_requested,
     JobReclaimRequested: _reclaim_requested,

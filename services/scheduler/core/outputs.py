@@ -26,6 +26,7 @@ from events.catalog.decisions import (
     JobPlaced,
     JobPreemptionRequested,
     JobQueued,
+    JobReplicasAdded,
     JobRetriesExhausted,
     JobRetryScheduled,
     SchedulingCycleCompleted,
@@ -39,6 +40,7 @@ from events.catalog.types import ClusterId, CycleId, JobId, ResourceKind
 from events.wire.codec import encode
 from events.wire.envelope import Envelope
 from services.scheduler.core.policy import decisions as core
+from services.scheduler.core.policy.model import ReplicaPlacement
 from services.scheduler.core.state import SchedulerState, event_node
 from services.scheduler.core.state.facts import JobFacts
 
@@ -48,7 +50,7 @@ _TEXT = 4096
 _VICTIMS = 256
 
 
-DECISION_ENGINE = "fedsched-decisions-6"
+DECISION_ENGINE = "fedsched-decisions-7"
 """The name of this code's decisions, recorded with every cycle. Change it in the same commit as anything
 that makes the same inputs give other decision events: a choice of the policy core, a reason, a message's
 words or figures, how an event is built. ``tests/scheduler/test_decision_engine.py`` holds the digest of
@@ -98,7 +100,11 @@ of the job's priority class (the policy's ``retry_classes``), after a backoff, e
 (``-5`` let such a failure end the job); a job that waited the policy's ``class_aging_step_ms`` is ordered
 one class up per step, up to its ``class_aging_ceiling`` (standard), and its placement or wait says it was
 promoted by aging (``-5`` aged jobs only within their class, so a stream of standard jobs starved best
-effort)."""
+effort). ``-7`` makes work that is not a gang elastic: a job of several replicas with ``gang: false``
+starts with what fits in one cluster (at least one replica, or an inference service's
+``inference.min_replicas``; ``-6`` started only inference services smaller, and kept them so) and its run
+grows there as room appears, in queue order and under its quota and budgets, never by preempting
+(``JobReplicasAdded``); the placement says "running N of M replicas; K wait for room"."""
 
 
 def cycle_id(sequence: int) -> CycleId:
@@ -254,6 +260,35 @@ def _verdict(state: SchedulerState, decision: core.Retry | core.GiveUp, cid: Cyc
     return JobRetriesExhausted.model_validate({**common, "used": decision.used})
 
 
+def _replica(number: int, r: ReplicaPlacement) -> dict[str, object]:
+    return {
+        "replica": number,
+        "node": event_node(r.node_id),
+        "gpu_indices": tuple(r.gpu_indices),
+        "gpu_milli_each": r.gpu_milli_each,
+        "npu_indices": tuple(r.npu_indices),
+    }
+
+
+def _replicas_added(state: SchedulerState, decision: core.AddReplicas, cid: CycleId) -> JobReplicasAdded:
+    """A top-up: the new replicas numbered after those the run holds (its latest placement's)."""
+    facts = state.jobs[decision.job_id]
+    run = facts.current_run()
+    first = len(facts.placements[run].replicas)
+    return JobReplicasAdded.model_validate(
+        {
+            "job_id": decision.job_id,
+            "cycle_id": cid,
+            "cluster": decision.cluster,
+            "run": run,
+            "replicas": tuple(_replica(first + i, r) for i, r in enumerate(decision.replicas)),
+            "running_replicas": first + len(decision.replicas),
+            "chosen": _score(decision.chosen),
+            "explanation": decision.message[:_TEXT],
+        }
+    )
+
+
 def _event(state: SchedulerState, decision: core.Decision, cid: CycleId, now_ms: int) -> Event | None:
     if isinstance(decision, core.Place):
         facts = state.jobs[decision.job_id]
@@ -266,22 +301,15 @@ def _event(state: SchedulerState, decision: core.Decision, cid: CycleId, now_ms:
                 "cluster": decision.cluster,
                 "run": facts.current_run() + 1,
                 "reason": reason,
-                "replicas": tuple(
-                    {
-                        "replica": i,
-                        "node": event_node(r.node_id),
-                        "gpu_indices": tuple(r.gpu_indices),
-                        "gpu_milli_each": r.gpu_milli_each,
-                        "npu_indices": tuple(r.npu_indices),
-                    }
-                    for i, r in enumerate(decision.replicas)
-                ),
+                "replicas": tuple(_replica(i, r) for i, r in enumerate(decision.replicas)),
                 "chosen": _score(decision.chosen),
                 "runner_up": (_score(decision.runner_up),) if decision.runner_up is not None else (),
                 "explanation": decision.message[:_TEXT],
                 "victims": facts.victims[:_VICTIMS],
             }
         )
+    if isinstance(decision, core.AddReplicas):
+        return _replicas_added(state, decision, cid)
     if isinstance(decision, core.Queue):
         facts = state.jobs[decision.job_id]
         reasons = tuple(dict.fromkeys(_reason(r) for r in decision.reasons)) or (_reason(decision.binding),)

@@ -32,6 +32,7 @@ from events.catalog.jobs import JobKind, PriorityClass
 from events.catalog.types import ClusterId, JobId, TenantId
 from services.scheduler.core.decide import SAME_INSTANT_LIMIT
 from services.scheduler.core.policy import (
+    AddReplicas,
     Cluster,
     FleetSnapshot,
     FleetState,
@@ -157,7 +158,7 @@ def run_timed(
                 dropped += 1
                 continue
             pending[job.job_id] = job
-        if not pending:
+        if not pending and not any(r.missing() for r in running.values()):  # nothing to place, no run to grow
             again = 0
             continue
         in_order = tuple(running[j] for j in sorted(running))
@@ -182,17 +183,26 @@ def run_timed(
                     i = fs.index[p.node_id]
                     slots = [int(np.flatnonzero(fs.gpu_index[i] == g)[0]) for g in p.gpu_indices]
                     fs.take(i, dem, slots)
-                running[job.job_id] = RunningJob(job, d.cluster, d.replicas, now)
+                running[job.job_id] = RunningJob.started(job, d.cluster, d.replicas, now)
                 budgets.started(running[job.job_id])
                 started.setdefault(job.job_id, now)
                 heapq.heappush(ends, (now + runtime[job.job_id], str(job.job_id)))
+            elif isinstance(d, AddReplicas) and d.job_id in running:
+                grows = running[d.job_id]
+                dem = Demand.of(grows.job)
+                for p in d.replicas:
+                    i = fs.index[p.node_id]
+                    slots = [int(np.flatnonzero(fs.gpu_index[i] == g)[0]) for g in p.gpu_indices]
+                    fs.take(i, dem, slots)
+                budgets.started(replace(grows, placements=d.replicas))  # the rate grows by the new replicas
+                running[d.job_id] = grows.grown(d.replicas)
             elif isinstance(d, Preempt) and d.victim in running:
                 r = running.pop(d.victim)
                 for p in r.placements:
                     fs.give(p, r.job.cpu_milli, r.job.memory_mib)
                 budgets.ended(r, now)
                 preemptions += 1
-                pending[r.job.job_id] = replace(r.job, times_preempted=r.job.times_preempted + 1)
+                pending[r.job.job_id] = replace(r.requested(), times_preempted=r.job.times_preempted + 1)
                 freed = True
         again = again + 1 if freed and again < SAME_INSTANT_LIMIT else 0
     queue_s = np.array([(started[j] - arrived_at[j]) / 1000 for j in sorted(started)] or [0.0])

@@ -15,7 +15,7 @@ import pytest_asyncio
 
 from connectors.kubernetes import KubernetesConnector, names
 from events.catalog.base import Event
-from events.catalog.decisions import JobPreemptionRequested
+from events.catalog.decisions import CandidateScore, JobPreemptionRequested, JobReplicasAdded, ReplicaPlacement
 from events.catalog.jobs import (
     JobCancelled,
     JobCancelRequested,
@@ -25,7 +25,7 @@ from events.catalog.jobs import (
     JobSucceeded,
 )
 from events.catalog.reasons import ReasonCode
-from events.catalog.types import ClusterId, CycleId, JobId
+from events.catalog.types import ClusterId, CycleId, JobId, NodeId
 from events.log.publisher import Publisher
 
 from .builders import a_job, a_node, a_placement, container_status, pod_status, running, terminated
@@ -241,3 +241,35 @@ async def test_a_workload_the_cluster_cannot_run_is_a_failed_launch_and_leaves_n
     (failed,) = await scene.tap.wait(JobFailed, job_id=refused)
     assert failed.reason is ReasonCode.LAUNCH_FAILED and "refused pod" in failed.message
     await scene.gone(refused)
+
+
+async def test_replicas_added_to_a_run_become_pods_and_the_run_succeeds_only_with_all_of_them(scene: Scene) -> None:
+    job = unique("array")
+    await scene.publish(
+        a_job(job, replicas=4), a_placement(job, (scene.nodes[0], scene.nodes[0]), cluster=scene.cluster)
+    )
+    first = await scene.pods(job, 2)
+    await scene.set_status(first, RUNNING)
+    await scene.tap.wait(JobStarted, job_id=job)
+    added = JobReplicasAdded(
+        job_id=JobId(job),
+        cycle_id=CycleId("cycle-2"),
+        cluster=ClusterId(scene.cluster),
+        run=1,
+        replicas=tuple(
+            ReplicaPlacement(replica=r, node=NodeId(scene.nodes[1]), gpu_indices=(r - 2,), gpu_milli_each=1000)
+            for r in (2, 3)
+        ),
+        running_replicas=4,
+        chosen=CandidateScore(cluster=ClusterId(scene.cluster), total=0),
+        explanation="added 2 replicas",
+    )
+    await scene.publish(added, added)  # a redelivery creates nothing more
+    pods = await scene.pods(job, 4)
+    assert [p["spec"]["nodeName"] for p in pods[2:]] == [scene.nodes[1]] * 2
+    assert [p["metadata"]["labels"][names.LABEL_REPLICA] for p in pods] == ["0", "1", "2", "3"]
+    await scene.set_status(pods[2:], RUNNING)
+    await scene.set_status(pods, SUCCEEDED)
+    (succeeded,) = await scene.tap.wait(JobSucceeded, job_id=job)
+    assert succeeded.message == "4 replica(s) succeeded"  # the pod watcher counted the added replicas
+    assert scene.tap.events(JobFailed, job_id=job) == []

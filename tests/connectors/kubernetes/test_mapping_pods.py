@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from connectors.kubernetes import names, pods
-from events.catalog.decisions import ReplicaPlacement
+from events.catalog.decisions import CandidateScore, JobReplicasAdded, ReplicaPlacement
 from events.catalog.types import ClusterId, JobId, NodeId, TenantId
 
 from .builders import a_job, a_placement, tolerate
@@ -112,3 +112,27 @@ def test_names_are_dns_labels_and_long_or_odd_ids_stay_distinct() -> None:
     assert len(names.job_label(long_id)) <= 63
     assert names.event_id(ClusterId("c"), "job-1", 1, "started") == "k8s/c/job-1/1/started"
     assert names.event_id(ClusterId("c" * 128), long_id, 1, "started").startswith("k8s/")
+
+
+def test_replicas_added_to_a_run_get_pods_named_after_the_runs_others_and_say_how_many_it_holds() -> None:
+    placed = a_placement("job-1", ("gpu-node-1", "gpu-node-2"), gpus_each=4)
+    third = ReplicaPlacement(replica=2, node=NodeId("gpu-node-3"), gpu_indices=(0, 1, 2, 3), gpu_milli_each=1000)
+    added = JobReplicasAdded(
+        job_id=JobId("job-1"),
+        cycle_id="cycle-9",
+        cluster=ClusterId("k8s-a"),
+        run=1,
+        replicas=(third,),
+        running_replicas=3,
+        chosen=CandidateScore(cluster=ClusterId("k8s-a"), total=0),
+        explanation="added 1 replica",
+    )
+    job = a_job("job-1", gpus=4)
+    (pod,) = pods.render_pods(added, job, OPTIONS)
+    first = pods.render_pods(placed, job, OPTIONS)[0]
+    assert pod["metadata"]["name"] == "job-1-1-2" and pod["spec"]["nodeName"] == "gpu-node-3"
+    assert pod["metadata"]["labels"] == {**first["metadata"]["labels"], "fedsched.io/replica": "2"}
+    assert pod["metadata"]["annotations"][names.ANN_REPLICAS] == "3"
+    assert first["metadata"]["annotations"][names.ANN_REPLICAS] == "2"
+    env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+    assert (env["FEDSCHED_REPLICA"], env["FEDSCHED_REPLICAS"]) == ("2", "3")

@@ -15,6 +15,7 @@ from events.catalog.decisions import (
     JobPlaced,
     JobPreemptionRequested,
     JobReclaimRequested,
+    JobReplicasAdded,
     ReclaimFigures,
     ReplicaPlacement,
 )
@@ -223,6 +224,24 @@ class PlacementBuilder:
 
 def a_placement(job_id: str = "job-1") -> PlacementBuilder:
     return PlacementBuilder(job_id)
+
+
+def replicas_added(job_id: str, first: int, *on: tuple[str, tuple[int, ...]], run: int = 1) -> JobReplicasAdded:
+    """A top-up of run ``run``: replicas numbered from ``first``, one per (node, GPU indices)."""
+    replicas = tuple(
+        ReplicaPlacement(replica=first + i, node=NodeId(node), gpu_indices=gpus, gpu_milli_each=1000 if gpus else 0)
+        for i, (node, gpus) in enumerate(on)
+    )
+    return JobReplicasAdded(
+        job_id=JobId(job_id),
+        cycle_id="cycle-2",
+        cluster=ClusterId(CLUSTER),
+        run=run,
+        replicas=replicas,
+        running_replicas=first + len(replicas),
+        chosen=CandidateScore(cluster=ClusterId(CLUSTER), total=0),
+        explanation="test top-up",
+    )
 
 
 def cancel_request(job_id: str) -> JobCancelRequested:

@@ -60,7 +60,7 @@ def test_the_public_names_are_pinned() -> None:
     assert sorted(connectors.sim.__all__) == [
         "ClusterModel", "ClusterSpec", "Emit", "Fault", "FaultKind", "FaultPlan", "History", "JobSpec",
         "NodeList", "NodeListError", "NodeSpec", "Refusal", "SimClock", "SimCluster", "SimConfig", "SimFleet",
-        "SimStats", "check_placement", "default_nodes_path", "load_nodes", "parse_split",
+        "SimStats", "check_placement", "default_nodes_path", "load_nodes", "npu_pool", "parse_split",
     ]  # fmt: skip
     for name in connectors.sim.__all__:
         assert getattr(connectors.sim, name) is not None

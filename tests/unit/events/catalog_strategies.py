@@ -26,7 +26,14 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, JsonValue, StringConstraints
 from pydantic.fields import FieldInfo
 
-from events.catalog.decisions import CandidateScore, JobPlaced, JobQueued, JobRetryScheduled, ReplicaPlacement
+from events.catalog.decisions import (
+    CandidateScore,
+    JobPlaced,
+    JobQueued,
+    JobReplicasAdded,
+    JobRetryScheduled,
+    ReplicaPlacement,
+)
 from events.catalog.documents import MIN_USAGE_HALF_LIFE_MS, RETRY_DEFAULTS, BudgetSpec, PolicySpec
 from events.catalog.governance import (
     BudgetWindowOpened,
@@ -236,6 +243,13 @@ def _placed(v: Values) -> Values:
     return v
 
 
+def _replicas_added(v: Values) -> Values:
+    v = _placed(v)
+    replicas = v["replicas"]
+    v["running_replicas"] = max(v["running_replicas"], replicas[-1].replica + 1)  # type: ignore[index,attr-defined,call-overload]
+    return v
+
+
 def _quota_line(v: Values) -> Values:
     if v["resource"] not in (ResourceKind.GPU, ResourceKind.NPU):
         v["gpu_model"] = None
@@ -315,6 +329,7 @@ FIXUPS: dict[type[BaseModel], Callable[[Values], Values]] = {
     CandidateScore: _candidate,
     JobPlaced: _placed,
     JobPlacedV1: _placed,
+    JobReplicasAdded: _replicas_added,
     JobQueued: _queued,
     QuotaLine: _quota_line,
     QuotaRequestSubmitted: lambda v: _ordered_pair(v, "period_start_ms", "period_end_ms"),

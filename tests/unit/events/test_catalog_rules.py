@@ -54,6 +54,7 @@ CATALOGUE = {
     "io.fedsched.JobReclaimRequested": 1,
     "io.fedsched.JobReclaimed": 1,
     "io.fedsched.JobRejected": 1,
+    "io.fedsched.JobReplicasAdded": 1,
     "io.fedsched.JobRetriesExhausted": 1,
     "io.fedsched.JobRetryScheduled": 1,
     "io.fedsched.JobStarted": 1,
@@ -310,3 +311,21 @@ def test_a_v1_replica_asking_npus_and_no_gpu_has_its_models_read_as_npu_models()
     )
     both = v2({"npus": 4, "gpus": 1, "gpu_models": ["A100"]}).resources
     assert (both.gpu_models, both.npu_models) == (("A100",), ())
+
+
+def test_a_job_that_does_not_say_is_a_gang_by_its_kind() -> None:
+    """Distributed training expects its workers together (as Volcano's and Kueue's defaults do); a batch
+    array or a service starts with what fits. A v1 request's ``gang: false`` was the default: unset."""
+    from events.catalog.jobs import JobKind, JobSubmitted
+    from events.catalog.types import Resources
+    from events.catalog.upcasters import upcast
+
+    def job(kind: JobKind, gang: bool | None = None) -> JobSubmitted:
+        return JobSubmitted(
+            job_id="j", name="n", tenant="t", kind=kind, replicas=4, gang=gang, resources=Resources(gpus=1)
+        )
+
+    assert [job(k).is_gang() for k in JobKind] == [True, True, False, False, False]
+    assert not job(JobKind.TRAINING, gang=False).is_gang() and job(JobKind.BATCH, gang=True).is_gang()
+    v1 = {"job_id": "j", "name": "n", "tenant": "t", "kind": "training", "gang": False, "resources": {"gpus": 1}}
+    assert JobSubmitted.model_validate_json(json.dumps(upcast("io.fedsched.JobSubmitted", 1, 2, v1))).is_gang()

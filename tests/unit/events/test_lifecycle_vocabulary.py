@@ -22,6 +22,7 @@ from events.catalog.decisions import (
     JobPreemptionRequested,
     JobQueued,
     JobReclaimRequested,
+    JobReplicasAdded,
     JobRetriesExhausted,
     JobRetryScheduled,
 )
@@ -72,6 +73,7 @@ CLASSIFIED: dict[type[Event], tuple[frozenset[str], JobStatus | None]] = {
     JobSubmitted: (NEITHER, JobStatus.SUBMITTED),
     JobQueued: (NEITHER, JobStatus.QUEUED),
     JobPlaced: (NEITHER, JobStatus.PLACED),
+    JobReplicasAdded: (NEITHER, None),
     JobStarted: (frozenset({STARTS_RUN}), JobStatus.RUNNING),
     JobSucceeded: (frozenset({ENDS_RUN, ENDS_JOB}), JobStatus.SUCCEEDED),
     JobFailed: (frozenset({ENDS_RUN, ENDS_JOB}), JobStatus.FAILED),

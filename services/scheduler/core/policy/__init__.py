@@ -6,6 +6,7 @@ Entry points: ``schedule(snapshot, config) -> CycleResult`` for a whole cycle, a
 
 from services.scheduler.core.policy.cycle import CycleMemo, schedule
 from services.scheduler.core.policy.decisions import (
+    AddReplicas,
     CandidateScore,
     ClusterWhyNot,
     CycleResult,
@@ -41,6 +42,7 @@ from services.scheduler.core.policy.placer import Choice, Placer
 from services.scheduler.core.policy.reasons import ReasonCode
 
 __all__ = [
+    "AddReplicas",
     "CandidateScore",
     "Choice",
     "Cluster",

@@ -24,10 +24,13 @@ whatif``, the timed simulator and the tests. Calls the retry rule (``retries``),
    g. ``hot_model_wait``: if only a hot model would take it, the tenant's cap is why it waits;
    h. ``preempt``: the smallest set of eligible lower-priority or borrowing jobs (the job waits for them
       to stop);
-   i. ``fewer_replicas``: an inference service that may start smaller (``min_replicas``) takes as many
-      replicas as fit now in one cluster;
+   i. ``fewer_replicas``: a job that is not a gang (at least one replica, or an inference service's
+      ``min_replicas``) takes as many replicas as fit now in one cluster;
    j. ``reserve``: hold capacity for a large head-of-line gang job (it still waits);
    k. ``wait``: otherwise it waits in the queue.
+   A run that holds fewer replicas than its job asks takes its turn in the same order, for the replicas
+   it lacks (``TOP_UP_STEPS``): as many as fit in its cluster and its quota and budgets take, never by
+   preempting; what does not fit waits silently (its run's placement said what waits).
 4. Explain the waiting ones (``_queue_decisions``: per-cluster why-not, binding constraint, smallest
    change, place in its own queue and in the federation's order, estimated start) and return the
    decisions: placements, preemptions and reservations in the order they were made, then the queue in
@@ -316,8 +319,9 @@ def schedule(snapshot: FleetSnapshot, config: PolicyConfig | None = None, memo: 
     made: list[Decision] = list(verdicts(snapshot.failed, config))  # 0. the verdict on each failed run
     ctx = _context(snapshot, config, memo)  # 1. set up
     fair = _fair(ctx)
-    order = fair.order(snapshot.pending)  # 2. order
-    decided, waiting = _decide_each(ctx, order)  # 3. decide each job
+    growing = _growing(ctx)
+    order = fair.order((*snapshot.pending, *(job for job, _ in growing.values())))  # 2. order
+    decided, waiting = _decide_each(ctx, order, growing)  # 3. decide each job
     made.extend(_aged(decided, fair, order))
     made.extend(_aged(_queue_decisions(ctx, waiting), fair, order))  # 4. explain the waiting ones
     return CycleResult(
@@ -338,12 +342,50 @@ def _aged(decisions: Sequence[Decision], fair: FairShare, order: Sequence[Job]) 
     ]
 
 
-def _decide_each(ctx: Ctx, order: Sequence[Job]) -> tuple[list[Decision], list[Waiting]]:
-    """Each job's turn (``JOB_STEPS``), in order: the decisions made, then the jobs left waiting."""
+def _growing(ctx: Ctx) -> dict[JobId, tuple[Job, RunningJob]]:
+    """The runs that hold fewer replicas than their job asks and are not stopping, by job id: each with a
+    stand-in for the replicas it lacks, on the GPU and NPU models it runs on (its replicas stay alike)."""
+    out: dict[JobId, tuple[Job, RunningJob]] = {}
+    fleet = ctx.fleet
+    snap = ctx.snap
+    for r in snap.growing if snap.growing is not None else [r for r in snap.running if r.replicas_asked]:
+        missing = r.missing()
+        if not missing or r.stopping:
+            continue
+        job = replace(r.job, replicas=missing)
+        model = _run_model(fleet, r.placements) if job.gpus or job.gpu_milli else None
+        if model is not None:
+            job = replace(job, gpu_models=(model,))
+        npu_model = _npu_model_at(fleet, r.placements) if job.npus else None
+        if npu_model is not None:
+            job = replace(job, npu_models=(npu_model,))
+        out[job.job_id] = (job, r)
+    return out
+
+
+def _run_model(fleet: FleetState, placements: Sequence[ReplicaPlacement]) -> str | None:
+    """The GPU model a running job's first placed card is of (``_model_at`` without a memo's row list)."""
+    for p in placements:
+        i = fleet.index.get(p.node_id)
+        if i is not None and p.gpu_indices:
+            if i in fleet.mixed_rows:
+                found = np.flatnonzero(fleet.gpu_index[i] == p.gpu_indices[0])
+                return (fleet.model_of_slots(i, (int(found[0]),)) or None) if found.size else None
+            at = int(fleet.model_of[i])
+            return fleet.models[at] if at >= 0 else None
+    return None
+
+
+def _decide_each(
+    ctx: Ctx, order: Sequence[Job], growing: dict[JobId, tuple[Job, RunningJob]]
+) -> tuple[list[Decision], list[Waiting]]:
+    """Each job's turn (``JOB_STEPS``, or ``TOP_UP_STEPS`` for a run that grows), in order: the decisions
+    made, then the jobs left waiting."""
     made: list[Decision] = []
     waiting: list[Waiting] = []
     for job in order:
-        verdict = decide_job(ctx, job)
+        grows = growing.get(job.job_id)
+        verdict = decide_job(ctx, job, grows[1] if grows is not None else None)
         made.extend(verdict.made)
         if verdict.waits is not None:
             waiting.append(verdict.waits)

@@ -40,6 +40,23 @@ class Place:
 
 
 @dataclass(frozen=True, slots=True)
+class AddReplicas:
+    """A running job that holds fewer replicas than it asks grows in its run's cluster: ``replicas`` are the
+    new ones (numbered after the ``held`` ones), ``asked`` what the job asks in all."""
+
+    job_id: JobId
+    tenant: TenantId
+    cluster: ClusterId
+    replicas: tuple[ReplicaPlacement, ...]
+    held: int
+    asked: int
+    chosen: CandidateScore
+    message: str
+    borrowed: bool = False
+    kind: Literal["add_replicas"] = "add_replicas"
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterWhyNot:
     cluster: ClusterId
     reason: ReasonCode
@@ -151,7 +168,7 @@ class GiveUp:
     kind: Literal["give_up"] = "give_up"
 
 
-Decision = Place | Queue | Preempt | Reserve | Retry | GiveUp
+Decision = Place | AddReplicas | Queue | Preempt | Reserve | Retry | GiveUp
 
 
 def _plain(value: object) -> object:
@@ -185,6 +202,7 @@ class CycleResult:
 
 
 __all__ = [
+    "AddReplicas",
     "CandidateScore",
     "Change",
     "ClusterWhyNot",

@@ -22,12 +22,20 @@ import numpy as np
 from services.scheduler.core.policy import backfill, context, topology
 from services.scheduler.core.policy.capacity import per_node
 from services.scheduler.core.policy.context import I64, Ctx, Plan
-from services.scheduler.core.policy.decisions import CandidateScore, Constraint, Decision, Place, Preempt, Reserve
+from services.scheduler.core.policy.decisions import (
+    AddReplicas,
+    CandidateScore,
+    Constraint,
+    Decision,
+    Place,
+    Preempt,
+    Reserve,
+)
 from services.scheduler.core.policy.explain import describe, moment
 from services.scheduler.core.policy.federation import ClusterScore
 from services.scheduler.core.policy.federation_why import why_first
 from services.scheduler.core.policy.fleet import Demand
-from services.scheduler.core.policy.model import ClusterId, Job, ReplicaPlacement
+from services.scheduler.core.policy.model import ClusterId, Job, ReplicaPlacement, RunningJob
 from services.scheduler.core.policy.placer import MASKED
 from services.scheduler.core.policy.preemption import Room, count_asked, find_victims
 from services.scheduler.core.policy.quota import QuotaCheck, fmt_amount
@@ -64,6 +72,7 @@ class Turn:
     forbid_hot: bool = False  # hot_model_cap: the job would take the tenant above that cap
     may_backfill: bool = False  # honour_reservation: it ends before the reservation starts
     extra: I64 | None = None  # honour_reservation: the per-node extra cost of the room it may use
+    grows: RunningJob | None = None  # a top-up: the run that holds fewer replicas than ``job`` adds
 
     def waits(self, reason: ReasonCode | None, note: str = "", constraint: Constraint | None = None) -> Verdict:
         return Verdict((), Waiting(self.job, self.demand, reason, note, constraint))
@@ -225,8 +234,8 @@ def _waits_for_room(t: Turn, cid: ClusterId, room: Room) -> Waiting:
 
 
 def fewer_replicas(ctx: Ctx, t: Turn) -> Verdict | None:
-    """A service that may start smaller (``min_replicas``) takes what fits now, once neither the room it
-    asks for nor preemption can give it all of them."""
+    """A job that is not a gang (``min_replicas``) takes what fits now in one cluster, once neither the
+    room it asks for nor preemption can give it all of them; its run grows there later (``top_up``)."""
     job, d = t.job, t.demand
     if job.min_replicas is None:
         return None
@@ -238,6 +247,49 @@ def fewer_replicas(ctx: Ctx, t: Turn) -> Verdict | None:
     if not q.ok:
         return None
     return Verdict((_place(ctx, placing, d, plan, ranked, q.borrowed, t.may_backfill, asked=job.replicas),), None)
+
+
+def top_up(ctx: Ctx, t: Turn) -> Verdict:
+    """A run that holds fewer replicas than its job asks grows by as many as fit now in its cluster (in
+    its interconnect domain if it requires one), up to what its quota and budgets take; it never preempts
+    (a run already serves, so the room it lacks is not worth another job's work) and never reserves. What
+    does not fit waits silently for a later cycle: its run's placement said what waits, and the log does
+    not grow with every cycle it still waits."""
+    run, job, d = t.grows, t.job, t.demand
+    assert run is not None
+    fs = ctx.fleet
+    if run.cluster not in fs.clusters:
+        return Verdict((), None)
+    ci = fs.clusters.index(run.cluster)
+    lo, hi = fs.cluster_range[ci]
+    extra = np.full(fs.size, MASKED, dtype=np.int64)
+    extra[lo:hi] = 0
+    kind = topology.required(job)
+    first = fs.index.get(run.placements[0].node_id) if run.placements else None
+    if kind is not None and first is not None:
+        extra = np.maximum(extra, topology.other_domain(fs, kind, first) * MASKED)
+    if t.extra is not None:
+        extra = np.maximum(extra, t.extra)
+    cap = np.where(extra[lo:hi] < MASKED, per_node(fs, d, lo, hi), 0)
+    count = min(topology.most_in_one(job, cap, fs, lo, hi), job.replicas)
+    while count >= 1 and not _admissible(ctx, replace(job, replicas=count)):
+        count //= 2
+    if count < 1:
+        return Verdict((), None)
+    adding = replace(job, replicas=count)
+    got = ctx.try_place(adding, d, extra)
+    if got is None:
+        return Verdict((), None)
+    plan, ranked = got
+    q = ctx.book.check(adding, *plan_models(plan))
+    if not q.ok:
+        return Verdict((), None)
+    return Verdict((_add(ctx, adding, d, plan, ranked, run, q.borrowed),), None)
+
+
+def _admissible(ctx: Ctx, job: Job) -> bool:
+    """Whether the quota and every hard budget of the tenant take ``job`` (a top-up's new replicas)."""
+    return ctx.book.check(job, None).ok and (ctx.budgets is None or ctx.budgets.refusal(job) is None)
 
 
 def reserve(ctx: Ctx, t: Turn) -> Verdict | None:
@@ -289,10 +341,15 @@ JOB_STEPS: tuple[Step, ...] = (
 )
 """A job's turn, in order: the first step to give a verdict decides it."""
 
+TOP_UP_STEPS: tuple[Step, ...] = (hot_model_cap, honour_reservation, top_up)
+"""A growing run's turn (``grows``): the room it may use, then as many replicas as fit and its quota and
+budgets take (checked in ``top_up`` for that many, not for all it lacks)."""
 
-def decide_job(ctx: Ctx, job: Job) -> Verdict:
-    turn = Turn(job, Demand.of(job))
-    for step in JOB_STEPS:
+
+def decide_job(ctx: Ctx, job: Job, grows: RunningJob | None = None) -> Verdict:
+    """``job``'s turn; with ``grows``, ``job`` stands for the replicas that run lacks (its top-up)."""
+    turn = Turn(job, Demand.of(job), grows=grows)
+    for step in TOP_UP_STEPS if grows is not None else JOB_STEPS:
         verdict = step(ctx, turn)
         if verdict is not None:
             return verdict
@@ -354,19 +411,9 @@ def _place(
     *,
     asked: int | None = None,
 ) -> Place:
-    """Commit ``plan`` (the fleet, the quota book, hot-model usage) and say why there: the federation
-    score's terms, the runner-up, what broke a tie."""
+    """Commit ``plan`` and say why there: the federation score's terms, the runner-up, what broke a tie."""
     fs = ctx.fleet
-    replicas = ctx.commit(plan, d)
-    model, npu_model = plan_models(plan)
-    borrowing = ctx.book.borrowing(job.tenant)
-    ctx.book.add(job, model, npu_model=npu_model)
-    if not borrowing and ctx.book.borrowing(job.tenant):  # its running jobs may be reclaimed now
-        ctx.generation += 1
-    if ctx.budgets is not None:
-        ctx.budgets.charge(job)
-    if model in ctx.hot:
-        ctx.hot_usage[job.tenant] = ctx.hot_usage.get(job.tenant, 0) + job.total_gpu_milli()
+    replicas = _commit(ctx, job, d, plan)
     cid = fs.clusters[plan.cluster]
     nodes = tuple(p.node_id for p in replicas)
     chosen = _candidate(ranked[0], nodes)
@@ -389,8 +436,7 @@ def _place(
         f"{plan.cost}, federation score {ranked[0].total} = {terms} (weighted; lower wins){alt}"
         + ("; uses quota above its guarantee (borrowed, reclaimable)" if borrowed else "")
         + (
-            f"; started with {job.replicas} of its {asked} replicas, as many as fit now (inference.min_replicas "
-            f"{job.min_replicas}); this run keeps that many"
+            f"; {_still_waiting(cid, job.replicas, asked, job.min_replicas)}"
             if asked is not None and asked > job.replicas
             else ""
         )
@@ -408,4 +454,59 @@ def _place(
     )
 
 
-__all__ = ["JOB_STEPS", "Step", "Turn", "Verdict", "Waiting", "decide_job", "quota_constraint"]
+def _commit(ctx: Ctx, job: Job, d: Demand, plan: Plan) -> tuple[ReplicaPlacement, ...]:
+    """Take ``plan``'s room for ``job`` (the fleet, the quota book, budgets, hot-model usage)."""
+    replicas = ctx.commit(plan, d)
+    model, npu_model = plan_models(plan)
+    borrowing = ctx.book.borrowing(job.tenant)
+    ctx.book.add(job, model, npu_model=npu_model)
+    if not borrowing and ctx.book.borrowing(job.tenant):  # its running jobs may be reclaimed now
+        ctx.generation += 1
+    if ctx.budgets is not None:
+        ctx.budgets.charge(job)
+    if model in ctx.hot:
+        ctx.hot_usage[job.tenant] = ctx.hot_usage.get(job.tenant, 0) + job.total_gpu_milli()
+    return replicas
+
+
+def _still_waiting(cid: ClusterId, running: int, asked: int, least: int | None = None) -> str:
+    """What a run that holds fewer replicas than it asks says of the rest (``least``: its job's
+    ``min_replicas``, said when it was more than one)."""
+    least_words = f", at least {least} to start" if (least or 1) > 1 else ""
+    return (
+        f"running {running} of {asked} replicas; {asked - running} wait for room (no more fit in {cid} now"
+        f"{least_words}; they are added there as room appears, never by preempting)"
+    )
+
+
+def _add(
+    ctx: Ctx, job: Job, d: Demand, plan: Plan, ranked: list[ClusterScore], run: RunningJob, borrowed: bool
+) -> AddReplicas:
+    """Commit a top-up's ``plan`` and say what it added and what still waits."""
+    fs = ctx.fleet
+    replicas = _commit(ctx, job, d, plan)
+    cid = fs.clusters[plan.cluster]
+    held, asked = run.job.replicas, run.replicas_asked
+    now = held + len(replicas)
+    share = f" ({d.gpu_milli}m each)" if d.is_share else ""
+    msg = (
+        f"{job.job_id} grows in {cid}: added {len(replicas)} replica(s) on "
+        f"{', '.join(_devices(p) for p in replicas)}{share} by {ctx.config.node_policy.value} (placement cost "
+        f"{plan.cost}), as room appeared"
+        + (f"; {_still_waiting(cid, now, asked)}" if now < asked else f"; all {asked} replicas run now")
+        + ("; uses quota above its guarantee (borrowed, reclaimable)" if borrowed else "")
+    )
+    return AddReplicas(
+        job_id=job.job_id,
+        tenant=job.tenant,
+        cluster=cid,
+        replicas=replicas,
+        held=held,
+        asked=asked,
+        chosen=_candidate(ranked[0], tuple(p.node_id for p in replicas)),
+        message=msg,
+        borrowed=borrowed,
+    )
+
+
+__all__ = ["JOB_STEPS", "TOP_UP_STEPS", "Step", "Turn", "Verdict", "Waiting", "decide_job", "quota_constraint"]

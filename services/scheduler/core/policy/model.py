@@ -9,7 +9,7 @@ collection by a stable key before it uses it, so the order in which entities are
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from events.catalog.jobs import Interconnect, JobKind, PriorityClass
@@ -236,8 +236,9 @@ class Job:
     tolerations: tuple[Toleration, ...] = ()
     """Sorted; see ``tolerates``."""
     min_replicas: int | None = None
-    """Fewest replicas the job may start with when not all fit (an inference service's
-    ``inference.min_replicas``); None: all of them or none."""
+    """Fewest replicas the job may start with when not all fit (a job that is not a gang: 1, or an
+    inference service's ``inference.min_replicas``); None: all of them or none (a gang). A run started
+    with fewer grows in its cluster as room appears (``RunningJob.replicas_asked``)."""
     npus: int = 0  # whole NPUs per replica
     npu_models: tuple[str, ...] = ()  # acceptable NPU models; empty = any
     min_npu_memory_mib: int = 0
@@ -270,6 +271,36 @@ class RunningJob:
     resources, but no preemption may count on stopping it again."""
     stopping_for: JobId | None = None
     """The job it is stopping to make room for (a preemption), if any: that job counts on its room."""
+    replicas_asked: int = 0
+    """What its job asks when the run holds fewer (a job that is not a gang starts with what fits, and
+    grows in its cluster as room appears: ``job.replicas`` is what it holds); 0: it holds all of them."""
+
+    def missing(self) -> int:
+        """Replicas its job asks that the run does not hold yet."""
+        return max(0, self.replicas_asked - self.job.replicas)
+
+    def requested(self) -> Job:
+        """Its job as asked (all its replicas): what goes back to the queue when the run is stopped."""
+        return replace(self.job, replicas=self.replicas_asked) if self.replicas_asked else self.job
+
+    @staticmethod
+    def started(job: Job, cluster: ClusterId, placements: tuple[ReplicaPlacement, ...], at_ms: int) -> RunningJob:
+        """The run a placement of ``job`` starts at ``at_ms``, holding ``placements`` (fewer than the job
+        asks for a job that is not a gang and started with what fit)."""
+        held = len(placements)
+        if held < job.replicas:
+            return RunningJob(replace(job, replicas=held), cluster, placements, at_ms, replicas_asked=job.replicas)
+        return RunningJob(job, cluster, placements, at_ms)
+
+    def grown(self, placements: tuple[ReplicaPlacement, ...]) -> RunningJob:
+        """The run with ``placements`` added (a top-up)."""
+        held = self.job.replicas + len(placements)
+        return replace(
+            self,
+            job=replace(self.job, replicas=held),
+            placements=(*self.placements, *placements),
+            replicas_asked=self.replicas_asked if held < self.replicas_asked else 0,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -471,6 +502,10 @@ class FleetSnapshot:
     """Runs that failed for a cause that may be retried and have no verdict yet, by job id."""
     # Not part of what is decided on (two snapshots with the same jobs are equal with or without it).
     running_delta: RunningDelta | None = field(default=None, compare=False, repr=False)
+    growing: tuple[RunningJob, ...] | None = field(default=None, compare=False, repr=False)
+    """The running jobs that hold fewer replicas than they ask (``RunningJob.replicas_asked``), when the
+    caller keeps them (the scheduler's state does): derived from ``running``, so not compared either;
+    ``None``: the cycle finds them in ``running``."""
 
 
 __all__ = [

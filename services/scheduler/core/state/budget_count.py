@@ -7,8 +7,9 @@ core's ``expected_runtime_ms``. Pure.
 
 A budget's tenants are the one it names, or its cohort's members. What its window has spent is the GPU
 time (milli-GPU x ms) of runs that ended (``Holdings.held``, a ``HeldLedger``) plus, for each running job
-of its tenants, its GPUs from its placement until now or, if that is later, its expected end (its
-``expected_runtime``, else ``max_runtime``, else the policy's ``default_runtime_s``), within the window.
+of its tenants, its GPUs from its placement (a replica added to its run: from when it was added) until
+now or, if that is later, its expected end (its ``expected_runtime``, else ``max_runtime``, else the
+policy's ``default_runtime_s``), within the window.
 Only hard budgets with a window in force are counted: a soft budget holds nothing back.
 """
 
@@ -35,6 +36,9 @@ class Holdings:
     held: HeldLedger
     running: Collection[m.RunningJob]
     placed_ms: Callable[[m.RunningJob], int]
+    grown: Callable[[m.RunningJob], tuple[tuple[int, int], ...]] | None = None
+    """The replicas added to a running job's run (when, milli-GPU), counted from when each was added;
+    ``None``: counted from its placement (the simulations do not keep when)."""
 
 
 def budget_tenants(spec: BudgetSpec, cohorts: Mapping[str, str | None]) -> tuple[str, ...]:
@@ -75,8 +79,10 @@ def _running_within(
             continue
         placed_ms = holdings.placed_ms(running)
         gpu = sum(len(r.gpu_indices) * r.gpu_milli_each for r in running.placements)
-        expected_end = placed_ms + expected_runtime_ms(running.job, config)
-        total += held_within(gpu, placed_ms, max(now_ms, expected_end), window)
+        end = max(now_ms, placed_ms + expected_runtime_ms(running.job, config))
+        grown = holdings.grown(running) if holdings.grown is not None else ()
+        total += held_within(gpu - sum(milli for _, milli in grown), placed_ms, end, window)
+        total += sum(held_within(milli, max(at, placed_ms), end, window) for at, milli in grown)
     return total
 
 

@@ -42,7 +42,7 @@ def job_of(e: JobSubmitted, submitted_ms: int) -> m.Job:
         kind=e.kind,
         priority_class=e.priority_class,
         replicas=e.replicas,
-        gang=e.gang,
+        gang=e.is_gang(),
         cpu_milli=r.cpu_milli,
         memory_mib=r.memory_mib,
         gpus=r.gpus,
@@ -72,11 +72,14 @@ def job_of(e: JobSubmitted, submitted_ms: int) -> m.Job:
 
 
 def _min_replicas(e: JobSubmitted) -> int | None:
-    """An inference service that is not a gang may start with ``inference.min_replicas`` (at least one);
-    every other job starts with all its replicas or waits."""
-    if e.kind is not JobKind.INFERENCE or e.inference is None or e.gang or e.inference.min_replicas >= e.replicas:
+    """A job of several replicas that is not a gang may start with what fits: at least one replica, or an
+    inference service's ``inference.min_replicas`` (at least one); a gang starts with all its replicas or
+    waits. Every run started with fewer grows in its cluster as room appears."""
+    if e.is_gang() or e.replicas <= 1:
         return None
-    return max(1, e.inference.min_replicas)
+    if e.kind is JobKind.INFERENCE and e.inference is not None:
+        return None if e.inference.min_replicas >= e.replicas else max(1, e.inference.min_replicas)
+    return 1
 
 
 def taints(observed: NodeObserved) -> tuple[m.Taint, ...]:

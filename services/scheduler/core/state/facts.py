@@ -26,6 +26,21 @@ class Placement:
 
     cluster: str
     replicas: tuple[EventReplicaPlacement, ...]
+    """Every replica the run holds: its ``JobPlaced``'s, then those of each ``JobReplicasAdded``."""
+    grown: tuple[tuple[int, int], ...] = ()
+    """Per ``JobReplicasAdded`` folded, when (log time) and the milli-GPU its replicas hold: a run's GPU
+    time counts each replica from when it was added, not from the run's placement."""
+
+    def gpu_milli(self) -> int:
+        """The milli-GPU its replicas hold (all of them, those added included)."""
+        return sum(len(r.gpu_indices) * r.gpu_milli_each for r in self.replicas)
+
+    def gpu_milli_ms(self, start_ms: int, end_ms: int) -> int:
+        """The GPU time it held from ``start_ms`` (its placement) to ``end_ms``: each added replica from
+        when it was added."""
+        added = sum(milli for _, milli in self.grown)
+        base = (self.gpu_milli() - added) * max(0, end_ms - start_ms)
+        return base + sum(milli * max(0, end_ms - max(at, start_ms)) for at, milli in self.grown)
 
 
 @dataclass(frozen=True, slots=True)

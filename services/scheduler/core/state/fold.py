@@ -29,6 +29,7 @@ from events.catalog.decisions import (
     JobPreemptionRequested,
     JobQueued,
     JobReclaimRequested,
+    JobReplicasAdded,
     JobRetriesExhausted,
     JobRetryScheduled,
     SchedulingCycleCompleted,
@@ -157,8 +158,16 @@ def _count_held(state: Facts, facts: JobFacts) -> None:
         if placement is None or run in facts.held_counted:
             continue
         facts.held_counted.add(run)
-        gpu = sum(len(r.gpu_indices) * r.gpu_milli_each for r in placement.replicas)
-        state.held.add(facts.spec.tenant, gpu, facts.placed_at[run], ended_ms)
+        start = facts.placed_at[run]
+        added = sum(milli for _, milli in placement.grown)
+        state.held.add(facts.spec.tenant, placement.gpu_milli() - added, start, ended_ms)
+        for at, milli in placement.grown:
+            _count_grown(state, facts.spec.tenant, milli, max(at, start), ended_ms)
+
+
+def _count_grown(state: Facts, tenant: str, milli: int, from_ms: int, ended_ms: int) -> None:
+    if milli and from_ms < ended_ms:
+        state.held.add(tenant, milli, from_ms, ended_ms)
 
 
 def _submitted(state: Facts, e: JobSubmitted, time_ms: int, __: str) -> None:
@@ -248,6 +257,25 @@ def _placed(state: Facts, e: JobPlaced, time_ms: int, __: str) -> None:
     _count_held(state, facts)
 
 
+def _replicas_added(state: Facts, e: JobReplicasAdded, time_ms: int, __: str) -> None:
+    """The run grows by the event's replicas, once (a repeat names replica numbers it holds already). In
+    this version a run grows only in the cluster it was placed in; one that names another is not this
+    version's to apply (``spread_clusters`` will make a placement per cluster)."""
+    facts = state.job(e.job_id)
+    placement = facts.placements.get(e.run)
+    if placement is None or e.cluster != placement.cluster:
+        return
+    held = {r.replica for r in placement.replicas}
+    if any(r.replica in held for r in e.replicas):
+        return
+    milli = sum(len(r.gpu_indices) * r.gpu_milli_each for r in e.replicas)
+    replicas = tuple(sorted((*placement.replicas, *e.replicas), key=lambda r: r.replica))
+    facts.placements[e.run] = Placement(placement.cluster, replicas, (*placement.grown, (time_ms, milli)))
+    ended_ms = facts.ended_at.get(e.run)
+    if e.run in facts.held_counted and ended_ms is not None and facts.spec is not None:
+        _count_grown(state, facts.spec.tenant, milli, max(time_ms, facts.placed_at[e.run]), ended_ms)
+
+
 def _queued(state: Facts, e: JobQueued, time_ms: int, event_id: str) -> None:
     facts = state.job(e.job_id)
     wait = mark_after(facts.last_wait, e.cycle_id, event_id)
@@ -311,6 +339,7 @@ HANDLERS: dict[type, Any] = {
     JobStarted: _started,
     JobPlaced: _placed,
     JobQueued: _queued,
+    JobReplicasAdded: _replicas_added,
     JobPreemptionRequested: _stop_requested,
     JobReclaimRequested: _stop_requested,
     JobRetryScheduled: _retry_verdict,

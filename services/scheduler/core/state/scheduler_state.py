@@ -45,6 +45,7 @@ class _Derived:
     snapshot_running: tuple[m.RunningJob, ...] | None = None
     running_was: dict[str, m.RunningJob | None] = field(default_factory=dict)
     cancel_open: set[str] = field(default_factory=set)  # cancel requested, not terminal
+    growing: set[str] = field(default_factory=set)  # runs that hold fewer replicas than asked, not stopping
     failed: dict[str, m.FailedRun] = field(default_factory=dict)  # runs awaiting a retry verdict
     backoff: dict[str, int] = field(default_factory=dict)  # pending job -> when its retry may be placed
     # What each running job holds, per node: (node key, [(gpu index, milli)], cpu, memory, npu indices).
@@ -120,6 +121,11 @@ class SchedulerState(Facts):
         self._refresh()
         return len(self._derived.pending)
 
+    def growing_count(self) -> int:
+        """Runs that hold fewer replicas than their job asks and may grow (a cycle may add to them)."""
+        self._refresh()
+        return len(self._derived.growing)
+
     def awaiting_verdict_count(self) -> int:
         """Runs that failed for a cause that may be retried and await the next cycle's verdict."""
         self._refresh()
@@ -192,6 +198,7 @@ class SchedulerState(Facts):
             preempted_last_hour=self._preempted_last_hour(now_ms),
             failed=tuple(derived.failed[job_id] for job_id in sorted(derived.failed)),
             running_delta=delta,
+            growing=tuple(derived.running[j] for j in sorted(derived.growing)),
         )
 
     def _preempted_last_hour(self, now_ms: int) -> tuple[tuple[TenantId, int], ...]:
@@ -220,7 +227,13 @@ class SchedulerState(Facts):
 
         specs = {name: budget.spec for name, budget in self.budgets.items()}
         cohorts = {tenant: registered.cohort for tenant, registered in self.tenants.items()}
-        holdings = Holdings(self.held, self._derived.running.values(), placed_ms)
+
+        def grown(running: m.RunningJob) -> tuple[tuple[int, int], ...]:
+            facts = self.jobs[running.job.job_id]
+            placement = facts.placements.get(facts.current_run())
+            return placement.grown if placement is not None else ()
+
+        holdings = Holdings(self.held, self._derived.running.values(), placed_ms, grown)
         return hard_budgets(specs, window_of, cohorts, holdings, now_ms, self.policy_config())
 
     def _refresh(self) -> None:
@@ -283,6 +296,7 @@ class SchedulerState(Facts):
             derived.used_cpu[held][1] -= mem
             touched_nodes.add(held)
         derived.running.pop(job_id, None)
+        derived.growing.discard(job_id)
         derived.pending.pop(job_id, None)
         derived.failed.pop(job_id, None)
         derived.backoff.pop(job_id, None)
@@ -315,7 +329,8 @@ class SchedulerState(Facts):
         if placed is None:
             return
         job = job_model(facts)
-        if len(placed.replicas) < job.replicas:  # started with fewer (``min_replicas``): it holds only those
+        asked = job.replicas
+        if len(placed.replicas) < asked:  # started with fewer (not a gang): it holds only those, for now
             job = replace(job, replicas=len(placed.replicas))
         replicas = tuple(
             m.ReplicaPlacement(
@@ -335,7 +350,10 @@ class SchedulerState(Facts):
             started,
             stopping=stop is not None,
             stopping_for=JobId(stop[0]) if stop is not None and stop[0] else None,
+            replicas_asked=asked if asked > job.replicas else 0,
         )
+        if asked > job.replicas and stop is None:
+            derived.growing.add(job_id)
         holds = []
         for replica in placed.replicas:
             key: tuple[str, str] = (placed.cluster, replica.node)
@@ -379,9 +397,8 @@ class SchedulerState(Facts):
             placed = facts.placements.get(run)
             if placed is None:
                 continue
-            milli = sum(len(r.gpu_indices) * r.gpu_milli_each for r in placed.replicas)
             start, end = facts.placed_at.get(run, 0), facts.ended_at.get(run, 0)
-            records.append(m.UsageRecord(end, milli * max(0, end - start)))
+            records.append(m.UsageRecord(end, placed.gpu_milli_ms(start, end)))
         derived = self._derived
         tenant, before = derived.usage_of.get(job_id, (facts.spec.tenant, []))
         if before == records:
