@@ -113,3 +113,21 @@ def test_a_wait_a_start_or_an_end_that_comes_again_changes_nothing() -> None:
     assert facts.queued_reasons == ("QuotaExceeded",) and facts.runs[1].started_ms is not None
     for repeated in range(7):
         assert_repeat_changes_nothing(history, repeated, GovConfig())
+
+
+def test_a_decision_read_before_its_request_decides_it_as_in_the_other_order() -> None:
+    """Requests and decisions are keyed by tenant, but a reader may meet them in any order (a rebuild, the
+    fuzzed streams): the decision read first waits for its request instead of being dropped."""
+    from events.catalog.governance import QuotaRequestRejected
+
+    history = a_history().request("more", 8000, at=1)
+    submitted = history.envelopes[-1]
+    rejected = Envelope(
+        id="rejected",
+        time_ms=submitted.time_ms + 1,
+        data=QuotaRequestRejected(request_id="more", tenant="team-a", decided_by="bob"),
+    )
+    in_order = state_of([submitted, rejected])
+    reversed_ = state_of([rejected, submitted])
+    assert in_order.requests["more"].decision == reversed_.requests["more"].decision == rejected.data
+    assert evaluate(reversed_, IDLE) == evaluate(in_order, IDLE)

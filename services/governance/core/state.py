@@ -177,6 +177,8 @@ class GovState:
     unreachable: dict[str, int] = field(default_factory=dict)
     """cluster -> since when it is unreachable."""
     requests: dict[str, Request] = field(default_factory=dict)
+    early_decisions: dict[str, QuotaRequestApproved | QuotaRequestRejected] = field(default_factory=dict)
+    """A decision read before the request it decides (by request id): it applies when the request comes."""
     base_quota: dict[tuple[str, str], tuple[QuotaLine, ...]] = field(default_factory=dict)
     """(tenant, queue) -> the quota an operator set (not one governance derived from a request)."""
     base_versions: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
@@ -482,13 +484,16 @@ def _quota_set(state: GovState, e: Event, t: int, at: Stamp) -> None:
 
 def _request(state: GovState, e: Event, t: int, _at: Stamp) -> None:
     assert isinstance(e, QuotaRequestSubmitted)
-    state.requests.setdefault(e.request_id, Request(e, t))
+    if e.request_id not in state.requests:
+        state.requests[e.request_id] = Request(e, t, state.early_decisions.pop(e.request_id, None))
 
 
 def _decided(state: GovState, e: Event, _: int, _at: Stamp) -> None:
     assert isinstance(e, QuotaRequestApproved | QuotaRequestRejected)
     request = state.requests.get(e.request_id)
-    if request is not None and request.decision is None:
+    if request is None:  # read before its request (another order of the log's reads): kept for it
+        state.early_decisions.setdefault(e.request_id, e)
+    elif request.decision is None:
         request.decision = e
 
 
