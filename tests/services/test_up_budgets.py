@@ -6,9 +6,7 @@ next day's window, opened by governance, admits it; a soft budget raises its fin
 
 from __future__ import annotations
 
-import asyncio
 import json
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -16,17 +14,13 @@ import pytest
 
 from events.catalog.decisions import JobQueued
 from events.catalog.reasons import ReasonCode
-from events.catalog.topics import AUDIT, TOPICS
-from events.log.contract import EventLog, TopicPartition
 from events.log.postgres import PostgresEventLog
-from events.log.reading import read_to_end
-from events.wire.codec import decode
-from events.wire.envelope import Envelope
 from services.api.client import Client, ClientConfig
 from services.api.pb import config_pb2, jobs_pb2, quota_pb2
 from services.audit.verify import verify
 from services.governance.report import finding_rows
 from services.runtime import up
+from tests.services.embedded import free_port, history, wait_for
 
 pytestmark = [
     pytest.mark.asyncio(loop_scope="session"),
@@ -38,20 +32,6 @@ pytestmark = [
 NODES = Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "proj_nodes.csv"
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-async def wait_for(predicate: Any, timeout_s: float) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not await predicate():
-        assert loop.time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.2)
-
-
 def zone_at_four(now_ms: int) -> str:
     """A zone where it is about 4 AM at ``now_ms``: its next midnight (the next window) is about 20
     simulated hours away, some 20 s at the test's speed, whatever the time the test runs at; time enough
@@ -59,21 +39,6 @@ def zone_at_four(now_ms: int) -> str:
     utc_hour = now_ms // 3_600_000 % 24
     offset = (4 - utc_hour + 12) % 24 - 12  # -12 .. 11: every zone Etc/GMT-11 .. Etc/GMT+12 exists
     return "UTC" if offset == 0 else (f"Etc/GMT-{offset}" if offset > 0 else f"Etc/GMT+{-offset}")
-
-
-async def history(event_log: EventLog) -> list[Envelope]:
-    reader = await event_log.reader()
-    out: list[Envelope] = []
-    try:
-        for spec in TOPICS:
-            if spec is AUDIT:  # the archiver's signed checkpoints: records, not catalogue events
-                continue
-            for partition in range(spec.partitions):
-                async for batch in read_to_end(reader, TopicPartition(spec.name, partition)):
-                    out += [decode(r.headers, r.value) for r in batch]
-    finally:
-        await reader.close()
-    return out
 
 
 def document(kind: str, name: str, **spec: Any) -> str:

@@ -11,12 +11,10 @@ from pathlib import Path
 import pytest
 
 from events.catalog.decisions import JobPlaced, JobReplicasAdded
-from events.log.postgres import PostgresEventLog
 from services.api.client import Client, ClientConfig
 from services.api.pb import jobs_pb2
-from services.audit.verify import verify
 from services.runtime import up
-from tests.services.test_up_budgets import free_port, history, wait_for
+from tests.services.embedded import free_port, verified_history, wait_for
 
 pytestmark = [
     pytest.mark.asyncio(loop_scope="session"),
@@ -90,13 +88,7 @@ async def test_a_batch_array_starts_with_what_fits_and_grows_to_all_its_replicas
         await client.close()
         await up.stop(running)
 
-    log = PostgresEventLog(fresh_database)
-    await log.start()
-    try:
-        report = await verify(log)
-        events = await history(log)
-    finally:
-        await log.close()
+    report, events = await verified_history(fresh_database)
     assert report.identical_pct == 100.0, report.differences
     (placed,) = [e.data for e in events if isinstance(e.data, JobPlaced) and e.data.job_id == array]
     assert len(placed.replicas) == 2 and "running 2 of 4 replicas; 2 wait for room" in placed.explanation

@@ -7,20 +7,16 @@ the field; ``audit verify`` re-executes every cycle identically."""
 
 from __future__ import annotations
 
-import asyncio
-import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from events.catalog.decisions import JobPlaced
-from events.log.postgres import PostgresEventLog
 from services.api.client import CallError, Client, ClientConfig
 from services.api.pb import jobs_pb2, resources_pb2
-from services.audit.verify import verify
 from services.runtime import up
-from tests.services.test_up_budgets import history
+from tests.services.embedded import free_port, verified_history, wait_for
 
 pytestmark = [
     pytest.mark.asyncio(loop_scope="session"),
@@ -37,20 +33,6 @@ nodes:
   - {name: npu-1, cpu_milli: 64000, memory_mib: 262144, npus: 8, npu_model: Ascend910B, npu_memory_mib: 65536}
   - {name: cpu-1, cpu_milli: 16000, memory_mib: 65536}
 """
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-async def wait_for(predicate: Any, timeout_s: float) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not await predicate():
-        assert loop.time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.2)
 
 
 async def test_an_npu_job_is_placed_on_npus_run_and_shown_and_a_gpu_and_npu_replica_is_refused(
@@ -120,13 +102,7 @@ async def test_an_npu_job_is_placed_on_npus_run_and_shown_and_a_gpu_and_npu_repl
         await client.close()
         await up.stop(running)
 
-    log = PostgresEventLog(fresh_database)
-    await log.start()
-    try:
-        report = await verify(log)
-        events = await history(log)
-    finally:
-        await log.close()
+    report, events = await verified_history(fresh_database)
     assert report.identical_pct == 100.0, report.differences
     assert report.cycles > 0
     (placed,) = [e.data for e in events if isinstance(e.data, JobPlaced) and e.data.job_id == npu_job]

@@ -14,12 +14,10 @@ import pytest
 from events.catalog.decisions import JobPlaced, JobRetryScheduled
 from events.catalog.jobs import JobFailed, JobSucceeded
 from events.catalog.reasons import ReasonCode
-from events.log.postgres import PostgresEventLog
 from services.api.client import Client, ClientConfig
 from services.api.pb import jobs_pb2
-from services.audit.verify import verify
 from services.runtime import up
-from tests.services.test_up_budgets import free_port, history, wait_for
+from tests.services.embedded import free_port, history, verified_history, wait_for
 
 pytestmark = [
     pytest.mark.asyncio(loop_scope="session"),
@@ -86,13 +84,8 @@ async def test_a_node_lost_under_critical_training_is_retried_on_the_other_node_
         await client.close()
         await up.stop(running)
 
-    log = PostgresEventLog(fresh_database)
-    await log.start()
-    try:
-        report = await verify(log)
-        events = [e.data for e in await history(log) if getattr(e.data, "job_id", None) == job_id]
-    finally:
-        await log.close()
+    report, every = await verified_history(fresh_database)
+    events = [e.data for e in every if getattr(e.data, "job_id", None) == job_id]
     assert report.identical_pct == 100.0, report.differences
     failed = [e for e in events if isinstance(e, JobFailed)]
     assert [(f.run, f.reason, f.node) for f in failed] == [(1, ReasonCode.NODE_FAILURE, lost)]

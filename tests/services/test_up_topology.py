@@ -13,12 +13,10 @@ import pytest
 from events.catalog.decisions import JobPlaced, JobQueued
 from events.catalog.pending_reasons import PendingReason
 from events.catalog.reasons import ReasonCode
-from events.log.postgres import PostgresEventLog
 from services.api.client import Client, ClientConfig
 from services.api.pb import jobs_pb2
-from services.audit.verify import verify
 from services.runtime import up
-from tests.services.test_up_budgets import free_port, history, wait_for
+from tests.services.embedded import free_port, verified_history, wait_for
 
 pytestmark = [
     pytest.mark.asyncio(loop_scope="session"),
@@ -98,13 +96,7 @@ async def test_a_job_requiring_rdma_lands_inside_one_fabric_and_one_too_big_wait
         await client.close()
         await up.stop(running)
 
-    log = PostgresEventLog(fresh_database)
-    await log.start()
-    try:
-        report = await verify(log)
-        events = await history(log)
-    finally:
-        await log.close()
+    report, events = await verified_history(fresh_database)
     assert report.identical_pct == 100.0, report.differences
     placed = [e.data for e in events if isinstance(e.data, JobPlaced)]
     assert [p.job_id for p in placed] == [fits]

@@ -1,0 +1,56 @@
+"""Helpers of the end-to-end tests on ``fedsched up``'s embedded stack: a free port for its API, waiting
+for a condition with a timeout, the log's whole history, and ``audit verify`` over it once the stack has
+stopped. Called by the ``tests/services/test_up_*`` modules; calls the log adapters and the verifier."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+from events.catalog.topics import AUDIT, TOPICS
+from events.log.contract import EventLog, TopicPartition
+from events.log.postgres import PostgresEventLog
+from events.log.reading import read_to_end
+from events.wire.codec import decode
+from events.wire.envelope import Envelope
+from services.audit.verify import VerifyReport, verify
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def wait_for(predicate: Any, timeout_s: float) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not await predicate():
+        assert loop.time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.2)
+
+
+async def history(event_log: EventLog) -> list[Envelope]:
+    reader = await event_log.reader()
+    out: list[Envelope] = []
+    try:
+        for spec in TOPICS:
+            if spec is AUDIT:  # the archiver's signed checkpoints: records, not catalogue events
+                continue
+            for partition in range(spec.partitions):
+                async for batch in read_to_end(reader, TopicPartition(spec.name, partition)):
+                    out += [decode(r.headers, r.value) for r in batch]
+    finally:
+        await reader.close()
+    return out
+
+
+async def verified_history(dsn: str) -> tuple[VerifyReport, list[Envelope]]:
+    """``audit verify`` over the embedded log at ``dsn`` and every event in it."""
+    log = PostgresEventLog(dsn)
+    await log.start()
+    try:
+        return await verify(log), await history(log)
+    finally:
+        await log.close()
