@@ -249,18 +249,7 @@ class Executor:
                 cancelled, lifecycle.event_id(self.cluster, key, lifecycle.Transition.CANCELLED)
             )
             return
-        try:
-            manifests = pods.render_pods(placed, job, self.options)
-            namespace = await self._namespace(job)
-            self._placed.add(job_id)
-            for manifest in manifests:
-                await self._create(namespace, manifest)
-        except (pods.RenderError, LaunchFailed) as error:
-            log.warning("event=launch_failed job=%s run=%d error=%r", job_id, run, str(error))
-            await self._failed(placed, str(error))
-            await self.stop(job_id, run, "failed", 0, None)
-            return
-        log.info("event=placed job=%s run=%d pods=%d namespace=%s", job_id, run, len(manifests), namespace)
+        await self._launch(placed, job, "placed")
 
     async def grow(self, added: JobReplicasAdded) -> None:
         """Create the pods of replicas added to a run here (names continue the run's, so a repeat creates
@@ -275,18 +264,23 @@ class Executor:
         if job is None or self.book.cancel_requester(job_id) is not None:
             log.info("event=replicas_added_skipped job=%s run=%d reason=no_job_or_cancelled", job_id, run)
             return
+        await self._launch(added, job, "replicas_added")
+
+    async def _launch(self, decided: JobPlaced | JobReplicasAdded, job: JobSubmitted, what: str) -> None:
+        """Create the pods of the replicas ``decided`` names; a launch that fails fails the run."""
+        job_id, run = decided.job_id, decided.run
         try:
-            manifests = pods.render_pods(added, job, self.options)
+            manifests = pods.render_pods(decided, job, self.options)
             namespace = await self._namespace(job)
             self._placed.add(job_id)
             for manifest in manifests:
                 await self._create(namespace, manifest)
         except (pods.RenderError, LaunchFailed) as error:
             log.warning("event=launch_failed job=%s run=%d error=%r", job_id, run, str(error))
-            await self._failed(added, str(error))
+            await self._failed(decided, str(error))
             await self.stop(job_id, run, "failed", 0, None)
             return
-        log.info("event=replicas_added job=%s run=%d pods=%d namespace=%s", job_id, run, len(manifests), namespace)
+        log.info("event=%s job=%s run=%d pods=%d namespace=%s", what, job_id, run, len(manifests), namespace)
 
     async def _create(self, namespace: str, manifest: Obj) -> None:
         path = f"/api/v1/namespaces/{namespace}/pods"
