@@ -177,7 +177,7 @@ async def test_resources_quota_and_errors_have_tables_json_and_exit_codes(
     code, out, _ = results["resources"]
     assert code == 0 and out.split()[:3] == ["CLUSTER", "GPU", "MODEL"]
     code, out, _ = results["resources json"]
-    assert code == 0 and set(json.loads(out)) == {"clusters", "models"}
+    assert code == 0 and set(json.loads(out)) == {"clusters", "models", "npus"}
     code, out, _ = results["clusters"]
     assert code == 0 and "clusters" in json.loads(out)
     code, out, _ = results["quota"]
