@@ -222,6 +222,17 @@ class SimCluster:
             self.error = error
             await self._close()
             self._done.set()
+        except BaseException as error:
+            if self._stop.is_set():
+                raise
+            # Ended without being asked (only a bug gets here): say so and count as stopped, so that
+            # ``fedsched connector sim`` exits with the error and is started again, rather than living on
+            # without stepping while its runs never end.
+            log.error("event=sim_loop_ended cluster=%s reason=%r", self.cluster, str(error), exc_info=error)
+            self.error = error
+            self._done.set()
+            if not isinstance(error, Exception):
+                raise
 
     async def _step_or_reopen(self) -> None:
         if self._consumer is None:  # a failure closed it: rebuild the model from the log, then go on

@@ -66,8 +66,10 @@ class EventConsumer:
         self._started = True
 
     async def close(self) -> None:
-        await self._follower.close()
-        await self._sink.close()
+        try:
+            await self._follower.close()
+        finally:
+            await self._sink.close()
 
     async def poll_once(self, *, max_records: int = 500, timeout_s: float = 1.0) -> PollResult:
         if not self._started:

@@ -11,6 +11,11 @@ and steps again. Starting over may meet the same outage (a connection to open ag
 end either, the next step meets it again after the backoff. Any other error ends the loop: a bug, or
 ``ProducerFenced`` (another instance took over), which the host handles as it must (under ``fedsched
 up`` and the intake, ``events.plumbing.tasks.Supervised`` restarts a loop that ended on a bug).
+
+A ``CancelledError`` that nobody aimed at the loop's task (a library re-raising the cancellation of a task
+of its own: aiokafka's consumer ``stop()`` did, aiokafka#647) is a failure like another, not an end: left
+to propagate, it ended a simulated cluster's loop in the stop-28 soak as if the host had been stopped,
+while the process lived on without stepping. Only a cancellation of the task itself ends the loop.
 """
 
 from __future__ import annotations
@@ -44,6 +49,12 @@ async def ride_out(
             except Unreachable as error:
                 await _start_over(start_over, outage)
                 await outage.wait(error.dependency, error.error, stop)
+            except asyncio.CancelledError as error:
+                if not stray(error):
+                    raise
+                log.error("event=stray_cancellation component=%s retrying=true", outage.component, exc_info=True)
+                await _start_over(start_over, outage)
+                await outage.wait(dependency, error, stop)
             except Exception as error:
                 if not retry(error):
                     raise
@@ -57,9 +68,19 @@ async def ride_out(
         outage.forget()
 
 
+def stray(error: BaseException) -> bool:
+    """Whether ``error`` is a cancellation the current task did not receive (see the module docstring)."""
+    task = asyncio.current_task()
+    return isinstance(error, asyncio.CancelledError) and task is not None and not task.cancelling()
+
+
 async def _start_over(start_over: Callable[[], Awaitable[None]], outage: Outage) -> None:
     try:
         await start_over()
+    except asyncio.CancelledError as error:
+        if not stray(error):
+            raise
+        log.error("event=stray_cancellation component=%s while=start_over", outage.component, exc_info=True)
     except Exception as error:
         if not isinstance(error, Unreachable) and not transient(error):
             raise
@@ -67,4 +88,4 @@ async def _start_over(start_over: Callable[[], Awaitable[None]], outage: Outage)
         log.debug("event=start_over_failed component=%s error=%r", outage.component, error)
 
 
-__all__ = ["ride_out"]
+__all__ = ["ride_out", "stray"]

@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterable
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from events.log.kafka import stop_quietly
+
 log = logging.getLogger("fedsched.projections.router")
 
 TP = tuple[str, int]
@@ -41,8 +43,8 @@ class SourceProgress:
 
     async def close(self) -> None:
         if self._consumer is not None:
-            await self._consumer.stop()
-            self._consumer = None
+            consumer, self._consumer = self._consumer, None
+            await stop_quietly(consumer)
 
     async def caught_up(
         self,

@@ -116,3 +116,56 @@ async def test_a_host_may_ride_out_more_than_outages_but_never_a_fence() -> None
     steps = Steps(stop, [UnknownTopic("fedsched.decisions")])
     await ride_out(steps.step, stop, quick("test-host"), start_over=steps.start_over, retry=_log_trouble)
     assert steps.starts_over == 1
+
+
+async def _cancelled_elsewhere() -> None:
+    """Raise the CancelledError of a task that is not the caller's (what aiokafka's consumer ``stop()``
+    does with its fetcher's tasks, aiokafka#647)."""
+    other = asyncio.ensure_future(asyncio.Event().wait())
+    await asyncio.sleep(0)
+    other.cancel()
+    await other
+
+
+class StrayCancels(Steps):
+    """Steps whose first call, and whose first start-over, raise a cancellation aimed at another task."""
+
+    def __init__(self, stop: asyncio.Event) -> None:
+        super().__init__(stop, [])
+        self.strays = 2
+
+    async def step(self) -> None:
+        if self.calls == 0:
+            self.calls += 1
+            await _cancelled_elsewhere()
+        await super().step()
+
+    async def start_over(self) -> None:
+        await super().start_over()
+        if self.starts_over == 1:
+            await _cancelled_elsewhere()
+
+
+async def test_a_cancellation_aimed_at_another_task_is_ridden_out_like_a_failure() -> None:
+    stop = asyncio.Event()
+    steps = StrayCancels(stop)
+    await asyncio.wait_for(ride_out(steps.step, stop, quick("test-host"), start_over=steps.start_over), 10)
+    assert steps.starts_over == 1 and steps.calls == 2 and stop.is_set()
+
+
+async def test_cancelling_the_loop_itself_still_ends_it() -> None:
+    stop = asyncio.Event()
+    running = asyncio.Event()
+
+    async def step() -> None:
+        running.set()
+        await asyncio.Event().wait()
+
+    async def start_over() -> None:
+        raise AssertionError("a cancellation of the loop is not a failure to start over from")
+
+    loop = asyncio.create_task(ride_out(step, stop, quick("test-host"), start_over=start_over))
+    await asyncio.wait_for(running.wait(), 10)
+    loop.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await loop
