@@ -306,7 +306,7 @@ def simulate(history: History, config: PolicyConfig) -> Outcome:
                 _account(outcome, before, now, rates, models)
                 added = replace(before[0], placements=decision.replicas)
                 _take(nodes, added)
-                budgets.started(added)  # the rate grows by the new replicas
+                budgets.grew(before[0], decision.replicas, now)
                 running[decision.job_id] = (before[0].grown(decision.replicas), now)
             elif isinstance(decision, Preempt) and decision.victim in running:
                 entry = running.pop(decision.victim)

@@ -195,3 +195,30 @@ def test_a_hard_budget_counts_an_added_replica_from_when_it_was_added() -> None:
     assert spent(None) == 2000 * 10 * hour
     # One of them was added at hour 4: it counts from then.
     assert spent(((4 * hour, 1000),)) == 1000 * 10 * hour + 1000 * 6 * hour
+
+
+def test_a_simulation_counts_an_added_replica_from_when_it_was_added() -> None:
+    from events.catalog.budget_windows import utc
+    from services.scheduler.core.simulated_budgets import SimulatedBudgets
+
+    job = a_job("array").gpus(1).replicas(2, gang=False).build()
+    first = running(job, "cluster-a", ("a1", (0,), 1000))
+    spec = BudgetSpec(tenant=job.tenant, window=BudgetWindow.MONTH, gpu_hours=100)
+    hour = 3_600_000
+    budgets = SimulatedBudgets.of({"b": spec}, {}, lambda _: utc, PolicyConfig())
+    budgets.advance(0)
+    budgets.started(first)
+    budgets.advance(4 * hour)
+    added = running(job, "cluster-a", ("a1", (1,), 1000)).placements
+    budgets.grew(first, added, 4 * hour)
+    grown = replace(first, placements=first.placements + added)
+    budgets.advance(6 * hour)
+    # While it runs: the first replica from its start, the added one from hour 4 (to the run's expected end).
+    (live,) = budgets.in_force(6 * hour, (grown,))
+    assert live.spent_milli_ms == 1000 * 6 * hour + 1000 * 2 * hour
+    budgets.advance(10 * hour)
+    budgets.ended(grown, 10 * hour)
+    (ended,) = budgets.in_force(10 * hour, ())
+    assert ended.spent_milli_ms == 1000 * 10 * hour + 1000 * 6 * hour
+    (window,) = budgets.report(10 * hour)
+    assert window["used_gpu_hours"] == 16.0

@@ -9,7 +9,9 @@ a simulation and the scheduler can never disagree on what a budget has left), th
 
 No governance runs in a simulation: a budget's window is the one the calendar puts the simulated time in
 (governance opens that window as the log's time enters it). A hard budget is in every cycle's snapshot,
-counted from the runs that ended (a ``HeldLedger``) and the running ones, each placed when it started.
+counted from the runs that ended (a ``HeldLedger``) and the running ones, each placed when it started
+and each replica added to it (an elastic top-up, ``grew``) counted from when it was added, as the live
+state counts them.
 Of every budget, hard or soft, each window reports the GPU time its tenants held in it and when that
 crossed 80% and 100% of the budget (to the millisecond: what is held is constant between two moments of
 a simulation); of a hard one, too, the jobs it held back (the core's reason ``BudgetExceeded``: every hard
@@ -62,6 +64,8 @@ class SimulatedBudgets:
     """(budget, job) held back now -> in which window, since when."""
     held_jobs: set[str] = field(default_factory=set)
     """Every job a hard budget held back at least once."""
+    grown: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    """job -> the replicas added to its running run: (when, milli-GPU), in order."""
     _current: dict[str, Window] = field(default_factory=dict)
     _pruned_ms: int = 0
 
@@ -110,24 +114,41 @@ class SimulatedBudgets:
         if tenant in self.rate:
             self.rate[tenant] += _gpu_milli(run)
 
-    def ended(self, run: m.RunningJob, at_ms: int) -> None:
-        """A run ended (or was stopped) at ``at_ms``, having held its GPUs since it started."""
+    def grew(self, run: m.RunningJob, replicas: tuple[m.ReplicaPlacement, ...], at_ms: int) -> None:
+        """``replicas`` were added to ``run`` at ``at_ms`` (the run as it stood before)."""
         tenant = run.job.tenant
+        if tenant not in self.rate:
+            return
+        milli = sum(len(r.gpu_indices) * r.gpu_milli_each for r in replicas)
+        self.rate[tenant] += milli
+        self.grown.setdefault(run.job.job_id, []).append((at_ms, milli))
+
+    def ended(self, run: m.RunningJob, at_ms: int) -> None:
+        """A run ended (or was stopped) at ``at_ms``, having held its first replicas' GPUs since it
+        started and each added replica's since it was added."""
+        tenant = run.job.tenant
+        grown = self.grown.pop(run.job.job_id, [])
         if tenant not in self.rate:
             return
         gpu = _gpu_milli(run)
         self.rate[tenant] -= gpu
         if tenant in self.counted:
-            self.ledger.add(tenant, gpu, run.started_at_ms, at_ms)
+            added = sum(milli for _, milli in grown)
+            self.ledger.add(tenant, gpu - added, run.started_at_ms, at_ms)
+            for since_ms, milli in grown:
+                self.ledger.add(tenant, milli, since_ms, at_ms)
 
     def in_force(self, now_ms: int, running: Collection[m.RunningJob]) -> tuple[m.Budget, ...]:
         """The snapshot's hard budgets at ``now_ms``: what the live state would give with these runs."""
         if not self.counted:
             return ()
-        holdings = Holdings(self.ledger, running, _placed_when_started)
+        holdings = Holdings(self.ledger, running, _placed_when_started, self._grown_of)
         return hard_budgets(
             self.specs, lambda name, _: self.window(name, now_ms), self.cohorts, holdings, now_ms, self.config
         )
+
+    def _grown_of(self, run: m.RunningJob) -> tuple[tuple[int, int], ...]:
+        return tuple(self.grown.get(run.job.job_id, ()))
 
     def decided(self, budgets: tuple[m.Budget, ...], result: CycleResult, waiting: Collection[m.Job]) -> None:
         """What the cycle at ``result.now_ms`` decided on the jobs ``waiting`` for it under ``budgets``."""

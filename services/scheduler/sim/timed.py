@@ -194,7 +194,7 @@ def run_timed(
                     i = fs.index[p.node_id]
                     slots = [int(np.flatnonzero(fs.gpu_index[i] == g)[0]) for g in p.gpu_indices]
                     fs.take(i, dem, slots)
-                budgets.started(replace(grows, placements=d.replicas))  # the rate grows by the new replicas
+                budgets.grew(grows, d.replicas, now)
                 running[d.job_id] = grows.grown(d.replicas)
             elif isinstance(d, Preempt) and d.victim in running:
                 r = running.pop(d.victim)
