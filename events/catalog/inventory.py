@@ -19,7 +19,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, ClassVar
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, StringConstraints, model_validator
 
 from events.catalog.base import Event
 from events.catalog.reasons import ReasonCode
@@ -187,20 +187,49 @@ class GpuHealthSample(Frozen):
     temperature_c: TemperatureC | None = None
 
 
+class NpuHealthSample(Frozen):
+    """One NPU's health. Counters are cumulative since the driver loaded (as ``npu-smi`` reports them)."""
+
+    index: DeviceIndex
+    health: Health
+    errors: NonNegInt
+    """Device errors the driver raised (alarms of any severity)."""
+    last_error_code: Annotated[int, Field(ge=0, le=0xFFFF_FFFF)] | None = None
+    """The most recent error code the driver reported, if any (Ascend's are 32-bit, such as 0x80E18402)."""
+    hbm_ecc_uncorrected: NonNegInt | None = None
+    """``None`` when the card or the producer does not report its memory's ECC counters."""
+    temperature_c: TemperatureC | None = None
+
+
 class GpuHealthReported(NodeEvent):
-    """A connector read the health counters of a node's GPUs."""
+    """A connector read the health counters of a node's accelerators: its GPUs, its NPUs, or both."""
 
     event_type: ClassVar[str] = "io.fedsched.GpuHealthReported"
-    schema_version: ClassVar[int] = 2
+    schema_version: ClassVar[int] = 3
     retired_fields: ClassVar[tuple[str, ...]] = ("gpus.errors",)
 
-    gpus: Annotated[tuple[GpuHealthSample, ...], Field(min_length=1, max_length=64), Unique(("index",), ordered=True)]
+    gpus: Annotated[tuple[GpuHealthSample, ...], Field(max_length=64), Unique(("index",), ordered=True)] = ()
     """One sample per GPU read, sorted by index."""
+    npus: Annotated[tuple[NpuHealthSample, ...], Field(max_length=64), Unique(("index",), ordered=True)] = ()
+    """One sample per NPU read, sorted by index."""
+
+    @model_validator(mode="after")
+    def _samples_something(self) -> GpuHealthReported:
+        if not self.gpus and not self.npus:
+            raise ValueError("gpus, npus: a health report samples at least one GPU or NPU")
+        return self
 
 
 class GpuUsage(Frozen):
     index: DeviceIndex
     utilisation_pct: Percent
+    memory_used_mib: NonNegInt
+
+
+class NpuUsage(Frozen):
+    index: DeviceIndex
+    utilisation_pct: Percent
+    """The AI cores' busy share over the window."""
     memory_used_mib: NonNegInt
 
 
@@ -212,6 +241,10 @@ class JobUsage(Frozen):
     utilisation_pct: Percent = 0
     """Mean utilisation of the job's GPUs on this node."""
     gpu_memory_used_mib: NonNegInt = 0
+    npu_indices: DeviceIndices = ()
+    npu_utilisation_pct: Percent = 0
+    """Mean utilisation of the job's NPUs on this node."""
+    npu_memory_used_mib: NonNegInt = 0
     cpu_milli_used: NonNegInt = 0
     memory_used_mib: NonNegInt = 0
     run: PosInt | None = None
@@ -223,12 +256,14 @@ class NodeUsageReported(NodeEvent):
     """A connector sampled how busy a node and the jobs on it were over a window ending now."""
 
     event_type: ClassVar[str] = "io.fedsched.NodeUsageReported"
-    schema_version: ClassVar[int] = 2
+    schema_version: ClassVar[int] = 3
 
     window_ms: Annotated[int, Field(ge=1, le=24 * 3600 * 1000)]
     cpu_milli_used: NonNegInt = 0
     memory_used_mib: NonNegInt = 0
     gpus: Annotated[tuple[GpuUsage, ...], Field(max_length=64), Unique(("index",), ordered=True)] = ()
+    """Sorted by index."""
+    npus: Annotated[tuple[NpuUsage, ...], Field(max_length=64), Unique(("index",), ordered=True)] = ()
     """Sorted by index."""
     jobs: Annotated[tuple[JobUsage, ...], Field(max_length=256), Unique(("job_id",))] = ()
 
@@ -249,5 +284,7 @@ __all__ = [
     "NodeRemoved",
     "NodeUsageReported",
     "NpuDevice",
+    "NpuHealthSample",
+    "NpuUsage",
     "Taint",
 ]

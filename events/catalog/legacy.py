@@ -33,6 +33,11 @@ History:
   as unset.
 - ``io.fedsched.NodeUsageReported`` v1 -> v2: v2 names the ``run`` each job usage measured. A v1 report
   did not say, so its runs are ``None`` (the projections attribute it by time, as they did).
+- ``io.fedsched.GpuHealthReported`` v2 -> v3: v3 samples a node's NPUs too (``npus``) and a report may
+  sample NPUs only. A v2 report read GPUs only: no NPU samples.
+- ``io.fedsched.NodeUsageReported`` v2 -> v3: v3 measures NPUs (``npus``, and each job's
+  ``npu_indices``, ``npu_utilisation_pct``, ``npu_memory_used_mib``). A v2 report measured GPUs only: no
+  NPU samples, and each job's NPU figures zero (it was given none to measure).
 - ``io.fedsched.ResourceProfileUpdated`` v1 -> v2: v2 counts the GPU failures of the last day
   (``recent_failures``), which explanations name. A v1 profile did not say: ``None``.
 """
@@ -138,6 +143,37 @@ def _gpu_v1_to_v2(gpu: JsonValue) -> JsonValue:
     if "temperature_c" in gpu:
         out["temperature_c"] = gpu["temperature_c"]
     return out
+
+
+class GpuHealthSampleV2(Frozen):
+    index: DeviceIndex
+    health: Health
+    xid_errors: NonNegInt
+    last_xid: Annotated[int, Field(ge=0, le=65_535)] | None = None
+    ecc_corrected: NonNegInt | None = None
+    ecc_uncorrected: NonNegInt | None = None
+    temperature_c: TemperatureC | None = None
+
+
+class GpuHealthReportedV2(Event):
+    """A connector read the health counters of a node's GPUs (v2: GPUs only, at least one)."""
+
+    event_type: ClassVar[str] = "io.fedsched.GpuHealthReported"
+    schema_version: ClassVar[int] = 2
+    key_field: ClassVar[str | None] = "cluster/node"
+    topic: ClassVar[str] = INVENTORY.name
+    retired_fields: ClassVar[tuple[str, ...]] = ("gpus.errors",)
+
+    cluster: ClusterIdField
+    node: NodeIdField
+
+    gpus: Annotated[tuple[GpuHealthSampleV2, ...], Field(min_length=1, max_length=64), Unique(("index",), ordered=True)]
+
+
+@upcaster("io.fedsched.GpuHealthReported", 2)
+def gpu_health_v2_to_v3(payload: Payload) -> Payload:
+    payload["npus"] = []
+    return payload
 
 
 class SchedulingCycleCompletedV1(Event):
@@ -262,6 +298,47 @@ def usage_v1_to_v2(payload: Payload) -> Payload:
     jobs = payload.get("jobs")
     if isinstance(jobs, list):
         payload["jobs"] = [{**job, "run": None} if isinstance(job, dict) else job for job in jobs]
+    return payload
+
+
+class JobUsageV2(Frozen):
+    job_id: JobIdField
+    gpu_indices: DeviceIndices = ()
+    utilisation_pct: Percent = 0
+    gpu_memory_used_mib: NonNegInt = 0
+    cpu_milli_used: NonNegInt = 0
+    memory_used_mib: NonNegInt = 0
+    run: PosInt | None = None
+
+
+class NodeUsageReportedV2(Event):
+    """A connector sampled how busy a node and the jobs on it were (v2: GPUs only, no NPU figures)."""
+
+    event_type: ClassVar[str] = "io.fedsched.NodeUsageReported"
+    schema_version: ClassVar[int] = 2
+    key_field: ClassVar[str | None] = "cluster/node"
+    topic: ClassVar[str] = INVENTORY.name
+
+    cluster: ClusterIdField
+    node: NodeIdField
+    window_ms: Annotated[int, Field(ge=1, le=24 * 3600 * 1000)]
+    cpu_milli_used: NonNegInt = 0
+    memory_used_mib: NonNegInt = 0
+    gpus: Annotated[tuple[GpuUsageV1, ...], Field(max_length=64), Unique(("index",), ordered=True)] = ()
+    jobs: Annotated[tuple[JobUsageV2, ...], Field(max_length=256), Unique(("job_id",))] = ()
+
+
+@upcaster("io.fedsched.NodeUsageReported", 2)
+def usage_v2_to_v3(payload: Payload) -> Payload:
+    payload["npus"] = []
+    jobs = payload.get("jobs")
+    if isinstance(jobs, list):
+        payload["jobs"] = [
+            {**job, "npu_indices": [], "npu_utilisation_pct": 0, "npu_memory_used_mib": 0}
+            if isinstance(job, dict)
+            else job
+            for job in jobs
+        ]
     return payload
 
 
@@ -462,13 +539,17 @@ def quota_usage_v1_to_v2(payload: Payload) -> Payload:
 
 __all__ = [
     "GpuHealthReportedV1",
+    "GpuHealthReportedV2",
     "GpuHealthSampleV1",
+    "GpuHealthSampleV2",
     "GpuUsageV1",
     "JobPlacedV1",
     "JobQueuedV1",
     "JobSubmittedV1",
     "JobUsageV1",
+    "JobUsageV2",
     "NodeUsageReportedV1",
+    "NodeUsageReportedV2",
     "PolicyConfiguredV1",
     "QuotaSetV1",
     "QuotaUsageUpdatedV1",
@@ -478,6 +559,7 @@ __all__ = [
     "TenantRegisteredV1",
     "cycle_v1_to_v2",
     "gpu_health_v1_to_v2",
+    "gpu_health_v2_to_v3",
     "placed_v1_to_v2",
     "policy_v1_to_v2",
     "profile_v1_to_v2",
@@ -487,4 +569,5 @@ __all__ = [
     "submitted_v1_to_v2",
     "tenant_v1_to_v2",
     "usage_v1_to_v2",
+    "usage_v2_to_v3",
 ]

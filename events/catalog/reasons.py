@@ -65,6 +65,7 @@ class ReasonCode(StrEnum):
     NON_ZERO_EXIT = "NonZeroExit"
     OUT_OF_MEMORY = "OutOfMemory"
     GPU_FAILURE = "GpuFailure"
+    NPU_FAILURE = "NpuFailure"
     NODE_FAILURE = "NodeFailure"
     NODE_LOST = "NodeLost"
     NODE_DELETED = "NodeDeleted"
@@ -139,6 +140,7 @@ DESCRIPTIONS = MappingProxyType(
         _R.NON_ZERO_EXIT: "the workload exited with a non-zero code",
         _R.OUT_OF_MEMORY: "the workload ran out of memory",
         _R.GPU_FAILURE: "a GPU failed (XID or uncorrectable ECC error)",
+        _R.NPU_FAILURE: "an NPU failed (a device error its driver reported as fatal)",
         _R.NODE_FAILURE: "the node failed while the job ran",
         _R.NODE_LOST: "the node stopped reporting",
         _R.NODE_DELETED: "the node was removed from the cluster",

@@ -73,6 +73,8 @@ from events.catalog.inventory import (
     NodeRemoved,
     NodeUsageReported,
     NpuDevice,
+    NpuHealthSample,
+    NpuUsage,
     Taint,
 )
 from events.catalog.jobs import (
@@ -93,13 +95,16 @@ from events.catalog.jobs import (
 )
 from events.catalog.legacy import (
     GpuHealthReportedV1,
+    GpuHealthReportedV2,
     GpuHealthSampleV1,
     GpuUsageV1,
     JobPlacedV1,
     JobQueuedV1,
     JobSubmittedV1,
     JobUsageV1,
+    JobUsageV2,
     NodeUsageReportedV1,
+    NodeUsageReportedV2,
     PolicyConfiguredV1,
     QuotaSetV1,
     QuotaUsageUpdatedV1,
@@ -195,6 +200,10 @@ def _inventory() -> list[Event]:
                     temperature_c=83,
                 ),
             ),
+            npus=(
+                NpuHealthSample(index=0, health=Health.OK, errors=0, hbm_ecc_uncorrected=0, temperature_c=54),
+                NpuHealthSample(index=3, health=Health.FAILED, errors=4, last_error_code=0x80E18402, temperature_c=71),
+            ),
         ),
         NodeUsageReported(
             cluster=C1,
@@ -216,6 +225,19 @@ def _inventory() -> list[Event]:
                     memory_used_mib=240_000,
                     run=2,
                 ),
+                JobUsage(
+                    job_id=JobId("npu-serve-0007"),
+                    npu_indices=(0, 1),
+                    npu_utilisation_pct=88,
+                    npu_memory_used_mib=101_000,
+                    cpu_milli_used=12_000,
+                    memory_used_mib=96_000,
+                    run=1,
+                ),
+            ),
+            npus=(
+                NpuUsage(index=0, utilisation_pct=90, memory_used_mib=51_000),
+                NpuUsage(index=1, utilisation_pct=86, memory_used_mib=50_000),
             ),
         ),
     ]
@@ -696,7 +718,20 @@ def _legacy() -> list[Event]:
             jobs=(JobUsageV1(job_id=JOB, gpu_indices=(0,), utilisation_pct=96),),
         ),
         QuotaUsageUpdatedV1(**_quota_usage().model_dump(exclude={"npu_hours_milli"})),
+        GpuHealthReportedV2(**_inventory_of(GpuHealthReported).model_dump(exclude={"npus"})),
+        NodeUsageReportedV2(
+            cluster=C1,
+            node=N1,
+            window_ms=60_000,
+            gpus=(GpuUsageV1(index=0, utilisation_pct=97, memory_used_mib=78_000),),
+            jobs=(JobUsageV2(job_id=JOB, gpu_indices=(0,), utilisation_pct=96, run=2),),
+        ),
     ]
+
+
+def _inventory_of(kind: type[Event]) -> Event:
+    (found,) = (e for e in _inventory() if isinstance(e, kind))
+    return found
 
 
 def samples() -> dict[tuple[str, int], Event]:

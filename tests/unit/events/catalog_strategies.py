@@ -42,9 +42,10 @@ from events.catalog.governance import (
     QuotaRequestSubmitted,
     _Decided,
 )
+from events.catalog.inventory import GpuHealthReported, GpuHealthSample
 from events.catalog.jobs import Interconnect, JobKind, JobSubmitted
 from events.catalog.legacy import JobPlacedV1, JobSubmittedV1, ResourcesV1
-from events.catalog.types import MAX_SAFE_INT, JsonLimits, ResourceKind, Resources, Unique
+from events.catalog.types import MAX_SAFE_INT, Health, JsonLimits, ResourceKind, Resources, Unique
 from events.wire.envelope import Envelope
 
 SIZE_CAP = 3
@@ -316,7 +317,14 @@ def _retry(v: Values) -> Values:
     return v
 
 
+def _health(v: Values) -> Values:
+    if not v["gpus"] and not v["npus"]:  # a report samples at least one device
+        v["gpus"] = (GpuHealthSample(index=0, health=Health.OK, xid_errors=0),)
+    return v
+
+
 FIXUPS: dict[type[BaseModel], Callable[[Values], Values]] = {
+    GpuHealthReported: _health,
     JobRetryScheduled: _retry,
     BudgetSpec: _budget,
     BudgetWindowOpened: lambda v: _ordered_pair(v, "start_ms", "end_ms"),

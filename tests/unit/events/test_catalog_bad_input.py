@@ -140,7 +140,7 @@ def test_an_unknown_type_is_named() -> None:
 
 
 @pytest.mark.parametrize(
-    ("event_type", "version"), [("io.fedsched.JobSubmitted", "3"), ("io.fedsched.GpuHealthReported", "3")]
+    ("event_type", "version"), [("io.fedsched.JobSubmitted", "3"), ("io.fedsched.GpuHealthReported", "4")]
 )
 def test_a_newer_schema_version_than_the_reader_knows_is_refused(event_type: str, version: str) -> None:
     body = payload(REGISTRY.get(event_type))
@@ -232,6 +232,9 @@ def test_every_event_layer_error_code_is_in_the_wire_vocabulary() -> None:
         assert ReasonCode(error.reason_code).value == error.reason_code
 
 
-def test_a_gpu_health_report_needs_at_least_one_gpu() -> None:
-    error = invalid({**payload(GpuHealthReported), "gpus": []}, "io.fedsched.GpuHealthReported")
-    assert (error.field, "at least 1 item" in error.reason) == ("gpus", True)
+def test_a_health_report_needs_at_least_one_gpu_or_npu() -> None:
+    error = invalid({**payload(GpuHealthReported), "gpus": [], "npus": []}, "io.fedsched.GpuHealthReported")
+    assert "at least one GPU or NPU" in error.reason and "gpus, npus" in str(error)
+    # NPUs alone are a report.
+    decode_ok = {**payload(GpuHealthReported), "gpus": []}
+    assert decode_ok["npus"]

@@ -42,7 +42,7 @@ CATALOGUE = {
     "io.fedsched.CohortConfigured": 1,
     "io.fedsched.GovernanceClockTicked": 1,
     "io.fedsched.GovernanceFinding": 1,
-    "io.fedsched.GpuHealthReported": 2,
+    "io.fedsched.GpuHealthReported": 3,
     "io.fedsched.JobCancelRequested": 1,
     "io.fedsched.JobCancelled": 1,
     "io.fedsched.JobFailed": 1,
@@ -62,7 +62,7 @@ CATALOGUE = {
     "io.fedsched.JobSucceeded": 1,
     "io.fedsched.NodeObserved": 1,
     "io.fedsched.NodeRemoved": 1,
-    "io.fedsched.NodeUsageReported": 2,
+    "io.fedsched.NodeUsageReported": 3,
     "io.fedsched.PolicyConfigured": 2,
     "io.fedsched.QuotaRequestApproved": 1,
     "io.fedsched.QuotaRequestRejected": 1,
@@ -107,7 +107,7 @@ def test_a_type_string_is_stable_explicit_and_not_a_module_path() -> None:
 
 
 def test_the_registry_answers_current_and_older_versions_and_refuses_unknown_ones() -> None:
-    assert REGISTRY.get("io.fedsched.GpuHealthReported").schema_version == 2
+    assert REGISTRY.get("io.fedsched.GpuHealthReported").schema_version == 3
     assert REGISTRY.get_version("io.fedsched.GpuHealthReported", 1).schema_version == 1
     assert "io.fedsched.GpuHealthReported" in REGISTRY and "io.fedsched.Nope" not in REGISTRY
     with pytest.raises(UnknownEventType):

@@ -22,7 +22,7 @@ def test_events_list_prints_one_row_per_type_with_version_topic_key_and_descript
     assert lines[0].split()[:5] == ["TYPE", "VERSION", "TOPIC", "KEY", "DESCRIPTION"]
     rows = {line.split()[0]: line.split() for line in lines[1:] if line.startswith("io.fedsched.")}
     assert sorted(rows) == REGISTRY.types()
-    assert rows["io.fedsched.GpuHealthReported"][1:4] == ["2", "fedsched.inventory", "cluster/node"]
+    assert rows["io.fedsched.GpuHealthReported"][1:4] == ["3", "fedsched.inventory", "cluster/node"]
     assert "A client asked to run a job" in " ".join(rows["io.fedsched.JobSubmitted"])
     assert lines[-1] == f"{len(REGISTRY.types())} event types"
 
@@ -32,7 +32,7 @@ def test_events_list_as_json_gives_every_field_for_tools(capsys: pytest.CaptureF
     rows = json.loads(capsys.readouterr().out)
     assert [row["type"] for row in rows] == REGISTRY.types()
     by_type = {row["type"]: row for row in rows}
-    assert by_type["io.fedsched.GpuHealthReported"]["versions"] == [1, 2]
+    assert by_type["io.fedsched.GpuHealthReported"]["versions"] == [1, 2, 3]
     assert by_type["io.fedsched.JobSubmitted"] == {
         "type": "io.fedsched.JobSubmitted",
         "version": 2,
@@ -54,14 +54,19 @@ def test_events_schema_writes_one_json_schema_per_type_and_version(
 
     v1 = json.loads((out / "io.fedsched.GpuHealthReported.v1.json").read_text())
     v2 = json.loads((out / "io.fedsched.GpuHealthReported.v2.json").read_text())
+    v3 = json.loads((out / "io.fedsched.GpuHealthReported.v3.json").read_text())
     assert v1["$id"] == "urn:fedsched:schema:io.fedsched.GpuHealthReported:v1"
-    assert v2["title"] == "io.fedsched.GpuHealthReported v2"
-    assert (v1["x-fedsched-current"], v2["x-fedsched-current"]) == (False, True)
-    assert v2["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert v3["title"] == "io.fedsched.GpuHealthReported v3"
+    assert (v1["x-fedsched-current"], v2["x-fedsched-current"], v3["x-fedsched-current"]) == (False, False, True)
+    assert v3["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert "errors" in v1["$defs"]["GpuHealthSampleV1"]["properties"]
-    assert "xid_errors" in v2["$defs"]["GpuHealthSample"]["properties"]
+    assert "xid_errors" in v2["$defs"]["GpuHealthSampleV2"]["properties"]
+    assert "xid_errors" in v3["$defs"]["GpuHealthSample"]["properties"]
+    assert "last_error_code" in v3["$defs"]["NpuHealthSample"]["properties"]
     gpus = v2["properties"]["gpus"]
     assert (gpus["x-fedsched-unique-by"], gpus["x-fedsched-increasing"], gpus["minItems"]) == (["index"], True, 1)
+    npus = v3["properties"]["npus"]
+    assert (npus["x-fedsched-unique-by"], npus["x-fedsched-increasing"], "minItems" in npus) == (["index"], True, False)
 
     submitted = json.loads((out / "io.fedsched.JobSubmitted.v1.json").read_text())
     assert submitted["additionalProperties"] is False
