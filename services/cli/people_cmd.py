@@ -405,7 +405,7 @@ def _jobs_table(found: Sequence[Any]) -> str:
             j.tenant,
             j.status,
             j.priority_class,
-            gpus(j.gpu_milli * j.replicas),
+            _gpus_held(j),
             j.cluster or "-",
             duration(j.waiting_ms),
             j.last_reason,
@@ -413,6 +413,25 @@ def _jobs_table(found: Sequence[Any]) -> str:
         for j in found
     ]
     return table(["JOB", "NAME", "TENANT", "STATUS", "PRIORITY", "GPUS", "CLUSTER", "WAITED", "REASON"], rows)
+
+
+def _running_fewer(job: Any) -> bool:
+    """Whether the job runs with fewer replicas than it asks (an elastic run not yet grown to all)."""
+    return job.status in ("placed", "running") and 0 < len(job.placement) < job.replicas
+
+
+def _replicas(job: Any) -> str:
+    if _running_fewer(job):
+        return f"running {len(job.placement)} of {job.replicas} replica(s)"
+    return f"{job.replicas} replica(s)"
+
+
+def _gpus_held(job: Any) -> str:
+    """The GPUs a job asks; for a run holding fewer replicas than asked, what it holds of that."""
+    asked = gpus(job.gpu_milli * job.replicas)
+    if _running_fewer(job):
+        return f"{gpus(job.gpu_milli * len(job.placement))} of {asked}"
+    return asked
 
 
 async def show_job(args: argparse.Namespace, client: Client) -> int:
@@ -427,7 +446,7 @@ async def show_job(args: argparse.Namespace, client: Client) -> int:
         ("job", job.job_id),
         ("name", job.name),
         ("tenant", f"{job.tenant} / project {job.project} / queue {job.queue}"),
-        ("kind", f"{job.kind}, {job.priority_class}, {job.replicas} replica(s) x {gpus(job.gpu_milli)} GPU"),
+        ("kind", f"{job.kind}, {job.priority_class}, {_replicas(job)} x {gpus(job.gpu_milli)} GPU"),
         ("status", job.status + (f" on {job.cluster}" if job.cluster else "")),
         ("reason", f"{job.last_reason} {job.last_message}".strip() or "-"),
         ("runs", f"{job.runs} (preempted {job.preemptions} times{retried}), waited {duration(job.waiting_ms)}"),
