@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -46,12 +45,9 @@ from events.catalog.jobs import (
     JobSubmitted,
     JobSucceeded,
 )
-from events.catalog.topics import AUDIT, TOPICS
 from events.catalog.types import QuotaRequestId, ResourceKind, Resources, TenantId
-from events.log.contract import EventLog, TopicPartition
+from events.log.contract import EventLog
 from events.log.publisher import Publisher
-from events.log.reading import read_to_end
-from events.wire.codec import decode
 from events.wire.envelope import Envelope
 from projections.inprocess.runner import ProjectionRunner
 from services.api.embedded import start_embedded
@@ -60,6 +56,7 @@ from services.governance.core.config import MINUTE_MS, GovConfig, IdleRule, Leas
 from services.governance.quota_rules import GovernanceQuotaRules
 from services.runtime import up
 from tests.cli import fedsched
+from tests.services.embedded import free_port, history
 
 pytestmark = [
     pytest.mark.asyncio(loop_scope="session"),
@@ -86,21 +83,6 @@ async def wait_for(predicate: Callable[[], Awaitable[bool]], what: str, timeout_
         await asyncio.sleep(0.2)
 
 
-async def history(event_log: EventLog) -> list[Envelope]:
-    reader = await event_log.reader()
-    out: list[Envelope] = []
-    try:
-        for spec in TOPICS:
-            if spec is AUDIT:  # the archiver's signed checkpoints: records, not catalogue events
-                continue
-            for partition in range(spec.partitions):
-                async for batch in read_to_end(reader, TopicPartition(spec.name, partition)):
-                    out += [decode(r.headers, r.value) for r in batch]
-    finally:
-        await reader.close()
-    return out
-
-
 def of(events: list[Envelope], cls: type) -> list:  # type: ignore[type-arg]
     return [e.data for e in events if isinstance(e.data, cls)]
 
@@ -119,9 +101,7 @@ def job(job_id: str, tenant: str, *, gpus: int = 1, kind: JobKind = JobKind.TRAI
 async def test_idle_reclaim_crash_loop_quota_approval_and_cost_from_raw_events(
     fresh_database: str, tmp_path: Path
 ) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        api_listen = f"127.0.0.1:{probe.getsockname()[1]}"
+    api_listen = f"127.0.0.1:{free_port()}"
     config = up.UpConfig(
         data_dir=tmp_path,
         dsn=fresh_database,

@@ -1,11 +1,14 @@
-"""Helpers of the end-to-end tests on ``fedsched up``'s embedded stack: a free port for its API, waiting
-for a condition with a timeout, the log's whole history, and ``audit verify`` over it once the stack has
-stopped. Called by the ``tests/services/test_up_*`` modules; calls the log adapters and the verifier."""
+"""Helpers of the end-to-end tests on ``fedsched up``'s embedded stack: a free port for its API, the stack
+with an API client for the length of a block, waiting for a condition with a timeout, the log's whole
+history, and ``audit verify`` over it once the stack has stopped. Called by the ``tests/services/test_up_*``
+modules; calls ``services.runtime.up``, the API client, the log adapters and the verifier."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+from collections.abc import AsyncIterator
 from typing import Any
 
 from events.catalog.topics import AUDIT, TOPICS
@@ -14,13 +17,28 @@ from events.log.postgres import PostgresEventLog
 from events.log.reading import read_to_end
 from events.wire.codec import decode
 from events.wire.envelope import Envelope
+from services.api.client import Client, ClientConfig
 from services.audit.verify import VerifyReport, verify
+from services.runtime import up
 
 
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def stack(config: up.UpConfig) -> AsyncIterator[tuple[up.Running, Client]]:
+    """``fedsched up`` with ``config`` and a client of its API (as its operator, with the stack's token),
+    both closed when the block ends however it ends."""
+    running = await up.start(config)
+    client = Client(ClientConfig(server=config.api_listen, token=running.api_token))
+    try:
+        yield running, client
+    finally:
+        await client.close()
+        await up.stop(running)
 
 
 async def wait_for(predicate: Any, timeout_s: float) -> None:

@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 
 from events.catalog.decisions import JobPlaced, JobReplicasAdded
-from services.api.client import Client, ClientConfig
 from services.api.pb import jobs_pb2
 from services.runtime import up
-from tests.services.embedded import free_port, verified_history, wait_for
+from tests.services.embedded import free_port, stack, verified_history, wait_for
 
 pytestmark = [
     pytest.mark.asyncio(loop_scope="session"),
@@ -44,9 +43,7 @@ async def test_a_batch_array_starts_with_what_fits_and_grows_to_all_its_replicas
         sim_speed=10.0,
         api_listen=api,
     )
-    running = await up.start(config)
-    client = Client(ClientConfig(server=api, token=running.api_token))
-    try:
+    async with stack(config) as (_running, client):
 
         async def submit(name: str, replicas: int, gang: bool, runtime_s: int) -> str:
             spec = jobs_pb2.JobSpec(
@@ -84,9 +81,6 @@ async def test_a_batch_array_starts_with_what_fits_and_grows_to_all_its_replicas
         assert sorted(g for slot in found.placement for g in slot.gpu_indices) == [0, 1, 2, 3]
         why = str(await client.call(client.jobs.ExplainJob, jobs_pb2.ExplainJobRequest(job_id=array)))
         assert "all 4 replicas run now" in why, why
-    finally:
-        await client.close()
-        await up.stop(running)
 
     report, events = await verified_history(fresh_database)
     assert report.identical_pct == 100.0, report.differences

@@ -14,10 +14,9 @@ import pytest
 from events.catalog.decisions import JobPlaced, JobRetryScheduled
 from events.catalog.jobs import JobFailed, JobSucceeded
 from events.catalog.reasons import ReasonCode
-from services.api.client import Client, ClientConfig
 from services.api.pb import jobs_pb2
 from services.runtime import up
-from tests.services.embedded import free_port, history, verified_history, wait_for
+from tests.services.embedded import free_port, history, stack, verified_history, wait_for
 
 pytestmark = [
     pytest.mark.asyncio(loop_scope="session"),
@@ -42,9 +41,7 @@ async def test_a_node_lost_under_critical_training_is_retried_on_the_other_node_
         sim_speed=60.0,
         api_listen=api,
     )
-    running = await up.start(config)
-    client = Client(ClientConfig(server=api, token=running.api_token))
-    try:
+    async with stack(config) as (running, client):
         spec = jobs_pb2.JobSpec(
             name="llama-pretrain",
             tenant="team-a",
@@ -80,9 +77,6 @@ async def test_a_node_lost_under_critical_training_is_retried_on_the_other_node_
         got = await client.call(client.jobs.GetJob, jobs_pb2.GetJobRequest(job_id=job_id))
         retried = [t for t in got.timeline if t.event == "JobRetryScheduled"]
         assert len(retried) == 1 and retried[0].message.startswith(f"retry 1 of 3 after node {lost} failed"), got
-    finally:
-        await client.close()
-        await up.stop(running)
 
     report, every = await verified_history(fresh_database)
     events = [e.data for e in every if getattr(e.data, "job_id", None) == job_id]

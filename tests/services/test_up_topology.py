@@ -13,10 +13,9 @@ import pytest
 from events.catalog.decisions import JobPlaced, JobQueued
 from events.catalog.pending_reasons import PendingReason
 from events.catalog.reasons import ReasonCode
-from services.api.client import Client, ClientConfig
 from services.api.pb import jobs_pb2
 from services.runtime import up
-from tests.services.embedded import free_port, verified_history, wait_for
+from tests.services.embedded import free_port, stack, verified_history, wait_for
 
 pytestmark = [
     pytest.mark.asyncio(loop_scope="session"),
@@ -48,9 +47,7 @@ async def test_a_job_requiring_rdma_lands_inside_one_fabric_and_one_too_big_wait
         sim_speed=1.0,
         api_listen=api,
     )
-    running = await up.start(config)
-    client = Client(ClientConfig(server=api, token=running.api_token))
-    try:
+    async with stack(config) as (running, client):
 
         async def submit(name: str, replicas: int) -> str:
             spec = jobs_pb2.JobSpec(
@@ -92,9 +89,6 @@ async def test_a_job_requiring_rdma_lands_inside_one_fabric_and_one_too_big_wait
         assert "needs 4 replicas in one RDMA fabric; the largest with room is ib-a in sim-1 with room for 3" in why, why
         why = str(await client.call(client.jobs.ExplainJob, jobs_pb2.ExplainJobRequest(job_id=never)))
         assert "the largest, ib-b, holds at most 4 even when empty" in why, why
-    finally:
-        await client.close()
-        await up.stop(running)
 
     report, events = await verified_history(fresh_database)
     assert report.identical_pct == 100.0, report.differences
