@@ -54,6 +54,7 @@ def specs(backing: Backing, workdir: Path, ports: list[int], *, signing: bool) -
             "projections",
             metrics[3],
             *("projections", "worker", "--log", log, "--dsn", dsn, "--lag-every-s", "1"),
+            *("--data-dir", str(workdir / "projections")),  # faust's default is a folder in the working directory
         ),
         served(
             "archiver",
