@@ -168,6 +168,8 @@ class Submission:
     expected_runtime_s: int | None = None
     max_runtime_s: int | None = None
     application_retries: int = 0
+    npus: int = 0
+    """Per replica."""
 
 
 @record
@@ -256,6 +258,8 @@ class JobView:
     """Runs that failed and were retried (``JobRetryScheduled``): ``runs`` counts every attempt."""
     application_retries: int = 0
     """Retries the job asked for after its workload fails a run (``retry.on_application_failure``)."""
+    npus: int = 0
+    """NPUs per replica, as submitted."""
     waiting_ms: int = 0
     queued_since_ms: int | None = None
     last_reason: str = ""
@@ -432,6 +436,7 @@ def _fact(event: Event, kind: str, order: Order, now: int) -> Fact:
             event.expected_runtime_s,
             event.max_runtime_s,
             event.retry.on_application_failure,
+            r.npus,
         )
         return Fact(order, now, kind, 0, "Submitted", "", submission)
     if isinstance(event, JobQueued):
@@ -642,6 +647,7 @@ def _submitted(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobVi
         expected_runtime_s=s.expected_runtime_s,
         max_runtime_s=s.max_runtime_s,
         application_retries=s.application_retries,
+        npus=s.npus,
         submitted_ms=now,
         status=status,
         queued_since_ms=now if first else view.queued_since_ms,

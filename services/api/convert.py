@@ -103,6 +103,7 @@ def job(row: JobSummary, *, now_ms: int, with_timeline: bool = False) -> jobs_pb
         cluster=row.cluster or "",
         replicas=row.replicas,
         gpu_milli=row.gpu_milli,
+        npus=row.npus,
         waiting_ms=_waited(row.waiting_ms, row.queued_since_ms, row.status, now_ms),
         run=row.run,
         runs=row.runs,
@@ -138,6 +139,7 @@ def accepted_job(entry: Submission, *, with_timeline: bool = False) -> jobs_pb2.
         status="submitted",
         replicas=event.replicas,
         gpu_milli=event.resources.total_gpu_milli(),
+        npus=event.resources.npus,
         submitted_ms=entry.created_ms,
         last_reason="Submitted",
     )

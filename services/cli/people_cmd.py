@@ -384,6 +384,7 @@ def _waiting_table(found: Sequence[Any]) -> str:
             f"{j.tenant}/{j.queue}",
             j.priority_class,
             gpus(j.gpu_milli * j.replicas),
+            j.npus * j.replicas or "",
             j.pending_reason,
             j.tenant_queue_position if j.HasField("tenant_queue_position") else "-",
             j.federation_position if j.HasField("federation_position") else "-",
@@ -393,7 +394,7 @@ def _waiting_table(found: Sequence[Any]) -> str:
         ]
         for j in order
     ]
-    headers = ["JOB", "NAME", "QUEUE", "PRIORITY", "GPUS", "PENDING", "IN-QUEUE", "IN-FED", "ETA", "WAITED"]
+    headers = ["JOB", "NAME", "QUEUE", "PRIORITY", "GPUS", "NPUS", "PENDING", "IN-QUEUE", "IN-FED", "ETA", "WAITED"]
     return table([*headers, "REASON"], rows, blank="-")
 
 
@@ -405,19 +406,25 @@ def _jobs_table(found: Sequence[Any]) -> str:
             j.tenant,
             j.status,
             j.priority_class,
-            _gpus_held(j),
+            _held(j, gpus(j.gpu_milli * len(j.placement)), gpus(j.gpu_milli * j.replicas)) if j.gpu_milli else "-",
+            _held(j, str(j.npus * len(j.placement)), str(j.npus * j.replicas)) if j.npus else "-",
             j.cluster or "-",
             duration(j.waiting_ms),
             j.last_reason,
         ]
         for j in found
     ]
-    return table(["JOB", "NAME", "TENANT", "STATUS", "PRIORITY", "GPUS", "CLUSTER", "WAITED", "REASON"], rows)
+    return table(["JOB", "NAME", "TENANT", "STATUS", "PRIORITY", "GPUS", "NPUS", "CLUSTER", "WAITED", "REASON"], rows)
 
 
 def _running_fewer(job: Any) -> bool:
     """Whether the job runs with fewer replicas than it asks (an elastic run not yet grown to all)."""
     return job.status in ("placed", "running") and 0 < len(job.placement) < job.replicas
+
+
+def _per_replica(job: Any) -> str:
+    devices = [f"{gpus(job.gpu_milli)} GPU"] if job.gpu_milli or not job.npus else []
+    return " + ".join([*devices, *([f"{job.npus} NPU"] if job.npus else [])])
 
 
 def _replicas(job: Any) -> str:
@@ -426,12 +433,9 @@ def _replicas(job: Any) -> str:
     return f"{job.replicas} replica(s)"
 
 
-def _gpus_held(job: Any) -> str:
-    """The GPUs a job asks; for a run holding fewer replicas than asked, what it holds of that."""
-    asked = gpus(job.gpu_milli * job.replicas)
-    if _running_fewer(job):
-        return f"{gpus(job.gpu_milli * len(job.placement))} of {asked}"
-    return asked
+def _held(job: Any, held: str, asked: str) -> str:
+    """What a job asks; for a run holding fewer replicas than asked, what it holds of that ("2/4")."""
+    return f"{held}/{asked}" if _running_fewer(job) else asked
 
 
 async def show_job(args: argparse.Namespace, client: Client) -> int:
@@ -446,7 +450,7 @@ async def show_job(args: argparse.Namespace, client: Client) -> int:
         ("job", job.job_id),
         ("name", job.name),
         ("tenant", f"{job.tenant} / project {job.project} / queue {job.queue}"),
-        ("kind", f"{job.kind}, {job.priority_class}, {_replicas(job)} x {gpus(job.gpu_milli)} GPU"),
+        ("kind", f"{job.kind}, {job.priority_class}, {_replicas(job)} x {_per_replica(job)}"),
         ("status", job.status + (f" on {job.cluster}" if job.cluster else "")),
         ("reason", f"{job.last_reason} {job.last_message}".strip() or "-"),
         ("runs", f"{job.runs} (preempted {job.preemptions} times{retried}), waited {duration(job.waiting_ms)}"),

@@ -106,10 +106,11 @@ async def test_a_person_submits_lists_inspects_explains_watches_and_cancels(
         code, out, _ = results["queued"]  # where each waiting job stands, as columns
         header, row = (line.split() for line in out.splitlines()[:2])
         assert code == 0 and header == [
-            "JOB", "NAME", "QUEUE", "PRIORITY", "GPUS", "PENDING", "IN-QUEUE", "IN-FED", "ETA", "WAITED", "REASON"
+            "JOB", "NAME", "QUEUE", "PRIORITY", "GPUS", "NPUS", "PENDING", "IN-QUEUE", "IN-FED", "ETA", "WAITED",
+            "REASON",
         ]  # fmt: skip
-        assert row[0] == job_id and row[2] == "team-a/default" and row[5:8] == ["capacity", "3", "12"]
-        assert row[8] == "in" and row[9][0].isdigit()  # "in 11h20m": the estimated start, from now
+        assert row[0] == job_id and row[2] == "team-a/default" and row[5:9] == ["-", "capacity", "3", "12"]
+        assert row[9] == "in" and row[10][0].isdigit()  # "in 11h20m": the estimated start, from now
         code, out, _ = results["by reason"]
         [listed] = json.loads(out)["jobs"]
         assert (listed["pending_reason"], listed["tenant_queue_position"], listed["federation_position"]) == (

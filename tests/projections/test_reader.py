@@ -165,3 +165,8 @@ async def test_npu_hours_are_read_with_their_kind_and_never_count_in_gpu_hour_bu
     }
     # Half a GPU-hour: the run's 2 NPU-hours are not GPU time.
     assert await reads.allocated_within(["team-a"], 0, 3_600_000) == 1000 * 1_800_000
+    # The job's row says what each replica asks, NPUs included (the API's Job.npus, the CLI's NPUS).
+    job, _ = await reads.job_and_positions("j1")
+    assert job is not None and (job.gpu_milli, job.npus, job.replicas) == (1000, 4, 1)
+    (listed,) = await reads.jobs(JobFilter(), None, 10, None)
+    assert listed.npus == 4

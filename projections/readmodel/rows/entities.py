@@ -86,6 +86,7 @@ def _job_rows(key: str, job: JobView) -> Sequence[Row]:
             job.expected_runtime_s,
             job.max_runtime_s,
             job.retries,
+            job.npus,
         )
     ]
 

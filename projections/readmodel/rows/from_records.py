@@ -85,6 +85,7 @@ def _summary_fields(r: Record) -> dict[str, Any]:
         "cluster": None if cluster is None else ClusterId(cluster),
         "replicas": _int(r, "replicas"),
         "gpu_milli": _int(r, "gpu_milli"),
+        "npus": _int(r, "npus"),
         "submitted_ms": _maybe_int(r, "submitted_ms"),
         "placed_ms": _maybe_int(r, "placed_ms"),
         "started_ms": _maybe_int(r, "started_ms"),

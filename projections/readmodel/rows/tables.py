@@ -109,6 +109,7 @@ JOBS = Table(
         ("expected_runtime_s", "bigint"),
         ("max_runtime_s", "bigint"),
         ("retries", "int"),  # runs that failed and were retried (``runs`` counts every attempt)
+        ("npus", "int"),  # per replica, as gpu_milli
     ),
     _JOB_INDEXES,
 )

@@ -73,6 +73,8 @@ class JobSummary:
     cluster: ClusterId | None
     replicas: int
     gpu_milli: int
+    npus: int
+    """Per replica, as gpu_milli is."""
     submitted_ms: int | None
     placed_ms: int | None
     started_ms: int | None
