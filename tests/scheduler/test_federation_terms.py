@@ -107,3 +107,13 @@ def test_a_tie_names_no_term_though_the_terms_differ():
     (p,) = [d for d in schedule(snap, PolicyConfig(cluster_weights=weights)).decisions if isinstance(d, Place)]
     assert dict(p.chosen.breakdown)["total"] == dict(p.runner_up.breakdown)["total"], p.message
     assert " over " not in p.message and "a tie decided by the stable cluster order" in p.message
+
+
+def test_a_placement_with_no_runner_up_says_its_cluster_was_the_only_one_with_room():
+    both = place(a_job("small").gpus(2), cluster("sim-1"), cluster("sim-2"))
+    assert both.runner_up is not None and "the only one" not in both.message
+    nodes = [a_node("n1").cluster("sim-1").build(), a_node("n2").cluster("sim-2").gpus(4).build()]
+    r = schedule(snapshot(nodes, [a_job("whole").gpus(8).build()], clusters=[cluster("sim-1"), cluster("sim-2")]))
+    (only,) = [d for d in r.decisions if isinstance(d, Place)]
+    assert only.cluster == "sim-1" and only.runner_up is None
+    assert "the only one of the federation's 2 clusters with room for it now" in only.message

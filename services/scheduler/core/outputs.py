@@ -50,7 +50,7 @@ _TEXT = 4096
 _VICTIMS = 256
 
 
-DECISION_ENGINE = "fedsched-decisions-7"
+DECISION_ENGINE = "fedsched-decisions-8"
 """The name of this code's decisions, recorded with every cycle. Change it in the same commit as anything
 that makes the same inputs give other decision events: a choice of the policy core, a reason, a message's
 words or figures, how an event is built. ``tests/scheduler/test_decision_engine.py`` holds the digest of
@@ -104,7 +104,9 @@ effort). ``-7`` makes work that is not a gang elastic: a job of several replicas
 starts with what fits in one cluster (at least one replica, or an inference service's
 ``inference.min_replicas``; ``-6`` started only inference services smaller, and kept them so) and its run
 grows there as room appears, in queue order and under its quota and budgets, never by preempting
-(``JobReplicasAdded``); the placement says "running N of M replicas; K wait for room"."""
+(``JobReplicasAdded``); the placement says "running N of M replicas; K wait for room". ``-8`` says of a
+placement with no runner-up that its cluster was the only one of the federation's with room for it now
+(``-7`` said nothing of the others)."""
 
 
 def cycle_id(sequence: int) -> CycleId:

@@ -421,6 +421,8 @@ def _place(
     reasons = [ReasonCode.PLACED] + ([ReasonCode.BACKFILLED] if backfilled else [])
     gpus = ", ".join(_devices(p) for p in replicas)
     alt = f"; runner-up {runner.cluster} scored {ranked[1].total} vs {ranked[0].total}" if runner is not None else ""
+    if runner is None and len(fs.clusters) > 1:  # no comparison to give: say that none was possible
+        alt = f"; the only one of the federation's {len(fs.clusters)} clusters with room for it now"
     if runner is not None and ranked[1].total == ranked[0].total:
         # Equal scores: say what decided, so "why there" never reads as chance.
         if ranked[1].placement_cost != ranked[0].placement_cost:
