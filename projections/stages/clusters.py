@@ -69,6 +69,9 @@ class PricedUsage(Delta):
     cost_micro: int
     currency: str
     sample: bool
+    part: str = ""
+    """Which part of the run (its node; "" for the whole run): a run's replicas on nodes of one model
+    are several parts of one bucket, each counted once."""
 
 
 def usage_key(tenant: str, cluster: str, model: str, hour_ms: int, kind: str = "gpu") -> str:
@@ -143,6 +146,7 @@ def _price_interval(view: ClusterView, interval: UsageInterval) -> list[Emitted]
             _cost(view, interval.gpu_model, milli_ms),
             view.currency,
             False,
+            interval.part,
         )
         key = usage_key(interval.tenant, view.cluster, interval.gpu_model, hour, interval.kind)
         emitted.append(Routed("usage", key, piece))

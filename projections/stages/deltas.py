@@ -44,7 +44,10 @@ class QueueAllocation(Delta):
     """When this hold or release happened (a release may be folded later than it happened)."""
     npus: int = 0
     npu_model: str | None = None
-    """The model of the NPUs held (the first replica's node fills it in, as ``gpu_model``)."""
+    """The model of the NPUs held (the node fills it in, as ``gpu_model``)."""
+    part: str = ""
+    """The node whose replicas of the run this holds ("" for the whole run): a run holds its queue node by
+    node, each part counted under the model of its own node."""
 
 
 @record
@@ -97,8 +100,12 @@ class UsageInterval(Delta):
     kind: str = "gpu"
     """The device kind held: "gpu" or "npu" (``DEVICE_KINDS``); the two are counted apart."""
     grown: tuple[tuple[int, int], ...] = ()
-    """(from ms, milli-GPU) of each ``JobReplicasAdded`` of the run: one interval per run still (the usage
-    stage counts a run once per hour), the added replicas' time counted from when they were added."""
+    """(from ms, milli-GPU) of the replicas added to the run later (``JobReplicasAdded``), counted from
+    when they were added."""
+    part: str = ""
+    """The node whose replicas of the run this interval counts ("" for the whole run): a run's time is
+    counted node by node, each priced at the rate of its own node's model (the usage stage counts each
+    part of a run once per hour)."""
 
 
 @record

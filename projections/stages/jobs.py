@@ -247,10 +247,9 @@ class JobView:
     placement: tuple[ReplicaSlot, ...] = ()
     """Every replica the current run holds: its placement's, then those added to it (``JobReplicasAdded``);
     ``replicas`` is what the job asks."""
-    grown: tuple[tuple[int, int], ...] = ()
-    """The current run's additions: when, and the milli-GPU they hold (its GPU time counts them from then)."""
-    grown_npus: tuple[tuple[int, int], ...] = ()
-    """The current run's additions that hold NPUs: when, and how many (its NPU time counts them from then)."""
+    added_since: tuple[int, ...] = ()
+    """When each replica added to the current run was added, in the order ``placement`` lists them (its
+    last ones): a run's time is counted node by node, each replica from when it was held."""
     run: int = 0
     runs: int = 0
     preemptions: int = 0
@@ -684,8 +683,7 @@ def _placed(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView,
         status="placed",
         cluster=placement.cluster,
         placement=placement.slots,
-        grown=(),
-        grown_npus=(),
+        added_since=(),
         run=fact.run,
         runs=view.runs + 1,
         placed_ms=now,
@@ -713,16 +711,13 @@ def _added(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView, 
     assert isinstance(added, Placement)
     if fact.run != view.run or not view.allocated or added.cluster != view.cluster:
         return _log(view, now, view.status, fact, **extra), []
-    milli = sum(len(slot.gpu_indices) * slot.gpu_milli_each for slot in added.slots)
-    npus = _npus(added.slots)
     view = _log(
         view,
         now,
         view.status,
         fact,
         placement=(*view.placement, *added.slots),
-        grown=(*view.grown, (now, milli)),
-        grown_npus=(*view.grown_npus, (now, npus)) if npus else view.grown_npus,
+        added_since=(*view.added_since, *(now,) * len(added.slots)),
         **extra,
     )
     return view, _hold(view, view.placed_ms if view.placed_ms is not None else now, {s.node for s in added.slots})
@@ -852,11 +847,9 @@ def _hold(view: JobView, now: int, only: set[str] | None = None) -> list[Emitted
             view.job_id, view.run, True, view.tenant, view.cpu_milli * n, view.memory_mib * n, gpu, npus
         )
         emitted.append(Routed("nodes", f"{view.cluster}/{node}", delta))
-    emitted.append(
-        _via_node(
-            view.cluster, view.placement, _queue_delta(view, view.run, True, now, now, npus=_npus(view.placement))
-        )
-    )
+        # The queue holds the run node by node, each part of the model of its own node.
+        hold = _queue_delta(view, view.run, True, now, now, view.cluster, slots)
+        emitted.append(Routed("nodes", f"{view.cluster}/{node}", hold))
     return emitted
 
 
@@ -877,35 +870,37 @@ def _release(view: JobView, now: int) -> list[Emitted]:
 def _release_accounting(
     view: JobView, run: int, cluster: str, placement: tuple[ReplicaSlot, ...], placed_ms: int, now: int
 ) -> list[Emitted]:
-    """The run gives its queue hold back and reports the GPU and NPU time it held, from ``placed_ms`` to
-    ``now`` (one interval per kind, so NPU time is never counted as GPU time)."""
+    """The run gives its queue hold back and reports the GPU and NPU time it held, from ``placed_ms`` (an
+    added replica: from when it was added) to ``now``: one interval per node and device kind, so each
+    node's model prices its own replicas' time and NPU time is never counted as GPU time."""
     if view.orphan:
         return []
-    emitted: list[Emitted] = [
-        _via_node(cluster, placement, _queue_delta(view, run, False, placed_ms, now, cluster, npus=_npus(placement)))
-    ]
-    total = sum(len(slot.gpu_indices) * slot.gpu_milli_each for slot in placement)
-    grown = view.grown if run == view.run else ()  # a superseded run's additions were not kept (see ``_added``)
-    base = total - sum(milli for _, milli in grown)
-    if total:
-        interval = UsageInterval(
-            view.job_id, run, view.tenant, view.project, cluster, "", base, placed_ms, now, grown=grown
-        )
-        emitted.append(_via_node(cluster, placement, interval))
-    npus = _npus(placement)
-    if npus:
-        added = tuple((since, 1000 * n) for since, n in view.grown_npus) if run == view.run else ()
-        base_npus = 1000 * npus - sum(milli for _, milli in added)
-        held = UsageInterval(
-            view.job_id, run, view.tenant, view.project, cluster, "", base_npus, placed_ms, now, "npu", added
-        )
-        emitted.append(_via_node(cluster, placement, held))
+    emitted: list[Emitted] = []
+    added = view.added_since if run == view.run else ()  # a superseded run's additions were not kept
+    since = (placed_ms,) * (len(placement) - len(added)) + added
+    per_node: dict[str, list[tuple[int, ReplicaSlot]]] = {}
+    for at, slot in zip(since, placement, strict=True):
+        per_node.setdefault(slot.node, []).append((at, slot))
+    for node, held in per_node.items():
+        release = _queue_delta(view, run, False, placed_ms, now, cluster, [slot for _, slot in held])
+        emitted.append(Routed("nodes", f"{cluster}/{node}", release))
+        for kind, each in (("gpu", _gpu_milli), ("npu", _npu_milli)):
+            base = sum(each(slot) for at, slot in held if at <= placed_ms)
+            grown = tuple((at, each(slot)) for at, slot in held if at > placed_ms and each(slot))
+            if base or grown:
+                interval = UsageInterval(
+                    view.job_id, run, view.tenant, view.project, cluster, "", base, placed_ms, now, kind, grown, node
+                )
+                emitted.append(Routed("nodes", f"{cluster}/{node}", interval))
     return emitted
 
 
-def _via_node(cluster: str, placement: tuple[ReplicaSlot, ...], delta: QueueAllocation | UsageInterval) -> Routed:
-    """The GPU (NPU) model lives with the node: the first replica's node fills it in and passes it on."""
-    return Routed("nodes", f"{cluster}/{placement[0].node}", delta)
+def _gpu_milli(slot: ReplicaSlot) -> int:
+    return len(slot.gpu_indices) * slot.gpu_milli_each
+
+
+def _npu_milli(slot: ReplicaSlot) -> int:
+    return 1000 * len(slot.npu_indices)
 
 
 def _npus(placement: tuple[ReplicaSlot, ...]) -> int:
@@ -913,22 +908,23 @@ def _npus(placement: tuple[ReplicaSlot, ...]) -> int:
 
 
 def _queue_delta(
-    view: JobView, run: int, held: bool, since: int, now: int, cluster: str | None = None, *, npus: int = 0
+    view: JobView, run: int, held: bool, since: int, now: int, cluster: str, slots: Sequence[ReplicaSlot]
 ) -> QueueAllocation:
-    # What the run holds: as many replicas as its placement names (fewer than the job asks for a run
-    # that started smaller and has not grown to all of them yet).
-    replicas = len(view.placement) if view.allocated and run == view.run else view.replicas
+    """What a run holds of its queue on one node (``slots``: its replicas there): one part of the run, of
+    the model of that node (a run that grows holds more there, or holds on more nodes)."""
+    replicas = len(slots)
     return QueueAllocation(
         view.job_id,
         run,
         held,
         queue_key(view.tenant, view.queue),
-        cluster or view.cluster or "",
+        cluster,
         view.cpu_milli * replicas,
         view.memory_mib * replicas,
-        view.gpu_milli * replicas,
+        sum(_gpu_milli(slot) for slot in slots),
         None,
         since,
         now,
-        npus,
+        _npus(tuple(slots)),
+        part=slots[0].node,
     )

@@ -105,9 +105,10 @@ class QueueQuota:
     queue: str
     lines: tuple[QuotaLineState, ...] = ()
     holdings: PMap[str, Holding] = field(default_factory=PMap)
-    """By job."""
+    """By job and part (``job@node``: a run holds its queue node by node; ``job`` for a whole-run hold)."""
     released_runs: RunSet = field(default_factory=lambda: RunSet(cap=RELEASED_RUNS))
-    """(job, run) pairs; the latest ``RELEASED_RUNS`` in their sorted order (a full set drops its smallest)."""
+    """(job, run, part) triples; the latest ``RELEASED_RUNS`` in their sorted order (a full set drops its
+    smallest)."""
     gpu_milli_ms_consumed: int = 0
     npu_milli_ms_consumed: int = 0
     """NPU time of the runs given back (1000 per NPU x ms), apart from GPU time."""
@@ -198,9 +199,12 @@ class QuotaStage:
 
 
 def _allocation(quota: QueueQuota, delta: QueueAllocation, now: int) -> QueueQuota:
+    """A run holds (or gives back) its part on one node: holdings are kept per job and part, so a run over
+    nodes of several models counts each part under its own model."""
     holdings = quota.holdings
-    current = holdings.get(delta.job_id)
-    run = (delta.job_id, delta.run)
+    key = f"{delta.job_id}@{delta.part}" if delta.part else delta.job_id
+    current = holdings.get(key)
+    run = (delta.job_id, delta.run, delta.part)
     was_released = run in quota.released_runs
     if delta.held:
         if was_released or (current is not None and current.run > delta.run):
@@ -216,14 +220,14 @@ def _allocation(quota: QueueQuota, delta: QueueAllocation, now: int) -> QueueQuo
             delta.npu_model,
         )
         totals = quota.totals if current is None else quota.totals.plus(current, -1)
-        return evolve(quota, holdings=holdings.set(delta.job_id, holding), totals=totals.plus(holding, 1))
+        return evolve(quota, holdings=holdings.set(key, holding), totals=totals.plus(holding, 1))
     if was_released:
         return quota
     held_ms = max(0, (delta.at_ms or now) - delta.since_ms)
     consumed = delta.gpu_milli * held_ms
     totals = quota.totals
     if current is not None and current.run == delta.run:
-        holdings = holdings.remove(delta.job_id)
+        holdings = holdings.remove(key)
         totals = totals.plus(current, -1)
     return evolve(
         quota,
@@ -233,6 +237,11 @@ def _allocation(quota: QueueQuota, delta: QueueAllocation, now: int) -> QueueQuo
         npu_milli_ms_consumed=quota.npu_milli_ms_consumed + 1000 * delta.npus * held_ms,
         totals=totals,
     )
+
+
+def running_jobs(quota: QueueQuota) -> int:
+    """Jobs holding the queue now (a run holds it node by node: one job, however many parts)."""
+    return len({holding.job_id for _, holding in quota.holdings.items()})
 
 
 def usage_facts(quota: QueueQuota) -> UsageFacts:

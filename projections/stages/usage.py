@@ -30,7 +30,8 @@ class UsageBucket:
     used_milli_ms: int = 0
     cost_micro: int = 0
     currency: str = ""
-    runs: tuple[tuple[str, int], ...] = ()
+    runs: tuple[tuple[str, int, str], ...] = ()
+    """(job, run, part) of every run counted here (a part: the run's replicas on one node)."""
     projects: tuple[tuple[str, int, int], ...] = ()  # (project, allocated milli-ms, cost micro)
     applied: Applied = field(default_factory=Applied)
     kind: str = "gpu"
@@ -62,7 +63,7 @@ class UsageStage(Silent[UsageBucket]):
         if piece.sample:
             bucket = evolve(bucket, used_milli_ms=bucket.used_milli_ms + piece.used_milli_ms)
         else:
-            run = (piece.job_id, piece.run)
+            run = (piece.job_id, piece.run, piece.part)
             at = bisect_left(bucket.runs, run)
             if at < len(bucket.runs) and bucket.runs[at] == run:
                 return entity, []

@@ -19,6 +19,7 @@ ADDED = (
     "expected_runtime_s",
     "max_runtime_s",
     "retries",
+    "npus",
 )
 """The jobs table's columns added since it was first made, in the order they were added."""
 LISTING = (

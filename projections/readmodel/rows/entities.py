@@ -25,7 +25,7 @@ from projections.stages.documents import DocumentView
 from projections.stages.fleet import FleetState
 from projections.stages.jobs import JobView
 from projections.stages.nodes import NodeProfile, healthy_npus, profile_facts
-from projections.stages.quota import QueueQuota, usage_facts
+from projections.stages.quota import QueueQuota, running_jobs, usage_facts
 from projections.stages.shapes import ShapeCount
 from projections.stages.usage import UsageBucket
 
@@ -148,7 +148,7 @@ def _quota_rows(key: str, quota: QueueQuota) -> Sequence[Row]:
         {"resource": r, "gpu_model": m, "used": u, "guaranteed": g, "limit": limit, "borrowed": b}
         for r, m, u, g, limit, b in lines
     ]  # what the published QuotaUsage lines say, as JSON
-    return [(key, quota.tenant, quota.queue, _json(usage), gpu_hours_milli, len(quota.holdings), npu_hours_milli)]
+    return [(key, quota.tenant, quota.queue, _json(usage), gpu_hours_milli, running_jobs(quota), npu_hours_milli)]
 
 
 def _usage_rows(key: str, bucket: UsageBucket) -> Sequence[Row]:

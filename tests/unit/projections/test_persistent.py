@@ -108,14 +108,14 @@ class _OldQuota:
 
     def __init__(self) -> None:
         self.holdings: tuple[tuple[str, int, int, str | None], ...] = ()
-        self.released: tuple[tuple[str, int], ...] = ()
+        self.released: tuple[tuple[str, int, str], ...] = ()
         self.consumed = 0
 
     def fold(self, delta: QueueAllocation, now: int, cap: int) -> None:
         holdings = self.holdings
         at = bisect_left(holdings, delta.job_id, key=lambda h: h[0])
         current = holdings[at] if at < len(holdings) and holdings[at][0] == delta.job_id else None
-        run = (delta.job_id, delta.run)
+        run = (delta.job_id, delta.run, delta.part)
         where = bisect_left(self.released, run)
         was_released = where < len(self.released) and self.released[where] == run
         if delta.held:
