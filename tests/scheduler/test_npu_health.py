@@ -17,6 +17,7 @@ from events.catalog.inventory import (
     NpuHealthSample,
 )
 from events.catalog.jobs import JobFailed, JobStarted, JobSubmitted, PriorityClass
+from events.catalog.pending_reasons import PendingReason
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import Health, ResourceKind, Resources
 from events.wire.envelope import Envelope
@@ -110,11 +111,13 @@ def test_a_failed_npu_reported_is_never_placed_on_and_a_job_that_needs_it_waits_
     binding = waits.binding
     assert waits.job_id == "eight" and binding is not None
     assert (binding.reason, binding.resource, binding.requested, binding.available) == (
-        ReasonCode.NO_FEASIBLE_NODE,
+        ReasonCode.GPU_UNHEALTHY,
         ResourceKind.NPU,
         8,
         7,
     )
+    assert "c1: 1 NPU it could use failed (1 on c1/n1); no node holds it until they are back" in waits.message
+    assert waits.pending_reason is PendingReason.UNAVAILABLE  # an operator's matter, not a queue to wait out
 
 
 def test_the_same_job_takes_the_npu_once_the_report_says_it_recovered() -> None:
