@@ -74,6 +74,9 @@ def test_a_failed_npu_lowers_its_nodes_health_counts_as_a_failure_and_is_never_f
     fold.feed(npu_report(npu3=Health.OK), at_s=200)
     back = profile(fold)
     assert (back.health_milli, back.recent_failures, back.free.npus) == (800, 1, 8)
+    # The failure report appended again, late: the recovered NPU does not turn failed again.
+    fold.feed(npu_report(npu3=Health.FAILED), at_s=100)
+    assert healthy_npus(stored(fold)) == 8 and stored(fold).failures == 1
 
 
 def test_a_degraded_npu_counts_half_and_is_still_healthy() -> None:
