@@ -10,8 +10,8 @@ Checked per replica, in this order (the first failure wins): the node exists (``
 not lost (``NodeLost``) or cordoned (``NodeUnschedulable``), its taints are tolerated
 (``TaintNotTolerated``); the placement has the shape the job asked for (``LaunchFailed``); the GPU
 model is allowed (``GpuModelUnavailable``) and has enough memory (``GpuMemoryTooSmall``); the GPU
-indices exist (``LaunchFailed``) and are healthy (``GpuUnhealthy``); nothing is over-committed, counting
-the replicas of this placement that share a node or a GPU (``InsufficientGpu``,
+and NPU indices exist (``LaunchFailed``) and are healthy (``GpuUnhealthy``, for an NPU too); nothing is
+over-committed, counting the replicas of this placement that share a node or a GPU (``InsufficientGpu``,
 ``InsufficientGpuShare``, ``InsufficientNpu``, ``InsufficientCpu``, ``InsufficientMemory``); then, for a
 job that requires its interconnect, every replica on a node of one NVLink domain or RDMA fabric
 (``InterconnectUnavailable``).
@@ -197,6 +197,8 @@ def _gpu_devices(replica: ReplicaPlacement, job: JobSpec, node: NodeState, taken
     for index in replica.npu_indices:
         if index >= node.spec.npus:
             return Refusal(R.LAUNCH_FAILED, f"NPU {index} does not exist (the node has {node.spec.npus})")
+        if node.npu_faults[index]:
+            return Refusal(R.GPU_UNHEALTHY, f"NPU {index} has failed")
     return None
 
 

@@ -33,7 +33,7 @@ from enum import IntEnum
 
 from connectors.sim.checks import check_added, check_placement
 from connectors.sim.config import SimConfig
-from connectors.sim.faults import Fault, FaultKind, FaultPlan, RunFailure, run_failure
+from connectors.sim.faults import NPU_AI_CORE, NPU_HBM_ECC, Fault, FaultKind, FaultPlan, RunFailure, run_failure
 from connectors.sim.history import History, StopRequest
 from connectors.sim.jobs import JobSpec
 from connectors.sim.reports import Emit, event_id, gpu_health, node_snapshot, node_usage
@@ -497,8 +497,24 @@ class ClusterModel:
         self._drills += 1
         fault = Fault(now_ms, now_ms + max(1, for_ms), -1, self._drills, FaultKind.NODE_LOST, node)
         out: list[Emit] = []
+        self._fault_changed(out, now_ms, fault, 1)  # which times its recovery
+        return out
+
+    def fail_npu(self, node: NodeId, npu: int, now_ms: int, for_ms: int, error: int = NPU_AI_CORE) -> list[Emit]:
+        """An operator's drill: NPU ``npu`` of ``node`` fails now with the driver's event ``error`` (its
+        runs fail with ``NpuFailure``, its health report and the node's snapshot say it failed) and
+        recovers after ``for_ms``. Not part of the seeded fault plan, as ``lose_node``."""
+        spec = self.nodes[node].spec if node in self.nodes else None
+        if spec is None:
+            raise KeyError(f"no node {node} in cluster {self.cluster}")
+        if not 0 <= npu < spec.npus:
+            raise KeyError(f"node {node} of cluster {self.cluster} has no NPU {npu} (it has {spec.npus})")
+        self._drills += 1
+        fault = Fault(
+            now_ms, now_ms + max(1, for_ms), -1, self._drills, FaultKind.NPU_FAILURE, node, npu=npu, npu_error=error
+        )
+        out: list[Emit] = []
         self._fault_changed(out, now_ms, fault, 1)
-        self._push(fault.until_ms, _Timer(_Rank.RECOVER, fault=fault), f"drill.{self._drills}")
         return out
 
     def _apply_fault(self, fault: Fault, sign: int) -> None:
@@ -510,6 +526,13 @@ class ClusterModel:
                 node.xid_errors[fault.gpu] += 1
                 node.last_xid[fault.gpu] = fault.xid
                 node.ecc_uncorrected[fault.gpu] += fault.xid == 48
+        elif fault.kind is FaultKind.NPU_FAILURE:
+            assert fault.npu is not None
+            node.npu_faults[fault.npu] += sign
+            if sign > 0:
+                node.npu_errors[fault.npu] += 1
+                node.npu_last_error[fault.npu] = fault.npu_error
+                node.npu_hbm_ecc[fault.npu] += fault.npu_error == NPU_HBM_ECC
         elif fault.kind is FaultKind.NODE_CORDONED:
             node.cordons += sign
         else:
@@ -521,15 +544,18 @@ class ClusterModel:
         self._apply_fault(fault, sign)
         if sign > 0:
             self._push(fault.until_ms, _Timer(_Rank.RECOVER, fault=fault), fault.name)
-        if fault.kind is FaultKind.GPU_FAILURE:
+        if fault.kind in (FaultKind.GPU_FAILURE, FaultKind.NPU_FAILURE):
             if not node.removed:
                 phase = "failed" if sign > 0 else "recovered"
                 self._emit(out, at, gpu_health(self.cluster, node), node.name, "health", fault.name, phase)
-            if sign > 0:
+            if sign > 0 and fault.kind is FaultKind.GPU_FAILURE:
                 why = f"GPU {fault.gpu} on node {node.name} failed (XID {fault.xid})"
-                self._kill(out, at, node, ReasonCode.GPU_FAILURE, why, fault.gpu)
+                self._kill(out, at, node, ReasonCode.GPU_FAILURE, why, gpu=fault.gpu)
+            elif sign > 0:
+                why = f"NPU {fault.npu} on node {node.name} failed (error code 0x{fault.npu_error:08X})"
+                self._kill(out, at, node, ReasonCode.NPU_FAILURE, why, npu=fault.npu)
         elif fault.kind is FaultKind.NODE_LOST and node.removed and not was_lost:
-            self._kill(out, at, node, ReasonCode.NODE_FAILURE, f"node {node.name} was lost", None)
+            self._kill(out, at, node, ReasonCode.NODE_FAILURE, f"node {node.name} was lost")
             node.generation += 1
             node.published_removed = True
             removed = NodeRemoved(
@@ -542,11 +568,24 @@ class ClusterModel:
             self._emit(out, at, removed, node.name, f"g{node.generation}", "removed")
         self._observe(out, at, node)
 
-    def _kill(self, out: list[Emit], at: int, node: NodeState, reason: ReasonCode, why: str, gpu: int | None) -> None:
+    def _kill(
+        self,
+        out: list[Emit],
+        at: int,
+        node: NodeState,
+        reason: ReasonCode,
+        why: str,
+        *,
+        gpu: int | None = None,
+        npu: int | None = None,
+    ) -> None:
+        """Fail the runs on ``node``: every one, or those holding GPU ``gpu`` or NPU ``npu``."""
         for key in list(node.runs):
             run = self.runs[key]
             here = [r for r in run.placement if r.node == node.name]
             if gpu is not None and not any(gpu in r.gpu_indices for r in here):
+                continue
+            if npu is not None and not any(npu in r.npu_indices for r in here):
                 continue
             failed = JobFailed(
                 job_id=run.job.job_id, cluster=self.cluster, run=run.run, reason=reason, message=why, node=node.name

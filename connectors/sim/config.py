@@ -26,10 +26,10 @@ class SimConfig:
     stop_delay_s: float = 2.0
     """From a cancel, preemption or reclaim request to the workload stopped (capped by the grace period)."""
     fault_rate: float = 0.0
-    """Expected faults (GPU failure, node cordoned, node lost) per node per simulated hour."""
+    """Expected faults (GPU or NPU failure, node cordoned, node lost) per node per simulated hour."""
     fault_min_s: float = 600.0
     fault_max_s: float = 7200.0
-    """A fault lasts between these many simulated seconds, then the node or GPU recovers."""
+    """A fault lasts between these many simulated seconds, then the node, GPU or NPU recovers."""
     job_failure_rate: float = 0.0
     """Share of runs (0..1) that fail on their own part-way through (non-zero exit or out of memory)."""
     usage_interval_s: float = 300.0

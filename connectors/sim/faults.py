@@ -10,18 +10,27 @@ The fault schedule is a Poisson process over simulated time measured from the cl
 moment it first registered), cut into hours: hour ``k`` holds the faults drawn from its own generator. A
 fault hits one node (picked by position in the name-sorted node list) and lasts a drawn duration:
 
-- ``gpu_failure`` (60% when the node has GPUs): one GPU fails (XID 79, fallen off the bus, or XID 48, an
-  uncorrectable ECC error); the runs on it fail with ``GpuFailure``;
+- ``gpu_failure`` (60% when the node has GPUs and no NPUs): one GPU fails (XID 79, fallen off the bus, or
+  XID 48, an uncorrectable ECC error); the runs on it fail with ``GpuFailure``;
+- ``npu_failure`` (60% when the node has NPUs and no GPUs): one NPU fails (Ascend event 0x80E01809,
+  multi-bit ECC errors in its HBM, or 0x80C98000, its AI Core's instructions fail verification); the
+  runs on it fail with ``NpuFailure``. On a node with both, a device failure is a GPU's or an NPU's in
+  proportion to how many of each it has;
 - ``node_cordoned`` (25%): the node is cordoned for maintenance; what runs there keeps running;
 - ``node_lost`` (15%): the node stops reporting (``NodeRemoved``) and the runs on it fail with
   ``NodeFailure``; it comes back when the fault ends.
+
+Which NPU fails, with what code, and whether a mixed node's device failure is an NPU's are drawn from the
+fault's own generator (seeded with the fault's name), never from the hour's: the hour's draws are those
+of a cluster without NPUs, so adding NPU nodes to a cluster leaves the faults of its other nodes as
+they were, and the schedule of a node without NPUs is the same as before NPUs could fail.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from connectors.sim.config import HOUR_MS, SimConfig, ms
@@ -33,6 +42,7 @@ from events.catalog.types import NodeId
 
 class FaultKind(Enum):
     GPU_FAILURE = "gpu_failure"
+    NPU_FAILURE = "npu_failure"
     NODE_CORDONED = "node_cordoned"
     NODE_LOST = "node_lost"
 
@@ -48,6 +58,9 @@ class Fault:
     node: NodeId
     gpu: int | None = None
     xid: int | None = None
+    npu: int | None = None
+    npu_error: int | None = None
+    """The NPU driver's event code (``NPU_ERRORS``)."""
 
     @property
     def name(self) -> str:
@@ -99,14 +112,37 @@ class FaultPlan:
             roll = rng.random()
             duration = ms(rng.uniform(config.fault_min_s, config.fault_max_s))
             at = start + int(offset)
+            number = len(faults)
             if node.gpus and roll < 0.60:
                 gpu, xid = rng.randrange(node.gpus), rng.choice((79, 48))
-                fault = Fault(at, at + duration, hour, len(faults), FaultKind.GPU_FAILURE, node.name, gpu, xid)
+                fault = Fault(at, at + duration, hour, number, FaultKind.GPU_FAILURE, node.name, gpu, xid)
+                if node.npus:
+                    fault = self._on_npu(fault, node, hour, number, mixed=True)
+            elif node.npus and roll < 0.60:
+                fault = Fault(at, at + duration, hour, number, FaultKind.NPU_FAILURE, node.name)
+                fault = self._on_npu(fault, node, hour, number, mixed=False)
             elif roll < 0.85:
                 fault = Fault(at, at + duration, hour, len(faults), FaultKind.NODE_CORDONED, node.name)
             else:
                 fault = Fault(at, at + duration, hour, len(faults), FaultKind.NODE_LOST, node.name)
             faults.append(fault)
+
+    def _on_npu(self, fault: Fault, node: NodeSpec, hour: int, number: int, *, mixed: bool) -> Fault:
+        """A device failure on a node with NPUs, drawn from the fault's own generator: on a mixed node
+        whether it is an NPU's (in proportion to the NPUs among its devices; else ``fault`` as it is),
+        and which NPU fails with what code."""
+        rng = random.Random(f"fedsched-sim/{self._config.seed}/{self._cluster}/faults/{hour}/{number}/npu")
+        if mixed and rng.randrange(node.gpus + node.npus) < node.gpus:
+            return fault
+        npu, code = rng.randrange(node.npus), rng.choice(NPU_ERRORS)
+        return replace(fault, kind=FaultKind.NPU_FAILURE, gpu=None, xid=None, npu=npu, npu_error=code)
+
+
+NPU_HBM_ECC = 0x80E01809
+"""Ascend event: multi-bit ECC errors found in the NPU's HBM (counted in ``hbm_ecc_uncorrected``)."""
+NPU_AI_CORE = 0x80C98000
+"""Ascend event: the AI Core's instruction data failed verification (the task on it fails)."""
+NPU_ERRORS = (NPU_HBM_ECC, NPU_AI_CORE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,4 +197,15 @@ def usage_draw(config: SimConfig, cluster: str, job: str, run: int, window: int,
     return Usage(pct, 300 + pct * 6)
 
 
-__all__ = ["Fault", "FaultKind", "FaultPlan", "RunFailure", "Usage", "run_failure", "usage_draw"]
+__all__ = [
+    "NPU_AI_CORE",
+    "NPU_ERRORS",
+    "NPU_HBM_ECC",
+    "Fault",
+    "FaultKind",
+    "FaultPlan",
+    "RunFailure",
+    "Usage",
+    "run_failure",
+    "usage_draw",
+]

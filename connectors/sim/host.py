@@ -106,7 +106,8 @@ class SimCluster:
         self._joining: asyncio.Task[None] | None = None
         self._restored_to: dict[TopicPartition, int] = {}
         self._inbox: list[Envelope] = []
-        self._drills: list[tuple[str, float]] = []
+        self._drills: list[tuple[str, int | None, float]] = []
+        """Operators' drills for the next step: (node, NPU index or None for the whole node, seconds)."""
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self.outage = Outage(f"sim-{spec.cluster}")
@@ -258,8 +259,11 @@ class SimCluster:
         for envelope in self._inbox:
             emits.extend(self.model.handle(envelope, now))
         self._inbox.clear()
-        for node, for_s in self._drills:
-            emits.extend(self.model.lose_node(NodeId(node), now, round(for_s * 1000)))
+        for node, npu, for_s in self._drills:
+            if npu is None:
+                emits.extend(self.model.lose_node(NodeId(node), now, round(for_s * 1000)))
+            else:
+                emits.extend(self.model.fail_npu(NodeId(node), npu, now, round(for_s * 1000)))
         self._drills.clear()
         emits.extend(self.model.advance(now))
         await self._publish(emits)
@@ -267,7 +271,11 @@ class SimCluster:
 
     def lose_node(self, node: str, for_s: float) -> None:
         """An operator's drill (``ClusterModel.lose_node``): the node is lost at the next step."""
-        self._drills.append((node, for_s))
+        self._drills.append((node, None, for_s))
+
+    def fail_npu(self, node: str, npu: int, for_s: float) -> None:
+        """An operator's drill (``ClusterModel.fail_npu``): the NPU fails at the next step."""
+        self._drills.append((node, npu, for_s))
 
     async def _on_record(self, record: LogRecord, envelope: Envelope) -> None:
         self._inbox.append(envelope)
@@ -366,10 +374,16 @@ class SimFleet:
 
     def lose_node(self, cluster: str, node: str, for_s: float) -> None:
         """An operator's drill: ``node`` of ``cluster`` is lost for ``for_s`` simulated seconds."""
+        self._cluster(cluster).lose_node(node, for_s)
+
+    def fail_npu(self, cluster: str, node: str, npu: int, for_s: float) -> None:
+        """An operator's drill: NPU ``npu`` of ``node`` of ``cluster`` fails for ``for_s`` simulated seconds."""
+        self._cluster(cluster).fail_npu(node, npu, for_s)
+
+    def _cluster(self, cluster: str) -> SimCluster:
         for each in self.clusters:
             if each.cluster == cluster:
-                each.lose_node(node, for_s)
-                return
+                return each
         raise KeyError(f"no simulated cluster {cluster}")
 
 

@@ -30,6 +30,7 @@ from events.catalog.inventory import (
     NodeObserved,
     NodeUsageReported,
     NpuDevice,
+    NpuHealthSample,
 )
 from events.catalog.jobs import JobKind
 from events.catalog.types import ClusterId
@@ -86,7 +87,10 @@ def node_snapshot(cluster: ClusterId, node: NodeState, generation: int) -> NodeO
             )
             for i in range(spec.gpus)
         ),
-        npus=tuple(NpuDevice(index=i, model=spec.npu_model, memory_mib=spec.npu_memory_mib) for i in range(spec.npus)),
+        npus=tuple(
+            NpuDevice(index=i, model=spec.npu_model, memory_mib=spec.npu_memory_mib, health=node.npu_health(i))
+            for i in range(spec.npus)
+        ),
         nvlink_domain=spec.nvlink_domain,
         rdma_fabric=spec.rdma_fabric,
         labels=labels,
@@ -96,6 +100,8 @@ def node_snapshot(cluster: ClusterId, node: NodeState, generation: int) -> NodeO
 
 
 def gpu_health(cluster: ClusterId, node: NodeState) -> GpuHealthReported:
+    """The health of every GPU and NPU of the node (a node with both reports both, as a node exporter
+    reads every card of a node at once)."""
     return GpuHealthReported(
         cluster=cluster,
         node=node.name,
@@ -109,6 +115,16 @@ def gpu_health(cluster: ClusterId, node: NodeState) -> GpuHealthReported:
                 ecc_uncorrected=node.ecc_uncorrected[i],
             )
             for i in range(node.spec.gpus)
+        ),
+        npus=tuple(
+            NpuHealthSample(
+                index=i,
+                health=node.npu_health(i),
+                errors=node.npu_errors[i],
+                last_error_code=node.npu_last_error[i],
+                hbm_ecc_uncorrected=node.npu_hbm_ecc[i],
+            )
+            for i in range(node.spec.npus)
         ),
     )
 

@@ -48,6 +48,11 @@ class NodeState:
     xid_errors: list[int] = field(default_factory=list)
     ecc_uncorrected: list[int] = field(default_factory=list)
     last_xid: list[int | None] = field(default_factory=list)
+    npu_faults: list[int] = field(default_factory=list)
+    """Active failures per NPU index, as ``gpu_faults``."""
+    npu_errors: list[int] = field(default_factory=list)
+    npu_hbm_ecc: list[int] = field(default_factory=list)
+    npu_last_error: list[int | None] = field(default_factory=list)
     lost: int = 0
     """Active node-loss faults; the node is gone from the cluster while this is above 0."""
     cordons: int = 0
@@ -64,7 +69,12 @@ class NodeState:
         self.xid_errors = [0] * count
         self.ecc_uncorrected = [0] * count
         self.last_xid = [None] * count
-        self.npu_used = [False] * self.spec.npus
+        npus = self.spec.npus
+        self.npu_used = [False] * npus
+        self.npu_faults = [0] * npus
+        self.npu_errors = [0] * npus
+        self.npu_hbm_ecc = [0] * npus
+        self.npu_last_error = [None] * npus
 
     @property
     def name(self) -> NodeId:
@@ -80,6 +90,9 @@ class NodeState:
 
     def gpu_health(self, index: int) -> Health:
         return Health.FAILED if self.gpu_faults[index] else Health.OK
+
+    def npu_health(self, index: int) -> Health:
+        return Health.FAILED if self.npu_faults[index] else Health.OK
 
 
 @dataclass(slots=True)

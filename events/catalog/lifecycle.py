@@ -130,7 +130,13 @@ OTHER_JOB_EVENTS: tuple[type[Event], ...] = (
 """The events about a job that start and end nothing."""
 
 INFRASTRUCTURE_FAILURES: frozenset[ReasonCode] = frozenset(
-    {ReasonCode.NODE_FAILURE, ReasonCode.NODE_LOST, ReasonCode.NODE_DELETED, ReasonCode.GPU_FAILURE}
+    {
+        ReasonCode.NODE_FAILURE,
+        ReasonCode.NODE_LOST,
+        ReasonCode.NODE_DELETED,
+        ReasonCode.GPU_FAILURE,
+        ReasonCode.NPU_FAILURE,
+    }
 )
 """Reasons of a ``JobFailed`` that blame the infrastructure, not the workload: always retried under the
 policy's budget of the job's priority class."""

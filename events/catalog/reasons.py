@@ -111,7 +111,7 @@ DESCRIPTIONS = MappingProxyType(
         _R.HOT_MODEL_CAP: "the tenant reached its cap on a GPU model in high demand",
         _R.RESERVED_FOR_GANG: "the free capacity is held for a waiting gang job",
         _R.NODE_UNSCHEDULABLE: "the suitable nodes are cordoned or not schedulable",
-        _R.GPU_UNHEALTHY: "the suitable GPUs are degraded or failed",
+        _R.GPU_UNHEALTHY: "the suitable GPUs or NPUs are degraded or failed",
         _R.INTERCONNECT_UNAVAILABLE: "no NVLink domain or RDMA fabric has room for all of the job's replicas now",
         _R.INTERCONNECT_DOMAIN_TOO_SMALL: (
             "no NVLink domain or RDMA fabric could hold all of the job's replicas even when empty"

@@ -27,7 +27,7 @@ NodeObserved                P S: a generation no later than the node's is ignore
                             while its highest generation removed is not below its highest observed.
 NodeRemoved                 P: ignored below the node's generation, or at it once gone. S: the highest
                             generation removed is kept. G: as for NodeObserved.
-GpuHealthReported           P S: the latest per node (a recovered GPU does not turn failed again).
+GpuHealthReported           P S: the latest per node (a recovered GPU or NPU does not turn failed again).
 NodeUsageReported           P G: the latest per node (no GPU time counted twice, no extra idle sample).
 ClusterRegistered           P S: the latest per cluster (old rates do not come back).
 ClusterStatusChanged        P S G: the latest per cluster (an old "unreachable" does not come back).

@@ -219,6 +219,8 @@ class ReadModels:
         sql = f"""
             SELECT cluster, npu_model, count(*)::int AS nodes, sum(npus)::bigint AS total,
                    coalesce(sum(npus_healthy), 0)::bigint AS healthy,
+                   coalesce(sum(npus_degraded), 0)::bigint AS degraded,
+                   coalesce(sum(npus - npus_healthy), 0)::bigint AS failed,
                    coalesce(sum(CASE WHEN schedulable THEN npus_free ELSE 0 END), 0)::bigint AS free
             FROM {self._nodes}
             WHERE present AND npus > 0 AND ($1::text IS NULL OR cluster = $1)

@@ -83,6 +83,7 @@ TYPES = Registry(
         "HeldRun": jobs.HeldRun,
         "NodeProfile": nodes.NodeProfile,
         "Gpu": nodes.Gpu,
+        "Npu": nodes.Npu,
         "Allocation": nodes.Allocation,
         "Released": nodes.Released,
         "WaitingUsage": nodes.WaitingUsage,

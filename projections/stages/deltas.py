@@ -69,11 +69,11 @@ class NodeCapacity(Delta):
     present: bool
     per_model: tuple[tuple[str, int, int], ...] = ()  # (model, capacity milli, free milli)
     gpus: int = 0
-    """Its GPUs, failed ones included: the weight of its health in its cluster's stability."""
+    """Its GPUs and NPUs, failed ones included: the weight of its health in its cluster's stability."""
     health_milli: int = 1000
-    """Its health (``nodes.health_milli``: its GPUs' states less recent failures, decayed)."""
+    """Its health (``nodes.health_milli``: its GPUs' and NPUs' states less recent failures, decayed)."""
     recent_failures: int = 0
-    """GPU failures within the last day (``nodes.HALF_LIFE_MS``) of the time it states."""
+    """GPU and NPU failures within the last day (``nodes.HALF_LIFE_MS``) of the time it states."""
     fit_training: bool = False
     fit_inference: bool = False
 

@@ -3,10 +3,11 @@ and per cluster, the roll-up profile the scheduler reads first. One entity, key 
 
 A cluster's roll-up is its own: its congestion is the pending demand that could use its GPUs (jobs that
 accept a model it has, or any model) against its own free GPUs, in thousandths, at most 1000; its
-stability (the event's ``health_milli``) is its nodes' health weighted by their GPUs (each node's health
-is lowered by its failed GPUs and by its recent failures, a penalty that halves every day: see
-``projections.stages.nodes``); its failure rate is its GPU failures in the last day per 1,000 GPU-hours of
-its GPUs over that day; it is fit for training or for inference when one of its nodes is.
+stability (the event's ``health_milli``) is its nodes' health weighted by their devices, GPUs and NPUs
+(each node's health is lowered by its failed GPUs and NPUs and by its recent failures, a penalty that
+halves every day: see ``projections.stages.nodes``); its failure rate is its GPU and NPU failures in the
+last day per 1,000 device-hours of its GPUs and NPUs over that day; it is fit for training or for
+inference when one of its nodes is.
 
 Called by the projection hosts. Pure. Congestion of a model is pending demand over free capacity (in
 thousandths; 1000 means the queue would take every free card). A model is hot as the scheduler defines
@@ -46,8 +47,8 @@ RollupFacts = tuple[tuple[tuple[str, int, int], ...], int, tuple[str, ...], int,
 stability, GPU failures in the last day and per 1,000 GPU-hours (thousandths), fit for training, fit for
 inference."""
 NodeHealth = tuple[int, int, int, int, int]
-"""Summed over a cluster's present nodes: GPUs, GPUs x health, GPU failures in the last day, nodes fit
-for training, nodes fit for inference."""
+"""Summed over a cluster's present nodes: devices (GPUs and NPUs), devices x health, GPU and NPU failures in
+the last day, nodes fit for training, nodes fit for inference."""
 _DAY_HOURS = 24
 
 

@@ -19,9 +19,11 @@ whole GPUs). A job's usage that names no run (a connector that cannot tell, a re
 runs were named) is the allocation in force at the report's time, or the unknown tenant's, whole
 GPUs, as work fedsched did not place is.
 
-Health is an integer score out of 1000: the mean of the GPUs' states (ok 1000, degraded 500,
-failed 0) less a penalty for recent failures that halves every ``HALF_LIFE_MS``. Stability is
-failures per 1,000 GPU-hours observed.
+Health is an integer score out of 1000: the mean of the devices' states, GPUs and NPUs alike (ok 1000,
+degraded 500, failed 0), less a penalty for recent failures that halves every ``HALF_LIFE_MS``. A device
+that turns failed is one failure, and so is a new error a device reports that does not fail it (XID or
+uncorrectable ECC for a GPU, a driver error or HBM ECC error for an NPU). Stability is failures per
+1,000 device-hours observed (GPU-hours on a node without NPUs).
 """
 
 from __future__ import annotations
@@ -65,6 +67,16 @@ class Gpu:
     health: Health = Health.OK
     xid_errors: int = 0
     ecc_uncorrected: int = 0
+
+
+@record
+class Npu:
+    """One NPU's health and its cumulative counters (as the latest health report gave them)."""
+
+    index: int
+    health: Health = Health.OK
+    errors: int = 0
+    hbm_ecc_uncorrected: int = 0
 
 
 @record
@@ -115,8 +127,9 @@ class NodeProfile:
     npus: int = 0
     npu_model: str = ""
     """The model of its first NPU ("" without NPUs)."""
-    failed_npus: tuple[int, ...] = ()
-    """The indices of its NPUs its latest snapshot says failed: not healthy, never free."""
+    npu_devices: tuple[Npu, ...] = ()
+    """Its NPUs by index, with their health as the latest snapshot or health report says: a failed one is
+    not healthy and never free."""
     nvlink_domain: str | None = None
     rdma_fabric: str | None = None
     schedulable: bool = False
@@ -124,6 +137,7 @@ class NodeProfile:
     first_seen_ms: int | None = None
     last_seen_ms: int = 0
     observed_gpu_ms: int = 0
+    """Device-time observed: the milliseconds its GPUs and NPUs that were not failed were seen for."""
     failures: int = 0
     recent_failures_ms: tuple[int, ...] = ()
     gpu_utilisation_pct: int = 0
@@ -218,6 +232,7 @@ def _apply(profile: NodeProfile, item: Event | object, now: int, event_id: str) 
 
 def _seen(profile: NodeProfile, now: int) -> NodeProfile:
     gpus = sum(1 for g in profile.gpus if g.health is not Health.FAILED)
+    gpus += sum(1 for n in profile.npu_devices if n.health is not Health.FAILED)
     observed = profile.observed_gpu_ms
     if profile.first_seen_ms is not None and now > profile.last_seen_ms:
         observed += gpus * (now - profile.last_seen_ms)
@@ -244,7 +259,19 @@ def _observed(profile: NodeProfile, event: NodeObserved) -> NodeProfile:
                 old.ecc_uncorrected if old else 0,
             )
         )
-    failures, recent = _count_failures(profile, gpus, profile.last_seen_ms)
+    known_npus = {npu.index: npu for npu in profile.npu_devices}
+    npus = []
+    for npu_device in event.npus:
+        old_npu = known_npus.get(npu_device.index)
+        npus.append(
+            Npu(
+                npu_device.index,
+                npu_device.health,
+                old_npu.errors if old_npu else 0,
+                old_npu.hbm_ecc_uncorrected if old_npu else 0,
+            )
+        )
+    failures, recent = _count_failures(profile, gpus, npus, profile.last_seen_ms)
     return evolve(
         profile,
         present=True,
@@ -254,7 +281,7 @@ def _observed(profile: NodeProfile, event: NodeObserved) -> NodeProfile:
         gpus=tuple(gpus),
         npus=len(event.npus),
         npu_model=event.npus[0].model if event.npus else "",
-        failed_npus=tuple(sorted(n.index for n in event.npus if n.health is Health.FAILED)),
+        npu_devices=tuple(npus),
         nvlink_domain=event.nvlink_domain,
         rdma_fabric=event.rdma_fabric,
         schedulable=event.schedulable,
@@ -283,16 +310,45 @@ def _health(profile: NodeProfile, event: GpuHealthReported, now: int) -> NodePro
                 ecc_uncorrected=max(gpu.ecc_uncorrected, sample.ecc_uncorrected or 0),
             )
         )
-    failures, recent = _count_failures(profile, gpus, now)
+    npu_samples = {sample.index: sample for sample in event.npus}
+    npus = []
+    for npu in profile.npu_devices:
+        reported = npu_samples.get(npu.index)
+        if reported is None:
+            npus.append(npu)
+            continue
+        new_errors = max(0, reported.errors - npu.errors)
+        new_hbm = max(0, (reported.hbm_ecc_uncorrected or 0) - npu.hbm_ecc_uncorrected)
+        extra_failures += 1 if (new_errors or new_hbm) and reported.health is not Health.FAILED else 0
+        npus.append(
+            evolve(
+                npu,
+                health=reported.health,
+                errors=max(npu.errors, reported.errors),
+                hbm_ecc_uncorrected=max(npu.hbm_ecc_uncorrected, reported.hbm_ecc_uncorrected or 0),
+            )
+        )
+    failures, recent = _count_failures(profile, gpus, npus, now)
     recent = (recent + (now,) * extra_failures)[-RECENT_FAILURES:]
-    return evolve(profile, gpus=tuple(gpus), failures=failures + extra_failures, recent_failures_ms=recent)
+    return evolve(
+        profile,
+        gpus=tuple(gpus),
+        npu_devices=tuple(npus),
+        failures=failures + extra_failures,
+        recent_failures_ms=recent,
+    )
 
 
-def _count_failures(profile: NodeProfile, gpus: Sequence[Gpu], now: int) -> tuple[int, tuple[int, ...]]:
-    """A GPU that turns failed is one failure."""
+def _count_failures(
+    profile: NodeProfile, gpus: Sequence[Gpu], npus: Sequence[Npu], now: int
+) -> tuple[int, tuple[int, ...]]:
+    """A GPU or NPU that turns failed is one failure."""
     before = {gpu.index: gpu.health for gpu in profile.gpus}
     turned = sum(1 for gpu in gpus if gpu.health is Health.FAILED and before.get(gpu.index) is not Health.FAILED)
-    if not profile.gpus:  # first sight: a node that arrives with failed GPUs did not fail under us
+    npus_before = {npu.index: npu.health for npu in profile.npu_devices}
+    turned += sum(1 for n in npus if n.health is Health.FAILED and npus_before.get(n.index) is not Health.FAILED)
+    if not profile.gpus and not profile.npu_devices:
+        # first sight: a node that arrives with failed devices did not fail under us
         return profile.failures, profile.recent_failures_ms
     recent = (profile.recent_failures_ms + (now,) * turned)[-RECENT_FAILURES:]
     return profile.failures + turned, recent
@@ -402,9 +458,19 @@ def _usage_for(profile: NodeProfile, job_id: str) -> tuple[NodeProfile, list[Emi
     return evolve(profile, waiting_usage=tuple(waiting)), emitted
 
 
+def failed_npus(profile: NodeProfile) -> set[int]:
+    """The indices of its failed NPUs."""
+    return {npu.index for npu in profile.npu_devices if npu.health is Health.FAILED}
+
+
 def healthy_npus(profile: NodeProfile) -> int:
-    """Its NPUs that are not failed (none when it is not present)."""
-    return profile.npus - len(profile.failed_npus) if profile.present else 0
+    """Its NPUs that are not failed, degraded ones included (none when it is not present)."""
+    return profile.npus - len(failed_npus(profile)) if profile.present else 0
+
+
+def degraded_npus(profile: NodeProfile) -> int:
+    """Its NPUs that work but are degraded (none when it is not present)."""
+    return sum(1 for npu in profile.npu_devices if npu.health is Health.DEGRADED) if profile.present else 0
 
 
 def _main_model(profile: NodeProfile) -> str:
@@ -412,13 +478,16 @@ def _main_model(profile: NodeProfile) -> str:
 
 
 def health_milli(profile: NodeProfile) -> int:
-    if not profile.gpus:
+    devices = len(profile.gpus) + len(profile.npu_devices)
+    if not devices:
         return 1000 if profile.present else 0
     points = 0
     for gpu in profile.gpus:
         health = gpu.health
         points += 1000 if health is Health.OK else _HEALTH_POINTS[health]  # most are OK: no enum hashing
-    base = points // len(profile.gpus)
+    for npu in profile.npu_devices:
+        points += 1000 if npu.health is Health.OK else _HEALTH_POINTS[npu.health]
+    base = points // devices
     penalty = 0
     for moment in profile.recent_failures_ms:
         age = max(0, profile.last_seen_ms - moment)
@@ -470,7 +539,7 @@ def profile_facts(profile: NodeProfile) -> ProfileFacts:
     npus_held = {index for a in profile.allocations for index in a.npus if index < npus}
     npus_taken = len(npus_held)
     # A failed NPU is never free (the scheduler places nothing on it), as a failed GPU is not.
-    npus_free = npus - len(npus_held | {index for index in profile.failed_npus if index < npus})
+    npus_free = npus - len(npus_held | {index for index in failed_npus(profile) if index < npus})
     health = health_milli(profile)
     stability = failures_per_kgpu_hour_milli(profile)
     return (
@@ -527,7 +596,7 @@ def profile_event(profile: NodeProfile, version: int) -> ResourceProfileUpdated:
 
 
 def recent_failures(profile: NodeProfile, at_ms: int) -> int:
-    """Its GPU failures within ``HALF_LIFE_MS`` (a day) before ``at_ms``."""
+    """Its GPU and NPU failures within ``HALF_LIFE_MS`` (a day) before ``at_ms``."""
     return sum(1 for moment in profile.recent_failures_ms if at_ms - moment < HALF_LIFE_MS)
 
 
@@ -542,7 +611,7 @@ def capacity_delta(profile: NodeProfile, facts: ProfileFacts | None = None, at_m
         profile.node,
         True,
         tuple((m[0], m[3], m[5]) for m in facts[3]),
-        len(profile.gpus),
+        len(profile.gpus) + len(profile.npu_devices),
         facts[4],
         recent_failures(profile, profile.last_seen_ms if at_ms is None else at_ms),
         facts[6],

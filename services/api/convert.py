@@ -155,6 +155,8 @@ def npu_capacity(row: NpuCapacity) -> resources_pb2.NpuCapacity:
         nodes=row.nodes,
         total=row.total,
         healthy=row.healthy,
+        degraded=row.degraded,
+        failed=row.failed,
         free=row.free,
     )
 
@@ -199,6 +201,7 @@ def node(row: NodeRow) -> resources_pb2.Node:
         npu_model=row.npu_model,
         npus_free=row.npus_free,
         npus_healthy=row.npus_healthy,
+        npus_degraded=row.npus_degraded,
     )
 
 

@@ -31,6 +31,7 @@ from services.cli.main import CliError
 
 if TYPE_CHECKING:
     from services.api.client import CallError, Client
+    from services.api.pb import resources_pb2
 
 EXIT_CODES = {
     "INVALID_ARGUMENT": 2,
@@ -584,10 +585,15 @@ async def show_resources(args: argparse.Namespace, client: Client) -> int:
     print(table(["CLUSTER", "GPU MODEL", "NODES", "TOTAL", "HEALTHY", "FREE", "ALLOCATED", "PENDING"], rows))
     print("(GPUs; pending demand is federation-wide per model: a job that accepts several models counts for each)")
     if capacity.npus:
-        npu_rows = [[n.cluster, n.npu_model or "-", n.nodes, n.total, n.healthy, n.free] for n in capacity.npus]
+        npu_rows = [
+            [n.cluster, n.npu_model or "-", n.nodes, n.total, n.healthy, n.degraded, n.failed, n.free]
+            for n in capacity.npus
+        ]
         print()
-        print(table(["CLUSTER", "NPU MODEL", "NODES", "TOTAL", "HEALTHY", "FREE"], npu_rows))
-        print("(NPUs, whole devices)")
+        print(table(["CLUSTER", "NPU MODEL", "NODES", "TOTAL", "HEALTHY", "DEGRADED", "FAILED", "FREE"], npu_rows))
+        print(
+            "(NPUs, whole devices; healthy counts the degraded ones, which are taken last; a failed NPU is never free)"
+        )
     return 0
 
 
@@ -607,7 +613,7 @@ async def _show_nodes(args: argparse.Namespace, client: Client) -> int:
             n.gpu_model or "-",
             n.gpus,
             gpus(n.gpu_free_milli),
-            f"{n.npus_free}/{n.npus} {n.npu_model}" if n.npus else "-",
+            _npus_of(n) if n.npus else "-",
             f"{n.health_milli / 10:g}%",
             n.jobs,
         ]
@@ -615,6 +621,17 @@ async def _show_nodes(args: argparse.Namespace, client: Client) -> int:
     ]
     print(table(["CLUSTER", "NODE", "SCHEDULABLE", "GPU MODEL", "GPUS", "FREE", "NPUS FREE", "HEALTH", "JOBS"], rows))
     return 0
+
+
+def _npus_of(node: resources_pb2.Node) -> str:
+    """A node's free NPUs of all it has, and how many are failed or degraded (``6/8 Ascend910B, 1 failed``)."""
+    text = f"{node.npus_free}/{node.npus} {node.npu_model}"
+    failed = node.npus - node.npus_healthy
+    if failed:
+        text += f", {failed} failed"
+    if node.npus_degraded:
+        text += f", {node.npus_degraded} degraded"
+    return text
 
 
 async def show_quota(args: argparse.Namespace, client: Client) -> int:

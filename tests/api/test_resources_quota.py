@@ -7,7 +7,15 @@ import uuid
 
 import pytest
 
-from events.catalog.inventory import ClusterKind, ClusterRegistered, GpuDevice, NodeObserved, NpuDevice
+from events.catalog.inventory import (
+    ClusterKind,
+    ClusterRegistered,
+    GpuDevice,
+    GpuHealthReported,
+    NodeObserved,
+    NpuDevice,
+    NpuHealthSample,
+)
 from events.catalog.topics import GOVERNANCE
 from events.catalog.types import Health
 from services.api.client import CallError
@@ -271,3 +279,21 @@ async def test_npus_per_cluster_and_model_in_capacity_and_the_cluster_list(stack
     assert [(n.npu_model, n.total, n.healthy, n.free) for n in listed.npus] == [(model, 16, 14, 6)]
     nodes = await client.call(client.resources.ListNodes, resources_pb2.ListNodesRequest(cluster=east))
     assert [(n.node, n.npus, n.npus_healthy, n.npus_free) for n in nodes.nodes] == [("n1", 8, 6, 6), ("n2", 8, 8, 8)]
+    # A health report of n1: its two failed NPUs are back, NPU 2 degraded, NPU 7 failed.
+    states = {2: Health.DEGRADED, 7: Health.FAILED}
+    report = GpuHealthReported(
+        cluster=east,
+        node="n1",
+        npus=tuple(
+            NpuHealthSample(index=i, health=states.get(i, Health.OK), errors=int(i in states)) for i in range(8)
+        ),
+    )
+    await append(stack.log, [report])
+    await stack.fold()
+    capacity = await client.call(client.resources.GetCapacity, resources_pb2.GetCapacityRequest(cluster=east))
+    assert [(n.total, n.healthy, n.degraded, n.failed, n.free) for n in capacity.npus] == [(16, 15, 1, 1, 7)]
+    nodes = await client.call(client.resources.ListNodes, resources_pb2.ListNodesRequest(cluster=east))
+    assert [(n.node, n.npus_healthy, n.npus_degraded, n.npus_free) for n in nodes.nodes] == [
+        ("n1", 7, 1, 7),
+        ("n2", 8, 0, 8),
+    ]

@@ -117,3 +117,19 @@ def test_a_placement_with_no_runner_up_says_its_cluster_was_the_only_one_with_ro
     (only,) = [d for d in r.decisions if isinstance(d, Place)]
     assert only.cluster == "sim-1" and only.runner_up is None
     assert "the only one of the federation's 2 clusters with room for it now" in only.message
+
+
+def test_a_cluster_with_npus_counts_the_failures_of_its_gpus_and_npus():
+    nodes = [
+        a_node("n1").cluster("sim-1").build(),
+        a_node("npu-1").cluster("sim-1").no_gpus().npus(8, "Ascend910B").build(),
+        a_node("n2").cluster("sim-2").build(),
+    ]
+    sim_1 = cluster("sim-1", stability_milli=610, failures_per_kgpu_hour_milli=2400, recent_failures=3)
+    r = schedule(snapshot(nodes, [LONG_TRAINING.build()], clusters=[sim_1, cluster("sim-2", stability_milli=980)]))
+    (p,) = [d for d in r.decisions if isinstance(d, Place)]
+    assert "sim-2 over sim-1: stability 980 vs 610 (3 GPU and NPU failures in the last day)" in p.message
+    rated = cluster("sim-1", stability_milli=610, failures_per_kgpu_hour_milli=2400)
+    r = schedule(snapshot(nodes, [LONG_TRAINING.build()], clusters=[rated, cluster("sim-2", stability_milli=980)]))
+    (p,) = [d for d in r.decisions if isinstance(d, Place)]
+    assert "(GPU and NPU failures in the last day: 2.40 per 1,000 device-hours)" in p.message

@@ -290,3 +290,35 @@ def test_borrowed_amounts_say_what_they_are_of_once():
     assert borrowed_amount("npu:Ascend910B", 1) == "1 NPU of Ascend910B"
     assert borrowed_amount("gpu", 2500) == "2.5 gpu"
     assert borrowed_amount("memory", 1024) == "1024 MiB memory"
+
+
+# -- waits for failed devices ----------------------------------------------------------------------------
+
+
+def test_a_job_kept_off_by_failed_npus_or_gpus_waits_saying_they_failed_and_where():
+    npus = npu_node("n1", 8)
+    gpus = gpu_node("g1")
+    for i in range(3):
+        npus, gpus = npus.npu_health(i, Health.FAILED), gpus.gpu_health(i, Health.FAILED)
+    npu_wait = queued(schedule(snapshot([npus.build()], [a_job("j").npus(6).build()])))["j"]
+    gpu_wait = queued(schedule(snapshot([gpus.build()], [a_job("j").gpus(6).build()])))["j"]
+    for wait, kind in ((npu_wait, "NPU"), (gpu_wait, "GPU")):
+        assert wait.binding is ReasonCode.GPU_UNHEALTHY
+        assert f"3 {kind}s it could use failed (3 on " in wait.message
+        assert "no node holds it until they are back" in wait.message
+    assert (npu_wait.constraint.requested, npu_wait.constraint.available) == (6, 5)
+
+
+def test_every_npu_of_a_cluster_failed_is_said_so_not_that_it_has_none():
+    node = npu_node("n1", 4)
+    for i in range(4):
+        node = node.npu_health(i, Health.FAILED)
+    wait = queued(schedule(snapshot([node.build()], [a_job("j").npus(2).build()])))["j"]
+    assert wait.binding is ReasonCode.GPU_UNHEALTHY and "4 NPUs it could use failed (4 on n1)" in wait.message
+    assert "no node here has NPUs" not in wait.message
+
+
+def test_a_job_too_large_even_with_its_failed_npus_back_says_so_rather_than_blame_them():
+    node = npu_node("n1", 8).npu_health(0, Health.FAILED).build()
+    wait = queued(schedule(snapshot([node], [a_job("j").npus(16).build()])))["j"]
+    assert wait.binding is ReasonCode.NO_FEASIBLE_NODE

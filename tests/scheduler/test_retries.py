@@ -61,6 +61,18 @@ def test_a_node_lost_under_critical_training_is_retried_first_of_three_after_its
     assert verdict.message.startswith("retry 1 of 3 after node c1/n-17 failed (run 1 on c1)")
 
 
+@pytest.mark.parametrize(
+    ("failure", "words"),
+    [("GpuFailure", "a GPU of node c1/n-17 failed"), ("NpuFailure", "an NPU of node c1/n-17 failed")],
+)
+def test_a_failed_gpu_or_npu_is_the_infrastructures_failure_and_retried_saying_which(failure: str, words: str) -> None:
+    verdict = only(failure=failure)
+    assert isinstance(verdict, Retry) and verdict.infrastructure
+    assert verdict.message.startswith(f"retry 1 of 3 after {words} (run 1 on c1)")
+    given_up = only(failure=failure, used=3)
+    assert isinstance(given_up, GiveUp) and given_up.message.startswith(f"not retried after {words} (run 4 on c1)")
+
+
 def test_the_retries_of_a_class_are_a_budget_once_spent_the_job_ends_failed_saying_so() -> None:
     assert isinstance(only(used=2), Retry) and only(used=2).attempt == 3  # type: ignore[union-attr]
     verdict = only(used=3)

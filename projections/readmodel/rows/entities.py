@@ -24,7 +24,7 @@ from projections.stages.clusters import ClusterView
 from projections.stages.documents import DocumentView
 from projections.stages.fleet import FleetState
 from projections.stages.jobs import JobView
-from projections.stages.nodes import NodeProfile, healthy_npus, profile_facts
+from projections.stages.nodes import NodeProfile, degraded_npus, healthy_npus, profile_facts
 from projections.stages.quota import QueueQuota, running_jobs, usage_facts
 from projections.stages.shapes import ShapeCount
 from projections.stages.usage import UsageBucket
@@ -121,6 +121,7 @@ def _node_rows(key: str, node: NodeProfile) -> Sequence[Row]:
             node.npu_model or None,
             free[3],
             healthy_npus(node),
+            degraded_npus(node),
         )
     ]
 

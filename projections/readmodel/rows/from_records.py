@@ -194,6 +194,7 @@ def node_row(r: Record) -> NodeRow:
         npu_model=_text(r, "npu_model"),
         npus_free=_int(r, "npus_free"),
         npus_healthy=_int(r, "npus_healthy"),
+        npus_degraded=_int(r, "npus_degraded"),
     )
 
 
@@ -216,6 +217,8 @@ def npu_capacity(r: Record) -> NpuCapacity:
         nodes=_int(r, "nodes"),
         total=_int(r, "total"),
         healthy=_int(r, "healthy"),
+        degraded=_int(r, "degraded"),
+        failed=_int(r, "failed"),
         free=_int(r, "free"),
     )
 

@@ -141,6 +141,7 @@ NODES = Table(
         ("npu_model", "text"),
         ("npus_free", "int"),
         ("npus_healthy", "int"),
+        ("npus_degraded", "int"),
     ),
 )
 CLUSTERS = Table(

@@ -194,6 +194,8 @@ class NodeRow:
     npu_model: str = ""
     npus_free: int = 0
     npus_healthy: int = 0
+    """Its NPUs that are not failed, degraded ones included."""
+    npus_degraded: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +222,10 @@ class NpuCapacity:
     total: int
     """Every NPU of those nodes, failed or not."""
     healthy: int
-    """Those not failed."""
+    """Those not failed, degraded ones included."""
+    degraded: int
+    """Those that work but are degraded."""
+    failed: int
     free: int
     """Healthy and held by no run, on schedulable nodes."""
 

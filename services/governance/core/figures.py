@@ -41,6 +41,7 @@ INTERRUPTIONS = frozenset(
         "Reclaimed",
         "NodeFailure",
         "GpuFailure",
+        "NpuFailure",
         "GpuUnhealthy",
         "NodeLost",
         "NodeDeleted",

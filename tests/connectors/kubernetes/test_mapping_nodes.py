@@ -9,6 +9,8 @@ import pytest
 from connectors.kubernetes import names, nodes, quantity
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import ClusterId, Health, TaintEffect
+from events.wire.codec import decode, encode
+from events.wire.envelope import Envelope
 
 from .builders import NodeBuilder, a_node
 
@@ -119,3 +121,12 @@ def test_a_name_that_cannot_be_a_node_id_is_skipped_and_removal_has_the_deletion
     assert nodes.observe(a_node("n" * 200).build(), CLUSTER) is None
     gone = nodes.removed(a_node("n1").at_version("99").build(), CLUSTER)
     assert gone is not None and (gone.generation, gone.reason) == (99, ReasonCode.NODE_DELETED)
+
+
+def test_the_health_report_is_a_v3_one_of_gpus_only_and_reads_back_as_it_was_written() -> None:
+    v = view(a_node("n").gpus(2).annotate(names.ANN_GPU_HEALTH, '[{"index": 1, "health": "failed", "xid_errors": 1}]'))
+    assert v.health is not None and v.health.npus == ()  # NPU discovery is not this connector's yet
+    record = encode(Envelope(id="k8s:n:health", source="urn:test", time_ms=1_800_000_000_000, data=v.health))
+    assert dict(record.headers)["ce_schemaversion"] == b"3"
+    back = decode(record.headers, record.value)
+    assert back.data == v.health

@@ -114,6 +114,10 @@ class JobBuilder:
         self.resources["gpus"] = count
         return self
 
+    def npus(self, count: int) -> Self:
+        self.resources["npus"] = count
+        return self
+
     def share(self, milli: int) -> Self:
         self.resources["gpu_milli"] = milli
         return self

@@ -13,7 +13,9 @@ import pytest
 from services.api.pb import resources_pb2
 from services.cli.people_cmd import show_resources
 
-NPUS = resources_pb2.NpuCapacity(cluster="sim-3", npu_model="Ascend910B", nodes=2, total=16, healthy=14, free=6)
+NPUS = resources_pb2.NpuCapacity(
+    cluster="sim-3", npu_model="Ascend910B", nodes=2, total=16, healthy=14, degraded=1, failed=2, free=6
+)
 
 
 class OneAnswer:
@@ -35,8 +37,8 @@ def test_the_default_view_has_a_table_of_npus_per_cluster_and_model(capsys: pyte
     show(resources_pb2.Capacity(clusters=[gpu], npus=[NPUS]))
     out = capsys.readouterr().out.splitlines()
     header = out.index(next(line for line in out if line.startswith("CLUSTER") and "NPU MODEL" in line))
-    assert out[header].split() == ["CLUSTER", "NPU", "MODEL", "NODES", "TOTAL", "HEALTHY", "FREE"]
-    assert out[header + 1].split() == ["sim-3", "Ascend910B", "2", "16", "14", "6"]
+    assert out[header].split() == ["CLUSTER", "NPU", "MODEL", "NODES", "TOTAL", "HEALTHY", "DEGRADED", "FAILED", "FREE"]
+    assert out[header + 1].split() == ["sim-3", "Ascend910B", "2", "16", "14", "1", "2", "6"]
 
 
 def test_a_fleet_without_npus_shows_no_npu_table(capsys: pytest.CaptureFixture[str]) -> None:
@@ -49,3 +51,24 @@ def test_the_cluster_list_shows_each_clusters_npus(capsys: pytest.CaptureFixture
     show(resources_pb2.ListClustersResponse(clusters=clusters), clusters=True)
     out = capsys.readouterr().out.splitlines()
     assert "NPUS FREE/HEALTHY/TOTAL" in out[0] and out[1].split()[-2:] == ["6/14/16", "Ascend910B"]
+
+
+def test_the_node_list_says_how_many_of_a_nodes_npus_failed_or_are_degraded(capsys: pytest.CaptureFixture[str]) -> None:
+    nodes = [
+        resources_pb2.Node(cluster="sim-3", node="npu-a", present=True, schedulable=True, npus=8,
+                           npu_model="Ascend910B", npus_free=5, npus_healthy=7, npus_degraded=1),
+        resources_pb2.Node(cluster="sim-3", node="npu-b", present=True, schedulable=True, npus=8,
+                           npu_model="Ascend910B", npus_free=8, npus_healthy=8),
+    ]  # fmt: skip
+
+    class Pages(OneAnswer):
+        async def call(self, method: Any, request: Any) -> Any:
+            return resources_pb2.ListNodesResponse(nodes=nodes)
+
+    args = argparse.Namespace(cluster="", json=False, clusters=False, nodes=True, limit=100)
+    client = Pages(None)
+    client.resources = SimpleNamespace(ListNodes=object())
+    assert asyncio.run(show_resources(args, client)) == 0  # type: ignore[arg-type]
+    out = capsys.readouterr().out
+    assert "5/8 Ascend910B, 1 failed, 1 degraded" in out
+    assert "8/8 Ascend910B" in out and "8/8 Ascend910B," not in out  # nothing to say of a healthy node

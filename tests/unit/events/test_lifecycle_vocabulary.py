@@ -224,6 +224,7 @@ def test_what_an_event_ends_and_the_status_it_leaves(case: Case) -> None:
         (ReasonCode.NODE_LOST, 0, True),
         (ReasonCode.NODE_DELETED, 0, True),
         (ReasonCode.GPU_FAILURE, 0, True),
+        (ReasonCode.NPU_FAILURE, 0, True),
         (ReasonCode.NON_ZERO_EXIT, 0, False),
         (ReasonCode.NON_ZERO_EXIT, 2, True),
         (ReasonCode.OUT_OF_MEMORY, 1, True),

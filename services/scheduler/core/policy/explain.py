@@ -89,7 +89,7 @@ def _cluster(
         return bound(reason, resource, requested, available)
 
     needs_gpu = bool(d.gpus or d.gpu_milli)
-    gpu_nodes = fs.gpu_count[lo:hi] > 0
+    gpu_nodes = (fs.gpu_index[lo:hi] >= 0).any(axis=1)  # failed cards count: their failure is said below
     if needs_gpu:
         model_ok = fs.model_mask(d.models)[lo:hi] & gpu_nodes
         if not model_ok.any():
@@ -143,6 +143,16 @@ def _cluster(
         domains = _topology(ctx, job, d, kind, ci, cap_now, empty)
         if domains is not None:
             return domains, total_now, bound(domains.reason)
+    if empty < job.replicas and topology.fits(job, _empty_capacity(ctx, d, lo, hi, repaired=True), fs, lo, hi):
+        why = ClusterWhyNot(cid, ReasonCode.GPU_UNHEALTHY, _failed_devices(fs, d, lo, hi, empty, job.replicas))
+        if d.npus and not needs_gpu:  # one replica's numbers: the NPUs it asks, the most working on a node
+            working = fs.npu_count(d, slice(lo, hi))[fs.usable(d)[lo:hi]]
+            return why, total_now, per_replica(why.reason, "npu", d.npus, int(working.max()) if working.size else 0)
+        if d.gpus and not d.npus:
+            working = fs.gpu_count[lo:hi][fs.usable(d)[lo:hi] & fs.model_mask(d.models)[lo:hi]]
+            most = int(working.max()) if working.size else 0
+            return why, total_now, per_replica(why.reason, "gpu", gpu_ask, most * MILLI)
+        return why, total_now, bound(why.reason)
     if empty < job.replicas:
         reason = ReasonCode.GANG_TOO_LARGE if job.replicas > 1 else ReasonCode.NO_FEASIBLE_NODE
         why = ClusterWhyNot(cid, reason, f"holds at most {empty} of {job.replicas} replicas even when empty")
@@ -231,18 +241,19 @@ def _npu_kind(fs: FleetState, d: Demand, lo: int, hi: int, cid: ClusterId) -> Cl
     """Why no node of the cluster could ever give a replica of ``d`` its NPUs: none has NPUs of a model
     it accepts, or none with the memory it asks, or none has them beside the GPUs it asks too."""
     sl = slice(lo, hi)
-    has = fs.npu_usable[sl].any(axis=1)
+    has = (fs.npu_index[sl] >= 0).any(axis=1)
     kinds = sorted({fs.npu_models[m] for m in fs.npu_model_of[sl].ravel().tolist() if m >= 0})
     want = "|".join(d.npu_models) or "any"
     if d.npu_models and not any(m in kinds for m in d.npu_models):
         detail = f"no {want} NPU node; has {', '.join(kinds) + ' NPUs' if kinds else 'no NPUs'}"
         return ClusterWhyNot(cid, ReasonCode.GPU_MODEL_UNAVAILABLE, detail)
-    if not (fs.npu_count(d, sl) > 0).any():
+    accepted = fs.npu_fits(d)[sl].any(axis=1)  # failed NPUs count: their failure is said later
+    if not accepted.any():
         if not has.any():  # nothing to wait for here: as for a GPU model the cluster does not have
             return ClusterWhyNot(cid, ReasonCode.GPU_MODEL_UNAVAILABLE, "no node here has NPUs")
         detail = f"no {want} NPU with {d.min_npu_memory_mib} MiB"
         return ClusterWhyNot(cid, ReasonCode.GPU_MEMORY_TOO_SMALL, detail)
-    if (d.gpus or d.gpu_milli) and not ((fs.npu_count(d, sl) > 0) & (fs.gpu_count[sl] > 0)).any():
+    if (d.gpus or d.gpu_milli) and not (accepted & (fs.gpu_index[sl] >= 0).any(axis=1)).any():
         return ClusterWhyNot(cid, ReasonCode.GPU_MODEL_UNAVAILABLE, "no node here has both GPUs and NPUs")
     return None
 
@@ -271,9 +282,12 @@ def _largest_node(ctx: Ctx, d: Demand, lo: int, hi: int, bound: Callable[..., Co
     return bound(ReasonCode.NO_FEASIBLE_NODE)
 
 
-def _empty_capacity(ctx: Ctx, d: Demand, lo: int, hi: int, *, tolerated: bool = True) -> np.ndarray:
+def _empty_capacity(
+    ctx: Ctx, d: Demand, lo: int, hi: int, *, tolerated: bool = True, repaired: bool = False
+) -> np.ndarray:
     """Replicas each of the cluster's nodes could hold with no job running (on every schedulable node,
-    taints or not, when ``tolerated`` is False)."""
+    taints or not, when ``tolerated`` is False; with their failed GPUs and NPUs working, when
+    ``repaired``)."""
     fs = ctx.fleet
     sl = slice(lo, hi)
     fits = np.full(hi - lo, 1 << 20, dtype=np.int64)
@@ -281,15 +295,41 @@ def _empty_capacity(ctx: Ctx, d: Demand, lo: int, hi: int, *, tolerated: bool = 
         fits = np.minimum(fits, fs.cpu_cap[sl] // d.cpu_milli)
     if d.memory_mib:
         fits = np.minimum(fits, fs.mem_cap[sl] // d.memory_mib)
+    gpus = (fs.gpu_index[sl] >= 0).sum(axis=1) if repaired else fs.gpu_count[sl]
     if d.gpus:
-        fits = np.minimum(fits, fs.gpu_count[sl] // d.gpus)
+        fits = np.minimum(fits, gpus // d.gpus)
     elif d.gpu_milli:
-        fits = np.minimum(fits, fs.gpu_count[sl] * (MILLI // d.gpu_milli))
+        fits = np.minimum(fits, gpus * (MILLI // d.gpu_milli))
     if d.gpus or d.gpu_milli:
         fits = np.where(fs.model_mask(d.models)[sl] & (fs.gpu_mem[sl] >= d.min_gpu_memory_mib), fits, 0)
     if d.npus:
-        fits = np.minimum(fits, fs.npu_count(d, sl) // d.npus)
+        npus = fs.npu_fits(d)[sl].sum(axis=1) if repaired else fs.npu_count(d, sl)
+        fits = np.minimum(fits, npus // d.npus)
     return np.where(fs.usable(d)[sl] if tolerated else fs.schedulable[sl], fits, 0)
+
+
+def _failed_devices(fs: FleetState, d: Demand, lo: int, hi: int, empty: int, replicas: int) -> str:
+    """Why failed cards hold a job that the cluster would take with them working: how many of the GPUs
+    and NPUs it could use have failed, on which node the most, and what the cluster holds without them."""
+    sl = slice(lo, hi)
+    nodes = fs.usable(d)[sl]
+    failed: list[tuple[str, np.ndarray]] = []
+    if d.gpus or d.gpu_milli:
+        model_ok = fs.model_mask(d.models)[sl] & (fs.gpu_mem[sl] >= d.min_gpu_memory_mib) & nodes
+        down = (fs.gpu_index[sl] >= 0) & ~fs.gpu_usable[sl]
+        failed.append(("GPU", np.where(model_ok, down.sum(axis=1), 0)))
+    if d.npus:
+        down = fs.npu_fits(d)[sl] & ~fs.npu_usable[sl]
+        failed.append(("NPU", np.where(nodes, down.sum(axis=1), 0)))
+    said = []
+    for kind, down_per_node in failed:
+        count = int(down_per_node.sum())
+        if count:
+            worst = lo + int(np.argmax(down_per_node))  # the first of the nodes with the most, in node order
+            most = int(down_per_node.max())
+            said.append(f"{count} {kind}{_s(count)} it could use failed ({most} on {fs.node_ids[worst]})")
+    held = f"holds {empty} of its {replicas} replicas" if replicas > 1 else "no node holds it"
+    return f"{' and '.join(said)}; {held} until they are back"
 
 
 _CLOSED = {

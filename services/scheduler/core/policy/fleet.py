@@ -320,6 +320,14 @@ class FleetState:
         counted: I64 = (self.npu_free[sel] * self.npu_fits(d)[sel]).sum(axis=1)
         return counted
 
+    def cluster_has_npus(self, cluster: ClusterId) -> bool:
+        """Whether a node of ``cluster`` has NPUs (failed ones count): its failures may be its NPUs'."""
+        if not self.has_npus or cluster not in self.clusters:
+            return False
+        at = self.clusters.index(cluster)
+        lo, hi = self.cluster_range[at]
+        return bool((self.npu_index[lo:hi] >= 0).any())
+
     def npu_count(self, d: Demand, sel: slice | I64 = slice(None)) -> I64:
         """Per node (of ``sel``): its NPUs that ``d`` accepts, free or not (what it holds when empty)."""
         counted: I64 = (self.npu_fits(d)[sel] & self.npu_usable[sel]).sum(axis=1)

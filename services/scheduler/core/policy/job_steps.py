@@ -429,7 +429,7 @@ def _place(
             alt += f", a tie won on placement cost ({ranked[0].placement_cost} vs {ranked[1].placement_cost})"
         else:
             alt += f", a tie decided by the stable cluster order ({cid} before {runner.cluster})"
-    why = why_first(ranked, ctx.profiles, job.kind)
+    why = why_first(ranked, ctx.profiles, job.kind, ctx.fleet.cluster_has_npus)
     alt += f"; {why}" if why else ""
     share = f" ({d.gpu_milli}m each)" if d.is_share else ""
     terms = " + ".join(f"{name} {points}" for name, points in ranked[0].terms().items())

@@ -140,7 +140,7 @@ class Cluster:
     """GPU failures in the last day per 1,000 GPU-hours of its GPUs, in thousandths (part of what lowered
     ``stability_milli``, for explanations)."""
     recent_failures: int | None = None
-    """GPU failures of its nodes in the last day (None: not known), for explanations."""
+    """GPU and NPU failures of its nodes in the last day (None: not known), for explanations."""
 
     def rate_of(self, model: str) -> int:
         """The price of a GPU-hour of ``model`` here: its listed rate, else the flat one."""

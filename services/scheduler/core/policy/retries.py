@@ -74,6 +74,7 @@ _WORDS = {
     ReasonCode.NODE_LOST: "node {node} was lost",
     ReasonCode.NODE_DELETED: "node {node} was removed",
     ReasonCode.GPU_FAILURE: "a GPU of node {node} failed",
+    ReasonCode.NPU_FAILURE: "an NPU of node {node} failed",
     ReasonCode.NON_ZERO_EXIT: "the workload failed",
     ReasonCode.OUT_OF_MEMORY: "the workload ran out of memory",
 }

@@ -144,10 +144,13 @@ class NodeFacts:
     observed: NodeObserved | None = None
     removed_generation: int = -1
     gpu_health: dict[int, str] = field(default_factory=dict)
+    npu_health: dict[int, str] = field(default_factory=dict)
+    """Per device index, what the latest health report said since the latest snapshot (which says it
+    anew): it wins over the snapshot's device health."""
     health_at: Latest = field(default_factory=Latest)
-    """The latest ``GpuHealthReported`` applied."""
+    """The latest ``GpuHealthReported`` applied (it samples GPUs, NPUs or both)."""
     suspect_until_ms: int = 0
-    """Governance found jobs failing on this node: until then its healthy GPUs count as degraded, so
+    """Governance found jobs failing on this node: until then its healthy GPUs and NPUs count as degraded, so
     placement steers work elsewhere while the node stays usable."""
 
 

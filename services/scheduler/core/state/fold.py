@@ -64,6 +64,7 @@ def _node_observed(state: Facts, e: NodeObserved, _: int, __: str) -> None:
     if facts.observed is None or e.generation > facts.observed.generation:
         facts.observed = e
         facts.gpu_health = {}
+        facts.npu_health = {}
 
 
 def _node_removed(state: Facts, e: NodeRemoved, _: int, __: str) -> None:
@@ -79,6 +80,8 @@ def _gpu_health(state: Facts, e: GpuHealthReported, time_ms: int, event_id: str)
     facts.health_at = stamp
     for sample in e.gpus:
         facts.gpu_health[sample.index] = sample.health.value
+    for npu in e.npus:
+        facts.npu_health[npu.index] = npu.health.value
 
 
 def _latest(stamps: dict[tuple[str, ...], Latest], key: tuple[str, ...], time_ms: int, event_id: str) -> bool:

@@ -15,7 +15,7 @@ from events.catalog.base import has_field
 from events.catalog.budget_windows import DAY_MS, Window
 from events.catalog.documents import BudgetSpec
 from events.catalog.governance import PolicyConfigured, QuotaSet, TenantRegistered
-from events.catalog.inventory import ClusterStatus, ClusterStatusChanged, NpuDevice
+from events.catalog.inventory import ClusterStatus, ClusterStatusChanged
 from events.catalog.types import ClusterId, JobId, ResourceKind, TenantId
 from events.wire.envelope import Envelope
 from services.scheduler.core.policy import model as m
@@ -442,7 +442,7 @@ class SchedulerState(Facts):
                 device.model,
                 device.memory_mib,
                 holders.get(device.index, 0) <= 0,
-                _npu_health(device, suspect),
+                _npu_health(facts.npu_health.get(device.index, device.health.value), suspect),
             )
             for device in observed.npus
         )
@@ -518,8 +518,8 @@ class SchedulerState(Facts):
         return tuple(out)
 
 
-def _npu_health(device: NpuDevice, suspect: bool) -> m.Health:
-    """An NPU's health as its node's last snapshot says; a suspect node's healthy ones count as degraded
-    (as its GPUs do): taken last."""
-    health = m.Health(device.health.value)
+def _npu_health(reported: str, suspect: bool) -> m.Health:
+    """An NPU's health as its latest health report, or its node's last snapshot, says; a suspect node's
+    healthy ones count as degraded (as its GPUs do): taken last."""
+    health = m.Health(reported)
     return m.Health.DEGRADED if suspect and health is m.Health.OK else health
