@@ -90,8 +90,9 @@ class ResourceProfileUpdated(Event):
     health_milli: Permille
     """1000 is fully healthy; lowered by degraded and failed devices."""
     failures_per_kgpu_hour_milli: NonNegInt
-    """GPU failures per 1000 GPU-hours, in thousandths (2500 is 2.5 failures): a node's over the GPU-hours
-    it was observed; a cluster's (no node) in the last day over its GPUs' hours of that day."""
+    """Device failures (GPUs and NPUs) per 1000 device-hours, in thousandths (2500 is 2.5 failures): a
+    node's over the device-hours it was observed; a cluster's (no node) in the last day over its devices'
+    hours of that day. (The name is older than NPU health: it counts both.)"""
     congestion_milli: Permille
     """0 idle .. 1000 saturated: how contended the scope is (network, storage, queueing)."""
     hot_models: Annotated[tuple[GpuModel, ...], Field(max_length=16), Unique()] = ()
@@ -103,8 +104,8 @@ class ResourceProfileUpdated(Event):
     stale: bool = False
     """No report arrived within the projection's staleness limit: the scheduler should not trust it."""
     recent_failures: NonNegInt | None = None
-    """GPU failures in the day before ``last_seen_ms`` (a cluster's: all its nodes'); ``None``: not said
-    (a v1 record)."""
+    """GPU and NPU failures in the day before ``last_seen_ms`` (a cluster's: all its nodes'); ``None``: not
+    said (a v1 record)."""
 
 
 class QuotaUsage(Frozen):
