@@ -132,7 +132,8 @@ class ReadModels:
         """Runs holding GPUs now (placed or running; of ``tenants`` only, when given), with the GPU model of
         their first replica's node."""
         sql = (
-            f"SELECT j.tenant, j.project, j.cluster, j.placed_ms, j.placement, n.gpu_model, j.expected_runtime_s,"
+            f"SELECT j.tenant, j.project, j.cluster, j.placed_ms, j.placement, n.gpu_model, n.npu_model,"
+            f" j.expected_runtime_s,"
             f" j.max_runtime_s"
             f" FROM {self._jobs} j LEFT JOIN {self._nodes} n"
             f" ON n.cluster = j.cluster AND n.node = j.placement -> 0 ->> 0"
@@ -285,7 +286,7 @@ class ReadModels:
         """Every usage hour bucket (of ``tenants`` only, when given)."""
         sql = (
             f"SELECT tenant, cluster, gpu_model, hour_ms, allocated_milli_ms, used_milli_ms, idle_milli_ms,"
-            f" cost_micro, currency, projects, kind FROM {self._usage}"
+            f" cost_micro, currency, projects, kind, samples FROM {self._usage}"
             f" WHERE ($1::text[] IS NULL OR tenant = ANY($1::text[]))"
         )
         return [parse.usage_hour(r) for r in await self._pool.fetch(sql, _scope(tenants))]

@@ -197,6 +197,7 @@ def node(row: NodeRow) -> resources_pb2.Node:
         npu_model=row.npu_model,
         npus_free=row.npus_free,
         npus_healthy=row.npus_healthy,
+        npu_utilisation_pct=row.npu_utilisation_pct,
     )
 
 

@@ -120,6 +120,7 @@ def _node_rows(key: str, node: NodeProfile) -> Sequence[Row]:
             node.npu_model or None,
             free[3],
             healthy_npus(node),
+            node.npu_utilisation_pct if node.npus_measured else None,
         )
     ]
 
@@ -165,6 +166,7 @@ def _usage_rows(key: str, bucket: UsageBucket) -> Sequence[Row]:
             bucket.cost_micro,
             bucket.currency,
             _json([list(p) for p in bucket.projects]),
+            bucket.samples,
         )
     ]
 

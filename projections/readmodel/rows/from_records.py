@@ -146,6 +146,7 @@ def held_run(r: Record) -> HeldRun:
         slots(r["placement"]),
         _maybe_int(r, "expected_runtime_s"),
         _maybe_int(r, "max_runtime_s"),
+        r["npu_model"] or None,
     )
 
 
@@ -193,6 +194,7 @@ def node_row(r: Record) -> NodeRow:
         npu_model=_text(r, "npu_model"),
         npus_free=_int(r, "npus_free"),
         npus_healthy=_int(r, "npus_healthy"),
+        npu_utilisation_pct=_maybe_int(r, "npu_utilisation_pct"),
     )
 
 
@@ -270,6 +272,7 @@ def usage_hour(r: Record) -> UsageHour:
         currency=_text(r, "currency"),
         projects=tuple(ProjectShare(str(p), int(a), int(c)) for p, a, c in _json(r["projects"]) or ()),
         kind=_text(r, "kind") or "gpu",
+        samples=_int(r, "samples"),
     )
 
 

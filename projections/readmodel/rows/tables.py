@@ -140,6 +140,7 @@ NODES = Table(
         ("npu_model", "text"),
         ("npus_free", "int"),
         ("npus_healthy", "int"),
+        ("npu_utilisation_pct", "int"),
     ),
 )
 CLUSTERS = Table(
@@ -184,6 +185,7 @@ USAGE = Table(
         ("cost_micro", "bigint"),
         ("currency", "text"),
         ("projects", "jsonb"),
+        ("samples", "int"),
     ),
 )
 SHAPES = Table(

@@ -141,6 +141,8 @@ class HeldRun:
     expected_runtime_s: int | None = None
     max_runtime_s: int | None = None
     """The runtime it was submitted with (``None``: none given)."""
+    npu_model: str | None = None
+    """The NPU model of its first replica's node (``None``: no NPUs there, or the node is not known)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +194,8 @@ class NodeRow:
     npu_model: str = ""
     npus_free: int = 0
     npus_healthy: int = 0
+    npu_utilisation_pct: int | None = None
+    """The mean of its NPUs' utilisation in its latest usage report; ``None``: no report measured them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,6 +287,9 @@ class UsageHour:
     projects: tuple[ProjectShare, ...]
     kind: str = "gpu"
     """"gpu" or "npu": the device ``gpu_model`` names and the time counts (milli-device x ms)."""
+    samples: int = 0
+    """Usage samples that measured it: 0 when nothing measured its devices in the hour (no used share
+    to tell, not an idle one)."""
 
 
 @dataclass(frozen=True, slots=True)
