@@ -108,7 +108,7 @@ DESCRIPTIONS = MappingProxyType(
         _R.INSUFFICIENT_MEMORY: "not enough free memory",
         _R.INSUFFICIENT_NPU: "not enough free NPUs",
         _R.GANG_TOO_LARGE: "the gang needs more capacity than the cluster has in total",
-        _R.HOT_MODEL_CAP: "the tenant reached its cap on a GPU model in high demand",
+        _R.HOT_MODEL_CAP: "the tenant reached its cap on a GPU or NPU model in high demand",
         _R.RESERVED_FOR_GANG: "the free capacity is held for a waiting gang job",
         _R.NODE_UNSCHEDULABLE: "the suitable nodes are cordoned or not schedulable",
         _R.GPU_UNHEALTHY: "the suitable GPUs are degraded or failed",

@@ -220,7 +220,8 @@ class ReadModels:
         sql = f"""
             SELECT cluster, npu_model, count(*)::int AS nodes, sum(npus)::bigint AS total,
                    coalesce(sum(npus_healthy), 0)::bigint AS healthy,
-                   coalesce(sum(CASE WHEN schedulable THEN npus_free ELSE 0 END), 0)::bigint AS free
+                   coalesce(sum(CASE WHEN schedulable THEN npus_free ELSE 0 END), 0)::bigint AS free,
+                   coalesce(sum(npus_free), 0)::bigint AS unheld
             FROM {self._nodes}
             WHERE present AND npus > 0 AND ($1::text IS NULL OR cluster = $1)
             GROUP BY 1, 2 ORDER BY 1, 2"""

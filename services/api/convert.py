@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from events.catalog.jobs import JobSubmitted
+from events.catalog.profiles import is_hot, pressure_milli
 from events.catalog.reasons import DESCRIPTIONS, ReasonCode
 from projections.readmodel.rows.typed import (
     ClusterSummary,
@@ -146,7 +147,7 @@ def accepted_job(entry: Submission, *, with_timeline: bool = False) -> jobs_pb2.
     return message
 
 
-def npu_capacity(row: NpuCapacity) -> resources_pb2.NpuCapacity:
+def npu_capacity(row: NpuCapacity, hot: bool = False) -> resources_pb2.NpuCapacity:
     return resources_pb2.NpuCapacity(
         cluster=row.cluster,
         npu_model=row.npu_model,
@@ -154,7 +155,20 @@ def npu_capacity(row: NpuCapacity) -> resources_pb2.NpuCapacity:
         total=row.total,
         healthy=row.healthy,
         free=row.free,
+        hot=hot,
     )
+
+
+def hot_npu_models(npus: Sequence[NpuCapacity]) -> frozenset[str]:
+    """The NPU models that are hot across the federation: the allocated share of their healthy NPUs
+    reaches the default ``hot_pressure_milli`` (``events.catalog.profiles.is_hot``, GPU and NPU alike; a
+    cordoned node's idle NPUs are not allocated, as the scheduler counts them)."""
+    sums: dict[str, list[int]] = {}
+    for row in npus:
+        model = sums.setdefault(row.npu_model, [0, 0])
+        model[0] += row.healthy
+        model[1] += row.unheld
+    return frozenset(m for m, (healthy, free) in sums.items() if is_hot(pressure_milli(healthy * 1000, free * 1000)))
 
 
 def cluster(row: ClusterSummary, npus: Sequence[NpuCapacity] = ()) -> resources_pb2.Cluster:
@@ -202,9 +216,15 @@ def node(row: NodeRow) -> resources_pb2.Node:
 
 
 def capacity(
-    per_cluster: Sequence[ModelCapacity], fleet: Sequence[FleetModel], npus: Sequence[NpuCapacity] = ()
+    per_cluster: Sequence[ModelCapacity],
+    fleet: Sequence[FleetModel],
+    npus: Sequence[NpuCapacity] = (),
+    hot_npus: frozenset[str] | None = None,
 ) -> resources_pb2.Capacity:
-    out = resources_pb2.Capacity(npus=[npu_capacity(n) for n in npus])
+    """The capacity answer; ``hot_npus``: the hot NPU models across the federation (default: judged from
+    ``npus``, the federation's when no cluster is named)."""
+    hot = hot_npu_models(npus) if hot_npus is None else hot_npus
+    out = resources_pb2.Capacity(npus=[npu_capacity(n, n.npu_model in hot) for n in npus])
     models: dict[str, list[int]] = {}
     for row in per_cluster:
         out.clusters.append(

@@ -561,10 +561,13 @@ async def show_resources(args: argparse.Namespace, client: Client) -> int:
     print(table(["CLUSTER", "GPU MODEL", "NODES", "TOTAL", "HEALTHY", "FREE", "ALLOCATED", "PENDING"], rows))
     print("(GPUs; pending demand is federation-wide per model: a job that accepts several models counts for each)")
     if capacity.npus:
-        npu_rows = [[n.cluster, n.npu_model or "-", n.nodes, n.total, n.healthy, n.free] for n in capacity.npus]
+        npu_rows = [
+            [n.cluster, (n.npu_model or "-") + (" (hot)" if n.hot else ""), n.nodes, n.total, n.healthy, n.free]
+            for n in capacity.npus
+        ]
         print()
         print(table(["CLUSTER", "NPU MODEL", "NODES", "TOTAL", "HEALTHY", "FREE"], npu_rows))
-        print("(NPUs, whole devices)")
+        print("(NPUs, whole devices; a hot model is one the scheduler steers jobs off and caps tenants on)")
     return 0
 
 

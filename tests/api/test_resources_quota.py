@@ -265,6 +265,7 @@ async def test_npus_per_cluster_and_model_in_capacity_and_the_cluster_list(stack
     capacity = await client.call(client.resources.GetCapacity, resources_pb2.GetCapacityRequest(cluster=east))
     # 16 NPUs, 2 failed; free: the healthy ones of the schedulable node. No GPU row: the nodes have none.
     assert [(n.npu_model, n.nodes, n.total, n.healthy, n.free) for n in capacity.npus] == [(model, 2, 16, 14, 6)]
+    assert not capacity.npus[0].hot, "a cordoned node's idle NPUs are not allocated: the model is not hot"
     assert [c for c in capacity.clusters if c.cluster == east] == []
     clusters = await client.call(client.resources.ListClusters, resources_pb2.ListClustersRequest())
     [listed] = [c for c in clusters.clusters if c.cluster == east]

@@ -53,3 +53,5 @@ def test_npus_no_report_measured_say_no_usage_data_not_zero() -> None:
     report = build(T0, T0 + HOUR_MS, [unmeasured, measured_idle], [], [], [])
     shares = {r["cluster"]: r["used_pct"] for r in report.npu_usage}
     assert shares == {"sim-3": 0.0, "sim-9": NO_USAGE_DATA}
+    idle = {r["cluster"]: r["idle_npu_h"] for r in report.npu_usage}
+    assert idle == {"sim-3": 3.0, "sim-9": NO_USAGE_DATA}

@@ -218,6 +218,7 @@ def npu_capacity(r: Record) -> NpuCapacity:
         total=_int(r, "total"),
         healthy=_int(r, "healthy"),
         free=_int(r, "free"),
+        unheld=_int(r, "unheld"),
     )
 
 

@@ -225,6 +225,8 @@ class NpuCapacity:
     """Those not failed."""
     free: int
     """Healthy and held by no run, on schedulable nodes."""
+    unheld: int = 0
+    """Healthy and held by no run, cordoned nodes' too: what is not allocated (a model's pressure)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,3 +49,28 @@ def test_the_cluster_list_shows_each_clusters_npus(capsys: pytest.CaptureFixture
     show(resources_pb2.ListClustersResponse(clusters=clusters), clusters=True)
     out = capsys.readouterr().out.splitlines()
     assert "NPUS FREE/HEALTHY/TOTAL" in out[0] and out[1].split()[-2:] == ["6/14/16", "Ascend910B"]
+
+
+def test_a_hot_npu_model_is_marked_as_a_hot_gpu_model_is(capsys: pytest.CaptureFixture[str]) -> None:
+    hot = resources_pb2.NpuCapacity(cluster="sim-3", npu_model="Ascend910B", nodes=2, total=16, healthy=16, hot=True)
+    show(resources_pb2.Capacity(npus=[hot]))
+    out = capsys.readouterr().out.splitlines()
+    assert next(line for line in out if line.startswith("sim-3")).split()[:3] == ["sim-3", "Ascend910B", "(hot)"]
+
+
+def test_an_npu_model_is_hot_across_the_federation_by_the_share_of_its_healthy_npus_allocated() -> None:
+    from projections.readmodel.rows.typed import NpuCapacity
+    from services.api.convert import capacity, hot_npu_models
+
+    def rows(unheld_east: int) -> list[NpuCapacity]:
+        return [
+            NpuCapacity("east", "Ascend910B", 2, 16, 16, unheld_east, unheld_east),  # type: ignore[arg-type]
+            NpuCapacity("west", "Ascend910B", 1, 8, 8, 0, 0),  # type: ignore[arg-type]
+            NpuCapacity("west", "Ascend310P", 1, 8, 6, 6, 6),  # type: ignore[arg-type]
+        ]
+
+    # 23 of 24 Ascend910B held (958 per mille) is hot; 20 of 24 (833) is not; the 310P's idle NPUs are not.
+    assert hot_npu_models(rows(1)) == {"Ascend910B"} and hot_npu_models(rows(4)) == frozenset()
+    # Asked of one cluster, the model is judged across the federation all the same.
+    answer = capacity([], [], [r for r in rows(1) if r.cluster == "east"], hot_npu_models(rows(1)))
+    assert [(n.cluster, n.hot) for n in answer.npus] == [("east", True)]
