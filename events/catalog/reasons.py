@@ -151,7 +151,7 @@ DESCRIPTIONS = MappingProxyType(
         _R.OPERATOR_REQUEST: "an operator asked for it",
         _R.RECOVERED: "back to normal",
         _R.UNKNOWN: "the cause is not known",
-        _R.IDLE_GPU: "its GPUs stayed idle longer than the governance policy allows",
+        _R.IDLE_GPU: "its GPUs or NPUs stayed idle longer than the governance policy allows",
         _R.ALLOCATION_LEASE_EXPIRED: "its allocation was released: the run never started or the cluster lost it",
         _R.CRASH_LOOP: "it failed repeatedly within a short window",
         _R.STUCK_PENDING: "it has waited longer than the governance threshold",

@@ -71,3 +71,25 @@ def test_an_npu_gang_with_one_replica_far_slower_than_the_other_straggles() -> N
     (straggler,) = findings(history.evaluate())
     assert straggler.kind is FindingKind.STRAGGLING_GANG and straggler.node == "b"
     assert straggler.message == "replica on b at 15% while the busiest is at 92% (NPUs utilisation)"
+
+
+def test_fedsched_explain_of_an_idle_npu_reclaim_says_what_stayed_idle_and_no_quota_arithmetic() -> None:
+    """An idle reclaim gives nothing back to a lender: the borrowed-quota line (in milli-GPU, all zeros for
+    an NPU run) was noise; the reason's words cover NPUs and the message names them."""
+    from services.api.explain import explain
+
+    history = npu_notebook(npu_pct=1)
+    history.then_publish(history.evaluate(IDLE)).usage("nb", 0, npu_pct=2, at=35)
+    request = history.evaluate(IDLE)[1].event
+    assert isinstance(request, JobReclaimRequested)
+    row = {
+        "entity_key": "nb",
+        "status": "running",
+        "last_decision_type": "JobReclaimRequested",
+        "last_decision": request.model_dump(mode="json"),
+    }
+    summary = list(explain(row, T0 + 40 * MIN).summary)
+    assert summary[0].startswith("Reclaim requested on cluster sim-1 (run 1) under rule idle-notebook: IdleGpu")
+    assert "GPUs or NPUs stayed idle" in summary[0]
+    assert not any("Borrowed quota" in line for line in summary)
+    assert summary[1].startswith("8 NPUs idle for 30 min at 1% mean utilisation")
