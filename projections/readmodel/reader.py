@@ -47,6 +47,7 @@ from projections.readmodel.rows.typed import (
     ModelCapacity,
     NodeRow,
     NpuCapacity,
+    PendingNpus,
     Positions,
     QueueQuota,
     UsageHour,
@@ -226,6 +227,17 @@ class ReadModels:
             WHERE present AND npus > 0 AND ($1::text IS NULL OR cluster = $1)
             GROUP BY 1, 2 ORDER BY 1, 2"""
         return [parse.npu_capacity(r) for r in await self._pool.fetch(sql, cluster)]
+
+    async def pending_npus(self) -> list[PendingNpus]:
+        """The NPUs waiting jobs ask for, by the NPU models they accept and what one job asks (every
+        replica's NPUs): one row per such shape, however many jobs wait."""
+        sql = (
+            f"SELECT coalesce(npu_models, '') AS npu_models, (npus * replicas)::bigint AS each,"
+            f" count(*)::bigint AS jobs FROM {self._jobs}"
+            f" WHERE status IN ('submitted', 'queued') AND NOT coalesce(orphan, false) AND npus > 0"
+            f" GROUP BY 1, 2 ORDER BY 1, 2"
+        )
+        return [parse.pending_npus(r) for r in await self._pool.fetch(sql)]
 
     async def largest_nodes(self) -> dict[str, int]:
         """GPU model -> the most GPUs a present node of it has."""

@@ -168,6 +168,8 @@ class Submission:
     expected_runtime_s: int | None = None
     max_runtime_s: int | None = None
     application_retries: int = 0
+    npus: int = 0
+    npu_models: tuple[str, ...] = ()
 
 
 @record
@@ -233,6 +235,10 @@ class JobView:
     gpu_milli: int = 0
     """Per replica."""
     gpu_models: tuple[str, ...] = ()
+    npus: int = 0
+    """Whole NPUs per replica."""
+    npu_models: tuple[str, ...] = ()
+    """The NPU models it accepts (empty: any)."""
     preemptible: bool = True
     expected_runtime_s: int | None = None
     max_runtime_s: int | None = None
@@ -432,6 +438,8 @@ def _fact(event: Event, kind: str, order: Order, now: int) -> Fact:
             event.expected_runtime_s,
             event.max_runtime_s,
             event.retry.on_application_failure,
+            r.npus,
+            tuple(r.npu_models),
         )
         return Fact(order, now, kind, 0, "Submitted", "", submission)
     if isinstance(event, JobQueued):
@@ -638,6 +646,8 @@ def _submitted(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobVi
         memory_mib=s.memory_mib,
         gpu_milli=s.gpu_milli,
         gpu_models=s.gpu_models,
+        npus=s.npus,
+        npu_models=s.npu_models,
         preemptible=s.preemptible,
         expected_runtime_s=s.expected_runtime_s,
         max_runtime_s=s.max_runtime_s,

@@ -21,6 +21,7 @@ from projections.readmodel.rows.typed import (
     ModelCapacity,
     NodeRow,
     NpuCapacity,
+    PendingNpus,
     QueueQuota,
 )
 from services.api.pb import jobs_pb2, quota_pb2, resources_pb2
@@ -147,7 +148,9 @@ def accepted_job(entry: Submission, *, with_timeline: bool = False) -> jobs_pb2.
     return message
 
 
-def npu_capacity(row: NpuCapacity, hot: bool = False) -> resources_pb2.NpuCapacity:
+def npu_capacity(row: NpuCapacity, hot: bool = False, demand: tuple[int, int] = (0, 0)) -> resources_pb2.NpuCapacity:
+    """A cluster's NPUs of one model, with the model's federation-wide standing: hot, and ``demand``
+    (pending NPUs, congestion in thousandths)."""
     return resources_pb2.NpuCapacity(
         cluster=row.cluster,
         npu_model=row.npu_model,
@@ -156,7 +159,29 @@ def npu_capacity(row: NpuCapacity, hot: bool = False) -> resources_pb2.NpuCapaci
         healthy=row.healthy,
         free=row.free,
         hot=hot,
+        pending=demand[0],
+        congestion_milli=demand[1],
     )
+
+
+def npu_demand(npus: Sequence[NpuCapacity], pending: Sequence[PendingNpus]) -> dict[str, tuple[int, int]]:
+    """Per NPU model across the federation: (the NPUs waiting jobs that accept it ask for, that demand
+    against its free NPUs in thousandths), as the fleet counts GPU models: a job that accepts several
+    models, or any, counts for each; one that asks more than the fleet has of the models it accepts
+    counts for none (it cannot run as asked whatever the queue)."""
+    healthy: dict[str, int] = {}
+    free: dict[str, int] = {}
+    for row in npus:
+        healthy[row.npu_model] = healthy.get(row.npu_model, 0) + row.healthy
+        free[row.npu_model] = free.get(row.npu_model, 0) + row.free
+    demand = dict.fromkeys(healthy, 0)
+    for shape in pending:
+        accepted = [m for m in (shape.npu_models or sorted(healthy)) if m in healthy]
+        if shape.each > sum(healthy[m] for m in accepted):
+            continue
+        for model in accepted:
+            demand[model] += shape.each * shape.jobs
+    return {m: (d, min(1_000_000, d * 1000 // max(1, free[m]))) for m, d in sorted(demand.items())}
 
 
 def hot_npu_models(npus: Sequence[NpuCapacity]) -> frozenset[str]:
@@ -219,12 +244,16 @@ def capacity(
     per_cluster: Sequence[ModelCapacity],
     fleet: Sequence[FleetModel],
     npus: Sequence[NpuCapacity] = (),
-    hot_npus: frozenset[str] | None = None,
+    every_npu: Sequence[NpuCapacity] | None = None,
+    pending_npus: Sequence[PendingNpus] = (),
 ) -> resources_pb2.Capacity:
-    """The capacity answer; ``hot_npus``: the hot NPU models across the federation (default: judged from
-    ``npus``, the federation's when no cluster is named)."""
-    hot = hot_npu_models(npus) if hot_npus is None else hot_npus
-    out = resources_pb2.Capacity(npus=[npu_capacity(n, n.npu_model in hot) for n in npus])
+    """The capacity answer; ``every_npu``: the federation's NPU rows, by which an NPU model is judged hot
+    and congested (default: ``npus``, the federation's when no cluster is named)."""
+    federation = npus if every_npu is None else every_npu
+    hot, demand = hot_npu_models(federation), npu_demand(federation, pending_npus)
+    out = resources_pb2.Capacity(
+        npus=[npu_capacity(n, n.npu_model in hot, demand.get(n.npu_model, (0, 0))) for n in npus]
+    )
     models: dict[str, list[int]] = {}
     for row in per_cluster:
         out.clusters.append(

@@ -561,13 +561,21 @@ async def show_resources(args: argparse.Namespace, client: Client) -> int:
     print(table(["CLUSTER", "GPU MODEL", "NODES", "TOTAL", "HEALTHY", "FREE", "ALLOCATED", "PENDING"], rows))
     print("(GPUs; pending demand is federation-wide per model: a job that accepts several models counts for each)")
     if capacity.npus:
-        npu_rows = [
-            [n.cluster, (n.npu_model or "-") + (" (hot)" if n.hot else ""), n.nodes, n.total, n.healthy, n.free]
-            for n in capacity.npus
+        npu_rows: list[list[object]] = [
+            [n.cluster, n.npu_model or "-", n.nodes, n.total, n.healthy, n.free, ""] for n in capacity.npus
         ]
+        models: dict[str, list[int]] = {}
+        for n in capacity.npus:
+            sums = models.setdefault(n.npu_model, [0, 0, 0, n.pending, int(n.hot)])
+            sums[0], sums[1], sums[2] = sums[0] + n.total, sums[1] + n.healthy, sums[2] + n.free
+        for model, (total, healthy, free, pending, marked) in sorted(models.items()):
+            npu_rows.append(["ALL", model or "-", "", total, healthy, free, f"{pending}{' (hot)' if marked else ''}"])
         print()
-        print(table(["CLUSTER", "NPU MODEL", "NODES", "TOTAL", "HEALTHY", "FREE"], npu_rows))
-        print("(NPUs, whole devices; a hot model is one the scheduler steers jobs off and caps tenants on)")
+        print(table(["CLUSTER", "NPU MODEL", "NODES", "TOTAL", "HEALTHY", "FREE", "PENDING"], npu_rows))
+        print(
+            "(NPUs, whole devices; pending demand is federation-wide per model; a hot model is one the scheduler "
+            "steers jobs off and caps tenants on)"
+        )
     return 0
 
 

@@ -86,6 +86,8 @@ def _job_rows(key: str, job: JobView) -> Sequence[Row]:
             job.expected_runtime_s,
             job.max_runtime_s,
             job.retries,
+            job.npus,
+            ",".join(job.npu_models),
         )
     ]
 

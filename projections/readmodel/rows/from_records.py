@@ -24,6 +24,7 @@ from projections.readmodel.rows.typed import (
     ModelCapacity,
     NodeRow,
     NpuCapacity,
+    PendingNpus,
     ProjectShare,
     QueueQuota,
     QuotaUsage,
@@ -220,6 +221,10 @@ def npu_capacity(r: Record) -> NpuCapacity:
         free=_int(r, "free"),
         unheld=_int(r, "unheld"),
     )
+
+
+def pending_npus(r: Record) -> PendingNpus:
+    return PendingNpus(tuple(m for m in _text(r, "npu_models").split(",") if m), _int(r, "each"), _int(r, "jobs"))
 
 
 def cluster_allocation(r: Record) -> ClusterAllocation:

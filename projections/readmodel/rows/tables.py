@@ -109,6 +109,8 @@ JOBS = Table(
         ("expected_runtime_s", "bigint"),
         ("max_runtime_s", "bigint"),
         ("retries", "int"),  # runs that failed and were retried (``runs`` counts every attempt)
+        ("npus", "int"),  # whole NPUs per replica
+        ("npu_models", "text"),  # the NPU models it accepts, comma-separated ('': any)
     ),
     _JOB_INDEXES,
 )

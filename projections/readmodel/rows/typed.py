@@ -239,6 +239,16 @@ class ClusterAllocation:
 
 
 @dataclass(frozen=True, slots=True)
+class PendingNpus:
+    """Waiting jobs that accept the same NPU models and ask the same number of NPUs (every replica's)."""
+
+    npu_models: tuple[str, ...]
+    """Empty: any NPU model."""
+    each: int
+    jobs: int
+
+
+@dataclass(frozen=True, slots=True)
 class FleetModel:
     """One GPU model across the federation: capacity, free, pending demand, congestion."""
 
