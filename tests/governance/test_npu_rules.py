@@ -4,6 +4,8 @@ NPU words; a run holding both kinds is idle only when both are."""
 
 from __future__ import annotations
 
+import pytest
+
 from events.catalog.decisions import JobReclaimRequested
 from events.catalog.governance import FindingKind, GovernanceFinding, JobIdleWarning
 from events.catalog.reasons import ReasonCode
@@ -70,7 +72,7 @@ def test_an_npu_gang_with_one_replica_far_slower_than_the_other_straggles() -> N
     history.usage("g", 0, npu_pct=92, at=10, node="a").usage("g", 0, npu_pct=15, at=10, node="b")
     (straggler,) = findings(history.evaluate())
     assert straggler.kind is FindingKind.STRAGGLING_GANG and straggler.node == "b"
-    assert straggler.message == "replica on b at 15% while the busiest is at 92% (NPUs utilisation)"
+    assert straggler.message == "replica on b at 15% while the busiest is at 92% (utilisation of its NPUs)"
 
 
 def test_fedsched_explain_of_an_idle_npu_reclaim_says_what_stayed_idle_and_no_quota_arithmetic() -> None:
@@ -93,3 +95,14 @@ def test_fedsched_explain_of_an_idle_npu_reclaim_says_what_stayed_idle_and_no_qu
     assert "GPUs or NPUs stayed idle" in summary[0]
     assert not any("Borrowed quota" in line for line in summary)
     assert summary[1].startswith("8 NPUs idle for 30 min at 1% mean utilisation")
+
+
+@pytest.mark.parametrize(
+    ("gpu_milli", "npus", "words"),
+    [(0, 8, "8 NPUs"), (2000, 0, "2 GPUs"), (500, 1, "0.5 GPU and 1 NPU"), (1000, 0, "1 GPU"), (0, 0, "its run")],
+)
+def test_a_reclaim_names_what_the_run_holds(gpu_milli: int, npus: int, words: str) -> None:
+    from services.governance.core.reclaim import _held
+    from services.governance.core.state import RunFacts
+
+    assert _held(RunFacts(1, "sim-1", ("n1",), gpu_milli, 0, npus=npus)).startswith(words)

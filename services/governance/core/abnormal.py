@@ -186,7 +186,7 @@ def straggling_gangs(state: GovState, rules: AbnormalRules) -> list[Output]:
             ),
             observed_ms=state.now_ms,
             message=f"replica on {slowest[0]} at {slowest[1]}% while the busiest is at {busiest}% "
-            f"({run.devices} utilisation)",
+            f"(utilisation of its {run.devices})",
         )
         out.append(Output(f"gov:finding:straggler:{job_id}:{run.run}", state.now_ms, finding))
     return out

@@ -135,13 +135,11 @@ def idle(state: GovState, facts: JobFacts, rule: IdleRule, principal: str) -> li
 
 
 def _held(run: RunFacts) -> str:
-    """What the run holds, in words: "8 NPUs", "2 GPUs", "0.5 GPU and 4 NPUs"."""
-    gpus = f"{run.gpu_milli // 1000} GPUs" if run.gpu_milli % 1000 == 0 else f"{run.gpu_milli / 1000:g} GPU"
+    """What the run holds, in words: "8 NPUs", "2 GPUs", "0.5 GPU and 1 NPU"."""
+    gpus = f"{run.gpu_milli / 1000:g} GPU{'s' if run.gpu_milli > 1000 else ''}"
     npus = f"{run.npus} NPU{'s' if run.npus != 1 else ''}"
-    if run.npus and not run.gpu_milli:
-        return npus
-    if run.gpu_milli == 1000:
-        gpus = "1 GPU"
+    if not run.gpu_milli:
+        return npus if run.npus else "its run (no GPU or NPU)"
     return f"{gpus} and {npus}" if run.npus else gpus
 
 
