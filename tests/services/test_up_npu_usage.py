@@ -1,9 +1,13 @@
 """Measured NPU usage end to end on the embedded default (issue 21): ``fedsched up``'s components in one
-process on real PostgreSQL, a simulated cluster with a GPU node and an NPU node. An NPU job runs; the
-simulated cluster measures its NPUs; the node listing shows the NPUs' utilisation; and ``fedsched gov
-report --json`` shows the NPU-hours held and used per cluster x NPU model beside the GPU figures, with a
-used share measured from the reports (not "no usage data"), and ``audit verify`` re-executes every cycle
-identically."""
+process on real PostgreSQL, a simulated cluster with a GPU node and an NPU node.
+
+- An NPU job runs; the simulated cluster measures its NPUs; the node listing shows the NPUs' utilisation;
+  and ``fedsched gov report --json`` shows the NPU-hours held and used per cluster x NPU model beside the
+  GPU figures, with a used share measured from the reports (not "no usage data").
+- A notebook holding NPUs goes idle: governance warns in NPU words, then reclaims it, the simulated
+  cluster stops it and it is not placed again.
+
+``audit verify`` re-executes every cycle identically."""
 
 from __future__ import annotations
 
@@ -14,6 +18,9 @@ from typing import Any
 
 import pytest
 
+from events.catalog.decisions import JobReclaimRequested
+from events.catalog.governance import JobIdleWarning
+from events.catalog.jobs import JobReclaimed
 from services.api.client import Client, ClientConfig
 from services.api.pb import jobs_pb2, resources_pb2
 from services.cli.gov_report_cmd import show_report
@@ -95,3 +102,50 @@ async def test_measured_npu_utilisation_reaches_the_node_listing_and_the_governa
 
     verified, _ = await verified_history(fresh_database)
     assert verified.identical_pct == 100.0, verified.differences
+
+
+async def test_a_notebook_holding_idle_npus_is_warned_in_npu_words_then_reclaimed(
+    fresh_database: str, tmp_path: Path
+) -> None:
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(NODES)
+    api = f"127.0.0.1:{free_port()}"
+    config = up.UpConfig(
+        data_dir=tmp_path / "data",
+        dsn=fresh_database,
+        metrics_listen="127.0.0.1:0",
+        sim_clusters=("sim-1",),
+        sim_nodes=nodes,
+        sim_speed=600.0,  # the default idle rule's 45 minutes pass in under five seconds
+        api_listen=api,
+    )
+    running = await up.start(config)
+    client = Client(ClientConfig(server=api, token=running.api_token))
+    try:
+        spec = jobs_pb2.JobSpec(
+            name="npu-notebook",
+            tenant="team-n",
+            kind="notebook",
+            resources=jobs_pb2.Resources(cpu_milli=2000, memory_mib=4096, npus=2),
+        )
+        answer = await client.call(client.jobs.SubmitJob, jobs_pb2.SubmitJobRequest(spec=spec, client_request_id="nb"))
+        job_id = str(answer.job_id)
+
+        async def job() -> jobs_pb2.Job:
+            return await client.call(client.jobs.GetJob, jobs_pb2.GetJobRequest(job_id=job_id))
+
+        async def reclaimed_and_ended() -> bool:
+            return (await job()).status == "cancelled"
+
+        await wait_for(reclaimed_and_ended, 180)
+    finally:
+        await client.close()
+        await up.stop(running)
+
+    verified, events = await verified_history(fresh_database)
+    assert verified.identical_pct == 100.0, verified.differences
+    [warning] = [e.data for e in events if isinstance(e.data, JobIdleWarning) and e.data.job_id == job_id]
+    assert warning.message.startswith("NPUs under 5% for ")
+    [reclaim] = [e.data for e in events if isinstance(e.data, JobReclaimRequested) and e.data.job_id == job_id]
+    assert reclaim.rule == "idle-notebook" and reclaim.message.startswith("2 NPUs idle for ")
+    assert [e.data.run for e in events if isinstance(e.data, JobReclaimed) and e.data.job_id == job_id] == [1]
