@@ -184,11 +184,12 @@ _BUSY = {
 class Usage:
     utilisation_pct: int
     memory_share_permille: int
-    """Share of its GPU memory (and host memory) the job holds, in thousandths."""
+    """Share of its device memory (GPU or NPU, and host memory) the job holds, in thousandths."""
 
 
 def usage_draw(config: SimConfig, cluster: str, job: str, run: int, window: int, kind: JobKind, idle: bool) -> Usage:
-    """The job's utilisation over one usage window; an idle notebook uses 0-3% and holds little memory."""
+    """The job's utilisation over one usage window (of its GPUs and NPUs alike); an idle notebook uses 0-3%
+    and holds little memory."""
     rng = random.Random(f"fedsched-sim/{config.seed}/{cluster}/usage/{job}/{run}/{window}")
     if idle:
         return Usage(rng.randint(0, 3), rng.randint(150, 350))

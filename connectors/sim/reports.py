@@ -31,6 +31,7 @@ from events.catalog.inventory import (
     NodeUsageReported,
     NpuDevice,
     NpuHealthSample,
+    NpuUsage,
 )
 from events.catalog.jobs import JobKind
 from events.catalog.types import ClusterId
@@ -132,10 +133,14 @@ def gpu_health(cluster: ClusterId, node: NodeState) -> GpuHealthReported:
 def node_usage(
     cluster: ClusterId, node: NodeState, runs: dict[RunKey, Run], window: int, now_ms: int, config: SimConfig
 ) -> NodeUsageReported:
-    """What the node and each running job on it used over the window ending at ``now_ms``."""
+    """What the node and each running job on it used over the window ending at ``now_ms``: its GPUs and
+    NPUs, each device's utilisation and memory, and each job's. A job's NPUs are measured as its GPUs are,
+    from the same draw of its run and window (so adding NPU figures changed no GPU job's)."""
     spec = node.spec
     gpu_pct = [0] * spec.gpus
     gpu_mem = [0] * spec.gpus
+    npu_pct = [0] * spec.npus
+    npu_mem = [0] * spec.npus
     jobs: list[JobUsage] = []
     cpu_total = mem_total = 0
     for key in node.runs:
@@ -147,11 +152,12 @@ def node_usage(
         draw = usage_draw(config, cluster, job.job_id, run.run, window, job.kind, idle)
         busy = job.utilisation_pct if job.utilisation_pct is not None else draw.utilisation_pct
         # The average over the window, as an exporter averages it: a run that started within the window
-        # used its GPUs for part of it only (reported whole, a short job used more than it held).
+        # used its devices for part of it only (reported whole, a short job used more than it held).
         ran = min(config.usage_interval_ms, max(0, now_ms - run.started_ms))
         pct = busy * ran // config.usage_interval_ms if config.usage_interval_ms > 0 else busy
         replicas = [r for r in run.placement if r.node == spec.name]
         indices = sorted({i for r in replicas for i in r.gpu_indices})
+        npu_indices = sorted({i for r in replicas for i in r.npu_indices})
         job_gpu_mem = 0
         for r in replicas:
             for i in r.gpu_indices:
@@ -159,6 +165,12 @@ def node_usage(
                 held = spec.gpu_memory_mib * r.gpu_milli_each // 1000 * draw.memory_share_permille // 1000
                 gpu_mem[i] += held
                 job_gpu_mem += held
+        # NPUs are taken whole: each of the job's runs at the job's utilisation and holds its share of
+        # the device's memory.
+        npu_held = spec.npu_memory_mib * draw.memory_share_permille // 1000
+        for i in npu_indices:
+            npu_pct[i] += pct
+            npu_mem[i] += npu_held
         cpu = len(replicas) * job.resources.cpu_milli * max(pct, 5) // 100
         mem = len(replicas) * job.resources.memory_mib * draw.memory_share_permille // 1000
         cpu_total += cpu
@@ -167,8 +179,12 @@ def node_usage(
             JobUsage(
                 job_id=job.job_id,
                 gpu_indices=tuple(indices),
-                utilisation_pct=pct,
+                # A job of NPUs alone has no GPU to be busy on.
+                utilisation_pct=0 if npu_indices and not indices else pct,
                 gpu_memory_used_mib=job_gpu_mem,
+                npu_indices=tuple(npu_indices),
+                npu_utilisation_pct=pct if npu_indices else 0,
+                npu_memory_used_mib=npu_held * len(npu_indices),
                 cpu_milli_used=cpu,
                 memory_used_mib=mem,
                 run=run.run,
@@ -186,6 +202,12 @@ def node_usage(
                 index=i, utilisation_pct=min(100, gpu_pct[i]), memory_used_mib=min(gpu_mem[i], spec.gpu_memory_mib)
             )
             for i in range(spec.gpus)
+        ),
+        npus=tuple(
+            NpuUsage(
+                index=i, utilisation_pct=min(100, npu_pct[i]), memory_used_mib=min(npu_mem[i], spec.npu_memory_mib)
+            )
+            for i in range(spec.npus)
         ),
         jobs=tuple(jobs[:256]),
     )

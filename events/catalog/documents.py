@@ -89,7 +89,8 @@ class TenantSpec(Frozen):
     """Relative fair-share weight: a tenant of weight 2 gets twice the share of a tenant of weight 1."""
     hot_model_cap_milli: NonNegInt | None = None
     """The most milli-GPU of hot GPU models (allocated beyond the policy's ``hot_pressure_milli``) the
-    tenant may hold; ``None``: the policy's ``hot_model_cap_milli``."""
+    tenant may hold, and as many milli-NPU (1000 an NPU) of hot NPU models, counted apart; ``None``: the
+    policy's ``hot_model_cap_milli``."""
     default_priority_class: PriorityClass | None = None
     """The priority class of the tenant's jobs that name none; ``None``: standard."""
 
@@ -260,8 +261,10 @@ class PolicySpec(Frozen):
     standard work), ``critical_training`` (standard work catches up with critical training too) or
     ``best_effort`` (no aging across classes). Never production inference."""
     hot_pressure_milli: Permille = HOT_PRESSURE_MILLI
-    """A GPU model this share of whose working capacity is allocated is hot (``profiles.is_hot``)."""
+    """A GPU or NPU model this share of whose working capacity is allocated is hot (``profiles.is_hot``)."""
     hot_model_cap_milli: NonNegInt | None = None
+    """The most milli-GPU of hot GPU models a tenant may hold, and as many milli-NPU of hot NPU models
+    (counted apart), unless its own ``Tenant`` says otherwise; ``None``: no cap."""
     preemption: bool = True
     max_victims: NonNegInt = 16
     preemption_classes: dict[PriorityClass, PreemptionClassSpec] = Field(default_factory=_every_class)

@@ -65,7 +65,7 @@ PENDING_REASONS = MappingProxyType(
 
 DESCRIPTIONS = MappingProxyType(
     {
-        _P.QUOTA: "its tenant's or queue's quota (or cap on a GPU model in high demand) is used up",
+        _P.QUOTA: "its tenant's or queue's quota (or cap on a GPU or NPU model in high demand) is used up",
         _P.BUDGET: "its tenant's GPU-hour budget has too little left this window",
         _P.CAPACITY: "the capacity it needs is taken by running jobs, or held for jobs ahead of it",
         _P.UNAVAILABLE: "the capacity that would take it is cordoned, unhealthy, draining or unreachable",

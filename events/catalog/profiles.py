@@ -56,19 +56,19 @@ class GpuModelProfile(Frozen):
 
 
 HOT_PRESSURE_MILLI = 900
-"""A GPU model is hot where this share (thousandths) of its working capacity is allocated: the policy's
+"""A GPU or NPU model is hot where this share (thousandths) of its working capacity is allocated: the policy's
 default ``hot_pressure_milli``, and what ``fedsched resources`` and a profile's ``hot_models`` say."""
 
 
 def pressure_milli(capacity_milli: int, free_milli: int) -> int:
-    """The allocated share of a GPU model's working capacity (failed GPUs left out), in thousandths: what
-    makes it hot (``is_hot``); 0 for no capacity."""
+    """The allocated share of a GPU or NPU model's working capacity (failed devices left out), in
+    thousandths: what makes it hot (``is_hot``); 0 for no capacity."""
     return (capacity_milli - free_milli) * 1000 // capacity_milli if capacity_milli > 0 else 0
 
 
 def is_hot(pressure: int, threshold: int = HOT_PRESSURE_MILLI) -> bool:
-    """The one definition of a hot GPU model, for the scheduler (with the policy's threshold) and the
-    read side (with the default): its ``pressure_milli`` reaches the threshold."""
+    """The one definition of a hot model, GPU or NPU alike, for the scheduler (with the policy's threshold)
+    and the read side (with the default): its ``pressure_milli`` reaches the threshold."""
     return pressure >= threshold
 
 

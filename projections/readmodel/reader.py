@@ -47,6 +47,7 @@ from projections.readmodel.rows.typed import (
     ModelCapacity,
     NodeRow,
     NpuCapacity,
+    PendingNpus,
     Positions,
     QueueQuota,
     UsageHour,
@@ -132,7 +133,8 @@ class ReadModels:
         """Runs holding GPUs now (placed or running; of ``tenants`` only, when given), with the GPU model of
         their first replica's node."""
         sql = (
-            f"SELECT j.tenant, j.project, j.cluster, j.placed_ms, j.placement, n.gpu_model, j.expected_runtime_s,"
+            f"SELECT j.tenant, j.project, j.cluster, j.placed_ms, j.placement, n.gpu_model, n.npu_model,"
+            f" j.expected_runtime_s,"
             f" j.max_runtime_s"
             f" FROM {self._jobs} j LEFT JOIN {self._nodes} n"
             f" ON n.cluster = j.cluster AND n.node = j.placement -> 0 ->> 0"
@@ -221,11 +223,23 @@ class ReadModels:
                    coalesce(sum(npus_healthy), 0)::bigint AS healthy,
                    coalesce(sum(npus_degraded), 0)::bigint AS degraded,
                    coalesce(sum(npus - npus_healthy), 0)::bigint AS failed,
-                   coalesce(sum(CASE WHEN schedulable THEN npus_free ELSE 0 END), 0)::bigint AS free
+                   coalesce(sum(CASE WHEN schedulable THEN npus_free ELSE 0 END), 0)::bigint AS free,
+                   coalesce(sum(npus_free), 0)::bigint AS unheld
             FROM {self._nodes}
             WHERE present AND npus > 0 AND ($1::text IS NULL OR cluster = $1)
             GROUP BY 1, 2 ORDER BY 1, 2"""
         return [parse.npu_capacity(r) for r in await self._pool.fetch(sql, cluster)]
+
+    async def pending_npus(self) -> list[PendingNpus]:
+        """The NPUs waiting jobs ask for, by the NPU models they accept and what one job asks (every
+        replica's NPUs): one row per such shape, however many jobs wait."""
+        sql = (
+            f"SELECT coalesce(npu_models, '') AS npu_models, (npus * replicas)::bigint AS each,"
+            f" count(*)::bigint AS jobs FROM {self._jobs}"
+            f" WHERE status IN ('submitted', 'queued') AND NOT coalesce(orphan, false) AND npus > 0"
+            f" GROUP BY 1, 2 ORDER BY 1, 2"
+        )
+        return [parse.pending_npus(r) for r in await self._pool.fetch(sql)]
 
     async def largest_nodes(self) -> dict[str, int]:
         """GPU model -> the most GPUs a present node of it has."""
@@ -287,7 +301,7 @@ class ReadModels:
         """Every usage hour bucket (of ``tenants`` only, when given)."""
         sql = (
             f"SELECT tenant, cluster, gpu_model, hour_ms, allocated_milli_ms, used_milli_ms, idle_milli_ms,"
-            f" cost_micro, currency, projects, kind FROM {self._usage}"
+            f" cost_micro, currency, projects, kind, samples FROM {self._usage}"
             f" WHERE ($1::text[] IS NULL OR tenant = ANY($1::text[]))"
         )
         return [parse.usage_hour(r) for r in await self._pool.fetch(sql, _scope(tenants))]

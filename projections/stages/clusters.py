@@ -158,7 +158,7 @@ def _price_sample(view: ClusterView, sample: UsageSample) -> list[Emitted]:
     hour = sample.end_ms - sample.end_ms % HOUR_MS
     used = sample.gpu_milli * sample.utilisation_pct // 100 * sample.window_ms
     piece = PricedUsage(sample.job_id, 0, sample.project, 0, used, 0, view.currency, True)
-    return [Routed("usage", usage_key(sample.tenant, view.cluster, sample.gpu_model, hour), piece)]
+    return [Routed("usage", usage_key(sample.tenant, view.cluster, sample.gpu_model, hour, sample.kind), piece)]
 
 
 def _cost(view: ClusterView, model: str, milli_ms: int) -> int:

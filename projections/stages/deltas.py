@@ -110,7 +110,8 @@ class UsageInterval(Delta):
 
 @record
 class UsageSample(Delta):
-    """Measured use of a job's GPUs over a window (from a node's usage report), for its tenant."""
+    """Measured use of a job's GPUs, or of its NPUs, over a window (from a node's usage report), for its
+    tenant."""
 
     job_id: str
     tenant: str
@@ -118,10 +119,13 @@ class UsageSample(Delta):
     cluster: str
     gpu_model: str
     gpu_milli: int
-    """What the job holds of the GPUs it was measured on (a share of one GPU is less than 1000)."""
+    """What the job holds of the GPUs it was measured on (a share of one GPU is less than 1000); of NPUs
+    (``kind`` "npu"), 1000 per NPU."""
     utilisation_pct: int
     window_ms: int
     end_ms: int
+    kind: str = "gpu"
+    """The device kind measured: "gpu" (``gpu_model`` a GPU model) or "npu" (an NPU model)."""
 
 
 @record

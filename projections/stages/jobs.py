@@ -170,6 +170,7 @@ class Submission:
     application_retries: int = 0
     npus: int = 0
     """Per replica."""
+    npu_models: tuple[str, ...] = ()
 
 
 @record
@@ -235,6 +236,10 @@ class JobView:
     gpu_milli: int = 0
     """Per replica."""
     gpu_models: tuple[str, ...] = ()
+    npus: int = 0
+    """Whole NPUs per replica."""
+    npu_models: tuple[str, ...] = ()
+    """The NPU models it accepts (empty: any)."""
     preemptible: bool = True
     expected_runtime_s: int | None = None
     max_runtime_s: int | None = None
@@ -257,8 +262,6 @@ class JobView:
     """Runs that failed and were retried (``JobRetryScheduled``): ``runs`` counts every attempt."""
     application_retries: int = 0
     """Retries the job asked for after its workload fails a run (``retry.on_application_failure``)."""
-    npus: int = 0
-    """NPUs per replica, as submitted."""
     waiting_ms: int = 0
     queued_since_ms: int | None = None
     last_reason: str = ""
@@ -436,6 +439,7 @@ def _fact(event: Event, kind: str, order: Order, now: int) -> Fact:
             event.max_runtime_s,
             event.retry.on_application_failure,
             r.npus,
+            tuple(r.npu_models),
         )
         return Fact(order, now, kind, 0, "Submitted", "", submission)
     if isinstance(event, JobQueued):
@@ -642,11 +646,12 @@ def _submitted(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobVi
         memory_mib=s.memory_mib,
         gpu_milli=s.gpu_milli,
         gpu_models=s.gpu_models,
+        npus=s.npus,
+        npu_models=s.npu_models,
         preemptible=s.preemptible,
         expected_runtime_s=s.expected_runtime_s,
         max_runtime_s=s.max_runtime_s,
         application_retries=s.application_retries,
-        npus=s.npus,
         submitted_ms=now,
         status=status,
         queued_since_ms=now if first else view.queued_since_ms,

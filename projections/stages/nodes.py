@@ -110,9 +110,12 @@ class WaitingUsage:
     run: int | None
     gpu_model: str
     gpus: int
+    """The devices measured (GPUs, or NPUs for ``kind`` "npu")."""
     utilisation_pct: int
     window_ms: int
     end_ms: int
+    kind: str = "gpu"
+    """"gpu", or "npu" (``gpu_model`` is then the node's NPU model)."""
 
 
 @record
@@ -141,6 +144,10 @@ class NodeProfile:
     failures: int = 0
     recent_failures_ms: tuple[int, ...] = ()
     gpu_utilisation_pct: int = 0
+    npu_utilisation_pct: int = 0
+    """The mean of its NPUs' utilisation in its latest usage report."""
+    npus_measured: bool = False
+    """Whether its latest usage report measured its NPUs (a connector that cannot read them sends none)."""
     version: int = 0
     published: tuple[ProfileFacts, int] | None = None
     """What version ``version`` of the profile says, and its ``last_seen_ms``."""
@@ -356,20 +363,10 @@ def _count_failures(
 
 def _usage(profile: NodeProfile, event: NodeUsageReported, now: int) -> tuple[NodeProfile, list[Emitted]]:
     pct = sum(g.utilisation_pct for g in event.gpus) // len(event.gpus) if event.gpus else 0
+    npu_pct = sum(n.utilisation_pct for n in event.npus) // len(event.npus) if event.npus else 0
     emitted: list[Emitted] = []
     waiting = list(profile.waiting_usage)
-    for job in event.jobs:
-        if not job.gpu_indices:
-            continue
-        used = WaitingUsage(
-            job.job_id,
-            job.run,
-            profile.model_of(job.gpu_indices[0]),
-            len(job.gpu_indices),
-            job.utilisation_pct,
-            event.window_ms,
-            now,
-        )
+    for used in _job_usage(profile, event, now):
         allocation = _measured(profile, used)
         if allocation is None and used.run is not None:
             waiting.append(used)
@@ -377,7 +374,24 @@ def _usage(profile: NodeProfile, event: NodeUsageReported, now: int) -> tuple[No
             emitted.append(_sample(profile, used, allocation))
     overflow = max(0, len(waiting) - WAITING_USAGE)
     emitted += [_sample(profile, used, None) for used in waiting[:overflow]]
-    return evolve(profile, gpu_utilisation_pct=pct, waiting_usage=tuple(waiting[overflow:])), emitted
+    profile = evolve(profile, gpu_utilisation_pct=pct, npu_utilisation_pct=npu_pct, npus_measured=bool(event.npus))
+    return evolve(profile, waiting_usage=tuple(waiting[overflow:])), emitted
+
+
+def _job_usage(profile: NodeProfile, event: NodeUsageReported, now: int) -> list[WaitingUsage]:
+    """Each job's measured use of its GPUs and of its NPUs on the node, one sample per device kind."""
+    out = []
+    for job in event.jobs:
+        if job.gpu_indices:
+            model = profile.model_of(job.gpu_indices[0])
+            gpus = len(job.gpu_indices)
+            out.append(WaitingUsage(job.job_id, job.run, model, gpus, job.utilisation_pct, event.window_ms, now))
+        if job.npu_indices:
+            npus, pct = len(job.npu_indices), job.npu_utilisation_pct
+            out.append(
+                WaitingUsage(job.job_id, job.run, profile.npu_model, npus, pct, event.window_ms, now, kind="npu")
+            )
+    return out
 
 
 def _measured(profile: NodeProfile, used: WaitingUsage) -> Allocation | None:
@@ -401,9 +415,12 @@ def _measured(profile: NodeProfile, used: WaitingUsage) -> Allocation | None:
 
 
 def _sample(profile: NodeProfile, used: WaitingUsage, allocation: Allocation | None) -> Routed:
-    # What the job holds of those GPUs: a share of one is not the whole GPU (no allocation known: whole
-    # GPUs, as reported).
-    milli = sum(m for _, m in allocation.gpu_milli) if allocation else 1000 * used.gpus
+    # What the job holds of those devices: a share of one GPU is not the whole GPU (no allocation known:
+    # whole devices, as reported); NPUs are held whole.
+    if used.kind == "npu":
+        milli = 1000 * (len(allocation.npus) if allocation else used.gpus)
+    else:
+        milli = sum(m for _, m in allocation.gpu_milli) if allocation else 1000 * used.gpus
     sample = UsageSample(
         used.job_id,
         allocation.tenant if allocation else "",
@@ -414,6 +431,7 @@ def _sample(profile: NodeProfile, used: WaitingUsage, allocation: Allocation | N
         used.utilisation_pct,
         used.window_ms,
         used.end_ms,
+        used.kind,
     )
     return Routed("clusters", profile.cluster, sample)
 

@@ -2,8 +2,10 @@
 device kind x model x hour.
 
 Called by the projection hosts; keyed ``tenant|cluster|kind|model|hour`` (kind "gpu" or "npu"). Pure.
-Allocated time comes from finished runs (priced by the cluster stage); used GPU time from usage reports
-(which measure GPUs only: NPU buckets have no used time). Idle allocated time is allocated minus used.
+Allocated time comes from finished runs (priced by the cluster stage); used time from usage reports,
+which measure GPUs and NPUs alike (each bucket counts the samples that measured it: a bucket no report
+measured has no used share to tell, which is not the same as one measured idle). Idle allocated time is
+allocated minus used.
 Each run contributes once per hour bucket (kept by job and run), so a replayed delta cannot count twice.
 """
 
@@ -37,6 +39,8 @@ class UsageBucket:
     kind: str = "gpu"
     """The device kind counted: "gpu" (``gpu_model`` a GPU model) or "npu" (an NPU model, ``*_milli_ms``
     milli-NPU x ms). GPU-hour budgets count "gpu" buckets only."""
+    samples: int = 0
+    """Usage samples that measured it (0: nothing measured its devices in the hour)."""
 
     @property
     def allocated_gpu_hours(self) -> float:
@@ -61,7 +65,9 @@ class UsageStage(Silent[UsageBucket]):
         if bucket.applied.seen(item) or not isinstance(piece, PricedUsage):
             return entity, []
         if piece.sample:
-            bucket = evolve(bucket, used_milli_ms=bucket.used_milli_ms + piece.used_milli_ms)
+            bucket = evolve(
+                bucket, used_milli_ms=bucket.used_milli_ms + piece.used_milli_ms, samples=bucket.samples + 1
+            )
         else:
             run = (piece.job_id, piece.run, piece.part)
             at = bisect_left(bucket.runs, run)

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from events.catalog.jobs import JobSubmitted
+from events.catalog.profiles import is_hot, pressure_milli
 from events.catalog.reasons import DESCRIPTIONS, ReasonCode
 from projections.readmodel.rows.typed import (
     ClusterSummary,
@@ -20,6 +21,7 @@ from projections.readmodel.rows.typed import (
     ModelCapacity,
     NodeRow,
     NpuCapacity,
+    PendingNpus,
     QueueQuota,
 )
 from services.api.pb import jobs_pb2, quota_pb2, resources_pb2
@@ -148,7 +150,9 @@ def accepted_job(entry: Submission, *, with_timeline: bool = False) -> jobs_pb2.
     return message
 
 
-def npu_capacity(row: NpuCapacity) -> resources_pb2.NpuCapacity:
+def npu_capacity(row: NpuCapacity, hot: bool = False, demand: tuple[int, int] = (0, 0)) -> resources_pb2.NpuCapacity:
+    """A cluster's NPUs of one model, with the model's federation-wide standing: hot, and ``demand``
+    (pending NPUs, congestion in thousandths)."""
     return resources_pb2.NpuCapacity(
         cluster=row.cluster,
         npu_model=row.npu_model,
@@ -158,7 +162,42 @@ def npu_capacity(row: NpuCapacity) -> resources_pb2.NpuCapacity:
         degraded=row.degraded,
         failed=row.failed,
         free=row.free,
+        hot=hot,
+        pending=demand[0],
+        congestion_milli=demand[1],
     )
+
+
+def npu_demand(npus: Sequence[NpuCapacity], pending: Sequence[PendingNpus]) -> dict[str, tuple[int, int]]:
+    """Per NPU model across the federation: (the NPUs waiting jobs that accept it ask for, that demand
+    against its free NPUs in thousandths), as the fleet counts GPU models: a job that accepts several
+    models, or any, counts for each; one that asks more than the fleet has of the models it accepts
+    counts for none (it cannot run as asked whatever the queue)."""
+    healthy: dict[str, int] = {}
+    free: dict[str, int] = {}
+    for row in npus:
+        healthy[row.npu_model] = healthy.get(row.npu_model, 0) + row.healthy
+        free[row.npu_model] = free.get(row.npu_model, 0) + row.free
+    demand = dict.fromkeys(healthy, 0)
+    for shape in pending:
+        accepted = [m for m in (shape.npu_models or sorted(healthy)) if m in healthy]
+        if shape.each > sum(healthy[m] for m in accepted):
+            continue
+        for model in accepted:
+            demand[model] += shape.each * shape.jobs
+    return {m: (d, min(1_000_000, d * 1000 // max(1, free[m]))) for m, d in sorted(demand.items())}
+
+
+def hot_npu_models(npus: Sequence[NpuCapacity]) -> frozenset[str]:
+    """The NPU models that are hot across the federation: the allocated share of their healthy NPUs
+    reaches the default ``hot_pressure_milli`` (``events.catalog.profiles.is_hot``, GPU and NPU alike; a
+    cordoned node's idle NPUs are not allocated, as the scheduler counts them)."""
+    sums: dict[str, list[int]] = {}
+    for row in npus:
+        model = sums.setdefault(row.npu_model, [0, 0])
+        model[0] += row.healthy
+        model[1] += row.unheld
+    return frozenset(m for m, (healthy, free) in sums.items() if is_hot(pressure_milli(healthy * 1000, free * 1000)))
 
 
 def cluster(row: ClusterSummary, npus: Sequence[NpuCapacity] = ()) -> resources_pb2.Cluster:
@@ -202,13 +241,24 @@ def node(row: NodeRow) -> resources_pb2.Node:
         npus_free=row.npus_free,
         npus_healthy=row.npus_healthy,
         npus_degraded=row.npus_degraded,
+        npu_utilisation_pct=row.npu_utilisation_pct,
     )
 
 
 def capacity(
-    per_cluster: Sequence[ModelCapacity], fleet: Sequence[FleetModel], npus: Sequence[NpuCapacity] = ()
+    per_cluster: Sequence[ModelCapacity],
+    fleet: Sequence[FleetModel],
+    npus: Sequence[NpuCapacity] = (),
+    every_npu: Sequence[NpuCapacity] | None = None,
+    pending_npus: Sequence[PendingNpus] = (),
 ) -> resources_pb2.Capacity:
-    out = resources_pb2.Capacity(npus=[npu_capacity(n) for n in npus])
+    """The capacity answer; ``every_npu``: the federation's NPU rows, by which an NPU model is judged hot
+    and congested (default: ``npus``, the federation's when no cluster is named)."""
+    federation = npus if every_npu is None else every_npu
+    hot, demand = hot_npu_models(federation), npu_demand(federation, pending_npus)
+    out = resources_pb2.Capacity(
+        npus=[npu_capacity(n, n.npu_model in hot, demand.get(n.npu_model, (0, 0))) for n in npus]
+    )
     models: dict[str, list[int]] = {}
     for row in per_cluster:
         out.clusters.append(

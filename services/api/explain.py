@@ -26,6 +26,7 @@ from events.catalog.decisions import (
 )
 from events.catalog.lifecycle import FINAL_STATUSES
 from events.catalog.pending_reasons import DESCRIPTIONS as CATEGORIES
+from events.catalog.reasons import ReasonCode
 from events.catalog.types import ResourceKind
 from events.wire.envelope import format_time
 from services.api.convert import describe, reason_text, slots, timeline_entry, waited_ms
@@ -311,7 +312,8 @@ def _preemption_lines(d: JobPreemptionRequested | JobReclaimRequested) -> list[s
     ]
     if isinstance(d, JobPreemptionRequested) and d.preemptor:
         lines.append(f"To make room for job {d.preemptor}.")
-    if isinstance(d, JobReclaimRequested):
+    # An idle reclaim gives nothing back to a lender: its message says what stayed idle and for how long.
+    if isinstance(d, JobReclaimRequested) and d.reason is not ReasonCode.IDLE_GPU:
         f = d.figures
         model = f" of {f.gpu_model}" if f.gpu_model else ""
         lines.append(

@@ -48,8 +48,10 @@ class ResourceService:
         cluster = validation.optional_identifier("cluster", request.cluster)
         await self._known(cluster)
         per_cluster = await self._reads.capacity(cluster)
-        npus = await self._reads.npu_capacity(cluster)
-        return convert.capacity(per_cluster, await self._reads.fleet_models(), npus)
+        every_npu = await self._reads.npu_capacity(None)  # hot and congested are judged across the federation
+        npus = [n for n in every_npu if cluster is None or n.cluster == cluster]
+        fleet = await self._reads.fleet_models()
+        return convert.capacity(per_cluster, fleet, npus, every_npu, await self._reads.pending_npus())
 
     async def _known(self, cluster: str | None) -> None:
         """A filter on a cluster the federation never heard of is a mistake (a typo), not an empty fleet."""

@@ -25,10 +25,11 @@ if TYPE_CHECKING:
 SECTIONS: tuple[tuple[str, str], ...] = (
     ("Business impact beside utilisation (per tenant)", "impact"),
     ("Utilisation per cluster x GPU model", "utilisation"),
-    ("NPU-hours and cost per cluster x NPU model", "npu_usage"),
+    ("NPU utilisation, NPU-hours and cost per cluster x NPU model", "npu_usage"),
     ("GPU-hours, NPU-hours and cost per tenant", "cost_by_tenant"),
     ("GPU-hours, NPU-hours and cost per project", "cost_by_project"),
     ("Idle allocated GPU-hours", "idle"),
+    ("Idle allocated NPU-hours", "npu_idle"),
     ("Queueing delay per priority class", "waiting"),
     ("Top reasons jobs waited", "wait_reasons"),
     ("Preemptions and interruptions per tenant", "interruptions"),

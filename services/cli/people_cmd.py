@@ -585,14 +585,25 @@ async def show_resources(args: argparse.Namespace, client: Client) -> int:
     print(table(["CLUSTER", "GPU MODEL", "NODES", "TOTAL", "HEALTHY", "FREE", "ALLOCATED", "PENDING"], rows))
     print("(GPUs; pending demand is federation-wide per model: a job that accepts several models counts for each)")
     if capacity.npus:
-        npu_rows = [
-            [n.cluster, n.npu_model or "-", n.nodes, n.total, n.healthy, n.degraded, n.failed, n.free]
+        npu_rows: list[list[object]] = [
+            [n.cluster, n.npu_model or "-", n.nodes, n.total, n.healthy, n.degraded, n.failed, n.free, ""]
             for n in capacity.npus
         ]
+        models: dict[str, list[int]] = {}
+        for n in capacity.npus:
+            sums = models.setdefault(n.npu_model, [0, 0, 0, 0, 0, n.pending, int(n.hot)])
+            for i, figure in enumerate((n.total, n.healthy, n.degraded, n.failed, n.free)):
+                sums[i] += figure
+        for model, (total, healthy, degraded, failed, free, pending, marked) in sorted(models.items()):
+            mark = f"{pending}{' (hot)' if marked else ''}"
+            npu_rows.append(["ALL", model or "-", "", total, healthy, degraded, failed, free, mark])
         print()
-        print(table(["CLUSTER", "NPU MODEL", "NODES", "TOTAL", "HEALTHY", "DEGRADED", "FAILED", "FREE"], npu_rows))
+        headers = ["CLUSTER", "NPU MODEL", "NODES", "TOTAL", "HEALTHY", "DEGRADED", "FAILED", "FREE", "PENDING"]
+        print(table(headers, npu_rows))
         print(
-            "(NPUs, whole devices; healthy counts the degraded ones, which are taken last; a failed NPU is never free)"
+            "(NPUs, whole devices; healthy counts the degraded ones, which are taken last; a failed NPU is never free;"
+            " pending demand is federation-wide per model; a hot model is one the scheduler steers jobs off and caps"
+            " tenants on)"
         )
     return 0
 

@@ -48,6 +48,7 @@ async def usage_rows(reads: ReadModels, tenants: Scope = None) -> list[UsageRow]
             u.currency,
             u.projects,
             u.kind,
+            u.samples,
         )
         for u in await reads.usage_hours(tenants)
     ]
@@ -72,19 +73,18 @@ async def job_rows(reads: ReadModels, tenants: Scope = None) -> list[JobRow]:
 
 
 async def held_rows(reads: ReadModels, tenants: Scope = None) -> list[HeldRow]:
-    """Runs holding GPUs now, with the model of their first replica's node (as their usage is counted)."""
-    return [
-        HeldRow(
-            # Spelt as the usage buckets spell a missing tenant or model (projections.stages.clusters.usage_key).
-            r.tenant or "unknown",
-            r.project,
-            r.cluster,
-            r.gpu_model or "none",
-            r.placed_ms,
-            sum(len(slot.gpu_indices) * slot.gpu_milli_each for slot in r.placement),
-        )
-        for r in await reads.held_runs(tenants)
-    ]
+    """Runs holding GPUs or NPUs now, with the model of their first replica's node (as their usage is
+    counted): a row per device kind a run holds."""
+    rows = []
+    for r in await reads.held_runs(tenants):
+        # Spelt as the usage buckets spell a missing tenant or model (projections.stages.clusters.usage_key).
+        tenant, gpus = r.tenant or "unknown", sum(len(slot.gpu_indices) * slot.gpu_milli_each for slot in r.placement)
+        npus = sum(len(slot.npu_indices) for slot in r.placement)
+        if gpus or not npus:
+            rows.append(HeldRow(tenant, r.project, r.cluster, r.gpu_model or "none", r.placed_ms, gpus))
+        if npus:
+            rows.append(HeldRow(tenant, r.project, r.cluster, r.npu_model or "none", r.placed_ms, 1000 * npus, "npu"))
+    return rows
 
 
 async def quota_rows(reads: ReadModels, tenants: Scope = None) -> list[QuotaRow]:

@@ -273,6 +273,20 @@ async def test_npus_per_cluster_and_model_in_capacity_and_the_cluster_list(stack
     capacity = await client.call(client.resources.GetCapacity, resources_pb2.GetCapacityRequest(cluster=east))
     # 16 NPUs, 2 failed; free: the healthy ones of the schedulable node. No GPU row: the nodes have none.
     assert [(n.npu_model, n.nodes, n.total, n.healthy, n.free) for n in capacity.npus] == [(model, 2, 16, 14, 6)]
+    assert not capacity.npus[0].hot, "a cordoned node's idle NPUs are not allocated: the model is not hot"
+    # A job waiting for 2 x 4 NPUs of the model is its pending demand, against its 6 free NPUs (jobs of other
+    # tests that accept any NPU model count for this one too).
+    pending_before = capacity.npus[0].pending
+    submitter = stack.client(stack.keys.hs())
+    npu_job = spec(
+        name="npu-wait", resources=jobs_pb2.Resources(cpu_milli=1000, memory_mib=1024, npus=4, npu_models=[model])
+    )
+    npu_job.replicas = 2
+    await submitter.call(submitter.jobs.SubmitJob, jobs_pb2.SubmitJobRequest(spec=npu_job, client_request_id=tag))
+    await stack.fold()
+    capacity = await client.call(client.resources.GetCapacity, resources_pb2.GetCapacityRequest(cluster=east))
+    [shown] = capacity.npus
+    assert shown.pending == pending_before + 8 and shown.congestion_milli == shown.pending * 1000 // 6
     assert [c for c in capacity.clusters if c.cluster == east] == []
     clusters = await client.call(client.resources.ListClusters, resources_pb2.ListClustersRequest())
     [listed] = [c for c in clusters.clusters if c.cluster == east]

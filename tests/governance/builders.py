@@ -43,6 +43,7 @@ class History:
         tenant: str = "team-a",
         name: str | None = None,
         gpus: int = 1,
+        npus: int = 0,
         gang: bool = False,
         replicas: int = 1,
         max_runtime_s: int | None = None,
@@ -54,7 +55,7 @@ class History:
             kind=JobKind(kind),
             gang=gang,
             replicas=replicas,
-            resources=Resources(gpus=gpus),
+            resources=Resources(gpus=gpus, npus=npus),
             max_runtime_s=max_runtime_s,
         )
         return self.add(event, at)
@@ -63,9 +64,17 @@ class History:
         message = "waiting: " + ", ".join(r.value for r in reasons)
         return self.add(JobQueued(job_id=JobId(job), cycle_id=CycleId("c1"), reasons=reasons, message=message), at)
 
-    def place(self, job: str, *, at: float, run: int = 1, nodes: tuple[str, ...] = ("n1",), gpus: int = 1) -> History:
+    def place(
+        self, job: str, *, at: float, run: int = 1, nodes: tuple[str, ...] = ("n1",), gpus: int = 1, npus: int = 0
+    ) -> History:
         replicas = tuple(
-            ReplicaPlacement(replica=i, node=NodeId(n), gpu_indices=tuple(range(gpus)), gpu_milli_each=1000)
+            ReplicaPlacement(
+                replica=i,
+                node=NodeId(n),
+                gpu_indices=tuple(range(gpus)),
+                gpu_milli_each=1000 if gpus else 0,
+                npu_indices=tuple(range(npus)),
+            )
             for i, n in enumerate(nodes)
         )
         placed = JobPlaced(
@@ -95,12 +104,15 @@ class History:
     def reclaimed(self, job: str, *, at: float, run: int = 1) -> History:
         return self.add(JobReclaimed(job_id=JobId(job), cluster=CLUSTER, run=run), at)
 
-    def usage(self, job: str, pct: int, *, at: float, node: str = "n1", window_min: float = 5) -> History:
+    def usage(
+        self, job: str, pct: int, *, at: float, node: str = "n1", window_min: float = 5, npu_pct: int = 0
+    ) -> History:
+        """The job's GPUs at ``pct`` and its NPUs (if it has any: ``npu_pct``) over the window."""
         report = NodeUsageReported(
             cluster=CLUSTER,
             node=NodeId(node),
             window_ms=int(window_min * MIN),
-            jobs=(JobUsage(job_id=JobId(job), utilisation_pct=pct),),
+            jobs=(JobUsage(job_id=JobId(job), utilisation_pct=pct, npu_utilisation_pct=npu_pct),),
         )
         return self.add(report, at)
 

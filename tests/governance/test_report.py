@@ -166,10 +166,15 @@ def test_npu_hours_are_shown_and_priced_beside_gpu_hours_and_never_as_gpu_utilis
         "npu",
     )
     report = build(T0, T0 + HOUR_MS, [usage("team-a", 0, 2, 1, 4, project="p1"), npu], [], [], [])
+    # No usage report measured those NPUs: their use is not known (not 0%).
     assert report.npu_usage == [
         {
             "cluster": "sim-1",
             "npu_model": "Ascend910B",
+            "allocated_npu_h": 8.0,
+            "used_npu_h": "no usage data",
+            "idle_npu_h": "no usage data",
+            "used_pct": "no usage data",
             "npu_h": 8.0,
             "cost_micro": 12,
             "cost": 12e-6,
@@ -178,7 +183,7 @@ def test_npu_hours_are_shown_and_priced_beside_gpu_hours_and_never_as_gpu_utilis
     ]
     assert [(r["gpu_h"], r["npu_h"], r["cost_micro"]) for r in report.cost_by_tenant] == [(2.0, 8.0, 16)]
     assert [(r["project"], r["gpu_h"], r["npu_h"]) for r in report.cost_by_project] == [("p1", 2.0, 8.0)]
-    # Utilisation, idle, hourly and impact are of GPUs: NPU time has no measured use to show.
+    # Utilisation, idle, hourly and impact are of GPUs: NPU time is counted apart (npu_usage, npu_idle).
     assert [(r["gpu_model"], r["allocated_gpu_h"]) for r in report.utilisation] == [("A100", 2.0)]
     assert report.idle[0]["allocated_gpu_h"] == 2.0 and report.hourly[0]["allocated_gpu_h"] == 2.0
     assert report.impact[0]["allocated_gpu_h"] == 2.0

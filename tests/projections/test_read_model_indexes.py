@@ -20,6 +20,7 @@ ADDED = (
     "max_runtime_s",
     "retries",
     "npus",
+    "npu_models",
 )
 """The jobs table's columns added since it was first made, in the order they were added."""
 LISTING = (

@@ -87,6 +87,7 @@ def _job_rows(key: str, job: JobView) -> Sequence[Row]:
             job.max_runtime_s,
             job.retries,
             job.npus,
+            ",".join(job.npu_models),
         )
     ]
 
@@ -122,6 +123,7 @@ def _node_rows(key: str, node: NodeProfile) -> Sequence[Row]:
             free[3],
             healthy_npus(node),
             degraded_npus(node),
+            node.npu_utilisation_pct if node.npus_measured else None,
         )
     ]
 
@@ -167,6 +169,7 @@ def _usage_rows(key: str, bucket: UsageBucket) -> Sequence[Row]:
             bucket.cost_micro,
             bucket.currency,
             _json([list(p) for p in bucket.projects]),
+            bucket.samples,
         )
     ]
 

@@ -24,6 +24,7 @@ from projections.readmodel.rows.typed import (
     ModelCapacity,
     NodeRow,
     NpuCapacity,
+    PendingNpus,
     ProjectShare,
     QueueQuota,
     QuotaUsage,
@@ -147,6 +148,7 @@ def held_run(r: Record) -> HeldRun:
         slots(r["placement"]),
         _maybe_int(r, "expected_runtime_s"),
         _maybe_int(r, "max_runtime_s"),
+        r["npu_model"] or None,
     )
 
 
@@ -195,6 +197,7 @@ def node_row(r: Record) -> NodeRow:
         npus_free=_int(r, "npus_free"),
         npus_healthy=_int(r, "npus_healthy"),
         npus_degraded=_int(r, "npus_degraded"),
+        npu_utilisation_pct=_maybe_int(r, "npu_utilisation_pct"),
     )
 
 
@@ -220,7 +223,12 @@ def npu_capacity(r: Record) -> NpuCapacity:
         degraded=_int(r, "degraded"),
         failed=_int(r, "failed"),
         free=_int(r, "free"),
+        unheld=_int(r, "unheld"),
     )
+
+
+def pending_npus(r: Record) -> PendingNpus:
+    return PendingNpus(tuple(m for m in _text(r, "npu_models").split(",") if m), _int(r, "each"), _int(r, "jobs"))
 
 
 def cluster_allocation(r: Record) -> ClusterAllocation:
@@ -274,6 +282,7 @@ def usage_hour(r: Record) -> UsageHour:
         currency=_text(r, "currency"),
         projects=tuple(ProjectShare(str(p), int(a), int(c)) for p, a, c in _json(r["projects"]) or ()),
         kind=_text(r, "kind") or "gpu",
+        samples=_int(r, "samples"),
     )
 
 

@@ -109,7 +109,8 @@ JOBS = Table(
         ("expected_runtime_s", "bigint"),
         ("max_runtime_s", "bigint"),
         ("retries", "int"),  # runs that failed and were retried (``runs`` counts every attempt)
-        ("npus", "int"),  # per replica, as gpu_milli
+        ("npus", "int"),  # whole NPUs per replica, as gpu_milli is GPU per replica
+        ("npu_models", "text"),  # the NPU models it accepts, comma-separated ('': any)
     ),
     _JOB_INDEXES,
 )
@@ -142,6 +143,7 @@ NODES = Table(
         ("npus_free", "int"),
         ("npus_healthy", "int"),
         ("npus_degraded", "int"),
+        ("npu_utilisation_pct", "int"),
     ),
 )
 CLUSTERS = Table(
@@ -186,6 +188,7 @@ USAGE = Table(
         ("cost_micro", "bigint"),
         ("currency", "text"),
         ("projects", "jsonb"),
+        ("samples", "int"),
     ),
 )
 SHAPES = Table(

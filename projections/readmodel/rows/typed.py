@@ -143,6 +143,8 @@ class HeldRun:
     expected_runtime_s: int | None = None
     max_runtime_s: int | None = None
     """The runtime it was submitted with (``None``: none given)."""
+    npu_model: str | None = None
+    """The NPU model of its first replica's node (``None``: no NPUs there, or the node is not known)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +198,8 @@ class NodeRow:
     npus_healthy: int = 0
     """Its NPUs that are not failed, degraded ones included."""
     npus_degraded: int = 0
+    npu_utilisation_pct: int | None = None
+    """The mean of its NPUs' utilisation in its latest usage report; ``None``: no report measured them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,6 +232,8 @@ class NpuCapacity:
     failed: int
     free: int
     """Healthy and held by no run, on schedulable nodes."""
+    unheld: int = 0
+    """Healthy and held by no run, cordoned nodes' too: what is not allocated (a model's pressure)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +243,16 @@ class ClusterAllocation:
     cluster: ClusterId
     capacity_milli: int
     allocated_milli: int
+
+
+@dataclass(frozen=True, slots=True)
+class PendingNpus:
+    """Waiting jobs that accept the same NPU models and ask the same number of NPUs (every replica's)."""
+
+    npu_models: tuple[str, ...]
+    """Empty: any NPU model."""
+    each: int
+    jobs: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,6 +306,9 @@ class UsageHour:
     projects: tuple[ProjectShare, ...]
     kind: str = "gpu"
     """"gpu" or "npu": the device ``gpu_model`` names and the time counts (milli-device x ms)."""
+    samples: int = 0
+    """Usage samples that measured it: 0 when nothing measured its devices in the hour (no used share
+    to tell, not an idle one)."""
 
 
 @dataclass(frozen=True, slots=True)

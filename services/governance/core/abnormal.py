@@ -185,7 +185,8 @@ def straggling_gangs(state: GovState, rules: AbnormalRules) -> list[Output]:
                 Figure(name="ratio_threshold_pct", value=rules.straggler_ratio_pct),
             ),
             observed_ms=state.now_ms,
-            message=f"replica on {slowest[0]} at {slowest[1]}% while the busiest is at {busiest}%",
+            message=f"replica on {slowest[0]} at {slowest[1]}% while the busiest is at {busiest}% "
+            f"(utilisation of its {run.devices})",
         )
         out.append(Output(f"gov:finding:straggler:{job_id}:{run.run}", state.now_ms, finding))
     return out

@@ -39,8 +39,8 @@ class AutoApproveRule:
 
 @dataclass(frozen=True, slots=True)
 class IdleRule:
-    """Reclaim a job of ``kind`` whose GPUs stay under ``threshold_pct`` for ``idle_after_ms``: warn first,
-    then ask for the reclaim ``grace_ms`` later unless the GPUs became busy again."""
+    """Reclaim a job of ``kind`` whose GPUs or NPUs stay under ``threshold_pct`` for ``idle_after_ms``: warn
+    first, then ask for the reclaim ``grace_ms`` later unless they became busy again."""
 
     name: str = "idle-notebook"
     kind: str = "notebook"

@@ -50,6 +50,8 @@ INTERRUPTIONS = frozenset(
     }
 )
 TRAINING_KINDS = frozenset({"training", "fine_tune"})
+NO_USAGE_DATA = "no usage data"
+"""What a used share says when no usage report measured the devices (not 0%: nothing is known)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,11 +68,14 @@ class UsageRow:
     projects: tuple[tuple[str, int, int], ...] = ()
     kind: str = "gpu"
     """"gpu", or "npu": ``gpu_model`` is then an NPU model and the times are milli-NPU x ms."""
+    samples: int = 0
+    """Usage samples that measured the bucket (0: no used share to tell, not an idle one)."""
 
 
 @dataclass(frozen=True, slots=True)
 class HeldRow:
-    """A run still holding GPUs (placed or running): ``gpu_milli`` of a model since ``placed_ms``."""
+    """A run still holding GPUs (placed or running): ``gpu_milli`` of a model since ``placed_ms``; or, of
+    ``kind`` "npu", its NPUs (1000 each) of an NPU model."""
 
     tenant: str
     project: str
@@ -78,6 +83,7 @@ class HeldRow:
     gpu_model: str
     placed_ms: int
     gpu_milli: int
+    kind: str = "gpu"
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +136,10 @@ class Report:
     usage_until_ms: int = 0
     utilisation: list[dict[str, object]] = field(default_factory=list)
     npu_usage: list[dict[str, object]] = field(default_factory=list)
-    """NPU-hours of finished runs and their cost, per cluster x NPU model."""
+    """NPU-hours held and used (utilisation), and those of finished runs with their cost, per cluster x NPU
+    model."""
+    npu_idle: list[dict[str, object]] = field(default_factory=list)
+    """Idle allocated NPU-hours per tenant."""
     cost_by_tenant: list[dict[str, object]] = field(default_factory=list)
     cost_by_project: list[dict[str, object]] = field(default_factory=list)
     idle: list[dict[str, object]] = field(default_factory=list)
@@ -159,6 +168,7 @@ TABLES = (
     "cost_by_tenant",
     "cost_by_project",
     "idle",
+    "npu_idle",
     "waiting",
     "wait_reasons",
     "interruptions",
@@ -189,13 +199,19 @@ def build(
     usage_since, usage_until = whole_hours(since_ms, until_ms)
     usage = sorted((u for u in usage if usage_since <= u.hour_ms < usage_until), key=_usage_key)
     held_until = min(usage_until, until_ms if now_ms is None else now_ms)
-    # Utilisation, idle and impact are of GPUs: usage reports measure GPUs only, so NPU time has no
-    # used share to show. NPU time is counted apart (npu_usage) and in the cost tables beside GPU time.
-    to_date = with_held([u for u in usage if u.kind == "gpu"], held, usage_since, held_until)
+    # GPU and NPU time are counted apart (an NPU-hour is not a GPU-hour): utilisation, idle and impact
+    # of GPUs, npu_usage and npu_idle of NPUs, and both in the cost tables.
+    to_date = with_held(
+        [u for u in usage if u.kind == "gpu"], [h for h in held if h.kind == "gpu"], usage_since, held_until
+    )
+    npu_to_date = with_held(
+        [u for u in usage if u.kind == "npu"], [h for h in held if h.kind == "npu"], usage_since, held_until, "npu"
+    )
     jobs = sorted((j for j in jobs if _in_period(j, since_ms, until_ms)), key=lambda j: j.job_id)
     report = Report(since_ms, until_ms, usage_since, usage_until)
     report.utilisation = utilisation(to_date)
-    report.npu_usage = npu_usage(usage)
+    report.npu_usage = npu_usage(usage, npu_to_date)
+    report.npu_idle = npu_idle(npu_to_date)
     report.cost_by_tenant, report.cost_by_project = cost(usage)
     report.idle = idle(to_date)
     report.hourly = hourly(to_date)
@@ -214,9 +230,10 @@ def build(
         "Allocated, used and idle GPU time count every run in those hours, running ones too (up to now if the "
         "hours end later); idle is an hour's allocated minus used, never below zero. Cost and "
         "the GPU-hours beside it count finished runs (a run is priced when it ends).",
-        "NPU-hours count finished runs' NPU time apart from GPU time (an NPU-hour is not a GPU-hour: "
-        "GPU-hour budgets do not count it), priced at the cluster's rate for the NPU model; usage reports "
-        "measure GPUs only, so NPUs have no used or idle share.",
+        "NPU-hours count NPU time apart from GPU time (an NPU-hour is not a GPU-hour: GPU-hour budgets do "
+        "not count it): held, used and idle as GPU time is, and finished runs' priced at the cluster's rate "
+        "for the NPU model. NPUs no usage report measured (a connector that cannot read them) have "
+        '"no usage data", not 0%.',
         "Quota usage is a percentage of the limit, and of the guarantee: an unbounded quota has no limit to "
         "be a percentage of.",
         "Inference disruption is per job: minutes an inference job was down after it first started (replicas "
@@ -234,7 +251,9 @@ def _usage_key(u: UsageRow) -> tuple[str, str, str, str, int]:
     return (u.tenant, u.cluster, u.kind, u.gpu_model, u.hour_ms)
 
 
-def with_held(usage: Sequence[UsageRow], held: Iterable[HeldRow], since_ms: int, until_ms: int) -> list[UsageRow]:
+def with_held(
+    usage: Sequence[UsageRow], held: Iterable[HeldRow], since_ms: int, until_ms: int, kind: str = "gpu"
+) -> list[UsageRow]:
     """The usage buckets plus the GPU time of runs still holding GPUs, from their placement (or the
     period's start) to the period's end, split into the same tenant x cluster x model x hour buckets.
 
@@ -275,7 +294,7 @@ def with_held(usage: Sequence[UsageRow], held: Iterable[HeldRow], since_ms: int,
         more = extra.pop((u.tenant, u.cluster, u.gpu_model, u.hour_ms), 0)
         a = u.allocated_milli_ms + more
         merged.append(replace(u, allocated_milli_ms=a, idle_milli_ms=max(0, a - u.used_milli_ms)))
-    merged += [UsageRow(t, c, m, h, a, 0, a, 0, "") for (t, c, m, h), a in extra.items()]
+    merged += [UsageRow(t, c, m, h, a, 0, a, 0, "", kind=kind) for (t, c, m, h), a in extra.items()]
     return sorted(merged, key=_usage_key)
 
 
@@ -305,17 +324,59 @@ def utilisation(usage: Iterable[UsageRow]) -> list[dict[str, object]]:
     ]
 
 
-def npu_usage(usage: Iterable[UsageRow]) -> list[dict[str, object]]:
-    """NPU-hours of finished runs and their cost, per cluster x NPU model (x currency)."""
-    sums: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
+def npu_usage(usage: Iterable[UsageRow], to_date: Iterable[UsageRow] = ()) -> list[dict[str, object]]:
+    """Per cluster x NPU model: NPU-hours held (running runs too: ``to_date``), used and idle, the used
+    share ("no usage data" when no report measured those NPUs), and finished runs' NPU-hours and cost
+    (each currency a row of its own)."""
+    held: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    for u in to_date:
+        row = held[(u.cluster, u.gpu_model)]
+        row[0] += u.allocated_milli_ms
+        row[1] += u.used_milli_ms
+        row[2] += u.idle_milli_ms
+        row[3] += u.samples
+    priced: dict[tuple[str, str], dict[str, list[int]]] = defaultdict(dict)
     for u in usage:
         if u.kind == "npu":
-            row = sums[(u.cluster, u.gpu_model, u.currency)]
-            row[0] += u.allocated_milli_ms
-            row[1] += u.cost_micro
+            sums = priced[(u.cluster, u.gpu_model)].setdefault(u.currency, [0, 0])
+            sums[0] += u.allocated_milli_ms
+            sums[1] += u.cost_micro
+    rows: list[dict[str, object]] = []
+    for key in sorted(set(held) | set(priced)):
+        a, used, i, samples = held.get(key, [0, 0, 0, 0])
+        for currency, (finished, micro) in _merged(priced.get(key, {})) or [("", [0, 0])]:
+            rows.append(
+                {
+                    "cluster": key[0],
+                    "npu_model": key[1],
+                    "allocated_npu_h": gpu_hours(a),
+                    "used_npu_h": gpu_hours(used) if samples else NO_USAGE_DATA,
+                    "idle_npu_h": gpu_hours(i) if samples else NO_USAGE_DATA,
+                    "used_pct": _pct(used, a) if samples else NO_USAGE_DATA,
+                    "npu_h": gpu_hours(finished),
+                    "cost_micro": micro,
+                    "cost": micro / 1e6,
+                    "currency": currency,
+                }
+            )
+    return rows
+
+
+def npu_idle(usage: Iterable[UsageRow]) -> list[dict[str, object]]:
+    """Idle allocated NPU-hours per tenant ("no usage data" for a tenant none of whose NPUs was measured)."""
+    sums: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for u in usage:
+        sums[u.tenant][0] += u.idle_milli_ms
+        sums[u.tenant][1] += u.allocated_milli_ms
+        sums[u.tenant][2] += u.samples
     return [
-        {"cluster": c, "npu_model": m, "npu_h": gpu_hours(a), "cost_micro": micro, "cost": micro / 1e6, "currency": cur}
-        for (c, m, cur), (a, micro) in sorted(sums.items())
+        {
+            "tenant": t,
+            "idle_npu_h": gpu_hours(i) if n else NO_USAGE_DATA,
+            "allocated_npu_h": gpu_hours(a),
+            "idle_pct": _pct(i, a) if n else NO_USAGE_DATA,
+        }
+        for t, (i, a, n) in sorted(sums.items())
     ]
 
 

@@ -3,7 +3,8 @@
 Called by ``services.governance.core.rules.evaluate``. Pure: every time is log time from ``GovState`` and
 every output id is derived from the facts, so the same log gives the same actions.
 
-- Idle (per job kind, ``IdleRule``): the trailing stretch of usage samples under ``threshold_pct``; once
+- Idle (per job kind, ``IdleRule``): the trailing stretch of usage samples under ``threshold_pct`` (of the
+  accelerators the run holds: GPUs, NPUs, or the busier kind of a run that holds both); once
   it is ``idle_after_ms`` long a ``JobIdleWarning`` says when the reclaim comes; a sample at or after that
   moment still idle brings ``JobReclaimRequested`` (and a finding with the figures), preceded by a
   ``JobCancelRequested``: the scheduler must not place the job again once its run stops (sent only after
@@ -87,7 +88,7 @@ def idle(state: GovState, facts: JobFacts, rule: IdleRule, principal: str) -> li
         mean_utilisation_pct=mean,
         idle_ms=last - since,
         reclaim_at_ms=reclaim_at,
-        message=f"GPUs under {rule.threshold_pct}% for {(last - since) // 60_000} min; "
+        message=f"{run.devices} under {rule.threshold_pct}% for {(last - since) // 60_000} min; "
         f"reclaimed in {rule.grace_ms // 60_000} min unless used",
     )
     out.append(Output(f"gov:idle-warn:{facts.job_id}:{run.run}:{since}", now, warning))
@@ -99,6 +100,7 @@ def idle(state: GovState, facts: JobFacts, rule: IdleRule, principal: str) -> li
         Figure(name="threshold_pct", value=rule.threshold_pct),
         Figure(name="grace_ms", value=rule.grace_ms),
         Figure(name="gpu_milli", value=run.gpu_milli),
+        *((Figure(name="npus", value=run.npus),) if run.npus else ()),
     )
     reclaim = JobReclaimRequested(
         job_id=JobId(facts.job_id),
@@ -117,7 +119,7 @@ def idle(state: GovState, facts: JobFacts, rule: IdleRule, principal: str) -> li
             lender_pending_milli=0,
             reclaimed_milli=run.gpu_milli,
         ),
-        message=f"idle for {(last - since) // 60_000} min at {mean}% mean utilisation (rule {rule.name})",
+        message=f"{_held(run)} idle for {(last - since) // 60_000} min at {mean}% mean utilisation (rule {rule.name})",
     )
     finding = _finding(
         FindingKind.IDLE_RECLAIM, rule.name, ReasonCode.IDLE_GPU, facts, run, figures, now, reclaim.message
@@ -130,6 +132,15 @@ def idle(state: GovState, facts: JobFacts, rule: IdleRule, principal: str) -> li
         Output(f"gov:idle-reclaim:{key}", now, reclaim),
         Output(f"gov:finding:idle:{key}", now, finding),
     ]
+
+
+def _held(run: RunFacts) -> str:
+    """What the run holds, in words: "8 NPUs", "2 GPUs", "0.5 GPU and 1 NPU"."""
+    gpus = f"{run.gpu_milli / 1000:g} GPU{'s' if run.gpu_milli > 1000 else ''}"
+    npus = f"{run.npus} NPU{'s' if run.npus != 1 else ''}"
+    if not run.gpu_milli:
+        return npus if run.npus else "its run (no GPU or NPU)"
+    return f"{gpus} and {npus}" if run.npus else gpus
 
 
 def _idle_cancel(facts: JobFacts, run: int, rule: IdleRule, principal: str, now: int) -> Output:

@@ -34,7 +34,14 @@ from events.catalog.governance import (
     QuotaSet,
     TenantRegistered,
 )
-from events.catalog.inventory import ClusterStatus, ClusterStatusChanged, NodeObserved, NodeRemoved, NodeUsageReported
+from events.catalog.inventory import (
+    ClusterStatus,
+    ClusterStatusChanged,
+    JobUsage,
+    NodeObserved,
+    NodeRemoved,
+    NodeUsageReported,
+)
 from events.catalog.jobs import JobCancelRequested, JobFailed, JobKind, JobStarted, JobSubmitted
 from events.catalog.lifecycle import (
     RUN_END_EVENTS,
@@ -81,6 +88,8 @@ class Sample:
     window_ms: int
     node: str
     utilisation_pct: int
+    """How busy the run's accelerators were over the window: its GPUs', its NPUs' (a run of NPUs alone),
+    or the busier of the two kinds (a run that holds both is idle only when both are)."""
 
 
 @dataclass(slots=True)
@@ -102,10 +111,27 @@ class RunFacts:
     grown: tuple[tuple[int, int], ...] = ()
     """Replicas added to the run (``JobReplicasAdded``): when, and the milli-GPU they hold (``gpu_milli``
     counts them too); its GPU time counts each from when it was added, as the scheduler's does."""
+    npus: int = 0
+    """The NPUs it holds (its placement's and those added)."""
 
     @property
     def live(self) -> bool:
         return self.ended_ms is None
+
+    @property
+    def devices(self) -> str:
+        """The accelerators it holds, in words: what its usage samples measure."""
+        if self.npus and not self.gpu_milli:
+            return "NPUs"
+        return "GPUs and NPUs" if self.npus else "GPUs"
+
+    def busy_pct(self, usage: JobUsage) -> int:
+        """How busy a usage report found the accelerators this run holds (``Sample.utilisation_pct``)."""
+        if not self.npus:
+            return usage.utilisation_pct
+        if not self.gpu_milli:
+            return usage.npu_utilisation_pct
+        return max(usage.utilisation_pct, usage.npu_utilisation_pct)
 
     def held_pieces(self) -> list[tuple[int, int]]:
         """(milli-GPU, held since) of its placement's replicas and of each addition."""
@@ -308,7 +334,8 @@ def _placed(state: GovState, e: Event, t: int, _at: Stamp) -> None:
         return
     nodes = tuple(dict.fromkeys(r.node for r in e.replicas))
     milli = sum(len(r.gpu_indices) * r.gpu_milli_each for r in e.replicas)
-    facts.runs[e.run] = RunFacts(e.run, e.cluster, nodes, milli, t, replicas=len(e.replicas))
+    npus = sum(len(r.npu_indices) for r in e.replicas)
+    facts.runs[e.run] = RunFacts(e.run, e.cluster, nodes, milli, t, replicas=len(e.replicas), npus=npus)
     for early, at in facts.early.pop(e.run, []):
         if isinstance(early, JobStarted):
             _started(state, early, at)
@@ -330,6 +357,7 @@ def _replicas_added(state: GovState, e: Event, t: int, _at: Stamp) -> None:
     run.nodes = tuple(dict.fromkeys((*run.nodes, *(r.node for r in e.replicas))))
     milli = sum(len(r.gpu_indices) * r.gpu_milli_each for r in e.replicas)
     run.gpu_milli += milli
+    run.npus += sum(len(r.npu_indices) for r in e.replicas)
     run.grown = (*run.grown, (t, milli))
 
 
@@ -411,7 +439,7 @@ def _usage(state: GovState, e: Event, t: int, at: Stamp) -> None:
         run = facts.live_run() if facts is not None else None
         if run is None or run.cluster != e.cluster or usage.run not in (None, run.run):
             continue  # not a run the rules watch (a report that names an earlier run is about that one)
-        run.samples.append(Sample(t, e.window_ms, e.node, usage.utilisation_pct))
+        run.samples.append(Sample(t, e.window_ms, e.node, run.busy_pct(usage)))
         del run.samples[:-MAX_SAMPLES]
 
 

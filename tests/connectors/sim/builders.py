@@ -42,6 +42,15 @@ class NodeBuilder:
     taints: tuple[Taint, ...] = ()
     schedulable: bool = True
     fabric: str | None = None
+    npu_count: int = 0
+    npu_model: str = "Ascend910B"
+    npu_memory_mib: int = 65_536
+
+    def npus(self, count: int, model: str | None = None) -> Self:
+        """NPUs beside its GPUs (``gpus(0)`` for a node of NPUs alone)."""
+        self.npu_count = count
+        self.npu_model = model or self.npu_model
+        return self
 
     def on_fabric(self, name: str) -> Self:
         self.fabric = name
@@ -77,6 +86,9 @@ class NodeBuilder:
             gpus=self.gpu_count,
             gpu_model=self.model if self.gpu_count else "",
             gpu_memory_mib=self.gpu_memory_mib if self.gpu_count else 0,
+            npus=self.npu_count,
+            npu_model=self.npu_model if self.npu_count else "",
+            npu_memory_mib=self.npu_memory_mib if self.npu_count else 0,
             taints=self.taints,
             schedulable=self.schedulable,
             rdma_fabric=self.fabric,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from connectors.sim import SimConfig
+from connectors.sim.faults import usage_draw
 from events.catalog.inventory import ClusterRegistered, NodeObserved, NodeUsageReported
 from events.catalog.jobs import (
     JobCancelled,
@@ -18,6 +19,7 @@ from events.catalog.jobs import (
 from events.catalog.reasons import ReasonCode
 
 from .builders import (
+    CLUSTER,
     Story,
     a_cluster,
     a_job,
@@ -211,3 +213,28 @@ def test_a_run_that_starts_within_a_window_reports_its_average_over_the_window()
     story = Story(a_cluster(a_node()), config).start(job, a_placement().on("node-0", 0)).at(120)
     reports = [e.event for e in story.events(NodeUsageReported)]
     assert [r.jobs[0].utilisation_pct for r in reports] == [28, 42]  # type: ignore[attr-defined]
+
+
+def test_an_npu_run_is_measured_as_a_gpu_run_is_from_the_same_draw() -> None:
+    """Each NPU the job holds runs at the job's utilisation and holds its share of the NPU's memory; the
+    job's figures name its NPUs and no GPU; a GPU job beside it draws what it drew before NPUs were
+    measured (its figures come from its own run's draw, untouched)."""
+    config = SimConfig(start_delay_s=0, usage_interval_s=60)
+    node = a_node().gpus(2).npus(8)
+    npu_job = a_job("npu").npus(2).label("sim.fedsched.io/utilisation-pct", "37")
+    story = Story(a_cluster(node), config).start(npu_job, a_placement("npu").on("node-0", npus=(1, 3)))
+    story.start(a_job("gpu").gpus(1).runtime(10**6), a_placement("gpu").on("node-0", 0)).at(120)
+    reports = [e.event for e in story.events(NodeUsageReported)]
+    assert len(reports) == 2
+    last = reports[-1]
+    assert isinstance(last, NodeUsageReported)
+    by_job = {u.job_id: u for u in last.jobs}
+    npu = by_job["npu"]
+    assert (npu.npu_indices, npu.npu_utilisation_pct, npu.gpu_indices, npu.utilisation_pct) == ((1, 3), 37, (), 0)
+    assert npu.npu_memory_used_mib == sum(n.memory_used_mib for n in last.npus) > 0
+    assert [n.utilisation_pct for n in last.npus] == [0, 37, 0, 37, 0, 0, 0, 0]
+    assert [n.memory_used_mib > 0 for n in last.npus] == [False, True, False, True, False, False, False, False]
+    gpu = by_job["gpu"]
+    assert gpu.npu_indices == () and gpu.npu_utilisation_pct == 0 and 80 <= gpu.utilisation_pct <= 98
+    draw = usage_draw(config, CLUSTER, "gpu", 1, 2, JobKind.TRAINING, False)
+    assert gpu.utilisation_pct == draw.utilisation_pct

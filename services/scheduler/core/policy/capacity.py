@@ -90,4 +90,18 @@ def model_pressure(fs: FleetState) -> dict[str, int]:
     return out
 
 
-__all__ = ["largest_npu_block", "largest_whole_gpu_block", "model_pressure", "per_node"]
+def npu_model_pressure(fs: FleetState) -> dict[str, int]:
+    """Allocated share of each NPU model's working NPUs (failed ones left out), per mille: the same
+    ``pressure_milli`` that makes a GPU model hot makes an NPU model hot."""
+    out: dict[str, int] = {}
+    if not fs.has_npus:
+        return out
+    free = (fs.npu_free > 0) & fs.npu_usable
+    for m, name in enumerate(fs.npu_models):
+        sel = fs.npu_model_of == m
+        working = int((fs.npu_usable & sel).sum())
+        out[name] = pressure_milli(working * MILLI, int((free & sel).sum()) * MILLI)
+    return out
+
+
+__all__ = ["largest_npu_block", "largest_whole_gpu_block", "model_pressure", "npu_model_pressure", "per_node"]

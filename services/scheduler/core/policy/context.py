@@ -71,6 +71,10 @@ class Ctx:
     book: QuotaBook
     pressure: dict[str, int]
     hot_usage: dict[TenantId, int] = field(default_factory=dict)
+    npu_pressure: dict[str, int] = field(default_factory=dict)
+    """Per NPU model, the allocated share of its working NPUs (``capacity.npu_model_pressure``)."""
+    hot_npu_usage: dict[TenantId, int] = field(default_factory=dict)
+    """Per tenant, the milli-NPU (1000 an NPU) its runs hold of hot NPU models."""
     held: dict[TenantId, Held] = field(default_factory=dict)  # what running jobs hold, per tenant
     reservation: Reservation | None = None
     budgets: BudgetBook | None = None  # the hard budgets in force (None: none)
@@ -112,6 +116,13 @@ class Ctx:
     def hot(self) -> frozenset[str]:
         return frozenset(m for m, p in self.pressure.items() if is_hot(p, self.config.hot_pressure_milli))
 
+    @property
+    def hot_npus(self) -> frozenset[str]:
+        """The hot NPU models, by the one definition GPU models are judged by (``is_hot``)."""
+        if not self.npu_pressure:
+            return frozenset()
+        return frozenset(m for m, p in self.npu_pressure.items() if is_hot(p, self.config.hot_pressure_milli))
+
     def hot_cap(self, tenant: TenantId) -> int | None:
         t = self.book.tenants.get(tenant)
         if t is not None and t.hot_model_cap_milli is not None:
@@ -122,8 +133,11 @@ class Ctx:
         """The GPU model of the cards a choice takes ("" for none)."""
         return self.fleet.model_of_slots(c.node, c.slots)
 
-    def extra_for(self, job: Job, d: Demand, forbid_hot: bool, backfill_ok: bool) -> I64 | None:
-        """Per-node extra cost: hot-model steering, a hot-model ban, nodes reserved for a gang."""
+    def extra_for(
+        self, job: Job, d: Demand, forbid_hot: bool, backfill_ok: bool, forbid_hot_npu: bool = False
+    ) -> I64 | None:
+        """Per-node extra cost: hot-model steering, a hot-model ban (GPU models, NPU models), nodes
+        reserved for a gang."""
         fs = self.fleet
         extra: I64 | None = None
         hot = self.hot
@@ -136,6 +150,18 @@ class Ctx:
                 extra = np.where(is_hot, MASKED, 0).astype(np.int64)
             elif len(d.models) != 1:  # the job accepts several models: steer it off hot ones
                 extra = np.where(is_hot, HOT_PENALTY // max(1, fs.size), 0).astype(np.int64)
+        hot_npus = self.hot_npus if d.npus else frozenset()
+        if hot_npus:
+            on_hot = np.zeros(fs.size, dtype=np.bool_)
+            for m in sorted(hot_npus):
+                on_hot |= (fs.npu_model_of == fs.npu_models.index(m)).any(axis=1)
+            npu_extra: I64 | None = None
+            if forbid_hot_npu:
+                npu_extra = np.where(on_hot, MASKED, 0).astype(np.int64)
+            elif len(d.npu_models) != 1:  # the job accepts several NPU models: steer it off hot ones
+                npu_extra = np.where(on_hot, HOT_PENALTY // max(1, fs.size), 0).astype(np.int64)
+            if npu_extra is not None:
+                extra = npu_extra if extra is None else np.maximum(extra, npu_extra)
         r = self.reservation
         if r is not None and r.job_id != job.job_id and not backfill_ok:
             mask = np.zeros(fs.size, dtype=np.int64)

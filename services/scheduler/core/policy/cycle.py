@@ -48,7 +48,7 @@ import numpy as np
 from services.scheduler.core.policy import context, topology
 from services.scheduler.core.policy.backfill import may_backfill
 from services.scheduler.core.policy.budgets import BudgetBook
-from services.scheduler.core.policy.capacity import model_pressure
+from services.scheduler.core.policy.capacity import model_pressure, npu_model_pressure
 from services.scheduler.core.policy.context import Ctx
 from services.scheduler.core.policy.decisions import Change, Constraint, CycleResult, Decision, Place, Queue
 from services.scheduler.core.policy.explain import Shortfall, describe, explain
@@ -256,10 +256,14 @@ def _context(snap: FleetSnapshot, config: PolicyConfig, memo: CycleMemo | None =
     for c in ctx.profiles.values():
         for m, p in c.gpu_model_pressure_milli:
             ctx.pressure[m] = max(ctx.pressure.get(m, 0), p)
-    hot = ctx.hot
+    ctx.npu_pressure = npu_model_pressure(fleet)
+    hot, hot_npus = ctx.hot, ctx.hot_npus
     for group, n in sorted(groups.items(), key=_group_order):
         if group.model in hot:
             ctx.hot_usage[group.tenant] = ctx.hot_usage.get(group.tenant, 0) + n * group.job().total_gpu_milli()
+        if group.npu_model is not None and group.npu_model in hot_npus:
+            npus = n * group.job().total_npu_milli()
+            ctx.hot_npu_usage[group.tenant] = ctx.hot_npu_usage.get(group.tenant, 0) + npus
     for group, n in sorted(groups.items(), key=_group_order):
         ctx.held.setdefault(group.tenant, Held()).add(group.job(), n)
     return ctx

@@ -115,7 +115,7 @@ def _cluster(
             held = reason is ReasonCode.RESERVED_FOR_GANG and r
             detail = (
                 f"capacity held for {r.job_id} until {moment(r.start_ms)}" if held and r
-                else "the free capacity is on hot GPU models, above the tenant's cap"
+                else "the free capacity is on hot models, above the tenant's cap"
             )  # fmt: skip
             return ClusterWhyNot(cid, reason, detail), topology.most_in_one(job, cap_now, fs, lo, hi), bound(reason)
         cap_now = np.where(masked, 0, cap_now)
@@ -341,7 +341,7 @@ _CLOSED = {
 _WAITS_FOR = {
     ReasonCode.QUOTA_EXCEEDED: "its quota",
     ReasonCode.BUDGET_EXCEEDED: "its GPU-hour budget",
-    ReasonCode.HOT_MODEL_CAP: "its tenant's cap on hot GPU models",
+    ReasonCode.HOT_MODEL_CAP: "its tenant's cap on hot GPU or NPU models",
     ReasonCode.WAITING_FOR_PREEMPTION: "the jobs asked to stop",
 }
 

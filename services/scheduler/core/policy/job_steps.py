@@ -68,8 +68,9 @@ class Turn:
     job: Job
     demand: Demand
     borrowed: bool = False  # within_quota: the job uses quota above its tenant's guarantee
-    hot_cap: int | None = None  # hot_model_cap: the tenant's cap on hot GPU models
-    forbid_hot: bool = False  # hot_model_cap: the job would take the tenant above that cap
+    hot_cap: int | None = None  # hot_model_cap: the tenant's cap on hot models (GPU and NPU alike)
+    forbid_hot: bool = False  # hot_model_cap: the job would take the tenant above that cap on hot GPU models
+    forbid_hot_npu: bool = False  # hot_model_cap: ... above that cap on hot NPU models
     may_backfill: bool = False  # honour_reservation: it ends before the reservation starts
     extra: I64 | None = None  # honour_reservation: the per-node extra cost of the room it may use
     grows: RunningJob | None = None  # a top-up: the run that holds fewer replicas than ``job`` adds
@@ -111,12 +112,15 @@ def within_budget(ctx: Ctx, t: Turn) -> Verdict | None:
 
 
 def hot_model_cap(ctx: Ctx, t: Turn) -> Verdict | None:
-    """Hot-spot governance: would this job take its tenant above its cap on hot GPU models? Then it is
-    kept off them (``honour_reservation`` masks them; ``hot_model_wait`` says so if that is what holds
+    """Hot-spot governance: would this job take its tenant above its cap on hot GPU models, or on hot NPU
+    models (the same cap, counted apart: milli-GPU of hot GPU models, milli-NPU of hot NPU models)? Then it
+    is kept off them (``honour_reservation`` masks them; ``hot_model_wait`` says so if that is what holds
     it). Decides nothing."""
     job = t.job
     t.hot_cap = cap = ctx.hot_cap(job.tenant)
     t.forbid_hot = cap is not None and ctx.hot_usage.get(job.tenant, 0) + job.total_gpu_milli() > cap
+    if cap is not None and job.npus and ctx.hot_npus:
+        t.forbid_hot_npu = ctx.hot_npu_usage.get(job.tenant, 0) + job.total_npu_milli() > cap
     return None
 
 
@@ -125,7 +129,7 @@ def honour_reservation(ctx: Ctx, t: Turn) -> Verdict | None:
     them (its maximum runtime ends before the reservation starts), steered off hot models if it accepts
     several, off them altogether if over its hot-model cap. Decides nothing."""
     t.may_backfill = backfill.may_backfill(ctx, t.job)
-    t.extra = ctx.extra_for(t.job, t.demand, t.forbid_hot, t.may_backfill)
+    t.extra = ctx.extra_for(t.job, t.demand, t.forbid_hot, t.may_backfill, t.forbid_hot_npu)
     return None
 
 
@@ -146,16 +150,27 @@ def place(ctx: Ctx, t: Turn) -> Verdict | None:
 def hot_model_wait(ctx: Ctx, t: Turn) -> Verdict | None:
     """The job would fit on a hot model, but its tenant's cap keeps it off: that cap is why it waits."""
     job, d = t.job, t.demand
-    if not t.forbid_hot or ctx.try_place(job, d, ctx.extra_for(job, d, False, t.may_backfill)) is None:
+    if not (t.forbid_hot or t.forbid_hot_npu):
         return None
-    used, cap = ctx.hot_usage.get(job.tenant, 0), t.hot_cap or 0
+    if ctx.try_place(job, d, ctx.extra_for(job, d, False, t.may_backfill)) is None:
+        return None
+    cap = t.hot_cap or 0
+    if t.forbid_hot and (job.total_gpu_milli() or not t.forbid_hot_npu):
+        kind, used, asked, hot = "GPU", ctx.hot_usage.get(job.tenant, 0), job.total_gpu_milli(), ctx.hot
+    else:
+        kind, used, asked, hot = "NPU", ctx.hot_npu_usage.get(job.tenant, 0), job.total_npu_milli(), ctx.hot_npus
+    # Amounts in milli-device, shown as devices (fmt_amount's milli-GPU formatting counts NPUs alike).
     note = (
-        f"{job.tenant} holds {fmt_amount('gpu', used)} GPUs of hot models ({', '.join(sorted(ctx.hot))}); "
-        f"this job would take it to {fmt_amount('gpu', used + job.total_gpu_milli())}, above its cap of "
+        f"{job.tenant} holds {fmt_amount('gpu', used)} {kind}s of hot models ({', '.join(sorted(hot))}); "
+        f"this job would take it to {fmt_amount('gpu', used + asked)}, above its cap of "
         f"{fmt_amount('gpu', cap)}"
     )
-    hot = Constraint(ReasonCode.HOT_MODEL_CAP, "gpu", None, None, job.total_gpu_milli(), max(0, cap - used))
-    return t.waits(ReasonCode.HOT_MODEL_CAP, note, hot)
+    left = max(0, cap - used)
+    if kind == "GPU":
+        constraint = Constraint(ReasonCode.HOT_MODEL_CAP, "gpu", None, None, asked, left)
+    else:  # a Constraint counts NPUs whole
+        constraint = Constraint(ReasonCode.HOT_MODEL_CAP, "npu", None, None, asked // 1000, left // 1000)
+    return t.waits(ReasonCode.HOT_MODEL_CAP, note, constraint)
 
 
 def preempt(ctx: Ctx, t: Turn) -> Verdict | None:
@@ -468,6 +483,8 @@ def _commit(ctx: Ctx, job: Job, d: Demand, plan: Plan) -> tuple[ReplicaPlacement
         ctx.budgets.charge(job)
     if model in ctx.hot:
         ctx.hot_usage[job.tenant] = ctx.hot_usage.get(job.tenant, 0) + job.total_gpu_milli()
+    if npu_model is not None and npu_model in ctx.hot_npus:
+        ctx.hot_npu_usage[job.tenant] = ctx.hot_npu_usage.get(job.tenant, 0) + job.total_npu_milli()
     return replicas
 
 

@@ -251,6 +251,10 @@ class Job:
     def total_gpu_milli(self) -> int:
         return self.gpu_milli_per_replica() * self.replicas
 
+    def total_npu_milli(self) -> int:
+        """Its NPUs in milli-NPU (1000 an NPU), as the hot-model cap counts them."""
+        return self.npus * MILLI * self.replicas
+
 
 @dataclass(frozen=True, slots=True)
 class ReplicaPlacement:
@@ -403,8 +407,10 @@ class PolicyConfig:
     class_aging_ceiling: PriorityClass = PriorityClass.STANDARD
     """The most important class aging orders a job as (never production inference)."""
     # Hot-spot governance.
-    hot_pressure_milli: int = HOT_PRESSURE_MILLI  # a GPU model this much allocated is hot (``is_hot``)
-    hot_model_cap_milli: int | None = None  # per-tenant cap on hot-model GPUs (milli-GPU), None: none
+    hot_pressure_milli: int = HOT_PRESSURE_MILLI  # a GPU or NPU model this much allocated is hot (``is_hot``)
+    hot_model_cap_milli: int | None = None
+    """Per-tenant cap on hot models: milli-GPU of hot GPU models, and as many milli-NPU (1000 an NPU) of hot
+    NPU models, counted apart; None: none."""
     # Preemption and backfill.
     preemption: bool = True
     max_victims: int = 16
