@@ -57,7 +57,7 @@ _SUMMARY_COLUMNS = (
     "entity_key, tenant, project, queue, name, kind, priority_class, status, cluster, replicas, gpu_milli,"
     " submitted_ms, placed_ms, started_ms, ended_ms, waiting_ms, run, runs, preemptions, last_reason,"
     " last_message, placement, last_decision_type, queued_since_ms, pending_reason, federation_position,"
-    " tenant_queue_position, estimated_start_ms, expected_runtime_s, max_runtime_s, retries, npus"
+    " tenant_queue_position, estimated_start_ms, expected_runtime_s, max_runtime_s, retries, npus, npu_models"
 )
 
 

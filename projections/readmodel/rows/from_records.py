@@ -87,6 +87,7 @@ def _summary_fields(r: Record) -> dict[str, Any]:
         "replicas": _int(r, "replicas"),
         "gpu_milli": _int(r, "gpu_milli"),
         "npus": _int(r, "npus"),
+        "npu_models": _text(r, "npu_models"),
         "submitted_ms": _maybe_int(r, "submitted_ms"),
         "placed_ms": _maybe_int(r, "placed_ms"),
         "started_ms": _maybe_int(r, "started_ms"),

@@ -75,6 +75,8 @@ class JobSummary:
     gpu_milli: int
     npus: int
     """Per replica, as gpu_milli is."""
+    npu_models: str
+    """The NPU models it accepts, comma-separated, as the column holds them ("": any)."""
     submitted_ms: int | None
     placed_ms: int | None
     started_ms: int | None
