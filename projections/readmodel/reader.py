@@ -130,12 +130,15 @@ class ReadModels:
         return [parse.job_history(r) for r in await self._pool.fetch(sql, _scope(tenants))]
 
     async def held_runs(self, tenants: Sequence[str] | None = None) -> list[HeldRun]:
-        """Runs holding GPUs now (placed or running; of ``tenants`` only, when given), with the GPU model of
-        their first replica's node."""
+        """Runs holding GPUs now (placed or running; of ``tenants`` only, when given), with the GPU and NPU
+        models of their first replica's node and of each replica's node."""
         sql = (
             f"SELECT j.tenant, j.project, j.cluster, j.placed_ms, j.placement, n.gpu_model, n.npu_model,"
             f" j.expected_runtime_s,"
-            f" j.max_runtime_s"
+            f" j.max_runtime_s,"
+            f" (SELECT coalesce(jsonb_agg(jsonb_build_array(m.gpu_model, m.npu_model) ORDER BY s.ord), '[]'::jsonb)"
+            f"  FROM jsonb_array_elements(j.placement) WITH ORDINALITY AS s(slot, ord)"
+            f"  LEFT JOIN {self._nodes} m ON m.cluster = j.cluster AND m.node = s.slot ->> 0) AS slot_models"
             f" FROM {self._jobs} j LEFT JOIN {self._nodes} n"
             f" ON n.cluster = j.cluster AND n.node = j.placement -> 0 ->> 0"
             f" WHERE j.status IN ('placed', 'running') AND j.placed_ms IS NOT NULL AND NOT coalesce(j.orphan, false)"

@@ -73,17 +73,28 @@ async def job_rows(reads: ReadModels, tenants: Scope = None) -> list[JobRow]:
 
 
 async def held_rows(reads: ReadModels, tenants: Scope = None) -> list[HeldRow]:
-    """Runs holding GPUs or NPUs now, with the model of their first replica's node (as their usage is
-    counted): a row per device kind a run holds."""
+    """Runs holding GPUs or NPUs now, as their usage is counted: a row per device kind and model a run
+    holds, each replica under the model of its own node (a run over nodes of several models is several rows)."""
     rows = []
     for r in await reads.held_runs(tenants):
         # Spelt as the usage buckets spell a missing tenant or model (projections.stages.clusters.usage_key).
-        tenant, gpus = r.tenant or "unknown", sum(len(slot.gpu_indices) * slot.gpu_milli_each for slot in r.placement)
-        npus = sum(len(slot.npu_indices) for slot in r.placement)
-        if gpus or not npus:
-            rows.append(HeldRow(tenant, r.project, r.cluster, r.gpu_model or "none", r.placed_ms, gpus))
-        if npus:
-            rows.append(HeldRow(tenant, r.project, r.cluster, r.npu_model or "none", r.placed_ms, 1000 * npus, "npu"))
+        tenant = r.tenant or "unknown"
+        models = r.slot_models or ((r.gpu_model, r.npu_model),) * len(r.placement)
+        gpus: dict[str, int] = {}
+        npus: dict[str, int] = {}
+        for slot, (gpu_model, npu_model) in zip(r.placement, models, strict=True):
+            if slot.gpu_indices:
+                gpus[gpu_model or "none"] = (
+                    gpus.get(gpu_model or "none", 0) + len(slot.gpu_indices) * slot.gpu_milli_each
+                )
+            if slot.npu_indices:
+                npus[npu_model or "none"] = npus.get(npu_model or "none", 0) + 1000 * len(slot.npu_indices)
+        if not gpus and not npus:  # a run of neither still holds its place in the GPU tables, as before
+            gpus[r.gpu_model or "none"] = 0
+        rows += [HeldRow(tenant, r.project, r.cluster, model, r.placed_ms, milli) for model, milli in gpus.items()]
+        rows += [
+            HeldRow(tenant, r.project, r.cluster, model, r.placed_ms, milli, "npu") for model, milli in npus.items()
+        ]
     return rows
 
 

@@ -170,3 +170,41 @@ async def test_npu_hours_are_read_with_their_kind_and_never_count_in_gpu_hour_bu
     assert job is not None and (job.gpu_milli, job.npus, job.replicas) == (1000, 4, 1)
     (listed,) = await reads.jobs(JobFilter(), None, 10, None)
     assert listed.npus == 4
+
+
+async def test_a_running_run_over_nodes_of_two_models_is_held_under_each_model(
+    written: tuple[asyncpg.Pool, str],
+) -> None:
+    from events.catalog.decisions import CandidateScore, JobPlaced, ReplicaPlacement
+    from services.governance.report import held_rows
+
+    pool, _ = written
+    fold = Fold()
+    fold.feed(a_node("c1", "n1"))
+    fold.feed(a_node("c1", "t1", gpus=4, model="T4"))
+    fold.feed(a_job("j9", gpus=1).model_copy(update={"replicas": 3}), at_s=10)
+    replicas = tuple(
+        ReplicaPlacement(replica=i, node=node, gpu_indices=(g,), gpu_milli_each=1000)
+        for i, (node, g) in enumerate([("n1", 0), ("t1", 0), ("t1", 1)])
+    )
+    placed_on_two = JobPlaced(
+        job_id="j9",
+        cycle_id="cycle-9",
+        cluster="c1",
+        run=1,
+        replicas=replicas,
+        chosen=CandidateScore(cluster="c1", node="n1", total=0),
+        explanation="test",
+    )
+    fold.feed(placed_on_two, at_s=20)
+    fold.feed(JobStarted(job_id="j9", cluster="c1"), at_s=25)
+    schema = f"rm_{uuid.uuid4().hex[:8]}"
+    await writer.ensure_schema(pool, schema)
+    tables = fold.store.tables
+    changed = [(stage, key) for stage, entities in tables.items() if stage in TABLES for key in entities]
+    await writer.flush(pool, schema, changed, tables, POSITIONS)
+    reads = ReadModels(pool, schema)
+    (run,) = await reads.held_runs()
+    assert run.slot_models == (("A100", None), ("T4", None), ("T4", None))
+    held = sorted((row.gpu_model, row.gpu_milli) for row in await held_rows(reads))
+    assert held == [("A100", 1000), ("T4", 2000)]  # was [("A100", 3000)]: the first replica's node's model

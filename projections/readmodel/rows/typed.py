@@ -147,6 +147,8 @@ class HeldRun:
     """The runtime it was submitted with (``None``: none given)."""
     npu_model: str | None = None
     """The NPU model of its first replica's node (``None``: no NPUs there, or the node is not known)."""
+    slot_models: tuple[tuple[str | None, str | None], ...] = ()
+    """Per replica of ``placement``, the GPU and NPU models of its node (``None``: none, or not known)."""
 
 
 @dataclass(frozen=True, slots=True)
