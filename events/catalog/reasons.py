@@ -78,6 +78,7 @@ class ReasonCode(StrEnum):
     UNKNOWN = "Unknown"
     # Governance: why a rule stopped, released or flagged a job (JobReclaimRequested, GovernanceFinding).
     IDLE_GPU = "IdleGpu"
+    IDLE_NPU = "IdleNpu"
     ALLOCATION_LEASE_EXPIRED = "AllocationLeaseExpired"
     CRASH_LOOP = "CrashLoop"
     STUCK_PENDING = "StuckPending"
@@ -151,7 +152,8 @@ DESCRIPTIONS = MappingProxyType(
         _R.OPERATOR_REQUEST: "an operator asked for it",
         _R.RECOVERED: "back to normal",
         _R.UNKNOWN: "the cause is not known",
-        _R.IDLE_GPU: "its GPUs or NPUs stayed idle longer than the governance policy allows",
+        _R.IDLE_GPU: "its GPUs stayed idle longer than the governance policy allows",
+        _R.IDLE_NPU: "its NPUs stayed idle longer than the governance policy allows",
         _R.ALLOCATION_LEASE_EXPIRED: "its allocation was released: the run never started or the cluster lost it",
         _R.CRASH_LOOP: "it failed repeatedly within a short window",
         _R.STUCK_PENDING: "it has waited longer than the governance threshold",

@@ -313,7 +313,7 @@ def _preemption_lines(d: JobPreemptionRequested | JobReclaimRequested) -> list[s
     if isinstance(d, JobPreemptionRequested) and d.preemptor:
         lines.append(f"To make room for job {d.preemptor}.")
     # An idle reclaim gives nothing back to a lender: its message says what stayed idle and for how long.
-    if isinstance(d, JobReclaimRequested) and d.reason is not ReasonCode.IDLE_GPU:
+    if isinstance(d, JobReclaimRequested) and d.reason not in (ReasonCode.IDLE_GPU, ReasonCode.IDLE_NPU):
         f = d.figures
         model = f" of {f.gpu_model}" if f.gpu_model else ""
         lines.append(

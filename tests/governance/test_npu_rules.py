@@ -42,7 +42,7 @@ def test_a_notebook_holding_npus_it_does_not_use_is_warned_then_reclaimed_in_npu
     reclaimed = history.evaluate(IDLE)
     assert types(reclaimed) == ["JobCancelRequested", "JobReclaimRequested", "GovernanceFinding"]
     request = reclaimed[1].event
-    assert isinstance(request, JobReclaimRequested) and request.reason is ReasonCode.IDLE_GPU
+    assert isinstance(request, JobReclaimRequested) and request.reason is ReasonCode.IDLE_NPU
     assert request.message.startswith("8 NPUs idle for 30 min at 1% mean utilisation")
     (finding,) = findings(reclaimed)
     assert finding.kind is FindingKind.IDLE_RECLAIM
@@ -91,8 +91,8 @@ def test_fedsched_explain_of_an_idle_npu_reclaim_says_what_stayed_idle_and_no_qu
         "last_decision": request.model_dump(mode="json"),
     }
     summary = list(explain(row, T0 + 40 * MIN).summary)
-    assert summary[0].startswith("Reclaim requested on cluster sim-1 (run 1) under rule idle-notebook: IdleGpu")
-    assert "GPUs or NPUs stayed idle" in summary[0]
+    assert summary[0].startswith("Reclaim requested on cluster sim-1 (run 1) under rule idle-notebook: IdleNpu")
+    assert "its NPUs stayed idle" in summary[0]
     assert not any("Borrowed quota" in line for line in summary)
     assert summary[1].startswith("8 NPUs idle for 30 min at 1% mean utilisation")
 

@@ -102,6 +102,8 @@ def idle(state: GovState, facts: JobFacts, rule: IdleRule, principal: str) -> li
         Figure(name="gpu_milli", value=run.gpu_milli),
         *((Figure(name="npus", value=run.npus),) if run.npus else ()),
     )
+    # What stayed idle, by what the run holds: an NPU run's reclaim is not said to be about GPUs.
+    idle = ReasonCode.IDLE_NPU if run.npus and not run.gpu_milli else ReasonCode.IDLE_GPU
     reclaim = JobReclaimRequested(
         job_id=JobId(facts.job_id),
         cycle_id=CycleId(f"governance-{rule.name}"),
@@ -109,7 +111,7 @@ def idle(state: GovState, facts: JobFacts, rule: IdleRule, principal: str) -> li
         run=run.run,
         tenant=tenant,
         rule=rule.name,
-        reason=ReasonCode.IDLE_GPU,
+        reason=idle,
         figures=ReclaimFigures(
             borrower_guaranteed_milli=0,
             borrower_used_milli=run.gpu_milli,
@@ -122,7 +124,7 @@ def idle(state: GovState, facts: JobFacts, rule: IdleRule, principal: str) -> li
         message=f"{_held(run)} idle for {(last - since) // 60_000} min at {mean}% mean utilisation (rule {rule.name})",
     )
     finding = _finding(
-        FindingKind.IDLE_RECLAIM, rule.name, ReasonCode.IDLE_GPU, facts, run, figures, now, reclaim.message
+        FindingKind.IDLE_RECLAIM, rule.name, idle, facts, run, figures, now, reclaim.message
     )
     key = f"{facts.job_id}:{run.run}"
     cancel = _idle_cancel(facts, run.run, rule, principal, now)
