@@ -123,9 +123,7 @@ def idle(state: GovState, facts: JobFacts, rule: IdleRule, principal: str) -> li
         ),
         message=f"{_held(run)} idle for {(last - since) // 60_000} min at {mean}% mean utilisation (rule {rule.name})",
     )
-    finding = _finding(
-        FindingKind.IDLE_RECLAIM, rule.name, idle, facts, run, figures, now, reclaim.message
-    )
+    finding = _finding(FindingKind.IDLE_RECLAIM, rule.name, idle, facts, run, figures, now, reclaim.message)
     key = f"{facts.job_id}:{run.run}"
     cancel = _idle_cancel(facts, run.run, rule, principal, now)
     return [
