@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from events.catalog.topics import AUDIT, TOPICS
@@ -26,6 +27,22 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def one_cluster(dsn: str, tmp_path: Path, nodes: str, speed: float) -> up.UpConfig:
+    """``fedsched up`` with one simulated cluster, ``sim-1``, of the YAML node list ``nodes``, at ``speed``
+    times real time, its API on a free port and its data under ``tmp_path``."""
+    listing = tmp_path / "nodes.yaml"
+    listing.write_text(nodes)
+    return up.UpConfig(
+        data_dir=tmp_path / "data",
+        dsn=dsn,
+        metrics_listen="127.0.0.1:0",
+        sim_clusters=("sim-1",),
+        sim_nodes=listing,
+        sim_speed=speed,
+        api_listen=f"127.0.0.1:{free_port()}",
+    )
 
 
 @contextlib.asynccontextmanager

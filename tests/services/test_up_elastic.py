@@ -12,8 +12,7 @@ import pytest
 
 from events.catalog.decisions import JobPlaced, JobReplicasAdded
 from services.api.pb import jobs_pb2
-from services.runtime import up
-from tests.services.embedded import free_port, stack, verified_history, wait_for
+from tests.services.embedded import one_cluster, stack, verified_history, wait_for
 
 pytestmark = [
     pytest.mark.asyncio(loop_scope="session"),
@@ -31,18 +30,7 @@ nodes:
 async def test_a_batch_array_starts_with_what_fits_and_grows_to_all_its_replicas_when_another_job_ends(
     fresh_database: str, tmp_path: Path
 ) -> None:
-    nodes = tmp_path / "one-node.yaml"
-    nodes.write_text(NODE_LIST)
-    api = f"127.0.0.1:{free_port()}"
-    config = up.UpConfig(
-        data_dir=tmp_path / "data",
-        dsn=fresh_database,
-        metrics_listen="127.0.0.1:0",
-        sim_nodes=nodes,
-        sim_clusters=("sim-1",),
-        sim_speed=10.0,
-        api_listen=api,
-    )
+    config = one_cluster(fresh_database, tmp_path, NODE_LIST, 10.0)
     async with stack(config) as (_running, client):
 
         async def submit(name: str, replicas: int, gang: bool, runtime_s: int) -> str:

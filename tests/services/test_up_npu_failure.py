@@ -18,10 +18,8 @@ from events.catalog.inventory import GpuHealthReported
 from events.catalog.jobs import JobFailed, JobSucceeded
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import Health
-from services.api.client import Client, ClientConfig
 from services.api.pb import jobs_pb2, resources_pb2
-from services.runtime import up
-from tests.services.embedded import free_port, history, verified_history, wait_for
+from tests.services.embedded import history, one_cluster, stack, verified_history, wait_for
 
 pytestmark = [
     pytest.mark.asyncio(loop_scope="session"),
@@ -40,21 +38,8 @@ nodes:
 async def test_an_npu_failing_under_a_training_job_fails_the_run_which_is_retried_on_working_npus(
     fresh_database: str, tmp_path: Path
 ) -> None:
-    nodes = tmp_path / "nodes.yaml"
-    nodes.write_text(NODES)
-    api = f"127.0.0.1:{free_port()}"
-    config = up.UpConfig(
-        data_dir=tmp_path / "data",
-        dsn=fresh_database,
-        metrics_listen="127.0.0.1:0",
-        sim_clusters=("sim-1",),
-        sim_nodes=nodes,
-        sim_speed=60.0,
-        api_listen=api,
-    )
-    running = await up.start(config)
-    client = Client(ClientConfig(server=api, token=running.api_token))
-    try:
+    config = one_cluster(fresh_database, tmp_path, NODES, 60.0)
+    async with stack(config) as (running, client):
         spec = jobs_pb2.JobSpec(
             name="pangu-pretrain",
             tenant="team-a",
@@ -101,9 +86,6 @@ async def test_an_npu_failing_under_a_training_job_fails_the_run_which_is_retrie
         got = await client.call(client.jobs.GetJob, jobs_pb2.GetJobRequest(job_id=job_id))
         retried = [t for t in got.timeline if t.event == "JobRetryScheduled"]
         assert len(retried) == 1 and retried[0].message.startswith(f"retry 1 of 3 after an NPU of node {hit} failed")
-    finally:
-        await client.close()
-        await up.stop(running)
 
     report, every = await verified_history(fresh_database)
     assert report.identical_pct == 100.0, report.differences

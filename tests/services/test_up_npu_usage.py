@@ -21,11 +21,9 @@ import pytest
 from events.catalog.decisions import JobReclaimRequested
 from events.catalog.governance import JobIdleWarning
 from events.catalog.jobs import JobReclaimed
-from services.api.client import Client, ClientConfig
 from services.api.pb import jobs_pb2, resources_pb2
 from services.cli.gov_report_cmd import show_report
-from services.runtime import up
-from tests.services.embedded import free_port, verified_history, wait_for
+from tests.services.embedded import one_cluster, stack, verified_history, wait_for
 
 pytestmark = [
     pytest.mark.asyncio(loop_scope="session"),
@@ -46,21 +44,9 @@ nodes:
 async def test_measured_npu_utilisation_reaches_the_node_listing_and_the_governance_report(
     fresh_database: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    nodes = tmp_path / "nodes.yaml"
-    nodes.write_text(NODES)
-    api = f"127.0.0.1:{free_port()}"
-    config = up.UpConfig(
-        data_dir=tmp_path / "data",
-        dsn=fresh_database,
-        metrics_listen="127.0.0.1:0",
-        sim_clusters=("sim-1",),
-        sim_nodes=nodes,
-        sim_speed=600.0,  # a usage report every half second of wall time
-        api_listen=api,
-    )
-    running = await up.start(config)
-    client = Client(ClientConfig(server=api, token=running.api_token))
-    try:
+    # A usage report every half second of wall time.
+    config = one_cluster(fresh_database, tmp_path, NODES, 600.0)
+    async with stack(config) as (_running, client):
         spec = jobs_pb2.JobSpec(
             name="npu-train",
             tenant="team-a",
@@ -96,9 +82,6 @@ async def test_measured_npu_utilisation_reaches_the_node_listing_and_the_governa
         assert 0 < row["used_npu_h"] <= row["allocated_npu_h"] and 0 < row["used_pct"] <= 40.0
         assert [r["tenant"] for r in shown["npu_idle"]] == ["team-a"]
         assert shown["utilisation"] == [], "NPU time is not GPU time"
-    finally:
-        await client.close()
-        await up.stop(running)
 
     verified, _ = await verified_history(fresh_database)
     assert verified.identical_pct == 100.0, verified.differences
@@ -107,21 +90,9 @@ async def test_measured_npu_utilisation_reaches_the_node_listing_and_the_governa
 async def test_a_notebook_holding_idle_npus_is_warned_in_npu_words_then_reclaimed(
     fresh_database: str, tmp_path: Path
 ) -> None:
-    nodes = tmp_path / "nodes.yaml"
-    nodes.write_text(NODES)
-    api = f"127.0.0.1:{free_port()}"
-    config = up.UpConfig(
-        data_dir=tmp_path / "data",
-        dsn=fresh_database,
-        metrics_listen="127.0.0.1:0",
-        sim_clusters=("sim-1",),
-        sim_nodes=nodes,
-        sim_speed=600.0,  # the default idle rule's 45 minutes pass in under five seconds
-        api_listen=api,
-    )
-    running = await up.start(config)
-    client = Client(ClientConfig(server=api, token=running.api_token))
-    try:
+    # The default idle rule's 45 minutes pass in under five seconds.
+    config = one_cluster(fresh_database, tmp_path, NODES, 600.0)
+    async with stack(config) as (_running, client):
         spec = jobs_pb2.JobSpec(
             name="npu-notebook",
             tenant="team-n",
@@ -138,9 +109,6 @@ async def test_a_notebook_holding_idle_npus_is_warned_in_npu_words_then_reclaime
             return (await job()).status == "cancelled"
 
         await wait_for(reclaimed_and_ended, 180)
-    finally:
-        await client.close()
-        await up.stop(running)
 
     verified, events = await verified_history(fresh_database)
     assert verified.identical_pct == 100.0, verified.differences

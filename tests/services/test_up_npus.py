@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from events.catalog.decisions import JobPlaced
-from services.api.client import CallError, Client, ClientConfig
+from services.api.client import CallError
 from services.api.pb import jobs_pb2, resources_pb2
 from services.runtime import up
-from tests.services.embedded import free_port, verified_history, wait_for
+from tests.services.embedded import free_port, one_cluster, stack, verified_history, wait_for
 
 pytestmark = [
     pytest.mark.asyncio(loop_scope="session"),
@@ -38,21 +38,9 @@ nodes:
 async def test_an_npu_job_is_placed_on_npus_run_and_shown_and_a_gpu_and_npu_replica_is_refused(
     fresh_database: str, tmp_path: Path
 ) -> None:
-    nodes = tmp_path / "nodes.yaml"
-    nodes.write_text(NODES)
-    api = f"127.0.0.1:{free_port()}"
-    config = up.UpConfig(
-        data_dir=tmp_path / "data",
-        dsn=fresh_database,
-        metrics_listen="127.0.0.1:0",
-        sim_clusters=("sim-1",),
-        sim_nodes=nodes,
-        sim_speed=10.0,  # a run of an hour lasts six minutes of wall time: running throughout the test
-        api_listen=api,
-    )
-    running = await up.start(config)
-    client = Client(ClientConfig(server=api, token=running.api_token))
-    try:
+    # A run of an hour lasts six minutes of wall time: running throughout the test.
+    config = one_cluster(fresh_database, tmp_path, NODES, 10.0)
+    async with stack(config) as (_running, client):
 
         async def submit(name: str, **resources: Any) -> str:
             spec = jobs_pb2.JobSpec(
@@ -98,9 +86,6 @@ async def test_an_npu_job_is_placed_on_npus_run_and_shown_and_a_gpu_and_npu_repl
             await submit("both-kinds", cpu_milli=1000, memory_mib=1024, gpus=1, npus=1)
         assert (refused.value.code, refused.value.field) == ("INVALID_ARGUMENT", "resources.npus")
         assert "no node of the fleet has both GPUs and NPUs" in refused.value.message
-    finally:
-        await client.close()
-        await up.stop(running)
 
     report, events = await verified_history(fresh_database)
     assert report.identical_pct == 100.0, report.differences
@@ -119,9 +104,7 @@ async def test_the_default_fleet_shows_its_npu_pool_runs_an_npu_job_and_counts_i
     config = up.UpConfig(
         data_dir=tmp_path / "data", dsn=fresh_database, metrics_listen="127.0.0.1:0", sim_speed=600.0, api_listen=api
     )
-    running = await up.start(config)
-    client = Client(ClientConfig(server=api, token=running.api_token))
-    try:
+    async with stack(config) as (running, client):
 
         async def pool_shown() -> bool:
             answer = await client.call(client.resources.GetCapacity, resources_pb2.GetCapacityRequest())
@@ -168,6 +151,3 @@ async def test_the_default_fleet_shows_its_npu_pool_runs_an_npu_job_and_counts_i
         assert held > 0 and sum(r["cost_micro"] for r in rows) == sum(
             2_600_000 * r["allocated_milli_ms"] // (1000 * 3_600_000) for r in rows
         )
-    finally:
-        await client.close()
-        await up.stop(running)
