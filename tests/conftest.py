@@ -15,6 +15,11 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from urllib.parse import urlsplit, urlunsplit
 
+# Imported here, at a shallow stack, and not first by Hypothesis's pytest plugin in its end-of-session
+# summary: a run that collected no Hypothesis test had pytest rewrite the module from deep inside that
+# hook, and CPython 3.11's parser failed there ("AST constructor recursion depth mismatch"), ending the
+# run with a traceback instead of its summary and exit status.
+import hypothesis  # noqa: F401
 import pytest
 import pytest_asyncio
 

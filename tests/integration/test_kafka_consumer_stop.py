@@ -12,34 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-import pytest_asyncio
 
-from events.catalog.topics import Cleanup, TopicSpec
 from events.log import TopicPartition
 from events.log.kafka import KafkaEventLog
+from tests.integration.kafka_support import a_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.asyncio(loop_scope="session"), pytest.mark.timeout(120)]
 
 _BOUND_S = 30.0
 """Far longer than a close takes; only a hang reaches it."""
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def kafka(kafka_bootstrap: str) -> AsyncIterator[KafkaEventLog]:
-    log = KafkaEventLog(kafka_bootstrap)
-    await log.start()
-    yield log
-    await log.close()
-
-
-async def _topic(log: KafkaEventLog) -> str:
-    name = f"test.stop.{uuid.uuid4().hex[:12]}"
-    await log.create_topics([TopicSpec(name, 1, "test key", Cleanup.DELETE, -1, "test")])
-    return name
 
 
 def _pending_lookup(consumer: Any) -> asyncio.Future[Any]:
@@ -50,7 +34,7 @@ def _pending_lookup(consumer: Any) -> asyncio.Future[Any]:
 
 
 async def test_a_group_member_closed_mid_outage_returns(kafka: KafkaEventLog) -> None:
-    topic = await _topic(kafka)
+    topic = await a_topic(kafka, "stop")
     member = await kafka.group_consumer(f"test-stop-{uuid.uuid4().hex[:8]}", (topic,), member_name="m")
     await member.poll(timeout_s=0.2)
     lookup = _pending_lookup(member._consumer)
@@ -59,7 +43,7 @@ async def test_a_group_member_closed_mid_outage_returns(kafka: KafkaEventLog) ->
 
 
 async def test_a_tail_closed_mid_outage_returns(kafka: KafkaEventLog) -> None:
-    topic = await _topic(kafka)
+    topic = await a_topic(kafka, "stop")
     tail = await kafka.tail({TopicPartition(topic, 0): 0})
     await tail.poll(timeout_s=0.1)
     lookup = _pending_lookup(tail._consumer)
@@ -68,7 +52,7 @@ async def test_a_tail_closed_mid_outage_returns(kafka: KafkaEventLog) -> None:
 
 
 async def test_a_reader_closed_mid_outage_returns(kafka: KafkaEventLog) -> None:
-    topic = await _topic(kafka)
+    topic = await a_topic(kafka, "stop")
     reader = await kafka.reader()
     await reader.read(TopicPartition(topic, 0), 0, max_records=1, timeout_s=0.1)
     lookups = [_pending_lookup(consumer) for consumer, _ in reader._consumers.values()]
@@ -78,7 +62,7 @@ async def test_a_reader_closed_mid_outage_returns(kafka: KafkaEventLog) -> None:
 
 
 async def test_cancelling_a_close_still_cancels_its_caller(kafka: KafkaEventLog) -> None:
-    topic = await _topic(kafka)
+    topic = await a_topic(kafka, "stop")
     member = await kafka.group_consumer(f"test-stop-{uuid.uuid4().hex[:8]}", (topic,), member_name="m")
     real_stop = member._consumer.stop
     stopping = asyncio.Event()

@@ -12,36 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from aiokafka.errors import KafkaError
 
-from events.catalog.topics import Cleanup, TopicSpec
 from events.log import OutRecord, TopicPartition
 from events.log.kafka import KafkaEventLog, KafkaProducer, ProducerBroken
 from events.plumbing.outage import transient
+from tests.integration.kafka_support import a_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.asyncio(loop_scope="session"), pytest.mark.timeout(120)]
 
 _BOUND_S = 30.0
 """Far longer than any of these steps takes; only a hang reaches it."""
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def kafka(kafka_bootstrap: str) -> AsyncIterator[KafkaEventLog]:
-    log = KafkaEventLog(kafka_bootstrap)
-    await log.start()
-    yield log
-    await log.close()
-
-
-async def _topic(log: KafkaEventLog) -> str:
-    name = f"test.sender.{uuid.uuid4().hex[:12]}"
-    await log.create_topics([TopicSpec(name, 1, "test key", Cleanup.DELETE, -1, "test")])
-    return name
 
 
 def _kill_sender(producer: KafkaProducer) -> None:
@@ -66,7 +50,7 @@ async def _read_all(log: KafkaEventLog, topic: str) -> list[bytes]:
 async def test_a_producer_whose_sender_died_raises_and_a_new_one_carries_on(
     kafka: KafkaEventLog, transactional: bool
 ) -> None:
-    topic = await _topic(kafka)
+    topic = await a_topic(kafka, "sender")
     txn = f"test-sender-{uuid.uuid4().hex[:8]}" if transactional else None
     producer = await kafka.producer(txn)
     try:
