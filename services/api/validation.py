@@ -90,9 +90,11 @@ def job_spec_body(spec: jobs_pb2.JobSpec) -> dict[str, Any]:
     if spec.tolerations:
         body["tolerations"] = [_toleration(t) for t in spec.tolerations]
     if spec.HasField("inference"):
+        # proto3 cannot tell an unset number from 0: a service that does not say how many clusters it
+        # spreads over is in one (0 was refused as "spread_clusters: greater than or equal to 1").
         body["inference"] = {
             "min_replicas": spec.inference.min_replicas,
-            "spread_clusters": spec.inference.spread_clusters,
+            "spread_clusters": spec.inference.spread_clusters or 1,
         }
     if spec.HasField("retry"):
         body["retry"] = {"on_application_failure": spec.retry.on_application_failure}

@@ -283,6 +283,17 @@ def test_a_shape_the_fleet_cannot_run_is_warned_about_with_what_it_has() -> None
     assert "did you mean A100?" in typo and "no node of T4 has 6 GPUs" in too_big
 
 
+def test_a_service_that_says_only_its_minimum_replicas_is_accepted_in_one_cluster() -> None:
+    # `inference: {min_replicas: 2}` in a job file: proto3 gives the unset spread_clusters as 0.
+    parsed = jobs_pb2.JobSpec(
+        name="serve", tenant="team-a", kind="inference", replicas=4, inference=jobs_pb2.InferenceSpec(min_replicas=2)
+    )
+    parsed.resources.gpus = 1
+    event = validation.event_from(JobSubmitted, {**validation.job_spec_body(parsed), "job_id": "j-1"})
+    assert isinstance(event, JobSubmitted)
+    assert (event.inference.min_replicas, event.inference.spread_clusters) == (2, 1)
+
+
 def test_spreading_a_service_over_clusters_is_warned_about_as_not_applied() -> None:
     spread = jobs_pb2.JobSpec(kind="inference", replicas=4, inference=jobs_pb2.InferenceSpec(spread_clusters=2))
     [warning] = spec_warnings(spread)
