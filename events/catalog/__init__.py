@@ -23,6 +23,7 @@ from events.catalog.decisions import (
     JobReplicasAdded,
     JobRetriesExhausted,
     JobRetryScheduled,
+    JobRunClosed,
     SchedulingCycleCompleted,
 )
 from events.catalog.governance import (
@@ -87,6 +88,7 @@ __all__ = [
     "JobReplicasAdded",
     "JobRetriesExhausted",
     "JobRetryScheduled",
+    "JobRunClosed",
     "JobStarted",
     "JobSubmitted",
     "JobSucceeded",

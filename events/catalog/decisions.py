@@ -21,6 +21,7 @@ from typing import Annotated, ClassVar
 from pydantic import Field, model_validator
 
 from events.catalog.base import Event
+from events.catalog.jobs import RunEnd
 from events.catalog.pending_reasons import PendingReason
 from events.catalog.reasons import ReasonCode
 from events.catalog.topics import DECISIONS
@@ -213,20 +214,21 @@ class JobReplicasAdded(DecisionEvent):
     gang): the cluster, each new replica's node and devices, and why there.
 
     A run opens with one ``JobPlaced`` and may then grow by any number of these (never shrink: a replica
-    that ends ends with its run). Why a new type and not a second, versioned ``JobPlaced``: a ``JobPlaced``
-    opens a run (the job becomes placed, the run number moves on, the jobs stopped for it are named), and
-    every reader keys on that; growing a run opened earlier is another fact, which leaves the job's status
-    as it was. A new type changes no event already written (no upcaster, replay bit-identical) and a
-    reader that does not know it yet fails loudly rather than mistaking a growth for a new run.
+    that ends ends with its run, or with its part of a spread run). Why a new type and not a second,
+    versioned ``JobPlaced``: a ``JobPlaced`` opens a run (the job becomes placed, the run number moves on,
+    the jobs stopped for it are named), and every reader keys on that; growing a run opened earlier is
+    another fact, which leaves the job's status as it was.
 
-    Replica numbers continue the run's: a run of 3 replicas (0, 1, 2) grows with 3, 4, ... The event names
-    its own ``cluster``: in this version the scheduler grows a run only in the cluster it was placed in;
-    a run whose replicas live in several clusters (``inference.spread_clusters``) will add them here,
-    replica numbers staying unique across the run's clusters.
+    Replica numbers continue the run's across all its clusters: a run of 3 replicas (0, 1, 2) grows with
+    3, 4, ... v2: the event may name a cluster other than the run's ``JobPlaced`` (an inference service
+    spread over clusters, ``inference.spread_clusters``): it then opens the run's part in that cluster
+    (the cluster's connector starts the replicas from the job's request) or grows it. A v1 event always
+    named the run's own cluster, so it reads unchanged; a reader that knows only v1 refuses a v2 rather
+    than dropping a replica it cannot place.
     """
 
     event_type: ClassVar[str] = "io.fedsched.JobReplicasAdded"
-    schema_version: ClassVar[int] = 1
+    schema_version: ClassVar[int] = 2
 
     cluster: ClusterIdField
     run: PosInt
@@ -248,8 +250,58 @@ class JobReplicasAdded(DecisionEvent):
     def _consistent(self) -> JobReplicasAdded:
         if self.chosen.cluster != self.cluster:
             raise ValueError("chosen.cluster must be the cluster the replicas are added in")
-        if self.running_replicas < len(self.replicas) or self.replicas[-1].replica >= self.running_replicas:
+        if self.running_replicas < len(self.replicas):
             raise ValueError("running_replicas must count the run's replicas, these included")
+        return self
+
+
+class RunPartEnd(Frozen):
+    """How one cluster's part of a spread run ended (its cluster's run-end event)."""
+
+    cluster: ClusterIdField
+    outcome: RunEnd
+    reason: ReasonCode | None = None
+    """A failed part's ``JobFailed.reason``."""
+
+
+class JobRunClosed(DecisionEvent):
+    """The scheduler closes a run whose replicas lived in several clusters (a job with
+    ``inference.spread_clusters`` above 1), once the end of every part it opened has reached it.
+
+    The run's parts end one by one, each with its cluster's run-end event (``JobFailed``, ``JobPreempted``,
+    ...), which ends only that part: the service lives on in its other clusters and is topped up. The run
+    itself ends here, as its last part ended (``outcome``, ``reason``, ``cluster``, ``node``): every reader
+    ends such a run on this event and on nothing else, so no interleaving of the jobs and decisions topics
+    can end it early (the scheduler never adds to a run it closed, and never closes one with a part it
+    opened still unended). A failure that may be retried is then judged as any run's
+    (``JobRetryScheduled`` / ``JobRetriesExhausted`` follow); a preempted or reclaimed last part sends the
+    job back to the queue; a cancelled one ends it.
+    """
+
+    event_type: ClassVar[str] = "io.fedsched.JobRunClosed"
+    schema_version: ClassVar[int] = 1
+
+    run: PosInt
+    cluster: ClusterIdField
+    """The cluster whose part ended last."""
+    outcome: RunEnd
+    """How the run ended: as its last part did."""
+    reason: ReasonCode | None = None
+    """The last part's failure reason, when it failed."""
+    node: NodeIdField | None = None
+    """Where the last part failed, when its cluster said."""
+    parts: Annotated[tuple[RunPartEnd, ...], Field(min_length=1, max_length=64), Unique(("cluster",))]
+    """Every part the run had, in the order their ends were folded."""
+    message: Text
+    """The run's story in plain words (``3 replicas in sim-1 and 2 in sim-2; sim-1's part failed ...``)."""
+
+    @model_validator(mode="after")
+    def _last_part(self) -> JobRunClosed:
+        last = self.parts[-1]
+        if last.cluster != self.cluster or last.outcome is not self.outcome or last.reason != self.reason:
+            raise ValueError("cluster, outcome and reason must be those of the last part (parts[-1])")
+        if (self.reason is not None) != (self.outcome is RunEnd.FAILED):
+            raise ValueError("reason is given exactly when the outcome is failed")
         return self
 
 
@@ -417,9 +469,11 @@ __all__ = [
     "JobReplicasAdded",
     "JobRetriesExhausted",
     "JobRetryScheduled",
+    "JobRunClosed",
     "ReclaimFigures",
     "ReplicaPlacement",
     "RetryVerdict",
+    "RunPartEnd",
     "SchedulingCycleCompleted",
     "ScoreComponent",
     "SuggestedChange",

@@ -97,8 +97,31 @@ class Interconnect(StrEnum):
 
 
 class InferenceSpec(Frozen):
+    """An online service's replicas: the fewest it may start with, and how many clusters they may live in.
+
+    ``spread_clusters`` k > 1 spreads the service for availability: its one run has a part in each cluster
+    it holds replicas in, no cluster holding more than ``per_cluster_cap`` of them. A part ends on its own
+    (its cluster lost a node, was asked to stop it) and the service lives on in the others; the scheduler
+    closes the run (``JobRunClosed``) once every part it opened has ended (``events.catalog.lifecycle``).
+    """
+
     min_replicas: Annotated[int, Field(ge=0, le=MAX_REPLICAS)] = 1
     spread_clusters: Annotated[int, Field(ge=1, le=64)] = 1
+
+    def per_cluster_cap(self, replicas: int) -> int:
+        """The most of ``replicas`` one cluster may hold: ceil(replicas / spread_clusters)."""
+        return -(-replicas // self.spread_clusters)
+
+
+class RunEnd(StrEnum):
+    """How a run ended, as a word: one per run-end event (``events.catalog.lifecycle.RUN_END_OF``), and
+    the outcome of a ``JobRunClosed``."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    PREEMPTED = "preempted"
+    RECLAIMED = "reclaimed"
+    CANCELLED = "cancelled"
 
 
 class Toleration(Frozen):
@@ -319,5 +342,6 @@ __all__ = [
     "JobSucceeded",
     "PriorityClass",
     "RetrySpec",
+    "RunEnd",
     "Toleration",
 ]

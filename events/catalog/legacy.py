@@ -38,6 +38,8 @@ History:
 - ``io.fedsched.NodeUsageReported`` v2 -> v3: v3 measures NPUs (``npus``, and each job's
   ``npu_indices``, ``npu_utilisation_pct``, ``npu_memory_used_mib``). A v2 report measured GPUs only: no
   NPU samples, and each job's NPU figures zero (it was given none to measure).
+- ``io.fedsched.JobReplicasAdded`` v1 -> v2: the same fields; v2 may name a cluster other than the run's
+  placement (a spread inference service's part there), which a v1 event never did, so it reads as it is.
 - ``io.fedsched.ResourceProfileUpdated`` v1 -> v2: v2 counts the GPU failures of the last day
   (``recent_failures``), which explanations name. A v1 profile did not say: ``None``.
 """
@@ -571,3 +573,26 @@ __all__ = [
     "usage_v1_to_v2",
     "usage_v2_to_v3",
 ]
+
+
+class JobReplicasAddedV1(DecisionEvent):
+    """The scheduler added replicas to a run, always in the cluster of its placement (v1)."""
+
+    event_type: ClassVar[str] = "io.fedsched.JobReplicasAdded"
+    schema_version: ClassVar[int] = 1
+
+    cluster: ClusterIdField
+    run: PosInt
+    replicas: Annotated[
+        tuple[ReplicaPlacement, ...],
+        Field(min_length=1, max_length=MAX_REPLICAS),
+        Unique(("replica",), ordered=True),
+    ]
+    running_replicas: PosInt
+    chosen: CandidateScore
+    explanation: Text
+
+
+@upcaster("io.fedsched.JobReplicasAdded", 1)
+def replicas_added_v1_to_v2(payload: Payload) -> Payload:
+    return payload  # same fields; only what a v2 may name (another cluster) is new

@@ -29,6 +29,11 @@ The words, in the terms of the state machine at the top of ``events.catalog.jobs
 - A run that holds fewer replicas than its job asks (a job that is not a gang may start with what fits)
   grows by ``JobReplicasAdded``: the job stays in the status it was in (placed or running); the new
   replicas end with their run.
+- A spread run (``spreads``: an inference service with ``inference.spread_clusters`` above 1) has a
+  part in each cluster it holds replicas in. There a run-end event ends only its cluster's part
+  (``ends_part``) and changes no status; the run ends with the scheduler's ``JobRunClosed``
+  (``RUN_CLOSE_EVENTS``), as its last part did (``run_end``, ``status_after``, ``ends_job`` and
+  ``awaits_verdict`` read it so when told the job ``spread``s).
 - Every other event about a job (``OTHER_JOB_EVENTS``: the submission, the scheduler's decisions, the
   requests to stop, governance's notes) starts and ends nothing. A test holds every event type that
   names a ``job_id`` to these lists, so a new one cannot go unclassified.
@@ -51,6 +56,7 @@ from events.catalog.decisions import (
     JobReplicasAdded,
     JobRetriesExhausted,
     JobRetryScheduled,
+    JobRunClosed,
 )
 from events.catalog.governance import GovernanceFinding, JobIdleWarning
 from events.catalog.jobs import (
@@ -63,6 +69,7 @@ from events.catalog.jobs import (
     JobStarted,
     JobSubmitted,
     JobSucceeded,
+    RunEnd,
 )
 from events.catalog.reasons import ReasonCode
 
@@ -86,16 +93,6 @@ FINAL_STATUSES: frozenset[JobStatus] = frozenset(
 """The statuses a job never leaves: it has ended for good. (A plain ``str`` is found in it by its value.)"""
 
 
-class RunEnd(StrEnum):
-    """How a run ended, as a word: one per event of ``RUN_END_EVENTS``."""
-
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    PREEMPTED = "preempted"
-    RECLAIMED = "reclaimed"
-    CANCELLED = "cancelled"
-
-
 REQUEUED: frozenset[RunEnd] = frozenset({RunEnd.PREEMPTED, RunEnd.RECLAIMED})
 """Ends of a run after which the job waits in the queue again (the scheduler had it stopped)."""
 
@@ -106,7 +103,10 @@ RUN_START_EVENTS: tuple[type[JobStarted], ...] = (JobStarted,)
 """The cluster started the run's workload."""
 RUN_END_EVENTS: tuple[type[RunEndEvent], ...] = (JobSucceeded, JobFailed, JobCancelled, JobPreempted, JobReclaimed)
 """The run is over and its resources are free (except a cancellation of a job that never ran, see
-``ends_run``)."""
+``ends_run``); for a spread run, only its part in the event's cluster is (``ends_part``)."""
+RUN_CLOSE_EVENTS: tuple[type[JobRunClosed], ...] = (JobRunClosed,)
+"""The scheduler closes a spread run once every part it opened has ended: the run ends here, as its last
+part did (``JobRunClosed.outcome``), and the job with it when that outcome is final."""
 JOB_END_EVENTS: tuple[type[JobEndEvent], ...] = (
     JobSucceeded,
     JobFailed,
@@ -153,16 +153,6 @@ def failure_kind(reason: ReasonCode | str) -> FailureKind | None:
     return None
 
 
-def awaits_verdict(event: Event, application_retries: int) -> bool:
-    """Whether ``event`` is a ``JobFailed`` the scheduler gives a retry verdict on (so it does not end the
-    job by itself): an infrastructure failure, or an application failure of a job that asked for
-    ``application_retries`` (its ``JobSubmitted.retry.on_application_failure``) more than 0."""
-    if not isinstance(event, JobFailed):
-        return False
-    kind = failure_kind(event.reason)
-    return kind is FailureKind.INFRASTRUCTURE or (kind is FailureKind.APPLICATION and application_retries > 0)
-
-
 NEVER_RAN = 0
 """The ``run`` of a ``JobCancelled`` that cancels a job never placed: it ends the job and no run."""
 
@@ -201,11 +191,22 @@ STATUS_AFTER: Mapping[type[Event], JobStatus] = MappingProxyType(
 notes) leave the status as it was."""
 
 
-def status_after(event: Event, application_retries: int = 0) -> JobStatus | None:
-    """The status ``event`` leaves its job in; ``None`` if it leaves the status as it was. A ``JobFailed``
-    that ``awaits_verdict`` leaves it queued (for the scheduler's verdict), not failed."""
+def spreads(submitted: JobSubmitted | None) -> bool:
+    """Whether the job's runs live in parts, one per cluster (an inference service with
+    ``inference.spread_clusters`` above 1); ``False`` while its submission is not known."""
+    return submitted is not None and submitted.inference is not None and submitted.inference.spread_clusters > 1
+
+
+def status_after(event: Event, application_retries: int = 0, spread: bool = False) -> JobStatus | None:
+    """The status ``event`` leaves its job in; ``None`` if it leaves the status as it was. A failure that
+    ``awaits_verdict`` leaves it queued (for the scheduler's verdict), not failed. For a ``spread`` job a
+    run-end event ends only a part (``None``); its ``JobRunClosed`` leaves the status its outcome does."""
+    if spread and ends_part(event, spread):
+        return None
     if awaits_verdict(event, application_retries):
         return JobStatus.QUEUED
+    if isinstance(event, JobRunClosed):
+        return _STATUS_AFTER_END[event.outcome]
     return STATUS_AFTER.get(type(event))
 
 
@@ -215,21 +216,51 @@ def final_status(how: RunEnd) -> JobStatus | None:
     return status if status in FINAL_STATUSES else None
 
 
-def ends_run(event: Event) -> bool:
+def ends_part(event: Event, spread: bool) -> bool:
+    """Whether ``event`` ends a part of a ``spread`` job's run (its cluster's), not the run: a run-end
+    event about a run (not a cancellation of a job that never ran) of a job that spreads."""
+    return spread and isinstance(event, RUN_END_EVENTS) and event.run != NEVER_RAN
+
+
+def ends_run(event: Event, spread: bool = False) -> bool:
     """Whether ``event`` ends a run: one of ``RUN_END_EVENTS``, but not a cancellation of a job that never
-    ran (``NEVER_RAN``)."""
-    return isinstance(event, RUN_END_EVENTS) and event.run != NEVER_RAN
+    ran (``NEVER_RAN``); for a ``spread`` job, only its ``JobRunClosed``."""
+    if isinstance(event, JobRunClosed):
+        return True
+    return not spread and isinstance(event, RUN_END_EVENTS) and event.run != NEVER_RAN
 
 
-def ends_job(event: Event, application_retries: int = 0) -> bool:
-    """Whether ``event`` ends its job for good: one of ``JOB_END_EVENTS``, but not a ``JobFailed`` that
+def ends_job(event: Event, application_retries: int = 0, spread: bool = False) -> bool:
+    """Whether ``event`` ends its job for good: one of ``JOB_END_EVENTS`` (for a ``spread`` job, not one
+    that ends only a part), or a ``JobRunClosed`` whose outcome is final, but not a failure that
     ``awaits_verdict`` (``application_retries``: what the job's submission asked, 0 when not known)."""
-    return isinstance(event, JOB_END_EVENTS) and not awaits_verdict(event, application_retries)
+    if awaits_verdict(event, application_retries) or ends_part(event, spread):
+        return False
+    if isinstance(event, JobRunClosed):
+        return final_status(event.outcome) is not None
+    return isinstance(event, JOB_END_EVENTS)
 
 
-def run_end(event: Event) -> RunEnd | None:
+def awaits_verdict(event: Event, application_retries: int) -> bool:
+    """Whether ``event`` is a failure the scheduler gives a retry verdict on (so it does not end the job by
+    itself): a ``JobFailed`` or a failed ``JobRunClosed`` of the infrastructure, or of the workload of a
+    job that asked for ``application_retries`` (its ``JobSubmitted.retry.on_application_failure``) more
+    than 0."""
+    if isinstance(event, JobFailed):
+        reason: ReasonCode | None = event.reason
+    elif isinstance(event, JobRunClosed):
+        reason = event.reason
+    else:
+        return False
+    kind = failure_kind(reason) if reason is not None else None
+    return kind is FailureKind.INFRASTRUCTURE or (kind is FailureKind.APPLICATION and application_retries > 0)
+
+
+def run_end(event: Event, spread: bool = False) -> RunEnd | None:
     """How the run ``event`` is about ended; ``None`` if it ends no run (see ``ends_run``)."""
-    return RUN_END_OF[type(event)] if ends_run(event) else None
+    if isinstance(event, JobRunClosed):
+        return event.outcome
+    return RUN_END_OF[type(event)] if ends_run(event, spread) else None
 
 
 __all__ = [
@@ -240,6 +271,7 @@ __all__ = [
     "NEVER_RAN",
     "OTHER_JOB_EVENTS",
     "REQUEUED",
+    "RUN_CLOSE_EVENTS",
     "RUN_END_EVENTS",
     "RUN_END_OF",
     "RUN_START_EVENTS",
@@ -250,9 +282,11 @@ __all__ = [
     "RunEndEvent",
     "awaits_verdict",
     "ends_job",
+    "ends_part",
     "ends_run",
     "failure_kind",
     "final_status",
     "run_end",
+    "spreads",
     "status_after",
 ]

@@ -44,6 +44,7 @@ JobPlaced                   P: a run no later than the latest placed is placed a
                             placement is final.
 JobReplicasAdded            P S G: an addition continues the run's replica numbers exactly; one that names
                             numbers the run holds already (a repeat) changes nothing.
+JobRunClosed                P S G: a spread run's first close is final (the scheduler closes it once).
 JobPreemptionRequested      P: a step taken once per run. S: a run is asked to stop once; its preemptor
                             names it once.
 JobReclaimRequested         P: a step taken once per run. S: a set of runs. G: the run's rule, set again.

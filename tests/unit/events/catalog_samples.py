@@ -26,8 +26,10 @@ from events.catalog.decisions import (
     JobReplicasAdded,
     JobRetriesExhausted,
     JobRetryScheduled,
+    JobRunClosed,
     ReclaimFigures,
     ReplicaPlacement,
+    RunPartEnd,
     SchedulingCycleCompleted,
     ScoreComponent,
     SuggestedChange,
@@ -91,6 +93,7 @@ from events.catalog.jobs import (
     JobSucceeded,
     PriorityClass,
     RetrySpec,
+    RunEnd,
     Toleration,
 )
 from events.catalog.legacy import (
@@ -100,6 +103,7 @@ from events.catalog.legacy import (
     GpuUsageV1,
     JobPlacedV1,
     JobQueuedV1,
+    JobReplicasAddedV1,
     JobSubmittedV1,
     JobUsageV1,
     JobUsageV2,
@@ -439,6 +443,20 @@ def _decisions() -> list[Event]:
             used=2,
             message="not retried: the workload failed (exit code 1) and the 2 retries it asked for are used",
         ),
+        JobRunClosed(
+            job_id=JOB,
+            cycle_id=CYCLE,
+            run=2,
+            cluster=C2,
+            outcome=RunEnd.FAILED,
+            reason=R.NODE_FAILURE,
+            node=N1,
+            parts=(
+                RunPartEnd(cluster=C1, outcome=RunEnd.PREEMPTED),
+                RunPartEnd(cluster=C2, outcome=RunEnd.FAILED, reason=R.NODE_FAILURE),
+            ),
+            message="2 replicas in eu-west-a100 (preempted), then 2 in us-east-h100 (node n1 failed)",
+        ),
         SchedulingCycleCompleted(**_cycle(), engine="decisions-3"),
     ]
 
@@ -674,6 +692,16 @@ def _legacy() -> list[Event]:
             chosen=chosen,
             runner_up=(runner_up,),
             explanation="eu-west-a100 fits both replicas in one NVLink domain; us-east-h100 costs more.",
+        ),
+        JobReplicasAddedV1(
+            job_id=JOB,
+            cycle_id=CYCLE,
+            cluster=C1,
+            run=1,
+            replicas=(ReplicaPlacement(replica=2, node=N1, gpu_indices=(8, 9, 10, 11), gpu_milli_each=1000),),
+            running_replicas=3,
+            chosen=chosen,
+            explanation="added replica 2 on n1; running 3 of 4 replicas, 1 waits for room in eu-west-a100",
         ),
         GpuHealthReportedV1(
             cluster=C1,

@@ -32,6 +32,7 @@ from events.catalog.decisions import (
     JobQueued,
     JobReplicasAdded,
     JobRetryScheduled,
+    JobRunClosed,
     ReplicaPlacement,
 )
 from events.catalog.documents import MIN_USAGE_HALF_LIFE_MS, RETRY_DEFAULTS, BudgetSpec, PolicySpec
@@ -43,8 +44,9 @@ from events.catalog.governance import (
     _Decided,
 )
 from events.catalog.inventory import GpuHealthReported, GpuHealthSample
-from events.catalog.jobs import Interconnect, JobKind, JobSubmitted
+from events.catalog.jobs import Interconnect, JobKind, JobSubmitted, RunEnd
 from events.catalog.legacy import JobPlacedV1, JobSubmittedV1, ResourcesV1
+from events.catalog.reasons import ReasonCode
 from events.catalog.types import MAX_SAFE_INT, Health, JsonLimits, ResourceKind, Resources, Unique
 from events.wire.envelope import Envelope
 
@@ -251,6 +253,19 @@ def _replicas_added(v: Values) -> Values:
     return v
 
 
+def _run_closed(v: Values) -> Values:
+    """The run closes as its last part ended; a reason exactly when that part failed."""
+    parts = list(v["parts"])  # type: ignore[call-overload]
+    last = parts[-1]
+    reason = last.reason if last.outcome is RunEnd.FAILED else None
+    if last.outcome is RunEnd.FAILED and reason is None:
+        reason = v["reason"] or ReasonCode.NODE_FAILURE
+    parts[-1] = last.model_copy(update={"reason": reason})
+    v["parts"] = tuple(parts)
+    v["cluster"], v["outcome"], v["reason"] = last.cluster, last.outcome, reason
+    return v
+
+
 def _quota_line(v: Values) -> Values:
     if v["resource"] not in (ResourceKind.GPU, ResourceKind.NPU):
         v["gpu_model"] = None
@@ -338,6 +353,7 @@ FIXUPS: dict[type[BaseModel], Callable[[Values], Values]] = {
     JobPlaced: _placed,
     JobPlacedV1: _placed,
     JobReplicasAdded: _replicas_added,
+    JobRunClosed: _run_closed,
     JobQueued: _queued,
     QuotaLine: _quota_line,
     QuotaRequestSubmitted: lambda v: _ordered_pair(v, "period_start_ms", "period_end_ms"),

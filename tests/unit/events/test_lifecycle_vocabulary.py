@@ -25,9 +25,12 @@ from events.catalog.decisions import (
     JobReplicasAdded,
     JobRetriesExhausted,
     JobRetryScheduled,
+    JobRunClosed,
+    RunPartEnd,
 )
 from events.catalog.governance import GovernanceFinding, JobIdleWarning
 from events.catalog.jobs import (
+    InferenceSpec,
     JobCancelled,
     JobCancelRequested,
     JobFailed,
@@ -46,6 +49,7 @@ from events.catalog.lifecycle import (
     NEVER_RAN,
     OTHER_JOB_EVENTS,
     REQUEUED,
+    RUN_CLOSE_EVENTS,
     RUN_END_EVENTS,
     RUN_END_OF,
     RUN_START_EVENTS,
@@ -54,10 +58,12 @@ from events.catalog.lifecycle import (
     RunEnd,
     awaits_verdict,
     ends_job,
+    ends_part,
     ends_run,
     failure_kind,
     final_status,
     run_end,
+    spreads,
     status_after,
 )
 from events.catalog.reasons import ReasonCode
@@ -67,6 +73,7 @@ from .catalog_samples import sample
 pytestmark = pytest.mark.timeout(30)
 
 STARTS_RUN, ENDS_RUN, ENDS_JOB = "starts a run", "ends a run", "ends the job"
+CLOSES_RUN = "closes a spread run"
 NEITHER: frozenset[str] = frozenset()
 
 CLASSIFIED: dict[type[Event], tuple[frozenset[str], JobStatus | None]] = {
@@ -88,13 +95,19 @@ CLASSIFIED: dict[type[Event], tuple[frozenset[str], JobStatus | None]] = {
     GovernanceFinding: (NEITHER, None),
     JobRetryScheduled: (NEITHER, JobStatus.QUEUED),
     JobRetriesExhausted: (frozenset({ENDS_JOB}), JobStatus.FAILED),
+    JobRunClosed: (frozenset({CLOSES_RUN}), None),  # the status its outcome leaves: status_after
 }
 """Every event type that names a job -> what it does to the lifecycle, and the status it leaves."""
 
 
 def roles(cls: type[Event]) -> frozenset[str]:
     """What the vocabulary says events of ``cls`` do."""
-    listed = {STARTS_RUN: RUN_START_EVENTS, ENDS_RUN: RUN_END_EVENTS, ENDS_JOB: JOB_END_EVENTS}
+    listed = {
+        STARTS_RUN: RUN_START_EVENTS,
+        ENDS_RUN: RUN_END_EVENTS,
+        ENDS_JOB: JOB_END_EVENTS,
+        CLOSES_RUN: RUN_CLOSE_EVENTS,
+    }
     return frozenset(role for role, classes in listed.items() if cls in classes)
 
 
@@ -112,7 +125,14 @@ def test_the_vocabulary_classifies_each_job_event_type_as_listed(cls: type[Event
 
 
 def test_the_vocabulary_lists_only_current_job_event_types() -> None:
-    listed = {*RUN_START_EVENTS, *RUN_END_EVENTS, *JOB_END_EVENTS, *OTHER_JOB_EVENTS, *STATUS_AFTER}
+    listed = {
+        *RUN_START_EVENTS,
+        *RUN_END_EVENTS,
+        *RUN_CLOSE_EVENTS,
+        *JOB_END_EVENTS,
+        *OTHER_JOB_EVENTS,
+        *STATUS_AFTER,
+    }
     assert listed <= set(CLASSIFIED)
     assert len(OTHER_JOB_EVENTS) == len(set(OTHER_JOB_EVENTS))
 
@@ -285,6 +305,7 @@ def test_the_public_names_are_pinned() -> None:
             "NEVER_RAN",
             "OTHER_JOB_EVENTS",
             "REQUEUED",
+            "RUN_CLOSE_EVENTS",
             "RUN_END_EVENTS",
             "RUN_END_OF",
             "RUN_START_EVENTS",
@@ -294,11 +315,90 @@ def test_the_public_names_are_pinned() -> None:
             "RunEnd",
             "RunEndEvent",
             "ends_job",
+            "ends_part",
             "ends_run",
             "final_status",
             "run_end",
+            "spreads",
             "status_after",
         ]
     )
     for name in lifecycle.__all__:
         assert getattr(lifecycle, name) is not None
+
+
+def _closed(outcome: RunEnd, reason: ReasonCode | None = None) -> JobRunClosed:
+    return JobRunClosed(
+        job_id="j-1",
+        cycle_id="c-1",
+        run=1,
+        cluster="b",
+        outcome=outcome,
+        reason=reason,
+        parts=(
+            RunPartEnd(cluster="a", outcome=RunEnd.FAILED, reason=ReasonCode.NODE_FAILURE),
+            RunPartEnd(cluster="b", outcome=outcome, reason=reason),
+        ),
+        message="the run ended",
+    )
+
+
+def test_a_spread_jobs_run_end_events_end_only_a_part_and_change_no_status() -> None:
+    failed = JobFailed(job_id="j-1", cluster="a", run=1, reason=ReasonCode.NODE_FAILURE)
+    succeeded = JobSucceeded(job_id="j-1", cluster="a", run=1)
+    for event in (failed, succeeded):
+        assert ends_part(event, spread=True) and not ends_part(event, spread=False)
+        assert not ends_run(event, spread=True) and ends_run(event, spread=False)
+        assert status_after(event, spread=True) is None
+        assert not ends_job(event, spread=True)
+        assert run_end(event, spread=True) is None
+    never_ran = JobCancelled(job_id="j-1", run=NEVER_RAN)
+    assert not ends_part(never_ran, spread=True)  # a cancellation before any run ends the job, spread or not
+    assert ends_job(never_ran, spread=True) and status_after(never_ran, spread=True) is JobStatus.CANCELLED
+
+
+@pytest.mark.parametrize(
+    ("outcome", "reason", "retries", "status", "ends_the_job", "awaits"),
+    [
+        (RunEnd.SUCCEEDED, None, 0, JobStatus.SUCCEEDED, True, False),
+        (RunEnd.CANCELLED, None, 0, JobStatus.CANCELLED, True, False),
+        (RunEnd.PREEMPTED, None, 0, JobStatus.QUEUED, False, False),
+        (RunEnd.FAILED, ReasonCode.NODE_FAILURE, 0, JobStatus.QUEUED, False, True),
+        (RunEnd.FAILED, ReasonCode.NON_ZERO_EXIT, 0, JobStatus.FAILED, True, False),
+        (RunEnd.FAILED, ReasonCode.NON_ZERO_EXIT, 2, JobStatus.QUEUED, False, True),
+    ],
+)
+def test_a_closed_run_ends_as_its_last_part_did(
+    outcome: RunEnd, reason: ReasonCode | None, retries: int, status: JobStatus, ends_the_job: bool, awaits: bool
+) -> None:
+    closed = _closed(outcome, reason)
+    assert ends_run(closed, spread=True) and run_end(closed, spread=True) is outcome
+    assert status_after(closed, retries, spread=True) is status
+    assert ends_job(closed, retries, spread=True) is ends_the_job
+    assert awaits_verdict(closed, retries) is awaits
+
+
+def test_a_closed_run_names_its_last_part() -> None:
+    with pytest.raises(ValueError, match="last part"):
+        JobRunClosed(
+            job_id="j-1",
+            cycle_id="c-1",
+            run=1,
+            cluster="a",
+            outcome=RunEnd.PREEMPTED,
+            parts=(RunPartEnd(cluster="b", outcome=RunEnd.PREEMPTED),),
+            message="x",
+        )
+    with pytest.raises(ValueError, match="reason is given exactly when"):
+        _closed(RunEnd.FAILED)
+
+
+def test_only_an_inference_service_spread_over_clusters_spreads() -> None:
+    base = sample(JobSubmitted)
+    assert isinstance(base, JobSubmitted)
+    assert not spreads(None) and not spreads(base.model_copy(update={"inference": None}))
+    one = base.model_copy(update={"inference": InferenceSpec(min_replicas=1, spread_clusters=1)})
+    two = base.model_copy(update={"inference": InferenceSpec(min_replicas=1, spread_clusters=2)})
+    assert not spreads(one) and spreads(two)
+    assert InferenceSpec(spread_clusters=2).per_cluster_cap(5) == 3
+    assert InferenceSpec(spread_clusters=3).per_cluster_cap(6) == 2
