@@ -116,7 +116,7 @@ class JobCommands:
             client_request_id=request_id,
             submitted_by=principal.subject,
         )
-        event = validation.asks_for_something(validation.event_from(JobSubmitted, body))
+        event = validation.spreads_as_it_can(validation.asks_for_something(validation.event_from(JobSubmitted, body)))
         await self._fleet_can_hold(event)
         envelope = self._publisher.envelope(
             event,

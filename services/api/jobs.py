@@ -62,7 +62,6 @@ class JobService:
         warnings = shape_warnings(asked, gpus, await self._largest_nodes()) if asked or gpus else []
         if warnings:  # never from a view that may be a few seconds old
             warnings = shape_warnings(asked, gpus, await self._largest_nodes(fresh=True))
-        warnings += spec_warnings(request.spec)
         return jobs_pb2.SubmitJobResponse(
             job_id=done.job_id, created=done.created, client_request_id=done.client_request_id, warnings=warnings
         )
@@ -184,17 +183,6 @@ def _query(where: JobFilter) -> dict[str, object]:
     if where.pending_reasons:  # only when asked: the tokens of queries without it stay good
         query["pending_reasons"] = list(where.pending_reasons)
     return query
-
-
-def spec_warnings(spec: jobs_pb2.JobSpec) -> list[str]:
-    """Settings the job is accepted with that the scheduler does not apply as written."""
-    out = []
-    if spec.HasField("inference") and spec.inference.spread_clusters > 1:
-        out.append(
-            f"inference.spread_clusters {spec.inference.spread_clusters} is not applied: a job's replicas all run "
-            "in one cluster; submit one service per cluster to spread it"
-        )
-    return out
 
 
 def shape_warnings(asked: list[str], gpus: int, largest: Mapping[str, int]) -> list[str]:

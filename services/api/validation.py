@@ -121,6 +121,31 @@ def asks_for_something(event: JobSubmitted) -> JobSubmitted:
     return event
 
 
+def spreads_as_it_can(event: JobSubmitted) -> JobSubmitted:
+    """The submission, if a service spread over clusters (``inference.spread_clusters`` above 1) can start
+    as asked: its first part holds at most ceil(replicas / spread_clusters) replicas, so ``min_replicas``
+    above that could never start; all replicas at once (``gang``) is never one cluster's part; and an
+    interconnect domain never spans clusters. The catalogue keeps accepting such records already in the
+    log (the scheduler starts them with the cap)."""
+    inference = event.inference
+    if inference is None or inference.spread_clusters <= 1:
+        return event
+    cap = inference.per_cluster_cap(event.replicas)
+    if inference.min_replicas > cap:
+        raise InvalidArgument(
+            "inference.min_replicas",
+            f"{inference.min_replicas} cannot start: spread over {inference.spread_clusters} clusters, a cluster "
+            f"holds at most {cap} of its {event.replicas} replicas (lower min_replicas or spread_clusters)",
+        )
+    if event.gang:
+        raise InvalidArgument("gang", "a service spread over clusters starts part by part: it cannot be a gang")
+    if event.interconnect_required:
+        raise InvalidArgument(
+            "interconnect_required", "an interconnect domain never spans clusters: a spread service cannot require one"
+        )
+    return event
+
+
 def _toleration(t: jobs_pb2.Toleration) -> dict[str, Any]:
     out: dict[str, Any] = {"key": t.key}
     if t.HasField("value"):

@@ -27,12 +27,23 @@ from events.catalog.decisions import (
     JobPreemptionRequested,
     JobQueued,
     JobReplicasAdded,
+    JobRetriesExhausted,
+    JobRetryScheduled,
+    JobRunClosed,
     SchedulingCycleCompleted,
 )
 from events.log.contract import TopicPartition
 from events.wire.envelope import Envelope
 
-DECISION_TYPES = (JobPlaced, JobReplicasAdded, JobQueued, JobPreemptionRequested)
+DECISION_TYPES = (
+    JobPlaced,
+    JobReplicasAdded,
+    JobQueued,
+    JobPreemptionRequested,
+    JobRetryScheduled,
+    JobRetriesExhausted,
+    JobRunClosed,
+)
 """Events only the scheduler's cycles write (it also writes ``JobCancelled`` for a job cancelled while
 waiting, which connectors write too: that one is a decision when its source is the scheduler's)."""
 

@@ -15,7 +15,7 @@ from services.api import codegen, validation
 from services.api.convert import waited_ms
 from services.api.errors import InvalidArgument, field_path
 from services.api.explain import explain
-from services.api.jobs import shape_warnings, spec_warnings
+from services.api.jobs import shape_warnings
 from services.api.pb import jobs_pb2
 from services.cli import jobfile
 from services.scheduler.core.policy import Preempt, Queue, schedule
@@ -294,9 +294,49 @@ def test_a_service_that_says_only_its_minimum_replicas_is_accepted_in_one_cluste
     assert (event.inference.min_replicas, event.inference.spread_clusters) == (2, 1)
 
 
-def test_spreading_a_service_over_clusters_is_warned_about_as_not_applied() -> None:
-    spread = jobs_pb2.JobSpec(kind="inference", replicas=4, inference=jobs_pb2.InferenceSpec(spread_clusters=2))
-    [warning] = spec_warnings(spread)
-    assert warning.startswith("inference.spread_clusters 2 is not applied")
-    one = jobs_pb2.JobSpec(kind="inference", replicas=4, inference=jobs_pb2.InferenceSpec(spread_clusters=1))
-    assert spec_warnings(one) == [] and spec_warnings(jobs_pb2.JobSpec(kind="batch")) == []
+@pytest.mark.parametrize(
+    ("more", "field", "words"),
+    [
+        (
+            {"inference": jobs_pb2.InferenceSpec(min_replicas=3, spread_clusters=2)},
+            "inference.min_replicas",
+            "at most 2",
+        ),
+        (
+            {"inference": jobs_pb2.InferenceSpec(min_replicas=1, spread_clusters=2), "gang": True},
+            "gang",
+            "part by part",
+        ),
+        (
+            {
+                "inference": jobs_pb2.InferenceSpec(min_replicas=1, spread_clusters=2),
+                "interconnect": "nvlink",
+                "interconnect_required": True,
+            },
+            "interconnect_required",
+            "never spans clusters",
+        ),
+    ],
+)
+def test_a_service_spread_over_clusters_that_could_never_start_as_asked_is_refused(
+    more: dict[str, object], field: str, words: str
+) -> None:
+    parsed = jobs_pb2.JobSpec(name="serve", tenant="team-a", kind="inference", replicas=4, **more)  # type: ignore[arg-type]
+    parsed.resources.gpus = 1
+    event = validation.event_from(JobSubmitted, {**validation.job_spec_body(parsed), "job_id": "j-1"})
+    with pytest.raises(InvalidArgument) as caught:
+        validation.spreads_as_it_can(event)
+    assert caught.value.field == field and words in str(caught.value)
+
+
+def test_a_service_spread_within_its_cap_is_accepted_with_no_warning() -> None:
+    parsed = jobs_pb2.JobSpec(
+        name="serve",
+        tenant="team-a",
+        kind="inference",
+        replicas=4,
+        inference=jobs_pb2.InferenceSpec(min_replicas=2, spread_clusters=2),
+    )
+    parsed.resources.gpus = 1
+    event = validation.event_from(JobSubmitted, {**validation.job_spec_body(parsed), "job_id": "j-1"})
+    assert validation.spreads_as_it_can(event) is event

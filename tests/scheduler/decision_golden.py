@@ -144,6 +144,8 @@ def scenario() -> tuple[list[Envelope], Envelope]:
         submitted("gang", 8, replicas=2, gang=True, kind=JobKind.TRAINING, resources={"gpu_models": ("A100",)}),
         submitted("npu-train", 0, resources={"npus": 4, "npu_models": ("Ascend910B",)}),
         submitted("npu-more", 0, resources={"npus": 8}),
+        submitted("spread", 1, replicas=6, kind=JobKind.INFERENCE,
+                  inference=InferenceSpec(min_replicas=2, spread_clusters=3)),
     ]  # fmt: skip
     for i, data in enumerate(facts):
         state.fold(Envelope(id=f"golden-{i}", time_ms=T0 + i, data=data))  # type: ignore[arg-type]

@@ -29,6 +29,8 @@ from events.catalog.decisions import (
     JobReplicasAdded,
     JobRetriesExhausted,
     JobRetryScheduled,
+    JobRunClosed,
+    RunPartEnd,
     SchedulingCycleCompleted,
     SuggestedChange,
     TopicOffset,
@@ -36,7 +38,7 @@ from events.catalog.decisions import (
 from events.catalog.jobs import JobCancelled
 from events.catalog.pending_reasons import pending_reason_of
 from events.catalog.reasons import ReasonCode
-from events.catalog.types import ClusterId, CycleId, JobId, ResourceKind
+from events.catalog.types import ClusterId, CycleId, JobId, NodeId, ResourceKind
 from events.wire.codec import encode
 from events.wire.envelope import Envelope
 from services.scheduler.core.policy import decisions as core
@@ -50,7 +52,7 @@ _TEXT = 4096
 _VICTIMS = 256
 
 
-DECISION_ENGINE = "fedsched-decisions-8"
+DECISION_ENGINE = "fedsched-decisions-9"
 """The name of this code's decisions, recorded with every cycle. Change it in the same commit as anything
 that makes the same inputs give other decision events: a choice of the policy core, a reason, a message's
 words or figures, how an event is built. ``tests/scheduler/test_decision_engine.py`` holds the digest of
@@ -106,7 +108,11 @@ starts with what fits in one cluster (at least one replica, or an inference serv
 grows there as room appears, in queue order and under its quota and budgets, never by preempting
 (``JobReplicasAdded``); the placement says "running N of M replicas; K wait for room". ``-8`` says of a
 placement with no runner-up that its cluster was the only one of the federation's with room for it now
-(``-7`` said nothing of the others)."""
+(``-7`` said nothing of the others). ``-9`` spreads an inference service with ``inference.spread_clusters``
+k > 1 over up to k clusters, at most ceil(replicas / k) in any one (``-8`` placed all its replicas in one
+cluster): it opens with one part, is topped up in other clusters (``JobReplicasAdded`` v2 naming another
+cluster), loses only a cluster's part when that part ends or is preempted there (preemption and quota
+see each part where it is), and its run is closed by ``JobRunClosed`` once every part has ended."""
 
 
 def cycle_id(sequence: int) -> CycleId:
@@ -119,9 +125,13 @@ def decision_events(state: SchedulerState, result: core.CycleResult, sequence: i
     out: list[Event] = []
     ids: list[str] = []
     for job_id in state.open_cancellations():
-        if state.jobs[job_id].running_placement() is None:
+        facts = state.jobs[job_id]
+        if facts.running_placement() is None and not facts.closable():  # a spread run closes first
             out.append(JobCancelled(job_id=JobId(job_id), run=0, message="cancelled while waiting in the queue"))
             ids.append(f"{cid}:cancel:{job_id}")
+    for job_id in state.closing_runs():
+        out.append(_run_closed(state, job_id, cid))
+        ids.append(f"{cid}:close:{job_id}")
     for decision in result.decisions:
         event = _event(state, decision, cid, result.now_ms)
         if event is not None:
@@ -272,11 +282,52 @@ def _replica(number: int, r: ReplicaPlacement) -> dict[str, object]:
     }
 
 
+def _run_closed(state: SchedulerState, job_id: str, cid: CycleId) -> JobRunClosed:
+    """A spread run every part of which ended: closed as its last part ended, its story in words."""
+    facts = state.jobs[job_id]
+    run = facts.current_run()
+    placed = facts.placements[run]
+    counts: dict[str, int] = {}
+    for index in range(len(placed.replicas)):
+        cluster = placed.cluster_of(index)
+        counts[cluster] = counts.get(cluster, 0) + 1
+    left = facts.left(run)
+    parts = tuple(
+        RunPartEnd(cluster=ClusterId(c), outcome=end.how, reason=_reason(end.reason) if end.reason else None)
+        for c, end in left.items()
+    )
+    cluster, last = next(reversed(left.items()))
+
+    def said(cluster: str) -> str:
+        end = left[cluster]
+        why = f" ({end.reason}{f' on {end.node}' if end.node else ''})" if end.reason else ""
+        return f"{counts.get(cluster, 0)} in {cluster}: {end.how.value}{why}"
+
+    message = (
+        f"run {run} of {job_id} closed: every part has ended ({'; '.join(said(c) for c in left)}); "
+        f"it ends as its last part did, {last.how.value}"
+    )
+    return JobRunClosed(
+        job_id=JobId(job_id),
+        cycle_id=cid,
+        run=run,
+        cluster=ClusterId(cluster),
+        outcome=last.how,
+        reason=parts[-1].reason,
+        node=NodeId(last.node) if last.reason and last.node else None,
+        parts=parts,
+        message=message[:_TEXT],
+    )
+
+
 def _replicas_added(state: SchedulerState, decision: core.AddReplicas, cid: CycleId) -> JobReplicasAdded:
-    """A top-up: the new replicas numbered after those the run holds (its latest placement's)."""
+    """A top-up: the new replicas numbered after every replica the run ever held (in any of its clusters),
+    and the count it holds with them."""
     facts = state.jobs[decision.job_id]
     run = facts.current_run()
-    first = len(facts.placements[run].replicas)
+    first = facts.placements[run].next_replica()
+    live = facts.running_placement()
+    held = len(live.replicas) if live is not None else 0
     return JobReplicasAdded.model_validate(
         {
             "job_id": decision.job_id,
@@ -284,7 +335,7 @@ def _replicas_added(state: SchedulerState, decision: core.AddReplicas, cid: Cycl
             "cluster": decision.cluster,
             "run": run,
             "replicas": tuple(_replica(first + i, r) for i, r in enumerate(decision.replicas)),
-            "running_replicas": first + len(decision.replicas),
+            "running_replicas": held + len(decision.replicas),
             "chosen": _score(decision.chosen),
             "explanation": decision.message[:_TEXT],
         }

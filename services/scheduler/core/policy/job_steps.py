@@ -74,6 +74,7 @@ class Turn:
     may_backfill: bool = False  # honour_reservation: it ends before the reservation starts
     extra: I64 | None = None  # honour_reservation: the per-node extra cost of the room it may use
     grows: RunningJob | None = None  # a top-up: the run that holds fewer replicas than ``job`` adds
+    asked: int | None = None  # a spread job's first part: ``job`` is capped per cluster, this is all it asks
 
     def waits(self, reason: ReasonCode | None, note: str = "", constraint: Constraint | None = None) -> Verdict:
         return Verdict((), Waiting(self.job, self.demand, reason, note, constraint))
@@ -144,7 +145,7 @@ def place(ctx: Ctx, t: Turn) -> Verdict | None:
     q = ctx.book.check(job, *plan_models(plan))
     if not q.ok:
         return t.waits(ReasonCode.QUOTA_EXCEEDED, q.message, quota_constraint(q))
-    return Verdict((_place(ctx, job, d, plan, ranked, q.borrowed or t.borrowed, t.may_backfill),), None)
+    return Verdict((_place(ctx, job, d, plan, ranked, q.borrowed or t.borrowed, t.may_backfill, asked=t.asked),), None)
 
 
 def hot_model_wait(ctx: Ctx, t: Turn) -> Verdict | None:
@@ -261,7 +262,8 @@ def fewer_replicas(ctx: Ctx, t: Turn) -> Verdict | None:
     q = ctx.book.check(placing, *plan_models(plan))
     if not q.ok:
         return None
-    return Verdict((_place(ctx, placing, d, plan, ranked, q.borrowed, t.may_backfill, asked=job.replicas),), None)
+    asked = t.asked or job.replicas
+    return Verdict((_place(ctx, placing, d, plan, ranked, q.borrowed, t.may_backfill, asked=asked),), None)
 
 
 def top_up(ctx: Ctx, t: Turn) -> Verdict:
@@ -272,6 +274,8 @@ def top_up(ctx: Ctx, t: Turn) -> Verdict:
     not grow with every cycle it still waits."""
     run, job, d = t.grows, t.job, t.demand
     assert run is not None
+    if job.spread_clusters > 1:
+        return _top_up_spread(ctx, t, run)
     fs = ctx.fleet
     if run.cluster not in fs.clusters:
         return Verdict((), None)
@@ -291,6 +295,48 @@ def top_up(ctx: Ctx, t: Turn) -> Verdict:
         count //= 2
     if count < 1:
         return Verdict((), None)
+    adding = replace(job, replicas=count)
+    got = ctx.try_place(adding, d, extra)
+    if got is None:
+        return Verdict((), None)
+    plan, ranked = got
+    q = ctx.book.check(adding, *plan_models(plan))
+    if not q.ok:
+        return Verdict((), None)
+    return Verdict((_add(ctx, adding, d, plan, ranked, run, q.borrowed),), None)
+
+
+def _top_up_spread(ctx: Ctx, t: Turn, run: RunningJob) -> Verdict:
+    """A spread run grows as a top-up does, in the cluster that scores best among those that may take
+    the most of what it lacks: one of its live parts below the per-cluster cap, or a cluster it has no
+    part in while it has fewer than ``spread_clusters`` parts; never one its part left (``run.left``)."""
+    job, d, fs = t.job, t.demand, ctx.fleet
+    cap = -(-run.replicas_asked // job.spread_clusters)
+    held = dict(run.parts)
+    fits: list[tuple[int, int]] = []  # (cluster position, replicas it may take now)
+    for ci, cid in enumerate(fs.clusters):
+        room = cap - held.get(cid, 0)
+        if cid in run.left or room <= 0 or (cid not in held and len(held) >= job.spread_clusters):
+            continue
+        lo, hi = fs.cluster_range[ci]
+        usable = per_node(fs, d, lo, hi)
+        if t.extra is not None:
+            usable = np.where(t.extra[lo:hi] < MASKED, usable, 0)
+        fit = min(topology.most_in_one(job, usable, fs, lo, hi), room, job.replicas)
+        if fit >= 1:
+            fits.append((ci, fit))
+    count = max((fit for _, fit in fits), default=0)
+    while count >= 1 and not _admissible(ctx, replace(job, replicas=count)):
+        count //= 2
+    if count < 1:
+        return Verdict((), None)
+    extra = np.full(fs.size, MASKED, dtype=np.int64)
+    for ci, fit in fits:
+        if fit >= count:
+            lo, hi = fs.cluster_range[ci]
+            extra[lo:hi] = 0
+    if t.extra is not None:
+        extra = np.maximum(extra, t.extra)
     adding = replace(job, replicas=count)
     got = ctx.try_place(adding, d, extra)
     if got is None:
@@ -364,6 +410,13 @@ budgets take (checked in ``top_up`` for that many, not for all it lacks)."""
 def decide_job(ctx: Ctx, job: Job, grows: RunningJob | None = None) -> Verdict:
     """``job``'s turn; with ``grows``, ``job`` stands for the replicas that run lacks (its top-up)."""
     turn = Turn(job, Demand.of(job), grows=grows)
+    cap = job.per_cluster_cap()
+    if grows is None and job.spread_clusters > 1 and job.replicas > cap:
+        # A spread service opens with its first part, at most the per-cluster cap; the rest are added
+        # in other clusters (``top_up``) as its run grows.
+        least = None if job.min_replicas is None else min(job.min_replicas, cap)
+        first = replace(job, replicas=cap, min_replicas=least)
+        turn = Turn(first, Demand.of(first), asked=job.replicas)
     for step in TOP_UP_STEPS if grows is not None else JOB_STEPS:
         verdict = step(ctx, turn)
         if verdict is not None:
@@ -453,7 +506,7 @@ def _place(
         f"{plan.cost}, federation score {ranked[0].total} = {terms} (weighted; lower wins){alt}"
         + ("; uses quota above its guarantee (borrowed, reclaimable)" if borrowed else "")
         + (
-            f"; {_still_waiting(cid, job.replicas, asked, job.min_replicas)}"
+            f"; {_still_waiting(cid, job.replicas, asked, job.min_replicas, job.spread_clusters)}"
             if asked is not None and asked > job.replicas
             else ""
         )
@@ -488,10 +541,17 @@ def _commit(ctx: Ctx, job: Job, d: Demand, plan: Plan) -> tuple[ReplicaPlacement
     return replicas
 
 
-def _still_waiting(cid: ClusterId, running: int, asked: int, least: int | None = None) -> str:
+def _still_waiting(cid: ClusterId, running: int, asked: int, least: int | None = None, spread: int = 1) -> str:
     """What a run that holds fewer replicas than it asks says of the rest (``least``: its job's
-    ``min_replicas``, said when it was more than one)."""
+    ``min_replicas``, said when it was more than one; ``spread``: the clusters it may spread over)."""
     least_words = f", at least {least} to start" if (least or 1) > 1 else ""
+    if spread > 1:
+        cap = -(-asked // spread)
+        return (
+            f"running {running} of {asked} replicas; {asked - running} wait for room (spread over up to {spread} "
+            f"clusters, at most {cap} in any one{least_words}; they are added where room appears, in this "
+            "cluster or another, never by preempting)"
+        )
     return (
         f"running {running} of {asked} replicas; {asked - running} wait for room (no more fit in {cid} now"
         f"{least_words}; they are added there as room appears, never by preempting)"
@@ -508,11 +568,17 @@ def _add(
     held, asked = run.job.replicas, run.replicas_asked
     now = held + len(replicas)
     share = f" ({d.gpu_milli}m each)" if d.is_share else ""
+    opens = bool(run.parts) and cid not in dict(run.parts)
     msg = (
-        f"{job.job_id} grows in {cid}: added {len(replicas)} replica(s) on "
+        f"{job.job_id} {'opens a part in' if opens else 'grows in'} {cid}: added {len(replicas)} replica(s) on "
         f"{', '.join(_devices(p) for p in replicas)}{share} by {ctx.config.node_policy.value} (placement cost "
         f"{plan.cost}), as room appeared"
-        + (f"; {_still_waiting(cid, now, asked)}" if now < asked else f"; all {asked} replicas run now")
+        + (
+            f"; {_still_waiting(cid, now, asked, spread=job.spread_clusters)}"
+            if now < asked
+            else f"; all {asked} replicas run now"
+            + (f", in {', '.join(sorted({*dict(run.parts), cid}))}" if run.parts else "")
+        )
         + ("; uses quota above its guarantee (borrowed, reclaimable)" if borrowed else "")
     )
     return AddReplicas(

@@ -244,6 +244,13 @@ class Job:
     min_npu_memory_mib: int = 0
     application_retries: int = 0
     """Retries it asked for after its own workload fails a run (``retry.on_application_failure``)."""
+    spread_clusters: int = 1
+    """How many clusters its replicas may live in (an inference service's ``inference.spread_clusters``):
+    above 1, no cluster holds more than ``per_cluster_cap`` of them and its run has a part per cluster."""
+
+    def per_cluster_cap(self) -> int:
+        """The most replicas one cluster may hold of it: all of them, or ceil(replicas / spread_clusters)."""
+        return -(-self.replicas // self.spread_clusters)
 
     def gpu_milli_per_replica(self) -> int:
         return self.gpus * MILLI + self.gpu_milli
@@ -278,6 +285,13 @@ class RunningJob:
     replicas_asked: int = 0
     """What its job asks when the run holds fewer (a job that is not a gang starts with what fits, and
     grows in its cluster as room appears: ``job.replicas`` is what it holds); 0: it holds all of them."""
+    parts: tuple[tuple[ClusterId, int], ...] = ()
+    """A spread run's live parts, (cluster, replicas held there) in the order they opened: what a top-up
+    may add to under the per-cluster cap. Empty for a run in one cluster. In a snapshot's ``running`` a
+    spread run is one entry per part (``cluster``, ``placements`` and ``job.replicas`` that part's), so
+    preemption and quota see each part where it is; its ``growing`` entry is the whole run."""
+    left: tuple[ClusterId, ...] = ()
+    """Clusters where a part of this spread run ended: it is never reopened there."""
 
     def missing(self) -> int:
         """Replicas its job asks that the run does not hold yet."""

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from events.catalog.inventory import NodeObserved
 from events.catalog.jobs import JobKind, JobSubmitted
+from events.catalog.lifecycle import spreads
 from events.catalog.types import JobId, NodeId
 from services.scheduler.core.policy import model as m
 from services.scheduler.core.state.facts import JobFacts
@@ -62,6 +63,7 @@ def job_of(e: JobSubmitted, submitted_ms: int) -> m.Job:
         times_preempted=0,
         min_replicas=_min_replicas(e),
         application_retries=e.retry.on_application_failure,
+        spread_clusters=e.inference.spread_clusters if spreads(e) and e.inference is not None else 1,
         tolerations=tuple(
             sorted(
                 ((t.key, t.value, None if t.effect is None else t.effect.value) for t in e.tolerations),

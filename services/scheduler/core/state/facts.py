@@ -7,6 +7,7 @@ time, and by ``SchedulerState``, which derives snapshots from them. Pure data.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from events.catalog.budget_windows import HeldLedger
@@ -30,17 +31,63 @@ class Placement:
     grown: tuple[tuple[int, int], ...] = ()
     """Per ``JobReplicasAdded`` folded, when (log time) and the milli-GPU its replicas hold: a run's GPU
     time counts each replica from when it was added, not from the run's placement."""
+    where: tuple[tuple[str, int], ...] = ()
+    """A spread run's (cluster, since when) of each replica, as ``replicas``; empty for a run that does not
+    spread (every replica in ``cluster``: no tuple per run for them)."""
 
     def gpu_milli(self) -> int:
         """The milli-GPU its replicas hold (all of them, those added included)."""
         return sum(len(r.gpu_indices) * r.gpu_milli_each for r in self.replicas)
 
-    def gpu_milli_ms(self, start_ms: int, end_ms: int) -> int:
+    def gpu_milli_ms(self, start_ms: int, end_ms: int, left: Mapping[str, PartEnd] | None = None) -> int:
         """The GPU time it held from ``start_ms`` (its placement) to ``end_ms``: each added replica from
-        when it was added."""
+        when it was added; a spread run's replicas each until their part ended (``left``), if it did."""
+        if self.where:
+            total = 0
+            for r, (cluster, since) in zip(self.replicas, self.where, strict=True):
+                part = left.get(cluster) if left else None
+                until = min(end_ms, part.at_ms) if part is not None else end_ms
+                total += len(r.gpu_indices) * r.gpu_milli_each * max(0, until - max(since, start_ms))
+            return total
         added = sum(milli for _, milli in self.grown)
         base = (self.gpu_milli() - added) * max(0, end_ms - start_ms)
         return base + sum(milli * max(0, end_ms - max(at, start_ms)) for at, milli in self.grown)
+
+    def cluster_of(self, index: int) -> str:
+        """The cluster of ``replicas[index]``."""
+        return self.where[index][0] if self.where else self.cluster
+
+    def clusters(self) -> tuple[str, ...]:
+        """Its clusters, in the order their parts opened."""
+        return tuple(dict.fromkeys(c for c, _ in self.where)) if self.where else (self.cluster,)
+
+    def next_replica(self) -> int:
+        """The number the run's next replica takes (numbers are unique across its clusters)."""
+        return max((r.replica for r in self.replicas), default=-1) + 1
+
+    def added(self, cluster: str, new: tuple[EventReplicaPlacement, ...], at_ms: int, milli: int) -> Placement:
+        """The run grown by ``new`` in ``cluster`` (its own, or a spread run's part there) at ``at_ms``:
+        new numbers continue the run's, so the replicas stay in number order."""
+        where = (*self.where, *((cluster, at_ms),) * len(new)) if self.where else ()
+        return Placement(self.cluster, (*self.replicas, *new), (*self.grown, (at_ms, milli)), where)
+
+    def without(self, left: Collection[str]) -> Placement:
+        """The run as it holds now: the replicas of the clusters its parts ``left`` taken away."""
+        if not left or not self.where:
+            return self
+        kept = [(r, w) for r, w in zip(self.replicas, self.where, strict=True) if w[0] not in left]
+        where = tuple(w for _, w in kept)
+        return Placement(where[0][0] if where else self.cluster, tuple(r for r, _ in kept), self.grown, where)
+
+
+@dataclass(frozen=True, slots=True)
+class PartEnd:
+    """How one cluster's part of a spread run ended (its cluster's run-end event), and when."""
+
+    how: RunEnd
+    reason: str | None
+    node: str | None
+    at_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +131,11 @@ class JobFacts:
     victims: tuple[str, ...] = ()
     """Jobs asked to stop to make room for it since its latest placement (both on the decisions topic, so
     in one order everywhere): its next ``JobPlaced`` names them."""
+    part_ends: dict[int, dict[str, PartEnd]] | None = None
+    """A spread run's parts that ended, per run: cluster -> how, in the order folded (``None`` for a job
+    that does not spread). The run ends only with the scheduler's ``JobRunClosed`` (``ended``)."""
+    part_stops: dict[tuple[int, str], tuple[str, int]] | None = None
+    """A spread run's parts asked to stop, by (run, cluster), as ``stop_requested`` is by run."""
     failures: dict[int, Failure] | None = None
     """Runs that failed for a cause that may be retried (by kind: ``failure_kind``), whatever the job asked."""
     verdicts: dict[int, tuple[bool, int]] | None = None
@@ -95,15 +147,34 @@ class JobFacts:
         return max(self.placements, default=0)
 
     def running_placement(self) -> Placement | None:
+        """Where the current run holds replicas now (a spread run: in its parts that have not ended);
+        ``None`` once it ended, or while every part of a spread run has ended and it awaits its close."""
         run = self.current_run()
-        if run and run not in self.ended and not self.terminal:
-            return self.placements[run]
-        return None
+        if not run or run in self.ended or self.terminal:
+            return None
+        placed = self.placements[run]
+        left = self.left(run)
+        if not left:
+            return placed
+        live = placed.without(left)
+        return live if live.replicas else None
+
+    def left(self, run: int) -> dict[str, PartEnd]:
+        """The clusters whose part of spread run ``run`` ended (empty for any other run)."""
+        return self.part_ends.get(run, {}) if self.part_ends else {}
+
+    def closable(self) -> bool:
+        """A spread run every part of which has ended, not closed yet: the scheduler closes it."""
+        run = self.current_run()
+        if not run or run in self.ended or not self.part_ends:
+            return False
+        left = self.part_ends.get(run)
+        return left is not None and set(self.placements[run].clusters()) <= left.keys()
 
     def pending(self) -> bool:
         if self.spec is None or self.terminal or self.cancel_requested:
             return False
-        return self.running_placement() is None and not self.awaiting_verdict()
+        return self.running_placement() is None and not self.awaiting_verdict() and not self.closable()
 
     def awaiting_verdict(self) -> int:
         """The run whose failure awaits the scheduler's retry verdict (0: none): the latest run, ended

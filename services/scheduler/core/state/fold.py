@@ -32,6 +32,7 @@ from events.catalog.decisions import (
     JobReplicasAdded,
     JobRetriesExhausted,
     JobRetryScheduled,
+    JobRunClosed,
     SchedulingCycleCompleted,
 )
 from events.catalog.governance import (
@@ -55,7 +56,15 @@ from events.catalog.profiles import ResourceProfileUpdated
 from events.wire.envelope import Latest, mark_after
 from services.scheduler.core.policy import model as m
 from services.scheduler.core.state.convert import job_of
-from services.scheduler.core.state.facts import SUSPECT_FOR_MS, Facts, Failure, JobFacts, NodeFacts, Placement
+from services.scheduler.core.state.facts import (
+    SUSPECT_FOR_MS,
+    Facts,
+    Failure,
+    JobFacts,
+    NodeFacts,
+    PartEnd,
+    Placement,
+)
 from services.scheduler.core.state.policy_document import policy_from_document
 
 
@@ -162,6 +171,13 @@ def _count_held(state: Facts, facts: JobFacts) -> None:
             continue
         facts.held_counted.add(run)
         start = facts.placed_at[run]
+        if placement.where:  # a spread run: each replica from when its part had it to when that part ended
+            left = facts.left(run)
+            for r, (cluster, since) in zip(placement.replicas, placement.where, strict=True):
+                part = left.get(cluster)
+                until = min(ended_ms, part.at_ms) if part is not None else ended_ms
+                _count_grown(state, facts.spec.tenant, len(r.gpu_indices) * r.gpu_milli_each, max(since, start), until)
+            continue
         added = sum(milli for _, milli in placement.grown)
         state.held.add(facts.spec.tenant, placement.gpu_milli() - added, start, ended_ms)
         for at, milli in placement.grown:
@@ -201,21 +217,61 @@ def _ended(how: RunEnd) -> Callable[[Facts, RunEndEvent, int, str], None]:
         run = e.run
         if run in facts.ended:
             return  # a run's first end is final: a later report (a failure while it was being stopped) is not
-        facts.ended[run] = how
-        facts.ended_at[run] = time_ms
-        kind = failure_kind(e.reason) if isinstance(e, JobFailed) else None
-        if kind is not None and isinstance(e, JobFailed):  # it may be retried: the scheduler's verdict ends
-            # the job, unless the job asked no retries of a failure of its own (known once it is submitted)
-            infrastructure = kind is FailureKind.INFRASTRUCTURE
-            if facts.failures is None:
-                facts.failures = {}
-            facts.failures[run] = Failure(e.reason.value, infrastructure, e.cluster, e.node, time_ms)
-            _judge_failures(facts)
-        elif final is not None:
-            facts.terminal = final
-        _count_held(state, facts)
+        if facts.spec is not None and facts.spec.spread_clusters > 1:
+            _part_ended(facts, e, how, time_ms)  # the run ends with the scheduler's JobRunClosed
+            return
+        failed = (e.reason.value, e.node) if isinstance(e, JobFailed) else None
+        _end_run(state, facts, run, how, e.cluster or "", failed, time_ms)
 
     return handle
+
+
+def _part_ended(facts: JobFacts, e: RunEndEvent, how: RunEnd, time_ms: int) -> None:
+    """A spread run's part in ``e.cluster`` ended (its first end there is final): it holds nothing there
+    any more, and the run is closed by the scheduler once every part it opened has ended."""
+    if facts.part_ends is None:
+        facts.part_ends = {}
+    ends = facts.part_ends.setdefault(e.run, {})
+    if e.cluster is None or e.cluster in ends:
+        return
+    reason = e.reason.value if isinstance(e, JobFailed) else None
+    ends[e.cluster] = PartEnd(how, reason, e.node if isinstance(e, JobFailed) else None, time_ms)
+
+
+def _run_closed(state: Facts, e: JobRunClosed, time_ms: int, __: str) -> None:
+    """The scheduler closed a spread run: it ends as its last part did."""
+    facts = state.job(e.job_id)
+    if e.run in facts.ended:
+        return
+    failed = (e.reason.value, e.node) if e.reason is not None else None
+    _end_run(state, facts, e.run, e.outcome, e.cluster, failed, time_ms)
+
+
+def _end_run(
+    state: Facts,
+    facts: JobFacts,
+    run: int,
+    how: RunEnd,
+    cluster: str,
+    failed: tuple[str, str | None] | None,
+    time_ms: int,
+) -> None:
+    """Run ``run`` ended ``how`` (``failed``: the failure's reason and node): a failure that may be
+    retried awaits the scheduler's verdict, unless the job asked no retries of a failure of its own
+    (known once it is submitted); any other end of a final kind ends the job."""
+    facts.ended[run] = how
+    facts.ended_at[run] = time_ms
+    kind = failure_kind(failed[0]) if failed is not None else None
+    if kind is not None and failed is not None:
+        if facts.failures is None:
+            facts.failures = {}
+        facts.failures[run] = Failure(failed[0], kind is FailureKind.INFRASTRUCTURE, cluster, failed[1], time_ms)
+        _judge_failures(facts)
+    else:
+        final = final_status(how)
+        if final is not None:
+            facts.terminal = final
+    _count_held(state, facts)
 
 
 def _judge_failures(facts: JobFacts) -> None:
@@ -255,25 +311,30 @@ def _placed(state: Facts, e: JobPlaced, time_ms: int, __: str) -> None:
     if e.run in facts.placements:
         return
     facts.victims = ()
-    facts.placements[e.run] = Placement(e.cluster, e.replicas)
+    spread = facts.spec is not None and facts.spec.spread_clusters > 1
+    where = ((e.cluster, time_ms),) * len(e.replicas) if spread else ()
+    facts.placements[e.run] = Placement(e.cluster, e.replicas, where=where)
     facts.placed_at[e.run] = time_ms
     _count_held(state, facts)
 
 
 def _replicas_added(state: Facts, e: JobReplicasAdded, time_ms: int, __: str) -> None:
-    """The run grows by the event's replicas, once (a repeat names replica numbers it holds already). In
-    this version a run grows only in the cluster it was placed in; one that names another is not this
-    version's to apply (``spread_clusters`` will make a placement per cluster)."""
+    """The run grows by the event's replicas, once (a repeat names replica numbers it holds already): in
+    its own cluster, or, for a spread run, in a part it opens or holds elsewhere (never one that ended, and
+    never a run closed: the scheduler adds to neither, so such an event is not this state's to apply)."""
     facts = state.job(e.job_id)
     placement = facts.placements.get(e.run)
-    if placement is None or e.cluster != placement.cluster:
+    if placement is None or e.run in facts.ended:
+        return
+    if e.cluster != placement.cluster and not placement.where:
+        return
+    if e.cluster in facts.left(e.run):
         return
     held = {r.replica for r in placement.replicas}
     if any(r.replica in held for r in e.replicas):
         return
     milli = sum(len(r.gpu_indices) * r.gpu_milli_each for r in e.replicas)
-    replicas = tuple(sorted((*placement.replicas, *e.replicas), key=lambda r: r.replica))
-    facts.placements[e.run] = Placement(placement.cluster, replicas, (*placement.grown, (time_ms, milli)))
+    facts.placements[e.run] = placement.added(e.cluster, e.replicas, time_ms, milli)
     ended_ms = facts.ended_at.get(e.run)
     if e.run in facts.held_counted and ended_ms is not None and facts.spec is not None:
         _count_grown(state, facts.spec.tenant, milli, max(time_ms, facts.placed_at[e.run]), ended_ms)
@@ -291,11 +352,19 @@ def _queued(state: Facts, e: JobQueued, time_ms: int, event_id: str) -> None:
 
 def _stop_requested(state: Facts, e: JobPreemptionRequested | JobReclaimRequested, time_ms: int, __: str) -> None:
     facts = state.job(e.job_id)
-    if e.run in facts.stop_requested:
-        return  # asked once per run (the scheduler never asks twice): the preemptor named it already
     preemption = isinstance(e, JobPreemptionRequested)
     preemptor_id = e.preemptor if isinstance(e, JobPreemptionRequested) else None
-    facts.stop_requested[e.run] = (preemptor_id or "", time_ms if preemption else -1)
+    asked = (preemptor_id or "", time_ms if preemption else -1)
+    if facts.spec is not None and facts.spec.spread_clusters > 1:  # a spread run is stopped part by part
+        if facts.part_stops is None:
+            facts.part_stops = {}
+        if (e.run, e.cluster) in facts.part_stops:
+            return
+        facts.part_stops[(e.run, e.cluster)] = asked
+    elif e.run in facts.stop_requested:
+        return  # asked once per run (the scheduler never asks twice): the preemptor named it already
+    else:
+        facts.stop_requested[e.run] = asked
     if preemption and facts.spec is not None:  # else counted when the submission is folded
         _count_preemption(state, facts.spec.tenant, time_ms)
     if preemptor_id is not None:
@@ -343,6 +412,7 @@ HANDLERS: dict[type, Any] = {
     JobPlaced: _placed,
     JobQueued: _queued,
     JobReplicasAdded: _replicas_added,
+    JobRunClosed: _run_closed,
     JobPreemptionRequested: _stop_requested,
     JobReclaimRequested: _stop_requested,
     JobRetryScheduled: _retry_verdict,

@@ -22,7 +22,7 @@ from services.scheduler.core.policy import model as m
 from services.scheduler.core.policy.usage import UsageLedger, history_of
 from services.scheduler.core.state.budget_count import Holdings, hard_budgets
 from services.scheduler.core.state.convert import core_node_id, job_model, taints
-from services.scheduler.core.state.facts import Facts, JobFacts, SettledUsage
+from services.scheduler.core.state.facts import Facts, JobFacts, Placement, SettledUsage
 from services.scheduler.core.state.fold import HANDLERS
 from services.scheduler.core.state.policy_document import policy_from_document
 
@@ -46,6 +46,10 @@ class _Derived:
     running_was: dict[str, m.RunningJob | None] = field(default_factory=dict)
     cancel_open: set[str] = field(default_factory=set)  # cancel requested, not terminal
     growing: set[str] = field(default_factory=set)  # runs that hold fewer replicas than asked, not stopping
+    spread_runs: dict[str, m.RunningJob] = field(default_factory=dict)
+    """Spread runs, whole (all live parts): what a top-up of one reads (``running`` has a part each)."""
+    closing: set[str] = field(default_factory=set)  # spread runs every part of which ended: to close
+    parts_of: dict[str, tuple[str, ...]] = field(default_factory=dict)  # spread run -> its keys in ``running``
     failed: dict[str, m.FailedRun] = field(default_factory=dict)  # runs awaiting a retry verdict
     backoff: dict[str, int] = field(default_factory=dict)  # pending job -> when its retry may be placed
     # What each running job holds, per node: (node key, [(gpu index, milli)], cpu, memory, npu indices).
@@ -144,6 +148,12 @@ class SchedulerState(Facts):
         self._refresh()
         return sorted(self._derived.cancel_open)
 
+    def closing_runs(self) -> list[str]:
+        """Jobs whose spread run has every part ended and is not closed yet, in id order: the cycle closes
+        them (``JobRunClosed``)."""
+        self._refresh()
+        return sorted(self._derived.closing)
+
     def refresh(self) -> None:
         """Bring what snapshots are made of up to date with what was folded, dropping the jobs that
         settled: the first step of every snapshot, and what a follower that takes none (a standby, a
@@ -198,7 +208,7 @@ class SchedulerState(Facts):
             preempted_last_hour=self._preempted_last_hour(now_ms),
             failed=tuple(derived.failed[job_id] for job_id in sorted(derived.failed)),
             running_delta=delta,
-            growing=tuple(derived.running[j] for j in sorted(derived.growing)),
+            growing=tuple(derived.spread_runs.get(j) or derived.running[j] for j in sorted(derived.growing)),
         )
 
     def _preempted_last_hour(self, now_ms: int) -> tuple[tuple[TenantId, int], ...]:
@@ -231,6 +241,12 @@ class SchedulerState(Facts):
         def grown(running: m.RunningJob) -> tuple[tuple[int, int], ...]:
             facts = self.jobs[running.job.job_id]
             placement = facts.placements.get(facts.current_run())
+            if placement is not None and placement.where:  # a spread run's part: each replica from its start
+                return tuple(
+                    (since, len(r.gpu_indices) * r.gpu_milli_each)
+                    for r, (cluster, since) in zip(placement.replicas, placement.where, strict=True)
+                    if cluster == running.cluster
+                )
             return placement.grown if placement is not None else ()
 
         holdings = Holdings(self.held, self._derived.running.values(), placed_ms, grown)
@@ -242,25 +258,28 @@ class SchedulerState(Facts):
         order, running = derived.running_order, derived.running_sorted
         running_was = derived.running_was
         for job_id in sorted(derived.jobs):
-            before = derived.running.get(job_id)
-            was = before is not None
+            keys_before = derived.parts_of.get(job_id, (job_id,))  # a spread run has an entry per part
+            befores = {key: derived.running.get(key) for key in keys_before}
             self._refresh_job(job_id, touched_nodes)
             if not self.keep_settled and self.jobs[job_id].settled():
                 self._settle(job_id)
-            now = derived.running.get(job_id)
-            if now is not before and job_id not in running_was:
-                running_was[job_id] = before
-            if now is not None:
-                at = bisect.bisect_left(order, job_id)
-                if was:
-                    running[at] = now
-                else:
-                    order.insert(at, job_id)
-                    running.insert(at, now)
-            elif was:
-                at = bisect.bisect_left(order, job_id)
-                del order[at]
-                del running[at]
+            for entry in sorted({*keys_before, *derived.parts_of.get(job_id, (job_id,))}):
+                before = befores.get(entry)
+                was = before is not None
+                now = derived.running.get(entry)
+                if now is not before and entry not in running_was:
+                    running_was[entry] = before
+                if now is not None:
+                    at = bisect.bisect_left(order, entry)
+                    if was:
+                        running[at] = now
+                    else:
+                        order.insert(at, entry)
+                        running.insert(at, now)
+                elif was:
+                    at = bisect.bisect_left(order, entry)
+                    del order[at]
+                    del running[at]
         derived.jobs = set()
         if touched_nodes:
             fresh = [key for key in touched_nodes if key not in derived.node_models]
@@ -295,8 +314,11 @@ class SchedulerState(Facts):
             derived.used_cpu[held][0] -= cpu
             derived.used_cpu[held][1] -= mem
             touched_nodes.add(held)
-        derived.running.pop(job_id, None)
+        for part_key in derived.parts_of.pop(job_id, (job_id,)):
+            derived.running.pop(part_key, None)
         derived.growing.discard(job_id)
+        derived.spread_runs.pop(job_id, None)
+        derived.closing.discard(job_id)
         derived.pending.pop(job_id, None)
         derived.failed.pop(job_id, None)
         derived.backoff.pop(job_id, None)
@@ -305,6 +327,8 @@ class SchedulerState(Facts):
             derived.cancel_open.add(job_id)
         if facts.spec is None:
             return
+        if facts.closable():
+            derived.closing.add(job_id)
         self._refresh_usage(job_id, facts)
         placed = facts.running_placement()
         if facts.pending():
@@ -330,48 +354,97 @@ class SchedulerState(Facts):
             return
         job = job_model(facts)
         asked = job.replicas
-        if len(placed.replicas) < asked:  # started with fewer (not a gang): it holds only those, for now
-            job = replace(job, replicas=len(placed.replicas))
-        replicas = tuple(
-            m.ReplicaPlacement(
-                core_node_id(placed.cluster, r.node), tuple(r.gpu_indices), r.gpu_milli_each, tuple(r.npu_indices)
-            )
-            for r in placed.replicas
-        )
+        run = facts.current_run()
         # When the run started (its cluster's report), else when it was placed: not when the job was
         # submitted, which made every job that waited look closer to its end (decisions-3 did).
-        run = facts.current_run()
         started = facts.started_at.get(run, facts.placed_at.get(run, facts.submitted_ms))
-        stop = facts.stop_requested.get(run)
-        derived.running[job_id] = m.RunningJob(
-            job,
-            ClusterId(placed.cluster),
-            replicas,
-            started,
-            stopping=stop is not None,
-            stopping_for=JobId(stop[0]) if stop is not None and stop[0] else None,
-            replicas_asked=asked if asked > job.replicas else 0,
-        )
-        if asked > job.replicas and stop is None:
-            derived.growing.add(job_id)
+        if placed.where:
+            self._refresh_spread(job_id, facts, job, placed, started)
+        else:
+            if len(placed.replicas) < asked:  # started with fewer (not a gang): it holds only those, for now
+                job = replace(job, replicas=len(placed.replicas))
+            replicas = tuple(
+                m.ReplicaPlacement(
+                    core_node_id(placed.cluster, r.node), tuple(r.gpu_indices), r.gpu_milli_each, tuple(r.npu_indices)
+                )
+                for r in placed.replicas
+            )
+            stop = facts.stop_requested.get(run)
+            derived.running[job_id] = m.RunningJob(
+                job,
+                ClusterId(placed.cluster),
+                replicas,
+                started,
+                stopping=stop is not None,
+                stopping_for=JobId(stop[0]) if stop is not None and stop[0] else None,
+                replicas_asked=asked if asked > job.replicas else 0,
+            )
+            if asked > job.replicas and stop is None:
+                derived.growing.add(job_id)
+        cpu_milli, memory_mib = job.cpu_milli, job.memory_mib
         holds = []
-        for replica in placed.replicas:
-            key: tuple[str, str] = (placed.cluster, replica.node)
+        for at, replica in enumerate(placed.replicas):
+            key: tuple[str, str] = (placed.cluster_of(at), replica.node)
             gpus = [(index, replica.gpu_milli_each) for index in replica.gpu_indices]
             used = derived.used_gpu.setdefault(key, {})
             for index, milli in gpus:
                 used[index] = used.get(index, 0) + milli
             cpu_mem = derived.used_cpu.setdefault(key, [0, 0])
-            cpu_mem[0] += job.cpu_milli
-            cpu_mem[1] += job.memory_mib
+            cpu_mem[0] += cpu_milli
+            cpu_mem[1] += memory_mib
             npus = tuple(replica.npu_indices)
             if npus:
                 holders = derived.used_npu.setdefault(key, {})
                 for index in npus:
                     holders[index] = holders.get(index, 0) + 1
-            holds.append((key, gpus, job.cpu_milli, job.memory_mib, npus))
+            holds.append((key, gpus, cpu_milli, memory_mib, npus))
             touched_nodes.add(key)
         derived.holds[job_id] = holds
+
+    def _refresh_spread(self, job_id: str, facts: JobFacts, job: m.Job, placed: Placement, started: int) -> None:
+        """A spread run in the snapshot: one running entry per live part (its cluster, its replicas), so
+        preemption and quotas see each part where it is, and the whole run for its top-up."""
+        derived = self._derived
+        run = facts.current_run()
+        asked = job.replicas
+        by_cluster: dict[str, list[m.ReplicaPlacement]] = {}
+        for index, r in enumerate(placed.replicas):
+            cluster = placed.cluster_of(index)
+            by_cluster.setdefault(cluster, []).append(
+                m.ReplicaPlacement(
+                    core_node_id(cluster, r.node), tuple(r.gpu_indices), r.gpu_milli_each, tuple(r.npu_indices)
+                )
+            )
+        keys = []
+        stopping = False
+        for cluster, replicas in by_cluster.items():
+            stop = facts.part_stops.get((run, cluster)) if facts.part_stops else None
+            stopping = stopping or stop is not None
+            entry = f"{job_id}@{cluster}"
+            keys.append(entry)
+            derived.running[entry] = m.RunningJob(
+                replace(job, replicas=len(replicas)),
+                ClusterId(cluster),
+                tuple(replicas),
+                started,
+                stopping=stop is not None,
+                stopping_for=JobId(stop[0]) if stop is not None and stop[0] else None,
+            )
+        derived.parts_of[job_id] = tuple(keys)
+        held = len(placed.replicas)
+        whole = m.RunningJob(
+            replace(job, replicas=held),
+            ClusterId(placed.cluster),
+            tuple(p for replicas in by_cluster.values() for p in replicas),
+            started,
+            stopping=stopping,
+            replicas_asked=asked if asked > held else 0,
+            parts=tuple((ClusterId(c), len(r)) for c, r in by_cluster.items()),
+            left=tuple(ClusterId(c) for c in facts.left(run)),
+        )
+        derived.spread_runs[job_id] = whole
+        if asked > held and not stopping and not facts.cancel_requested:
+            derived.growing.add(job_id)
 
     def _settle(self, job_id: str) -> None:
         del self.jobs[job_id]
@@ -398,7 +471,7 @@ class SchedulerState(Facts):
             if placed is None:
                 continue
             start, end = facts.placed_at.get(run, 0), facts.ended_at.get(run, 0)
-            records.append(m.UsageRecord(end, placed.gpu_milli_ms(start, end)))
+            records.append(m.UsageRecord(end, placed.gpu_milli_ms(start, end, facts.left(run))))
         derived = self._derived
         tenant, before = derived.usage_of.get(job_id, (facts.spec.tenant, []))
         if before == records:
