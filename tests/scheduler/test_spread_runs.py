@@ -202,3 +202,15 @@ def test_the_held_gpu_time_of_a_spread_run_counts_each_part_until_it_ended():
     since_b = placement.where[-1][1]
     expected = 1000 * (a_end - start) + 1000 * (b_end - since_b)
     assert facts.placements[1].gpu_milli_ms(start, facts.ended_at[1], facts.left(1)) == expected
+
+
+def test_each_part_of_a_spread_run_is_asked_to_stop_on_its_own():
+    log = Log(*clusters(8, 8), service(replicas=4, spread=2))
+    held = sorted(where([*log.cycle(), *log.cycle()], "svc"))
+    stopping = {}
+    for cluster in held:
+        log.add(JobPreemptionRequested(job_id="svc", cycle_id="c-x", cluster=cluster, run=1, preemptor="p", rule="r"))
+        stopping = {r.cluster: r.stopping for r in log.state.snapshot(log.now).running if r.job.job_id == "svc"}
+        assert stopping[cluster]  # the second request, for another part, is not taken for a repeat
+    assert stopping == dict.fromkeys(held, True)
+    assert log.state.growing_count() == 0  # a run being stopped is not topped up

@@ -396,7 +396,10 @@ def _event(state: SchedulerState, decision: core.Decision, cid: CycleId, now_ms:
     if isinstance(decision, core.Preempt):
         victim = state.jobs.get(decision.victim)
         run = victim.current_run() if victim is not None else 1
-        if victim is None or run in victim.stop_requested or victim.running_placement() is None:
+        if victim is None or victim.running_placement() is None:
+            return None
+        spread = victim.spec is not None and victim.spec.spread_clusters > 1
+        if (run, decision.cluster) in (victim.part_stops or {}) if spread else run in victim.stop_requested:
             return None
         return JobPreemptionRequested(
             job_id=decision.victim,

@@ -135,7 +135,8 @@ class JobFacts:
     """A spread run's parts that ended, per run: cluster -> how, in the order folded (``None`` for a job
     that does not spread). The run ends only with the scheduler's ``JobRunClosed`` (``ended``)."""
     part_stops: dict[tuple[int, str], tuple[str, int]] | None = None
-    """A spread run's parts asked to stop, by (run, cluster), as ``stop_requested`` is by run."""
+    """Runs asked to stop by (run, cluster), as ``stop_requested`` by run: a spread run's parts are
+    stopped one by one (``None`` for a job never asked to stop)."""
     failures: dict[int, Failure] | None = None
     """Runs that failed for a cause that may be retried (by kind: ``failure_kind``), whatever the job asked."""
     verdicts: dict[int, tuple[bool, int]] | None = None

@@ -355,16 +355,16 @@ def _stop_requested(state: Facts, e: JobPreemptionRequested | JobReclaimRequeste
     preemption = isinstance(e, JobPreemptionRequested)
     preemptor_id = e.preemptor if isinstance(e, JobPreemptionRequested) else None
     asked = (preemptor_id or "", time_ms if preemption else -1)
-    if facts.spec is not None and facts.spec.spread_clusters > 1:  # a spread run is stopped part by part
-        if facts.part_stops is None:
-            facts.part_stops = {}
-        if (e.run, e.cluster) in facts.part_stops:
-            return
-        facts.part_stops[(e.run, e.cluster)] = asked
-    elif e.run in facts.stop_requested:
-        return  # asked once per run (the scheduler never asks twice): the preemptor named it already
-    else:
-        facts.stop_requested[e.run] = asked
+    # Kept per run and per (run, cluster): a spread run is stopped part by part, and whether the job
+    # spreads may be known only once its submission is folded.
+    if facts.part_stops is None:
+        facts.part_stops = {}
+    new_part = (e.run, e.cluster) not in facts.part_stops
+    facts.part_stops.setdefault((e.run, e.cluster), asked)
+    new_run = e.run not in facts.stop_requested
+    facts.stop_requested.setdefault(e.run, asked)
+    if not (new_part if facts.spec is not None and facts.spec.spread_clusters > 1 else new_run):
+        return  # asked once per run or part (the scheduler never asks twice): the preemptor named it already
     if preemption and facts.spec is not None:  # else counted when the submission is folded
         _count_preemption(state, facts.spec.tenant, time_ms)
     if preemptor_id is not None:
