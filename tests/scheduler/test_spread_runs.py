@@ -6,6 +6,8 @@ the events it publishes, the way the service runs a cycle (``decide``)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from events.catalog.base import Event
@@ -29,6 +31,8 @@ from events.catalog.jobs import (
     RunEnd,
 )
 from events.catalog.reasons import ReasonCode
+from services.scheduler.core.policy import AddReplicas, schedule
+from tests.scheduler.builders import a_job, a_node, running, snapshot
 from tests.scheduler.test_elastic_runs import Log, of, submitted
 
 pytestmark = pytest.mark.timeout(30)
@@ -214,3 +218,16 @@ def test_each_part_of_a_spread_run_is_asked_to_stop_on_its_own():
         assert stopping[cluster]  # the second request, for another part, is not taken for a repeat
     assert stopping == dict.fromkeys(held, True)
     assert log.state.growing_count() == 0  # a run being stopped is not topped up
+
+
+def test_a_run_grown_whole_as_the_simulations_do_still_keeps_the_per_cluster_cap():
+    # The timed simulator and audit whatif keep a run as one RunningJob (no parts): its replicas'
+    # nodes say where they are.
+    svc = replace(a_job("svc").gpus(1).replicas(2, gang=False).build(), kind=JobKind.INFERENCE, spread_clusters=2)
+    run = replace(running(svc, "cluster-a", ("a1", (0,), 1000), ("a1", (1,), 1000)), replicas_asked=4)
+    nodes = [
+        a_node("a1").cluster("cluster-a").gpus(8, free=(0, 0, *(1000,) * 6)).build(),
+        a_node("b1").cluster("cluster-b").gpus(8).build(),
+    ]
+    (add,) = [d for d in schedule(snapshot(nodes, [], [run])).decisions if isinstance(d, AddReplicas)]
+    assert add.cluster == "cluster-b" and len(add.replicas) == 2  # cluster-a holds its 2 of 4 already

@@ -312,7 +312,12 @@ def _top_up_spread(ctx: Ctx, t: Turn, run: RunningJob) -> Verdict:
     part in while it has fewer than ``spread_clusters`` parts; never one its part left (``run.left``)."""
     job, d, fs = t.job, t.demand, ctx.fleet
     cap = -(-run.replicas_asked // job.spread_clusters)
-    held = dict(run.parts)
+    held: dict[ClusterId, int] = {}  # from where its replicas are (the simulations grow runs whole)
+    for p in run.placements:
+        row = fs.index.get(p.node_id)
+        if row is not None:
+            cid = fs.clusters[int(fs.cluster_of[row])]
+            held[cid] = held.get(cid, 0) + 1
     fits: list[tuple[int, int]] = []  # (cluster position, replicas it may take now)
     for ci, cid in enumerate(fs.clusters):
         room = cap - held.get(cid, 0)
