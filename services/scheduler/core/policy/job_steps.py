@@ -415,8 +415,7 @@ budgets take (checked in ``top_up`` for that many, not for all it lacks)."""
 def decide_job(ctx: Ctx, job: Job, grows: RunningJob | None = None) -> Verdict:
     """``job``'s turn; with ``grows``, ``job`` stands for the replicas that run lacks (its top-up)."""
     turn = Turn(job, Demand.of(job), grows=grows)
-    cap = job.per_cluster_cap()
-    if grows is None and job.spread_clusters > 1 and job.replicas > cap:
+    if grows is None and job.spread_clusters > 1 and job.replicas > (cap := job.per_cluster_cap()):
         # A spread service opens with its first part, at most the per-cluster cap; the rest are added
         # in other clusters (``top_up``) as its run grows.
         least = None if job.min_replicas is None else min(job.min_replicas, cap)
