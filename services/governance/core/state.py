@@ -22,7 +22,14 @@ from dataclasses import dataclass, field
 
 from events.catalog.base import Event, has_field
 from events.catalog.budget_windows import DAY_MS, HeldLedger
-from events.catalog.decisions import JobPlaced, JobQueued, JobReclaimRequested, JobReplicasAdded, JobRetriesExhausted
+from events.catalog.decisions import (
+    JobPlaced,
+    JobQueued,
+    JobReclaimRequested,
+    JobReplicasAdded,
+    JobRetriesExhausted,
+    JobRunClosed,
+)
 from events.catalog.governance import (
     BudgetSet,
     BudgetWindowOpened,
@@ -37,7 +44,6 @@ from events.catalog.governance import (
 from events.catalog.inventory import (
     ClusterStatus,
     ClusterStatusChanged,
-    JobUsage,
     NodeObserved,
     NodeRemoved,
     NodeUsageReported,
@@ -50,11 +56,14 @@ from events.catalog.lifecycle import (
     RunEnd,
     RunEndEvent,
     awaits_verdict,
+    ends_part,
     ends_run,
     final_status,
+    spreads,
 )
 from events.wire.envelope import Envelope, Latest, mark_after
 from services.governance.core.failures import Entry, FailureIndex
+from services.governance.core.runs import RunFacts, Sample, grow, opened, split
 
 SOURCE = "urn:fedsched:governance"
 #: Usage samples kept per run (the idle rule needs the recent stretch only).
@@ -83,63 +92,6 @@ class Output:
 
 
 @dataclass(frozen=True, slots=True)
-class Sample:
-    end_ms: int
-    window_ms: int
-    node: str
-    utilisation_pct: int
-    """How busy the run's accelerators were over the window: its GPUs', its NPUs' (a run of NPUs alone),
-    or the busier of the two kinds (a run that holds both is idle only when both are)."""
-
-
-@dataclass(slots=True)
-class RunFacts:
-    run: int
-    cluster: str
-    nodes: tuple[str, ...]
-    gpu_milli: int
-    placed_ms: int
-    started_ms: int | None = None
-    ended_ms: int | None = None
-    ended_how: RunEnd | None = None
-    fail_reason: str | None = None
-    fail_node: str | None = None
-    reclaim_rule: str | None = None
-    samples: list[Sample] = field(default_factory=list)
-    replicas: int = 0
-    """How many replicas it holds (its placement's and those added)."""
-    grown: tuple[tuple[int, int], ...] = ()
-    """Replicas added to the run (``JobReplicasAdded``): when, and the milli-GPU they hold (``gpu_milli``
-    counts them too); its GPU time counts each from when it was added, as the scheduler's does."""
-    npus: int = 0
-    """The NPUs it holds (its placement's and those added)."""
-
-    @property
-    def live(self) -> bool:
-        return self.ended_ms is None
-
-    @property
-    def devices(self) -> str:
-        """The accelerators it holds, in words: what its usage samples measure."""
-        if self.npus and not self.gpu_milli:
-            return "NPUs"
-        return "GPUs and NPUs" if self.npus else "GPUs"
-
-    def busy_pct(self, usage: JobUsage) -> int:
-        """How busy a usage report found the accelerators this run holds (``Sample.utilisation_pct``)."""
-        if not self.npus:
-            return usage.utilisation_pct
-        if not self.gpu_milli:
-            return usage.npu_utilisation_pct
-        return max(usage.utilisation_pct, usage.npu_utilisation_pct)
-
-    def held_pieces(self) -> list[tuple[int, int]]:
-        """(milli-GPU, held since) of its placement's replicas and of each addition."""
-        base = self.gpu_milli - sum(milli for _, milli in self.grown)
-        return [(base, self.placed_ms), *((milli, max(at, self.placed_ms)) for at, milli in self.grown)]
-
-
-@dataclass(frozen=True, slots=True)
 class Spec:
     """What the rules read of a job's request (the whole ``JobSubmitted``, kept for every job ever
     submitted, cost more memory than the rest of the job's facts together)."""
@@ -150,10 +102,13 @@ class Spec:
     gang: bool
     max_runtime_s: int | None
     application_retries: int = 0
+    spread: bool = False
+    """Whether its runs live in parts, one per cluster (``events.catalog.lifecycle.spreads``)."""
 
     @classmethod
     def of(cls, e: JobSubmitted) -> Spec:
-        return cls(e.tenant, e.name, e.kind, e.is_gang(), e.max_runtime_s, e.retry.on_application_failure)
+        retries = e.retry.on_application_failure
+        return cls(e.tenant, e.name, e.kind, e.is_gang(), e.max_runtime_s, retries, spreads(e))
 
 
 @dataclass(slots=True)
@@ -169,15 +124,14 @@ class JobFacts:
     cancel_requested: bool = False
     terminal: JobStatus | None = None
     """The job's final status, once it has ended for good."""
-    early: dict[int, list[tuple[Event, int]]] = field(default_factory=dict)
-    """Facts about a run read before its placement (topics are read one after another), kept for it."""
+    early: dict[int, list[tuple[Event, int, Stamp]]] = field(default_factory=dict)
+    """Facts about a run read before its placement (topics are read one after another), or about a spread
+    run's part read before the addition that opened it, kept for it (with the log's time and their own)."""
 
     def settled(self) -> bool:
-        """Ended for good, every run placed has ended and no fact waits for a run's placement: no rule
-        reads it again (its failures stay in the indexes)."""
-        return (
-            self.terminal is not None and not self.early and all(run.ended_ms is not None for run in self.runs.values())
-        )
+        """Ended for good, every run placed (and every part of one) has ended and no fact waits for a run's
+        placement: no rule reads it again (its failures stay in the indexes)."""
+        return self.terminal is not None and not self.early and not any(run.holding() for run in self.runs.values())
 
     def live_run(self) -> RunFacts | None:
         live = [r for r in self.runs.values() if r.live]
@@ -275,7 +229,7 @@ class GovState:
         if handler is not None:
             handler(self, data, self.now_ms, (envelope.time_ms, envelope.id))
         elif isinstance(data, RUN_END_EVENTS):
-            _ended(self, data, self.now_ms)
+            _ended(self, data, self.now_ms, (envelope.time_ms, envelope.id))
         if has_field(type(data), "job_id"):
             job_id = data.job_id  # type: ignore[attr-defined]
             self._classify(job_id)
@@ -288,7 +242,7 @@ class GovState:
         facts = self.jobs.get(job_id)
         if facts is None:
             return
-        if facts.terminal is None or facts.live_run() is not None:
+        if facts.terminal is None or any(run.holding() for run in facts.runs.values()):
             self.active.add(job_id)
         else:
             self.active.discard(job_id)
@@ -298,14 +252,20 @@ class GovState:
         workload: list[tuple[Hashable, Entry]] = []
         nodes: list[tuple[Hashable, Entry]] = []
         for run in sorted(facts.runs.values(), key=lambda r: r.run):
-            if run.ended_how != RunEnd.FAILED or run.ended_ms is None:
-                continue
-            node = run.fail_node or ""
-            workload.append(((spec.tenant, spec.name), (run.ended_ms, job_id, run.run, run.cluster, node)))
-            if node:
-                ran = run.ended_ms - (run.started_ms or run.placed_ms)
-                entry = (run.ended_ms, f"{spec.tenant}/{spec.name}", run.run, run.cluster, node, ran, job_id)
-                nodes.append(((run.cluster, node), entry))
+            if run.ended_how == RunEnd.FAILED and run.ended_ms is not None:
+                cluster = run.closed_in or run.cluster
+                entry = (run.ended_ms, job_id, run.run, cluster, run.fail_node or "")
+                workload.append(((spec.tenant, spec.name), entry))
+            # A node is suspected by the parts that failed on it: a spread run's, each in its own cluster.
+            for failed in run.holdings():
+                node = failed.fail_node or ""
+                if failed.ended_how != RunEnd.FAILED or failed.ended_ms is None or not node:
+                    continue
+                ran = failed.ended_ms - (failed.started_ms or failed.placed_ms)
+                name = f"{spec.tenant}/{spec.name}"
+                nodes.append(
+                    ((failed.cluster, node), (failed.ended_ms, name, run.run, failed.cluster, node, ran, job_id))
+                )
         self.workload_failures.set_job(job_id, workload)
         self.node_failures.set_job(job_id, nodes)
 
@@ -315,6 +275,10 @@ def _submitted(state: GovState, e: Event, t: int, _at: Stamp) -> None:
     facts = state.job(e.job_id)
     if facts.spec is None:
         facts.spec, facts.submitted_ms = Spec.of(e), t
+        for run in facts.runs.values():  # placed before the submission was read: now it is known
+            if facts.spec.spread:
+                split(run)
+            run.undecided = ()
 
 
 def _queued(state: GovState, e: Event, _: int, at: Stamp) -> None:
@@ -327,52 +291,101 @@ def _queued(state: GovState, e: Event, _: int, at: Stamp) -> None:
     facts.queued_reasons, facts.queued_message = tuple(r.value for r in e.reasons), e.message
 
 
-def _placed(state: GovState, e: Event, t: int, _at: Stamp) -> None:
+def _placed(state: GovState, e: Event, t: int, at: Stamp) -> None:
     assert isinstance(e, JobPlaced)
     facts = state.job(e.job_id)
     if e.run in facts.runs:
         return
-    nodes = tuple(dict.fromkeys(r.node for r in e.replicas))
-    milli = sum(len(r.gpu_indices) * r.gpu_milli_each for r in e.replicas)
-    npus = sum(len(r.npu_indices) for r in e.replicas)
-    facts.runs[e.run] = RunFacts(e.run, e.cluster, nodes, milli, t, replicas=len(e.replicas), npus=npus)
-    for early, at in facts.early.pop(e.run, []):
+    spread = facts.spec is not None and facts.spec.spread
+    run = facts.runs[e.run] = opened(e.run, e.cluster, e.replicas, at[0] if spread else t)
+    if spread:
+        split(run)
+    elif facts.spec is None:
+        run.undecided = ((at[0], e.replicas),)
+    _replay(state, facts, e.run)
+
+
+def _replay(state: GovState, facts: JobFacts, run: int) -> None:
+    """Fold again the facts held for ``run`` (its placement, or a part's opening, came): those that still
+    wait (for another part's opening) are held again."""
+    for early, t, at in facts.early.pop(run, []):
         if isinstance(early, JobStarted):
-            _started(state, early, at)
+            _started(state, early, t, at)
         elif isinstance(early, RUN_END_EVENTS):
-            _ended(state, early, at)
+            _ended(state, early, t, at)
         elif isinstance(early, JobReclaimRequested):
-            _reclaim_requested(state, early, at)
+            _reclaim_requested(state, early, t, at)
+        elif isinstance(early, JobRunClosed):
+            _closed(state, early, t, at)
 
 
-def _replicas_added(state: GovState, e: Event, t: int, _at: Stamp) -> None:
-    """The run holds more: once per addition (a repeat names replica numbers it holds), while it lives."""
+def _replicas_added(state: GovState, e: Event, t: int, at: Stamp) -> None:
+    """The run holds more: once per addition (a repeat names replica numbers it holds), while it lives. In a
+    cluster other than the run's placement (a spread run), the addition opens the run's part there, or
+    grows it."""
     assert isinstance(e, JobReplicasAdded)
-    run = state.job(e.job_id).runs.get(e.run)
-    if run is None or run.ended_ms is not None or e.cluster != run.cluster:
+    facts = state.job(e.job_id)
+    run = facts.runs.get(e.run)
+    if run is None or run.ended_ms is not None or e.replicas[0].replica != run.replicas:
         return
-    if e.replicas[0].replica != run.replicas:
+    # Only a spread run is added to elsewhere: before the submission is read, that says it spreads.
+    elsewhere = e.cluster != run.cluster and (facts.spec is None or facts.spec.spread)
+    if not (run.parts or elsewhere or (facts.spec is not None and facts.spec.spread)):
+        if e.cluster == run.cluster:
+            grow(run, e.replicas, t)
+            if facts.spec is None:
+                run.undecided = (*run.undecided, (at[0], e.replicas))
         return
+    split(run)
+    part = run.parts.get(e.cluster)
+    if part is not None and part.ended_ms is not None:
+        return  # the scheduler never opens a part again where the run's part ended
     run.replicas += len(e.replicas)
-    run.nodes = tuple(dict.fromkeys((*run.nodes, *(r.node for r in e.replicas))))
-    milli = sum(len(r.gpu_indices) * r.gpu_milli_each for r in e.replicas)
-    run.gpu_milli += milli
-    run.npus += sum(len(r.npu_indices) for r in e.replicas)
-    run.grown = (*run.grown, (t, milli))
+    if part is None:
+        run.parts[e.cluster] = opened(e.run, e.cluster, e.replicas, at[0])
+        _replay(state, facts, e.run)
+    else:
+        grow(part, e.replicas, max(at[0], part.placed_ms))
 
 
-def _started(state: GovState, e: Event, t: int, _at: Stamp = (0, "")) -> None:
+def _spread(facts: JobFacts, run: RunFacts) -> bool:
+    """Whether ``run`` lives in parts (split, if its job's submission says so and it is not yet)."""
+    if not run.parts and facts.spec is not None and facts.spec.spread:
+        split(run)
+    return bool(run.parts)
+
+
+def _started(state: GovState, e: Event, t: int, at: Stamp) -> None:
     assert isinstance(e, JobStarted)
     facts = state.job(e.job_id)
     run = facts.runs.get(e.run)
     if run is None:
-        _hold(facts, e, t)
+        _hold(facts, e, t, at)
+    elif _spread(facts, run):
+        part = run.parts.get(e.cluster)
+        if part is None:
+            if run.live:
+                _hold(facts, e, t, at)  # read before the addition that opened its part
+            return
+        if part.started_ms is None:
+            part.started_ms = max(at[0], part.placed_ms)
+        # The run started with its first part, whichever part's start is read first.
+        run.started_ms = part.started_ms if run.started_ms is None else min(run.started_ms, part.started_ms)
     elif run.started_ms is None:
         run.started_ms = t
 
 
-def _ended(state: GovState, e: RunEndEvent, t: int) -> None:
+def _ended(state: GovState, e: RunEndEvent, t: int, at: Stamp) -> None:
     facts = state.job(e.job_id)
+    run = facts.runs.get(e.run)
+    spread = (facts.spec is not None and facts.spec.spread) or (run is not None and bool(run.parts))
+    if ends_part(e, spread):
+        if run is None:
+            _hold(facts, e, t, at)  # a part's end ends no job: kept for the run's placement
+        else:
+            _spread(facts, run)
+            _part_ended(state, facts, run, e, t, at)
+        return
     how = RUN_END_OF[type(e)]
     final = final_status(how)
     if awaits_verdict(e, facts.spec.application_retries if facts.spec is not None else 0):
@@ -380,26 +393,62 @@ def _ended(state: GovState, e: RunEndEvent, t: int) -> None:
     if not ends_run(e):  # a job cancelled before it ever ran: it ends, and no run does
         facts.terminal = facts.terminal or final
         return
-    run = facts.runs.get(e.run)
     if run is None:
-        if _hold(facts, e, t) and final is not None:
+        if _hold(facts, e, t, at) and final is not None:
             facts.terminal = final
         return
     if run.ended_ms is not None:
         return  # a run's first end is final, as the scheduler takes it
     if final is not None:
         facts.terminal = final
-    run.ended_ms, run.ended_how = t, how
+    _end(state, facts, run, e, t)
+
+
+def _end(state: GovState, facts: JobFacts, holding: RunFacts, e: RunEndEvent, t: int) -> None:
+    """``holding`` (a run, or a spread run's part) ends at ``t``: the GPU time it held goes to the ledger."""
+    holding.ended_ms, holding.ended_how = t, RUN_END_OF[type(e)]
     if facts.spec is not None:
-        for milli, since in run.held_pieces():
+        for milli, since in holding.held_pieces():
             if milli and since < t:
                 state.held.add(facts.spec.tenant, milli, since, t)
     # The usage samples serve the rules on live runs only (idle, straggling gang); kept for every run
     # ever ended, up to MAX_SAMPLES each, they were most of what the state's history cost in memory.
-    run.samples = []
+    holding.samples = []
     if isinstance(e, JobFailed):
-        run.fail_reason = e.reason.value
-        run.fail_node = e.node or (run.nodes[0] if run.nodes else None)
+        holding.fail_reason = e.reason.value
+        holding.fail_node = e.node or (holding.nodes[0] if holding.nodes else None)
+
+
+def _part_ended(state: GovState, facts: JobFacts, run: RunFacts, e: RunEndEvent, t: int, at: Stamp) -> None:
+    """A spread run's part in ``e.cluster`` ended (at the event's own time): its time and nothing else."""
+    part = run.parts.get(e.cluster or "")  # (a cancellation names its part's cluster)
+    if part is None:
+        if run.live:
+            _hold(facts, e, t, at)  # read before the addition that opened the part
+        return
+    if part.ended_ms is None:  # a part's first end is final
+        _end(state, facts, part, e, max(at[0], part.placed_ms))
+
+
+def _closed(state: GovState, e: Event, t: int, at: Stamp) -> None:
+    """The scheduler closed a spread run: the run ends (as its last part did), and the job with it when
+    that is final. A part whose end is not read yet holds on until it is (it ends at its own time)."""
+    assert isinstance(e, JobRunClosed)
+    facts = state.job(e.job_id)
+    run = facts.runs.get(e.run)
+    if run is None:
+        _hold(facts, e, t, at)
+        return
+    split(run)
+    if run.ended_ms is not None:
+        return
+    run.ended_ms, run.ended_how, run.closed_in = max(at[0], run.placed_ms), e.outcome, e.cluster
+    if e.reason is not None:
+        run.fail_reason, run.fail_node = e.reason.value, e.node
+    final = final_status(e.outcome)
+    if final is not None and not awaits_verdict(e, facts.spec.application_retries if facts.spec is not None else 0):
+        facts.terminal = final
+    facts.early.pop(e.run, None)  # no part opens in a closed run: what waited for one is about nothing
 
 
 def _exhausted(state: GovState, e: Event, _: int, _at: Stamp) -> None:
@@ -407,12 +456,13 @@ def _exhausted(state: GovState, e: Event, _: int, _at: Stamp) -> None:
     facts.terminal = facts.terminal or JobStatus.FAILED
 
 
-def _hold(facts: JobFacts, e: JobStarted | RunEndEvent | JobReclaimRequested, t: int) -> bool:
-    """Keep a fact about a run not placed yet for its placement, once; whether it was not held already."""
+def _hold(facts: JobFacts, e: JobStarted | RunEndEvent | JobReclaimRequested | JobRunClosed, t: int, at: Stamp) -> bool:
+    """Keep a fact about a run not placed yet (or a part not opened yet) for it, once; whether it was not
+    held already."""
     held = facts.early.setdefault(e.run, [])
-    if any(prior == e for prior, _ in held):
+    if any(prior == e for prior, _, _ in held):
         return False
-    held.append((e, t))
+    held.append((e, t, at))
     return True
 
 
@@ -420,14 +470,19 @@ def _cancel_requested(state: GovState, e: Event, _: int, _at: Stamp) -> None:
     state.job(e.job_id).cancel_requested = True  # type: ignore[attr-defined]
 
 
-def _reclaim_requested(state: GovState, e: Event, t: int, _at: Stamp = (0, "")) -> None:
+def _reclaim_requested(state: GovState, e: Event, t: int, at: Stamp) -> None:
     assert isinstance(e, JobReclaimRequested)
     facts = state.job(e.job_id)
     run = facts.runs.get(e.run)
     if run is None:
-        _hold(facts, e, t)  # read before its run's placement: for the placement, as a start or end is
-    elif run.reclaim_rule is None:
-        run.reclaim_rule = e.rule
+        _hold(facts, e, t, at)  # read before its run's placement: for the placement, as a start or end is
+        return
+    holding = run.parts.get(e.cluster) if _spread(facts, run) else run
+    if holding is None:
+        if run.live:
+            _hold(facts, e, t, at)  # a part's reclaim read before the addition that opened it
+    elif holding.reclaim_rule is None:
+        holding.reclaim_rule = e.rule
 
 
 def _usage(state: GovState, e: Event, t: int, at: Stamp) -> None:
@@ -437,10 +492,13 @@ def _usage(state: GovState, e: Event, t: int, at: Stamp) -> None:
     for usage in e.jobs:
         facts = state.jobs.get(usage.job_id)
         run = facts.live_run() if facts is not None else None
-        if run is None or run.cluster != e.cluster or usage.run not in (None, run.run):
+        if run is None or usage.run not in (None, run.run):
             continue  # not a run the rules watch (a report that names an earlier run is about that one)
-        run.samples.append(Sample(t, e.window_ms, e.node, run.busy_pct(usage)))
-        del run.samples[:-MAX_SAMPLES]
+        holding = run.parts.get(e.cluster) if run.parts else run
+        if holding is None or holding.cluster != e.cluster or holding.ended_ms is not None:
+            continue  # measured in a cluster where the run holds nothing (now)
+        holding.samples.append(Sample(t, e.window_ms, e.node, holding.busy_pct(usage)))
+        del holding.samples[:-MAX_SAMPLES]
 
 
 def _node_observed(state: GovState, e: Event, _: int, _at: Stamp) -> None:
@@ -545,6 +603,7 @@ _HANDLERS: dict[type[Event], Callable[[GovState, Event, int, Stamp], None]] = {
     JobCancelRequested: _cancel_requested,
     JobReclaimRequested: _reclaim_requested,
     JobRetriesExhausted: _exhausted,
+    JobRunClosed: _closed,
     NodeUsageReported: _usage,
     NodeObserved: _node_observed,
     NodeRemoved: _node_removed,
