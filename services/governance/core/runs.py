@@ -10,7 +10,8 @@ per cluster, each a ``RunFacts`` of that cluster's replicas alone (``RunFacts.pa
 cluster first, then each cluster a ``JobReplicasAdded`` opened). A part's end (its cluster's run-end event)
 ends that part's time and nothing else; the run ends with the scheduler's ``JobRunClosed``. What a spread
 run holds is in its parts (``holdings``), never in the run's own counts, which stay empty; its
-``replicas`` counts every replica the run numbered, in any part, so that a repeated addition is known.
+``replicas`` is the next replica number of the run (numbers run on across its parts), so that a repeated
+addition is known.
 
 A spread run's times are its events' own times, where the rest of governance reads the log's clock: its
 parts are opened by the scheduler and ended by several connectors, on two topics a reader meets in any

@@ -326,21 +326,25 @@ def _replicas_added(state: GovState, e: Event, t: int, at: Stamp) -> None:
     assert isinstance(e, JobReplicasAdded)
     facts = state.job(e.job_id)
     run = facts.runs.get(e.run)
-    if run is None or run.ended_ms is not None or e.replicas[0].replica != run.replicas:
+    if run is None or run.ended_ms is not None:
         return
     # Only a spread run is added to elsewhere: before the submission is read, that says it spreads.
     elsewhere = e.cluster != run.cluster and (facts.spec is None or facts.spec.spread)
     if not (run.parts or elsewhere or (facts.spec is not None and facts.spec.spread)):
-        if e.cluster == run.cluster:
+        if e.cluster == run.cluster and e.replicas[0].replica == run.replicas:
             grow(run, e.replicas, t)
             if facts.spec is None:
                 run.undecided = (*run.undecided, (at[0], e.replicas))
+        return
+    # A spread run's replica numbers run on across its parts (those of an ended part are not reused): a
+    # repeat names numbers below the next one.
+    if e.replicas[0].replica < run.replicas:
         return
     split(run)
     part = run.parts.get(e.cluster)
     if part is not None and part.ended_ms is not None:
         return  # the scheduler never opens a part again where the run's part ended
-    run.replicas += len(e.replicas)
+    run.replicas = 1 + max(r.replica for r in e.replicas)
     if part is None:
         run.parts[e.cluster] = opened(e.run, e.cluster, e.replicas, at[0])
         _replay(state, facts, e.run)
