@@ -25,8 +25,8 @@ from events.catalog.governance import Figure, FindingKind, GovernanceFinding
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import ClusterId, JobId, NodeId, TenantId
 from services.governance.core.config import AbnormalRules, GovConfig
+from services.governance.core.facts import RunFacts
 from services.governance.core.failures import Entry
-from services.governance.core.runs import RunFacts
 from services.governance.core.state import GovState, Output, derived_id
 
 Failure = tuple[int, str, int, str, str]  # (ended ms, job id or workload, run, cluster, node)

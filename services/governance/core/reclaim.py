@@ -30,8 +30,8 @@ from events.catalog.jobs import JobCancelRequested, JobFailed
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import ClusterId, CycleId, JobId, NodeId, TenantId
 from services.governance.core.config import GovConfig, IdleRule
-from services.governance.core.runs import RunFacts
-from services.governance.core.state import GovState, JobFacts, Output, derived_id
+from services.governance.core.facts import JobFacts, RunFacts
+from services.governance.core.state import GovState, Output, derived_id
 
 
 def reclaim_actions(state: GovState, config: GovConfig) -> list[Output]:

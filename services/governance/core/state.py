@@ -1,7 +1,9 @@
 """What governance knows: jobs and their runs, usage samples, lost nodes and clusters, quota requests.
 
 Called by the governance host (``fold`` every record of the inventory, jobs, decisions and governance
-topics) and by the pure rules, which read it. Pure: no I/O, no clock; time is the log's (``now_ms`` is the
+topics) and by the pure rules, which read it. A job's run events (placement, additions, start, ends, a
+spread run's close, reclaim requests) are folded by ``services.governance.core.runs`` into the job's facts
+(``services.governance.core.facts``). Pure: no I/O, no clock; time is the log's (``now_ms`` is the
 latest event time folded, a monotone log clock). Governance's own outputs are folded too (``emitted``
 holds their ids), so a restarted host that re-reads the log never emits an action twice.
 
@@ -48,29 +50,20 @@ from events.catalog.inventory import (
     NodeRemoved,
     NodeUsageReported,
 )
-from events.catalog.jobs import JobCancelRequested, JobFailed, JobKind, JobStarted, JobSubmitted
+from events.catalog.jobs import JobCancelRequested, JobStarted, JobSubmitted
 from events.catalog.lifecycle import (
     RUN_END_EVENTS,
-    RUN_END_OF,
     JobStatus,
     RunEnd,
-    RunEndEvent,
-    awaits_verdict,
-    ends_part,
-    ends_run,
-    final_status,
-    spreads,
 )
 from events.wire.envelope import Envelope, Latest, mark_after
+from services.governance.core import runs
+from services.governance.core.facts import JobFacts, RunFacts, Sample, Spec, Stamp
 from services.governance.core.failures import Entry, FailureIndex
-from services.governance.core.runs import RunFacts, Sample, grow, opened, split
 
 SOURCE = "urn:fedsched:governance"
 #: Usage samples kept per run (the idle rule needs the recent stretch only).
 MAX_SAMPLES = 64
-
-Stamp = tuple[int, str]
-"""An event's own time and its envelope id (what ``Latest`` orders reports by)."""
 
 
 def derived_id(*parts: object) -> str:
@@ -89,56 +82,6 @@ class Output:
     id: str
     time_ms: int
     event: Event
-
-
-@dataclass(frozen=True, slots=True)
-class Spec:
-    """What the rules read of a job's request (the whole ``JobSubmitted``, kept for every job ever
-    submitted, cost more memory than the rest of the job's facts together)."""
-
-    tenant: str
-    name: str
-    kind: JobKind
-    gang: bool
-    max_runtime_s: int | None
-    application_retries: int = 0
-    spread: bool = False
-    """Whether its runs live in parts, one per cluster (``events.catalog.lifecycle.spreads``)."""
-
-    @classmethod
-    def of(cls, e: JobSubmitted) -> Spec:
-        retries = e.retry.on_application_failure
-        return cls(e.tenant, e.name, e.kind, e.is_gang(), e.max_runtime_s, retries, spreads(e))
-
-
-@dataclass(slots=True)
-class JobFacts:
-    job_id: str
-    spec: Spec | None = None
-    submitted_ms: int = 0
-    queued_reasons: tuple[str, ...] = ()
-    queued_message: str = ""
-    last_wait: tuple[str, tuple[str, ...]] = ("", ())
-    """The cycle of the latest ``JobQueued`` applied and the envelope ids applied of that cycle."""
-    runs: dict[int, RunFacts] = field(default_factory=dict)
-    cancel_requested: bool = False
-    terminal: JobStatus | None = None
-    """The job's final status, once it has ended for good."""
-    early: dict[int, list[tuple[Event, int, Stamp]]] = field(default_factory=dict)
-    """Facts about a run read before its placement (topics are read one after another), or about a spread
-    run's part read before the addition that opened it, kept for it (with the log's time and their own)."""
-
-    def settled(self) -> bool:
-        """Ended for good, every run placed (and every part of one) has ended and no fact waits for a run's
-        placement: no rule reads it again (its failures stay in the indexes)."""
-        return self.terminal is not None and not self.early and not any(run.holding() for run in self.runs.values())
-
-    def live_run(self) -> RunFacts | None:
-        live = [r for r in self.runs.values() if r.live]
-        return max(live, key=lambda r: r.run) if live else None
-
-    def pending(self) -> bool:
-        return self.spec is not None and self.terminal is None and not self.cancel_requested and not self.live_run()
 
 
 @dataclass(slots=True)
@@ -228,8 +171,6 @@ class GovState:
         handler = _HANDLERS.get(type(data))
         if handler is not None:
             handler(self, data, self.now_ms, (envelope.time_ms, envelope.id))
-        elif isinstance(data, RUN_END_EVENTS):
-            _ended(self, data, self.now_ms, (envelope.time_ms, envelope.id))
         if has_field(type(data), "job_id"):
             job_id = data.job_id  # type: ignore[attr-defined]
             self._classify(job_id)
@@ -275,10 +216,7 @@ def _submitted(state: GovState, e: Event, t: int, _at: Stamp) -> None:
     facts = state.job(e.job_id)
     if facts.spec is None:
         facts.spec, facts.submitted_ms = Spec.of(e), t
-        for run in facts.runs.values():  # placed before the submission was read: now it is known
-            if facts.spec.spread:
-                split(run)
-            run.undecided = ()
+        runs.submitted(facts)  # placed before the submission was read: whether it spreads is known now
 
 
 def _queued(state: GovState, e: Event, _: int, at: Stamp) -> None:
@@ -291,168 +229,16 @@ def _queued(state: GovState, e: Event, _: int, at: Stamp) -> None:
     facts.queued_reasons, facts.queued_message = tuple(r.value for r in e.reasons), e.message
 
 
-def _placed(state: GovState, e: Event, t: int, at: Stamp) -> None:
-    assert isinstance(e, JobPlaced)
-    facts = state.job(e.job_id)
-    if e.run in facts.runs:
-        return
-    spread = facts.spec is not None and facts.spec.spread
-    run = facts.runs[e.run] = opened(e.run, e.cluster, e.replicas, at[0] if spread else t)
-    if spread:
-        split(run)
-    elif facts.spec is None:
-        run.undecided = ((at[0], e.replicas),)
-    _replay(state, facts, e.run)
+RunFold = Callable[[JobFacts, HeldLedger, Event, int, Stamp], None]
 
 
-def _replay(state: GovState, facts: JobFacts, run: int) -> None:
-    """Fold again the facts held for ``run`` (its placement, or a part's opening, came): those that still
-    wait (for another part's opening) are held again."""
-    for early, t, at in facts.early.pop(run, []):
-        if isinstance(early, JobStarted):
-            _started(state, early, t, at)
-        elif isinstance(early, RUN_END_EVENTS):
-            _ended(state, early, t, at)
-        elif isinstance(early, JobReclaimRequested):
-            _reclaim_requested(state, early, t, at)
-        elif isinstance(early, JobRunClosed):
-            _closed(state, early, t, at)
+def _about_run(fold: RunFold) -> Callable[[GovState, Event, int, Stamp], None]:
+    """The handler of a job's run event: ``fold`` (``services.governance.core.runs``) on the job's facts."""
 
+    def handle(state: GovState, e: Event, t: int, at: Stamp) -> None:
+        fold(state.job(e.job_id), state.held, e, t, at)  # type: ignore[attr-defined]
 
-def _replicas_added(state: GovState, e: Event, t: int, at: Stamp) -> None:
-    """The run holds more: once per addition (a repeat names replica numbers it holds), while it lives. In a
-    cluster other than the run's placement (a spread run), the addition opens the run's part there, or
-    grows it."""
-    assert isinstance(e, JobReplicasAdded)
-    facts = state.job(e.job_id)
-    run = facts.runs.get(e.run)
-    if run is None or run.ended_ms is not None:
-        return
-    # Only a spread run is added to elsewhere: before the submission is read, that says it spreads.
-    elsewhere = e.cluster != run.cluster and (facts.spec is None or facts.spec.spread)
-    if not (run.parts or elsewhere or (facts.spec is not None and facts.spec.spread)):
-        if e.cluster == run.cluster and e.replicas[0].replica == run.replicas:
-            grow(run, e.replicas, t)
-            if facts.spec is None:
-                run.undecided = (*run.undecided, (at[0], e.replicas))
-        return
-    # A spread run's replica numbers run on across its parts (those of an ended part are not reused): a
-    # repeat names numbers below the next one.
-    if e.replicas[0].replica < run.replicas:
-        return
-    split(run)
-    part = run.parts.get(e.cluster)
-    if part is not None and part.ended_ms is not None:
-        return  # the scheduler never opens a part again where the run's part ended
-    run.replicas = 1 + max(r.replica for r in e.replicas)
-    if part is None:
-        run.parts[e.cluster] = opened(e.run, e.cluster, e.replicas, at[0])
-        _replay(state, facts, e.run)
-    else:
-        grow(part, e.replicas, max(at[0], part.placed_ms))
-
-
-def _spread(facts: JobFacts, run: RunFacts) -> bool:
-    """Whether ``run`` lives in parts (split, if its job's submission says so and it is not yet)."""
-    if not run.parts and facts.spec is not None and facts.spec.spread:
-        split(run)
-    return bool(run.parts)
-
-
-def _started(state: GovState, e: Event, t: int, at: Stamp) -> None:
-    assert isinstance(e, JobStarted)
-    facts = state.job(e.job_id)
-    run = facts.runs.get(e.run)
-    if run is None:
-        _hold(facts, e, t, at)
-    elif _spread(facts, run):
-        part = run.parts.get(e.cluster)
-        if part is None:
-            if run.live:
-                _hold(facts, e, t, at)  # read before the addition that opened its part
-            return
-        if part.started_ms is None:
-            part.started_ms = max(at[0], part.placed_ms)
-        # The run started with its first part, whichever part's start is read first.
-        run.started_ms = part.started_ms if run.started_ms is None else min(run.started_ms, part.started_ms)
-    elif run.started_ms is None:
-        run.started_ms = t
-
-
-def _ended(state: GovState, e: RunEndEvent, t: int, at: Stamp) -> None:
-    facts = state.job(e.job_id)
-    run = facts.runs.get(e.run)
-    spread = (facts.spec is not None and facts.spec.spread) or (run is not None and bool(run.parts))
-    if ends_part(e, spread):
-        if run is None:
-            _hold(facts, e, t, at)  # a part's end ends no job: kept for the run's placement
-        else:
-            _spread(facts, run)
-            _part_ended(state, facts, run, e, t, at)
-        return
-    how = RUN_END_OF[type(e)]
-    final = final_status(how)
-    if awaits_verdict(e, facts.spec.application_retries if facts.spec is not None else 0):
-        final = None  # the scheduler's verdict ends the job, or queues it again (``_exhausted``)
-    if not ends_run(e):  # a job cancelled before it ever ran: it ends, and no run does
-        facts.terminal = facts.terminal or final
-        return
-    if run is None:
-        if _hold(facts, e, t, at) and final is not None:
-            facts.terminal = final
-        return
-    if run.ended_ms is not None:
-        return  # a run's first end is final, as the scheduler takes it
-    if final is not None:
-        facts.terminal = final
-    _end(state, facts, run, e, t)
-
-
-def _end(state: GovState, facts: JobFacts, holding: RunFacts, e: RunEndEvent, t: int) -> None:
-    """``holding`` (a run, or a spread run's part) ends at ``t``: the GPU time it held goes to the ledger."""
-    holding.ended_ms, holding.ended_how = t, RUN_END_OF[type(e)]
-    if facts.spec is not None:
-        for milli, since in holding.held_pieces():
-            if milli and since < t:
-                state.held.add(facts.spec.tenant, milli, since, t)
-    # The usage samples serve the rules on live runs only (idle, straggling gang); kept for every run
-    # ever ended, up to MAX_SAMPLES each, they were most of what the state's history cost in memory.
-    holding.samples = []
-    if isinstance(e, JobFailed):
-        holding.fail_reason = e.reason.value
-        holding.fail_node = e.node or (holding.nodes[0] if holding.nodes else None)
-
-
-def _part_ended(state: GovState, facts: JobFacts, run: RunFacts, e: RunEndEvent, t: int, at: Stamp) -> None:
-    """A spread run's part in ``e.cluster`` ended (at the event's own time): its time and nothing else."""
-    part = run.parts.get(e.cluster or "")  # (a cancellation names its part's cluster)
-    if part is None:
-        if run.live:
-            _hold(facts, e, t, at)  # read before the addition that opened the part
-        return
-    if part.ended_ms is None:  # a part's first end is final
-        _end(state, facts, part, e, max(at[0], part.placed_ms))
-
-
-def _closed(state: GovState, e: Event, t: int, at: Stamp) -> None:
-    """The scheduler closed a spread run: the run ends (as its last part did), and the job with it when
-    that is final. A part whose end is not read yet holds on until it is (it ends at its own time)."""
-    assert isinstance(e, JobRunClosed)
-    facts = state.job(e.job_id)
-    run = facts.runs.get(e.run)
-    if run is None:
-        _hold(facts, e, t, at)
-        return
-    split(run)
-    if run.ended_ms is not None:
-        return
-    run.ended_ms, run.ended_how, run.closed_in = max(at[0], run.placed_ms), e.outcome, e.cluster
-    if e.reason is not None:
-        run.fail_reason, run.fail_node = e.reason.value, e.node
-    final = final_status(e.outcome)
-    if final is not None and not awaits_verdict(e, facts.spec.application_retries if facts.spec is not None else 0):
-        facts.terminal = final
-    facts.early.pop(e.run, None)  # no part opens in a closed run: what waited for one is about nothing
+    return handle
 
 
 def _exhausted(state: GovState, e: Event, _: int, _at: Stamp) -> None:
@@ -460,33 +246,8 @@ def _exhausted(state: GovState, e: Event, _: int, _at: Stamp) -> None:
     facts.terminal = facts.terminal or JobStatus.FAILED
 
 
-def _hold(facts: JobFacts, e: JobStarted | RunEndEvent | JobReclaimRequested | JobRunClosed, t: int, at: Stamp) -> bool:
-    """Keep a fact about a run not placed yet (or a part not opened yet) for it, once; whether it was not
-    held already."""
-    held = facts.early.setdefault(e.run, [])
-    if any(prior == e for prior, _, _ in held):
-        return False
-    held.append((e, t, at))
-    return True
-
-
 def _cancel_requested(state: GovState, e: Event, _: int, _at: Stamp) -> None:
     state.job(e.job_id).cancel_requested = True  # type: ignore[attr-defined]
-
-
-def _reclaim_requested(state: GovState, e: Event, t: int, at: Stamp) -> None:
-    assert isinstance(e, JobReclaimRequested)
-    facts = state.job(e.job_id)
-    run = facts.runs.get(e.run)
-    if run is None:
-        _hold(facts, e, t, at)  # read before its run's placement: for the placement, as a start or end is
-        return
-    holding = run.parts.get(e.cluster) if _spread(facts, run) else run
-    if holding is None:
-        if run.live:
-            _hold(facts, e, t, at)  # a part's reclaim read before the addition that opened it
-    elif holding.reclaim_rule is None:
-        holding.reclaim_rule = e.rule
 
 
 def _usage(state: GovState, e: Event, t: int, at: Stamp) -> None:
@@ -601,13 +362,14 @@ _BEFORE_ALL = Latest()
 _HANDLERS: dict[type[Event], Callable[[GovState, Event, int, Stamp], None]] = {
     JobSubmitted: _submitted,
     JobQueued: _queued,
-    JobPlaced: _placed,
-    JobReplicasAdded: _replicas_added,
-    JobStarted: _started,
+    JobPlaced: _about_run(runs.placed),
+    JobReplicasAdded: _about_run(runs.replicas_added),
+    JobStarted: _about_run(runs.started),
+    **{kind: _about_run(runs.ended) for kind in RUN_END_EVENTS},
+    JobRunClosed: _about_run(runs.closed),
     JobCancelRequested: _cancel_requested,
-    JobReclaimRequested: _reclaim_requested,
+    JobReclaimRequested: _about_run(runs.reclaim_requested),
     JobRetriesExhausted: _exhausted,
-    JobRunClosed: _closed,
     NodeUsageReported: _usage,
     NodeObserved: _node_observed,
     NodeRemoved: _node_removed,
@@ -620,3 +382,16 @@ _HANDLERS: dict[type[Event], Callable[[GovState, Event, int, Stamp], None]] = {
     QuotaRequestApproved: _decided,
     QuotaRequestRejected: _decided,
 }
+
+__all__ = [
+    "MAX_SAMPLES",
+    "SOURCE",
+    "GovState",
+    "JobFacts",
+    "Output",
+    "Request",
+    "RunFacts",
+    "Spec",
+    "Stamp",
+    "derived_id",
+]
