@@ -50,21 +50,28 @@ WHOLE_DAY = Window(T0 - 60 * MIN, T0 + 24 * 60 * MIN, "day")
 IDLE = GovConfig(idle=(IdleRule(kind="inference", idle_after_ms=20 * MIN, grace_ms=10 * MIN),))
 
 
-def submitted(spread: int = 2) -> JobSubmitted:
+def submitted(spread: int = 2, *, gang: bool | None = None) -> JobSubmitted:
     return JobSubmitted(
         job_id=SVC,
         name="svc",
         tenant=TenantId("team-a"),
         kind=JobKind.INFERENCE,
+        gang=gang,
         replicas=4,
         resources=Resources(gpus=1),
         inference=InferenceSpec(min_replicas=2, spread_clusters=spread),
     )
 
 
-def replicas(first: int, node: str, count: int = 2) -> tuple[ReplicaPlacement, ...]:
+def replicas(first: int, node: str, count: int = 2, *, spread_nodes: bool = False) -> tuple[ReplicaPlacement, ...]:
+    """``count`` replicas of 1 GPU on ``node`` (with ``spread_nodes``: on ``node`` + "a", + "b", ...)."""
     return tuple(
-        ReplicaPlacement(replica=first + i, node=NodeId(node), gpu_indices=(i,), gpu_milli_each=1000)
+        ReplicaPlacement(
+            replica=first + i,
+            node=NodeId(node + "ab"[i] if spread_nodes else node),
+            gpu_indices=(i,),
+            gpu_milli_each=1000,
+        )
         for i in range(count)
     )
 
@@ -368,3 +375,32 @@ def test_a_part_whose_node_was_lost_is_released_alone() -> None:
     # Published, it ends that part only: the run lives on in sim-1.
     state = history.then_publish(outputs).state()
     assert state.jobs["svc"].runs[1].live and not state.jobs["svc"].runs[1].parts["sim-2"].live
+
+
+def gang_over_two_nodes_in_each_cluster() -> History:
+    """A gang service: 2 replicas on n1a/n1b in sim-1, 2 on m1a/m1b in sim-2, both parts started."""
+    history = History().add(submitted(gang=True), at=0)
+    first = placed().model_copy(update={"replicas": replicas(0, "n1", spread_nodes=True)})
+    more = added(SIM2, 2, "m1").model_copy(update={"replicas": replicas(2, "m1", spread_nodes=True)})
+    history.add(first, at=1).add(JobStarted(job_id=SVC, cluster=SIM1, run=1), at=2)
+    return history.add(more, at=3).add(JobStarted(job_id=SVC, cluster=SIM2, run=1), at=4)
+
+
+def test_a_straggler_is_found_within_a_part_and_named_by_its_cluster() -> None:
+    history = gang_over_two_nodes_in_each_cluster()
+    for node, pct in (("n1a", 90), ("n1b", 85), ("m1a", 90), ("m1b", 10)):
+        history.add(usage(SIM1 if node.startswith("n") else SIM2, node, pct), at=10)
+    found = [o for o in history.evaluate() if o.id.startswith("gov:finding:straggler")]
+    assert [o.id for o in found] == ["gov:finding:straggler:svc:1:sim-2"]
+    finding = found[0].event
+    assert finding.cluster == SIM2 and finding.node == "m1b"  # type: ignore[attr-defined]
+    assert "busiest of its part in sim-2 is at 90%" in finding.message  # type: ignore[attr-defined]
+
+
+def test_parts_are_not_compared_with_each_other() -> None:
+    """A part busier than another (more traffic routed to one cluster) is no straggler: each part's nodes
+    are even."""
+    history = gang_over_two_nodes_in_each_cluster()
+    for node, pct in (("n1a", 90), ("n1b", 90), ("m1a", 20), ("m1b", 20)):
+        history.add(usage(SIM1 if node.startswith("n") else SIM2, node, pct), at=10)
+    assert not [o for o in history.evaluate() if o.id.startswith("gov:finding:straggler")]
