@@ -81,7 +81,7 @@ async def load_positions(pool: asyncpg.Pool, schema: str) -> dict[tuple[str, int
     return {(row["topic"], row["partition"]): row["next_offset"] for row in rows}
 
 
-STATE_FORMAT = 12
+STATE_FORMAT = 13
 """The format of the stored entities: raise it whenever a fold changes what the read models say (the log
 is then replayed into them). A change of a stored class's fields needs no raise: the stage codec's layout
 fingerprint (``projections.stages.codec.LAYOUT``) is stored beside it in the marker and changes by itself,
@@ -111,7 +111,9 @@ its failed NPUs (never free) and the nodes table counts its ``npus_healthy``; a 
 holds; a queue holds what a run holds, not what its job asks; its device time counts an added replica from
 when it was added); 12: NPU health is folded as GPU health is (a health report's NPU samples; a failed NPU
 counts among the node's failures and lowers its health and its cluster's stability), and the nodes table
-counts its ``npus_degraded``."""
+counts its ``npus_degraded``; 13: a queue holds a run's part by cluster and node (a run spread over clusters
+may hold nodes of one name in two of them: one part's release gave back the other's hold, and its GPU
+time was not counted)."""
 _FORMAT_KEY = ("_format", "")
 ENDED_JOBS = f"{JOB_STAGE}.ended"
 """The stage name an ended job's view is stored under: not loaded at start (the in-process host keeps

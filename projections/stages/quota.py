@@ -105,7 +105,8 @@ class QueueQuota:
     queue: str
     lines: tuple[QuotaLineState, ...] = ()
     holdings: PMap[str, Holding] = field(default_factory=PMap)
-    """By job and part (``job@node``: a run holds its queue node by node; ``job`` for a whole-run hold)."""
+    """By job and part (``job@cluster/node``: a run holds its queue node by node, a spread run in each of
+    its clusters; ``job`` for a whole-run hold)."""
     released_runs: RunSet = field(default_factory=lambda: RunSet(cap=RELEASED_RUNS))
     """(job, run, part) triples; the latest ``RELEASED_RUNS`` in their sorted order (a full set drops its
     smallest)."""
@@ -200,11 +201,13 @@ class QuotaStage:
 
 def _allocation(quota: QueueQuota, delta: QueueAllocation, now: int) -> QueueQuota:
     """A run holds (or gives back) its part on one node: holdings are kept per job and part, so a run over
-    nodes of several models counts each part under its own model."""
+    nodes of several models counts each part under its own model. A part is named by its cluster and node:
+    a run spread over clusters may hold nodes of one name in two of them, each its own part."""
     holdings = quota.holdings
-    key = f"{delta.job_id}@{delta.part}" if delta.part else delta.job_id
+    part = f"{delta.cluster}/{delta.part}" if delta.part else ""
+    key = f"{delta.job_id}@{part}" if part else delta.job_id
     current = holdings.get(key)
-    run = (delta.job_id, delta.run, delta.part)
+    run = (delta.job_id, delta.run, part)
     was_released = run in quota.released_runs
     if delta.held:
         if was_released or (current is not None and current.run > delta.run):

@@ -12,7 +12,8 @@ outputs whose ids are derived from the facts that triggered them, so each is rep
   ``suspect_node_window_ms``; carries the
   ``profile_penalty_milli`` the scheduler may take off the node's score.
 - ``straggling-gang``: a running gang whose least busy node's utilisation is under
-  ``straggler_ratio_pct`` of its busiest's, in the latest round of usage samples.
+  ``straggler_ratio_pct`` of its busiest's, in the latest round of usage samples (a run spread over
+  clusters: within one part, the finding naming its cluster).
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from events.catalog.governance import Figure, FindingKind, GovernanceFinding
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import ClusterId, JobId, NodeId, TenantId
 from services.governance.core.config import AbnormalRules, GovConfig
+from services.governance.core.facts import RunFacts
 from services.governance.core.failures import Entry
-from services.governance.core.state import GovState, JobFacts, Output, derived_id
+from services.governance.core.state import GovState, Output, derived_id
 
 Failure = tuple[int, str, int, str, str]  # (ended ms, job id or workload, run, cluster, node)
 
@@ -161,40 +163,53 @@ def straggling_gangs(state: GovState, rules: AbnormalRules) -> list[Output]:
     out = []
     for job_id in sorted(state.active):
         facts = state.jobs[job_id]
-        latest = _latest_per_node(facts)
-        if facts.spec is None or not facts.spec.gang or len(latest) < 2:
-            continue
-        slowest = min(latest.items(), key=lambda kv: (kv[1], kv[0]))
-        busiest = max(latest.values())
-        if busiest < rules.straggler_min_busy_pct or slowest[1] * 100 >= rules.straggler_ratio_pct * busiest:
-            continue
         run = facts.live_run()
-        assert run is not None
-        finding = GovernanceFinding(
-            finding_id=derived_id("straggling-gang", job_id, run.run),
-            kind=FindingKind.STRAGGLING_GANG,
-            rule="straggling-gang",
-            reason=ReasonCode.STRAGGLING_GANG,
-            tenant=TenantId(facts.spec.tenant),
-            job_id=JobId(job_id),
-            cluster=ClusterId(run.cluster),
-            node=NodeId(slowest[0]),
-            figures=(
-                Figure(name="slowest_pct", value=slowest[1]),
-                Figure(name="busiest_pct", value=busiest),
-                Figure(name="ratio_threshold_pct", value=rules.straggler_ratio_pct),
-            ),
-            observed_ms=state.now_ms,
-            message=f"replica on {slowest[0]} at {slowest[1]}% while the busiest is at {busiest}% "
-            f"(utilisation of its {run.devices})",
-        )
-        out.append(Output(f"gov:finding:straggler:{job_id}:{run.run}", state.now_ms, finding))
+        if facts.spec is None or not facts.spec.gang or run is None:
+            continue
+        # A spread run's parts are judged each on its own nodes (replicas in two clusters are not compared).
+        for holding in run.holdings():
+            finding = _straggler(facts.spec.tenant, job_id, run.run, holding, rules, state.now_ms, bool(run.parts))
+            if finding is not None:
+                out.append(Output(finding[0], state.now_ms, finding[1]))
     return out
 
 
-def _latest_per_node(facts: JobFacts) -> dict[str, int]:
-    run = facts.live_run()
-    if run is None or not run.samples or len(run.nodes) < 2:
+def _straggler(
+    tenant: str, job_id: str, run_no: int, run: RunFacts, rules: AbnormalRules, now: int, spread: bool
+) -> tuple[str, GovernanceFinding] | None:
+    """The finding of a straggler among ``run``'s nodes (with ``spread``: a part of run ``run_no``)."""
+    latest = _latest_per_node(run)
+    if len(latest) < 2:
+        return None
+    slowest = min(latest.items(), key=lambda kv: (kv[1], kv[0]))
+    busiest = max(latest.values())
+    if busiest < rules.straggler_min_busy_pct or slowest[1] * 100 >= rules.straggler_ratio_pct * busiest:
+        return None
+    ids = (job_id, run_no, run.cluster) if spread else (job_id, run_no)
+    where = f" of its part in {run.cluster}" if spread else ""
+    finding = GovernanceFinding(
+        finding_id=derived_id("straggling-gang", *ids),
+        kind=FindingKind.STRAGGLING_GANG,
+        rule="straggling-gang",
+        reason=ReasonCode.STRAGGLING_GANG,
+        tenant=TenantId(tenant),
+        job_id=JobId(job_id),
+        cluster=ClusterId(run.cluster),
+        node=NodeId(slowest[0]),
+        figures=(
+            Figure(name="slowest_pct", value=slowest[1]),
+            Figure(name="busiest_pct", value=busiest),
+            Figure(name="ratio_threshold_pct", value=rules.straggler_ratio_pct),
+        ),
+        observed_ms=now,
+        message=f"replica on {slowest[0]} at {slowest[1]}% while the busiest{where} is at {busiest}% "
+        f"(utilisation of its {run.devices})",
+    )
+    return "gov:finding:straggler:" + ":".join(str(i) for i in ids), finding
+
+
+def _latest_per_node(run: RunFacts) -> dict[str, int]:
+    if run.ended_ms is not None or not run.samples or len(run.nodes) < 2:
         return {}
     last = run.samples[-1]
     recent = [s for s in run.samples if s.end_ms > last.end_ms - last.window_ms]

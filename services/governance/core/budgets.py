@@ -9,7 +9,8 @@ gives ``events.plumbing.zones.offsets``); time is the log's.
   scheduler enforces a hard budget within it, and a new window restores the budget.
 - A soft budget whose window has used 80%, then 100%, of its GPU-hours gets a ``GovernanceFinding``
   (``budget_warning``, ``budget_spent``) once per window: used counts the GPU time its tenants' runs held
-  from placement to end (those that ended, and the live ones until now), as the scheduler counts it.
+  from placement to end (those that ended, and the live ones until now), as the scheduler counts it; a
+  run spread over clusters, each part's from its opening to its own end.
 """
 
 from __future__ import annotations
@@ -105,9 +106,11 @@ def _live(state: GovState, tenants: tuple[str, ...], window: Window) -> int:
         if facts is None or facts.spec is None or facts.spec.tenant not in tenants:
             continue
         for run in facts.runs.values():
-            if run.ended_ms is None:
-                for milli, since in run.held_pieces():
-                    total += held_within(milli, since, max(since, state.now_ms), window)
+            # A spread run's parts each hold from their opening until their own end: summed across them.
+            for holding in run.holdings():
+                if holding.ended_ms is None:
+                    for milli, since in holding.held_pieces():
+                        total += held_within(milli, since, max(since, state.now_ms), window)
     return total
 
 

@@ -21,7 +21,9 @@ Inference disruption is derived at job level: the reported facts start and stop 
 replicas together, so "below minimum replicas" is counted as the minutes an inference job in the period
 was not running after it first started (restarting after a preemption, reclaim or infrastructure
 failure); its first wait is queueing delay. Partial replica loss inside a running job is not reported
-by connectors and is not counted.
+by connectors and is not counted; the end of one cluster's part of a service spread over clusters leaves
+its job running (only its run's close changes its status), so the service counts as down only once every
+part has ended and the scheduler closed the run.
 """
 
 from __future__ import annotations
@@ -237,7 +239,8 @@ def build(
         "Quota usage is a percentage of the limit, and of the guarantee: an unbounded quota has no limit to "
         "be a percentage of.",
         "Inference disruption is per job: minutes an inference job was down after it first started (replicas "
-        "start and stop together in the reported facts; partial replica loss is not reported).",
+        "start and stop together in the reported facts; partial replica loss is not reported; a service "
+        "spread over clusters is down only once its run closes, one cluster's part ending leaves it up).",
     ]
     return report
 

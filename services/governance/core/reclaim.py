@@ -14,6 +14,12 @@ every output id is derived from the facts, so the same log gives the same action
 - Lease (``LeaseRule``): a run placed but never started within the start lease, or on a node removed or a
   cluster unreachable for the lost lease, gets a ``JobFailed`` (``AllocationLeaseExpired``) published on
   the cluster's behalf, which releases its allocation everywhere; and a finding.
+
+A run spread over clusters (``services.governance.core.runs``) is judged part by part, each on its own
+nodes and samples: an idle part is warned and reclaimed alone, and a part past its lease released alone,
+each output naming the part's cluster (the reclaim and the ``JobFailed`` stop that part only); the job is
+cancelled for idleness once every part still live is reclaimed. The runtime limit is the job's: counted
+from the run's first start, its cancel stops every part.
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ from events.catalog.jobs import JobCancelRequested, JobFailed
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import ClusterId, CycleId, JobId, NodeId, TenantId
 from services.governance.core.config import GovConfig, IdleRule
-from services.governance.core.state import GovState, JobFacts, Output, RunFacts, derived_id
+from services.governance.core.facts import JobFacts, RunFacts
+from services.governance.core.state import GovState, Output, derived_id
 
 
 def reclaim_actions(state: GovState, config: GovConfig) -> list[Output]:
@@ -58,7 +65,7 @@ def idle_stretch(run: RunFacts, threshold_pct: int) -> tuple[int, int, int] | No
 
 def idle(state: GovState, facts: JobFacts, rule: IdleRule, principal: str) -> list[Output]:
     assert facts.spec is not None
-    spec, now = facts.spec, state.now_ms
+    now = state.now_ms
     out: list[Output] = []
     for ended in sorted(facts.runs.values(), key=lambda r: r.run):
         # A reclaim recorded before the cancel went with it (older logs): the cancel now.
@@ -66,34 +73,77 @@ def idle(state: GovState, facts: JobFacts, rule: IdleRule, principal: str) -> li
         if reclaimed and facts.terminal is None and not facts.cancel_requested:
             out.append(_idle_cancel(facts, ended.run, rule, principal, now))
     run = facts.live_run()
-    if run is None or run.started_ms is None or facts.cancel_requested:
+    if run is None or facts.cancel_requested:
         return out
+    if run.parts:
+        return out + _idle_parts(state, facts, run, rule, principal)
+    if run.started_ms is None:
+        return out
+    warned, reclaim = _idle_of(state, facts, run, rule, run.run)
+    if not reclaim:
+        return out + warned
+    return [*out, *warned, _idle_cancel(facts, run.run, rule, principal, now), *reclaim]
+
+
+def _idle_parts(state: GovState, facts: JobFacts, run: RunFacts, rule: IdleRule, principal: str) -> list[Output]:
+    """A spread run's parts judged each on its own usage: an idle part is warned and reclaimed alone (the
+    service lives on in its other clusters). Once every part still live is reclaimed by the rule, the
+    service is idle as a whole, and its job is cancelled as a one-cluster run's is (not placed again)."""
+    live = [part for part in run.parts.values() if part.ended_ms is None]
+    out: list[Output] = []
+    reclaims: list[Output] = []
+    asked = 0
+    for part in live:
+        if part.reclaim_rule == rule.name:
+            asked += 1
+            continue
+        if part.reclaim_rule is not None or part.started_ms is None:
+            continue  # being stopped for another reason, or not started
+        warned, reclaim = _idle_of(state, facts, part, rule, run.run, spread=True)
+        out += warned
+        if reclaim:
+            reclaims += reclaim
+            asked += 1
+    if reclaims and asked == len(live):
+        out.append(_idle_cancel(facts, run.run, rule, principal, state.now_ms))
+    return out + reclaims
+
+
+def _idle_of(
+    state: GovState, facts: JobFacts, run: RunFacts, rule: IdleRule, run_no: int, *, spread: bool = False
+) -> tuple[list[Output], list[Output]]:
+    """The warning, then the reclaim and its finding, that ``run``'s idle stretch calls for now (with
+    ``spread``, ``run`` is a part of run ``run_no``: each names the part's cluster)."""
+    assert facts.spec is not None
     stretch = idle_stretch(run, rule.threshold_pct)
     if stretch is None:
-        return out
+        return [], []
     since, last, mean = stretch
     warn_at = since + rule.idle_after_ms
     if last < warn_at:
-        return out
+        return [], []
+    now = state.now_ms
     reclaim_at = warn_at + rule.grace_ms
-    tenant, cluster = TenantId(spec.tenant), ClusterId(run.cluster)
+    tenant, cluster = TenantId(facts.spec.tenant), ClusterId(run.cluster)
+    part = f"its part in {run.cluster}: " if spread else ""
+    key = f"{facts.job_id}:{run_no}" + (f":{run.cluster}" if spread else "")
     warning = JobIdleWarning(
         job_id=JobId(facts.job_id),
         tenant=tenant,
         cluster=cluster,
-        run=run.run,
+        run=run_no,
         rule=rule.name,
         idle_since_ms=since,
         threshold_pct=rule.threshold_pct,
         mean_utilisation_pct=mean,
         idle_ms=last - since,
         reclaim_at_ms=reclaim_at,
-        message=f"{run.devices} under {rule.threshold_pct}% for {(last - since) // 60_000} min; "
+        message=f"{part}{run.devices} under {rule.threshold_pct}% for {(last - since) // 60_000} min; "
         f"reclaimed in {rule.grace_ms // 60_000} min unless used",
     )
-    out.append(Output(f"gov:idle-warn:{facts.job_id}:{run.run}:{since}", now, warning))
+    warned = [Output(f"gov:idle-warn:{key}:{since}", now, warning)]
     if last < reclaim_at:
-        return out
+        return warned, []
     figures = (
         Figure(name="idle_ms", value=last - since),
         Figure(name="mean_utilisation_pct", value=mean),
@@ -108,7 +158,7 @@ def idle(state: GovState, facts: JobFacts, rule: IdleRule, principal: str) -> li
         job_id=JobId(facts.job_id),
         cycle_id=CycleId(f"governance-{rule.name}"),
         cluster=cluster,
-        run=run.run,
+        run=run_no,
         tenant=tenant,
         rule=rule.name,
         reason=idle,
@@ -121,17 +171,12 @@ def idle(state: GovState, facts: JobFacts, rule: IdleRule, principal: str) -> li
             lender_pending_milli=0,
             reclaimed_milli=run.gpu_milli,
         ),
-        message=f"{_held(run)} idle for {(last - since) // 60_000} min at {mean}% mean utilisation (rule {rule.name})",
+        message=f"{part}{_held(run)} idle for {(last - since) // 60_000} min at {mean}% mean utilisation "
+        f"(rule {rule.name})",
     )
-    finding = _finding(FindingKind.IDLE_RECLAIM, rule.name, idle, facts, run, figures, now, reclaim.message)
-    key = f"{facts.job_id}:{run.run}"
-    cancel = _idle_cancel(facts, run.run, rule, principal, now)
-    return [
-        *out,
-        cancel,
-        Output(f"gov:idle-reclaim:{key}", now, reclaim),
-        Output(f"gov:finding:idle:{key}", now, finding),
-    ]
+    kind = FindingKind.IDLE_RECLAIM
+    finding = _finding(kind, rule.name, idle, facts, run, figures, now, reclaim.message, run_no, spread=spread)
+    return warned, [Output(f"gov:idle-reclaim:{key}", now, reclaim), Output(f"gov:finding:idle:{key}", now, finding)]
 
 
 def _held(run: RunFacts) -> str:
@@ -176,35 +221,47 @@ def runtime(state: GovState, facts: JobFacts, config: GovConfig) -> list[Output]
 
 
 def lease(state: GovState, facts: JobFacts, config: GovConfig) -> list[Output]:
-    rule, now = config.lease, state.now_ms
     run = facts.live_run()
     if run is None:
         return []
+    if not run.parts:
+        return _lease_of(state, facts, run, config, run.run)
+    # A spread run's parts hold each its own lease: one lost or never started is released alone.
+    live = [part for part in run.parts.values() if part.ended_ms is None]
+    return [out for part in live for out in _lease_of(state, facts, part, config, run.run, spread=True)]
+
+
+def _lease_of(
+    state: GovState, facts: JobFacts, run: RunFacts, config: GovConfig, run_no: int, *, spread: bool = False
+) -> list[Output]:
+    rule, now = config.lease, state.now_ms
+    part = f"its part in {run.cluster} " if spread else ""
     figures: tuple[Figure, ...]
     if run.started_ms is None and now - run.placed_ms >= rule.start_lease_ms:
         figures = (
             Figure(name="placed_ago_ms", value=now - run.placed_ms),
             Figure(name="lease_ms", value=rule.start_lease_ms),
         )
-        message = f"placed {(now - run.placed_ms) // 60_000} min ago and never started; allocation released"
+        message = f"{part}placed {(now - run.placed_ms) // 60_000} min ago and never started; allocation released"
     else:
         lost = [state.lost_nodes.get((run.cluster, n)) for n in run.nodes] + [state.unreachable.get(run.cluster)]
         since = min((t for t in lost if t is not None), default=None)
         if since is None or now - since < rule.lost_lease_ms:
             return []
         figures = (Figure(name="lost_ago_ms", value=now - since), Figure(name="lease_ms", value=rule.lost_lease_ms))
-        message = f"its node or cluster was lost {(now - since) // 60_000} min ago; allocation released"
+        whose = f"the node or cluster of {part.strip()}" if spread else "its node or cluster"
+        message = f"{whose} was lost {(now - since) // 60_000} min ago; allocation released"
     failed = JobFailed(
         job_id=JobId(facts.job_id),
         cluster=ClusterId(run.cluster),
-        run=run.run,
+        run=run_no,
         reason=ReasonCode.ALLOCATION_LEASE_EXPIRED,
         message=f"{message} (rule {rule.name})",
     )
-    finding = _finding(
-        FindingKind.LEASE_EXPIRED, rule.name, ReasonCode.ALLOCATION_LEASE_EXPIRED, facts, run, figures, now, message
-    )
-    key = f"{facts.job_id}:{run.run}"
+    reason = ReasonCode.ALLOCATION_LEASE_EXPIRED
+    kind = FindingKind.LEASE_EXPIRED
+    finding = _finding(kind, rule.name, reason, facts, run, figures, now, message, run_no, spread=spread)
+    key = f"{facts.job_id}:{run_no}" + (f":{run.cluster}" if spread else "")
     return [Output(f"gov:lease:{key}", now, failed), Output(f"gov:finding:lease:{key}", now, finding)]
 
 
@@ -217,10 +274,16 @@ def _finding(
     figures: tuple[Figure, ...],
     now: int,
     message: str,
+    run_no: int | None = None,
+    *,
+    spread: bool = False,
 ) -> GovernanceFinding:
+    """A finding about ``run`` (with ``spread``: a part of run ``run_no``, named by its cluster)."""
     assert facts.spec is not None
+    number = run.run if run_no is None else run_no
+    ids = (facts.job_id, number, run.cluster) if spread else (facts.job_id, number)
     return GovernanceFinding(
-        finding_id=derived_id(kind.value.replace("_", "-"), facts.job_id, run.run),
+        finding_id=derived_id(kind.value.replace("_", "-"), *ids),
         kind=kind,
         rule=rule,
         reason=reason,

@@ -1,7 +1,9 @@
 """What governance knows: jobs and their runs, usage samples, lost nodes and clusters, quota requests.
 
 Called by the governance host (``fold`` every record of the inventory, jobs, decisions and governance
-topics) and by the pure rules, which read it. Pure: no I/O, no clock; time is the log's (``now_ms`` is the
+topics) and by the pure rules, which read it. A job's run events (placement, additions, start, ends, a
+spread run's close, reclaim requests) are folded by ``services.governance.core.runs`` into the job's facts
+(``services.governance.core.facts``). Pure: no I/O, no clock; time is the log's (``now_ms`` is the
 latest event time folded, a monotone log clock). Governance's own outputs are folded too (``emitted``
 holds their ids), so a restarted host that re-reads the log never emits an action twice.
 
@@ -22,7 +24,14 @@ from dataclasses import dataclass, field
 
 from events.catalog.base import Event, has_field
 from events.catalog.budget_windows import DAY_MS, HeldLedger
-from events.catalog.decisions import JobPlaced, JobQueued, JobReclaimRequested, JobReplicasAdded, JobRetriesExhausted
+from events.catalog.decisions import (
+    JobPlaced,
+    JobQueued,
+    JobReclaimRequested,
+    JobReplicasAdded,
+    JobRetriesExhausted,
+    JobRunClosed,
+)
 from events.catalog.governance import (
     BudgetSet,
     BudgetWindowOpened,
@@ -37,31 +46,24 @@ from events.catalog.governance import (
 from events.catalog.inventory import (
     ClusterStatus,
     ClusterStatusChanged,
-    JobUsage,
     NodeObserved,
     NodeRemoved,
     NodeUsageReported,
 )
-from events.catalog.jobs import JobCancelRequested, JobFailed, JobKind, JobStarted, JobSubmitted
+from events.catalog.jobs import JobCancelRequested, JobStarted, JobSubmitted
 from events.catalog.lifecycle import (
     RUN_END_EVENTS,
-    RUN_END_OF,
     JobStatus,
     RunEnd,
-    RunEndEvent,
-    awaits_verdict,
-    ends_run,
-    final_status,
 )
 from events.wire.envelope import Envelope, Latest, mark_after
+from services.governance.core import runs
+from services.governance.core.facts import JobFacts, RunFacts, Sample, Spec, Stamp
 from services.governance.core.failures import Entry, FailureIndex
 
 SOURCE = "urn:fedsched:governance"
 #: Usage samples kept per run (the idle rule needs the recent stretch only).
 MAX_SAMPLES = 64
-
-Stamp = tuple[int, str]
-"""An event's own time and its envelope id (what ``Latest`` orders reports by)."""
 
 
 def derived_id(*parts: object) -> str:
@@ -80,111 +82,6 @@ class Output:
     id: str
     time_ms: int
     event: Event
-
-
-@dataclass(frozen=True, slots=True)
-class Sample:
-    end_ms: int
-    window_ms: int
-    node: str
-    utilisation_pct: int
-    """How busy the run's accelerators were over the window: its GPUs', its NPUs' (a run of NPUs alone),
-    or the busier of the two kinds (a run that holds both is idle only when both are)."""
-
-
-@dataclass(slots=True)
-class RunFacts:
-    run: int
-    cluster: str
-    nodes: tuple[str, ...]
-    gpu_milli: int
-    placed_ms: int
-    started_ms: int | None = None
-    ended_ms: int | None = None
-    ended_how: RunEnd | None = None
-    fail_reason: str | None = None
-    fail_node: str | None = None
-    reclaim_rule: str | None = None
-    samples: list[Sample] = field(default_factory=list)
-    replicas: int = 0
-    """How many replicas it holds (its placement's and those added)."""
-    grown: tuple[tuple[int, int], ...] = ()
-    """Replicas added to the run (``JobReplicasAdded``): when, and the milli-GPU they hold (``gpu_milli``
-    counts them too); its GPU time counts each from when it was added, as the scheduler's does."""
-    npus: int = 0
-    """The NPUs it holds (its placement's and those added)."""
-
-    @property
-    def live(self) -> bool:
-        return self.ended_ms is None
-
-    @property
-    def devices(self) -> str:
-        """The accelerators it holds, in words: what its usage samples measure."""
-        if self.npus and not self.gpu_milli:
-            return "NPUs"
-        return "GPUs and NPUs" if self.npus else "GPUs"
-
-    def busy_pct(self, usage: JobUsage) -> int:
-        """How busy a usage report found the accelerators this run holds (``Sample.utilisation_pct``)."""
-        if not self.npus:
-            return usage.utilisation_pct
-        if not self.gpu_milli:
-            return usage.npu_utilisation_pct
-        return max(usage.utilisation_pct, usage.npu_utilisation_pct)
-
-    def held_pieces(self) -> list[tuple[int, int]]:
-        """(milli-GPU, held since) of its placement's replicas and of each addition."""
-        base = self.gpu_milli - sum(milli for _, milli in self.grown)
-        return [(base, self.placed_ms), *((milli, max(at, self.placed_ms)) for at, milli in self.grown)]
-
-
-@dataclass(frozen=True, slots=True)
-class Spec:
-    """What the rules read of a job's request (the whole ``JobSubmitted``, kept for every job ever
-    submitted, cost more memory than the rest of the job's facts together)."""
-
-    tenant: str
-    name: str
-    kind: JobKind
-    gang: bool
-    max_runtime_s: int | None
-    application_retries: int = 0
-
-    @classmethod
-    def of(cls, e: JobSubmitted) -> Spec:
-        return cls(e.tenant, e.name, e.kind, e.is_gang(), e.max_runtime_s, e.retry.on_application_failure)
-
-
-@dataclass(slots=True)
-class JobFacts:
-    job_id: str
-    spec: Spec | None = None
-    submitted_ms: int = 0
-    queued_reasons: tuple[str, ...] = ()
-    queued_message: str = ""
-    last_wait: tuple[str, tuple[str, ...]] = ("", ())
-    """The cycle of the latest ``JobQueued`` applied and the envelope ids applied of that cycle."""
-    runs: dict[int, RunFacts] = field(default_factory=dict)
-    cancel_requested: bool = False
-    terminal: JobStatus | None = None
-    """The job's final status, once it has ended for good."""
-    early: dict[int, list[tuple[Event, int]]] = field(default_factory=dict)
-    """Facts about a run read before its placement (topics are read one after another), kept for it."""
-
-    def settled(self) -> bool:
-        """Ended for good, every run placed has ended and no fact waits for a run's placement: no rule
-        reads it again (its failures stay in the indexes)."""
-        return (
-            self.terminal is not None and not self.early and all(run.ended_ms is not None for run in self.runs.values())
-        )
-
-    def live_run(self) -> RunFacts | None:
-        live = [r for r in self.runs.values() if r.live]
-        return max(live, key=lambda r: r.run) if live else None
-
-    def pending(self) -> bool:
-        return self.spec is not None and self.terminal is None and not self.cancel_requested and not self.live_run()
 
 
 @dataclass(slots=True)
@@ -274,8 +171,6 @@ class GovState:
         handler = _HANDLERS.get(type(data))
         if handler is not None:
             handler(self, data, self.now_ms, (envelope.time_ms, envelope.id))
-        elif isinstance(data, RUN_END_EVENTS):
-            _ended(self, data, self.now_ms)
         if has_field(type(data), "job_id"):
             job_id = data.job_id  # type: ignore[attr-defined]
             self._classify(job_id)
@@ -288,7 +183,7 @@ class GovState:
         facts = self.jobs.get(job_id)
         if facts is None:
             return
-        if facts.terminal is None or facts.live_run() is not None:
+        if facts.terminal is None or any(run.holding() for run in facts.runs.values()):
             self.active.add(job_id)
         else:
             self.active.discard(job_id)
@@ -298,14 +193,20 @@ class GovState:
         workload: list[tuple[Hashable, Entry]] = []
         nodes: list[tuple[Hashable, Entry]] = []
         for run in sorted(facts.runs.values(), key=lambda r: r.run):
-            if run.ended_how != RunEnd.FAILED or run.ended_ms is None:
-                continue
-            node = run.fail_node or ""
-            workload.append(((spec.tenant, spec.name), (run.ended_ms, job_id, run.run, run.cluster, node)))
-            if node:
-                ran = run.ended_ms - (run.started_ms or run.placed_ms)
-                entry = (run.ended_ms, f"{spec.tenant}/{spec.name}", run.run, run.cluster, node, ran, job_id)
-                nodes.append(((run.cluster, node), entry))
+            if run.ended_how == RunEnd.FAILED and run.ended_ms is not None:
+                cluster = run.closed_in or run.cluster
+                entry = (run.ended_ms, job_id, run.run, cluster, run.fail_node or "")
+                workload.append(((spec.tenant, spec.name), entry))
+            # A node is suspected by the parts that failed on it: a spread run's, each in its own cluster.
+            for failed in run.holdings():
+                node = failed.fail_node or ""
+                if failed.ended_how != RunEnd.FAILED or failed.ended_ms is None or not node:
+                    continue
+                ran = failed.ended_ms - (failed.started_ms or failed.placed_ms)
+                name = f"{spec.tenant}/{spec.name}"
+                nodes.append(
+                    ((failed.cluster, node), (failed.ended_ms, name, run.run, failed.cluster, node, ran, job_id))
+                )
         self.workload_failures.set_job(job_id, workload)
         self.node_failures.set_job(job_id, nodes)
 
@@ -315,6 +216,7 @@ def _submitted(state: GovState, e: Event, t: int, _at: Stamp) -> None:
     facts = state.job(e.job_id)
     if facts.spec is None:
         facts.spec, facts.submitted_ms = Spec.of(e), t
+        runs.submitted(facts)  # placed before the submission was read: whether it spreads is known now
 
 
 def _queued(state: GovState, e: Event, _: int, at: Stamp) -> None:
@@ -327,79 +229,16 @@ def _queued(state: GovState, e: Event, _: int, at: Stamp) -> None:
     facts.queued_reasons, facts.queued_message = tuple(r.value for r in e.reasons), e.message
 
 
-def _placed(state: GovState, e: Event, t: int, _at: Stamp) -> None:
-    assert isinstance(e, JobPlaced)
-    facts = state.job(e.job_id)
-    if e.run in facts.runs:
-        return
-    nodes = tuple(dict.fromkeys(r.node for r in e.replicas))
-    milli = sum(len(r.gpu_indices) * r.gpu_milli_each for r in e.replicas)
-    npus = sum(len(r.npu_indices) for r in e.replicas)
-    facts.runs[e.run] = RunFacts(e.run, e.cluster, nodes, milli, t, replicas=len(e.replicas), npus=npus)
-    for early, at in facts.early.pop(e.run, []):
-        if isinstance(early, JobStarted):
-            _started(state, early, at)
-        elif isinstance(early, RUN_END_EVENTS):
-            _ended(state, early, at)
-        elif isinstance(early, JobReclaimRequested):
-            _reclaim_requested(state, early, at)
+RunFold = Callable[[JobFacts, HeldLedger, Event, int, Stamp], None]
 
 
-def _replicas_added(state: GovState, e: Event, t: int, _at: Stamp) -> None:
-    """The run holds more: once per addition (a repeat names replica numbers it holds), while it lives."""
-    assert isinstance(e, JobReplicasAdded)
-    run = state.job(e.job_id).runs.get(e.run)
-    if run is None or run.ended_ms is not None or e.cluster != run.cluster:
-        return
-    if e.replicas[0].replica != run.replicas:
-        return
-    run.replicas += len(e.replicas)
-    run.nodes = tuple(dict.fromkeys((*run.nodes, *(r.node for r in e.replicas))))
-    milli = sum(len(r.gpu_indices) * r.gpu_milli_each for r in e.replicas)
-    run.gpu_milli += milli
-    run.npus += sum(len(r.npu_indices) for r in e.replicas)
-    run.grown = (*run.grown, (t, milli))
+def _about_run(fold: RunFold) -> Callable[[GovState, Event, int, Stamp], None]:
+    """The handler of a job's run event: ``fold`` (``services.governance.core.runs``) on the job's facts."""
 
+    def handle(state: GovState, e: Event, t: int, at: Stamp) -> None:
+        fold(state.job(e.job_id), state.held, e, t, at)  # type: ignore[attr-defined]
 
-def _started(state: GovState, e: Event, t: int, _at: Stamp = (0, "")) -> None:
-    assert isinstance(e, JobStarted)
-    facts = state.job(e.job_id)
-    run = facts.runs.get(e.run)
-    if run is None:
-        _hold(facts, e, t)
-    elif run.started_ms is None:
-        run.started_ms = t
-
-
-def _ended(state: GovState, e: RunEndEvent, t: int) -> None:
-    facts = state.job(e.job_id)
-    how = RUN_END_OF[type(e)]
-    final = final_status(how)
-    if awaits_verdict(e, facts.spec.application_retries if facts.spec is not None else 0):
-        final = None  # the scheduler's verdict ends the job, or queues it again (``_exhausted``)
-    if not ends_run(e):  # a job cancelled before it ever ran: it ends, and no run does
-        facts.terminal = facts.terminal or final
-        return
-    run = facts.runs.get(e.run)
-    if run is None:
-        if _hold(facts, e, t) and final is not None:
-            facts.terminal = final
-        return
-    if run.ended_ms is not None:
-        return  # a run's first end is final, as the scheduler takes it
-    if final is not None:
-        facts.terminal = final
-    run.ended_ms, run.ended_how = t, how
-    if facts.spec is not None:
-        for milli, since in run.held_pieces():
-            if milli and since < t:
-                state.held.add(facts.spec.tenant, milli, since, t)
-    # The usage samples serve the rules on live runs only (idle, straggling gang); kept for every run
-    # ever ended, up to MAX_SAMPLES each, they were most of what the state's history cost in memory.
-    run.samples = []
-    if isinstance(e, JobFailed):
-        run.fail_reason = e.reason.value
-        run.fail_node = e.node or (run.nodes[0] if run.nodes else None)
+    return handle
 
 
 def _exhausted(state: GovState, e: Event, _: int, _at: Stamp) -> None:
@@ -407,27 +246,8 @@ def _exhausted(state: GovState, e: Event, _: int, _at: Stamp) -> None:
     facts.terminal = facts.terminal or JobStatus.FAILED
 
 
-def _hold(facts: JobFacts, e: JobStarted | RunEndEvent | JobReclaimRequested, t: int) -> bool:
-    """Keep a fact about a run not placed yet for its placement, once; whether it was not held already."""
-    held = facts.early.setdefault(e.run, [])
-    if any(prior == e for prior, _ in held):
-        return False
-    held.append((e, t))
-    return True
-
-
 def _cancel_requested(state: GovState, e: Event, _: int, _at: Stamp) -> None:
     state.job(e.job_id).cancel_requested = True  # type: ignore[attr-defined]
-
-
-def _reclaim_requested(state: GovState, e: Event, t: int, _at: Stamp = (0, "")) -> None:
-    assert isinstance(e, JobReclaimRequested)
-    facts = state.job(e.job_id)
-    run = facts.runs.get(e.run)
-    if run is None:
-        _hold(facts, e, t)  # read before its run's placement: for the placement, as a start or end is
-    elif run.reclaim_rule is None:
-        run.reclaim_rule = e.rule
 
 
 def _usage(state: GovState, e: Event, t: int, at: Stamp) -> None:
@@ -437,10 +257,13 @@ def _usage(state: GovState, e: Event, t: int, at: Stamp) -> None:
     for usage in e.jobs:
         facts = state.jobs.get(usage.job_id)
         run = facts.live_run() if facts is not None else None
-        if run is None or run.cluster != e.cluster or usage.run not in (None, run.run):
+        if run is None or usage.run not in (None, run.run):
             continue  # not a run the rules watch (a report that names an earlier run is about that one)
-        run.samples.append(Sample(t, e.window_ms, e.node, run.busy_pct(usage)))
-        del run.samples[:-MAX_SAMPLES]
+        holding = run.parts.get(e.cluster) if run.parts else run
+        if holding is None or holding.cluster != e.cluster or holding.ended_ms is not None:
+            continue  # measured in a cluster where the run holds nothing (now)
+        holding.samples.append(Sample(t, e.window_ms, e.node, holding.busy_pct(usage)))
+        del holding.samples[:-MAX_SAMPLES]
 
 
 def _node_observed(state: GovState, e: Event, _: int, _at: Stamp) -> None:
@@ -539,11 +362,13 @@ _BEFORE_ALL = Latest()
 _HANDLERS: dict[type[Event], Callable[[GovState, Event, int, Stamp], None]] = {
     JobSubmitted: _submitted,
     JobQueued: _queued,
-    JobPlaced: _placed,
-    JobReplicasAdded: _replicas_added,
-    JobStarted: _started,
+    JobPlaced: _about_run(runs.placed),
+    JobReplicasAdded: _about_run(runs.replicas_added),
+    JobStarted: _about_run(runs.started),
+    **{kind: _about_run(runs.ended) for kind in RUN_END_EVENTS},
+    JobRunClosed: _about_run(runs.closed),
     JobCancelRequested: _cancel_requested,
-    JobReclaimRequested: _reclaim_requested,
+    JobReclaimRequested: _about_run(runs.reclaim_requested),
     JobRetriesExhausted: _exhausted,
     NodeUsageReported: _usage,
     NodeObserved: _node_observed,
@@ -557,3 +382,16 @@ _HANDLERS: dict[type[Event], Callable[[GovState, Event, int, Stamp], None]] = {
     QuotaRequestApproved: _decided,
     QuotaRequestRejected: _decided,
 }
+
+__all__ = [
+    "MAX_SAMPLES",
+    "SOURCE",
+    "GovState",
+    "JobFacts",
+    "Output",
+    "Request",
+    "RunFacts",
+    "Spec",
+    "Stamp",
+    "derived_id",
+]

@@ -104,7 +104,7 @@ def test_a_placement_read_before_its_submission_holds_nothing_until_the_submissi
     assert fold.store.tables.get("quota", {}) == {}
     assert fold.get("jobs", "j1").status == "placed"
     fold.feed(a_job(tenant="team-b"), at_s=1)
-    assert list(fold.get("quota", "team-b/default").holdings) == ["j1@n1"]  # the run held node by node
+    assert list(fold.get("quota", "team-b/default").holdings) == ["j1@c1/n1"]  # the run held node by node
     node = fold.get("nodes", "c1/n1")
     assert node.allocations[0].tenant == "team-b"
     assert node.version == 2  # observed, then held once: as if the submission had been read first
