@@ -17,6 +17,7 @@ from events.catalog.governance import (
 )
 from events.catalog.jobs import JobCancelRequested, JobFailed
 from events.catalog.reasons import ReasonCode
+from events.catalog.types import MAX_SAFE_INT
 from services.governance.core.config import AutoApproveRule, GovConfig, IdleRule, RuntimeRule, from_document
 from services.governance.core.quota import DecisionError, auto_decide, decide
 
@@ -109,6 +110,16 @@ def test_a_grant_for_a_resource_without_a_quota_line_adds_a_guarantee_and_no_lim
     (started,) = history.tick(1).evaluate()
     assert isinstance(started.event, QuotaSet)
     assert [(line.guaranteed, line.limit) for line in started.event.lines] == [(1000, None)]
+
+
+def test_a_grant_on_a_line_near_the_largest_amount_an_event_carries_is_held_there() -> None:
+    # Found by the consumer fuzz: guaranteed + grant above MAX_SAFE_INT made the QuotaSet invalid and
+    # governance's evaluation raise.
+    history = a_history().quota("team-a", MAX_SAFE_INT).request("qr-1", 1000)
+    history.then_publish(history.evaluate())
+    (started,) = history.tick(1).evaluate()
+    assert isinstance(started.event, QuotaSet)
+    assert [(line.guaranteed, line.limit) for line in started.event.lines] == [(MAX_SAFE_INT, MAX_SAFE_INT)]
 
 
 def test_a_person_cannot_approve_more_than_asked_nor_decide_twice() -> None:

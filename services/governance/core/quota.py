@@ -23,7 +23,7 @@ from events.catalog.governance import (
     QuotaRequestSubmitted,
     QuotaSet,
 )
-from events.catalog.types import QueueId, QuotaRequestId, ResourceKind, TenantId
+from events.catalog.types import MAX_SAFE_INT, QueueId, QuotaRequestId, ResourceKind, TenantId
 from events.wire.envelope import format_time
 from services.governance.core.config import GovConfig
 from services.governance.core.state import GovState, Output, Request
@@ -133,15 +133,18 @@ Grant = tuple[QuotaRequestSubmitted, QuotaRequestApproved]
 
 def effective_lines(base: tuple[QuotaLine, ...], grants: Iterable[Grant]) -> tuple[QuotaLine, ...]:
     """The base quota plus each grant on the line of its resource and model (a new, unbounded line with
-    the grant as its guarantee if there is none); line order kept, new lines in grant order."""
+    the grant as its guarantee if there is none); line order kept, new lines in grant order. A sum beyond
+    what an event may carry (``MAX_SAFE_INT``) is held there: unbounded in practice, and still a valid
+    ``QuotaSet`` (a grant on a line already that large made governance's evaluation fail)."""
     lines = list(base)
     for submitted, approved in grants:
         amount = approved.approved_amount
         for i, line in enumerate(lines):
             if (line.resource, line.gpu_model) == (submitted.resource, submitted.gpu_model):
-                limit = None if line.limit is None else line.limit + amount
+                limit = None if line.limit is None else min(MAX_SAFE_INT, line.limit + amount)
+                guaranteed = min(MAX_SAFE_INT, line.guaranteed + amount)
                 lines[i] = QuotaLine(
-                    resource=line.resource, gpu_model=line.gpu_model, guaranteed=line.guaranteed + amount, limit=limit
+                    resource=line.resource, gpu_model=line.gpu_model, guaranteed=guaranteed, limit=limit
                 )
                 break
         else:
