@@ -17,9 +17,11 @@ from connectors.kubernetes import KubernetesConnector, names
 from events.catalog.base import Event
 from events.catalog.decisions import CandidateScore, JobPreemptionRequested, JobReplicasAdded, ReplicaPlacement
 from events.catalog.jobs import (
+    InferenceSpec,
     JobCancelled,
     JobCancelRequested,
     JobFailed,
+    JobKind,
     JobPreempted,
     JobStarted,
     JobSucceeded,
@@ -273,3 +275,38 @@ async def test_replicas_added_to_a_run_become_pods_and_the_run_succeeds_only_wit
     (succeeded,) = await scene.tap.wait(JobSucceeded, job_id=job)
     assert succeeded.message == "4 replica(s) succeeded"  # the pod watcher counted the added replicas
     assert scene.tap.events(JobFailed, job_id=job) == []
+
+
+async def test_replicas_added_here_to_a_spread_run_placed_elsewhere_open_its_part_here_reported_as_here(
+    scene: Scene,
+) -> None:
+    job, elsewhere = unique("svc"), unique("elsewhere")
+    service = a_job(job, replicas=4, kind=JobKind.INFERENCE, inference=InferenceSpec(spread_clusters=2))
+    await scene.publish(service, a_placement(job, ("far-0", "far-1"), cluster=elsewhere))
+    added = JobReplicasAdded(
+        job_id=JobId(job),
+        cycle_id=CycleId("cycle-2"),
+        cluster=ClusterId(scene.cluster),
+        run=1,
+        replicas=tuple(
+            ReplicaPlacement(replica=r, node=NodeId(scene.nodes[r - 2]), gpu_indices=(0,), gpu_milli_each=1000)
+            for r in (2, 3)
+        ),
+        running_replicas=4,
+        chosen=CandidateScore(cluster=ClusterId(scene.cluster), total=0),
+        explanation="2 replicas in a second cluster",
+    )
+    await scene.publish(added)
+    pods = await scene.pods(job, 2)
+    assert [p["metadata"]["labels"][names.LABEL_REPLICA] for p in pods] == ["2", "3"]
+    assert {p["metadata"]["labels"][names.LABEL_RUN] for p in pods} == {"1"}
+    assert {p["metadata"]["annotations"][names.ANN_PART_REPLICAS] for p in pods} == {"2"}
+    await scene.set_status(pods, RUNNING)
+    (started,) = await scene.tap.wait(JobStarted, job_id=job)
+    assert (started.cluster, started.run, started.message) == (scene.cluster, 1, "2 replica(s) running")
+    await scene.set_status(pods, SUCCEEDED)
+    (succeeded,) = await scene.tap.wait(JobSucceeded, job_id=job)
+    assert (succeeded.cluster, succeeded.run) == (scene.cluster, 1)
+    assert scene.tap.events(JobFailed, job_id=job) == []
+    assert scene.tap.events(JobStarted, job_id=job, cluster=elsewhere) == []  # nothing said for the other part
+    scene.no_duplicates()
