@@ -24,6 +24,7 @@ from events.catalog.jobs import (
     JobKind,
     JobPreempted,
     JobStarted,
+    JobSubmitted,
     JobSucceeded,
 )
 from events.catalog.reasons import ReasonCode
@@ -277,13 +278,13 @@ async def test_replicas_added_to_a_run_become_pods_and_the_run_succeeds_only_wit
     assert scene.tap.events(JobFailed, job_id=job) == []
 
 
-async def test_replicas_added_here_to_a_spread_run_placed_elsewhere_open_its_part_here_reported_as_here(
-    scene: Scene,
-) -> None:
-    job, elsewhere = unique("svc"), unique("elsewhere")
-    service = a_job(job, replicas=4, kind=JobKind.INFERENCE, inference=InferenceSpec(spread_clusters=2))
-    await scene.publish(service, a_placement(job, ("far-0", "far-1"), cluster=elsewhere))
-    added = JobReplicasAdded(
+def spread_service(job: str) -> JobSubmitted:
+    return a_job(job, replicas=4, kind=JobKind.INFERENCE, inference=InferenceSpec(spread_clusters=2))
+
+
+def part_here(scene: Scene, job: str) -> JobReplicasAdded:
+    """Replicas 2 and 3 of run 1 in the scene's cluster (0 and 1 were placed in another)."""
+    return JobReplicasAdded(
         job_id=JobId(job),
         cycle_id=CycleId("cycle-2"),
         cluster=ClusterId(scene.cluster),
@@ -296,7 +297,14 @@ async def test_replicas_added_here_to_a_spread_run_placed_elsewhere_open_its_par
         chosen=CandidateScore(cluster=ClusterId(scene.cluster), total=0),
         explanation="2 replicas in a second cluster",
     )
-    await scene.publish(added)
+
+
+async def test_replicas_added_here_to_a_spread_run_placed_elsewhere_open_its_part_here_reported_as_here(
+    scene: Scene,
+) -> None:
+    job, elsewhere = unique("svc"), unique("elsewhere")
+    await scene.publish(spread_service(job), a_placement(job, ("far-0", "far-1"), cluster=elsewhere))
+    await scene.publish(part_here(scene, job))
     pods = await scene.pods(job, 2)
     assert [p["metadata"]["labels"][names.LABEL_REPLICA] for p in pods] == ["2", "3"]
     assert {p["metadata"]["labels"][names.LABEL_RUN] for p in pods} == {"1"}
@@ -310,3 +318,25 @@ async def test_replicas_added_here_to_a_spread_run_placed_elsewhere_open_its_par
     assert scene.tap.events(JobFailed, job_id=job) == []
     assert scene.tap.events(JobStarted, job_id=job, cluster=elsewhere) == []  # nothing said for the other part
     scene.no_duplicates()
+
+
+async def test_a_cancel_stops_a_spread_runs_part_here_and_one_read_before_the_part_cancels_it_at_once(
+    scene: Scene,
+) -> None:
+    job, early = unique("svc"), unique("early")
+    await scene.publish(spread_service(job), a_placement(job, ("far-0", "far-1"), cluster=unique("elsewhere")))
+    await scene.publish(part_here(scene, job))
+    pods = await scene.pods(job, 2)
+    await scene.set_status(pods, RUNNING)
+    await scene.tap.wait(JobStarted, job_id=job)
+    await scene.publish(JobCancelRequested(job_id=JobId(job), requester="alice@example.com"))
+    (cancelled,) = await scene.tap.wait(JobCancelled, job_id=job)
+    assert (cancelled.cluster, cancelled.run, cancelled.requester) == (scene.cluster, 1, "alice@example.com")
+    await scene.gone(job)
+
+    # The cancel was read before the addition that opens the part here: no pods, the part ends cancelled.
+    await scene.publish(spread_service(early), JobCancelRequested(job_id=JobId(early), requester="bob"))
+    await scene.publish(part_here(scene, early))
+    (cancelled,) = await scene.tap.wait(JobCancelled, job_id=early)
+    assert (cancelled.cluster, cancelled.run, cancelled.requester) == (scene.cluster, 1, "bob")
+    assert await scene.kube.job_pods(scene.cluster, early) == []
