@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from connectors.sim import ClusterModel, History, SimConfig
 from connectors.sim.reports import Emit
 from connectors.sim.restore import read_history
 from events.catalog.base import Event
 from events.catalog.decisions import JobRunClosed, RunPartEnd
-from events.catalog.jobs import JobCancelled, JobFailed, JobPreempted, JobStarted, JobSucceeded, RunEnd
+from events.catalog.jobs import JobCancelled, JobFailed, JobPreempted, JobReclaimed, JobStarted, JobSucceeded, RunEnd
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import ClusterId, CycleId, JobId, NodeId
 from events.log.memory import MemoryLog
@@ -32,12 +36,14 @@ from .builders import (
     a_placement,
     cancel_request,
     preemption_request,
+    reclaim_request,
     replicas_added,
 )
 
 pytestmark = pytest.mark.timeout(30)
 
 CONFIG = SimConfig(fault_rate=0.0, seed=3, start_delay_s=5, stop_delay_s=20, usage_interval_s=300)
+END = (JobSucceeded, JobFailed, JobCancelled, JobPreempted, JobReclaimed)
 
 
 class Federation:
@@ -78,7 +84,7 @@ def model_used(model: ClusterModel, node: str) -> list[int]:
 
 
 def lifecycle(story: Story) -> list[Event]:
-    kinds = (JobStarted, JobSucceeded, JobFailed, JobCancelled, JobPreempted)
+    kinds = (JobStarted, *END)
     return [e.event for e in story.emitted if isinstance(e.event, kinds)]
 
 
@@ -179,6 +185,13 @@ def test_a_preemption_naming_this_cluster_stops_the_part_and_one_naming_the_othe
     assert used(fed.two, "b-0")[0] == 0
 
 
+def test_a_reclaim_naming_this_cluster_stops_the_part() -> None:
+    fed = spread_over_two().at(200).send(reclaim_request("svc", cluster="sim-2", grace_s=60)).at(300)
+    (reclaimed,) = fed.two.events(JobReclaimed, "svc")
+    assert (reclaimed.event.cluster, reclaimed.event.run) == ("sim-2", 1)  # type: ignore[attr-defined]
+    assert [type(e) for e in lifecycle(fed.one)] == [JobStarted]
+
+
 def test_an_addition_read_before_the_submission_opens_the_part_once_the_submission_arrives() -> None:
     fed = Federation().at(0)
     fed.two.send(replicas_added("svc", 2, ("b-0", (0,)), cluster="sim-2"))
@@ -269,3 +282,74 @@ def test_the_start_up_read_of_the_log_keeps_the_lifecycle_of_a_part_opened_here(
     begun = model.begin(T0 + 500_000)
     assert not [e for e in begun if isinstance(e.event, JobStarted)]
     assert model_used(model, "b-0")[0] == 1000
+
+
+# -- whatever arrives -------------------------------------------------------------------------------
+
+opening = st.tuples(
+    st.just("part"),
+    st.integers(0, 7),  # job
+    st.integers(1, 4),  # its first replica number (the run's other parts hold those below)
+    st.lists(st.tuples(st.integers(0, 1), st.integers(0, 3)), min_size=1, max_size=3),  # (node, GPU) each
+    st.integers(10, 400),  # runtime
+)
+op = st.one_of(
+    opening,
+    st.tuples(st.just("grow"), st.integers(0, 7), st.integers(1, 3), st.integers(0, 1), st.integers(0, 3)),
+    st.tuples(st.just("again"), st.integers(0, 7)),
+    st.tuples(st.just("cancel"), st.integers(0, 7)),
+    st.tuples(st.just("preempt"), st.integers(0, 7)),
+    st.tuples(st.just("wait"), st.integers(1, 120)),
+)
+
+
+@pytest.mark.property
+@settings(max_examples=120, deadline=None)
+@given(st.lists(op, max_size=40), st.integers(0, 3))
+def test_whatever_arrives_a_part_holds_what_it_took_and_ends_once(ops: list[tuple[Any, ...]], seed: int) -> None:
+    config = SimConfig(start_delay_s=5, stop_delay_s=3, fault_rate=0.5, seed=seed, fault_min_s=60, fault_max_s=300)
+    story = Story(a_cluster(*(a_node(f"b-{i}").gpus(4, "T4", 15109) for i in range(2)), name="sim-2"), config)
+    now, opened, top = 0.0, {}, {}
+    for step in ops:
+        kind, job = step[0], f"svc-{step[1]}"
+        if kind == "part" and job not in opened:
+            _, _, first, where, runtime = step
+            story.submit(a_job(job).spread(2).gpus(1).replicas(6).runtime(runtime))  # at most 3 in one cluster
+            opened[job] = replicas_added(job, first, *((f"b-{n}", (g,)) for n, g in where), cluster="sim-2")
+            top[job] = first + len(where) - 1
+            story.send(opened[job])
+        elif kind == "grow" and job in opened:
+            _, _, gap, node, gpu = step
+            top[job] += gap
+            story.send(replicas_added(job, top[job], (f"b-{node}", (gpu,)), cluster="sim-2"))
+        elif kind == "again" and job in opened:
+            story.send(opened[job])
+        elif kind == "cancel":
+            story.send(cancel_request(job))
+        elif kind == "preempt":
+            story.send(preemption_request(job, cluster="sim-2"))
+        elif kind == "wait":
+            now += step[1]
+            story.at(now)
+        held_matches_parts(story)
+    story.at(now + 10_000)
+    held_matches_parts(story)
+    assert story.model.runs == {}
+    ends = Counter(e.event.job_id for e in story.emitted if isinstance(e.event, END))  # type: ignore[attr-defined]
+    assert ends == Counter(opened.keys())  # every part opened here ended once, and only here
+    starts = Counter(e.event.job_id for e in story.events(JobStarted))  # type: ignore[attr-defined]
+    assert max(starts.values(), default=1) == 1
+    assert all(e.event.cluster == "sim-2" for e in story.emitted if isinstance(e.event, (*END, JobStarted)))  # type: ignore[attr-defined]
+    assert max(Counter(e.id for e in story.emitted).values()) == 1
+
+
+def held_matches_parts(story: Story) -> None:
+    model = story.model
+    for node in model.nodes.values():
+        held = [0] * node.spec.gpus
+        for key in node.runs:
+            for replica in model.runs[key].placement:
+                if replica.node == node.name:
+                    for index in replica.gpu_indices:
+                        held[index] += replica.gpu_milli_each
+        assert node.gpu_milli == held and all(0 <= milli <= 1000 for milli in node.gpu_milli)
