@@ -21,8 +21,8 @@ time, in log order. Calls the API server and the ``Reporter``; reads the ``JobBo
 - ``JobPreemptionRequested`` / ``JobReclaimRequested`` for this cluster (for a spread job: its part here),
   and ``JobCancelRequested`` for a job with pods here (the pod watcher's view, which the consumer waits
   for at start, plus the jobs this process placed): annotate each pod with why (``fedsched.io/stop``),
-  then delete it with the grace period. The pod watcher reports ``JobPreempted`` / ``JobReclaimed`` / ``JobCancelled``
-  once every pod has stopped.
+  then delete it with the grace period. The pod watcher reports ``JobPreempted`` / ``JobReclaimed`` /
+  ``JobCancelled`` once every pod has stopped.
 - The end of a run of this cluster published by someone else (``JobFailed`` / ``JobCancelled`` /
   ``JobSucceeded`` / ``JobPreempted`` / ``JobReclaimed``, e.g. governance's ``AllocationLeaseExpired``
   for a run that never started): its pods are stopped with the cancel grace period and a quiet stop
