@@ -335,11 +335,11 @@ def test_whatever_arrives_a_part_holds_what_it_took_and_ends_once(ops: list[tupl
     story.at(now + 10_000)
     held_matches_parts(story)
     assert story.model.runs == {}
-    ends = Counter(e.event.job_id for e in story.emitted if isinstance(e.event, END))  # type: ignore[attr-defined]
+    ends = Counter(e.event.job_id for e in story.emitted if isinstance(e.event, END))
     assert ends == Counter(opened.keys())  # every part opened here ended once, and only here
     starts = Counter(e.event.job_id for e in story.events(JobStarted))  # type: ignore[attr-defined]
     assert max(starts.values(), default=1) == 1
-    assert all(e.event.cluster == "sim-2" for e in story.emitted if isinstance(e.event, (*END, JobStarted)))  # type: ignore[attr-defined]
+    assert all(e.event.cluster == "sim-2" for e in story.emitted if isinstance(e.event, (*END, JobStarted)))
     assert max(Counter(e.id for e in story.emitted).values()) == 1
 
 
