@@ -11,11 +11,18 @@ time, in log order. Calls the API server and the ``Reporter``; reads the ``JobBo
   for, creates nothing.
 - ``JobReplicasAdded`` for this cluster: one pod per added replica on the named node (``grow``), the same
   way; nothing for a run that ended or is over, or a job whose cancellation was asked for.
-- ``JobPreemptionRequested`` / ``JobReclaimRequested`` for this cluster, and ``JobCancelRequested``
-  for a job with pods here (the pod watcher's view, which the consumer waits for at start, plus the
-  jobs this process placed): annotate each pod with why (``fedsched.io/stop``), then delete it with
-  the grace period. The pod watcher reports ``JobPreempted`` / ``JobReclaimed`` / ``JobCancelled``
-  once every pod has stopped.
+- A job spread over clusters (``lifecycle.spreads``) has a part of its run in each cluster holding some of
+  its replicas: a ``JobReplicasAdded`` for a run with no pods here opens the part here (``grow`` makes its
+  pods as a placement's, labelled with the run); its pods' lifecycle is the part's, reported naming this
+  cluster. Every pod of such a job says how many replicas the part here holds (``pods.render_pods``),
+  which is what the pod watcher counts. A part that ended here is never opened again; one opened after
+  the job's cancellation was asked for is reported cancelled at once, as a placement would be. The
+  scheduler's ``JobRunClosed`` (decisions topic) ends such a job's run: the job book reads it.
+- ``JobPreemptionRequested`` / ``JobReclaimRequested`` for this cluster (for a spread job: its part here),
+  and ``JobCancelRequested`` for a job with pods here (the pod watcher's view, which the consumer waits
+  for at start, plus the jobs this process placed): annotate each pod with why (``fedsched.io/stop``),
+  then delete it with the grace period. The pod watcher reports ``JobPreempted`` / ``JobReclaimed`` /
+  ``JobCancelled`` once every pod has stopped.
 - The end of a run of this cluster published by someone else (``JobFailed`` / ``JobCancelled`` /
   ``JobSucceeded`` / ``JobPreempted`` / ``JobReclaimed``, e.g. governance's ``AllocationLeaseExpired``
   for a run that never started): its pods are stopped with the cancel grace period and a quiet stop
@@ -57,6 +64,7 @@ from events.catalog.decisions import (
     JobReclaimRequested,
     JobReplicasAdded,
     JobRetriesExhausted,
+    JobRunClosed,
 )
 from events.catalog.jobs import (
     JobCancelled,
@@ -64,7 +72,7 @@ from events.catalog.jobs import (
     JobFailed,
     JobSubmitted,
 )
-from events.catalog.lifecycle import JOB_END_EVENTS, RUN_END_EVENTS, RunEndEvent
+from events.catalog.lifecycle import JOB_END_EVENTS, RUN_END_EVENTS, RunEndEvent, ends_part, spreads
 from events.catalog.reasons import ReasonCode
 from events.catalog.topics import JOBS
 from events.catalog.types import JobId
@@ -120,11 +128,15 @@ class Executor:
     async def handle(self, record: LogRecord, envelope: Envelope) -> None:
         event = envelope.data
         try:
-            if event.topic == JOBS.name:
-                self.book.apply(event)
+            if event.topic == JOBS.name or isinstance(event, JobRunClosed):
+                spread = isinstance(event, RUN_END_EVENTS) and self.book.spreads(event.job_id)
+                ended = self.book.apply(event)
                 if isinstance(event, RUN_END_EVENTS) and event.cluster == self.cluster and not self._mine(envelope):
                     await self._ended_elsewhere(event)
-                if isinstance(event, JOB_END_EVENTS):
+                # the job ended for good: by an end that is not only its part's here, or by its run's close
+                if (isinstance(event, JOB_END_EVENTS) and not ends_part(event, spread)) or (
+                    isinstance(event, JobRunClosed) and ended
+                ):
                     self._placed.discard(event.job_id)
                     self._current.pop(event.job_id, None)
             if isinstance(event, JobRetriesExhausted):
@@ -242,35 +254,77 @@ class Executor:
             return
         requester = self.book.cancel_requester(job_id)
         if requester is not None:
-            message = "cancelled before its pods were created"
-            cancelled = JobCancelled(job_id=job_id, cluster=self.cluster, run=run, requester=requester, message=message)
-            key = lifecycle.RunKey(job_id, run)
-            await self.reporter.publish_one(
-                cancelled, lifecycle.event_id(self.cluster, key, lifecycle.Transition.CANCELLED)
-            )
+            await self._cancelled_before_pods(job_id, run, requester)
             return
-        await self._launch(placed, job, "placed")
+        # A spread job's first part is here: its pods count the part's replicas, as those of later parts do.
+        await self._launch(placed, job, "placed", part_replicas=len(placed.replicas) if spreads(job) else None)
 
     async def grow(self, added: JobReplicasAdded) -> None:
         """Create the pods of replicas added to a run here (names continue the run's, so a repeat creates
         nothing). Nothing for a run that ended, is over, or whose job's cancellation was asked for (its
         stop takes every pod of the run). A failure to launch them fails the run, as for a placement: the
-        scheduler counts those replicas as held."""
+        scheduler counts those replicas as held. For a job spread over clusters, see ``_grow_part``."""
         job_id, run = added.job_id, added.run
-        if self.book.run_ended(job_id, run) or self.is_over(lifecycle.RunKey(job_id, run)):
+        if self._ended_here(job_id, run):
             log.info("event=replicas_added_skipped job=%s run=%d reason=run_already_ended", job_id, run)
             return
         job = await self.book.get(job_id)
+        if job is not None and spreads(job):
+            await self._grow_part(added, job)
+            return
         if job is None or self.book.cancel_requester(job_id) is not None:
             log.info("event=replicas_added_skipped job=%s run=%d reason=no_job_or_cancelled", job_id, run)
             return
         await self._launch(added, job, "replicas_added")
 
-    async def _launch(self, decided: JobPlaced | JobReplicasAdded, job: JobSubmitted, what: str) -> None:
-        """Create the pods of the replicas ``decided`` names; a launch that fails fails the run."""
+    def _ended_here(self, job_id: JobId, run: int) -> bool:
+        return self.book.run_ended(job_id, run) or self.is_over(lifecycle.RunKey(job_id, run))
+
+    async def _grow_part(self, added: JobReplicasAdded, job: JobSubmitted) -> None:
+        """Open the run's part here (no pods of the run here yet) or grow it, each pod saying how many
+        replicas the part holds with it. A part that ended here is not opened again (the book has read
+        the job's partition by now, so it knows that end even after a restart); one opened after the
+        job's cancellation was asked for is reported cancelled, as a placement would be (the scheduler
+        waits for every part it opened to end)."""
+        job_id, run = added.job_id, added.run
+        if self._ended_here(job_id, run):
+            log.debug("event=part_not_reopened job=%s run=%d reason=part_ended_here", job_id, run)
+            return
+        held = await self._replicas_here(job_id, run)
+        requester = self.book.cancel_requester(job_id)
+        if requester is not None:
+            if not held:
+                await self._cancelled_before_pods(job_id, run, requester)
+            return  # a part with pods: the cancellation's stop takes every one
+        part = len(held | {r.replica for r in added.replicas})
+        await self._launch(added, job, "part_grown" if held else "part_opened", part_replicas=part)
+
+    async def _replicas_here(self, job_id: JobId, run: int) -> set[int]:
+        """The replica numbers of the run's pods in this cluster, as the API server holds them now (the pod
+        watch may not have shown pods this process has just made)."""
+        selector = self._selector(job_id, run)
+        listing = await self._retrying(lambda: self.api.request("GET", PODS, query={"labelSelector": selector}))
+        found = set()
+        for pod in listing.get("items") or []:
+            ident = lifecycle.identify(pod)
+            if ident is not None and ident.key == lifecycle.RunKey(job_id, run):
+                found.add(ident.replica)
+        return found
+
+    async def _cancelled_before_pods(self, job_id: JobId, run: int, requester: str) -> None:
+        message = "cancelled before its pods were created"
+        cancelled = JobCancelled(job_id=job_id, cluster=self.cluster, run=run, requester=requester, message=message)
+        ident = lifecycle.event_id(self.cluster, lifecycle.RunKey(job_id, run), lifecycle.Transition.CANCELLED)
+        await self.reporter.publish_one(cancelled, ident)
+
+    async def _launch(
+        self, decided: JobPlaced | JobReplicasAdded, job: JobSubmitted, what: str, *, part_replicas: int | None = None
+    ) -> None:
+        """Create the pods of the replicas ``decided`` names; a launch that fails fails the run (for a
+        spread job: its part here)."""
         job_id, run = decided.job_id, decided.run
         try:
-            manifests = pods.render_pods(decided, job, self.options)
+            manifests = pods.render_pods(decided, job, self.options, part_replicas)
             namespace = await self._namespace(job)
             self._placed.add(job_id)
             for manifest in manifests:

@@ -8,6 +8,14 @@ and keeps each ``JobSubmitted`` in memory until the job ends for good (``ends_jo
 placement, until the scheduler's ``JobRetriesExhausted``, which the executor passes on as ``forget``); it
 also notes cancel requests and the runs that ended here.
 
+A job spread over clusters (``lifecycle.spreads``: an inference service with ``spread_clusters`` above 1)
+has a part of its run in each cluster holding some of its replicas; a run-end event of the jobs topic ends
+only its cluster's part (noted in ``runs_ended`` when it is this cluster's: that part is never opened
+again), never the job. Its run ends with the scheduler's ``JobRunClosed``, on the decisions topic, which
+the executor passes to ``apply`` too: a final outcome ends the job for good. The scan reads the jobs
+topic only, so a spread job closed for good before a restart, whose partition is scanned again, stays in
+memory as one whose retries were exhausted before a restart does (a submission more, never used).
+
 A restart loses that memory while the group's offsets are already past the submissions, and a
 ``JobPlaced`` can be read before its ``JobSubmitted`` (two topics, no order between them). Either way
 ``get`` finds the submission by reading the job's partition of the jobs topic from its start (keyed by
@@ -21,9 +29,10 @@ import logging
 from dataclasses import dataclass, field
 
 from events.catalog.base import Event
+from events.catalog.decisions import JobRunClosed
 from events.catalog.errors import EventError
 from events.catalog.jobs import JobCancelRequested, JobSubmitted
-from events.catalog.lifecycle import JOB_END_EVENTS, RUN_END_EVENTS, ends_job
+from events.catalog.lifecycle import JOB_END_EVENTS, RUN_END_EVENTS, ends_job, spreads
 from events.catalog.topics import JOBS, partition_for
 from events.catalog.types import ClusterId, JobId
 from events.log import EventLog, TopicPartition
@@ -32,6 +41,8 @@ from events.wire.codec import decode
 
 log = logging.getLogger("fedsched.connector.kubernetes")
 
+_ENDS = (*JOB_END_EVENTS, JobRunClosed)
+"""What may end a job for good: one of its end events, or its spread run's close."""
 _TYPES = {cls.event_type.encode() for cls in (JobSubmitted, JobCancelRequested, *JOB_END_EVENTS, *RUN_END_EVENTS)}
 
 
@@ -40,7 +51,8 @@ class JobEntry:
     submitted: JobSubmitted | None = None
     cancel_requester: str | None = None
     runs_ended: set[int] = field(default_factory=set)
-    """Runs of the job that ended on this cluster (a late copy of their placement must not restart them)."""
+    """Runs of the job that ended on this cluster, or whose part here ended for a job spread over clusters
+    (a late copy of their placement or of the addition that opened the part must not restart them)."""
 
 
 class JobBook:
@@ -55,16 +67,27 @@ class JobBook:
     def __len__(self) -> int:
         return len(self._jobs)
 
-    def apply(self, event: Event) -> None:
-        """Take one event of the jobs topic into account (in the order of its partition)."""
+    def apply(self, event: Event) -> bool:
+        """Take one event of the jobs topic (in the order of its partition), or a ``JobRunClosed``, into
+        account; True when it ended its job for good (the job is forgotten)."""
         if isinstance(event, JobSubmitted):
             self._jobs.setdefault(event.job_id, JobEntry()).submitted = event
         elif isinstance(event, JobCancelRequested):
             self._jobs.setdefault(event.job_id, JobEntry()).cancel_requester = event.requester
-        elif isinstance(event, JOB_END_EVENTS) and ends_job(event, self._retries_asked(event.job_id)):
+        elif isinstance(event, _ENDS) and ends_job(
+            event, self._retries_asked(event.job_id), spread=self.spreads(event.job_id)
+        ):
             self._jobs.pop(event.job_id, None)
+            return True
         elif isinstance(event, RUN_END_EVENTS) and event.cluster == self.cluster:
             self._jobs.setdefault(event.job_id, JobEntry()).runs_ended.add(event.run)
+        return False
+
+    def spreads(self, job_id: JobId) -> bool:
+        """Whether the job's run lives in parts, one per cluster (``False`` while its submission is not
+        known: then ``get`` reads it, and whatever ended since, from its partition)."""
+        entry = self._jobs.get(job_id)
+        return spreads(entry.submitted if entry else None)
 
     def forget(self, job_id: JobId) -> None:
         """The job ended for good by a decision (``JobRetriesExhausted``, on the decisions topic)."""

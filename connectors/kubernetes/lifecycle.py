@@ -3,7 +3,9 @@
 Called by ``pod_watcher`` after every change to a pod it manages, and by unit tests with plain dicts.
 Pure: the clock is passed in (``now_ms``), the pods are the API server's JSON.
 
-The rules, per run (the pods sharing ``fedsched.io/job-id`` and ``fedsched.io/run``):
+The rules, per run (the pods sharing ``fedsched.io/job-id`` and ``fedsched.io/run``; for a job spread
+over clusters, per part of its run: the pods of the run in this cluster, whose events name this cluster
+and end only this part):
 
 - ``started``: every replica's pod exists and has run (phase Running or Succeeded, or Failed after a
   container started).
@@ -133,7 +135,8 @@ def identify(pod: Obj) -> PodIdentity | None:
     """Which run and replica a pod is, from our labels and annotations; None if it is not one of ours."""
     labels, annotations = _meta(pod).get("labels") or {}, _meta(pod).get("annotations") or {}
     job, run, replica = annotations.get(names.ANN_JOB), labels.get(names.LABEL_RUN), labels.get(names.LABEL_REPLICA)
-    replicas = annotations.get(names.ANN_REPLICAS, "1")
+    # A pod of a spread job's part counts the part's replicas here; other pods, their run's.
+    replicas = annotations.get(names.ANN_PART_REPLICAS) or annotations.get(names.ANN_REPLICAS, "1")
     run, replica, replicas = str(run), str(replica), str(replicas)
     if not job or not (run.isdigit() and replica.isdigit() and replicas.isdigit()):
         return None

@@ -16,7 +16,8 @@ Node labels read (documented in ``connectors/kubernetes/README.md``):
 Pods written: labels ``app.kubernetes.io/managed-by=fedsched``, ``fedsched.io/cluster``,
 ``fedsched.io/job-id``, ``fedsched.io/run``, ``fedsched.io/replica``, ``fedsched.io/tenant``; the finalizer
 ``fedsched.io/lifecycle`` (held until the job's outcome is reported); annotations for the full job id,
-the replica count, the GPU indices chosen, what was reported and why the pod is being stopped.
+the replica count (and, for a job spread over clusters, its part's here), the GPU indices chosen, what
+was reported and why the pod is being stopped.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ ANN_JOB = "fedsched.io/job-id"
 """The full job id (the label holds a shortened form when the id is longer than 63 characters)."""
 ANN_TENANT = "fedsched.io/tenant"
 ANN_REPLICAS = "fedsched.io/replicas"
+ANN_PART_REPLICAS = "fedsched.io/part-replicas"
+"""For a job spread over clusters: how many of its run's replicas this cluster holds (the run's part here)
+with this pod's decision; the run's own count (``ANN_REPLICAS``) includes other clusters' replicas."""
 ANN_GPU_INDICES = "fedsched.io/gpu-indices"
 ANN_GPU_MILLI = "fedsched.io/gpu-milli"
 ANN_CYCLE = "fedsched.io/cycle-id"

@@ -2,7 +2,9 @@
 
 Called by ``executor`` when a ``JobPlaced`` or a ``JobReplicasAdded`` for this cluster arrives, and by
 unit tests. A pod says how many replicas its run held when it was made (``FEDSCHED_REPLICAS``,
-``fedsched.io/replicas``): a run that grows has pods made with more; the pod watcher takes the most. Pure: takes the
+``fedsched.io/replicas``): a run that grows has pods made with more; the pod watcher takes the most. A pod
+of a job spread over clusters also says how many the run's part in this cluster held
+(``fedsched.io/part-replicas``, what the pod watcher counts then). Pure: takes the
 decision and the job's ``JobSubmitted`` and returns manifests (plain dicts), deterministic for the same
 inputs, so applying a decision twice creates nothing new (the second create gets 409 AlreadyExists).
 
@@ -162,7 +164,13 @@ def pod_labels(placed: RunPods, replica: int, tenant: TenantId, cluster: Cluster
     }
 
 
-def render_pod(placed: RunPods, job: JobSubmitted, replica: ReplicaPlacement, options: RenderOptions) -> Manifest:
+def render_pod(
+    placed: RunPods,
+    job: JobSubmitted,
+    replica: ReplicaPlacement,
+    options: RenderOptions,
+    part_replicas: int | None = None,
+) -> Manifest:
     meta, spec = _pod_template(job, options)
     env = _env(placed, replica)
     requests = _requests(job, replica, options)
@@ -183,6 +191,8 @@ def render_pod(placed: RunPods, job: JobSubmitted, replica: ReplicaPlacement, op
         names.ANN_GPU_MILLI: str(replica.gpu_milli_each),
         names.ANN_CYCLE: placed.cycle_id,
     }
+    if part_replicas is not None:
+        annotations[names.ANN_PART_REPLICAS] = str(part_replicas)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -200,9 +210,12 @@ def render_pod(placed: RunPods, job: JobSubmitted, replica: ReplicaPlacement, op
     }
 
 
-def render_pods(placed: RunPods, job: JobSubmitted, options: RenderOptions) -> list[Manifest]:
-    """One pod per replica (of a placement, or added to its run), in replica order. Raises
+def render_pods(
+    placed: RunPods, job: JobSubmitted, options: RenderOptions, part_replicas: int | None = None
+) -> list[Manifest]:
+    """One pod per replica (of a placement, or added to its run), in replica order; ``part_replicas``: for
+    a job spread over clusters, how many replicas the run's part here holds with these. Raises
     ``RenderError`` when the template cannot work."""
     if placed.job_id != job.job_id:
         raise ValueError("the placement and the submission are of different jobs")
-    return [render_pod(placed, job, replica, options) for replica in placed.replicas]
+    return [render_pod(placed, job, replica, options, part_replicas) for replica in placed.replicas]

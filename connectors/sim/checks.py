@@ -2,13 +2,15 @@
 
 Called by the model for every ``JobPlaced`` addressed to its cluster, before it takes any resource, and
 for every ``JobReplicasAdded`` (``check_added``: the same checks of the new replicas, against a run that
-holds the others).
+holds the others here; for a job that spreads over clusters, against the run's part here, which an
+addition may open: it then holds none).
 Pure: no I/O. A refusal names the reason code, the node at fault and the numbers, and becomes a
 ``JobFailed``; the scheduler can then queue the job again.
 
 Checked per replica, in this order (the first failure wins): the node exists (``NoFeasibleNode``), is
 not lost (``NodeLost``) or cordoned (``NodeUnschedulable``), its taints are tolerated
-(``TaintNotTolerated``); the placement has the shape the job asked for (``LaunchFailed``); the GPU
+(``TaintNotTolerated``); the placement has the shape the job asked for (``LaunchFailed``: for a job
+that spreads, no more replicas in this cluster than its per-cluster cap); the GPU
 model is allowed (``GpuModelUnavailable``) and has enough memory (``GpuMemoryTooSmall``); the GPU
 and NPU indices exist (``LaunchFailed``) and are healthy (``GpuUnhealthy``, for an NPU too); nothing is
 over-committed, counting the replicas of this placement that share a node or a GPU (``InsufficientGpu``,
@@ -54,6 +56,8 @@ def check_placement(placed: JobPlaced, job: JobSpec, nodes: Mapping[NodeId, Node
     count = len(placed.replicas)
     if count > job.replicas:
         return Refusal(R.LAUNCH_FAILED, f"the placement names {count} replicas; the job has {job.replicas}")
+    if job.part_cap is not None and count > job.part_cap:
+        return _over_cap(job, count)
     if job.gang and count < job.replicas:
         return Refusal(R.LAUNCH_FAILED, f"gang of {job.replicas} replicas, but the placement names only {count}")
     taken = _Tentative(Counter(), Counter(), Counter(), Counter())
@@ -67,16 +71,26 @@ def check_placement(placed: JobPlaced, job: JobSpec, nodes: Mapping[NodeId, Node
 def check_added(
     added: JobReplicasAdded, held: tuple[ReplicaPlacement, ...], job: JobSpec, nodes: Mapping[NodeId, NodeState]
 ) -> Refusal | None:
-    """Replicas added to a run that holds ``held`` (their resources not yet taken): a job that is not a
+    """Replicas added to a run that holds ``held`` here (their resources not yet taken): a job that is not a
     gang, no more replicas than it asks, numbers that continue the run's, room on the named devices, and
-    one interconnect domain with the run's replicas when the job requires one."""
+    one interconnect domain with the run's replicas when the job requires one.
+
+    For a job that spreads, ``held`` is the run's part here (empty when the addition opens it): the part
+    holds no more than the per-cluster cap, and the new numbers come after those it holds (the run's other
+    parts hold numbers this cluster does not see, so they need not follow on)."""
     count = len(held) + len(added.replicas)
+    first = added.replicas[0].replica
     if job.gang:
         return Refusal(R.LAUNCH_FAILED, f"gang of {job.replicas} replicas: replicas cannot be added to its run")
     if count > job.replicas:
         return Refusal(R.LAUNCH_FAILED, f"the run would hold {count} replicas; the job has {job.replicas}")
-    if added.replicas[0].replica != len(held):
-        first = added.replicas[0].replica
+    if job.part_cap is not None:
+        if count > job.part_cap:
+            return _over_cap(job, count)
+        top = max((r.replica for r in held), default=-1)
+        if first <= top:
+            return Refusal(R.LAUNCH_FAILED, f"replica {first} added to a part here that holds up to replica {top}")
+    elif first != len(held):
         return Refusal(R.LAUNCH_FAILED, f"replica {first} added to a run of {len(held)} (numbered 0..{len(held) - 1})")
     taken = _Tentative(Counter(), Counter(), Counter(), Counter())
     for replica in added.replicas:
@@ -84,6 +98,14 @@ def check_added(
         if refusal is not None:
             return refusal
     return _one_domain_of((*held, *added.replicas), job, nodes)
+
+
+def _over_cap(job: JobSpec, count: int) -> Refusal:
+    return Refusal(
+        R.LAUNCH_FAILED,
+        f"the job spreads over {job.spread_clusters} clusters, at most {job.part_cap} of its replicas in one; "
+        f"this cluster would hold {count}",
+    )
 
 
 def _one_domain(placed: JobPlaced, job: JobSpec, nodes: Mapping[NodeId, NodeState]) -> Refusal | None:

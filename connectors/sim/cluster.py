@@ -7,9 +7,10 @@ events with the same ids.
 
 The recipe:
 
-1. ``restore(history)`` rebuilds the state from what the log already holds (``History``): runs that
-   started are running again with the same end and every replica added to them, placements that had
-   not started are checked again, and the fault schedule is replayed silently up to the last event already published.
+1. ``restore(history)`` rebuilds the state from what the log already holds (``History``): runs (and
+   parts of spread runs) that started are running again with the same end and every replica added to
+   them, placements and parts that had not started are checked again, and the fault schedule is
+   replayed silently up to the last event already published.
 2. ``begin(now)`` states the cluster (``ClusterRegistered``, ``NodeObserved`` for every node that
    changed since the last snapshot) and acts on what the restore left pending.
 3. ``handle(envelope, now)`` for each consumed event: a ``JobPlaced`` for this cluster is checked
@@ -18,6 +19,13 @@ The recipe:
    reclaim stops the run after the stop delay; a ``JobReplicasAdded`` for a run here is checked the same
    way (``check_added``) and its replicas are taken and held with the run's (they start with it, or at
    once if it runs, and end with it); a refusal fails the run.
+   A job that spreads over clusters (``events.catalog.lifecycle.spreads``) has a part of its run in each
+   cluster that holds some of its replicas: a ``JobReplicasAdded`` for a run with no part here opens one,
+   checked and started as a placement of those replicas would be (run number ``run``), and its lifecycle
+   is reported as a run's, naming this cluster; it ends on its own, leaving the run's other parts to
+   their clusters. A cancel stops the job's part here; a preemption or reclaim naming this cluster stops
+   it. A part that ended here is never opened again (a late addition for it is ignored). The scheduler's
+   ``JobRunClosed``, which ends a spread run once all its parts have ended, needs nothing here.
 4. ``advance(now)`` fires everything due up to ``now`` in time order: starts, ends (success, failure
    drawn from the seed, runtime exceeded), stops, faults and recoveries, and usage reports.
 
@@ -28,10 +36,13 @@ A run that is asked to stop before it started ends at once; resources are held u
 from __future__ import annotations
 
 import heapq
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
+from functools import partial
 
-from connectors.sim.checks import check_added, check_placement
+from connectors.sim.checks import Refusal, check_added, check_placement
 from connectors.sim.config import SimConfig
 from connectors.sim.faults import NPU_AI_CORE, NPU_HBM_ECC, Fault, FaultKind, FaultPlan, RunFailure, run_failure
 from connectors.sim.history import History, StopRequest
@@ -40,7 +51,13 @@ from connectors.sim.reports import Emit, event_id, gpu_health, node_snapshot, no
 from connectors.sim.spec import ClusterSpec
 from connectors.sim.state import NodeState, Phase, Run, RunKey, StopKind, allocate
 from events.catalog.base import Event
-from events.catalog.decisions import JobPlaced, JobPreemptionRequested, JobReclaimRequested, JobReplicasAdded
+from events.catalog.decisions import (
+    JobPlaced,
+    JobPreemptionRequested,
+    JobReclaimRequested,
+    JobReplicasAdded,
+    ReplicaPlacement,
+)
 from events.catalog.errors import EventError
 from events.catalog.inventory import ClusterStatus, ClusterStatusChanged, NodeRemoved
 from events.catalog.jobs import (
@@ -59,6 +76,8 @@ from events.catalog.reasons import ReasonCode
 from events.catalog.types import JobId, NodeId
 from events.wire.codec import Headers, decode
 from events.wire.envelope import Envelope
+
+log = logging.getLogger("fedsched.connector.sim")
 
 _USAGE_CATCH_UP = 12
 """After a gap (the connector was down), report usage for at most this many of the windows missed."""
@@ -98,9 +117,11 @@ class ClusterModel:
         self._last_run: dict[JobId, int] = {}
         self._pending: dict[JobId, tuple[JobPlaced, str]] = {}
         self._stops: dict[RunKey, tuple[StopRequest, str]] = {}
-        self._deferred: list[tuple[JobPlaced, str]] = []
+        self._deferred: list[tuple[JobPlaced | JobReplicasAdded, str]] = []
+        """Placements, and parts opened by an addition, that the restore found not started yet."""
         self._adds: dict[RunKey, list[tuple[JobReplicasAdded, str]]] = {}
-        """Replicas added to runs not placed here yet (their ``JobPlaced`` waits for its submission)."""
+        """Replicas added to runs not placed here yet (their ``JobPlaced`` waits for its submission), or
+        to parts of a job whose submission is not known yet (it says whether the job spreads)."""
         self._timers: list[tuple[int, int, str, int, _Timer]] = []
         self._seq = 0
         self._drills = 0
@@ -143,21 +164,47 @@ class ClusterModel:
             if job is None:
                 self._pending[placed.job_id] = (placed, placed_id)
             elif key in history.started:
-                self._resume_running(placed, placed_id, job, history.started[key])
+                self._resume_running(job, placed.run, placed.replicas, placed_id, history.started[key])
             else:
                 self._deferred.append((placed, placed_id))
+        self._restore_added(history)
+
+    def _restore_added(self, history: History) -> None:
+        """Replicas added here, in log order: held again by their run or part if it runs, else kept for
+        it. The first addition of a spreading job's run not placed here opened the run's part here: it
+        runs again if it had started, is checked again if not, and stays closed if it had ended."""
+        placed = {(p.job_id, p.run) for p, _ in history.placements}
+        parts: dict[RunKey, bool] = {}
+        """Parts opened by an addition: whether it is live (running again, or to be checked again)."""
         for added, added_id in history.added:
             key = (added.job_id, added.run)
-            if key in history.finished:
+            job = self._job(added.job_id)
+            if job is not None and job.spreads and key not in placed and key not in parts:
+                parts[key] = self._restore_part(history, job, added, added_id)
+            elif key in history.finished or not parts.get(key, True):
                 continue
-            run = self.runs.get(key)
-            if run is not None:  # running again: it holds what was added, as before the restart
-                self._grow(run, added, added_id)
+            elif key in self.runs:  # running again: it holds what was added, as before the restart
+                self._grow(self.runs[key], added, added_id)
             else:
                 self._adds.setdefault(key, []).append((added, added_id))
 
-    def _resume_running(self, placed: JobPlaced, placed_id: str, job: JobSpec, started_ms: int) -> None:
-        run = Run(job, placed.run, placed.replicas, Phase.RUNNING, started_ms, placed_id, started_ms)
+    def _restore_part(self, history: History, job: JobSpec, added: JobReplicasAdded, added_id: str) -> bool:
+        key = (added.job_id, added.run)
+        if key in history.finished or added.run <= self._last_run.get(job.job_id, 0):
+            # ended here (or older than a run placed here since): an addition read again must not open it
+            self._last_run[job.job_id] = max(self._last_run.get(job.job_id, 0), added.run)
+            return False
+        if key in history.started:
+            self._last_run[job.job_id] = added.run
+            self._resume_running(job, added.run, added.replicas, added_id, history.started[key])
+        else:
+            self._deferred.append((added, added_id))
+        return True
+
+    def _resume_running(
+        self, job: JobSpec, number: int, replicas: tuple[ReplicaPlacement, ...], cause_id: str, started_ms: int
+    ) -> None:
+        run = Run(job, number, replicas, Phase.RUNNING, started_ms, cause_id, started_ms)
         self.runs[run.key] = run
         allocate(self.nodes, run, 1)
         self._schedule_end(run)
@@ -209,8 +256,11 @@ class ClusterModel:
         for node in self.nodes.values():
             self._observe(out, now_ms, node)
         self.begun = True
-        for placed, placed_id in self._deferred:
-            self._place(out, now_ms, placed, placed_id)
+        for decision, decision_id in self._deferred:
+            if isinstance(decision, JobPlaced):
+                self._place(out, now_ms, decision, decision_id)
+            else:
+                self._start_part(out, now_ms, self.jobs[decision.job_id], decision, decision_id)
         self._deferred.clear()
         for run in list(self.runs.values()):
             self._apply_requests(out, now_ms, run)
@@ -247,10 +297,20 @@ class ClusterModel:
     def _on_submitted(self, out: list[Emit], now_ms: int, event: JobSubmitted) -> None:
         if event.job_id in self.jobs:
             return
-        self.jobs[event.job_id] = JobSpec.from_submitted(event, self.config)
+        job = self.jobs[event.job_id] = JobSpec.from_submitted(event, self.config)
         pending = self._pending.pop(event.job_id, None)
         if pending is not None:
             self._place(out, now_ms, *pending)
+        if job.spreads:  # additions read before the submission said the job spreads: they open its parts
+            for key in [k for k in self._adds if k[0] == job.job_id]:
+                for added, added_id in self._adds.pop(key):
+                    self._on_replicas_added(out, now_ms, added, added_id)
+
+    def _job(self, job_id: JobId) -> JobSpec | None:
+        """The job's submission as the model keeps it, if known (decoded now if the restore kept it)."""
+        if job_id not in self.jobs:
+            self._read_submission(job_id)
+        return self.jobs.get(job_id)
 
     def _read_submission(self, job_id: JobId) -> bool:
         """Decode a submission the restore kept as bytes, now that a placement needs it."""
@@ -285,16 +345,23 @@ class ClusterModel:
 
     def _on_replicas_added(self, out: list[Emit], now_ms: int, added: JobReplicasAdded, added_id: str) -> None:
         """Start the added replicas on the named nodes; a run not here yet takes them when placed, one that
-        ended lets them go. An addition the cluster cannot take fails the run (``check_added``): the
-        scheduler counts those replicas as held, so keeping the run without them would mislead it."""
+        ended lets them go; for a job that spreads, they open the run's part here if it has none. An
+        addition the cluster cannot take fails the run, or its part here (``check_added``): the scheduler
+        counts those replicas as held, so keeping the run without them would mislead it."""
         key = (added.job_id, added.run)
         run = self.runs.get(key)
         if run is None:
-            if added.run > self._last_run.get(added.job_id, 0):  # its placement is still to come
+            job = self._job(added.job_id)
+            if job is not None and job.spreads:
+                self._open_part(out, now_ms, job, added, added_id)
+            elif added.run > self._last_run.get(added.job_id, 0):  # its placement is still to come
                 self._adds.setdefault(key, []).append((added, added_id))
+            else:
+                log.debug("event=replicas_added_ignored cluster=%s job=%s run=%d reason=run_ended_here",
+                          self.cluster, added.job_id, added.run)  # fmt: skip
             return
-        if run.phase is Phase.STOPPING or added.replicas[0].replica < len(run.placement):
-            return  # stopping anyway, or seen before (a redelivery)
+        if run.phase is Phase.STOPPING or added.replicas[0].replica <= max(r.replica for r in run.placement):
+            return  # stopping anyway, or seen before (a redelivery: numbers only grow within a run)
         refusal = check_added(added, run.placement, run.job, self.nodes)
         if refusal is not None:
             failed = JobFailed(
@@ -311,6 +378,22 @@ class ClusterModel:
         self._grow(run, added, added_id)
         for name in dict.fromkeys(r.node for r in added.replicas):
             self._observe(out, now_ms, self.nodes[name])
+
+    def _open_part(self, out: list[Emit], now_ms: int, job: JobSpec, added: JobReplicasAdded, added_id: str) -> None:
+        """Open the run's part here with the added replicas, unless the part here ended already (or a
+        newer run of the job was placed here): the scheduler never opens a part again within a run, so
+        such an addition is a copy read late."""
+        if added.run <= self._last_run.get(job.job_id, 0):
+            log.debug("event=part_not_reopened cluster=%s job=%s run=%d reason=part_ended_here",
+                      self.cluster, job.job_id, added.run)  # fmt: skip
+            return
+        self._start_part(out, now_ms, job, added, added_id)
+
+    def _start_part(self, out: list[Emit], now_ms: int, job: JobSpec, added: JobReplicasAdded, added_id: str) -> None:
+        """Check and start a part as a placement of the added replicas (``check_added`` of a part holding
+        none yet); refused, the part fails with the reason, as a placement would."""
+        check = partial(check_added, added, (), job, self.nodes)
+        self._open(out, now_ms, job, added.run, added.replicas, added_id, check, "replicas added refused: ")
 
     def _grow(self, run: Run, added: JobReplicasAdded, added_id: str) -> None:
         """Take the added replicas' resources and hold them with the run's (they end with it)."""
@@ -330,22 +413,39 @@ class ClusterModel:
 
     def _place(self, out: list[Emit], now_ms: int, placed: JobPlaced, placed_id: str) -> None:
         job = self.jobs[placed.job_id]
-        self._last_run[job.job_id] = max(self._last_run.get(job.job_id, 0), placed.run)
-        run = Run(job, placed.run, placed.replicas, Phase.ACCEPTED, now_ms, placed_id)
+        check = partial(check_placement, placed, job, self.nodes)
+        self._open(out, now_ms, job, placed.run, placed.replicas, placed_id, check, "placement refused: ")
+
+    def _open(
+        self,
+        out: list[Emit],
+        now_ms: int,
+        job: JobSpec,
+        number: int,
+        replicas: tuple[ReplicaPlacement, ...],
+        cause_id: str,
+        check: Callable[[], Refusal | None],
+        refused: str,
+    ) -> None:
+        """Accept run ``number`` of the job here (a placement, or a part opened by an addition): stopped
+        at once if a cancel, preemption or reclaim came first, failed if ``check`` refuses it, else its
+        resources are taken and it starts after the start delay."""
+        self._last_run[job.job_id] = max(self._last_run.get(job.job_id, 0), number)
+        run = Run(job, number, replicas, Phase.ACCEPTED, now_ms, cause_id)
         if job.job_id in self._cancels or run.key in self._stops:
             self._apply_requests(out, now_ms, run, placed_only=True)
             return
-        refusal = check_placement(placed, job, self.nodes)
+        refusal = check()
         if refusal is not None:
             failed = JobFailed(
                 job_id=job.job_id,
                 cluster=self.cluster,
                 run=run.run,
                 reason=refusal.reason,
-                message="placement refused: " + refusal.message,
+                message=refused + refusal.message,
                 node=refusal.node,
             )
-            self._emit(out, now_ms, failed, job.job_id, run.run, "failed", run=run, cause=placed_id)
+            self._emit(out, now_ms, failed, job.job_id, run.run, "failed", run=run, cause=cause_id)
             return
         self.runs[run.key] = run
         allocate(self.nodes, run, 1)

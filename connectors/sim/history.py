@@ -4,11 +4,12 @@ Called by the host's start-up read (``connectors.sim.restore``), which feeds it 
 the jobs, decisions and inventory topics, and by unit tests, which feed it envelopes directly. Pure: a
 fold of envelopes into plain data; the model (``ClusterModel.restore``) turns it back into state.
 
-What counts: every ``JobSubmitted`` and ``JobCancelRequested``; the placements, preemption and reclaim
-requests addressed to this cluster (in decision-log order); the lifecycle facts about runs on this
-cluster (who ever published them); and this connector's own inventory events (by envelope source),
-which give each node's last generation and snapshot, the cluster's origin (first event) and the time up
-to which everything it schedules by the clock has been published (its last event).
+What counts: every ``JobSubmitted`` and ``JobCancelRequested``; the placements, replicas added (which may
+open a spread run's part here), preemption and reclaim requests addressed to this cluster (in
+decision-log order); the lifecycle facts about runs and parts on this cluster (who ever published
+them); and this connector's own inventory events (by envelope source), which give each node's last
+generation and snapshot, the cluster's origin (first event) and the time up to which everything it
+schedules by the clock has been published (its last event).
 """
 
 from __future__ import annotations
@@ -38,9 +39,11 @@ class History:
     cancels: dict[JobId, tuple[JobCancelRequested, str]] = field(default_factory=dict)
     placements: list[tuple[JobPlaced, str]] = field(default_factory=list)
     placed_jobs: dict[str, None] = field(default_factory=dict)
-    """Jobs ever placed here (their lifecycle records matter; others' may be skipped undecoded)."""
+    """Jobs ever placed or given replicas here (their lifecycle records matter; others' may be skipped
+    undecoded)."""
     added: list[tuple[JobReplicasAdded, str]] = field(default_factory=list)
-    """Replicas added to runs here, in log order (applied after their run's placement)."""
+    """Replicas added to runs here, in log order (applied after their run's placement; the first for a
+    spreading job's run not placed here opened its part here)."""
     stops: dict[RunKey, tuple[StopRequest, str]] = field(default_factory=dict)
     started: dict[RunKey, int] = field(default_factory=dict)
     finished: dict[RunKey, None] = field(default_factory=dict)
@@ -68,6 +71,7 @@ class History:
             self.placed_jobs[event.job_id] = None
         elif isinstance(event, JobReplicasAdded):
             self.added.append((event, envelope.id))
+            self.placed_jobs[event.job_id] = None
         elif isinstance(event, JobPreemptionRequested | JobReclaimRequested):
             self.stops.setdefault((event.job_id, event.run), (event, envelope.id))
         elif isinstance(event, JobStarted):

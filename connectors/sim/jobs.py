@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from connectors.sim.config import SimConfig, ms
 from events.catalog.jobs import Interconnect, JobKind, JobSubmitted, Toleration
+from events.catalog.lifecycle import spreads
 from events.catalog.types import JobId, Resources, TenantId
 
 CREATION_LABEL = "trace.fedsched.io/creation-time"
@@ -55,6 +56,16 @@ class JobSpec:
     interconnect: Interconnect | None = None
     """The interconnect the job requires (``interconnect_required``): every replica in one NVLink domain
     or RDMA fabric of it; None: none required."""
+    spread_clusters: int = 1
+    """How many clusters the job's run may hold replicas in (``inference.spread_clusters``)."""
+    part_cap: int | None = None
+    """For a job that spreads (``events.catalog.lifecycle.spreads``): the most replicas of its run one
+    cluster may hold (``InferenceSpec.per_cluster_cap``), its part here; None: it does not spread, its run
+    lives in one cluster."""
+
+    @property
+    def spreads(self) -> bool:
+        return self.part_cap is not None
 
     @classmethod
     def from_submitted(cls, job: JobSubmitted, config: SimConfig) -> JobSpec:
@@ -74,6 +85,8 @@ class JobSpec:
             exit_code=_label_int(labels, EXIT_CODE_LABEL, -(2**31), 2**31 - 1) or 1,
             start_delay_ms=_label_ms(labels, START_DELAY_LABEL),
             interconnect=job.interconnect if job.interconnect_required else None,
+            spread_clusters=job.inference.spread_clusters if job.inference is not None else 1,
+            part_cap=job.inference.per_cluster_cap(job.replicas) if job.inference and spreads(job) else None,
         )
 
 

@@ -97,14 +97,18 @@ class NodeState:
 
 @dataclass(slots=True)
 class Run:
+    """A run of a job in this cluster; for a job that spreads over clusters, the run's part here."""
+
     job: JobSpec
     run: int
     placement: tuple[ReplicaPlacement, ...]
-    """Every replica it holds: its ``JobPlaced``'s, then those each ``JobReplicasAdded`` added."""
+    """Every replica it holds here: its ``JobPlaced``'s (or, for a part of a run spread over clusters, the
+    ``JobReplicasAdded`` that opened the part here), then those each later ``JobReplicasAdded`` added."""
     phase: Phase
     accepted_ms: int
     placed_id: str | None = None
-    """Envelope id of the ``JobPlaced`` (causation of what follows)."""
+    """Envelope id of the ``JobPlaced``, or of the ``JobReplicasAdded`` that opened the part (causation of
+    what follows)."""
     started_ms: int | None = None
     stop: StopKind | None = None
     stop_id: str | None = None

@@ -17,11 +17,14 @@ from connectors.kubernetes import KubernetesConnector, names
 from events.catalog.base import Event
 from events.catalog.decisions import CandidateScore, JobPreemptionRequested, JobReplicasAdded, ReplicaPlacement
 from events.catalog.jobs import (
+    InferenceSpec,
     JobCancelled,
     JobCancelRequested,
     JobFailed,
+    JobKind,
     JobPreempted,
     JobStarted,
+    JobSubmitted,
     JobSucceeded,
 )
 from events.catalog.reasons import ReasonCode
@@ -273,3 +276,67 @@ async def test_replicas_added_to_a_run_become_pods_and_the_run_succeeds_only_wit
     (succeeded,) = await scene.tap.wait(JobSucceeded, job_id=job)
     assert succeeded.message == "4 replica(s) succeeded"  # the pod watcher counted the added replicas
     assert scene.tap.events(JobFailed, job_id=job) == []
+
+
+def spread_service(job: str) -> JobSubmitted:
+    return a_job(job, replicas=4, kind=JobKind.INFERENCE, inference=InferenceSpec(spread_clusters=2))
+
+
+def part_here(scene: Scene, job: str) -> JobReplicasAdded:
+    """Replicas 2 and 3 of run 1 in the scene's cluster (0 and 1 were placed in another)."""
+    return JobReplicasAdded(
+        job_id=JobId(job),
+        cycle_id=CycleId("cycle-2"),
+        cluster=ClusterId(scene.cluster),
+        run=1,
+        replicas=tuple(
+            ReplicaPlacement(replica=r, node=NodeId(scene.nodes[r - 2]), gpu_indices=(0,), gpu_milli_each=1000)
+            for r in (2, 3)
+        ),
+        running_replicas=4,
+        chosen=CandidateScore(cluster=ClusterId(scene.cluster), total=0),
+        explanation="2 replicas in a second cluster",
+    )
+
+
+async def test_replicas_added_here_to_a_spread_run_placed_elsewhere_open_its_part_here_reported_as_here(
+    scene: Scene,
+) -> None:
+    job, elsewhere = unique("svc"), unique("elsewhere")
+    await scene.publish(spread_service(job), a_placement(job, ("far-0", "far-1"), cluster=elsewhere))
+    await scene.publish(part_here(scene, job))
+    pods = await scene.pods(job, 2)
+    assert [p["metadata"]["labels"][names.LABEL_REPLICA] for p in pods] == ["2", "3"]
+    assert {p["metadata"]["labels"][names.LABEL_RUN] for p in pods} == {"1"}
+    assert {p["metadata"]["annotations"][names.ANN_PART_REPLICAS] for p in pods} == {"2"}
+    await scene.set_status(pods, RUNNING)
+    (started,) = await scene.tap.wait(JobStarted, job_id=job)
+    assert (started.cluster, started.run, started.message) == (scene.cluster, 1, "2 replica(s) running")
+    await scene.set_status(pods, SUCCEEDED)
+    (succeeded,) = await scene.tap.wait(JobSucceeded, job_id=job)
+    assert (succeeded.cluster, succeeded.run) == (scene.cluster, 1)
+    assert scene.tap.events(JobFailed, job_id=job) == []
+    assert scene.tap.events(JobStarted, job_id=job, cluster=elsewhere) == []  # nothing said for the other part
+    scene.no_duplicates()
+
+
+async def test_a_cancel_stops_a_spread_runs_part_here_and_one_read_before_the_part_cancels_it_at_once(
+    scene: Scene,
+) -> None:
+    job, early = unique("svc"), unique("early")
+    await scene.publish(spread_service(job), a_placement(job, ("far-0", "far-1"), cluster=unique("elsewhere")))
+    await scene.publish(part_here(scene, job))
+    pods = await scene.pods(job, 2)
+    await scene.set_status(pods, RUNNING)
+    await scene.tap.wait(JobStarted, job_id=job)
+    await scene.publish(JobCancelRequested(job_id=JobId(job), requester="alice@example.com"))
+    (cancelled,) = await scene.tap.wait(JobCancelled, job_id=job)
+    assert (cancelled.cluster, cancelled.run, cancelled.requester) == (scene.cluster, 1, "alice@example.com")
+    await scene.gone(job)
+
+    # The cancel was read before the addition that opens the part here: no pods, the part ends cancelled.
+    await scene.publish(spread_service(early), JobCancelRequested(job_id=JobId(early), requester="bob"))
+    await scene.publish(part_here(scene, early))
+    (cancelled,) = await scene.tap.wait(JobCancelled, job_id=early)
+    assert (cancelled.cluster, cancelled.run, cancelled.requester) == (scene.cluster, 1, "bob")
+    assert await scene.kube.job_pods(scene.cluster, early) == []

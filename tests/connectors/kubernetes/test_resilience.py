@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Awaitable
 from functools import partial
 from pathlib import Path
 
 import pytest
 
 from connectors.kubernetes import KubernetesConnector, names
-from events.catalog.decisions import JobPreemptionRequested
+from events.catalog.decisions import CandidateScore, JobPreemptionRequested, JobReplicasAdded, ReplicaPlacement
 from events.catalog.inventory import ClusterStatus, ClusterStatusChanged, NodeObserved
-from events.catalog.jobs import JobPreempted, JobStarted, JobSucceeded
+from events.catalog.jobs import InferenceSpec, JobKind, JobPreempted, JobStarted, JobSucceeded
 from events.catalog.topics import JOBS
-from events.catalog.types import ClusterId, CycleId, JobId
+from events.catalog.types import ClusterId, CycleId, JobId, NodeId
 from events.log.publisher import Publisher
 
 from .builders import a_job, a_node, a_placement, container_status, pod_status, running, terminated
-from .support import Kube, Proxy, Running, Tap, config, delete_nodes, kubeconfig_via, unique, wait_until
+from .support import Kube, Obj, Proxy, Running, Tap, config, delete_nodes, kubeconfig_via, unique, wait_until
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.kube, pytest.mark.timeout(180)]
 
@@ -194,3 +195,72 @@ async def test_a_restarted_connector_reports_what_happened_while_it_was_away_onc
         assert_no_duplicates(tap, cluster, topic=JOBS.name)
     finally:
         await delete_nodes(kube, nodes)
+
+
+async def test_a_restarted_connector_recognises_a_spread_runs_part_by_its_pods_and_never_reopens_it(
+    kube: Kube, tap: Tap, scheduler: Publisher, connectors: Running
+) -> None:
+    cluster = unique("part")
+    nodes = [f"{cluster}-n{i}" for i in range(2)]
+    try:
+        for node in nodes:
+            await kube.node(a_node(node).gpus(8).build())
+        first = await connectors.start(config(cluster))
+        job = unique("svc")
+        added = JobReplicasAdded(
+            job_id=JobId(job),
+            cycle_id=CycleId("cycle-2"),
+            cluster=ClusterId(cluster),
+            run=1,
+            replicas=tuple(
+                ReplicaPlacement(replica=r, node=NodeId(nodes[r - 2]), gpu_indices=(0,), gpu_milli_each=1000)
+                for r in (2, 3)
+            ),
+            running_replicas=4,
+            chosen=CandidateScore(cluster=ClusterId(cluster), total=0),
+            explanation="2 replicas in a second cluster",
+        )
+        service = a_job(job, replicas=4, kind=JobKind.INFERENCE, inference=InferenceSpec(spread_clusters=2))
+        await scheduler.publish([service, a_placement(job, ("far-0", "far-1"), cluster=unique("first")), added])
+        pods = await wait_until(lambda: _exactly(kube.job_pods(cluster, job), 2), 30, "the part's 2 pods")
+        for pod in pods:
+            await kube.set_pod_status(pod, RUNNING)
+        await tap.wait(JobStarted, job_id=job)
+        await wait_until(lambda: _reported(kube, cluster, job, "started"), 30, "the start recorded on the pods")
+        await connectors.stop(first)
+
+        for pod in pods:  # away: the part's replicas finish
+            await kube.set_pod_status(pod, SUCCEEDED)
+        second = await connectors.start(config(cluster))
+        (ended,) = await tap.wait(JobSucceeded, job_id=job)
+        assert (ended.cluster, ended.run, ended.message) == (cluster, 1, "2 replica(s) succeeded")
+        assert len(tap.events(JobStarted, job_id=job)) == 1
+
+        # The part's pods are cleaned away; the addition that opened it, read again, opens nothing.
+        await wait_until(lambda: _reported(kube, cluster, job, "started,succeeded"), 30, "the end recorded")
+        for pod in await kube.job_pods(cluster, job):
+            await kube.delete_pod(pod, 0)
+        await wait_until(lambda: _gone(kube.job_pods(cluster, job)), 30, "the part's pods gone")
+        await scheduler.publish([added])
+        marker = unique("marker")
+        await scheduler.publish([a_job(marker), a_placement(marker, (nodes[0],), cluster=cluster)])
+        await wait_until(lambda: _exactly(kube.job_pods(cluster, marker), 1), 30, "the marker's pod")
+        await wait_until(lambda: second.book.run_ended(JobId(job), 1), 30, "the part's end read")
+        assert await kube.job_pods(cluster, job) == []
+        assert_no_duplicates(tap, cluster, topic=JOBS.name)
+    finally:
+        await delete_nodes(kube, nodes)
+
+
+async def _exactly(found: Awaitable[list[Obj]], count: int) -> list[Obj] | None:
+    pods = await found
+    return pods if len(pods) == count else None
+
+
+async def _gone(found: Awaitable[list[Obj]]) -> bool:
+    return not await found
+
+
+async def _reported(kube: Kube, cluster: str, job: str, reported: str) -> bool:
+    pods = await kube.job_pods(cluster, job)
+    return bool(pods) and all(p["metadata"].get("annotations", {}).get(names.ANN_REPORTED) == reported for p in pods)

@@ -20,7 +20,7 @@ from events.catalog.decisions import (
     ReplicaPlacement,
 )
 from events.catalog.inventory import Taint
-from events.catalog.jobs import Interconnect, JobCancelRequested, JobKind, JobSubmitted, Toleration
+from events.catalog.jobs import InferenceSpec, Interconnect, JobCancelRequested, JobKind, JobSubmitted, Toleration
 from events.catalog.types import ClusterId, JobId, NodeId, Resources, TaintEffect, TenantId
 from events.wire.envelope import Envelope
 
@@ -117,6 +117,12 @@ class JobBuilder:
     labels: dict[str, str] = field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
     rdma_required: bool = False
+    inference: InferenceSpec | None = None
+
+    def spread(self, clusters: int) -> Self:
+        """An inference service whose run may hold replicas in up to ``clusters`` clusters."""
+        self.inference = InferenceSpec(spread_clusters=clusters)
+        return self.kind(JobKind.INFERENCE)
 
     def requires_rdma(self) -> Self:
         self.rdma_required = True
@@ -192,6 +198,7 @@ class JobBuilder:
             tolerations=self.tolerations,
             interconnect=Interconnect.RDMA if self.rdma_required else Interconnect.NONE,
             interconnect_required=self.rdma_required,
+            inference=self.inference,
         )
 
 
@@ -242,8 +249,11 @@ def a_placement(job_id: str = "job-1") -> PlacementBuilder:
     return PlacementBuilder(job_id)
 
 
-def replicas_added(job_id: str, first: int, *on: tuple[str, tuple[int, ...]], run: int = 1) -> JobReplicasAdded:
-    """A top-up of run ``run``: replicas numbered from ``first``, one per (node, GPU indices)."""
+def replicas_added(
+    job_id: str, first: int, *on: tuple[str, tuple[int, ...]], run: int = 1, cluster: str = CLUSTER
+) -> JobReplicasAdded:
+    """A top-up of run ``run`` in ``cluster``: replicas numbered from ``first``, one per (node, GPU
+    indices); the run holds every number below the last one added (in this cluster or others)."""
     replicas = tuple(
         ReplicaPlacement(replica=first + i, node=NodeId(node), gpu_indices=gpus, gpu_milli_each=1000 if gpus else 0)
         for i, (node, gpus) in enumerate(on)
@@ -251,11 +261,11 @@ def replicas_added(job_id: str, first: int, *on: tuple[str, tuple[int, ...]], ru
     return JobReplicasAdded(
         job_id=JobId(job_id),
         cycle_id="cycle-2",
-        cluster=ClusterId(CLUSTER),
+        cluster=ClusterId(cluster),
         run=run,
         replicas=replicas,
         running_replicas=first + len(replicas),
-        chosen=CandidateScore(cluster=ClusterId(CLUSTER), total=0),
+        chosen=CandidateScore(cluster=ClusterId(cluster), total=0),
         explanation="test top-up",
     )
 

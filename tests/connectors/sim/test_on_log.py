@@ -21,11 +21,20 @@ from events.catalog.inventory import (
 )
 from events.catalog.jobs import JobCancelled, JobFailed, JobPreempted, JobReclaimed, JobStarted, JobSucceeded
 from events.catalog.reasons import ReasonCode
-from events.catalog.types import ClusterId
+from events.catalog.types import ClusterId, NodeId
 from events.log import EventLog
 from events.wire.envelope import Envelope
 
-from .builders import FIXTURES, a_job, a_node, a_placement, cancel_request, preemption_request, reclaim_request
+from .builders import (
+    FIXTURES,
+    a_job,
+    a_node,
+    a_placement,
+    cancel_request,
+    preemption_request,
+    reclaim_request,
+    replicas_added,
+)
 from .logtools import Client, Tail, drain, unique
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.timeout(60)]
@@ -196,3 +205,27 @@ async def test_seeded_faults_on_the_log_are_the_seeded_schedule(sim_log: EventLo
     kinds = (GpuHealthReported, NodeRemoved, NodeObserved)
     on_log = sorted((e.time_ms, e.id, e.data) for e in tail.envelopes if isinstance(e.data, kinds))
     assert on_log == sorted((e.time_ms, e.id, e.event) for e in offline if isinstance(e.event, kinds))
+
+
+async def test_a_spread_services_part_opened_here_survives_a_restart_and_ends_once(sim_log: EventLog) -> None:
+    config = SimConfig(speed=200, start_delay_s=10, usage_interval_s=600)
+    spec = ClusterSpec.build(unique("sim-part"), [a_node("p-0").gpus(4, "T4", 15109).build()])
+    job, elsewhere = unique("svc"), unique("sim-first")
+    service = a_job(job).spread(2).gpus(1).replicas(4).runtime(2000).submitted()
+    first = SimCluster(sim_log, spec, config)
+    async with Tail(sim_log, spec.cluster) as tail, Client(sim_log) as client:
+        await first.start()
+        await client.send(service, a_placement(job).cluster(elsewhere).on("far-0", 0).on("far-0", 1).placed())
+        await client.send(replicas_added(job, 2, ("p-0", (0,)), ("p-0", (1,)), cluster=spec.cluster))
+        await tail.wait_for(lambda: tail.of(JobStarted, job), "the part to start here")
+        await first.stop()
+        again = SimCluster(sim_log, spec, config)  # a restart: rebuilt from the log
+        await again.start()
+        try:
+            await tail.wait_for(lambda: tail.of(JobSucceeded, job), "the part to end here", timeout_s=40)
+        finally:
+            await again.stop()
+    [started], [ended] = tail.of(JobStarted, job), tail.of(JobSucceeded, job)
+    assert (started.data.cluster, ended.data.cluster, ended.data.run) == (spec.cluster, spec.cluster, 1)  # type: ignore[attr-defined]
+    assert ended.time_ms - started.time_ms == 2_000_000  # as it would have ended without the restart
+    assert again.model is not None and again.model.nodes[NodeId("p-0")].gpu_milli == [0, 0, 0, 0]
