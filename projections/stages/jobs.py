@@ -6,6 +6,15 @@ the job queued, not failed: the scheduler's verdict decides, ``JobRetryScheduled
 "retry 1 of 3 after node n-17 failed", one more in ``retries``) or ``JobRetriesExhausted`` (failed, with
 the reason ``RetriesExhausted`` and the scheduler's words).
 
+A spread inference service (``events.catalog.lifecycle.spreads``) runs in parts, one per cluster
+(``RunPart``): its placement opens the first, a ``JobReplicasAdded`` naming another cluster opens that
+cluster's part (or grows it), and every replica says its cluster. A run-end event of such a job ends only
+its cluster's part: that part's replicas stop holding (their nodes, their queue hold, their device time
+until then), the timeline says where the service runs on, and the status stays. The run ends with the
+scheduler's ``JobRunClosed``, as its last part did; a failure then awaits the retry verdict as any run's.
+A report about a part sorted before the addition that opens it waits for it (as a run's reports wait for
+its placement), and the close waits for the ends of the parts it closes.
+
 Called by the projection hosts; its entities are keyed by job id. Pure. Besides the view, this stage
 derives the deltas the other stages need: a placement becomes allocations on its nodes and on its
 tenant's queue; the end of a run releases them and reports the GPU time used; a queued job is
@@ -110,11 +119,9 @@ _RUN_ENDS: dict[str, tuple[str, str]] = {
 timeline's reason (``Preempted``). Plain strings: the view is stored as it is."""
 _HOW: dict[str, str] = {cls.event_type.rsplit(".", 1)[-1]: how.value for cls, how in RUN_END_OF.items()}
 """Each event that ends a run (or a spread run's part) -> how (``RunEnd``'s word)."""
-_OUTCOMES: dict[str, tuple[str, str]] = {
-    how.value: (STATUS_AFTER[cls].value, how.value) for cls, how in RUN_END_OF.items()
-}
-"""How a spread run's part or the run itself ended (``RunEnd``'s word) -> the status the run's end leaves
-the job in, and the word itself."""
+_STATUS_AFTER_OUTCOME: dict[str, str] = {how.value: STATUS_AFTER[cls].value for cls, how in RUN_END_OF.items()}
+"""How a run ended (``RunEnd``'s word, a ``JobRunClosed.outcome``) -> the status its end leaves the job in
+(before a failure's verdict)."""
 _CLOSE = "JobRunClosed"
 _RUN_FACTS = frozenset({"JobStarted", "JobReplicasAdded", *_RUN_ENDS, _CLOSE})
 _PART_FACTS = frozenset({"JobStarted", "JobPreemptionRequested", "JobReclaimRequested", *_RUN_ENDS})
@@ -659,7 +666,8 @@ def _waits(view: JobView, fact: Fact, facts: Sequence[Fact]) -> bool:
     """Whether the deltas of ``fact``, folded onto ``view``, wait for a cause not read yet (not in
     ``facts``): the job's submission; the end of the run it holds, before a new placement or a new
     wait; the placement of the run a report is about. A cause read already waits for nothing, even
-    one later in job order (clocks apart): the fold then does what job order says."""
+    one later in job order (clocks apart): the fold then does what job order says. A spread run: a report
+    about a part waits for the addition that opens it, and the close for its open parts' ends."""
     kind = fact.event
     if view.orphan:
         return kind != "JobSubmitted" and not any(f.event == "JobSubmitted" for f in facts)
@@ -673,6 +681,11 @@ def _waits(view: JobView, fact: Fact, facts: Sequence[Fact]) -> bool:
         return not any(f.event == "JobPlaced" and f.run == fact.run for f in facts)
     if view.spread and kind in _PART_FACTS and kind in _RUN_FACTS and fact.run != 0 and _awaits_part(view, fact):
         return not any(_opens(f, fact.run, fact.cluster) for f in facts)
+    if kind == _CLOSE and view.spread and fact.run == view.run and view.allocated:
+        # The close follows every part's end: its parts' ends not read yet would release their replicas
+        # at their own times, so the close waits for them (a part's end sorted after it ends nothing more).
+        ended = {f.cluster for f in facts if f.event in _RUN_ENDS and f.run == fact.run}
+        return any(not part.ended and part.cluster not in ended for part in view.parts)
     return False
 
 
@@ -929,21 +942,15 @@ def _closed(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView,
         return _stale_end(view, fact, now, **extra)
     if not view.allocated:
         return _log(view, now, view.status, fact, **extra), []
+    # A part whose end was not read (lost, or later in job order) ended as the close says it did.
     ends = {cluster: (how, reason) for cluster, how, reason in closure.parts}
-    parts = tuple(
-        p
-        if p.ended
-        else evolve(
-            p,
-            ended=ends.get(p.cluster, (closure.outcome, ""))[0],
-            reason=ends.get(p.cluster, ("", ""))[1],
-            ended_ms=now,
-        )
-        for p in view.parts
-    )
-    early = tuple(e for e in view.early if e.run > fact.run)
-    status, _ = _OUTCOMES[closure.outcome]
-    return _end_run(view, fact, now, status, parts=parts, early=early, **extra)
+    parts = []
+    for p in view.parts:
+        how, reason = ends.get(p.cluster, (closure.outcome, ""))
+        parts.append(p if p.ended else evolve(p, ended=how, reason=reason, ended_ms=now))
+    early = tuple(e for e in view.early if e.run > fact.run)  # reports of a part that never opened
+    status = _STATUS_AFTER_OUTCOME[closure.outcome]
+    return _end_run(view, fact, now, status, parts=tuple(parts), early=early, **extra)
 
 
 def _run_ended(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView, list[Emitted]]:
