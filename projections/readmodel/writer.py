@@ -81,7 +81,7 @@ async def load_positions(pool: asyncpg.Pool, schema: str) -> dict[tuple[str, int
     return {(row["topic"], row["partition"]): row["next_offset"] for row in rows}
 
 
-STATE_FORMAT = 12
+STATE_FORMAT = 13
 """The format of the stored entities: raise it whenever a fold changes what the read models say (the log
 is then replayed into them). A change of a stored class's fields needs no raise: the stage codec's layout
 fingerprint (``projections.stages.codec.LAYOUT``) is stored beside it in the marker and changes by itself,
@@ -111,7 +111,10 @@ its failed NPUs (never free) and the nodes table counts its ``npus_healthy``; a 
 holds; a queue holds what a run holds, not what its job asks; its device time counts an added replica from
 when it was added); 12: NPU health is folded as GPU health is (a health report's NPU samples; a failed NPU
 counts among the node's failures and lowers its health and its cluster's stability), and the nodes table
-counts its ``npus_degraded``."""
+counts its ``npus_degraded``; 13: a spread inference service's run lives in parts, one per cluster
+(``JobReplicasAdded`` v2 naming another cluster opens one; a run-end event ends only its cluster's part;
+``JobRunClosed`` ends the run), each replica names its cluster (the placement's fifth entry), and the jobs
+table has the ``clusters`` the run holds replicas in, its ``parts`` and the ``spread_clusters`` it asked."""
 _FORMAT_KEY = ("_format", "")
 ENDED_JOBS = f"{JOB_STAGE}.ended"
 """The stage name an ended job's view is stored under: not loaded at start (the in-process host keeps
