@@ -169,6 +169,8 @@ class ReplicaSlot:
     npu_indices: tuple[int, ...] = ()
     cluster: str = ""
     """The cluster of the node (a spread run holds replicas in several)."""
+    replica: int = 0
+    """Its number in the run (unique across a spread run's clusters)."""
 
 
 @record
@@ -544,7 +546,7 @@ def _fact(event: Event, kind: str, order: Order, now: int) -> Fact:
         return Fact(order, now, kind, 0, ",".join(r.value for r in event.reasons), event.message[:512], wait)
     if isinstance(event, JobReplicasAdded | JobPlaced):
         slots = tuple(
-            ReplicaSlot(r.node, tuple(r.gpu_indices), r.gpu_milli_each, tuple(r.npu_indices), event.cluster)
+            ReplicaSlot(r.node, tuple(r.gpu_indices), r.gpu_milli_each, tuple(r.npu_indices), event.cluster, r.replica)
             for r in event.replicas
         )
         placement = Placement(event.cluster, slots, event.replicas[0].replica)

@@ -56,11 +56,11 @@ def timeline_entry(entry: Sequence[Any]) -> jobs_pb2.TimelineEntry:
 
 def slots(placement: Sequence[Sequence[Any]] | None, cluster: str = "") -> list[jobs_pb2.ReplicaSlot]:
     """A placement's replicas, as the job row keeps them: ``[node, gpu indices, milli each, npu indices,
-    cluster]`` (rows from before NPUs were kept have three entries, from before replicas said their cluster
-    four: theirs is ``cluster``, the run's)."""
+    cluster, replica]`` (rows from before NPUs were kept have three entries, from before replicas said their
+    cluster and number four: theirs is ``cluster``, the run's, and their place in the placement)."""
     return [
         jobs_pb2.ReplicaSlot(
-            replica=i,
+            replica=int(rest[2]) if len(rest) > 2 and rest[2] is not None else i,
             node=str(node),
             gpu_indices=[int(g) for g in gpus],
             gpu_milli_each=int(each),

@@ -49,7 +49,7 @@ def _converted(table: tables.Table, rows: Callable[[str, Any], Sequence[Row]]) -
 
 def _job_rows(key: str, job: JobView) -> Sequence[Row]:
     placement = [
-        [s.node, list(s.gpu_indices), s.gpu_milli_each, list(s.npu_indices), s.cluster or job.cluster]
+        [s.node, list(s.gpu_indices), s.gpu_milli_each, list(s.npu_indices), s.cluster or job.cluster, s.replica]
         for s in job.placement
     ]
     parts = [[p.cluster, p.replicas, p.opened_ms, p.ended, p.reason, p.ended_ms] for p in job.parts]

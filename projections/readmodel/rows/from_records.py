@@ -58,8 +58,9 @@ def _maybe_int(r: Record, name: str) -> int | None:
 
 
 def slots(value: Any) -> tuple[Slot, ...]:
-    """A placement's replicas: ``[node, gpu indices, milli each, npu indices, cluster]`` (rows written
-    before NPUs were kept have no fourth entry, before replicas said their cluster no fifth)."""
+    """A placement's replicas: ``[node, gpu indices, milli each, npu indices, cluster, replica]`` (rows
+    written before NPUs were kept have no fourth entry, before replicas said their cluster and number no
+    fifth and sixth)."""
     return tuple(
         Slot(
             str(node),
@@ -67,6 +68,7 @@ def slots(value: Any) -> tuple[Slot, ...]:
             int(each),
             tuple(int(u) for u in (rest[0] if rest else ())),
             str(rest[1] or "") if len(rest) > 1 else "",
+            int(rest[2]) if len(rest) > 2 else None,
         )
         for node, gpus, each, *rest in _json(value) or ()
     )

@@ -28,6 +28,8 @@ class Slot(NamedTuple):
     npu_indices: tuple[int, ...] = ()
     cluster: str = ""
     """Its node's cluster ("" in rows written before replicas said it: the job's ``cluster``)."""
+    replica: int | None = None
+    """Its number in the run (``None`` in rows written before: its place in the placement)."""
 
 
 class RunPart(NamedTuple):
