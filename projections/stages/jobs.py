@@ -126,6 +126,8 @@ _CLOSE = "JobRunClosed"
 _RUN_FACTS = frozenset({"JobStarted", "JobReplicasAdded", *_RUN_ENDS, _CLOSE})
 _PART_FACTS = frozenset({"JobStarted", "JobPreemptionRequested", "JobReclaimRequested", *_RUN_ENDS})
 """What a spread run's cluster reports or is asked of its own part only: a step taken once per part."""
+_REPORTS = frozenset({"JobStarted", *_RUN_ENDS})
+"""What a cluster reports of its part of a spread run (a part not opened yet waits for its opening)."""
 _REQUESTS = frozenset({"JobPreemptionRequested", "JobReclaimRequested", "JobCancelRequested"})
 _RANK = {
     "JobSubmitted": 0,
@@ -488,14 +490,20 @@ def _repeated(view: JobView, event: Event, wait: tuple[str, tuple[str, ...]] | N
         return wait is None
     kind = _NAMES[type(event)]
     run: int = getattr(event, "run", 0)
-    step = _step(kind, run, _part_of(view, kind, run, getattr(event, "cluster", None) or ""))
-    return step is not None and step in view.seen
+    # A step is named with its part when it was folded while the job spreads or its submission was not
+    # read yet: either name says it was taken (a fact folded while orphan is not folded again if the
+    # submission comes last in job order).
+    part = cluster if (cluster := getattr(event, "cluster", None) or "") and kind in _PART_FACTS and run != 0 else ""
+    steps = (_step(kind, run), _step(kind, run, part)) if part else (_step(kind, run),)
+    return any(step is not None and step in view.seen for step in steps)
 
 
 def _part_of(view: JobView, kind: str, run: int, cluster: str) -> str:
-    """The part a fact about ``cluster`` is about: its cluster, for a spread job's report or request about
-    a run (not a cancellation of a job that never ran); "" otherwise."""
-    return cluster if view.spread and kind in _PART_FACTS and run != 0 else ""
+    """The part a fact about ``cluster`` is about, as its step names it: its cluster, for a report or request
+    about a run (not a cancellation of a job that never ran) of a spread job, or of a job whose submission
+    is not read yet (it may spread: its facts are folded again, and ``seen`` with them, once it is); ""
+    otherwise."""
+    return cluster if (view.spread or view.orphan) and kind in _PART_FACTS and run != 0 else ""
 
 
 def _taken(seen: tuple[tuple[str, int], ...], *steps: tuple[str, int] | None) -> tuple[tuple[str, int], ...]:
@@ -681,7 +689,7 @@ def _waits(view: JobView, fact: Fact, facts: Sequence[Fact]) -> bool:
         return not any((f.event in ends and f.run == run) or (f.run == 0 and f.event == "JobCancelled") for f in facts)
     if kind in _RUN_FACTS and fact.run > view.run:
         return not any(f.event == "JobPlaced" and f.run == fact.run for f in facts)
-    if view.spread and kind in _PART_FACTS and kind in _RUN_FACTS and fact.run != 0 and _awaits_part(view, fact):
+    if view.spread and kind in _REPORTS and fact.run != 0 and _awaits_part(view, fact):
         return not any(_opens(f, fact.run, fact.cluster) for f in facts)
     if kind == _CLOSE and view.spread and fact.run == view.run and view.allocated:
         # The close follows every part's end: its parts' ends not read yet would release their replicas
@@ -723,7 +731,8 @@ def _apply(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView, 
         return _added(view, fact, now, **extra)
     if kind in _RUN_FACTS and fact.run > view.run:
         return evolve(view, early=(*view.early, fact), **extra), []
-    if part and kind != "JobPreemptionRequested" and kind != "JobReclaimRequested" and _awaits_part(view, fact):
+    of_part = view.spread and kind in _PART_FACTS and fact.run != 0  # a spread run's part, not the run
+    if of_part and kind in _REPORTS and _awaits_part(view, fact):
         # A report about a part whose opening (a JobReplicasAdded) comes later in job order: applied then.
         return evolve(view, early=(*view.early, fact), **extra), []
     if kind == "JobStarted":
@@ -731,10 +740,10 @@ def _apply(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView, 
             stale = f"run {fact.run} is not the current run"
             return _log(view, now, view.status, fact, "StaleRun", stale, **extra), []
         changes = {"status": "running", "started_ms": view.started_ms or now}
-        said = f"{fact.cluster}'s part started" if part else None
+        said = f"{fact.cluster}'s part started" if of_part else None
         return _log(view, now, "running", fact, None, fact.message or said, **changes, **extra), []
     if kind in _RUN_ENDS:
-        if part and fact.run == view.run:
+        if of_part and fact.run == view.run:
             return _part_ended(view, fact, now, **extra)
         return _run_ended(view, fact, now, **extra)
     if kind == _CLOSE:

@@ -383,3 +383,26 @@ def test_any_event_of_the_story_appended_again_changes_nothing(repeated: int) ->
     order = [*sorted([*jobs, *decisions], key=lambda r: r[1]), copy]
     views, rows, outputs = _state(*_fold(order))
     assert (views, rows, outputs) == reference
+
+
+def test_requests_to_stop_two_parts_are_two_steps_and_each_is_taken_once() -> None:
+    from events.catalog.decisions import JobPreemptionRequested
+
+    def stop(cluster: str) -> JobPreemptionRequested:
+        return JobPreemptionRequested(
+            job_id="j1",
+            cycle_id=f"cycle-stop-{cluster}",
+            cluster=cluster,
+            run=1,
+            rule="priority",
+            grace_period_s=30,
+            message=f"make room in {cluster}",
+        )
+
+    fold = running_in_two_clusters()
+    fold.feed(stop("c1"), at_s=50, event_id="stop-c1")
+    fold.feed(stop("c2"), at_s=51, event_id="stop-c2")
+    fold.feed(stop("c1"), at_s=52, event_id="stop-c1-again")  # the scheduler's repeat after a restart
+    asked = [e.message for e in job(fold).timeline if e.event == "JobPreemptionRequested"]
+    assert asked == ["make room in c1", "make room in c2"]
+    assert job(fold).status == "running"
