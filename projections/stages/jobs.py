@@ -903,7 +903,8 @@ def _part_ended(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobV
     the run ends with the scheduler's ``JobRunClosed``."""
     part = next((p for p in view.parts if p.cluster == fact.cluster), None)
     if not view.allocated or part is None or part.ended:
-        said = f"{fact.cluster}'s part of run {fact.run} ended after the run was closed"
+        after = "the run was closed" if not view.allocated else "its end" if part is not None else "no opening"
+        said = f"{fact.cluster}'s part of run {fact.run} ended after {after}: nothing more to release"
         return _log(view, now, view.status, fact, None, said, **extra), []
     how = _HOW[fact.event]
     held = _held_since(view)
@@ -916,7 +917,7 @@ def _part_ended(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobV
     base = len(view.placement) - len(view.added_since)
     others = [p.cluster for p in parts if not p.ended]
     detail = _part_detail(fact)
-    on = f"the service runs on in {' and '.join(others)}" if others else "no part holds replicas now"
+    on = f"the service runs on in {' and '.join(others)}" if others else "no part holds replicas: the run closes"
     message = f"{fact.cluster}'s part {how}" + (f": {detail}" if detail else "") + f"; {on}"
     view = _log(
         view,
