@@ -57,7 +57,8 @@ _SUMMARY_COLUMNS = (
     "entity_key, tenant, project, queue, name, kind, priority_class, status, cluster, replicas, gpu_milli,"
     " submitted_ms, placed_ms, started_ms, ended_ms, waiting_ms, run, runs, preemptions, last_reason,"
     " last_message, placement, last_decision_type, queued_since_ms, pending_reason, federation_position,"
-    " tenant_queue_position, estimated_start_ms, expected_runtime_s, max_runtime_s, retries, npus, npu_models"
+    " tenant_queue_position, estimated_start_ms, expected_runtime_s, max_runtime_s, retries, npus, npu_models,"
+    " clusters, parts, spread_clusters"
 )
 
 
@@ -104,10 +105,13 @@ class ReadModels:
 
         if tenants is not None:
             clauses.append(f"tenant = ANY({arg(list(tenants))}::text[])")
-        for column in ("tenant", "project", "queue", "priority_class", "cluster"):
+        for column in ("tenant", "project", "queue", "priority_class"):
             value = getattr(where, column)
             if value:
                 clauses.append(f"{column} = {arg(value)}")
+        if where.cluster:  # its run's first cluster, or any other its run holds replicas in (a spread service)
+            at = arg(where.cluster)
+            clauses.append(f"(cluster = {at} OR {at} = ANY(clusters))")
         if where.statuses:
             clauses.append(f"status = ANY({arg(list(where.statuses))}::text[])")
         if where.pending_reasons:
@@ -138,9 +142,10 @@ class ReadModels:
             f" j.max_runtime_s,"
             f" (SELECT coalesce(jsonb_agg(jsonb_build_array(m.gpu_model, m.npu_model) ORDER BY s.ord), '[]'::jsonb)"
             f"  FROM jsonb_array_elements(j.placement) WITH ORDINALITY AS s(slot, ord)"
-            f"  LEFT JOIN {self._nodes} m ON m.cluster = j.cluster AND m.node = s.slot ->> 0) AS slot_models"
+            f"  LEFT JOIN {self._nodes} m"
+            f"  ON m.cluster = coalesce(s.slot ->> 4, j.cluster) AND m.node = s.slot ->> 0) AS slot_models"
             f" FROM {self._jobs} j LEFT JOIN {self._nodes} n"
-            f" ON n.cluster = j.cluster AND n.node = j.placement -> 0 ->> 0"
+            f" ON n.cluster = coalesce(j.placement -> 0 ->> 4, j.cluster) AND n.node = j.placement -> 0 ->> 0"
             f" WHERE j.status IN ('placed', 'running') AND j.placed_ms IS NOT NULL AND NOT coalesce(j.orphan, false)"
             f" AND ($1::text[] IS NULL OR j.tenant = ANY($1::text[]))"
         )

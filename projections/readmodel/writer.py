@@ -111,9 +111,12 @@ its failed NPUs (never free) and the nodes table counts its ``npus_healthy``; a 
 holds; a queue holds what a run holds, not what its job asks; its device time counts an added replica from
 when it was added); 12: NPU health is folded as GPU health is (a health report's NPU samples; a failed NPU
 counts among the node's failures and lowers its health and its cluster's stability), and the nodes table
-counts its ``npus_degraded``; 13: a queue holds a run's part by cluster and node (a run spread over clusters
-may hold nodes of one name in two of them: one part's release gave back the other's hold, and its GPU
-time was not counted)."""
+counts its ``npus_degraded``; 13: a spread inference service's run lives in parts, one per cluster
+(``JobReplicasAdded`` v2 naming another cluster opens one; a run-end event ends only its cluster's part;
+``JobRunClosed`` ends the run), each replica names its cluster (the placement's fifth entry), the jobs
+table has the ``clusters`` the run holds replicas in, its ``parts`` and the ``spread_clusters`` it asked,
+and a queue holds a run's part by cluster and node (a run spread over clusters may hold nodes of one name
+in two of them: one part's release gave back the other's hold, and its GPU time was not counted)."""
 _FORMAT_KEY = ("_format", "")
 ENDED_JOBS = f"{JOB_STAGE}.ended"
 """The stage name an ended job's view is stored under: not loaded at start (the in-process host keeps

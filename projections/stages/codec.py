@@ -78,6 +78,8 @@ TYPES = Registry(
         "ReplicaSlot": jobs.ReplicaSlot,
         "Submission": jobs.Submission,
         "Placement": jobs.Placement,
+        "RunPart": jobs.RunPart,
+        "Closure": jobs.Closure,
         "Wait": jobs.Wait,
         "Fact": jobs.Fact,
         "HeldRun": jobs.HeldRun,

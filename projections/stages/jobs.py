@@ -6,6 +6,15 @@ the job queued, not failed: the scheduler's verdict decides, ``JobRetryScheduled
 "retry 1 of 3 after node n-17 failed", one more in ``retries``) or ``JobRetriesExhausted`` (failed, with
 the reason ``RetriesExhausted`` and the scheduler's words).
 
+A spread inference service (``events.catalog.lifecycle.spreads``) runs in parts, one per cluster
+(``RunPart``): its placement opens the first, a ``JobReplicasAdded`` naming another cluster opens that
+cluster's part (or grows it), and every replica says its cluster. A run-end event of such a job ends only
+its cluster's part: that part's replicas stop holding (their nodes, their queue hold, their device time
+until then), the timeline says where the service runs on, and the status stays. The run ends with the
+scheduler's ``JobRunClosed``, as its last part did; a failure then awaits the retry verdict as any run's.
+A report about a part sorted before the addition that opens it waits for it (as a run's reports wait for
+its placement), and the close waits for the ends of the parts it closes.
+
 Called by the projection hosts; its entities are keyed by job id. Pure. Besides the view, this stage
 derives the deltas the other stages need: a placement becomes allocations on its nodes and on its
 tenant's queue; the end of a run releases them and reports the GPU time used; a queued job is
@@ -77,6 +86,7 @@ from events.catalog.decisions import (
     JobReplicasAdded,
     JobRetriesExhausted,
     JobRetryScheduled,
+    JobRunClosed,
 )
 from events.catalog.jobs import (
     JobCancelled,
@@ -90,6 +100,7 @@ from events.catalog.jobs import (
     JobSucceeded,
 )
 from events.catalog.lifecycle import FINAL_STATUSES, RUN_END_OF, STATUS_AFTER, failure_kind
+from events.catalog.reasons import DESCRIPTIONS, ReasonCode
 from events.wire.envelope import Envelope, mark_after
 from projections.stages.core import Applied, Emitted, Input, Routed, Silent, evolve, record
 from projections.stages.deltas import NodeAllocation, PendingDemand, QueueAllocation, ShapeSeen, UsageInterval
@@ -106,7 +117,17 @@ _RUN_ENDS: dict[str, tuple[str, str]] = {
 }
 """Each event that ends a run (by its name, as facts keep it) -> the status the view is then in and the
 timeline's reason (``Preempted``). Plain strings: the view is stored as it is."""
-_RUN_FACTS = frozenset({"JobStarted", "JobReplicasAdded", *_RUN_ENDS})
+_HOW: dict[str, str] = {cls.event_type.rsplit(".", 1)[-1]: how.value for cls, how in RUN_END_OF.items()}
+"""Each event that ends a run (or a spread run's part) -> how (``RunEnd``'s word)."""
+_STATUS_AFTER_OUTCOME: dict[str, str] = {how.value: STATUS_AFTER[cls].value for cls, how in RUN_END_OF.items()}
+"""How a run ended (``RunEnd``'s word, a ``JobRunClosed.outcome``) -> the status its end leaves the job in
+(before a failure's verdict)."""
+_CLOSE = "JobRunClosed"
+_RUN_FACTS = frozenset({"JobStarted", "JobReplicasAdded", *_RUN_ENDS, _CLOSE})
+_PART_FACTS = frozenset({"JobStarted", "JobPreemptionRequested", "JobReclaimRequested", *_RUN_ENDS})
+"""What a spread run's cluster reports or is asked of its own part only: a step taken once per part."""
+_REPORTS = frozenset({"JobStarted", *_RUN_ENDS})
+"""What a cluster reports of its part of a spread run (a part not opened yet waits for its opening)."""
 _REQUESTS = frozenset({"JobPreemptionRequested", "JobReclaimRequested", "JobCancelRequested"})
 _RANK = {
     "JobSubmitted": 0,
@@ -123,8 +144,9 @@ _RANK = {
     "JobPreempted": 7,
     "JobReclaimed": 7,
     "JobCancelled": 7,
-    "JobRetryScheduled": 8,
-    "JobRetriesExhausted": 8,
+    "JobRunClosed": 8,
+    "JobRetryScheduled": 9,
+    "JobRetriesExhausted": 9,
 }
 """Within one millisecond, what enables comes before what it enables."""
 
@@ -147,6 +169,10 @@ class ReplicaSlot:
     gpu_indices: tuple[int, ...]
     gpu_milli_each: int
     npu_indices: tuple[int, ...] = ()
+    cluster: str = ""
+    """The cluster of the node (a spread run holds replicas in several)."""
+    replica: int = 0
+    """Its number in the run (unique across a spread run's clusters)."""
 
 
 @record
@@ -171,12 +197,39 @@ class Submission:
     npus: int = 0
     """Per replica."""
     npu_models: tuple[str, ...] = ()
+    spread_clusters: int = 1
+    """The clusters its inference service may spread over (``events.catalog.lifecycle.spreads``: above 1)."""
 
 
 @record
 class Placement:
     cluster: str
     slots: tuple[ReplicaSlot, ...]
+    first: int = 0
+    """The number of its first replica (replica numbers are unique across a run's clusters)."""
+
+
+@record
+class RunPart:
+    """A spread run's part in one cluster: opened by the run's placement or by the ``JobReplicasAdded`` that
+    first named the cluster, grown by the next ones, ended by its cluster's run-end event (``ended``: how,
+    ``RunEnd``'s word; "" while it holds its replicas)."""
+
+    cluster: str
+    replicas: int
+    opened_ms: int
+    ended: str = ""
+    reason: str = ""
+    ended_ms: int | None = None
+
+
+@record
+class Closure:
+    """What a ``JobRunClosed`` says: how the run ended (its last part), and how each part ended
+    (cluster, ``RunEnd`` word, failure reason or "")."""
+
+    outcome: str
+    parts: tuple[tuple[str, str, str], ...]
 
 
 @record
@@ -204,9 +257,13 @@ class Fact:
     run: int = 0
     reason: str = ""
     message: str = ""
-    detail: Submission | Placement | Wait | None = None
+    detail: Submission | Placement | Wait | Closure | None = None
     tenant: str = ""
     """The tenant a rejection names."""
+    cluster: str = ""
+    """The cluster a report or a request to stop is about (a spread run's part there)."""
+    node: str = ""
+    """The node a failure names."""
 
 
 @record
@@ -217,6 +274,8 @@ class HeldRun:
     cluster: str
     placement: tuple[ReplicaSlot, ...]
     placed_ms: int
+    since: tuple[int, ...] = ()
+    """When each replica of ``placement`` was held (empty: all from ``placed_ms``)."""
 
 
 @record
@@ -256,6 +315,11 @@ class JobView:
     """When each replica added to the current run was added, in the order ``placement`` lists them (its
     last ones): a run's time is counted node by node, each replica from when it was held."""
     run: int = 0
+    parts: tuple[RunPart, ...] = ()
+    """A spread job's current (or last) run, cluster by cluster, in the order the parts opened (empty for a
+    job that does not spread): ``placement`` holds the replicas of the parts that have not ended."""
+    spread_clusters: int = 1
+    """As submitted: above 1, its runs live in parts, one per cluster (``events.catalog.lifecycle``)."""
     runs: int = 0
     preemptions: int = 0
     retries: int = 0
@@ -293,8 +357,22 @@ class JobView:
     """The cycle of the latest ``JobQueued`` applied and the envelope ids applied of that cycle."""
 
     @property
+    def spread(self) -> bool:
+        return self.spread_clusters > 1
+
+    @property
     def allocated(self) -> bool:
-        return self.cluster is not None and bool(self.placement) and self.status in ("placed", "running")
+        """Whether it holds a run: placed or running, with replicas (a spread run: until it is closed, even
+        once every part has ended, as the scheduler holds it)."""
+        held = self.status in ("placed", "running") and self.cluster is not None
+        return held and (self.spread or bool(self.placement))
+
+    @property
+    def clusters(self) -> tuple[str, ...]:
+        """The clusters its current run holds replicas in, in the order they were opened."""
+        if self.spread:
+            return tuple(part.cluster for part in self.parts if not part.ended) if self.allocated else ()
+        return (self.cluster,) if self.cluster is not None and self.allocated else ()
 
 
 _DECISIONS = (
@@ -305,6 +383,7 @@ _DECISIONS = (
     JobReclaimRequested,
     JobRetryScheduled,
     JobRetriesExhausted,
+    JobRunClosed,
 )
 _HANDLED = (
     JobSubmitted,
@@ -323,6 +402,7 @@ _HANDLED = (
     JobRejected,
     JobRetryScheduled,
     JobRetriesExhausted,
+    JobRunClosed,
 )
 _NAMES: dict[type, str] = {cls: cls.event_type.rsplit(".", 1)[-1] for cls in _HANDLED}
 _by_order = attrgetter("order")
@@ -370,13 +450,19 @@ class JobStage(Silent[JobView]):
 
 
 _VERDICTS = frozenset({"JobRetryScheduled", "JobRetriesExhausted"})
-_ONCE_PER_RUN = frozenset({"JobStarted", "JobPreemptionRequested", "JobReclaimRequested", *_VERDICTS})
+_ONCE_PER_RUN = frozenset({"JobStarted", "JobPreemptionRequested", "JobReclaimRequested", *_VERDICTS, _CLOSE})
 _ONCE_PER_JOB = frozenset({"JobSubmitted", "JobRejected", "JobCancelRequested"})
 
 
-def _step(kind: str, run: int) -> tuple[str, int] | None:
+def _step(kind: str, run: int, part: str = "") -> tuple[str, int] | None:
     """The step of the lifecycle a fact takes, as ``seen`` keeps it (None: placements and waits, which
-    are told apart by their run and cycle instead)."""
+    are told apart by their run and cycle instead). ``part``: the cluster of a spread run's part the fact
+    is about (its start, its end, a request to stop it: once per part), or for an addition to a spread
+    run, its first replica's number (once per replica number: a part may grow, and parts end)."""
+    if part and kind in _PART_FACTS:
+        return ("end@" + part if kind in _RUN_ENDS else f"{kind}@{part}", run)
+    if part and kind == "JobReplicasAdded":
+        return (f"{kind}#{part}", run)
     if kind in _RUN_ENDS:
         return ("end", run)
     if kind in _ONCE_PER_RUN:
@@ -392,13 +478,32 @@ def _repeated(view: JobView, event: Event, wait: tuple[str, tuple[str, ...]] | N
     if isinstance(event, JobPlaced):
         return event.run <= view.run
     if isinstance(event, JobReplicasAdded):
+        if view.spread:  # parts end on their own: the replica numbers it adds tell it apart
+            return (
+                event.run != view.run
+                or _step("JobReplicasAdded", event.run, str(event.replicas[0].replica)) in view.seen
+            )
         # Decisions come in turn on one partition: an addition continues the run's replicas exactly, or
         # was folded already (or its run ended first in the order read: its replicas ended with it).
         return event.run != view.run or not view.allocated or event.replicas[0].replica != len(view.placement)
     if isinstance(event, JobQueued):
         return wait is None
-    step = _step(_NAMES[type(event)], getattr(event, "run", 0))
-    return step is not None and step in view.seen
+    kind = _NAMES[type(event)]
+    run: int = getattr(event, "run", 0)
+    # A step is named with its part when it was folded while the job spreads or its submission was not
+    # read yet: either name says it was taken (a fact folded while orphan is not folded again if the
+    # submission comes last in job order).
+    part = cluster if (cluster := getattr(event, "cluster", None) or "") and kind in _PART_FACTS and run != 0 else ""
+    steps = (_step(kind, run), _step(kind, run, part)) if part else (_step(kind, run),)
+    return any(step is not None and step in view.seen for step in steps)
+
+
+def _part_of(view: JobView, kind: str, run: int, cluster: str) -> str:
+    """The part a fact about ``cluster`` is about, as its step names it: its cluster, for a report or request
+    about a run (not a cancellation of a job that never ran) of a spread job, or of a job whose submission
+    is not read yet (it may spread: its facts are folded again, and ``seen`` with them, once it is); ""
+    otherwise."""
+    return cluster if (view.spread or view.orphan) and kind in _PART_FACTS and run != 0 else ""
 
 
 def _taken(seen: tuple[tuple[str, int], ...], *steps: tuple[str, int] | None) -> tuple[tuple[str, int], ...]:
@@ -440,36 +545,40 @@ def _fact(event: Event, kind: str, order: Order, now: int) -> Fact:
             event.retry.on_application_failure,
             r.npus,
             tuple(r.npu_models),
+            event.inference.spread_clusters if event.inference is not None else 1,
         )
         return Fact(order, now, kind, 0, "Submitted", "", submission)
     if isinstance(event, JobQueued):
         reason = event.pending_reason.value if event.pending_reason is not None else None
         wait = Wait(reason, event.federation_position, event.tenant_queue_position, event.estimated_start_ms)
         return Fact(order, now, kind, 0, ",".join(r.value for r in event.reasons), event.message[:512], wait)
-    if isinstance(event, JobReplicasAdded):
+    if isinstance(event, JobReplicasAdded | JobPlaced):
         slots = tuple(
-            ReplicaSlot(r.node, tuple(r.gpu_indices), r.gpu_milli_each, tuple(r.npu_indices)) for r in event.replicas
+            ReplicaSlot(r.node, tuple(r.gpu_indices), r.gpu_milli_each, tuple(r.npu_indices), event.cluster, r.replica)
+            for r in event.replicas
         )
-        return Fact(
-            order, now, kind, event.run, "ReplicasAdded", event.explanation[:512], Placement(event.cluster, slots)
-        )
-    if isinstance(event, JobPlaced):
-        slots = tuple(
-            ReplicaSlot(r.node, tuple(r.gpu_indices), r.gpu_milli_each, tuple(r.npu_indices)) for r in event.replicas
-        )
-        placement = Placement(event.cluster, slots)
-        return Fact(order, now, kind, event.run, event.reason.value, event.explanation[:512], placement)
+        placement = Placement(event.cluster, slots, event.replicas[0].replica)
+        reason = "ReplicasAdded" if isinstance(event, JobReplicasAdded) else event.reason.value
+        return Fact(order, now, kind, event.run, reason, event.explanation[:512], placement, cluster=event.cluster)
+    if isinstance(event, JobRunClosed):
+        parts = tuple((p.cluster, p.outcome.value, p.reason.value if p.reason else "") for p in event.parts)
+        reason = event.reason.value if event.reason is not None else event.outcome.value.capitalize()
+        closure = Closure(event.outcome.value, parts)
+        return Fact(order, now, kind, event.run, reason, event.message[:512], closure, cluster=event.cluster)
     if isinstance(event, JobCancelRequested):
         return Fact(order, now, kind, 0, "CancelRequested", event.reason[:512])
     if isinstance(event, JobRejected):
         return Fact(order, now, kind, 0, event.reason.value, event.message[:512], tenant=event.tenant)
-    if isinstance(
-        event, JobFailed | JobPreemptionRequested | JobReclaimRequested | JobRetryScheduled | JobRetriesExhausted
-    ):
-        return Fact(order, now, kind, event.run, event.reason.value, event.message[:512])
+    cluster: str = getattr(event, "cluster", None) or ""
+    if isinstance(event, JobFailed):
+        message = event.message[:512]
+        return Fact(order, now, kind, event.run, event.reason.value, message, cluster=cluster, node=event.node or "")
+    if isinstance(event, JobPreemptionRequested | JobReclaimRequested | JobRetryScheduled | JobRetriesExhausted):
+        return Fact(order, now, kind, event.run, event.reason.value, event.message[:512], cluster=cluster)
     run: int = getattr(event, "run", 0)
-    message: str = getattr(event, "message", "")
-    return Fact(order, now, kind, run, _RUN_ENDS[kind][1] if kind in _RUN_ENDS else "", message[:512])
+    message = str(getattr(event, "message", ""))
+    reason = _RUN_ENDS[kind][1] if kind in _RUN_ENDS else ""
+    return Fact(order, now, kind, run, reason, message[:512], cluster=cluster)
 
 
 def _refold(view: JobView, fact: Fact, carried: dict[str, Any]) -> tuple[JobView, list[Emitted]]:
@@ -512,7 +621,7 @@ def _net(before: list[Emitted], after: list[Emitted]) -> list[Emitted]:
     ``after`` leaves them, its pending demand, its shape. A run released in ``before`` stays released."""
     was, now = _Effect(before), _Effect(after)
     out: list[Emitted] = [
-        delta for run, deltas in sorted(now.released.items()) if run not in was.released for delta in deltas
+        delta for part, deltas in sorted(now.released.items()) if part not in was.released for delta in deltas
     ]
     for key in sorted(set(was.nodes) | set(now.nodes)):
         old, new = was.nodes.get(key), now.nodes.get(key)
@@ -537,7 +646,8 @@ class _Effect:
 
     def __init__(self, emitted: list[Emitted]) -> None:
         self.nodes: dict[str, NodeAllocation] = {}
-        self.released: dict[int, list[Emitted]] = {}
+        self.released: dict[tuple[int, str], list[Emitted]] = {}
+        """By run and cluster: a spread run is released part by part."""
         self.queue: Routed | None = None
         self.demand: Routed | None = None
         self.shapes: list[Emitted] = []
@@ -551,11 +661,11 @@ class _Effect:
                 if delta.held:
                     self.queue = out
                 else:
-                    self.released.setdefault(delta.run, []).append(out)
+                    self.released.setdefault((delta.run, delta.cluster), []).append(out)
                     if self.queue is not None and isinstance(self.queue.delta, QueueAllocation):
                         self.queue = None if self.queue.delta.run == delta.run else self.queue
             elif isinstance(delta, UsageInterval):
-                self.released.setdefault(delta.run, []).append(out)
+                self.released.setdefault((delta.run, delta.cluster), []).append(out)
             elif isinstance(delta, PendingDemand):
                 self.demand = out
             elif isinstance(delta, ShapeSeen):
@@ -566,20 +676,33 @@ def _waits(view: JobView, fact: Fact, facts: Sequence[Fact]) -> bool:
     """Whether the deltas of ``fact``, folded onto ``view``, wait for a cause not read yet (not in
     ``facts``): the job's submission; the end of the run it holds, before a new placement or a new
     wait; the placement of the run a report is about. A cause read already waits for nothing, even
-    one later in job order (clocks apart): the fold then does what job order says."""
+    one later in job order (clocks apart): the fold then does what job order says. A spread run: a report
+    about a part waits for the addition that opens it, and the close for its open parts' ends."""
     kind = fact.event
     if view.orphan:
         return kind != "JobSubmitted" and not any(f.event == "JobSubmitted" for f in facts)
     if kind == "JobPlaced" or kind == "JobQueued":
         if not view.allocated or (kind == "JobPlaced" and fact.run == view.run):
             return False
-        run = view.run  # ended by its own end, or by a cancellation that names no run
-        return not any(
-            f.event in _RUN_ENDS and (f.run == run or (f.run == 0 and f.event == "JobCancelled")) for f in facts
-        )
+        run = view.run  # ended by its own end (a spread run: by its close), or a cancellation that names no run
+        ends = {_CLOSE} if view.spread else _RUN_ENDS
+        return not any((f.event in ends and f.run == run) or (f.run == 0 and f.event == "JobCancelled") for f in facts)
     if kind in _RUN_FACTS and fact.run > view.run:
         return not any(f.event == "JobPlaced" and f.run == fact.run for f in facts)
+    if view.spread and kind in _REPORTS and fact.run != 0 and _awaits_part(view, fact):
+        return not any(_opens(f, fact.run, fact.cluster) for f in facts)
+    if kind == _CLOSE and view.spread and fact.run == view.run and view.allocated:
+        # The close follows every part's end: its parts' ends not read yet would release their replicas
+        # at their own times, so the close waits for them (a part's end sorted after it ends nothing more).
+        ended = {f.cluster for f in facts if f.event in _RUN_ENDS and f.run == fact.run}
+        return any(not part.ended and part.cluster not in ended for part in view.parts)
     return False
+
+
+def _opens(fact: Fact, run: int, cluster: str) -> bool:
+    """Whether ``fact`` places or adds replicas of ``run`` in ``cluster``."""
+    placement = fact.detail
+    return fact.run == run and isinstance(placement, Placement) and placement.cluster == cluster
 
 
 def _apply(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView, list[Emitted]]:
@@ -587,7 +710,10 @@ def _apply(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView, 
     kind = fact.event
     # The step it takes (and, for a cancellation that names no run, the end of the run the job holds).
     held = ("end", view.run) if kind == "JobCancelled" and fact.run == 0 and view.allocated else None
-    seen = _taken(view.seen, _step(kind, fact.run), held)
+    part = _part_of(view, kind, fact.run, fact.cluster)
+    if kind == "JobReplicasAdded" and view.spread and isinstance(fact.detail, Placement):
+        part = str(fact.detail.first)
+    seen = _taken(view.seen, _step(kind, fact.run, part), held)
     if seen is not view.seen:
         extra["seen"] = seen
     if kind == "JobSubmitted":
@@ -605,14 +731,23 @@ def _apply(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView, 
         return _added(view, fact, now, **extra)
     if kind in _RUN_FACTS and fact.run > view.run:
         return evolve(view, early=(*view.early, fact), **extra), []
+    of_part = view.spread and kind in _PART_FACTS and fact.run != 0  # a spread run's part, not the run
+    if of_part and kind in _REPORTS and _awaits_part(view, fact):
+        # A report about a part whose opening (a JobReplicasAdded) comes later in job order: applied then.
+        return evolve(view, early=(*view.early, fact), **extra), []
     if kind == "JobStarted":
         if fact.run != view.run or view.status in FINAL_STATUSES:
             stale = f"run {fact.run} is not the current run"
             return _log(view, now, view.status, fact, "StaleRun", stale, **extra), []
         changes = {"status": "running", "started_ms": view.started_ms or now}
-        return _log(view, now, "running", fact, **changes, **extra), []
+        said = f"{fact.cluster}'s part started" if of_part else None
+        return _log(view, now, "running", fact, None, fact.message or said, **changes, **extra), []
     if kind in _RUN_ENDS:
+        if of_part and fact.run == view.run:
+            return _part_ended(view, fact, now, **extra)
         return _run_ended(view, fact, now, **extra)
+    if kind == _CLOSE:
+        return _closed(view, fact, now, **extra)
     if kind in _REQUESTS:
         return _log(view, now, view.status, fact, **extra), []
     if kind in _VERDICTS:
@@ -652,6 +787,7 @@ def _submitted(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobVi
         expected_runtime_s=s.expected_runtime_s,
         max_runtime_s=s.max_runtime_s,
         application_retries=s.application_retries,
+        spread_clusters=s.spread_clusters,
         submitted_ms=now,
         status=status,
         queued_since_ms=now if first else view.queued_since_ms,
@@ -677,8 +813,10 @@ def _placed(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView,
         # A newer placement while a run is still held: its end comes later in job order (or was lost).
         # Free its nodes now (the queue hold is replaced by the new one); its GPU time waits for its end.
         emitted += _release_nodes(view)
-        if fact.run != view.run and view.cluster is not None and view.placed_ms is not None:
-            superseded = (*superseded, HeldRun(view.run, view.cluster, view.placement, view.placed_ms))
+        if fact.run != view.run and view.cluster is not None and view.placed_ms is not None and view.placement:
+            # A spread run's parts opened at their own times (a run in one cluster: as before, from its placement).
+            since = tuple(at for at, _ in _held_since(view)) if view.spread else ()
+            superseded = (*superseded, HeldRun(view.run, view.cluster, view.placement, view.placed_ms, since))
     waited = view.waiting_ms + (now - view.queued_since_ms if view.queued_since_ms is not None else 0)
     view = _log(
         view,
@@ -689,6 +827,7 @@ def _placed(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView,
         cluster=placement.cluster,
         placement=placement.slots,
         added_since=(),
+        parts=(RunPart(placement.cluster, len(placement.slots), now),) if view.spread else (),
         run=fact.run,
         runs=view.runs + 1,
         placed_ms=now,
@@ -711,11 +850,24 @@ def _placed(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView,
 
 
 def _added(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView, list[Emitted]]:
-    """Replicas added to the run the job holds: its placement grows, its nodes and its queue hold say so."""
+    """Replicas added to the run the job holds: its placement grows, its nodes and its queue hold say so.
+    A spread run's addition may name another cluster: it opens the run's part there (or grows it)."""
     added = fact.detail
     assert isinstance(added, Placement)
-    if fact.run != view.run or not view.allocated or added.cluster != view.cluster:
+    if fact.run != view.run or not view.allocated or (added.cluster != view.cluster and not view.spread):
         return _log(view, now, view.status, fact, **extra), []
+    part = next((p for p in view.parts if p.cluster == added.cluster), None)
+    if part is not None and part.ended:  # the scheduler never re-opens a part: say so, hold nothing
+        ended = f"not added: {added.cluster}'s part of run {fact.run} has ended ({part.ended})"
+        return _log(view, now, view.status, fact, "StaleRun", ended, **extra), []
+    parts = view.parts
+    if view.spread:
+        grown = RunPart(added.cluster, len(added.slots), now) if part is None else None
+        parts = (
+            (*parts, grown)
+            if grown is not None
+            else tuple(evolve(p, replicas=p.replicas + len(added.slots)) if p is part else p for p in parts)
+        )
     view = _log(
         view,
         now,
@@ -723,9 +875,94 @@ def _added(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView, 
         fact,
         placement=(*view.placement, *added.slots),
         added_since=(*view.added_since, *(now,) * len(added.slots)),
+        parts=parts,
         **extra,
     )
-    return view, _hold(view, view.placed_ms if view.placed_ms is not None else now, {s.node for s in added.slots})
+    # A spread run's part holds its queue from when it was opened; a run in one cluster, from its placement.
+    since = now if view.spread else (view.placed_ms if view.placed_ms is not None else now)
+    emitted = _hold(view, since, {(added.cluster, s.node) for s in added.slots})
+    if view.spread and part is None:  # its cluster's reports read before it, in job order
+        due = [e for e in view.early if e.run == fact.run and e.cluster == added.cluster]
+        if due:
+            view = evolve(view, early=tuple(e for e in view.early if e not in due))
+        for early in due:
+            view, more = _apply(view, early, max(early.time_ms, now))
+            emitted += more
+    return view, emitted
+
+
+def _awaits_part(view: JobView, fact: Fact) -> bool:
+    """Whether ``fact`` reports on a part of the spread run the job holds that has not opened yet (the
+    addition that opens it comes later in job order: a connector's clock behind the scheduler's)."""
+    return fact.run == view.run and view.allocated and all(p.cluster != fact.cluster for p in view.parts)
+
+
+def _part_ended(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView, list[Emitted]]:
+    """A spread run's part ended in its cluster: its replicas stop holding (their nodes, their queue hold,
+    their device time until now); the job's status stays, the service lives on in the other parts, and
+    the run ends with the scheduler's ``JobRunClosed``."""
+    part = next((p for p in view.parts if p.cluster == fact.cluster), None)
+    if not view.allocated or part is None or part.ended:
+        after = "the run was closed" if not view.allocated else "its end" if part is not None else "no opening"
+        said = f"{fact.cluster}'s part of run {fact.run} ended after {after}: nothing more to release"
+        return _log(view, now, view.status, fact, None, said, **extra), []
+    how = _HOW[fact.event]
+    held = _held_since(view)
+    ending = [(at, s) for at, s in held if s.cluster == fact.cluster]
+    assert view.placed_ms is not None
+    emitted = _release_nodes(view, [s for _, s in ending])
+    emitted += _release_accounting(view, view.run, fact.cluster, ending, view.placed_ms, now)
+    reason = fact.reason if fact.event == "JobFailed" else ""
+    parts = tuple(evolve(p, ended=how, reason=reason, ended_ms=now) if p is part else p for p in view.parts)
+    base = len(view.placement) - len(view.added_since)
+    others = [p.cluster for p in parts if not p.ended]
+    detail = _part_detail(fact)
+    on = f"the service runs on in {' and '.join(others)}" if others else "no part holds replicas: the run closes"
+    message = f"{fact.cluster}'s part {how}" + (f": {detail}" if detail else "") + f"; {on}"
+    view = _log(
+        view,
+        now,
+        view.status,
+        fact,
+        None,
+        message[:512],
+        placement=tuple(s for _, s in held if s.cluster != fact.cluster),
+        added_since=tuple(at for at, s in held[base:] if s.cluster != fact.cluster),
+        parts=parts,
+        **extra,
+    )
+    return view, emitted
+
+
+def _part_detail(fact: Fact) -> str:
+    """What its cluster said of a part's end: its message, or the reason's words (a failed node named)."""
+    if fact.message:
+        return fact.message
+    if fact.event != "JobFailed":
+        return ""
+    member = ReasonCode._value2member_map_.get(fact.reason)
+    words = DESCRIPTIONS[member] if isinstance(member, ReasonCode) else fact.reason
+    return f"{words} (node {fact.node})" if fact.node else words
+
+
+def _closed(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView, list[Emitted]]:
+    """The scheduler closed the spread run: it ends as its last part did (``JobRunClosed.outcome``), as any
+    run's end would (a failure may await the retry verdict)."""
+    closure = fact.detail
+    assert isinstance(closure, Closure)
+    if fact.run != view.run and view.run != 0:
+        return _stale_end(view, fact, now, **extra)
+    if not view.allocated:
+        return _log(view, now, view.status, fact, **extra), []
+    # A part whose end was not read (lost, or later in job order) ended as the close says it did.
+    ends = {cluster: (how, reason) for cluster, how, reason in closure.parts}
+    parts = []
+    for p in view.parts:
+        how, reason = ends.get(p.cluster, (closure.outcome, ""))
+        parts.append(p if p.ended else evolve(p, ended=how, reason=reason, ended_ms=now))
+    early = tuple(e for e in view.early if e.run > fact.run)  # reports of a part that never opened
+    status = _STATUS_AFTER_OUTCOME[closure.outcome]
+    return _end_run(view, fact, now, status, parts=tuple(parts), early=early, **extra)
 
 
 def _run_ended(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView, list[Emitted]]:
@@ -733,19 +970,40 @@ def _run_ended(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobVi
     if fact.event == "JobCancelled" and run == 0:
         run = view.run
     if run != view.run and view.run != 0:
-        stale = f"run {run} is not the current run {view.run}"
-        held = next((h for h in view.superseded if h.run == run), None)
-        if held is None:
-            return _log(view, now, view.status, fact, "StaleRun", stale, **extra), []
-        # The end of a run a newer placement replaced: its GPU time until now.
-        rest = tuple(h for h in view.superseded if h.run != run)
-        logged = _log(view, now, view.status, fact, "StaleRun", stale, superseded=rest, **extra)
-        return logged, _release_accounting(view, held.run, held.cluster, held.placement, held.placed_ms, now)
+        return _stale_end(view, fact, now, **extra)
+    status, _ = _RUN_ENDS[fact.event]
+    if view.parts:  # a spread job cancelled before any part said so: every part that held ended with it
+        extra["parts"] = tuple(p if p.ended else evolve(p, ended="cancelled", ended_ms=now) for p in view.parts)
+    return _end_run(view, fact, now, status, **extra)
+
+
+def _stale_end(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobView, list[Emitted]]:
+    """The end of a run that is not the current one: of a run a newer placement replaced, its GPU time
+    until now (a spread run's part end: of that part's replicas; its close: of the rest)."""
+    stale = f"run {fact.run} is not the current run {view.run}"
+    held = next((h for h in view.superseded if h.run == fact.run), None)
+    if held is None:
+        return _log(view, now, view.status, fact, "StaleRun", stale, **extra), []
+    part = view.spread and fact.event != _CLOSE
+    since = held.since or (held.placed_ms,) * len(held.placement)
+    pairs = list(zip(since, held.placement, strict=True))
+    ending = [(at, s) for at, s in pairs if not part or s.cluster == fact.cluster]
+    kept = [(at, s) for at, s in pairs if part and s.cluster != fact.cluster]
+    rest = tuple(h for h in view.superseded if h.run != fact.run)
+    if kept:
+        left = evolve(held, placement=tuple(s for _, s in kept), since=tuple(at for at, _ in kept))
+        rest = tuple(sorted((*rest, left), key=attrgetter("run")))
+    logged = _log(view, now, view.status, fact, "StaleRun", stale, superseded=rest, **extra)
+    return logged, _release_accounting(view, held.run, held.cluster, ending, held.placed_ms, now)
+
+
+def _end_run(view: JobView, fact: Fact, now: int, status: str, **extra: Any) -> tuple[JobView, list[Emitted]]:
+    """The run the job holds ended so (``status``: what its end leaves the job in, before a failure's
+    verdict): what it holds goes, and it waits for the verdict, is queued again, or has ended."""
+    run = view.run
     emitted = _release(view, now) if view.allocated else []
-    status, reason = _RUN_ENDS[fact.event]
     awaits = False
-    if fact.event == "JobFailed":
-        reason = fact.reason
+    if status == "failed":
         awaits = _awaits_verdict(view, fact.reason) and ("JobRetriesExhausted", run) not in view.seen
         status = "queued" if awaits else status
     emitted += _demand(view, status == "queued")  # of fields the end of a run does not change
@@ -757,7 +1015,7 @@ def _run_ended(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobVi
     else:
         changes = {"ended_ms": now, "queued_since_ms": None}
     logged = _log(
-        view, now, status, fact, reason, fact.message, status=status, placement=(), wait=NOT_WAITING, **changes, **extra
+        view, now, status, fact, None, None, status=status, placement=(), wait=NOT_WAITING, **changes, **extra
     )
     return logged, emitted
 
@@ -830,20 +1088,20 @@ def _demand(view: JobView, pending: bool) -> list[Emitted]:
     return [Routed("fleet", "fleet", demand)]
 
 
-def _hold(view: JobView, now: int, only: set[str] | None = None) -> list[Emitted]:
-    """The job's allocation on each node of its placement (``only``: on these, after an addition) and its
-    queue hold (what it holds: a run that grows holds more)."""
+def _hold(view: JobView, now: int, only: set[tuple[str, str]] | None = None) -> list[Emitted]:
+    """The job's allocation on each node of its placement (``only``: on these (cluster, node), after an
+    addition) and its queue hold (what it holds: a run that grows holds more)."""
     if view.orphan:  # nothing is held before the submission says who holds it, and how much
         return []
     assert view.cluster is not None
     # One allocation per node and job: replicas that share a node add up there (a node keeps one entry
     # per job, so an entry per replica counted only the last one).
-    per_node: dict[str, list[ReplicaSlot]] = {}
+    per_node: dict[tuple[str, str], list[ReplicaSlot]] = {}
     for slot in view.placement:
-        per_node.setdefault(slot.node, []).append(slot)
+        per_node.setdefault((slot.cluster or view.cluster, slot.node), []).append(slot)
     emitted: list[Emitted] = []
-    for node, slots in per_node.items():
-        if only is not None and node not in only:
+    for (cluster, node), slots in per_node.items():
+        if only is not None and (cluster, node) not in only:
             continue
         gpu = tuple((index, slot.gpu_milli_each) for slot in slots for index in slot.gpu_indices)
         npus = tuple(index for slot in slots for index in slot.npu_indices)
@@ -851,53 +1109,82 @@ def _hold(view: JobView, now: int, only: set[str] | None = None) -> list[Emitted
         delta = NodeAllocation(
             view.job_id, view.run, True, view.tenant, view.cpu_milli * n, view.memory_mib * n, gpu, npus
         )
-        emitted.append(Routed("nodes", f"{view.cluster}/{node}", delta))
+        emitted.append(Routed("nodes", f"{cluster}/{node}", delta))
         # The queue holds the run node by node, each part of the model of its own node.
-        hold = _queue_delta(view, view.run, True, now, now, view.cluster, slots)
-        emitted.append(Routed("nodes", f"{view.cluster}/{node}", hold))
+        hold = _queue_delta(view, view.run, True, now, now, cluster, slots)
+        emitted.append(Routed("nodes", f"{cluster}/{node}", hold))
     return emitted
 
 
-def _release_nodes(view: JobView) -> list[Emitted]:
+def _release_nodes(view: JobView, slots: Sequence[ReplicaSlot] | None = None) -> list[Emitted]:
+    """The run gives back its nodes (``slots``: those of these replicas only, a spread run's part)."""
     if view.orphan:
         return []
+    held = view.placement if slots is None else slots
     return [
-        Routed("nodes", f"{view.cluster}/{node}", NodeAllocation(view.job_id, view.run, False))
-        for node in dict.fromkeys(slot.node for slot in view.placement)
+        Routed("nodes", key, NodeAllocation(view.job_id, view.run, False))
+        for key in dict.fromkeys(f"{slot.cluster or view.cluster}/{slot.node}" for slot in held)
     ]
 
 
 def _release(view: JobView, now: int) -> list[Emitted]:
     assert view.cluster is not None and view.placed_ms is not None
-    return _release_nodes(view) + _release_accounting(view, view.run, view.cluster, view.placement, view.placed_ms, now)
+    accounting = _release_accounting(view, view.run, view.cluster, _held_since(view), view.placed_ms, now)
+    return _release_nodes(view) + accounting
+
+
+def _held_since(view: JobView) -> list[tuple[int, ReplicaSlot]]:
+    """Each replica the current run holds, with when it was held: its placement's from ``placed_ms``, an
+    added one from when it was added (``added_since`` lists the last ones of ``placement``)."""
+    placed = view.placed_ms if view.placed_ms is not None else 0
+    since = (placed,) * (len(view.placement) - len(view.added_since)) + view.added_since
+    return list(zip(since, view.placement, strict=True))
 
 
 def _release_accounting(
-    view: JobView, run: int, cluster: str, placement: tuple[ReplicaSlot, ...], placed_ms: int, now: int
+    view: JobView, run: int, cluster: str, held: Sequence[tuple[int, ReplicaSlot]], placed_ms: int, now: int
 ) -> list[Emitted]:
-    """The run gives its queue hold back and reports the GPU and NPU time it held, from ``placed_ms`` (an
-    added replica: from when it was added) to ``now``: one interval per node and device kind, so each
-    node's model prices its own replicas' time and NPU time is never counted as GPU time."""
+    """The run gives its queue hold back and reports the GPU and NPU time it held (``held``: its replicas,
+    each with when it was held; the run's in ``cluster`` unless a replica names its own), from
+    ``placed_ms`` (an added replica: from when it was added) to ``now``: one interval per node and device
+    kind, so each node's model prices its own replicas' time and NPU time is never counted as GPU time. A
+    spread run's part holds its queue from when the part opened."""
     if view.orphan:
         return []
     emitted: list[Emitted] = []
-    added = view.added_since if run == view.run else ()  # a superseded run's additions were not kept
-    since = (placed_ms,) * (len(placement) - len(added)) + added
-    per_node: dict[str, list[tuple[int, ReplicaSlot]]] = {}
-    for at, slot in zip(since, placement, strict=True):
-        per_node.setdefault(slot.node, []).append((at, slot))
-    for node, held in per_node.items():
-        release = _queue_delta(view, run, False, placed_ms, now, cluster, [slot for _, slot in held])
-        emitted.append(Routed("nodes", f"{cluster}/{node}", release))
+    per_node: dict[tuple[str, str], list[tuple[int, ReplicaSlot]]] = {}
+    for at, slot in held:
+        per_node.setdefault((slot.cluster or cluster, slot.node), []).append((at, slot))
+    for (where, node), on_node in per_node.items():
+        since = min(at for at, _ in on_node) if view.spread else placed_ms
+        release = _queue_delta(view, run, False, since, now, where, [slot for _, slot in on_node])
+        emitted.append(Routed("nodes", f"{where}/{node}", release))
         for kind, each in (("gpu", _gpu_milli), ("npu", _npu_milli)):
-            base = sum(each(slot) for at, slot in held if at <= placed_ms)
-            grown = tuple((at, each(slot)) for at, slot in held if at > placed_ms and each(slot))
+            base = sum(each(slot) for at, slot in on_node if at <= placed_ms)
+            grown = tuple((at, each(slot)) for at, slot in on_node if at > placed_ms and each(slot))
             if base or grown:
                 interval = UsageInterval(
-                    view.job_id, run, view.tenant, view.project, cluster, "", base, placed_ms, now, kind, grown, node
+                    view.job_id,
+                    run,
+                    view.tenant,
+                    view.project,
+                    where,
+                    "",
+                    base,
+                    placed_ms,
+                    now,
+                    kind,
+                    grown,
+                    _part(view, where, node),
                 )
-                emitted.append(Routed("nodes", f"{cluster}/{node}", interval))
+                emitted.append(Routed("nodes", f"{where}/{node}", interval))
     return emitted
+
+
+def _part(view: JobView, cluster: str, node: str) -> str:
+    """The name of a run's replicas on one node, as the quota and usage stages count them: the node's (a
+    spread run's: with its cluster, as its parts' nodes may share names)."""
+    return f"{cluster}/{node}" if view.spread else node
 
 
 def _gpu_milli(slot: ReplicaSlot) -> int:
@@ -931,5 +1218,5 @@ def _queue_delta(
         since,
         now,
         _npus(tuple(slots)),
-        part=slots[0].node,
+        part=_part(view, cluster, slots[0].node),
     )

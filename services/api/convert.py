@@ -54,19 +54,32 @@ def timeline_entry(entry: Sequence[Any]) -> jobs_pb2.TimelineEntry:
     )
 
 
-def slots(placement: Sequence[Sequence[Any]] | None) -> list[jobs_pb2.ReplicaSlot]:
-    """A placement's replicas, as the job row keeps them: ``[node, gpu indices, milli each, npu indices]``
-    (rows from before NPUs were kept have three entries)."""
+def slots(placement: Sequence[Sequence[Any]] | None, cluster: str = "") -> list[jobs_pb2.ReplicaSlot]:
+    """A placement's replicas, as the job row keeps them: ``[node, gpu indices, milli each, npu indices,
+    cluster, replica]`` (rows from before NPUs were kept have three entries, from before replicas said their
+    cluster and number four: theirs is ``cluster``, the run's, and their place in the placement)."""
     return [
         jobs_pb2.ReplicaSlot(
-            replica=i,
+            replica=int(rest[2]) if len(rest) > 2 and rest[2] is not None else i,
             node=str(node),
             gpu_indices=[int(g) for g in gpus],
             gpu_milli_each=int(each),
-            npu_indices=[int(u) for u in (npus[0] if npus else ())],
+            npu_indices=[int(u) for u in (rest[0] if rest else ())],
+            cluster=str(rest[1] or cluster) if len(rest) > 1 else cluster,
         )
-        for i, (node, gpus, each, *npus) in enumerate(placement or ())
+        for i, (node, gpus, each, *rest) in enumerate(placement or ())
     ]
+
+
+def run_part(part: Sequence[Any]) -> jobs_pb2.RunPart:
+    """A spread run's part as the job row keeps it: ``[cluster, replicas, opened ms, ended, reason, ended ms]``."""
+    cluster, replicas, opened_ms, ended, reason, ended_ms = part
+    message = jobs_pb2.RunPart(
+        cluster=str(cluster), replicas=int(replicas), opened_ms=int(opened_ms), ended=str(ended), reason=str(reason)
+    )
+    if ended_ms is not None:
+        message.ended_ms = int(ended_ms)
+    return message
 
 
 def waited_ms(row: Mapping[str, Any], now_ms: int) -> int:
@@ -113,7 +126,9 @@ def job(row: JobSummary, *, now_ms: int, with_timeline: bool = False) -> jobs_pb
         retries=row.retries,
         last_reason=row.last_reason,
         last_message=row.last_message,
-        placement=slots(row.placement),
+        placement=slots(row.placement, row.cluster or ""),
+        clusters=list(row.clusters),
+        parts=[run_part(p) for p in row.parts],
         last_decision_type=row.last_decision_type,
         pending_reason=row.pending_reason or "",
     )

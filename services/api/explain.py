@@ -23,6 +23,7 @@ from events.catalog.decisions import (
     JobReplicasAdded,
     JobRetriesExhausted,
     JobRetryScheduled,
+    JobRunClosed,
 )
 from events.catalog.lifecycle import FINAL_STATUSES
 from events.catalog.pending_reasons import DESCRIPTIONS as CATEGORIES
@@ -40,6 +41,7 @@ Decision = (
     | JobReclaimRequested
     | JobRetryScheduled
     | JobRetriesExhausted
+    | JobRunClosed
 )
 _DECISIONS: dict[str, type[Decision]] = {
     "JobQueued": JobQueued,
@@ -49,6 +51,7 @@ _DECISIONS: dict[str, type[Decision]] = {
     "JobReclaimRequested": JobReclaimRequested,
     "JobRetryScheduled": JobRetryScheduled,
     "JobRetriesExhausted": JobRetriesExhausted,
+    "JobRunClosed": JobRunClosed,
 }
 _PREEMPTION_EVENTS = ("JobPreemptionRequested", "JobPreempted", "JobReclaimRequested", "JobReclaimed")
 _STOP_REQUESTS = ("JobPreemptionRequested", "JobReclaimRequested")
@@ -100,9 +103,15 @@ def explain(row: Mapping[str, Any], now_ms: int) -> jobs_pb2.Explanation:
         out.question = "finished" if status in FINAL_STATUSES else "waiting"
         out.cycle_id = decision.cycle_id
         summary.append(_retry_line(decision))
+    elif isinstance(decision, JobRunClosed):
+        # A spread service's run closed as its last part ended: its story; a queued job's next wait says more.
+        out.question = "finished" if status in FINAL_STATUSES else "waiting"
+        out.cycle_id = decision.cycle_id
+        summary += _closed_lines(decision)
     else:
         out.question = "finished" if status in FINAL_STATUSES else "unknown"
         summary.append(_no_decision(status, body is not None))
+    summary += _where_lines(row)
     summary += _history_lines(out.preemptions)
     if status in FINAL_STATUSES:
         summary.insert(0, f"The job has ended: {status} ({row.get('last_reason') or 'no reason given'}).")
@@ -237,7 +246,9 @@ def _placement(d: JobPlaced) -> jobs_pb2.PlacementExplanation:
         cluster=d.cluster,
         run=d.run,
         reason=reason_text(d.reason.value),
-        replicas=slots([[r.node, list(r.gpu_indices), r.gpu_milli_each, list(r.npu_indices)] for r in d.replicas]),
+        replicas=slots(
+            [[r.node, list(r.gpu_indices), r.gpu_milli_each, list(r.npu_indices)] for r in d.replicas], d.cluster
+        ),
         chosen=_score(d.chosen),
         runner_up=[_score(c) for c in d.runner_up],
         explanation=d.explanation,
@@ -266,7 +277,8 @@ def _placement_lines(d: JobPlaced) -> list[str]:
 def _growth(d: JobReplicasAdded) -> jobs_pb2.PlacementExplanation:
     """Replicas added to the run: explained as a placement of those replicas (the run's own placement
     explained the others)."""
-    replicas = slots([[r.node, list(r.gpu_indices), r.gpu_milli_each, list(r.npu_indices)] for r in d.replicas])
+    held = [[r.node, list(r.gpu_indices), r.gpu_milli_each, list(r.npu_indices)] for r in d.replicas]
+    replicas = slots(held, d.cluster)
     for slot, r in zip(replicas, d.replicas, strict=True):
         slot.replica = r.replica  # numbered after the run's others
     return jobs_pb2.PlacementExplanation(
@@ -285,6 +297,34 @@ def _growth_lines(d: JobReplicasAdded) -> list[str]:
         gpus = f", GPUs {list(r.gpu_indices)} x {r.gpu_milli_each} milli-GPU" if r.gpu_indices else ""
         lines.append(f"  replica {r.replica} on node {r.node}{gpus}")
     return lines
+
+
+def _where_lines(row: Mapping[str, Any]) -> list[str]:
+    """Where a spread service's run holds its replicas, cluster by cluster, and which of its parts ended
+    how: "The service runs 3 replicas: 2 in sim-1, 1 in sim-2 (sim-3's part failed: NodeFailure)."."""
+    parts = row.get("parts") or ()
+    if not parts or row.get("status") not in ("placed", "running"):
+        return []
+    per_cluster: dict[str, int] = {}
+    for slot in row.get("placement") or ():
+        where = str(slot[4]) if len(slot) > 4 and slot[4] else str(row.get("cluster") or "")
+        per_cluster[where] = per_cluster.get(where, 0) + 1
+    held = sum(per_cluster.values())
+    where = ", ".join(f"{n} in {cluster}" for cluster, n in per_cluster.items())
+    ended = [
+        f"{p[0]}'s part {p[3]}" + (f": {p[4]}" if p[4] else "")
+        for p in parts
+        if p[3]  # cluster, replicas, opened, ended, reason, ended at
+    ]
+    line = f"The service runs {held} replica{'' if held == 1 else 's'}" + (f": {where}" if where else "")
+    return [line + (f" ({'; '.join(ended)})" if ended else "") + "."]
+
+
+def _closed_lines(d: JobRunClosed) -> list[str]:
+    """A spread run's close: how it ended (as its last part), its story, how each part ended."""
+    how = d.outcome.value + (f", {d.reason.value}" if d.reason is not None else "")
+    ends = "; ".join(f"{p.cluster}: {p.outcome.value}" + (f" ({p.reason.value})" if p.reason else "") for p in d.parts)
+    return [f"Run {d.run} closed ({how} in {d.cluster}): {d.message}", f"  {ends}"]
 
 
 def _preemption(d: JobPreemptionRequested | JobReclaimRequested) -> jobs_pb2.PreemptionExplanation:

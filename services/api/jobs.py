@@ -151,7 +151,8 @@ class JobService:
         reader = self._tails.reader()  # shared with every other watch of these partitions
         try:
             starts = await watch.start_positions(self._log, reader, job_id, positions, request.skip_history)
-            async for item in watch.live(reader, job_id, starts, status, request.follow_after_end):
+            spread = row is not None and row.spread_clusters > 1
+            async for item in watch.live(reader, job_id, starts, status, request.follow_after_end, spread):
                 yield item
         finally:
             await reader.close()

@@ -5,6 +5,10 @@ job row and the projections' log positions are read from one database snapshot, 
 reads the job's partition of the jobs topic and the decisions partition from those positions on, so
 no event is shown twice or missed. (Without stored positions, as when the projections run elsewhere,
 the live part starts at the current end.) Only records keyed by the job id are decoded.
+
+The status each live event leaves the job in is the lifecycle's (``status_after``): for an inference
+service spread over clusters (known from its row, or from its ``JobSubmitted`` read live), a part's end
+leaves it as it was, and the scheduler's ``JobRunClosed`` ends the run.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from events.catalog.errors import EventError
-from events.catalog.lifecycle import FINAL_STATUSES, status_after
+from events.catalog.jobs import JobSubmitted
+from events.catalog.lifecycle import FINAL_STATUSES, spreads, status_after
 from events.catalog.topics import DECISIONS, JOBS, partition_for
 from events.log.contract import EventLog, LogReader, LogRecord, TopicPartition
 from events.plumbing.tasks import cancel_and_wait
@@ -53,17 +58,32 @@ async def start_positions(
     return out
 
 
+class _Job:
+    """What the watch knows of the job that the status of its events depends on."""
+
+    def __init__(self, job_id: str, spread: bool) -> None:
+        self.job_id = job_id
+        self.spread = spread
+
+
 async def live(
-    reader: LogReader, job_id: str, starts: Sequence[tuple[TopicPartition, int]], status: str, follow: bool
+    reader: LogReader,
+    job_id: str,
+    starts: Sequence[tuple[TopicPartition, int]],
+    status: str,
+    follow: bool,
+    spread: bool = False,
 ) -> AsyncIterator[jobs_pb2.JobEvent]:
     """Events of the job from ``starts`` on, as they come; ends after a final status unless ``follow``.
+    ``spread``: the job is an inference service spread over clusters (its row says so).
 
     One task tails each partition. Before the stream ends on a final event, everything the other
     partitions hold up to their current end is delivered first (a decision read late from the decisions
     topic is not lost behind the connector's report of the end)."""
     queue: asyncio.Queue[jobs_pb2.JobEvent | BaseException] = asyncio.Queue(maxsize=256)
     positions = dict(starts)
-    tasks = [asyncio.create_task(_tail(reader, tp, positions, job_id, queue)) for tp, _ in starts]
+    job = _Job(job_id, spread)
+    tasks = [asyncio.create_task(_tail(reader, tp, positions, job, queue)) for tp, _ in starts]
     try:
         while True:
             item = await queue.get()
@@ -78,7 +98,7 @@ async def live(
                     if isinstance(earlier, jobs_pb2.JobEvent):
                         earlier.status = earlier.status or status
                         yield earlier
-                async for earlier in _rest(reader, positions, job_id):
+                async for earlier in _rest(reader, positions, job):
                     yield earlier
                 yield item
                 return
@@ -91,14 +111,14 @@ async def _tail(
     reader: LogReader,
     tp: TopicPartition,
     positions: dict[TopicPartition, int],
-    job_id: str,
+    job: _Job,
     queue: asyncio.Queue[jobs_pb2.JobEvent | BaseException],
 ) -> None:
     try:
         while True:
             records = await reader.read(tp, positions[tp], max_records=500, timeout_s=_POLL_S)
             for record in records:
-                event = _event(record, job_id)
+                event = _event(record, job)
                 if event is not None:
                     await queue.put(event)
                 positions[tp] = record.offset + 1  # after the put: a position never skips an event
@@ -108,9 +128,7 @@ async def _tail(
         await queue.put(error)
 
 
-async def _rest(
-    reader: LogReader, positions: dict[TopicPartition, int], job_id: str
-) -> AsyncIterator[jobs_pb2.JobEvent]:
+async def _rest(reader: LogReader, positions: dict[TopicPartition, int], job: _Job) -> AsyncIterator[jobs_pb2.JobEvent]:
     """The job's events between each partition's position and its current end."""
     for tp, offset in positions.items():
         end = await reader.end_offset(tp)
@@ -121,13 +139,14 @@ async def _rest(
                     break
                 continue
             for record in records:
-                event = _event(record, job_id)
+                event = _event(record, job)
                 if event is not None:
                     yield event
             offset = records[-1].offset + 1
 
 
-def _event(record: LogRecord, job_id: str) -> jobs_pb2.JobEvent | None:
+def _event(record: LogRecord, job: _Job) -> jobs_pb2.JobEvent | None:
+    job_id = job.job_id
     if record.key != job_id.encode():
         return None
     try:
@@ -136,7 +155,9 @@ def _event(record: LogRecord, job_id: str) -> jobs_pb2.JobEvent | None:
         return None  # the consumers dead-letter it; a watcher just skips it
     data = envelope.data
     short = envelope.type.rsplit(".", 1)[-1]
-    after = status_after(data)
+    if isinstance(data, JobSubmitted):  # on the job's partition before any report of its runs
+        job.spread = spreads(data)
+    after = status_after(data, spread=job.spread)
     reason = str(getattr(data, "reason", "") or "")
     reasons = getattr(data, "reasons", None)
     if not reason and reasons:

@@ -409,13 +409,30 @@ def _jobs_table(found: Sequence[Any]) -> str:
             j.priority_class,
             _held(j, gpus(j.gpu_milli * len(j.placement)), gpus(j.gpu_milli * j.replicas)) if j.gpu_milli else "-",
             _held(j, str(j.npus * len(j.placement)), str(j.npus * j.replicas)) if j.npus else "-",
-            j.cluster or "-",
+            _where(j),
             duration(j.waiting_ms),
             j.last_reason,
         ]
         for j in found
     ]
     return table(["JOB", "NAME", "TENANT", "STATUS", "PRIORITY", "GPUS", "NPUS", "CLUSTER", "WAITED", "REASON"], rows)
+
+
+def _where(job: Any) -> str:
+    """Where its run holds replicas: a spread service's clusters joined ("sim-1+sim-2"), or its cluster."""
+    return (
+        "+".join(job.clusters) if len(job.clusters) > 1 else (job.clusters[0] if job.clusters else job.cluster or "-")
+    )
+
+
+def _part(part: Any) -> str:
+    """One part of a spread run: its replicas, when it opened, and whether it holds them or how it ended."""
+    opened = f"{part.replicas} replica(s) from {when(part.opened_ms)}"
+    if not part.ended:
+        return f"{opened}, running"
+    reason = f" ({part.reason})" if part.reason else ""
+    at = f" at {when(part.ended_ms)}" if part.HasField("ended_ms") else ""
+    return f"{opened}, {part.ended}{reason}{at}"
 
 
 def _running_fewer(job: Any) -> bool:
@@ -439,6 +456,36 @@ def _held(job: Any, held: str, asked: str) -> str:
     return f"{held}/{asked}" if _running_fewer(job) else asked
 
 
+def render_job(job: Any) -> str:
+    """``fedsched job``'s text: the job's fields, a spread service's parts, its replicas, its timeline."""
+    retried = f", retried {job.retries} times after failures" if job.retries else ""
+    fields = [
+        ("job", job.job_id),
+        ("name", job.name),
+        ("tenant", f"{job.tenant} / project {job.project} / queue {job.queue}"),
+        ("kind", f"{job.kind}, {job.priority_class}, {_replicas(job)} x {_per_replica(job)}"),
+        ("status", job.status + (f" on {_where(job)}" if job.cluster or job.clusters else "")),
+        ("reason", f"{job.last_reason} {job.last_message}".strip() or "-"),
+        ("runs", f"{job.runs} (preempted {job.preemptions} times{retried}), waited {duration(job.waiting_ms)}"),
+    ]
+    for name in ("submitted_ms", "placed_ms", "started_ms", "ended_ms"):
+        if job.HasField(name):
+            fields.append((name.removesuffix("_ms"), when(getattr(job, name))))
+    for part in job.parts:  # a service spread over clusters: its run, cluster by cluster
+        fields.append((f"part in {part.cluster}", _part(part)))
+    for slot in job.placement:
+        held = [f"GPUs {list(slot.gpu_indices)} x {slot.gpu_milli_each}"] if slot.gpu_indices else []
+        held += [f"NPUs {list(slot.npu_indices)}"] if slot.npu_indices else []
+        node = f"{slot.cluster}/{slot.node}" if job.parts and slot.cluster else slot.node
+        fields.append((f"replica {slot.replica}", f"{node} {', '.join(held) or 'no GPU or NPU'}"))
+    width = max(len(k) for k, _ in fields)
+    text = "\n".join(f"{k.ljust(width)}  {v}" for k, v in fields)
+    if job.timeline:
+        rows = [[when(e.time_ms), e.event, e.status, e.reason, e.message[:80]] for e in job.timeline]
+        text += "\n\n" + table(["TIME", "EVENT", "STATUS", "REASON", "MESSAGE"], rows)
+    return text
+
+
 async def show_job(args: argparse.Namespace, client: Client) -> int:
     from services.api.pb import jobs_pb2
 
@@ -446,29 +493,7 @@ async def show_job(args: argparse.Namespace, client: Client) -> int:
     if args.json:
         _print_json(to_dict(job))
         return 0
-    retried = f", retried {job.retries} times after failures" if job.retries else ""
-    fields = [
-        ("job", job.job_id),
-        ("name", job.name),
-        ("tenant", f"{job.tenant} / project {job.project} / queue {job.queue}"),
-        ("kind", f"{job.kind}, {job.priority_class}, {_replicas(job)} x {_per_replica(job)}"),
-        ("status", job.status + (f" on {job.cluster}" if job.cluster else "")),
-        ("reason", f"{job.last_reason} {job.last_message}".strip() or "-"),
-        ("runs", f"{job.runs} (preempted {job.preemptions} times{retried}), waited {duration(job.waiting_ms)}"),
-    ]
-    for name in ("submitted_ms", "placed_ms", "started_ms", "ended_ms"):
-        if job.HasField(name):
-            fields.append((name.removesuffix("_ms"), when(getattr(job, name))))
-    for slot in job.placement:
-        held = [f"GPUs {list(slot.gpu_indices)} x {slot.gpu_milli_each}"] if slot.gpu_indices else []
-        held += [f"NPUs {list(slot.npu_indices)}"] if slot.npu_indices else []
-        fields.append((f"replica {slot.replica}", f"{slot.node} {', '.join(held) or 'no GPU or NPU'}"))
-    width = max(len(k) for k, _ in fields)
-    print("\n".join(f"{k.ljust(width)}  {v}" for k, v in fields))
-    if job.timeline:
-        print()
-        rows = [[when(e.time_ms), e.event, e.status, e.reason, e.message[:80]] for e in job.timeline]
-        print(table(["TIME", "EVENT", "STATUS", "REASON", "MESSAGE"], rows))
+    print(render_job(job))
     return 0
 
 

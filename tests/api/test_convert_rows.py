@@ -16,7 +16,7 @@ from services.api import convert, watch
 from services.api.explain import explain
 from tests.unit.projections.builders import Fold, a_job, a_node, placed
 
-_JSON = ("timeline", "placement", "last_decision")
+_JSON = ("timeline", "placement", "last_decision", "parts")
 
 
 def job_record(fold: Fold) -> dict[str, Any]:

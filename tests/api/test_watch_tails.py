@@ -124,7 +124,7 @@ def expected(log: GrowingLog, job_id: str, starts: dict[TopicPartition, int]) ->
     for tp, offset in starts.items():
         for record in log.after(tp, offset):
             if record.key == job_id.encode():
-                envelope = watch._event(record, job_id)
+                envelope = watch._event(record, watch._Job(job_id, spread=False))
                 assert envelope is not None
                 out.append(f"{envelope.event}:{envelope.event_id}")
     return out

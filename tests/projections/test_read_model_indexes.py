@@ -21,6 +21,9 @@ ADDED = (
     "retries",
     "npus",
     "npu_models",
+    "clusters",
+    "parts",
+    "spread_clusters",
 )
 """The jobs table's columns added since it was first made, in the order they were added."""
 LISTING = (

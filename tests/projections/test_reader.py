@@ -75,7 +75,7 @@ async def test_a_job_reads_with_the_positions_its_row_reflects(reads: ReadModels
     assert row is not None and (row.status, row.cluster, row.placement) == (
         "running",
         "c1",
-        (Slot("n1", (0, 1), 1000),),
+        (Slot("n1", (0, 1), 1000, (), "c1", 0),),
     )
     assert positions == POSITIONS
     assert await reads.job("j1") == row
@@ -105,7 +105,7 @@ async def test_the_reports_and_the_demos_questions(reads: ReadModels) -> None:
         "team-a",
         "c1",
         "A100",
-        (Slot("n1", (0, 1), 1000),),
+        (Slot("n1", (0, 1), 1000, (), "c1", 0),),
     )
     histories = {h.job_id: h for h in await reads.job_histories()}
     assert sorted(histories) == ["j1", "j2", "j3"] and [e.status for e in histories["j3"].timeline][-1] == "succeeded"
@@ -208,3 +208,56 @@ async def test_a_running_run_over_nodes_of_two_models_is_held_under_each_model(
     assert run.slot_models == (("A100", None), ("T4", None), ("T4", None))
     held = sorted((row.gpu_model, row.gpu_milli) for row in await held_rows(reads))
     assert held == [("A100", 1000), ("T4", 2000)]  # was [("A100", 3000)]: the first replica's node's model
+
+
+async def test_a_spread_service_is_listed_under_each_cluster_its_run_holds_replicas_in(
+    written: tuple[asyncpg.Pool, str],
+) -> None:
+    """Its run opened in c1 and grew into c2 (on nodes of other models): listed under either cluster,
+    each replica read back with its cluster and held under its own node's model; once c1's part ended, the
+    run still lists under c1 (its first cluster) and holds only c2's replicas."""
+    from events.catalog.jobs import JobFailed
+    from events.catalog.reasons import ReasonCode
+    from tests.unit.projections.test_spread_runs import a_service, added_in, placed_in
+
+    pool, _ = written
+    fold = Fold()
+    fold.feed(a_node("c1", "n1"))
+    fold.feed(a_node("c2", "n1", gpus=4, model="H100"))
+    fold.feed(a_service())
+    fold.feed(placed_in("c1"), at_s=1)
+    fold.feed(added_in("c2"), at_s=10)
+
+    async def reads_of(fold: Fold) -> ReadModels:
+        schema = f"rm_{uuid.uuid4().hex[:8]}"
+        await writer.ensure_schema(pool, schema)
+        tables = fold.store.tables
+        changed = [(stage, key) for stage, entities in tables.items() if stage in TABLES for key in entities]
+        await writer.flush(pool, schema, changed, tables, POSITIONS)
+        return ReadModels(pool, schema)
+
+    reads = await reads_of(fold)
+    for cluster in ("c1", "c2"):
+        (listed,) = await reads.jobs(JobFilter(cluster=cluster), None, 10, None)
+        assert (listed.job_id, listed.cluster, listed.clusters) == ("j1", "c1", ("c1", "c2"))
+    assert await reads.jobs(JobFilter(cluster="c3"), None, 10, None) == []
+    row = await reads.job("j1")
+    assert row is not None and [(s.cluster, s.replica) for s in row.placement] == [
+        ("c1", 0),
+        ("c1", 1),
+        ("c2", 2),
+        ("c2", 3),
+    ]
+    assert [(p.cluster, p.replicas, p.ended) for p in row.parts] == [("c1", 2, ""), ("c2", 2, "")]
+    assert row.spread_clusters == 2
+    (run,) = await reads.held_runs()
+    assert run.slot_models == (("A100", None), ("A100", None), ("H100", None), ("H100", None))
+
+    fold.feed(JobFailed(job_id="j1", cluster="c1", reason=ReasonCode.NODE_FAILURE, node="n1"), at_s=100)
+    reads = await reads_of(fold)
+    (listed,) = await reads.jobs(JobFilter(cluster="c2"), None, 10, None)
+    assert (listed.status, listed.cluster, listed.clusters) == ("placed", "c1", ("c2",))
+    assert [j.job_id for j in await reads.jobs(JobFilter(cluster="c1"), None, 10, None)] == ["j1"]
+    (run,) = await reads.held_runs()
+    assert (run.gpu_model, run.slot_models) == ("H100", (("H100", None), ("H100", None)))
+    assert [(p.cluster, p.ended, p.reason) for p in listed.parts] == [("c1", "failed", "NodeFailure"), ("c2", "", "")]

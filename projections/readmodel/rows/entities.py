@@ -48,7 +48,11 @@ def _converted(table: tables.Table, rows: Callable[[str, Any], Sequence[Row]]) -
 
 
 def _job_rows(key: str, job: JobView) -> Sequence[Row]:
-    placement = [[s.node, list(s.gpu_indices), s.gpu_milli_each, list(s.npu_indices)] for s in job.placement]
+    placement = [
+        [s.node, list(s.gpu_indices), s.gpu_milli_each, list(s.npu_indices), s.cluster or job.cluster, s.replica]
+        for s in job.placement
+    ]
+    parts = [[p.cluster, p.replicas, p.opened_ms, p.ended, p.reason, p.ended_ms] for p in job.parts]
     timeline = [[e.time_ms, e.status, e.event, e.reason, e.message] for e in job.timeline]
     return [
         (
@@ -88,6 +92,9 @@ def _job_rows(key: str, job: JobView) -> Sequence[Row]:
             job.retries,
             job.npus,
             ",".join(job.npu_models),
+            list(job.clusters),
+            _json(parts),
+            job.spread_clusters,
         )
     ]
 

@@ -28,6 +28,7 @@ from projections.readmodel.rows.typed import (
     ProjectShare,
     QueueQuota,
     QuotaUsage,
+    RunPart,
     Slot,
     TimelineEntry,
     UsageHour,
@@ -57,11 +58,27 @@ def _maybe_int(r: Record, name: str) -> int | None:
 
 
 def slots(value: Any) -> tuple[Slot, ...]:
-    """A placement's replicas: ``[node, gpu indices, milli each, npu indices]`` (rows written before NPUs
-    were kept have no fourth entry)."""
+    """A placement's replicas: ``[node, gpu indices, milli each, npu indices, cluster, replica]`` (rows
+    written before NPUs were kept have no fourth entry, before replicas said their cluster and number no
+    fifth and sixth)."""
     return tuple(
-        Slot(str(node), tuple(int(g) for g in gpus), int(each), tuple(int(u) for u in (npus[0] if npus else ())))
-        for node, gpus, each, *npus in _json(value) or ()
+        Slot(
+            str(node),
+            tuple(int(g) for g in gpus),
+            int(each),
+            tuple(int(u) for u in (rest[0] if rest else ())),
+            str(rest[1] or "") if len(rest) > 1 else "",
+            int(rest[2]) if len(rest) > 2 else None,
+        )
+        for node, gpus, each, *rest in _json(value) or ()
+    )
+
+
+def parts(value: Any) -> tuple[RunPart, ...]:
+    """A spread run's parts: ``[cluster, replicas, opened ms, ended, reason, ended ms]`` each."""
+    return tuple(
+        RunPart(str(cluster), int(n), int(opened), str(ended or ""), str(reason or ""), None if at is None else int(at))
+        for cluster, n, opened, ended, reason, at in _json(value) or ()
     )
 
 
@@ -108,6 +125,9 @@ def _summary_fields(r: Record) -> dict[str, Any]:
         "expected_runtime_s": _maybe_int(r, "expected_runtime_s"),
         "max_runtime_s": _maybe_int(r, "max_runtime_s"),
         "retries": _int(r, "retries"),
+        "clusters": tuple(str(c) for c in r["clusters"] or ()),
+        "parts": parts(r["parts"]),
+        "spread_clusters": _int(r, "spread_clusters") or 1,
     }
 
 

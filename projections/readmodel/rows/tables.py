@@ -111,6 +111,11 @@ JOBS = Table(
         ("retries", "int"),  # runs that failed and were retried (``runs`` counts every attempt)
         ("npus", "int"),  # whole NPUs per replica, as gpu_milli is GPU per replica
         ("npu_models", "text"),  # the NPU models it accepts, comma-separated ('': any)
+        # A spread inference service (spread_clusters above 1): the clusters its run holds replicas in now,
+        # in the order its parts opened, and each part as [cluster, replicas, opened, ended, reason, ended at].
+        ("clusters", "text[]"),
+        ("parts", "jsonb"),
+        ("spread_clusters", "int"),
     ),
     _JOB_INDEXES,
 )

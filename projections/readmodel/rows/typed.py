@@ -10,7 +10,7 @@ leaves unset (a cluster, the times of what has not happened yet) stay ``None``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from events.catalog.types import ClusterId, JobId, TenantId
@@ -26,6 +26,24 @@ class Slot(NamedTuple):
     gpu_indices: tuple[int, ...]
     gpu_milli_each: int
     npu_indices: tuple[int, ...] = ()
+    cluster: str = ""
+    """Its node's cluster ("" in rows written before replicas said it: the job's ``cluster``)."""
+    replica: int | None = None
+    """Its number in the run (``None`` in rows written before: its place in the placement)."""
+
+
+class RunPart(NamedTuple):
+    """A spread inference service's run in one cluster (``projections.stages.jobs.RunPart``)."""
+
+    cluster: str
+    replicas: int
+    """The replicas it was given (opened with, then grown by)."""
+    opened_ms: int
+    ended: str
+    """How it ended (``RunEnd``'s word: failed, preempted, ...); "" while it holds its replicas."""
+    reason: str
+    """A failed part's reason code."""
+    ended_ms: int | None
 
 
 class TimelineEntry(NamedTuple):
@@ -54,6 +72,7 @@ class JobFilter:
     statuses: tuple[str, ...] = ()
     priority_class: str | None = None
     cluster: str | None = None
+    """Jobs whose run is (or was last) in it: its first cluster, or any its run holds replicas in now."""
     pending_reasons: tuple[str, ...] = ()
     """Waiting jobs whose wait is of any of these categories (``events.catalog.pending_reasons``)."""
 
@@ -103,6 +122,13 @@ class JobSummary:
     """The runtime it was submitted with, expected and at most (``None``: none given)."""
     retries: int
     """Runs that failed and were retried (the scheduler's ``JobRetryScheduled``)."""
+    clusters: tuple[str, ...] = field(default=(), kw_only=True)
+    """The clusters its current run holds replicas in, in the order they were opened (a spread inference
+    service's may be several; ``cluster`` stays the run's first)."""
+    parts: tuple[RunPart, ...] = field(default=(), kw_only=True)
+    """A spread service's current (or last) run, part by part; empty for a job that does not spread."""
+    spread_clusters: int = field(default=1, kw_only=True)
+    """The clusters its service may spread over, as submitted (1: it does not spread)."""
 
 
 @dataclass(frozen=True, slots=True)

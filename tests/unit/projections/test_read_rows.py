@@ -36,7 +36,7 @@ def test_a_running_jobs_row_reads_back_with_its_slots_timeline_and_decision() ->
     assert (row.job_id, row.tenant, row.status, row.cluster, row.orphan) == ("j1", "team-a", "running", "c1", False)
     assert (row.submitted_ms, row.placed_ms, row.started_ms, row.ended_ms) == (1_010_000, 1_040_000, 1_045_000, None)
     assert (row.waiting_ms, row.queued_since_ms, row.run, row.runs) == (30_000, None, 1, 1)
-    assert row.placement == (Slot("n1", (0, 1), 1000),)
+    assert row.placement == (Slot("n1", (0, 1), 1000, (), "c1", 0),)  # each replica names its cluster
     entries = tuple(TimelineEntry(e.time_ms, e.status, e.event, e.reason, e.message) for e in view.timeline)
     assert row.timeline == entries and [e.status for e in entries] == ["submitted", "placed", "running"]
     assert row.last_decision_type == "JobPlaced" and row.last_decision is not None

@@ -230,7 +230,7 @@ def test_an_npu_run_is_shown_on_its_job_held_on_its_node_and_counted_on_its_npu_
     job = fold.get("jobs", "j1")
     assert [(s.node, s.npu_indices, s.gpu_indices) for s in job.placement] == [("n1", (2, 3, 4, 5), ())]
     placement = [name for name, _ in TABLES["jobs"].columns].index("placement")
-    assert _job_rows("j1", job)[0][placement] == '[["n1",[],0,[2,3,4,5]]]'
+    assert _job_rows("j1", job)[0][placement] == '[["n1",[],0,[2,3,4,5],"c1",0]]'
     profile = [o.event for o in fold.outputs if isinstance(o.event, ResourceProfileUpdated) and o.event.node == "n1"]
     assert (profile[-1].capacity.npus, profile[-1].allocated.npus, profile[-1].free.npus) == (8, 4, 4)
     latest = [o.event for o in fold.outputs if o.id.startswith("quota:team-a/default")][-1]
