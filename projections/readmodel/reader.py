@@ -139,7 +139,7 @@ class ReadModels:
         sql = (
             f"SELECT j.tenant, j.project, j.cluster, j.placed_ms, j.placement, n.gpu_model, n.npu_model,"
             f" j.expected_runtime_s,"
-            f" j.max_runtime_s,"
+            f" j.max_runtime_s, j.parts,"
             f" (SELECT coalesce(jsonb_agg(jsonb_build_array(m.gpu_model, m.npu_model) ORDER BY s.ord), '[]'::jsonb)"
             f"  FROM jsonb_array_elements(j.placement) WITH ORDINALITY AS s(slot, ord)"
             f"  LEFT JOIN {self._nodes} m"

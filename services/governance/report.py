@@ -73,28 +73,32 @@ async def job_rows(reads: ReadModels, tenants: Scope = None) -> list[JobRow]:
 
 
 async def held_rows(reads: ReadModels, tenants: Scope = None) -> list[HeldRow]:
-    """Runs holding GPUs or NPUs now, as their usage is counted: a row per device kind and model a run
-    holds, each replica under the model of its own node (a run over nodes of several models is several rows)."""
+    """Runs holding GPUs or NPUs now, as their usage is counted: a row per device kind, cluster and model a
+    run holds, each replica under the model of its own node and the cluster of its part (a run over nodes of
+    several models, or a service spread over clusters, is several rows; a part counts from its opening)."""
     rows = []
     for r in await reads.held_runs(tenants):
         # Spelt as the usage buckets spell a missing tenant or model (projections.stages.clusters.usage_key).
         tenant = r.tenant or "unknown"
         models = r.slot_models or ((r.gpu_model, r.npu_model),) * len(r.placement)
-        gpus: dict[str, int] = {}
-        npus: dict[str, int] = {}
+        opened = {p.cluster: p.opened_ms for p in r.parts}  # a spread run's parts: each from its opening
+        gpus: dict[tuple[str, str], int] = {}
+        npus: dict[tuple[str, str], int] = {}
         for slot, (gpu_model, npu_model) in zip(r.placement, models, strict=True):
+            cluster = slot.cluster or r.cluster
             if slot.gpu_indices:
-                gpus[gpu_model or "none"] = (
-                    gpus.get(gpu_model or "none", 0) + len(slot.gpu_indices) * slot.gpu_milli_each
-                )
+                key = (cluster, gpu_model or "none")
+                gpus[key] = gpus.get(key, 0) + len(slot.gpu_indices) * slot.gpu_milli_each
             if slot.npu_indices:
-                npus[npu_model or "none"] = npus.get(npu_model or "none", 0) + 1000 * len(slot.npu_indices)
+                key = (cluster, npu_model or "none")
+                npus[key] = npus.get(key, 0) + 1000 * len(slot.npu_indices)
         if not gpus and not npus:  # a run of neither still holds its place in the GPU tables, as before
-            gpus[r.gpu_model or "none"] = 0
-        rows += [HeldRow(tenant, r.project, r.cluster, model, r.placed_ms, milli) for model, milli in gpus.items()]
-        rows += [
-            HeldRow(tenant, r.project, r.cluster, model, r.placed_ms, milli, "npu") for model, milli in npus.items()
-        ]
+            gpus[(r.cluster, r.gpu_model or "none")] = 0
+        for kind, held in (("gpu", gpus), ("npu", npus)):
+            rows += [
+                HeldRow(tenant, r.project, cluster, model, opened.get(cluster, r.placed_ms), milli, kind)
+                for (cluster, model), milli in held.items()
+            ]
     return rows
 
 

@@ -252,6 +252,12 @@ async def test_a_spread_service_is_listed_under_each_cluster_its_run_holds_repli
     assert row.spread_clusters == 2
     (run,) = await reads.held_runs()
     assert run.slot_models == (("A100", None), ("A100", None), ("H100", None), ("H100", None))
+    from services.governance.report import held_rows
+
+    held = sorted(
+        (row.cluster, row.gpu_model, row.gpu_milli, row.placed_ms - run.placed_ms) for row in await held_rows(reads)
+    )
+    assert held == [("c1", "A100", 2000, 0), ("c2", "H100", 2000, 9000)]  # each part where it is, from its opening
 
     fold.feed(JobFailed(job_id="j1", cluster="c1", reason=ReasonCode.NODE_FAILURE, node="n1"), at_s=100)
     reads = await reads_of(fold)

@@ -1,5 +1,5 @@
 """A service spread over clusters end to end on the embedded default (issue 21, item 4): ``fedsched up``'s
-components in one process on real PostgreSQL, three simulated clusters of one 4-GPU node each. An
+components in one process on real PostgreSQL, three simulated clusters of one 4-GPU node each (the node list is split among them). An
 inference service of 4 replicas with ``spread_clusters: 2`` opens with 2 replicas in one cluster and is
 topped up with 2 in another (``JobReplicasAdded`` naming that cluster, started by its simulated
 cluster); losing one part's node costs only that part, and the service is topped up in the third
@@ -27,7 +27,7 @@ pytestmark = [
 
 NODE_LIST = """\
 nodes:
-  - {name: a, count: 1, cpu_milli: 64000, memory_mib: 262144, gpus: 4, model: A100-SXM4-80GB}
+  - {name: a, count: 3, cpu_milli: 64000, memory_mib: 262144, gpus: 4, model: A100-SXM4-80GB}
 """
 
 

@@ -171,6 +171,7 @@ def held_run(r: Record) -> HeldRun:
         _maybe_int(r, "max_runtime_s"),
         r["npu_model"] or None,
         tuple((gpu or None, npu or None) for gpu, npu in _json(r["slot_models"]) or ()),
+        parts(r["parts"]),
     )
 
 

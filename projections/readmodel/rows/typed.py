@@ -175,6 +175,8 @@ class HeldRun:
     """The NPU model of its first replica's node (``None``: no NPUs there, or the node is not known)."""
     slot_models: tuple[tuple[str | None, str | None], ...] = ()
     """Per replica of ``placement``, the GPU and NPU models of its node (``None``: none, or not known)."""
+    parts: tuple[RunPart, ...] = ()
+    """A spread service's run part by part (when each opened); empty for any other run."""
 
 
 @dataclass(frozen=True, slots=True)
