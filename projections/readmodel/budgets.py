@@ -72,11 +72,16 @@ async def budget_views(reads: ReadModels, scope: Sequence[str] | None, tenant: s
         for run in held:
             if run.tenant not in members:
                 continue
-            gpu = sum(len(slot.gpu_indices) * slot.gpu_milli_each for slot in run.placement)
             running += 1
             expected_end = run.placed_ms + (run.expected_runtime_s or run.max_runtime_s or default_s) * 1000
-            used += held_within(gpu, run.placed_ms, now_ms, window)
-            projected += held_within(gpu, run.placed_ms, max(now_ms, expected_end), window)
+            opened = {p.cluster: p.opened_ms for p in run.parts}  # a spread service's parts: each from its opening
+            since: dict[int, int] = {}
+            for slot in run.placement:
+                at = opened.get(slot.cluster, run.placed_ms)
+                since[at] = since.get(at, 0) + len(slot.gpu_indices) * slot.gpu_milli_each
+            for at, gpu in sorted(since.items()):
+                used += held_within(gpu, at, now_ms, window)
+                projected += held_within(gpu, at, max(now_ms, expected_end), window)
         out.append(BudgetView(row.name, spec, window, members, used, max(projected, used), running))
     return out
 

@@ -12,7 +12,7 @@ import pytest
 from events.catalog.budget_windows import MILLI_MS_PER_GPU_HOUR
 from events.catalog.types import ClusterId, TenantId
 from projections.readmodel.budgets import budget_views
-from projections.readmodel.rows.typed import DocumentRow, HeldRun, Slot
+from projections.readmodel.rows.typed import DocumentRow, HeldRun, RunPart, Slot
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(10)]
 
@@ -72,3 +72,11 @@ async def test_a_run_past_its_expected_end_is_projected_to_hold_nothing_more() -
 
 async def test_what_falls_after_the_window_is_not_projected_in_it() -> None:
     assert await figures(Reads([run(1, NOW, expected_s=48 * 3600)])) == (0, 14)  # 10:00 to midnight
+
+
+async def test_a_spread_services_part_counts_from_when_it_opened() -> None:
+    # 2 GPUs in c1 since 4 h ago, 2 more in c2 since 1 h ago, expected to run 6 h: 8 + 2 used.
+    parts = (RunPart("c1", 2, NOW - 4 * HOUR, "", "", None), RunPart("c2", 2, NOW - HOUR, "", "", None))
+    slots = tuple(Slot("n1", (g,), 1000, cluster=c) for c, g in (("c1", 0), ("c1", 1), ("c2", 0), ("c2", 1)))
+    spread = HeldRun(TenantId("team-a"), "", ClusterId("c1"), "A100", NOW - 4 * HOUR, slots, 6 * 3600, parts=parts)
+    assert await figures(Reads([spread])) == (10, 18)  # then 2 h more of 4 GPUs: 18 (was 16 used, 24 projected)
