@@ -917,6 +917,8 @@ def _part_ended(view: JobView, fact: Fact, now: int, **extra: Any) -> tuple[JobV
     base = len(view.placement) - len(view.added_since)
     others = [p.cluster for p in parts if not p.ended]
     detail = _part_detail(fact)
+    if detail == how:  # a connector's plain "cancelled": said once
+        detail = ""
     on = f"the service runs on in {' and '.join(others)}" if others else "no part holds replicas: the run closes"
     message = f"{fact.cluster}'s part {how}" + (f": {detail}" if detail else "") + f"; {on}"
     view = _log(
@@ -1175,16 +1177,10 @@ def _release_accounting(
                     now,
                     kind,
                     grown,
-                    _part(view, where, node),
+                    node,  # a part: named by its node, counted in its cluster's buckets
                 )
                 emitted.append(Routed("nodes", f"{where}/{node}", interval))
     return emitted
-
-
-def _part(view: JobView, cluster: str, node: str) -> str:
-    """The name of a run's replicas on one node, as the quota and usage stages count them: the node's (a
-    spread run's: with its cluster, as its parts' nodes may share names)."""
-    return f"{cluster}/{node}" if view.spread else node
 
 
 def _gpu_milli(slot: ReplicaSlot) -> int:
@@ -1218,5 +1214,5 @@ def _queue_delta(
         since,
         now,
         _npus(tuple(slots)),
-        part=_part(view, cluster, slots[0].node),
+        part=slots[0].node,  # the quota stage keys the hold by cluster and node
     )

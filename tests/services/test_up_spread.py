@@ -1,10 +1,10 @@
 """A service spread over clusters end to end on the embedded default (issue 21, item 4): ``fedsched up``'s
-components in one process on real PostgreSQL, three simulated clusters of one 4-GPU node each (the node list is split among them). An
-inference service of 4 replicas with ``spread_clusters: 2`` opens with 2 replicas in one cluster and is
-topped up with 2 in another (``JobReplicasAdded`` naming that cluster, started by its simulated
-cluster); losing one part's node costs only that part, and the service is topped up in the third
-cluster, the job still running; cancelling it stops every part, and the scheduler closes the run
-(``JobRunClosed``, cancelled). ``audit verify`` re-executes every cycle identically."""
+components in one process on real PostgreSQL, three simulated clusters of one 4-GPU node each (the node
+list is split among them). An inference service of 4 replicas with ``spread_clusters: 2`` opens with 2
+replicas in one cluster and is topped up with 2 in another (``JobReplicasAdded`` naming that cluster,
+started by its simulated cluster); losing one part's node costs only that part, and the service is topped
+up in the third cluster, the job still running; cancelling it stops every part, and the scheduler closes
+the run (``JobRunClosed``, cancelled). ``audit verify`` re-executes every cycle identically."""
 
 from __future__ import annotations
 

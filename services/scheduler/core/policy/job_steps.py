@@ -570,13 +570,19 @@ def _add(
     replicas = _commit(ctx, job, d, plan)
     cid = fs.clusters[plan.cluster]
     held, asked = run.job.replicas, run.replicas_asked
+    cap = -(-asked // job.spread_clusters)
     now = held + len(replicas)
     share = f" ({d.gpu_milli}m each)" if d.is_share else ""
     opens = bool(run.parts) and cid not in dict(run.parts)
     msg = (
         f"{job.job_id} {'opens a part in' if opens else 'grows in'} {cid}: added {len(replicas)} replica(s) on "
         f"{', '.join(_devices(p) for p in replicas)}{share} by {ctx.config.node_policy.value} (placement cost "
-        f"{plan.cost}), as room appeared"
+        f"{plan.cost}), "
+        + (
+            f"to spread it over up to {job.spread_clusters} clusters (at most {cap} in any one)"
+            if job.spread_clusters > 1
+            else "as room appeared"
+        )
         + (
             f"; {_still_waiting(cid, now, asked, spread=job.spread_clusters)}"
             if now < asked
