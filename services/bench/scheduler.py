@@ -39,7 +39,7 @@ def _measure(name: str, nodes: list[Any], pods: list[Any], policy: str, count: i
     from services.scheduler.core.policy.placer import Placer
 
     fleet = FleetState(nodes)
-    # As the cycle scores: our policy also against a filler per share size the 95% leave out.
+    # As the cycle scores: our policy also against a filler per share size below the typical ones.
     fillers = NodePolicy(policy) is NodePolicy.FRAGMENTATION
     frag = FragModel(typical_shapes((p.shape() for p in pods), 95, fillers), fleet.models)
     placer = Placer(fleet, NodePolicy(policy), frag, seed=seed)

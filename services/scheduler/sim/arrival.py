@@ -5,7 +5,7 @@ Called by ``fedsched simulate --mode arrival``. Procedure, as in the authors' si
    covering 95% of the pods, CPU-only pods included) define fragmentation for the FGD policy. The
    fragmentation policies can be scored against another coverage (``typical_coverage_pct``, e.g. 100:
    every shape of the workload); the reported fragmentation measure stays the authors' 95%. Our policy
-   (``fgd``) adds one filler per GPU-share size the coverage leaves out (``fragmentation.share_fillers``),
+   (``fgd``) adds one filler per GPU-share size below the smallest typical one (``fragmentation.share_fillers``),
    as the scheduling cycle does; the authors' (``fgd-paper``) scores against the typical shapes alone.
 2. The pods are shuffled with the seed, then inflated: pods drawn uniformly with replacement from the
    workload are appended until the next one would take GPU demand above 130% of the fleet's GPU capacity
@@ -132,8 +132,8 @@ def run_arrival(
     samples = [p.shape() for p in workload]
     fm = FragModel(typical_shapes(samples, PAPER_COVERAGE_PCT), fleet.models)
     scored = fm
-    # Our policy also weighs the share sizes the coverage leaves out, as the cycle does; the authors' keeps
-    # their list.
+    # Our policy also weighs the share sizes below the smallest typical one, as the cycle does; the authors'
+    # keeps their list.
     fillers = policy is NodePolicy.FRAGMENTATION
     if typical_coverage_pct != PAPER_COVERAGE_PCT or fillers:
         scored = FragModel(typical_shapes(samples, typical_coverage_pct, fillers), fleet.models)

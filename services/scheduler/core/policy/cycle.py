@@ -86,7 +86,7 @@ def _shapes(snap: FleetSnapshot, config: PolicyConfig, running: Counter[_Group])
         counts[group.shape] += n * group.replicas
     for j in snap.pending:
         counts[_Group.of(j, None).shape] += j.replicas
-    # Our policy also weighs the rare share sizes (``share_fillers``); the authors' FGD keeps their list.
+    # Our policy also weighs the rare small share sizes (``share_fillers``); the authors' FGD keeps their list.
     fillers = config.node_policy is NodePolicy.FRAGMENTATION
     return typical_shapes_from_counts(counts, config.typical_coverage_pct, fillers) or FALLBACK_SHAPES
 

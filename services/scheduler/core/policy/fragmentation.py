@@ -69,20 +69,22 @@ def typical_shapes_from_counts(
 def share_fillers(
     counts: Mapping[tuple[int, int, int, tuple[str, ...]], int], typical: Sequence[Shape]
 ) -> tuple[Shape, ...]:
-    """One shape per GPU-share size the workload asks that no typical shape has, weighted by its count.
+    """One shape per GPU-share size smaller than every typical GPU shape's, weighted by its count.
 
-    The coverage cut drops the rare sizes, and those are mostly the small shares: the only work that can
-    use the remainder of a GPU a large share leaves. Without them every remainder below the smallest
-    typical share is equally dead, so a share may as well leave 80 milli-GPU no one can use as 100 a
-    rare 100-milli share could. The filler stands for every share of its size: the least CPU any of
-    them asks, and any GPU model unless each of them names models (then the models they name).
+    The coverage cut drops the rare sizes, and among them the small shares are the only work that can use
+    a hole smaller than every typical ask (the 190 milli-GPU beside an 810 share): without them every
+    such hole is equally dead, so a share may as well leave 80 milli-GPU no one can use as 100 a rare
+    100-milli share could. (A left-out size above the smallest typical one adds little: a hole it fits,
+    a typical share fits too, and each size is one more threshold to score.) The filler stands for every
+    share of its size: the least CPU any of them asks, and any GPU model unless each of them names models
+    (then the models they name).
     """
-    kept = {s.gpu_milli for s in typical if s.gpus == 1 and 0 < s.gpu_milli < MILLI}
+    below = min((s.gpu_milli for s in typical if s.gpus > 0 and s.gpu_milli > 0), default=MILLI)
     cpu_of: dict[int, int] = {}
     weight_of: dict[int, int] = {}
     models_of: dict[int, set[str] | None] = {}
     for (cpu, milli, gpus, models), count in sorted(counts.items()):
-        if gpus != 1 or not 0 < milli < MILLI or milli in kept or count <= 0:
+        if gpus != 1 or not 0 < milli < below or count <= 0:
             continue
         cpu_of[milli] = min(cpu, cpu_of.get(milli, cpu))
         weight_of[milli] = weight_of.get(milli, 0) + count
