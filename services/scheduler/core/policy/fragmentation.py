@@ -175,8 +175,10 @@ class FragModel:
         rows, slots = g.shape
         left = g - share
         thr = self.thresholds
-        d_cnt = (left[..., None] >= thr).astype(np.int64) - (g[..., None] >= thr)
-        d_on = left[..., None] * (left[..., None] >= thr) - g[..., None] * (g[..., None] >= thr)
+        now = left[..., None] >= thr
+        was = g[..., None] >= thr
+        d_cnt = now.astype(np.int64) - was
+        d_on = left[..., None] * now - g[..., None] * was
         cnt_after = (cnt[:, None, :] + d_cnt).reshape(rows * slots, -1)
         on_after = (on[:, None, :] + d_on).reshape(rows * slots, -1)
         return cnt_after, on_after
@@ -196,9 +198,10 @@ class FragModel:
         on = [0] * len(self.thresholds_list)
         for free in gpu_free:
             for j, t in enumerate(self.thresholds_list):
-                if free >= t:
-                    cnt[j] += 1
-                    on[j] += free
+                if free < t:
+                    break  # the thresholds ascend
+                cnt[j] += 1
+                on[j] += free
         return cnt, on, sum(gpu_free)
 
     def model_aware_increase(self, inc: I64, model_of: I64, taken_milli: int) -> I64:
