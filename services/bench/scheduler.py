@@ -39,7 +39,9 @@ def _measure(name: str, nodes: list[Any], pods: list[Any], policy: str, count: i
     from services.scheduler.core.policy.placer import Placer
 
     fleet = FleetState(nodes)
-    frag = FragModel(typical_shapes((p.shape() for p in pods), 95), fleet.models)
+    # As the cycle scores: our policy also against a filler per share size below the typical ones.
+    fillers = NodePolicy(policy) is NodePolicy.FRAGMENTATION
+    frag = FragModel(typical_shapes((p.shape() for p in pods), 95, fillers), fleet.models)
     placer = Placer(fleet, NodePolicy(policy), frag, seed=seed)
     rng = np.random.Generator(np.random.PCG64(seed))
     demands = [p.demand() for p in pods]

@@ -83,7 +83,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         type=coverage_pct,
         metavar="PCT",
         help="arrival mode: the fragmentation policies score against the most common shapes covering PCT%% of "
-        "the pods (default 95, the FGD authors'; 100: every shape); the reported fragmentation stays at 95%%",
+        "the pods (default 95, the FGD authors'; 100: every shape), fgd also against a filler per GPU-share "
+        "size below their smallest; the reported fragmentation stays at 95%%",
     )
     p.add_argument("--plot", help="write unallocated GPU %% against arrived %% to this PNG")
     p.add_argument("--placements-out", help="write every placement as CSV")

@@ -137,7 +137,8 @@ def run_arrival_cli(args: argparse.Namespace) -> int:
             print()
         print(
             f"{len(jobs)} runs in {time.perf_counter() - t0:.1f} s (ties between equal nodes: {args.tiebreak} order; "
-            f"fragmentation policies scored against the shapes of {args.typical_coverage}% of the pods)"
+            f"fragmentation policies scored against the shapes of {args.typical_coverage}% of the pods, fgd also "
+            "against a filler per share size below their smallest)"
         )
     return 0
 

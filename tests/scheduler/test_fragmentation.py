@@ -73,6 +73,24 @@ def test_typical_shapes_cover_the_requested_share_of_samples():
     assert sum(s.weight for s in typical_shapes(samples, 100)) == 100
 
 
+def test_fillers_stand_for_each_share_size_below_the_smallest_typical_one():
+    samples = (
+        [Shape(8000, 1000, 1)] * 80
+        + [Shape(4000, 500, 1)] * 15
+        + [Shape(7000, 700, 1)]  # left out too, but every hole it fits a typical 500 fits: no filler
+        + [Shape(6000, 100, 1, ("T4",)), Shape(3000, 100, 1, ("A100",))]  # every one names models
+        + [Shape(4000, 200, 1, ("T4",)), Shape(5000, 200, 1)]  # one asks any model
+    )
+    typical = typical_shapes(samples, 95)
+    assert [s.weight for s in typical] == [80, 15]
+    assert typical_shapes(samples, 95, fillers=True) == (
+        *typical,
+        Shape(3000, 100, 1, ("A100", "T4"), 2),
+        Shape(4000, 200, 1, (), 2),
+    )
+    assert typical_shapes(samples, 100, fillers=True) == typical_shapes(samples, 100)
+
+
 def test_a_node_that_can_host_every_shape_has_no_fragment():
     node = a_node("n").gpus(2).build()
     fs = FleetState([node])

@@ -492,3 +492,54 @@ def test_scoring_against_every_shape_keeps_the_hole_a_rare_share_fits():
     assert len(typical_shapes(samples, 95)) == 2
     assert placed_of(95) == 2
     assert placed_of(100) == 3
+
+
+def test_a_share_leaves_the_hole_a_rare_share_size_fills_at_the_authors_coverage():
+    # As above, at the authors' 95%: the rare 160 shares (two CPU asks, one naming a model) are left out
+    # of the typical shapes, but our policy keeps one filler for their size, so the 110 share takes the
+    # 300 hole and both 160 shares find room; without the filler the rank sends the 110 into the 190.
+    samples = [
+        Shape(8000, 1000, 1, (), 60),
+        Shape(8000, 810, 1, (), 36),
+        Shape(2000, 160, 1, (), 2),
+        Shape(4000, 160, 1, ("A100",), 2),
+    ]
+    small, rare = Demand(cpu_milli=1000, gpu_milli=110), Demand(cpu_milli=1000, gpu_milli=160)
+
+    def placed_of(fillers: bool) -> int:
+        nodes = [a_node("a-beside-810").gpus(1, (190,)).build(), a_node("b-beside-700").gpus(1, (300,)).build()]
+        fs = FleetState(nodes)
+        fm = FragModel(typical_shapes(samples, 95, fillers), fs.models)
+        placer = Placer(fs, NodePolicy.FRAGMENTATION, fm)
+        n = 0
+        for d in (small, rare, rare):
+            c = placer.choose(d)
+            if c is not None:
+                placer.place(d, c)
+                n += 1
+        return n
+
+    assert typical_shapes(samples, 95, fillers=True)[2:] == (Shape(2000, 160, 1, (), 4),)
+    assert placed_of(fillers=False) == 2
+    assert placed_of(fillers=True) == 3
+
+
+def test_the_cycle_scores_our_policy_against_the_rare_share_sizes_too():
+    # The typical shapes come from the jobs: 60 whole GPUs and 36 shares of 810 that fit nowhere cover
+    # 95%, the 110 share and the two 160 shares are the tail. Our policy keeps fillers for 110 and 160,
+    # so the 110 goes to the 300 hole and leaves the 190 beside an 810 share to a 160: all three run.
+    nodes = [a_node("a-beside-810").gpus(1, (190,)).build(), a_node("b-beside-700").gpus(1, (300,)).build()]
+    jobs = [
+        a_job("small").share(110).cpu(1000).submitted(1).build(),
+        a_job("rare-1").share(160).cpu(1000).submitted(2).build(),
+        a_job("rare-2").share(160).cpu(1000).submitted(3).build(),
+        a_job("whole").gpus(1).cpu(8000).replicas(60, gang=False).submitted(4).build(),
+        a_job("large-share").share(810).cpu(8000).replicas(36, gang=False).submitted(5).build(),
+    ]
+    ours = schedule(snapshot(nodes, jobs), config())
+    assert placed(ours, "small").replicas[0].node_id == "b-beside-700"
+    assert {placed(ours, j).replicas[0].node_id for j in ("rare-1", "rare-2")} == {"a-beside-810", "b-beside-700"}
+    # The authors' FGD keeps their list (no fillers): the 110 and one 160 share the 300 hole, the other
+    # 160 waits.
+    paper = schedule(snapshot(nodes, jobs), config(node_policy=NodePolicy.FGD_PAPER))
+    assert len([d for d in paper.decisions if isinstance(d, Place)]) == 2

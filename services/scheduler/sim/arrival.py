@@ -4,7 +4,9 @@ Called by ``fedsched simulate --mode arrival``. Procedure, as in the authors' si
 1. The trace's pods, sorted by name, are the workload; its typical shapes (the most common shapes
    covering 95% of the pods, CPU-only pods included) define fragmentation for the FGD policy. The
    fragmentation policies can be scored against another coverage (``typical_coverage_pct``, e.g. 100:
-   every shape of the workload); the reported fragmentation measure stays the authors' 95%.
+   every shape of the workload); the reported fragmentation measure stays the authors' 95%. Our policy
+   (``fgd``) adds one filler per GPU-share size below the smallest typical one (``fragmentation.share_fillers``),
+   as the scheduling cycle does; the authors' (``fgd-paper``) scores against the typical shapes alone.
 2. The pods are shuffled with the seed, then inflated: pods drawn uniformly with replacement from the
    workload are appended until the next one would take GPU demand above 130% of the fleet's GPU capacity
    (the authors compare the drawn pod's per-GPU share with the remaining room; so do we). A trace whose
@@ -130,8 +132,11 @@ def run_arrival(
     samples = [p.shape() for p in workload]
     fm = FragModel(typical_shapes(samples, PAPER_COVERAGE_PCT), fleet.models)
     scored = fm
-    if typical_coverage_pct != PAPER_COVERAGE_PCT:
-        scored = FragModel(typical_shapes(samples, typical_coverage_pct), fleet.models)
+    # Our policy also weighs the share sizes below the smallest typical one, as the cycle does; the authors'
+    # keeps their list.
+    fillers = policy is NodePolicy.FRAGMENTATION
+    if typical_coverage_pct != PAPER_COVERAGE_PCT or fillers:
+        scored = FragModel(typical_shapes(samples, typical_coverage_pct, fillers), fleet.models)
     placer = Placer(fleet, policy, scored, seed=seed)
     pods = inflate(workload, seed, capacity)
     demands: dict[tuple[int, int, int, int, tuple[str, ...]], Demand] = {}

@@ -61,6 +61,7 @@ from services.scheduler.core.policy.model import (
     FleetSnapshot,
     Job,
     JobId,
+    NodePolicy,
     PolicyConfig,
     ReplicaPlacement,
     RunningDelta,
@@ -85,7 +86,9 @@ def _shapes(snap: FleetSnapshot, config: PolicyConfig, running: Counter[_Group])
         counts[group.shape] += n * group.replicas
     for j in snap.pending:
         counts[_Group.of(j, None).shape] += j.replicas
-    return typical_shapes_from_counts(counts, config.typical_coverage_pct) or FALLBACK_SHAPES
+    # Our policy also weighs the rare small share sizes (``share_fillers``); the authors' FGD keeps their list.
+    fillers = config.node_policy is NodePolicy.FRAGMENTATION
+    return typical_shapes_from_counts(counts, config.typical_coverage_pct, fillers) or FALLBACK_SHAPES
 
 
 @dataclass(frozen=True, slots=True)

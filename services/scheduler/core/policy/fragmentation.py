@@ -30,25 +30,26 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from services.scheduler.core.policy.model import Shape
+from services.scheduler.core.policy.model import MILLI, Shape
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
 
 
-def typical_shapes(samples: Iterable[Shape], coverage_pct: int = 95) -> tuple[Shape, ...]:
-    """The most common shapes that together cover ``coverage_pct`` % of the samples, with counts.
+def typical_shapes(samples: Iterable[Shape], coverage_pct: int = 95, fillers: bool = False) -> tuple[Shape, ...]:
+    """The most common shapes that together cover ``coverage_pct`` % of the samples, with counts
+    (and, with ``fillers``, the ``share_fillers`` of the rest).
 
     Samples' own weights are summed; ties in popularity are broken by the shape itself (stable).
     """
     counts: Counter[tuple[int, int, int, tuple[str, ...]]] = Counter()
     for s in samples:
         counts[(s.cpu_milli, s.gpu_milli if s.gpus else 0, s.gpus, tuple(sorted(s.models)))] += s.weight
-    return typical_shapes_from_counts(counts, coverage_pct)
+    return typical_shapes_from_counts(counts, coverage_pct, fillers)
 
 
 def typical_shapes_from_counts(
-    counts: Mapping[tuple[int, int, int, tuple[str, ...]], int], coverage_pct: int = 95
+    counts: Mapping[tuple[int, int, int, tuple[str, ...]], int], coverage_pct: int = 95, fillers: bool = False
 ) -> tuple[Shape, ...]:
     """``typical_shapes`` from weights already summed per (cpu, milli-GPU, GPUs, models)."""
     total = sum(counts.values())
@@ -60,7 +61,45 @@ def typical_shapes_from_counts(
             break
         out.append(Shape(cpu_milli=cpu, gpu_milli=milli, gpus=gpus, models=models, weight=count))
         covered += count
+    if fillers:
+        out.extend(share_fillers(counts, out))
     return tuple(out)
+
+
+def share_fillers(
+    counts: Mapping[tuple[int, int, int, tuple[str, ...]], int], typical: Sequence[Shape]
+) -> tuple[Shape, ...]:
+    """One shape per GPU-share size smaller than every typical GPU shape's, weighted by its count.
+
+    The coverage cut drops the rare sizes, and among them the small shares are the only work that can use
+    a hole smaller than every typical ask (the 190 milli-GPU beside an 810 share): without them every
+    such hole is equally dead, so a share may as well leave 80 milli-GPU no one can use as 100 a rare
+    100-milli share could. (A left-out size above the smallest typical one adds little: a hole it fits,
+    a typical share fits too, and each size is one more threshold to score.) The filler stands for every
+    share of its size: the least CPU any of them asks, and any GPU model unless each of them names models
+    (then the models they name).
+    """
+    below = min((s.gpu_milli for s in typical if s.gpus > 0 and s.gpu_milli > 0), default=MILLI)
+    cpu_of: dict[int, int] = {}
+    weight_of: dict[int, int] = {}
+    models_of: dict[int, set[str] | None] = {}
+    for (cpu, milli, gpus, models), count in sorted(counts.items()):
+        if gpus != 1 or not 0 < milli < below or count <= 0:
+            continue
+        cpu_of[milli] = min(cpu, cpu_of.get(milli, cpu))
+        weight_of[milli] = weight_of.get(milli, 0) + count
+        named = models_of.get(milli, set())
+        models_of[milli] = None if named is None or not models else named | set(models)
+    return tuple(
+        Shape(
+            cpu_milli=cpu_of[milli],
+            gpu_milli=milli,
+            gpus=1,
+            models=tuple(sorted(models_of[milli] or ())),
+            weight=weight_of[milli],
+        )
+        for milli in sorted(weight_of)
+    )
 
 
 class FragModel:
@@ -136,8 +175,10 @@ class FragModel:
         rows, slots = g.shape
         left = g - share
         thr = self.thresholds
-        d_cnt = (left[..., None] >= thr).astype(np.int64) - (g[..., None] >= thr)
-        d_on = left[..., None] * (left[..., None] >= thr) - g[..., None] * (g[..., None] >= thr)
+        now = left[..., None] >= thr
+        was = g[..., None] >= thr
+        d_cnt = now.astype(np.int64) - was
+        d_on = left[..., None] * now - g[..., None] * was
         cnt_after = (cnt[:, None, :] + d_cnt).reshape(rows * slots, -1)
         on_after = (on[:, None, :] + d_on).reshape(rows * slots, -1)
         return cnt_after, on_after
@@ -157,9 +198,10 @@ class FragModel:
         on = [0] * len(self.thresholds_list)
         for free in gpu_free:
             for j, t in enumerate(self.thresholds_list):
-                if free >= t:
-                    cnt[j] += 1
-                    on[j] += free
+                if free < t:
+                    break  # the thresholds ascend
+                cnt[j] += 1
+                on[j] += free
         return cnt, on, sum(gpu_free)
 
     def model_aware_increase(self, inc: I64, model_of: I64, taken_milli: int) -> I64:
@@ -177,4 +219,4 @@ class FragModel:
         return self.frag_from(cnt, on, total, cpu_free, model_of)
 
 
-__all__ = ["FragModel", "typical_shapes"]
+__all__ = ["FragModel", "share_fillers", "typical_shapes", "typical_shapes_from_counts"]

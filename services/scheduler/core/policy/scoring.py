@@ -190,15 +190,19 @@ def fragmentation_model_aware_one(fs: FleetState, i: int, d: Demand, fm: FragMod
         thresholds = fm.thresholds_list
         cpu_after = cpu - d.cpu_milli
         best = None
+        tried: set[int] = set()
         for s, free in enumerate(g):
-            if free < u:
+            # Slots with the same free milli give the same "after": the first (lowest) stands for them all.
+            if free < u or free in tried:
                 continue
+            tried.add(free)
             left = free - u
             c2, o2 = list(cnt), list(on)
             for j, t in enumerate(thresholds):
-                if free >= t:
-                    c2[j] -= 1
-                    o2[j] -= free
+                if free < t:
+                    break  # the thresholds ascend, and left < free
+                c2[j] -= 1
+                o2[j] -= free
                 if left >= t:
                     c2[j] += 1
                     o2[j] += left
