@@ -112,7 +112,10 @@ placement with no runner-up that its cluster was the only one of the federation'
 k > 1 over up to k clusters, at most ceil(replicas / k) in any one (``-8`` placed all its replicas in one
 cluster): it opens with one part, is topped up in other clusters (``JobReplicasAdded`` v2 naming another
 cluster), loses only a cluster's part when that part ends or is preempted there (preemption and quota
-see each part where it is), and its run is closed by ``JobRunClosed`` once every part has ended."""
+see each part where it is), and its run is closed by ``JobRunClosed`` once every part has ended. It also
+scores policy ``fgd`` against one filler shape per GPU-share size smaller than every typical shape's (the
+95% coverage left those rare small shares out, so every hole below the smallest typical share looked
+equally useless; ``-8`` could strand a hole only they fit), which changes which GPU a share takes."""
 
 
 def cycle_id(sequence: int) -> CycleId:
