@@ -290,20 +290,8 @@ def top_up(ctx: Ctx, t: Turn) -> Verdict:
     if t.extra is not None:
         extra = np.maximum(extra, t.extra)
     cap = np.where(extra[lo:hi] < MASKED, per_node(fs, d, lo, hi), 0)
-    count = min(topology.most_in_one(job, cap, fs, lo, hi), job.replicas)
-    while count >= 1 and not _admissible(ctx, replace(job, replicas=count)):
-        count //= 2
-    if count < 1:
-        return Verdict((), None)
-    adding = replace(job, replicas=count)
-    got = ctx.try_place(adding, d, extra)
-    if got is None:
-        return Verdict((), None)
-    plan, ranked = got
-    q = ctx.book.check(adding, *plan_models(plan))
-    if not q.ok:
-        return Verdict((), None)
-    return Verdict((_add(ctx, adding, d, plan, ranked, run, q.borrowed),), None)
+    count = _admissible_count(ctx, job, min(topology.most_in_one(job, cap, fs, lo, hi), job.replicas))
+    return _grow(ctx, t, run, count, extra)
 
 
 def _top_up_spread(ctx: Ctx, t: Turn, run: RunningJob) -> Verdict:
@@ -330,11 +318,7 @@ def _top_up_spread(ctx: Ctx, t: Turn, run: RunningJob) -> Verdict:
         fit = min(topology.most_in_one(job, usable, fs, lo, hi), room, job.replicas)
         if fit >= 1:
             fits.append((ci, fit))
-    count = max((fit for _, fit in fits), default=0)
-    while count >= 1 and not _admissible(ctx, replace(job, replicas=count)):
-        count //= 2
-    if count < 1:
-        return Verdict((), None)
+    count = _admissible_count(ctx, job, max((fit for _, fit in fits), default=0))
     extra = np.full(fs.size, MASKED, dtype=np.int64)
     for ci, fit in fits:
         if fit >= count:
@@ -342,15 +326,30 @@ def _top_up_spread(ctx: Ctx, t: Turn, run: RunningJob) -> Verdict:
             extra[lo:hi] = 0
     if t.extra is not None:
         extra = np.maximum(extra, t.extra)
-    adding = replace(job, replicas=count)
-    got = ctx.try_place(adding, d, extra)
+    return _grow(ctx, t, run, count, extra)
+
+
+def _admissible_count(ctx: Ctx, job: Job, count: int) -> int:
+    """The most of ``count`` new replicas of ``job`` its quota and budgets take, halving (0: none)."""
+    while count >= 1 and not _admissible(ctx, replace(job, replicas=count)):
+        count //= 2
+    return max(count, 0)
+
+
+def _grow(ctx: Ctx, t: Turn, run: RunningJob, count: int, extra: I64) -> Verdict:
+    """Add ``count`` replicas to ``run`` where ``extra`` lets them go, if they fit and the plan's models
+    are within quota; else nothing (a top-up waits silently)."""
+    if count < 1:
+        return Verdict((), None)
+    adding = replace(t.job, replicas=count)
+    got = ctx.try_place(adding, t.demand, extra)
     if got is None:
         return Verdict((), None)
     plan, ranked = got
     q = ctx.book.check(adding, *plan_models(plan))
     if not q.ok:
         return Verdict((), None)
-    return Verdict((_add(ctx, adding, d, plan, ranked, run, q.borrowed),), None)
+    return Verdict((_add(ctx, adding, t.demand, plan, ranked, run, q.borrowed),), None)
 
 
 def _admissible(ctx: Ctx, job: Job) -> bool:
