@@ -4,7 +4,9 @@ Called by ``fedsched connector kubernetes`` (``services.cli.connector_cmd``) and
 in-process. ``run()`` works until cancelled:
 
 1. publish ``ClusterRegistered`` (what the cluster is; a restart restates it);
-2. list-then-watch nodes -> ``NodeObserved`` / ``GpuHealthReported`` / ``NodeRemoved`` (``node_watcher``);
+2. list-then-watch nodes -> ``NodeObserved`` / ``GpuHealthReported`` / ``NodeRemoved`` (``node_watcher``),
+   having read back the cluster's roster of nodes from the log (``roster``): the first list reports removed
+   the nodes deleted while no connector ran; the roster is published again after lists and changes;
 3. list-then-watch its pods -> ``JobStarted`` / ``JobSucceeded`` / ``JobFailed`` / ``JobPreempted`` / ...
    (``pod_watcher``), plus a one-second timer for deletion deadlines;
 4. consume the decisions and jobs topics in the group ``fedsched-connector-kubernetes-<cluster>`` and
@@ -26,7 +28,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from connectors.kubernetes import names
+from connectors.kubernetes import names, roster
 from connectors.kubernetes.executor import Executor
 from connectors.kubernetes.jobbook import JobBook
 from connectors.kubernetes.kubeapi import KubeApi
@@ -96,7 +98,7 @@ class KubernetesConnector:
             forget_denied_s=config.forget_denied_s,
         )
         api.on_result = self.reachability.result
-        self.nodes = NodeWatcher(config.cluster, self.reporter, batch=config.publish_batch)
+        self.nodes = NodeWatcher(config.cluster, self.reporter, batch=config.publish_batch, clock_ms=wall_clock_ms)
         self.pods = PodWatcher(
             api,
             config.cluster,
@@ -165,6 +167,17 @@ class KubernetesConnector:
             retry=_log_trouble,
         )
 
+    async def _recall_nodes(self) -> None:
+        """The nodes this cluster had by the log (its latest roster): the first list reports removed those
+        deleted while no connector ran."""
+        parts = await roster.last_roster(self.log, self.config.cluster)
+        if parts is None:
+            log.info("event=no_roster cluster=%s", self.config.cluster)
+            return
+        known = roster.roster_nodes(parts)
+        self.nodes.remember(known, parts[0].as_of)
+        log.info("event=roster_recalled cluster=%s nodes=%d as_of=%d", self.config.cluster, len(known), parts[0].as_of)
+
     async def run(self) -> None:
         """Run until cancelled (or fenced by another connector of the same cluster)."""
         await self.publisher.start()
@@ -173,9 +186,11 @@ class KubernetesConnector:
             ident = names.event_id(self.config.cluster, "registered", wall_clock_ms())
             await self.reporter.publish_one(self.registration(), ident)
             log.info("event=connector_started cluster=%s api=%s", self.config.cluster, self.api.host)
+            await self._recall_nodes()
             parts: list[Coroutine[Any, Any, None]] = [
                 self.reachability.run(),
                 self.node_reflector.run(self.nodes),
+                self.nodes.run_roster(),
                 self.pod_reflector.run(self.pods),
                 self.pods.run_timer(),
                 self._consume(),

@@ -7,7 +7,10 @@ mapper ``nodes`` and publishes through the ``Reporter``:
   restatement) or whose ``resourceVersion`` moved on; ``GpuHealthReported`` with it when the GPU
   samples changed (and on first sight of a node with GPUs);
 - ``NodeRemoved`` for a DELETED event, or for a node a relist no longer contains (its delete happened
-  while no watch was open).
+  while no watch was open), including a node of the roster the connector read back from the log at start
+  (``remember``): one deleted while no connector ran;
+- ``ClusterNodesListed`` (the roster, ``publish_roster``) after each list, soon after a node came or went
+  (``run_roster``), and every ``roster.RESTATE_S`` even if none did.
 
 Event ids derive from cluster, node and resource version, so the same snapshot published twice (a
 restart, a relist) is a recognisable duplicate. Lists publish in batches of ``batch`` events.
@@ -17,9 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 
-from connectors.kubernetes import names, nodes
+from connectors.kubernetes import names, nodes, roster
 from connectors.kubernetes.kubeapi import Obj
 from connectors.kubernetes.reporting import Reporter
 from events.catalog.base import Event
@@ -33,10 +36,25 @@ Item = tuple[Event, str]
 
 
 class NodeWatcher:
-    def __init__(self, cluster: ClusterId, reporter: Reporter, *, batch: int = 500) -> None:
+    def __init__(
+        self,
+        cluster: ClusterId,
+        reporter: Reporter,
+        *,
+        batch: int = 500,
+        clock_ms: Callable[[], int],
+        roster_delay_s: float = 5.0,
+    ) -> None:
         self.cluster = cluster
         self._reporter = reporter
         self._batch = batch
+        self._clock_ms = clock_ms
+        self._roster_delay_s = roster_delay_s
+        self._roster_due = asyncio.Event()
+        """Set when the node set changed since the roster last published."""
+        self._top = 0
+        """The newest generation seen or given to a removal: the roster's ``as_of``."""
+        self.rosters = 0
         self.generations: dict[str, int] = {}
         """Kubernetes node name -> generation last published."""
         self._health: dict[str, tuple[GpuHealthSample, ...]] = {}
@@ -64,8 +82,19 @@ class NodeWatcher:
             items.append((view.health, self._id("gpu-health", view.observed.node, gen)))
             self._health[name] = view.health.gpus
         self.generations[name] = gen
+        if name not in self._ids:
+            self._roster_due.set()
         self._ids[name] = view.observed.node
+        self._top = max(self._top, gen)
         return items
+
+    def remember(self, known: Iterable[NodeId], as_of: int) -> None:
+        """Nodes the log says this cluster had (its last roster, as of that generation): the first list
+        reports removed those it no longer contains, at a generation past any reported of them. Call
+        before the node reflector starts."""
+        for node in known:
+            self._ids.setdefault(str(node), node)
+        self._top = max(self._top, as_of)
 
     def _removed(self, name: str, generation: int) -> list[Item]:
         node_id = self._ids.pop(name, None)
@@ -73,6 +102,8 @@ class NodeWatcher:
         self._health.pop(name, None)
         if node_id is None:
             return []
+        self._roster_due.set()
+        self._top = max(self._top, generation)
         event = NodeRemoved(
             cluster=self.cluster,
             node=node_id,
@@ -97,10 +128,13 @@ class NodeWatcher:
             seen.add(str((node.get("metadata") or {}).get("name", "")))
             items.extend(self._observed(node))
         top = max((nodes.generation(n) for n in objects), default=0)
+        past = max(top, self._top)
         for name in sorted(set(self._ids) - seen):
             # Deleted while no watch was open: its deletion came after every version we hold.
-            items.extend(self._removed(name, max(top, self.generations.get(name, 0)) + 1))
+            items.extend(self._removed(name, max(past, self.generations.get(name, 0)) + 1))
+        self._top = max(self._top, top)
         await self._publish(items, wait=True)
+        await self.publish_roster()  # after the nodes' events: a roster never names a node the log has not seen
 
     async def changed(self, kind: str, obj: Obj) -> None:
         if kind == "DELETED":
@@ -110,3 +144,26 @@ class NodeWatcher:
             items = self._observed(obj)
         # Watch events are not awaited one by one: the reporter groups a burst into a few appends.
         await self._publish(items, wait=False)
+
+    async def publish_roster(self) -> None:
+        """Publish the roster of the nodes known now, and wait until it is in the log."""
+        self._roster_due.clear()
+        events = roster.roster_events(self.cluster, self._top, self._clock_ms(), self._ids.values())
+        taken = events[0].taken_ms
+        items: list[Item] = [(e, self._id("roster", e.as_of, taken, e.part)) for e in events]
+        await self._publish(items, wait=True)
+        self.rosters += 1
+        log.info("event=roster_published nodes=%d parts=%d as_of=%d", len(self._ids), len(events), self._top)
+
+    async def run_roster(self, restate_s: float = roster.RESTATE_S) -> None:
+        """Publish the roster ``roster_delay_s`` after the node set changed (changes in that time share
+        one), and every ``restate_s`` anyway, until cancelled."""
+        while True:
+            try:
+                await asyncio.wait_for(self._roster_due.wait(), timeout=restate_s)
+            except TimeoutError:
+                await self.publish_roster()
+                continue
+            await asyncio.sleep(self._roster_delay_s)
+            if self._roster_due.is_set():  # a list may have published it meanwhile
+                await self.publish_roster()

@@ -41,6 +41,7 @@ from events.catalog.governance import (
     TenantRegistered,
 )
 from events.catalog.inventory import (
+    ClusterNodesListed,
     ClusterRegistered,
     ClusterStatusChanged,
     GpuHealthReported,
@@ -67,6 +68,7 @@ __all__ = [
     "REGISTRY",
     "BudgetSet",
     "BudgetWindowOpened",
+    "ClusterNodesListed",
     "ClusterRegistered",
     "ClusterStatusChanged",
     "CohortConfigured",

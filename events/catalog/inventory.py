@@ -29,6 +29,7 @@ from events.catalog.types import (
     CurrencyCode,
     DeviceIndex,
     DeviceIndices,
+    EpochMillis,
     Frozen,
     GpuModel,
     Health,
@@ -102,6 +103,42 @@ class ClusterStatusChanged(Event):
     status: ClusterStatus
     reason: ReasonCode
     message: Text = ""
+
+
+ROSTER_PART_NODES = 2000
+"""Nodes one ``ClusterNodesListed`` names at most: a larger cluster's roster comes in several parts."""
+
+
+class ClusterNodesListed(Event):
+    """A connector's roster of its cluster: every node it knows of as of ``as_of``, in ``parts`` parts.
+
+    Published by the Kubernetes connector after each full list of the cluster's nodes, after a node came or
+    went, and again now and then; read back by that connector when it starts (the latest complete roster
+    before its own first list), so a node deleted while no connector was running is reported removed by
+    the next list. No other consumer folds it: ``NodeObserved`` and ``NodeRemoved`` say what a node is."""
+
+    event_type: ClassVar[str] = "io.fedsched.ClusterNodesListed"
+    schema_version: ClassVar[int] = 1
+    key_field: ClassVar[str | None] = "cluster"
+    topic: ClassVar[str] = INVENTORY.name
+
+    cluster: ClusterIdField
+    as_of: NonNegInt
+    """The newest node generation the roster accounts for (the API server's resource version)."""
+    taken_ms: EpochMillis
+    """When the connector took the roster: with ``as_of``, what the parts of one roster share."""
+    part: Annotated[int, Field(ge=1, le=1000)]
+    parts: Annotated[int, Field(ge=1, le=1000)]
+    nodes: Annotated[tuple[NodeIdField, ...], Field(max_length=ROSTER_PART_NODES)]
+    """Sorted, each once; this part's share of the roster."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ClusterNodesListed:
+        if self.part > self.parts:
+            raise ValueError(f"part {self.part} of {self.parts}")
+        if any(a >= b for a, b in zip(self.nodes, self.nodes[1:], strict=False)):
+            raise ValueError("nodes must be sorted and each named once")
+        return self
 
 
 class NodeEvent(Event):
@@ -270,6 +307,7 @@ class NodeUsageReported(NodeEvent):
 
 __all__ = [
     "ClusterKind",
+    "ClusterNodesListed",
     "ClusterRegistered",
     "ClusterStatus",
     "ClusterStatusChanged",

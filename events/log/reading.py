@@ -31,6 +31,8 @@ GpuHealthReported           P S: the latest per node (a recovered GPU or NPU doe
 NodeUsageReported           P G: the latest per node (no GPU time counted twice, no extra idle sample).
 ClusterRegistered           P S: the latest per cluster (old rates do not come back).
 ClusterStatusChanged        P S G: the latest per cluster (an old "unreachable" does not come back).
+ClusterNodesListed          Folded by no service: the Kubernetes connector reads back its latest complete
+                            roster at start (parts grouped by ``as_of`` and ``taken_ms``).
 JobSubmitted                P S G: a job's first submission is its request; another changes nothing.
 JobRejected                 P: a step taken once. S: the final status, once set, stays.
 JobCancelRequested          P: a step taken once. S G: a flag.

@@ -14,6 +14,7 @@ from connectors.kubernetes.reflector import Reflector
 from connectors.kubernetes.reporting import Reporter
 from events.catalog.inventory import (
     ClusterKind,
+    ClusterNodesListed,
     ClusterRegistered,
     ClusterStatus,
     ClusterStatusChanged,
@@ -24,7 +25,7 @@ from events.catalog.inventory import (
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import ClusterId, Health
 from events.log import EventLog
-from events.log.publisher import Publisher
+from events.log.publisher import Publisher, wall_clock_ms
 
 from .builders import a_node
 from .support import Kube, Running, Tap, config, delete_nodes, unique, wait_until
@@ -103,6 +104,33 @@ async def test_a_restarted_connector_restates_its_nodes_with_the_same_versions_a
         await delete_nodes(kube, (node,))
 
 
+async def test_a_node_deleted_while_no_connector_ran_is_reported_removed_by_the_next_one(
+    kube: Kube, tap: Tap, connectors: Running
+) -> None:
+    """The new connector knows nothing of the node in memory: the roster its predecessor left in the log
+    names it, and the API server no longer has it."""
+    cluster = unique("away")
+    keep, lose = f"{cluster}-keep", f"{cluster}-lose"
+    try:
+        await kube.node(a_node(keep).gpus(1).build())
+        await kube.node(a_node(lose).gpus(1).build())
+        first = await connectors.start(config(cluster))
+        await tap.wait(NodeObserved, node=lose)
+        (roster,) = await tap.wait(ClusterNodesListed, cluster=cluster)
+        assert roster.nodes == (keep, lose) and (roster.part, roster.parts) == (1, 1)
+        await connectors.stop(first)
+        await kube.delete_node(lose)
+        await connectors.start(config(cluster))
+        (removed,) = await tap.wait(NodeRemoved, node=lose)
+        assert removed.reason == ReasonCode.NODE_DELETED
+        assert removed.generation > tap.events(NodeObserved, node=lose)[-1].generation
+        assert tap.events(NodeRemoved, node=keep) == []
+        # The new roster names what is left, so a third start removes nothing more.
+        await tap.until(lambda: tap.events(ClusterNodesListed, cluster=cluster)[-1].nodes == (keep,), what="roster")
+    finally:
+        await delete_nodes(kube, (keep,))
+
+
 @pytest.mark.slow
 async def test_a_watch_resumed_after_an_api_server_restart_relists_and_reports_what_it_missed(
     kube: Kube, tap: Tap, event_log: EventLog
@@ -114,7 +142,7 @@ async def test_a_watch_resumed_after_an_api_server_restart_relists_and_reports_w
     publisher = Publisher(event_log, "urn:test", transactional_id=f"test-{cluster}")
     await publisher.start()
     reporter = Reporter(publisher)
-    watcher = NodeWatcher(ClusterId(cluster), reporter)
+    watcher = NodeWatcher(ClusterId(cluster), reporter, clock_ms=wall_clock_ms)
     reflector = Reflector(kube.api, "/api/v1/nodes", name="nodes")
     try:
         await kube.node(a_node(keep).build())

@@ -62,6 +62,7 @@ from events.catalog.governance import (
 )
 from events.catalog.inventory import (
     ClusterKind,
+    ClusterNodesListed,
     ClusterRegistered,
     ClusterStatus,
     ClusterStatusChanged,
@@ -162,6 +163,7 @@ def _inventory() -> list[Event]:
             gpu_rates=(GpuRate(model=a100, micro_per_gpu_hour=1_950_000),),
             datasets=("imagenet-1k", "common-crawl-2025-05"),
         ),
+        ClusterNodesListed(cluster=C1, as_of=884213, taken_ms=T0, part=1, parts=1, nodes=(N1, N2)),
         ClusterStatusChanged(
             cluster=C1,
             status=ClusterStatus.DRAINING,

@@ -43,7 +43,7 @@ from events.catalog.governance import (
     QuotaRequestSubmitted,
     _Decided,
 )
-from events.catalog.inventory import GpuHealthReported, GpuHealthSample
+from events.catalog.inventory import ClusterNodesListed, GpuHealthReported, GpuHealthSample
 from events.catalog.jobs import Interconnect, JobKind, JobSubmitted, RunEnd
 from events.catalog.legacy import JobPlacedV1, JobSubmittedV1, ResourcesV1
 from events.catalog.reasons import ReasonCode
@@ -338,7 +338,14 @@ def _health(v: Values) -> Values:
     return v
 
 
+def _roster(v: Values) -> Values:
+    """A part within the count, and the nodes sorted, each once."""
+    parts = max(v["parts"], v["part"])
+    return {**v, "parts": parts, "nodes": tuple(sorted(set(v["nodes"])))}
+
+
 FIXUPS: dict[type[BaseModel], Callable[[Values], Values]] = {
+    ClusterNodesListed: _roster,
     GpuHealthReported: _health,
     JobRetryScheduled: _retry,
     BudgetSpec: _budget,

@@ -37,6 +37,7 @@ pytestmark = pytest.mark.timeout(30)
 CATALOGUE = {
     "io.fedsched.BudgetSet": 1,
     "io.fedsched.BudgetWindowOpened": 1,
+    "io.fedsched.ClusterNodesListed": 1,
     "io.fedsched.ClusterRegistered": 1,
     "io.fedsched.ClusterStatusChanged": 1,
     "io.fedsched.CohortConfigured": 1,
