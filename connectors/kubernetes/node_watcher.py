@@ -88,6 +88,11 @@ class NodeWatcher:
         self._top = max(self._top, gen)
         return items
 
+    @property
+    def known(self) -> int:
+        """Nodes known now."""
+        return len(self._ids)
+
     def remember(self, known: Iterable[NodeId], as_of: int) -> None:
         """Nodes the log says this cluster had (its last roster, as of that generation): the first list
         reports removed those it no longer contains, at a generation past any reported of them. Call

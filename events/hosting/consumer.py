@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from events.catalog.errors import EventError
 from events.hosting.follower import GroupFollower, after
 from events.hosting.sink import LogSink
-from events.log.contract import EventLog, LogRecord
+from events.log.contract import EventLog, LogRecord, TopicPartition
 from events.log.deadletter import dead_letter
 from events.log.reading import decode_record, skew_from_environment
 from events.wire.codec import TimeSkew
@@ -59,6 +59,10 @@ class EventConsumer:
         self._follower = GroupFollower(event_log, group_id, topics)
         self._sink = LogSink(event_log, f"{group_id}-dlq-{instance}", group=group_id)
         self._started = False
+        self.positions: dict[TopicPartition, int] = {}
+        """The next offset to handle of every partition this member has read records of (its lag's measure)."""
+        self.handled = 0
+        self.dead_lettered = 0
 
     async def start(self) -> None:
         await self._follower.start()
@@ -98,5 +102,9 @@ class EventConsumer:
                 continue
             await self._handler(record, envelope)
             handled += 1
-        await self._sink.commit(dead, after(records))
+        done = after(records)
+        await self._sink.commit(dead, done)
+        self.positions.update(done)
+        self.handled += handled
+        self.dead_lettered += len(dead)
         return PollResult(handled, len(dead))

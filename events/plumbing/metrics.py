@@ -72,6 +72,17 @@ _HELP = {
     ),
     "fedsched_component_up": ("gauge", "1 while a supervised component runs, 0 while it is down"),
     "fedsched_intake_reading": ("gauge", "1 while the intake reads its topic, 0 while it cannot"),
+    "fedsched_connector_reachable": ("gauge", "1 while the cluster's API server answers the connector"),
+    "fedsched_connector_nodes": ("gauge", "Nodes the connector knows in its cluster"),
+    "fedsched_connector_pods_created_total": ("counter", "Pods the connector created"),
+    "fedsched_connector_decisions_total": ("counter", "Decision and job records the connector handled"),
+    "fedsched_connector_live_jobs": ("gauge", "Submissions of live jobs the connector keeps"),
+    "fedsched_connector_events_published_total": ("counter", "Events the connector published"),
+    "fedsched_connector_rosters_total": ("counter", "Node rosters the connector published"),
+    "fedsched_connector_lists_total": ("counter", "Full lists of a resource from the API server"),
+    "fedsched_connector_relists_gone_total": ("counter", "Lists again after the watched version was gone (410)"),
+    "fedsched_connector_watch_events_total": ("counter", "Watch events received, per resource"),
+    "fedsched_connector_watch_errors_total": ("counter", "Watches that failed, per resource"),
 }
 
 

@@ -161,6 +161,7 @@ def _register_kubernetes(kinds: argparse._SubParsersAction) -> None:  # type: ig
     kube.add_argument("--burst", type=int, default=40, help="API requests at once (default 40)")
     kube.add_argument("--unreachable-after-s", type=float, default=5.0, help="failing this long: unreachable")
     kube.add_argument("--cancel-grace-s", type=int, default=30, help="grace period of cancelled pods")
+    kube.add_argument("--metrics", default="", help="serve /healthz and /metrics here (host:port; default: off)")
     kube.set_defaults(handler=run_kubernetes)
 
 
@@ -169,8 +170,10 @@ async def run_kubernetes(args: argparse.Namespace) -> int:
     import logging
     import os
 
-    from connectors.kubernetes import ConnectorConfig, KubeApi, KubernetesConnector
+    from connectors.kubernetes import ConnectorConfig, KubeApi, KubernetesConnector, metrics
     from connectors.kubernetes.throttle import RateLimiter
+    from events.hosting.lag import Lag
+    from events.plumbing.metrics import serving
     from events.plumbing.tasks import cancel_and_wait
     from services.cli.config import log_url, started_log
     from services.cli.main import CliError
@@ -205,13 +208,16 @@ async def run_kubernetes(args: argparse.Namespace) -> int:
     try:
         connector = KubernetesConnector(config, log, api)
         print(f"kubernetes connector {args.cluster}: API server {api.host}", flush=True)
-        stop = stop_on_signals()
-        task = asyncio.ensure_future(connector.run())
-        stopping = asyncio.ensure_future(stop.wait())
-        await asyncio.wait([task, stopping], return_when=asyncio.FIRST_COMPLETED)
-        await cancel_and_wait([task, stopping], again_after_s=10.0)  # the connector's own clean-up may take a while
-        if not task.cancelled():
-            task.result()  # raises what ended it
+        lag = Lag(log, f"connector-{args.cluster}", lambda: connector.consumer.positions)
+        served = [lambda: metrics.samples(connector)]
+        async with serving(args.metrics, served, lag=lag, checks=metrics.checks(connector)):
+            stop = stop_on_signals()
+            task = asyncio.ensure_future(connector.run())
+            stopping = asyncio.ensure_future(stop.wait())
+            await asyncio.wait([task, stopping], return_when=asyncio.FIRST_COMPLETED)
+            await cancel_and_wait([task, stopping], again_after_s=10.0)  # the connector's own clean-up may take a while
+            if not task.cancelled():
+                task.result()  # raises what ended it
     finally:
         await api.close()
         await log.close()

@@ -17,6 +17,7 @@ from events.catalog.inventory import ClusterRegistered, NodeObserved
 from events.catalog.jobs import JobPreempted, JobStarted
 from events.catalog.types import ClusterId, CycleId, JobId
 from events.log.publisher import Publisher
+from tests.soak.components import free_ports, scrape
 
 from .builders import a_job, a_node, a_placement, container_status, pod_status, running
 from .support import Kube, Running, Tap, config, delete_nodes, unique, wait_until
@@ -97,6 +98,22 @@ async def _none(kube: Kube, cluster: str, job: str) -> bool:
     return not await kube.job_pods(cluster, job)
 
 
+async def _scraped_with_nodes(port: int, labels: str) -> dict[str, float] | None:
+    scraped = await scrape(port)
+    return scraped if scraped.get(f"fedsched_connector_nodes{labels}") == 1 else None
+
+
+async def _get(port: int, path: str) -> tuple[int, str]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(f"GET {path} HTTP/1.0\r\n\r\n".encode())
+        raw = (await asyncio.wait_for(reader.read(), 10)).decode()
+    finally:
+        writer.close()
+    head, _, body = raw.partition("\r\n\r\n")
+    return int(head.split()[1]), body
+
+
 @pytest.mark.slow
 async def test_fedsched_connector_kubernetes_runs_until_sigterm(
     kube: Kube, tap: Tap, kube_config: str, log_url: str
@@ -105,6 +122,7 @@ async def test_fedsched_connector_kubernetes_runs_until_sigterm(
     node = f"{cluster}-n"
     await kube.node(a_node(node).gpus(2).build())
     url = log_url  # kafka://host:port or the PostgreSQL DSN, as the operator would pass it
+    (port,) = free_ports(1)
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -119,6 +137,8 @@ async def test_fedsched_connector_kubernetes_runs_until_sigterm(
         url,
         "--site",
         "lab",
+        "--metrics",
+        f"127.0.0.1:{port}",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -126,6 +146,12 @@ async def test_fedsched_connector_kubernetes_runs_until_sigterm(
         (registered,) = await tap.wait(ClusterRegistered, cluster=cluster, timeout_s=60)
         assert registered.site == "lab"
         await tap.wait(NodeObserved, cluster=cluster, node=node)
+        labels = f'{{cluster="{cluster}"}}'
+        scraped = await wait_until(lambda: _scraped_with_nodes(port, labels), 30, "/metrics counting the node")
+        assert scraped[f"fedsched_connector_reachable{labels}"] == 1
+        assert scraped[f'fedsched_connector_lists_total{{cluster="{cluster}",resource="nodes"}}'] >= 1
+        assert "fedsched_consumer_lag" in " ".join(scraped)
+        assert await _get(port, "/healthz") == (200, "ok\n")
         process.send_signal(signal.SIGTERM)
         out, err = await asyncio.wait_for(process.communicate(), 30)
         assert process.returncode == 0, err.decode()[-2000:]
