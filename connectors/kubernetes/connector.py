@@ -120,6 +120,7 @@ class KubernetesConnector:
             denied_retry_s=config.denied_retry_s,
         )
         self.pods.is_over = self.executor.is_over
+        self.pods.recall = self.book.recall
         self.node_reflector = self._reflector("/api/v1/nodes", "nodes", None)
         self.pod_reflector = self._reflector("/api/v1/pods", "pods", self.pods.label_selector)
         self.outage = Outage(f"connector-{config.cluster}")

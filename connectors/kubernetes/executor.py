@@ -168,7 +168,9 @@ class Executor:
 
     def is_over(self, key: lifecycle.RunKey) -> bool:
         """Whether the log says the run is over here: ended by someone else, or not the job's newest run."""
-        return key.run < self._current.get(key.job_id, 0) or key in self._over
+        return (
+            key.run < self._current.get(key.job_id, 0) or key in self._over or self.book.ended_here(key.job_id, key.run)
+        )
 
     async def _ended_elsewhere(self, event: RunEndEvent) -> None:
         run = event.run or None  # a cancellation of run 0 names no run: all of them

@@ -16,6 +16,10 @@ the executor passes to ``apply`` too: a final outcome ends the job for good. The
 topic only, so a spread job closed for good before a restart, whose partition is scanned again, stays in
 memory as one whose retries were exhausted before a restart does (a submission more, never used).
 
+The pod watcher's first list names the jobs with pods here; before it reports anything, ``recall`` reads
+their partitions, keeping which of their runs ended here even for jobs over for good, so a run ended
+while no connector ran (by governance, say) reports nothing more (``ended_here``).
+
 A restart loses that memory while the group's offsets are already past the submissions, and a
 ``JobPlaced`` can be read before its ``JobSubmitted`` (two topics, no order between them). Either way
 ``get`` finds the submission by reading the job's partition of the jobs topic from its start (keyed by
@@ -63,6 +67,9 @@ class JobBook:
         self._scanned: dict[int, int] = {}
         """Partition of the jobs topic -> offset up to which it was scanned."""
         self.scans = 0
+        self._pinned: set[JobId] = set()
+        """Jobs with pods here when the connector started (``recall``): their runs' ends are kept."""
+        self._ended_here: set[tuple[JobId, int]] = set()
 
     def __len__(self) -> int:
         return len(self._jobs)
@@ -70,6 +77,8 @@ class JobBook:
     def apply(self, event: Event) -> bool:
         """Take one event of the jobs topic (in the order of its partition), or a ``JobRunClosed``, into
         account; True when it ended its job for good (the job is forgotten)."""
+        if isinstance(event, RUN_END_EVENTS) and event.cluster == self.cluster and event.job_id in self._pinned:
+            self._ended_here.add((event.job_id, event.run))
         if isinstance(event, JobSubmitted):
             self._jobs.setdefault(event.job_id, JobEntry()).submitted = event
         elif isinstance(event, JobCancelRequested):
@@ -99,6 +108,21 @@ class JobBook:
 
     def entry(self, job_id: JobId) -> JobEntry | None:
         return self._jobs.get(job_id)
+
+    async def recall(self, jobs: set[JobId]) -> None:
+        """Read what the log says of these jobs (those with pods here at start, before anything is reported
+        for them): the partitions holding them, once. Their runs that ended here stay known after the job
+        ends for good (``ended_here``), so pods a kubelet started while no connector ran report nothing for
+        a run whose end is in the log."""
+        self._pinned |= jobs
+        count = await self._log.partitions(JOBS.name)
+        for partition in sorted({partition_for(job.encode(), count) for job in jobs}):
+            if partition not in self._scanned:
+                await self._scan(partition)
+
+    def ended_here(self, job_id: JobId, run: int) -> bool:
+        """Whether a run of a job recalled at start ended on this cluster by the log (by anyone)."""
+        return (job_id, run) in self._ended_here
 
     def run_ended(self, job_id: JobId, run: int) -> bool:
         entry = self._jobs.get(job_id)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from connectors.kubernetes import lifecycle, names
@@ -76,6 +76,10 @@ class PodWatcher:
         self.is_over: Callable[[RunKey], bool] = lambda key: False
         """Whether the log says the run is over (ended, or not the job's current run): set by the connector
         to the executor's view, so nothing is reported for such a run even before its pods carry the stop."""
+        self.recall: Callable[[set[JobId]], Awaitable[None]] | None = None
+        """Called with the jobs of the first list before anything is reported (the job book reads what the
+        log says of them: a restarted connector knows which runs ended while it was away)."""
+        self._recalled = False
 
     @property
     def label_selector(self) -> str:
@@ -114,6 +118,9 @@ class PodWatcher:
                     if _key_of(pod) not in listed:
                         self._untrack(pod, now)
             keys = {k for k in (self._track(p) for p in objects) if k is not None}
+            if not self._recalled and self.recall is not None:
+                await self.recall({key.job_id for key in keys})
+                self._recalled = True
             for key in sorted(keys | set(self.runs)):
                 await self._evaluate(key)
 

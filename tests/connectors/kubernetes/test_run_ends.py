@@ -14,12 +14,14 @@ import pytest_asyncio
 from connectors.kubernetes import names
 from events.catalog.jobs import JobFailed, JobStarted
 from events.catalog.reasons import ReasonCode
+from events.catalog.topics import JOBS
 from events.catalog.types import ClusterId, JobId
 from events.log.publisher import Publisher
 
 from .builders import a_job, a_node, a_placement, container_status, pod_status, running
 from .support import Kube, Obj, Running, Tap, config, delete_nodes, unique, wait_until
 from .test_jobs import Scene
+from .test_resilience import assert_no_duplicates
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.kube, pytest.mark.timeout(120)]
 
@@ -110,3 +112,31 @@ async def test_the_pods_of_a_replaced_run_are_stopped_and_report_nothing(scene: 
     assert [e.run for e in scene.tap.events(JobStarted, job_id=job)] == [2]
     assert scene.tap.events(JobFailed, job_id=job) == []
     scene.no_duplicates()
+
+
+async def test_a_run_ended_while_the_connector_was_away_reports_no_start_when_it_comes_back(
+    scene: Scene, connectors: Running
+) -> None:
+    """The new connector knows the run's end from the log alone: no start is reported for pods the kubelet
+    started while no connector ran, and the pods are stopped."""
+    job = unique("away")
+    await scene.submit_and_place(job, 1)
+    pods = await scene.pods(job, 1)
+    assert scene.connector is not None
+    await connectors.stop(scene.connector)
+    lease = JobFailed(
+        job_id=JobId(job),
+        cluster=ClusterId(scene.cluster),
+        run=1,
+        reason=ReasonCode.ALLOCATION_LEASE_EXPIRED,
+        message="placed 10 min ago and never started; allocation released (rule lease)",
+    )
+    await scene.publish(lease)
+    await scene.set_status(pods, RUNNING)  # the kubelet started it meanwhile
+    scene.connector = await connectors.start(config(scene.cluster))
+    await scene.gone(job)
+    await scene.tap.poll()
+    assert scene.tap.events(JobStarted, job_id=job) == []
+    assert [f.reason for f in scene.tap.events(JobFailed, job_id=job)] == [ReasonCode.ALLOCATION_LEASE_EXPIRED]
+    # Job events once each (the nodes were restated by the new connector, with the same ids: by design).
+    assert_no_duplicates(scene.tap, scene.cluster, topic=JOBS.name)
