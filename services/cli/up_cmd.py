@@ -57,8 +57,48 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-sim", action="store_true", help="do not start the simulated fleet")
     parser.add_argument("--governance", type=Path, help="governance settings, as fedsched gov run --config takes them")
     parser.add_argument(
+        "--kubernetes",
+        action="append",
+        default=[],
+        type=kubernetes_join,
+        metavar="CLUSTER=KUBECONFIG",
+        help="join a Kubernetes cluster (repeatable): CLUSTER=KUBECONFIG, or cluster=ID,kubeconfig=FILE[,context=NAME]",
+    )
+    parser.add_argument(
         "--config", type=Path, help="distributed mode: run each component as its own process (see docs in supervisor)"
     )
+
+
+_JOIN_KEYS = ("cluster", "kubeconfig", "context")
+
+
+def kubernetes_join(text: str):  # type: ignore[no-untyped-def]
+    """``--kubernetes``: ``CLUSTER=KUBECONFIG`` or ``cluster=ID,kubeconfig=FILE,context=NAME``."""
+    from connectors.kubernetes import ConnectorConfig
+    from connectors.kubernetes.names import is_id
+    from events.catalog.types import ClusterId
+    from services.runtime.kubernetes import KubernetesJoin
+
+    if text.startswith("cluster="):
+        fields: dict[str, str] = {}
+        for part in text.split(","):
+            key, _, value = part.partition("=")
+            if key not in _JOIN_KEYS or not value:
+                raise argparse.ArgumentTypeError(f"{part!r}: give {', '.join(k + '=...' for k in _JOIN_KEYS)}")
+            fields[key] = value
+    else:
+        cluster, _, kubeconfig = text.partition("=")
+        fields = {"cluster": cluster, "kubeconfig": kubeconfig}
+    if not fields.get("cluster") or not fields.get("kubeconfig"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give CLUSTER=KUBECONFIG")
+    if not Path(fields["kubeconfig"]).expanduser().is_file():
+        raise argparse.ArgumentTypeError(f"{text!r}: no kubeconfig file at {fields['kubeconfig']}")
+    if not is_id(fields["cluster"]):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: cluster {fields['cluster']!r} is not an id (letters, digits, . _ -)"
+        )
+    config = ConnectorConfig(cluster=ClusterId(fields["cluster"]))
+    return KubernetesJoin(config, str(Path(fields["kubeconfig"]).expanduser()), fields.get("context"))
 
 
 def config_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -76,6 +116,7 @@ def config_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         sim_speed=args.sim_speed,
         with_api=not args.no_api,
         governance=governance_settings(args.governance, "--governance") if args.governance else None,
+        kubernetes=tuple(args.kubernetes),
     )
 
 

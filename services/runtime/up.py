@@ -12,7 +12,8 @@ anything here. Started in order, stopped in reverse:
     ``DATA_DIR/audit/signing-key``, or the key and directory named by ``FEDSCHED_AUDIT_SIGNING_KEY_FILE``
     and ``FEDSCHED_AUDIT_CHECKPOINT_DIR``) and the governance service (quota approvals, reclamation,
     findings);
- 6. a simulated fleet of three clusters built from the openb node list, so it does something at once;
+ 6. a simulated fleet of three clusters built from the openb node list, so it does something at once,
+    and a connector for each Kubernetes cluster joined (``--kubernetes``, ``services.runtime.kubernetes``);
  7. the gRPC API on 127.0.0.1:50051 (loopback only: its key is a development key) with a development
     token printed at start, short-lived and renewed in ``DATA_DIR/dev-token`` while it runs;
  8. health and Prometheus metrics on 127.0.0.1:9464.
@@ -63,6 +64,7 @@ from projections.inprocess.runner import ProjectionRunner
 from services.governance.core.config import GovConfig
 from services.governance.host import GovernanceHost
 from services.runtime import embedded_pg
+from services.runtime.kubernetes import KubernetesJoin, start_kubernetes
 from services.scheduler.host import SchedulerHost
 
 log = logging.getLogger("fedsched.up")
@@ -84,6 +86,8 @@ class UpConfig:
     with_api: bool = True
     governance: GovConfig | None = None
     """Governance settings (``None``: the defaults)."""
+    kubernetes: tuple[KubernetesJoin, ...] = ()
+    """Kubernetes clusters joined, one in-process connector each (``services.runtime.kubernetes``)."""
 
 
 @dataclass
@@ -164,6 +168,15 @@ async def start(config: UpConfig) -> Running:
         config.data_dir.mkdir(parents=True, exist_ok=True)
         signing = _audit_signing(config.data_dir)
         signing.checkpointer(None)  # the key readable and the directory writable, or refused now
+        if config.kubernetes and config.sim_clusters and config.sim_speed != 1.0:
+            raise ValueError(
+                f"--kubernetes with --sim-speed {config.sim_speed}: a Kubernetes cluster runs on the wall"
+                " clock, the simulated fleet would run ahead of it (use --sim-speed 1 or --no-sim)"
+            )
+        clusters = [join.config.cluster for join in config.kubernetes]
+        taken = sorted({c for c in clusters if clusters.count(c) > 1 or c in config.sim_clusters})
+        if taken:
+            raise ValueError(f"--kubernetes: cluster {taken[0]} is named twice (a cluster id is one cluster)")
     except ValueError as error:
         raise SettingRefused(str(error)) from None
     started_pg = config.dsn is None
@@ -195,6 +208,9 @@ async def start(config: UpConfig) -> Running:
     running.audit_signing = signing
     _supervise(running, now)
     await _start_fleet(running)
+    running.supervised |= start_kubernetes(
+        config.kubernetes, event_log, running.stop_event, metrics, running.tasks, running.closers
+    )
     if config.with_api:
         await _start_api(running)
     _register_metrics(running)
