@@ -19,7 +19,9 @@ Configuration (YAML; every key optional except the log and the DSN, which the en
                                         # checkpoints (``fedsched audit keygen`` makes the key); without
                                         # them the archiver warns that checkpoints are off
     metrics: {host: 127.0.0.1, first_port: 9464}   # /metrics and /healthz of each child, on consecutive
-                                        # ports in the order below; first_port 0: none served
+                                        # ports in the order below, then the connectors'; first_port 0: none
+    kubernetes:                         # Kubernetes clusters joined: a ``fedsched connector kubernetes``
+      - {cluster: gpu-east, kubeconfig: FILE, context: NAME}   # child each, named connector-<cluster>
 
 Secrets never reach a child's command line, which every user of the host can read: the log URL, the
 DSN and the JWT secret go into the child's environment, as ``FEDSCHED_LOG``, ``FEDSCHED_POSTGRES_DSN``
@@ -45,6 +47,7 @@ from typing import Any
 
 import yaml
 
+from connectors.kubernetes.names import is_id
 from events.audit.checkpoint_files import CHECKPOINT_DIR_ENV, SIGNING_KEY_ENV
 from services.runtime import credentials
 
@@ -70,6 +73,7 @@ _SETTINGS = (
     "projections",
     "metrics",
     "audit",
+    "kubernetes",
 )
 _AUDIT_SETTINGS = ("signing_key_file", "checkpoint_dir", "checkpoint_every")
 
@@ -123,6 +127,8 @@ class SupervisorConfig:
     metrics_first_port: int = 9464
     audit: dict[str, str] = field(default_factory=dict)
     """The archiver's signing key file and checkpoint directory (absolute paths) and cadence."""
+    kubernetes: tuple[dict[str, str], ...] = ()
+    """Kubernetes clusters joined: ``cluster``, ``kubeconfig`` (an absolute path) and maybe ``context``."""
 
     @classmethod
     def load(cls, path: Path | None, environ: Mapping[str, str] | None = None) -> SupervisorConfig:
@@ -163,6 +169,9 @@ class SupervisorConfig:
         if not isinstance(first_port, int) or not (first_port == 0 or 0 < first_port <= 65535 - len(COMPONENTS)):
             raise ConfigError(f"metrics: first_port must be 0 (off) or a port number, got {first_port!r}")
         audit = _audit_settings(raw.get("audit"))
+        kubernetes = _kubernetes_settings(raw.get("kubernetes"))
+        if first_port and first_port + len(COMPONENTS) + len(kubernetes) - 1 > 65535:
+            raise ConfigError(f"metrics: first_port {first_port} leaves no port for every component and connector")
         return cls(
             log_url,
             dsn,
@@ -173,6 +182,7 @@ class SupervisorConfig:
             str(metrics.get("host", cls.metrics_host)),
             first_port,
             audit,
+            kubernetes,
         )
 
     def children(self) -> dict[str, Child]:
@@ -192,8 +202,14 @@ class SupervisorConfig:
             "governance": ["gov", "run", *ns],
             "api": api,
         }
+        for joined in self.kubernetes:
+            argv = ["connector", "kubernetes", "--cluster", joined["cluster"], "--kubeconfig", joined["kubeconfig"]]
+            commands[f"connector-{joined['cluster']}"] = argv + (
+                ["--context", joined["context"]] if "context" in joined else []
+            )
         if self.metrics_first_port:
-            for offset, name in enumerate(COMPONENTS):
+            order = [*COMPONENTS, *(name for name in commands if name not in COMPONENTS)]
+            for offset, name in enumerate(order):  # the components in COMPONENTS' order, then the connectors
                 flag = "--metrics-listen" if name == "api" else "--metrics"
                 commands[name] += [flag, f"{self.metrics_host}:{self.metrics_first_port + offset}"]
         out = {}
@@ -211,6 +227,38 @@ class SupervisorConfig:
                 }
             out[name] = Child(name, tuple(argv), env)
         return out
+
+
+_JOIN_SETTINGS = ("cluster", "kubeconfig", "context")
+
+
+def _kubernetes_settings(raw: object) -> tuple[dict[str, str], ...]:
+    """The ``kubernetes:`` list: each a cluster id and its kubeconfig file (which must exist), maybe a
+    context; a cluster named twice is refused."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ConfigError("kubernetes: a list of {cluster, kubeconfig, context}")
+    out: list[dict[str, str]] = []
+    for i, entry in enumerate(raw):
+        where = f"kubernetes[{i}]"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}: a mapping of cluster, kubeconfig and context")
+        bad = sorted(set(entry) - set(_JOIN_SETTINGS))
+        if bad:
+            raise ConfigError(f"{where}: unknown settings {bad}")
+        cluster, kubeconfig = entry.get("cluster"), entry.get("kubeconfig")
+        if not isinstance(cluster, str) or not is_id(cluster):
+            raise ConfigError(f"{where}: cluster: required, an id (lowercase letters, digits, . _ -)")
+        if any(joined["cluster"] == cluster for joined in out):
+            raise ConfigError(f"{where}: cluster {cluster} is named twice")
+        if not isinstance(kubeconfig, str) or not Path(kubeconfig).expanduser().is_file():
+            raise ConfigError(f"{where}: kubeconfig: required, an existing file (got {kubeconfig!r})")
+        joined = {"cluster": cluster, "kubeconfig": str(Path(kubeconfig).expanduser().absolute())}
+        if entry.get("context") is not None:
+            joined["context"] = str(entry["context"])
+        out.append(joined)
+    return tuple(out)
 
 
 def _audit_settings(raw: object) -> dict[str, str]:
@@ -278,10 +326,11 @@ async def supervise(
 ) -> int:
     """Run the children (``components``: a subset, as a host running only some of them; default all)
     until ``stop`` is set or SIGINT/SIGTERM arrives."""
-    unknown = sorted(set(components or ()) - set(COMPONENTS))
+    every = config.children()
+    unknown = sorted(set(components or ()) - set(every))
     if unknown:
-        raise ConfigError(f"components: unknown {unknown} (known: {', '.join(COMPONENTS)})")
-    chosen = [child for name, child in config.children().items() if components is None or name in components]
+        raise ConfigError(f"components: unknown {unknown} (known: {', '.join(every)})")
+    chosen = [child for name, child in every.items() if components is None or name in components]
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     handled = []

@@ -175,3 +175,45 @@ def test_a_bad_audit_section_names_what_is_wrong(tmp_path: Path, audit: str, say
     )
     with pytest.raises(ConfigError, match=says):
         SupervisorConfig.load(path)
+
+
+def test_each_kubernetes_cluster_joined_gets_its_connector_with_the_log_and_no_other_secret(tmp_path: Path) -> None:
+    (tmp_path / "east.kubeconfig").write_text("apiVersion: v1\n")
+    path = tmp_path / "fedsched.yaml"
+    path.write_text(
+        "log: kafka://10.0.0.5:9092\npostgres_dsn: postgresql://pg/fedsched\napi: {jwt_secret: s}\n"
+        f"kubernetes:\n  - {{cluster: gpu-east, kubeconfig: {tmp_path / 'east.kubeconfig'}, context: admin@east}}\n"
+    )
+    children = SupervisorConfig.load(path).children()
+    connector = children["connector-gpu-east"]
+    assert list(connector.argv) == [
+        "connector",
+        "kubernetes",
+        "--cluster",
+        "gpu-east",
+        "--kubeconfig",
+        str(tmp_path / "east.kubeconfig"),
+        "--context",
+        "admin@east",
+        "--metrics",
+        "127.0.0.1:9469",  # after the five components' ports
+    ]
+    assert connector.env == {"FEDSCHED_LOG": "kafka://10.0.0.5:9092"}
+
+
+@pytest.mark.parametrize(
+    ("joined", "says"),
+    [
+        ("{cluster: Bad_Id, kubeconfig: K}", "cluster: required, an id"),
+        ("{cluster: a, kubeconfig: /nonexistent}", "kubeconfig: required, an existing file"),
+        ("{cluster: a, kubeconfig: K, token: x}", "unknown settings"),
+        ("{cluster: a, kubeconfig: K}\n  - {cluster: a, kubeconfig: K}", "named twice"),
+    ],
+)
+def test_a_bad_kubernetes_entry_names_what_is_wrong(tmp_path: Path, joined: str, says: str) -> None:
+    (tmp_path / "k").write_text("apiVersion: v1\n")
+    path = tmp_path / "fedsched.yaml"
+    entry = joined.replace("K", str(tmp_path / "k"))
+    path.write_text(f"log: kafka://h:1\npostgres_dsn: x\napi: {{jwt_secret: s}}\nkubernetes:\n  - {entry}\n")
+    with pytest.raises(ConfigError, match=says):
+        SupervisorConfig.load(path)
