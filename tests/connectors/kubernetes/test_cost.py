@@ -11,7 +11,7 @@ from connectors.kubernetes.connector import registered
 from connectors.kubernetes.registration import Registration
 from events.catalog.inventory import NodeObserved
 from events.catalog.jobs import JobStarted, JobSucceeded
-from events.catalog.types import ClusterId
+from events.catalog.types import ClusterId, JobId
 from projections.stages.clusters import usage_key
 from tests.unit.projections.builders import Fold, a_job, placed
 
@@ -54,8 +54,8 @@ def run_half_an_hour(fold: Fold, job: str, node: str, *, npus: int = 0) -> None:
         event = event.model_copy(update={"replicas": (replica,)})
     fold.feed(submitted)
     fold.feed(event)
-    fold.feed(JobStarted(job_id=job, cluster=CLUSTER), at_s=1)
-    fold.feed(JobSucceeded(job_id=job, cluster=CLUSTER), at_s=HALF_HOUR_S)  # held from its placement at 0
+    fold.feed(JobStarted(job_id=JobId(job), cluster=CLUSTER), at_s=1)
+    fold.feed(JobSucceeded(job_id=JobId(job), cluster=CLUSTER), at_s=HALF_HOUR_S)  # held from its placement at 0
 
 
 def test_jobs_on_amd_gpus_and_ascend_npus_cost_their_rates() -> None:
