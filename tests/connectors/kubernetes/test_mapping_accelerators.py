@@ -178,12 +178,13 @@ def test_a_registration_is_restated_once_for_each_new_model_with_configured_rate
     first, ident = registration.stated()
     assert first == base
     assert registration.restated(["AMD-Instinct-MI300X"]) == []  # configured: priced already
-    ((again, again_id),) = registration.restated(["Ascend910B3", "NVIDIA-H100-80GB-HBM3", "Ascend910B3"])
+    ((again, again_id),) = registration.restated(["Ascend910B3", "NVIDIA-H100-80GB-HBM3", "Tesla-T4", "Ascend910B3"])
     assert isinstance(again, ClusterRegistered) and again_id != ident
     assert {r.model: r.micro_per_gpu_hour for r in again.gpu_rates} == {
         "AMD-Instinct-MI300X": 3_600_000,
         "Ascend910B3": 2_600_000,  # the Ascend910B family's default
         "NVIDIA-H100-80GB-HBM3": 1_000_000,  # no default price: 1.0 per device-hour
+        "Tesla-T4": 350_000,  # GPU feature discovery's name of the table's T4
     }
     assert (again.site, again.currency) == ("s", "EUR")
     assert registration.restated(["Ascend910B3"]) == []
