@@ -1,8 +1,10 @@
 """The Kubernetes connector: a cluster's nodes and pods as fedsched events, and its decisions as pods.
 
 Called by ``fedsched connector kubernetes`` and by tests. Pure mapping modules: ``names`` (labels,
-annotations, object names, event ids), ``quantity``, ``nodes`` (Node -> inventory events), ``pods``
-(placement -> manifests), ``lifecycle`` (pod statuses -> job transitions). I/O modules: ``kubeapi``
+annotations, object names, event ids), ``quantity``, ``accelerators`` (GPUs and NPUs by vendor), ``nodes``
+(Node -> inventory events), ``pods`` (placement -> manifests), ``lifecycle`` (pod statuses -> job
+transitions), ``registration`` (``ClusterRegistered``, restated for new models). I/O modules:
+``config_file`` (the ``--config`` YAML), ``kubeapi``
 (the API client), ``throttle``, ``reflector`` (list-then-watch), ``node_watcher``, ``pod_watcher``,
 ``executor``, ``jobbook``, ``reporting`` and ``connector`` (the composition).
 """

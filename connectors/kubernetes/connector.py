@@ -3,7 +3,8 @@
 Called by ``fedsched connector kubernetes`` (``services.cli.connector_cmd``) and by tests, which run it
 in-process. ``run()`` works until cancelled:
 
-1. publish ``ClusterRegistered`` (what the cluster is; a restart restates it);
+1. publish ``ClusterRegistered`` (what the cluster is; a restart restates it; ``registration`` restates
+   it when the nodes show a GPU or NPU model without a rate);
 2. list-then-watch nodes -> ``NodeObserved`` / ``GpuHealthReported`` / ``NodeRemoved`` (``node_watcher``),
    having read back the cluster's roster of nodes from the log (``roster``): the first list reports removed
    the nodes deleted while no connector ran; the roster is published again after lists and changes;
@@ -28,7 +29,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from connectors.kubernetes import names, roster
+from connectors.kubernetes import roster
 from connectors.kubernetes.executor import Executor
 from connectors.kubernetes.jobbook import JobBook
 from connectors.kubernetes.kubeapi import KubeApi
@@ -36,10 +37,11 @@ from connectors.kubernetes.node_watcher import NodeWatcher
 from connectors.kubernetes.pod_watcher import PodWatcher
 from connectors.kubernetes.pods import RenderOptions
 from connectors.kubernetes.reflector import Reflector
+from connectors.kubernetes.registration import Registration
 from connectors.kubernetes.reporting import Reachability, Reporter
 from connectors.kubernetes.throttle import Backoff
 from events.catalog.decisions import EXPLANATIONS_AND_CYCLES
-from events.catalog.inventory import ClusterKind, ClusterRegistered
+from events.catalog.inventory import ClusterKind, ClusterRegistered, GpuRate
 from events.catalog.topics import DECISIONS, JOBS
 from events.catalog.types import ClusterId
 from events.hosting.consumer import EventConsumer
@@ -60,6 +62,10 @@ class ConnectorConfig:
     display_name: str = ""
     currency: str = "USD"
     labels: dict[str, str] = field(default_factory=dict)
+    gpu_rates: tuple[tuple[str, int], ...] = ()
+    """Price of a device-hour per GPU or NPU model (millionths of ``currency``); a model the nodes show
+    without one gets the shared default (``connectors.rates``)."""
+    datasets: tuple[str, ...] = ()
     namespace_prefix: str = "fedsched-"
     default_image: str | None = None
     unreachable_after_s: float = 5.0
@@ -84,6 +90,21 @@ class ConnectorConfig:
         return f"urn:fedsched:connector:kubernetes:{self.cluster}"
 
 
+def registered(c: ConnectorConfig) -> ClusterRegistered:
+    """What the configuration says the cluster is (its rates: the configured ones; see ``registration``)."""
+    return ClusterRegistered(
+        cluster=c.cluster,
+        kind=ClusterKind.KUBERNETES,
+        display_name=c.display_name,
+        site=c.site,
+        region=c.region,
+        labels=c.labels,
+        currency=c.currency,
+        gpu_rates=tuple(GpuRate(model=m, micro_per_gpu_hour=r) for m, r in c.gpu_rates),
+        datasets=c.datasets,
+    )
+
+
 class KubernetesConnector:
     def __init__(self, config: ConnectorConfig, event_log: EventLog, api: KubeApi) -> None:
         self.config = config
@@ -98,7 +119,14 @@ class KubernetesConnector:
             forget_denied_s=config.forget_denied_s,
         )
         api.on_result = self.reachability.result
-        self.nodes = NodeWatcher(config.cluster, self.reporter, batch=config.publish_batch, clock_ms=wall_clock_ms)
+        self.registered = Registration(self.registration(), wall_clock_ms)
+        self.nodes = NodeWatcher(
+            config.cluster,
+            self.reporter,
+            batch=config.publish_batch,
+            clock_ms=wall_clock_ms,
+            registration=self.registered,
+        )
         self.pods = PodWatcher(
             api,
             config.cluster,
@@ -108,7 +136,9 @@ class KubernetesConnector:
             failure_grace_s=config.failure_grace_s,
         )
         self.book = JobBook(event_log, config.cluster)
-        options = RenderOptions(config.cluster, config.namespace_prefix, config.default_image)
+        options = RenderOptions(
+            config.cluster, config.namespace_prefix, config.default_image, devices=self.nodes.devices.get
+        )
         self.executor = Executor(
             api,
             self.book,
@@ -144,21 +174,13 @@ class KubernetesConnector:
         )
 
     def registration(self) -> ClusterRegistered:
-        c = self.config
-        return ClusterRegistered(
-            cluster=c.cluster,
-            kind=ClusterKind.KUBERNETES,
-            display_name=c.display_name,
-            site=c.site,
-            region=c.region,
-            labels=c.labels,
-            currency=c.currency,
-        )
+        return registered(self.config)
 
     async def _consume(self) -> None:
         """Act on the cluster's decisions until cancelled; an outage of the log is ridden out
         (``events.hosting.loop``), a fence ends the connector."""
         await self.pod_reflector.synced.wait()  # know our pods before acting on decisions
+        await self.node_reflector.synced.wait()  # and the nodes' devices, which pods ask by their resources
         await self.consumer.start()
         await ride_out(
             lambda: self.consumer.poll_once(timeout_s=0.5),
@@ -184,8 +206,7 @@ class KubernetesConnector:
         await self.publisher.start()
         tasks: list[asyncio.Task[None]] = []
         try:
-            ident = names.event_id(self.config.cluster, "registered", wall_clock_ms())
-            await self.reporter.publish_one(self.registration(), ident)
+            await self.reporter.publish_one(*self.registered.stated())
             log.info("event=connector_started cluster=%s api=%s", self.config.cluster, self.api.host)
             await self._recall_nodes()
             parts: list[Coroutine[Any, Any, None]] = [

@@ -11,7 +11,9 @@ Node labels read (documented in ``connectors/kubernetes/README.md``):
 - ``nvidia.com/gpu.clique`` (GPU feature discovery on multi-node NVLink systems) or
   ``fedsched.io/nvlink-domain``: the NVLink domain. ``fedsched.io/rdma-fabric``: the RDMA fabric.
 - ``fedsched.io/gpu-health`` (label, whole node: ok, degraded, failed) and the annotation
-  ``fedsched.io/gpu-health`` (JSON list of per-GPU samples) written by a node health agent.
+  ``fedsched.io/gpu-health`` (JSON list of per-GPU samples) written by a node health agent; the same for
+  NPUs as ``fedsched.io/npu-health``.
+- AMD GPUs and Ascend NPUs: their device plugins' resources and labels, listed in ``accelerators``.
 
 Pods written: labels ``app.kubernetes.io/managed-by=fedsched``, ``fedsched.io/cluster``,
 ``fedsched.io/job-id``, ``fedsched.io/run``, ``fedsched.io/replica``, ``fedsched.io/tenant``; the finalizer
@@ -69,6 +71,8 @@ LABEL_NVLINK_DOMAIN = "fedsched.io/nvlink-domain"
 LABEL_RDMA_FABRIC = "fedsched.io/rdma-fabric"
 LABEL_GPU_HEALTH = "fedsched.io/gpu-health"
 ANN_GPU_HEALTH = "fedsched.io/gpu-health"
+LABEL_NPU_HEALTH = "fedsched.io/npu-health"
+ANN_NPU_HEALTH = "fedsched.io/npu-health"
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")

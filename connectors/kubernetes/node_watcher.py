@@ -10,7 +10,11 @@ mapper ``nodes`` and publishes through the ``Reporter``:
   while no watch was open), including a node of the roster the connector read back from the log at start
   (``remember``): one deleted while no connector ran;
 - ``ClusterNodesListed`` (the roster, ``publish_roster``) after each list, soon after a node came or went
-  (``run_roster``), and every ``roster.RESTATE_S`` even if none did.
+  (``run_roster``), and every ``roster.RESTATE_S`` even if none did;
+- ``ClusterRegistered`` again (``registration``) before the first node with a GPU or NPU model the
+  cluster's registration has no rate for, so cost attribution prices every model the cluster has.
+
+It remembers each node's devices by index (``devices``): the executor asks them by their resources.
 
 Event ids derive from cluster, node and resource version, so the same snapshot published twice (a
 restart, a relist) is a recognisable duplicate. Lists publish in batches of ``batch`` events.
@@ -22,11 +26,12 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable, Sequence
 
-from connectors.kubernetes import names, nodes, roster
+from connectors.kubernetes import accelerators, names, nodes, roster
 from connectors.kubernetes.kubeapi import Obj
+from connectors.kubernetes.registration import Registration
 from connectors.kubernetes.reporting import Reporter
 from events.catalog.base import Event
-from events.catalog.inventory import GpuHealthSample, NodeRemoved
+from events.catalog.inventory import GpuHealthSample, NodeObserved, NodeRemoved, NpuHealthSample
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import ClusterId, NodeId
 
@@ -44,6 +49,7 @@ class NodeWatcher:
         batch: int = 500,
         clock_ms: Callable[[], int],
         roster_delay_s: float = 5.0,
+        registration: Registration | None = None,
     ) -> None:
         self.cluster = cluster
         self._reporter = reporter
@@ -57,8 +63,11 @@ class NodeWatcher:
         self.rosters = 0
         self.generations: dict[str, int] = {}
         """Kubernetes node name -> generation last published."""
-        self._health: dict[str, tuple[GpuHealthSample, ...]] = {}
+        self._health: dict[str, tuple[tuple[GpuHealthSample, ...], tuple[NpuHealthSample, ...]]] = {}
         self._ids: dict[str, NodeId] = {}
+        self.devices: dict[str, accelerators.NodeDevices] = {}
+        """Node id -> the resources its pods ask each GPU and NPU index by, as last seen (``pods``)."""
+        self._registration = registration
         self._skipped: set[str] = set()
 
     def _id(self, *parts: object) -> str:
@@ -78,14 +87,16 @@ class NodeWatcher:
         for problem in view.problems:
             log.warning("event=node_problem node=%s problem=%r", name, problem)
         items: list[Item] = [(view.observed, self._id("node", view.observed.node, gen))]
-        if view.health is not None and self._health.get(name) != view.health.gpus:
+        samples = (view.health.gpus, view.health.npus) if view.health is not None else None
+        if view.health is not None and samples is not None and self._health.get(name) != samples:
             items.append((view.health, self._id("gpu-health", view.observed.node, gen)))
-            self._health[name] = view.health.gpus
+            self._health[name] = samples
         self.generations[name] = gen
         if name not in self._ids:
             self._roster_due.set()
         self._ids[name] = view.observed.node
         self._top = max(self._top, gen)
+        self.devices[view.observed.node] = view.devices
         return items
 
     @property
@@ -109,6 +120,7 @@ class NodeWatcher:
             return []
         self._roster_due.set()
         self._top = max(self._top, generation)
+        self.devices.pop(node_id, None)
         event = NodeRemoved(
             cluster=self.cluster,
             node=node_id,
@@ -119,7 +131,12 @@ class NodeWatcher:
         return [(event, self._id("removed", node_id, generation))]
 
     async def _publish(self, items: Sequence[Item], *, wait: bool) -> None:
-        """Hand events to the reporter; after a list, wait until they are in the log."""
+        """Hand events to the reporter; after a list, wait until they are in the log. A restated
+        registration goes first when these nodes show device models it has no rate for."""
+        if self._registration is not None:
+            seen = [e for e, _ in items if isinstance(e, NodeObserved)]
+            models = [g.model for e in seen for g in e.gpus] + [n.model for e in seen for n in e.npus]
+            items = [*self._registration.restated(models), *items]
         futures = [self._reporter.submit(items[s : s + self._batch]) for s in range(0, len(items), self._batch)]
         if wait:
             await asyncio.gather(*futures)

@@ -15,8 +15,10 @@ The job's ``template`` (opaque to the scheduler) is read in one of three forms:
 - empty: one container named ``main`` with the connector's default image, if it has one.
 
 The connector owns: the pod's name, namespace, ``nodeName`` (the replica's node: no scheduler runs
-again), the first container's resource requests (CPU, memory, ``nvidia.com/gpu`` = the number of GPU
-indices, or one ``nvidia.com/gpu.shared`` for a share of a GPU), the job's tolerations, the
+again), the first container's resource requests (CPU, memory, and the device plugins' resources of the
+replica's GPU and NPU indices on its node, ``accelerators.requests``: ``nvidia.com/gpu`` or ``amd.com/gpu``
+per whole GPU, one ``nvidia.com/gpu.shared`` for a share of a GPU, ``huawei.com/Ascend910`` per NPU, ...),
+the job's tolerations, the
 ``fedsched.io`` labels and annotations, the finalizer, ``FEDSCHED_*`` environment variables and, unless
 the template sets them, ``restartPolicy: Never`` and ``activeDeadlineSeconds`` from ``max_runtime_s``.
 """
@@ -24,11 +26,11 @@ the template sets them, ``restartPolicy: Never`` and ``activeDeadlineSeconds`` f
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from connectors.kubernetes import names
+from connectors.kubernetes import accelerators, names
 from events.catalog.decisions import JobPlaced, JobReplicasAdded, ReplicaPlacement
 from events.catalog.jobs import JobSubmitted, Toleration
 from events.catalog.types import ClusterId, TenantId
@@ -48,6 +50,10 @@ class RenderError(ValueError):
     """The job's template cannot become a pod; the message says why, for the person who submitted it."""
 
 
+def _unseen(node: str) -> accelerators.NodeDevices | None:
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class RenderOptions:
     cluster: ClusterId
@@ -57,6 +63,8 @@ class RenderOptions:
     gpu_shared_resource: str = names.GPU_SHARED_RESOURCE
     pod_security: str | None = "baseline"
     """Pod Security Admission level enforced in the tenant namespaces the connector creates (None: none)."""
+    devices: Callable[[str], accelerators.NodeDevices | None] = _unseen
+    """A node's GPU and NPU resources by index, as the node watcher last saw them (None: not seen)."""
 
 
 def namespace_manifest(tenant: TenantId, options: RenderOptions) -> Manifest:
@@ -111,10 +119,18 @@ def _requests(job: JobSubmitted, replica: ReplicaPlacement, options: RenderOptio
         wanted["cpu"] = f"{job.resources.cpu_milli}m"
     if job.resources.memory_mib:
         wanted["memory"] = f"{job.resources.memory_mib}Mi"
-    if replica.gpu_indices and replica.gpu_milli_each >= 1000:
-        wanted[options.gpu_resource] = str(len(replica.gpu_indices))
-    elif replica.gpu_indices:
-        wanted[options.gpu_shared_resource] = "1"
+    try:
+        wanted |= accelerators.requests(
+            replica.node,
+            options.devices(replica.node),
+            replica.gpu_indices,
+            replica.gpu_milli_each,
+            replica.npu_indices,
+            nvidia=options.gpu_resource,
+            nvidia_shared=options.gpu_shared_resource,
+        )
+    except accelerators.DeviceRequestError as error:
+        raise RenderError(str(error)) from None
     return wanted
 
 

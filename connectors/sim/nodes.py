@@ -10,7 +10,8 @@ Formats, told apart by the file's suffix and CSV header:
 - YAML: ``nodes:`` a list of ``{name, cpu_milli, memory_mib, gpus, model, gpu_memory_mib, npus,
   npu_model, npu_memory_mib, labels, taints, nvlink_domain, rdma_fabric, schedulable, count}`` (``count``
   makes ``name-000``, ``name-001``, ...), and an optional ``cluster:`` section with ``display_name, site,
-  region, currency, gpu_rates`` (model to micro-units per GPU-hour), ``datasets`` and ``labels``.
+  region, currency, gpu_rates`` (model to micro-units per GPU-hour), ``datasets`` and ``labels``, read by
+  ``connectors.cluster_section`` (the Kubernetes connector's configuration file has the same section).
 
 GPU memory comes from the model name (``GPU_MEMORY_MIB``, what the driver reports); the undisclosed
 internal models of the openb trace (G1, G2, G3) report 0. Nodes with eight GPUs of one model read from a
@@ -29,6 +30,8 @@ from typing import Any
 
 import yaml
 
+from connectors import cluster_section
+from connectors.cluster_section import ClusterDefaults
 from events.catalog.inventory import Taint
 from events.catalog.types import NodeId
 
@@ -69,19 +72,6 @@ class NodeSpec:
     nvlink_domain: str | None = None
     rdma_fabric: str | None = None
     schedulable: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterDefaults:
-    """Cluster metadata a YAML node list may carry; flags given on the command line win."""
-
-    display_name: str = ""
-    site: str | None = None
-    region: str | None = None
-    currency: str | None = None
-    gpu_rates: tuple[tuple[str, int], ...] = ()
-    datasets: tuple[str, ...] = ()
-    labels: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,7 +245,7 @@ def _read_yaml(path: Path) -> NodeList:
             raise NodeListError(f"{where}: expected a mapping")
         nodes.extend(_yaml_nodes(where, entry))
     _check_unique(path, nodes)
-    return NodeList(tuple(nodes), _yaml_cluster(path, document.get("cluster") or {}))
+    return NodeList(tuple(nodes), _yaml_cluster(path, document.get("cluster")))
 
 
 _NODE_KEYS = {
@@ -329,21 +319,10 @@ def _yaml_int(where: str, entry: dict[str, Any], key: str, default: int) -> int:
 
 
 def _yaml_cluster(path: Path, section: object) -> ClusterDefaults:
-    if not isinstance(section, dict):
-        raise NodeListError(f"{path}: 'cluster' must be a mapping")
-    rates = section.get("gpu_rates") or {}
-    labels = section.get("labels") or {}
-    if not isinstance(rates, dict) or not isinstance(labels, dict):
-        raise NodeListError(f"{path}: cluster.gpu_rates and cluster.labels must be mappings")
-    return ClusterDefaults(
-        display_name=str(section.get("display_name", "")),
-        site=section.get("site"),
-        region=section.get("region"),
-        currency=section.get("currency"),
-        gpu_rates=tuple(sorted((str(k), int(v)) for k, v in rates.items())),
-        datasets=tuple(str(d) for d in section.get("datasets") or ()),
-        labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())),
-    )
+    try:
+        return cluster_section.parse(section)
+    except cluster_section.ClusterSectionError as error:
+        raise NodeListError(f"{path}: {error}") from None
 
 
 __all__ = [

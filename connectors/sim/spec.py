@@ -6,33 +6,15 @@ spec as ``ClusterRegistered``. Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pydantic import ValidationError
 
+from connectors.rates import DEFAULT_GPU_RATES, rates_for
 from connectors.sim.nodes import ClusterDefaults, NodeSpec
 from events.catalog.inventory import ClusterKind, ClusterRegistered, GpuRate
 from events.catalog.types import ClusterId
-
-DEFAULT_GPU_RATES: Mapping[str, int] = {
-    "A10": 1_100_000,
-    "A100-SXM4-80GB": 3_700_000,
-    "A800-SXM4-80GB": 3_400_000,
-    "G1": 1_500_000,
-    "G2": 1_800_000,
-    "G3": 2_200_000,
-    "H800": 5_500_000,
-    "P100": 1_460_000,
-    "T4": 350_000,
-    "V100M16": 2_480_000,
-    "V100M32": 2_970_000,
-    "Ascend910B": 2_600_000,
-}
-"""Price of one device-hour per model (a GPU's or an NPU's), in millionths of the currency unit (public
-cloud list prices, rounded; Ascend910B, with no common public price, an estimate near an A100's); models
-without an entry cost 1.0 per device-hour."""
-UNKNOWN_MODEL_RATE = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,10 +44,7 @@ class ClusterSpec:
     ) -> ClusterSpec:
         """A spec with prices for every GPU and NPU model present; flags win over the node list's defaults."""
         d = defaults or ClusterDefaults()
-        rates = dict(d.gpu_rates)
         present = {n.gpu_model for n in nodes if n.gpus} | {n.npu_model for n in nodes if n.npus}
-        for model in sorted(present):
-            rates.setdefault(model, DEFAULT_GPU_RATES.get(model, UNKNOWN_MODEL_RATE))
         spec = cls(
             cluster=ClusterId(cluster),
             nodes=tuple(sorted(nodes, key=lambda n: n.name)),
@@ -73,7 +52,7 @@ class ClusterSpec:
             region=region or d.region or "sim",
             display_name=display_name or d.display_name,
             currency=currency or d.currency or "USD",
-            gpu_rates=tuple(sorted(rates.items())),
+            gpu_rates=rates_for(present, d.gpu_rates),
             datasets=d.datasets,
             labels=d.labels,
         )

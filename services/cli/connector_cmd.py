@@ -151,16 +151,22 @@ def _register_kubernetes(kinds: argparse._SubParsersAction) -> None:  # type: ig
     auth.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
     kube.add_argument("--context", help="kubeconfig context (default: its current context)")
     kube.add_argument("--log", help="log URL: kafka://host:port or a PostgreSQL DSN (default: FEDSCHED_LOG)")
-    kube.add_argument("--site", default="default", help="site id (default: default)")
-    kube.add_argument("--region", default="default", help="region id (default: default)")
-    kube.add_argument("--display-name", default="", help="a name for people")
-    kube.add_argument("--currency", default="USD", help="currency of the GPU rates (ISO 4217)")
-    kube.add_argument("--namespace-prefix", default="fedsched-", help="tenant namespaces are PREFIX<tenant>")
+    kube.add_argument(
+        "--config",
+        type=Path,
+        help="YAML file with a 'cluster:' section (display name, site, region, currency, GPU rates, datasets, "
+        "labels) and a 'connector:' section of settings; flags given here win over it",
+    )
+    kube.add_argument("--site", help="site id (default: default)")
+    kube.add_argument("--region", help="region id (default: default)")
+    kube.add_argument("--display-name", help="a name for people")
+    kube.add_argument("--currency", help="currency of the GPU rates (ISO 4217; default USD)")
+    kube.add_argument("--namespace-prefix", help="tenant namespaces are PREFIX<tenant> (default: fedsched-)")
     kube.add_argument("--default-image", help="image for jobs whose template names none")
     kube.add_argument("--qps", type=float, default=20.0, help="API requests per second, steady (default 20)")
     kube.add_argument("--burst", type=int, default=40, help="API requests at once (default 40)")
-    kube.add_argument("--unreachable-after-s", type=float, default=5.0, help="failing this long: unreachable")
-    kube.add_argument("--cancel-grace-s", type=int, default=30, help="grace period of cancelled pods")
+    kube.add_argument("--unreachable-after-s", type=float, help="failing this long: unreachable (default 5)")
+    kube.add_argument("--cancel-grace-s", type=int, help="grace period of cancelled pods (default 30)")
     kube.add_argument("--metrics", default="", help="serve /healthz and /metrics here (host:port; default: off)")
     kube.set_defaults(handler=run_kubernetes)
 
@@ -170,7 +176,7 @@ async def run_kubernetes(args: argparse.Namespace) -> int:
     import logging
     import os
 
-    from connectors.kubernetes import ConnectorConfig, KubeApi, KubernetesConnector, metrics
+    from connectors.kubernetes import KubeApi, KubernetesConnector, config_file, metrics
     from connectors.kubernetes.throttle import RateLimiter
     from events.hosting.lag import Lag
     from events.plumbing.metrics import serving
@@ -182,17 +188,21 @@ async def run_kubernetes(args: argparse.Namespace) -> int:
 
     tune_for_service()
     try:
-        config = ConnectorConfig(
-            cluster=args.cluster,
-            site=args.site,
-            region=args.region,
-            display_name=args.display_name,
-            currency=args.currency,
-            namespace_prefix=args.namespace_prefix,
-            default_image=args.default_image,
-            unreachable_after_s=args.unreachable_after_s,
-            cancel_grace_s=args.cancel_grace_s,
-        )
+        flags = {
+            "site": args.site,
+            "region": args.region,
+            "display_name": args.display_name,
+            "currency": args.currency,
+            "namespace_prefix": args.namespace_prefix,
+            "default_image": args.default_image,
+            "unreachable_after_s": args.unreachable_after_s,
+            "cancel_grace_s": args.cancel_grace_s,
+        }
+        file = config_file.load(args.config) if args.config else None
+        config = config_file.build(args.cluster, file, flags)
+    except config_file.ConfigFileError as error:
+        raise CliError(str(error), exit_code=2) from None
+    try:
         limiter = RateLimiter(args.qps, args.burst)
         in_cluster = args.in_cluster or (not args.kubeconfig and "KUBERNETES_SERVICE_HOST" in os.environ)
         if in_cluster:

@@ -35,6 +35,25 @@ class NodeBuilder:
         self.labels.update({names.GFD_PRODUCT: product, names.GFD_MEMORY: str(memory_mib), names.GFD_COUNT: str(count)})
         return self
 
+    def amd_gpus(self, count: int, product: str = "AMD_Instinct_MI300X", vram: str = "192G") -> NodeBuilder:
+        """AMD GPUs as the ROCm device plugin and the AMD GPU node labeller show them (one model)."""
+        self.allocatable["amd.com/gpu"] = str(count)
+        for prefix in ("amd.com", "beta.amd.com"):
+            self.labels.update({f"{prefix}/gpu.product-name": product, f"{prefix}/gpu.vram": vram})
+        self.labels.update(
+            {f"beta.amd.com/gpu.product-name.{product}": str(count), f"beta.amd.com/gpu.vram.{vram}": str(count)}
+        )
+        self.labels.update({"amd.com/gpu.family": "AI", "amd.com/gpu.device-id": "74a1"})
+        return self
+
+    def ascend_npus(self, count: int, chip: str = "910B3", resource: str = "huawei.com/Ascend910") -> NodeBuilder:
+        """Ascend NPUs as MindCluster's Ascend device plugin shows them."""
+        self.allocatable[resource] = str(count)
+        family = resource.removeprefix("huawei.com/Ascend")
+        self.labels.update({"accelerator": f"huawei-Ascend{family}", "node.kubernetes.io/npu.chip.name": chip})
+        self.labels["workerselector"] = "dls-worker-node"
+        return self
+
     def label(self, key: str, value: str) -> NodeBuilder:
         self.labels[key] = value
         return self
@@ -99,6 +118,7 @@ def a_placement(
     cluster: str = "k8s-a",
     run: int = 1,
     gpus_each: int = 1,
+    npus_each: int = 0,
 ) -> JobPlaced:
     replicas = tuple(
         ReplicaPlacement(
@@ -106,6 +126,7 @@ def a_placement(
             node=NodeId(node),
             gpu_indices=tuple(range(gpus_each)),
             gpu_milli_each=1000 if gpus_each else 0,
+            npu_indices=tuple(range(npus_each)),
         )
         for i, node in enumerate(nodes)
     )

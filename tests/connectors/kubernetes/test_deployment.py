@@ -116,11 +116,16 @@ async def _get(port: int, path: str) -> tuple[int, str]:
 
 @pytest.mark.slow
 async def test_fedsched_connector_kubernetes_runs_until_sigterm(
-    kube: Kube, tap: Tap, kube_config: str, log_url: str
+    kube: Kube, tap: Tap, kube_config: str, log_url: str, tmp_path: Path
 ) -> None:
     cluster = unique("cli")
     node = f"{cluster}-n"
     await kube.node(a_node(node).gpus(2).build())
+    settings = tmp_path / "connector.yaml"
+    settings.write_text(
+        "cluster: {site: from-file, currency: EUR, datasets: [imagenet], gpu_rates: {NVIDIA-A100-SXM4-80GB: 3000000}}\n"
+        "connector: {cancel_grace_s: 5}\n"
+    )
     url = log_url  # kafka://host:port or the PostgreSQL DSN, as the operator would pass it
     (port,) = free_ports(1)
     process = await asyncio.create_subprocess_exec(
@@ -135,6 +140,8 @@ async def test_fedsched_connector_kubernetes_runs_until_sigterm(
         kube_config,
         "--log",
         url,
+        "--config",
+        str(settings),
         "--site",
         "lab",
         "--metrics",
@@ -143,8 +150,9 @@ async def test_fedsched_connector_kubernetes_runs_until_sigterm(
         stderr=asyncio.subprocess.PIPE,
     )
     try:
-        (registered,) = await tap.wait(ClusterRegistered, cluster=cluster, timeout_s=60)
-        assert registered.site == "lab"
+        registered = (await tap.wait(ClusterRegistered, cluster=cluster, timeout_s=60))[0]
+        assert (registered.site, registered.currency, registered.datasets) == ("lab", "EUR", ("imagenet",))  # flag wins
+        assert {r.model: r.micro_per_gpu_hour for r in registered.gpu_rates} == {"NVIDIA-A100-SXM4-80GB": 3_000_000}
         await tap.wait(NodeObserved, cluster=cluster, node=node)
         labels = f'{{cluster="{cluster}"}}'
         scraped = await wait_until(lambda: _scraped_with_nodes(port, labels), 30, "/metrics counting the node")

@@ -44,7 +44,7 @@ async def test_nodes_appear_change_and_disappear_and_the_events_follow(
         await kube.node(a_node(cpu).build())
         await connectors.start(config(cluster))
 
-        (registered,) = await tap.wait(ClusterRegistered, cluster=cluster)
+        registered = (await tap.wait(ClusterRegistered, cluster=cluster))[0]  # then restated with the GPUs' rates
         assert (registered.kind, registered.site, registered.region) == (
             ClusterKind.KUBERNETES,
             "test-site",
