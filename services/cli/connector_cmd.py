@@ -161,6 +161,21 @@ def _register_kubernetes(kinds: argparse._SubParsersAction) -> None:  # type: ig
     kube.add_argument("--burst", type=int, default=40, help="API requests at once (default 40)")
     kube.add_argument("--unreachable-after-s", type=float, default=5.0, help="failing this long: unreachable")
     kube.add_argument("--cancel-grace-s", type=int, default=30, help="grace period of cancelled pods")
+    usage = kube.add_argument_group("GPU usage (NVIDIA DCGM exporter metrics)")
+    usage.add_argument("--usage-interval-s", type=float, default=60.0, help="usage window, s (0: read no usage)")
+    usage.add_argument("--usage-scrape-s", type=float, default=15.0, help="between scrapes, s (default 15)")
+    usage.add_argument("--usage-timeout-s", type=float, default=10.0, help="deadline of a scrape, s (default 10)")
+    usage.add_argument(
+        "--dcgm-selector",
+        action="append",
+        metavar="SELECTOR",
+        help="label selector of the exporter pods, repeatable (default: app=nvidia-dcgm-exporter and "
+        "app.kubernetes.io/name=dcgm-exporter)",
+    )
+    usage.add_argument("--dcgm-namespace", default="", help="the exporters' namespace (default: all)")
+    usage.add_argument("--dcgm-port", type=int, default=9400, help="the exporters' port (default 9400)")
+    usage.add_argument("--dcgm-path", default="/metrics", help="the exporters' metrics path (default /metrics)")
+    usage.add_argument("--prometheus-url", help="query DCGM metrics from this Prometheus instead of the exporters")
     kube.set_defaults(handler=run_kubernetes)
 
 
@@ -171,6 +186,7 @@ async def run_kubernetes(args: argparse.Namespace) -> int:
 
     from connectors.kubernetes import ConnectorConfig, KubeApi, KubernetesConnector
     from connectors.kubernetes.throttle import RateLimiter
+    from connectors.kubernetes.usage import DEFAULT_SELECTORS, UsageSettings
     from events.plumbing.tasks import cancel_and_wait
     from services.cli.config import log_url, started_log
     from services.cli.main import CliError
@@ -189,6 +205,16 @@ async def run_kubernetes(args: argparse.Namespace) -> int:
             default_image=args.default_image,
             unreachable_after_s=args.unreachable_after_s,
             cancel_grace_s=args.cancel_grace_s,
+            usage=UsageSettings(
+                interval_s=args.usage_interval_s,
+                scrape_s=args.usage_scrape_s,
+                timeout_s=args.usage_timeout_s,
+                selectors=tuple(args.dcgm_selector or DEFAULT_SELECTORS),
+                namespace=args.dcgm_namespace,
+                port=args.dcgm_port,
+                path=args.dcgm_path,
+                prometheus_url=args.prometheus_url,
+            ),
         )
         limiter = RateLimiter(args.qps, args.burst)
         in_cluster = args.in_cluster or (not args.kubeconfig and "KUBERNETES_SERVICE_HOST" in os.environ)
