@@ -11,9 +11,10 @@ the exporters or Prometheus over HTTP (aiohttp), then the pure ``exposition`` an
 - ``PrometheusSource``: one instant query of the DCGM families at ``<url>/api/v1/query``; the node is the
   series' ``Hostname`` label (the exporter's ``NODE_NAME``).
 
-Each answer is read up to ``max_bytes`` within ``timeout_s``; an exporter that fails, times out or
-answers too much is skipped for this scrape (the others still count) and logged once per change of what
-is wrong with it, and again when it recovers.
+Each answer is read up to ``max_bytes`` within the session's timeout (``UsageSettings.timeout_s``),
+``MAX_CONCURRENT`` exporters at a time; an exporter that fails, times out or answers too much is skipped
+for this scrape (the others still count) and logged once per change of what is wrong with it, and again
+when it recovers.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ from connectors.kubernetes.usage.exposition import DEFAULT_LIMITS, Limits, Sampl
 from connectors.kubernetes.usage.settings import DEFAULT_SELECTORS, UsageSettings
 
 log = logging.getLogger("fedsched.connector.kubernetes")
+
+MAX_CONCURRENT = 32
+"""Exporters scraped at once: a thousand-node cluster is read in a few rounds, not a thousand sockets."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +96,7 @@ class ExporterSource:
         self.path = path
         self.limits = limits
         self.trouble = Trouble()
+        self._slots = asyncio.Semaphore(MAX_CONCURRENT)
 
     async def endpoints(self) -> list[Endpoint]:
         """The running exporter pods with an IP, each once (several selectors may match one)."""
@@ -127,7 +132,8 @@ class ExporterSource:
 
     async def _one(self, session: aiohttp.ClientSession, endpoint: Endpoint) -> list[GpuReading]:
         try:
-            text = await read_limited(session, endpoint.url, {}, self.limits.max_bytes)
+            async with self._slots:
+                text = await read_limited(session, endpoint.url, {}, self.limits.max_bytes)
         except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as error:
             self.trouble.failed(endpoint.name, f"{endpoint.url}: {str(error) or type(error).__name__}")
             return []
@@ -180,7 +186,7 @@ def vector(answer: object, max_series: int) -> list[Sample]:
     the answer is not one."""
     if not isinstance(answer, dict) or answer.get("status") != "success":
         error = answer.get("error") if isinstance(answer, dict) else None
-        raise ValueError(f"the query failed: {error or answer!r:.200}")
+        raise ValueError(f"the query failed: {error or repr(answer)[:200]}")
     data = answer.get("data") or {}
     if data.get("resultType") != "vector":
         raise ValueError(f"expected a vector, got {data.get('resultType')!r}")

@@ -5,9 +5,10 @@ Called by ``connectors.kubernetes.connector`` (one more of its tasks). Calls a s
 ``Reporter``. Who a pod is comes from the connector's own pods (``pods``: what its pod watcher holds),
 read at each scrape through ``lifecycle.identify``, so a pod is attributed to the run it was at the time.
 
-A scrape never stalls the connector: each has its own deadline (``timeout_s``), a failing source gives
-no readings for that scrape (the window averages what was measured), and a window with nothing measured
-publishes nothing, which reports read as "no usage data".
+A scrape never stalls the connector: it runs in its own task, each HTTP request has ``timeout_s`` (the
+session's), the scrape as a whole (discovery and every exporter) is cut at ``SCRAPE_DEADLINES`` times
+that, a failing source gives no readings for that scrape (the window averages what was measured), and a
+window with nothing measured publishes nothing, which reports read as "no usage data".
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ from events.catalog.types import ClusterId
 from events.log.publisher import wall_clock_ms
 
 log = logging.getLogger("fedsched.connector.kubernetes")
+
+SCRAPE_DEADLINES = 4
+"""A scrape's deadline in request timeouts: room for discovery and a few rounds of exporters."""
 
 
 class Source(Protocol):
@@ -93,9 +97,11 @@ class UsageTask:
 
     async def scrape_once(self, session: aiohttp.ClientSession) -> None:
         try:
-            readings = await asyncio.wait_for(self.source.scrape(session), self.timeout_s)
+            readings = await asyncio.wait_for(self.source.scrape(session), SCRAPE_DEADLINES * self.timeout_s)
         except TimeoutError:
-            log.warning("event=usage_scrape_timeout cluster=%s timeout_s=%s", self.cluster, self.timeout_s)
+            log.warning(
+                "event=usage_scrape_timeout cluster=%s after_s=%s", self.cluster, SCRAPE_DEADLINES * self.timeout_s
+            )
             return
         runs = pod_runs(self.pods())
         self.window.add(readings, runs.get)
