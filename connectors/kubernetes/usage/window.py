@@ -6,11 +6,14 @@ their fedsched labels), ``close`` at the window's end. Mirrors what the simulate
 
 - each GPU measured: its mean utilisation and mean memory used over the scrapes that measured it;
 - each run of ours the exporter saw on the node (its pods' ``fedsched.io/job-id`` and ``fedsched.io/run``):
-  the GPUs the exporter attributed to its pods, their mean utilisation over the window (the scrapes that
-  saw the run: a run that started or ended within the window is averaged over the part it was seen; the
-  simulator scales such a run down instead, as it knows the start), and the memory of the GPUs it held
-  alone (a GPU shared with other pods reports one figure for the device, which is no one pod's share:
-  not counted, rather than guessed);
+  the GPUs the exporter attributed to its pods, their mean utilisation over the window, and the memory of
+  the GPUs it held alone (a GPU shared with other pods reports one figure for the device, which is no one
+  pod's share: not counted, rather than guessed). A run seen in only some of the scrapes that read its
+  node (it started or ended within the window) used its GPUs for that share of the window only: its mean
+  is scaled by it, as the simulator scales a run that started within the window (reported whole, a short
+  run would count more GPU time used than it held). Scrapes that did not read the node (its exporter
+  failing, or not found yet) count neither way: the node's report covers the share of the window its
+  scrapes read (``window_ms`` scaled by it), so no time is said measured that was not;
 - CPU and memory of the node and the jobs: 0, as the event's default says "not measured": the DCGM
   exporter measures GPUs only.
 
@@ -49,6 +52,8 @@ class _Mean:
 
 @dataclass
 class _Run:
+    seen: int = 0
+    """Scrapes that saw it."""
     gpus: set[int] = field(default_factory=set)
     utilisation: _Mean = field(default_factory=_Mean)
     """Over (scrape, GPU) pairs."""
@@ -58,6 +63,8 @@ class _Run:
 
 @dataclass
 class _Node:
+    scrapes: int = 0
+    """Scrapes that read it."""
     utilisation: dict[int, _Mean] = field(default_factory=dict)
     memory: dict[int, _Mean] = field(default_factory=dict)
     runs: dict[RunKey, _Run] = field(default_factory=dict)
@@ -73,8 +80,10 @@ class Window:
         """One scrape's readings; ``who``: the run a pod is, or None for pods not ours."""
         self.scrapes += 1
         memory_now: dict[tuple[str, RunKey], int] = {}
+        read: set[str] = set()
         for reading in readings:
             node = self.nodes.setdefault(reading.node, _Node())
+            read.add(reading.node)
             if reading.utilisation_pct is not None:
                 node.utilisation.setdefault(reading.index, _Mean()).add(reading.utilisation_pct)
             if reading.memory_used_mib is not None:
@@ -89,7 +98,11 @@ class Window:
                 held = reading.memory_used_mib if alone and reading.memory_used_mib is not None else 0
                 memory_now[(reading.node, key)] = memory_now.get((reading.node, key), 0) + held
         for (where, key), mib in sorted(memory_now.items()):
-            self.nodes[where].runs[key].memory.add(mib)
+            run = self.nodes[where].runs[key]
+            run.memory.add(mib)
+            run.seen += 1
+        for where in sorted(read):
+            self.nodes[where].scrapes += 1
 
     def close(self, window_ms: int) -> list[NodeUsageReported]:
         """The window's reports, one per node with a GPU measured, sorted by node; the window starts over."""
@@ -114,14 +127,15 @@ class Window:
                 job_id=key.job_id,
                 run=key.run,
                 gpu_indices=tuple(sorted(run.gpus)),
-                utilisation_pct=min(100, run.utilisation.value),
+                utilisation_pct=min(100, run.utilisation.value * run.seen // max(1, node.scrapes)),
                 gpu_memory_used_mib=run.memory.value,
             )
             for key, run in sorted(node.runs.items())
         ]
         jobs = _one_per_job(jobs)[:MAX_JOBS]
+        covered = window_ms * node.scrapes // max(1, self.scrapes)
         return NodeUsageReported(
-            cluster=self.cluster, node=NodeId(name), window_ms=max(1, window_ms), gpus=gpus, jobs=tuple(jobs)
+            cluster=self.cluster, node=NodeId(name), window_ms=max(1, covered), gpus=gpus, jobs=tuple(jobs)
         )
 
 

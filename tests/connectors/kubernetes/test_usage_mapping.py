@@ -133,7 +133,8 @@ def test_a_job_seen_in_two_runs_is_reported_once_for_the_later_run() -> None:
     window.add([GpuReading("n1", 0, "", "", 10, 1, (PodRef("ns", "j-1-0"),))], runs.get)
     window.add([GpuReading("n1", 1, "", "", 70, 1, (PodRef("ns", "j-2-0"),))], runs.get)
     (report,) = window.close(1000)
-    assert [(j.job_id, j.run, j.gpu_indices, j.utilisation_pct) for j in report.jobs] == [("j", 2, (1,), 70)]
+    # 70% in the second of the window's two scrapes: half the window
+    assert [(j.job_id, j.run, j.gpu_indices, j.utilisation_pct) for j in report.jobs] == [("j", 2, (1,), 35)]
 
 
 def test_our_pods_are_known_by_their_fedsched_labels() -> None:
@@ -169,3 +170,17 @@ def test_bad_usage_settings_are_refused_naming_the_field(kwargs: dict[str, Any],
 
 def test_usage_off_needs_no_scrape_cadence() -> None:
     assert not UsageSettings(interval_s=0, scrape_s=0).enabled
+
+
+def test_a_run_seen_in_part_of_the_window_used_its_gpus_for_that_part_only() -> None:
+    window = Window(ClusterId("k8s-a"))
+    pod = (PodRef("fedsched-team-a", "train-job-1-0"),)
+    window.add([GpuReading("n1", 0, "", "", 0, 0, ())], OURS.get)  # before the run's pod existed
+    window.add([], OURS.get)  # the exporter did not answer: counts neither way
+    for _ in range(3):
+        window.add([GpuReading("n1", 0, "", "", 80, 1000, pod)], OURS.get)
+    (report,) = window.close(50_000)
+    assert report.window_ms == 40_000, "4 of the window's 5 scrapes read the node"
+    assert report.jobs[0].utilisation_pct == 60, "80% for 3 of the 4 scrapes that read the node"
+    assert report.jobs[0].gpu_memory_used_mib == 1000, "memory is what it held while it ran"
+    assert report.gpus[0].utilisation_pct == 60, "the GPU's own mean over the scrapes that read it"
