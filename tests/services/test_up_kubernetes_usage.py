@@ -3,9 +3,10 @@ real PostgreSQL (no simulated cluster), the Kubernetes connector on the real kub
 HTTP server answering as the NVIDIA DCGM exporters of two of its nodes with the recorded output
 (``tests/fixtures/dcgm``), its pod names those of the pods the connector made.
 
-- A training job measured at 92/88% and a notebook at 0%: the governance report shows the cluster's GPU
-  utilisation from those measurements; the idle notebook is warned, then reclaimed, and its pod stopped
-  while the busy training job runs on.
+- A two-replica training gang, one replica per node, measured at 92/88% on one and 31% on the other, and
+  a notebook at 0%: the governance report shows the cluster's GPU utilisation from those measurements;
+  the gang's slow replica is found straggling; the idle notebook is warned, then reclaimed, and its pod
+  stopped while the training job runs on.
 - The cluster's third node runs no exporter (its GPU model is measured nowhere): a job holds one of its
   GPUs, and the report says "no usage data" for that row, not 0% used, 100% idle.
 
@@ -97,37 +98,50 @@ async def test_kubernetes_usage_reaches_the_report_and_an_idle_notebook_is_recla
             await wait_for(lambda: _has(models, {node_a, node_b, node_c}), 60)
             model = await models()
 
-            async def submit(name: str, tenant: str, kind: str, gpus: int, gpu_model: str) -> str:
-                resources = jobs_pb2.Resources(cpu_milli=1000, memory_mib=2048, gpus=gpus, gpu_models=[gpu_model])
-                spec = jobs_pb2.JobSpec(name=name, tenant=tenant, kind=kind, resources=resources)
+            async def submit(name: str, tenant: str, kind: str, gpus: int, *models: str, replicas: int = 1) -> str:
+                resources = jobs_pb2.Resources(cpu_milli=1000, memory_mib=2048, gpus=gpus, gpu_models=list(models))
+                spec = jobs_pb2.JobSpec(name=name, tenant=tenant, kind=kind, resources=resources, replicas=replicas)
                 request = jobs_pb2.SubmitJobRequest(spec=spec, client_request_id=name)
                 return str((await client.call(client.jobs.SubmitJob, request)).job_id)
 
-            train = await submit("train", "team-a", "training", 2, model[node_a])
+            # 3 GPUs a replica on nodes of 4: one replica on each of the two nodes its models allow.
+            train = await submit("train", "team-a", "training", 3, model[node_a], model[node_b], replicas=2)
             notebook = await submit("notebook", "team-a", "notebook", 1, model[node_b])
             unseen = await submit("unseen", "team-b", "batch", 1, model[node_c])
-            pods = {}
-            for cluster, job in ((lit, train), (lit, notebook), (lit, unseen)):
+            pods: dict[tuple[str, str], dict[str, Any]] = {}  # (job, node) -> its pod there
+            for job, count in ((train, 2), (notebook, 1), (unseen, 1)):
 
-                async def one_pod(c: str = cluster, j: str = job) -> list[Any]:
-                    return await kube.job_pods(c, j)
+                async def made(j: str = job, n: int = count) -> bool:
+                    return len(await kube.job_pods(lit, j)) == n
 
                 try:
-                    await wait_for(one_pod, 60)
+                    await wait_for(made, 60)
                 except AssertionError:
                     answer = await client.call(client.jobs.GetJob, jobs_pb2.GetJobRequest(job_id=job))
-                    raise AssertionError(f"no pod of {job}: {answer}") from None
-                [pods[job]] = await kube.job_pods(cluster, job)
-                await kube.set_pod_status(pods[job], RUNNING)
+                    raise AssertionError(f"no pods of {job}: {answer}") from None
+                for pod in await kube.job_pods(lit, job):
+                    pods[(job, pod["spec"]["nodeName"])] = pod
+                    await kube.set_pod_status(pod, RUNNING)
+            assert {node for job, node in pods if job == train} == {node_a, node_b}
 
-            def named(fixture: str, old: str, job: str) -> str:
-                meta = pods[job]["metadata"]
-                text = (FIXTURES / fixture).read_text().replace(f'namespace="fedsched-team-a",pod="{old}"', "@")
-                return text.replace("@", f'namespace="{meta["namespace"]}",pod="{meta["name"]}"')
+            def named(fixture: str, *renames: tuple[str, str, str]) -> str:
+                """The recorded answer with its pods (namespace, name) those the connector made."""
+                text = (FIXTURES / fixture).read_text()
+                for old_namespace, old_pod, job in renames:
+                    meta = pods[(job, node_a if fixture == "node-a.prom" else node_b)]["metadata"]
+                    old = f'namespace="{old_namespace}",pod="{old_pod}"'
+                    text = text.replace(old, f'namespace="{meta["namespace"]}",pod="{meta["name"]}"')
+                return text
 
             exporters.answers = {
-                host_address(): named("node-a.prom", "train-job-1-0", train),
-                "127.0.0.2": named("node-b.prom", "idle-job-1-0", notebook),
+                # GPUs 0-1 at 92/88%: the gang's replica on node a
+                host_address(): named("node-a.prom", ("fedsched-team-a", "train-job-1-0", train)),
+                # GPU 0 at 0%: the notebook; GPU 1 at 31%: the gang's replica on node b (sharing it)
+                "127.0.0.2": named(
+                    "node-b.prom",
+                    ("fedsched-team-a", "idle-job-1-0", notebook),
+                    ("fedsched-team-b", "serve-job-1-0", train),
+                ),
             }
 
             async def report() -> dict[str, Any]:
@@ -145,11 +159,11 @@ async def test_kubernetes_usage_reaches_the_report_and_an_idle_notebook_is_recla
                 raise AssertionError(f"no utilisation measured: {await report()}") from None
             shown = await report()
             rows = {(r["cluster"], r["gpu_model"]): r for r in shown["utilisation"]}
-            trained, idled = rows[(lit, model[node_a])], rows[(lit, model[node_b])]
-            # 2 GPUs measured at 92 and 88% (90% for the run) and a notebook GPU at 0%.
+            fast, slow = rows[(lit, model[node_a])], rows[(lit, model[node_b])]
+            # Node a: the replica's GPUs at 92 and 88% (90%); node b: the replica at 31%, the notebook at 0%.
             # (Seconds of GPU time: the GPU-hours round to a few thousandths; the shares tell.)
-            assert 0 < trained["used_pct"] <= 90.0
-            assert idled["used_pct"] == 0.0 and idled["idle_gpu_h"] == idled["allocated_gpu_h"]
+            assert 0 < fast["used_pct"] <= 90.0 and isinstance(slow["used_pct"], float)
+            assert slow["used_pct"] < fast["used_pct"] and slow["idle_gpu_h"] != "no usage data"
             unmeasured = rows[(lit, model[node_c])]
             assert (unmeasured["used_pct"], unmeasured["idle_gpu_h"]) == ("no usage data", "no usage data")
             idle = {r["tenant"]: r for r in shown["idle"]}
@@ -167,7 +181,9 @@ async def test_kubernetes_usage_reaches_the_report_and_an_idle_notebook_is_recla
                 answer = await client.call(client.jobs.GetJob, jobs_pb2.GetJobRequest(job_id=notebook))
                 raise AssertionError(f"notebook not stopped: {answer}") from None
             still = await client.call(client.jobs.GetJob, jobs_pb2.GetJobRequest(job_id=train))
-            assert still.status == "running", "the busy training job is left alone"
+            assert still.status == "running", "the training job is no notebook: not reclaimed"
+            found = [f for f in (await report())["findings"] if f["subject"] == train]
+            assert [f["rule"] for f in found] == ["straggling-gang"], found
     finally:
         for connector, task in connectors:
             await cancel_and_wait([task], again_after_s=10.0)

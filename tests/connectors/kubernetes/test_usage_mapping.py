@@ -44,7 +44,7 @@ def test_each_gpu_of_the_recorded_answers_is_read_with_its_pods() -> None:
         ("gpu-node-a", 2, 35, 20480),
         ("gpu-node-a", 3, 0, 0),
         ("gpu-node-b", 0, 0, 4096),
-        ("gpu-node-b", 1, 46, 30720),
+        ("gpu-node-b", 1, 31, 30720),
         ("gpu-node-b", 2, 0, 0),
         ("gpu-node-b", 3, None, None),  # DCGM's blank and NaN: not measured, not 0
     ]
@@ -104,7 +104,7 @@ def test_a_window_reports_per_node_per_gpu_and_per_job_of_ours() -> None:
     assert b.jobs == (
         JobUsage(job_id="idle-job", run=1, gpu_indices=(0,), utilisation_pct=0, gpu_memory_used_mib=4096),
         # a shared GPU's memory is the device's, no one pod's share: not counted for the job
-        JobUsage(job_id="serve-job", run=1, gpu_indices=(1,), utilisation_pct=46, gpu_memory_used_mib=0),
+        JobUsage(job_id="serve-job", run=1, gpu_indices=(1,), utilisation_pct=31, gpu_memory_used_mib=0),
     )
     assert (a.cpu_milli_used, a.memory_used_mib, a.jobs[0].cpu_milli_used) == (0, 0, 0), "not measured by DCGM"
 

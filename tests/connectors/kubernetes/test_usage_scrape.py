@@ -145,8 +145,8 @@ async def test_exporters_found_through_the_api_server_give_per_node_and_per_job_
         found = tap.events(NodeUsageReported, cluster=cluster, node=node)
         return [r for r in found if {j.utilisation_pct for j in r.jobs} == figures and len(r.jobs) == len(figures)]
 
-    await tap.until(lambda: whole(node_a, {90}) and whole(node_b, {0, 46}), what="whole windows of both nodes")
-    a, b = whole(node_a, {90})[-1], whole(node_b, {0, 46})[-1]
+    await tap.until(lambda: whole(node_a, {90}) and whole(node_b, {0, 31}), what="whole windows of both nodes")
+    a, b = whole(node_a, {90})[-1], whole(node_b, {0, 31})[-1]
     assert a.gpus == (
         GpuUsage(index=0, utilisation_pct=92, memory_used_mib=61440),
         GpuUsage(index=1, utilisation_pct=88, memory_used_mib=61312),
@@ -158,7 +158,7 @@ async def test_exporters_found_through_the_api_server_give_per_node_and_per_job_
     ]
     assert [g.index for g in b.gpus] == [0, 1, 2], "the blank GPU is not reported as idle"
     assert sorted((j.job_id, j.gpu_indices, j.utilisation_pct) for j in b.jobs) == sorted(
-        [(idle, (0,), 0), (serve, (1,), 46)]
+        [(idle, (0,), 0), (serve, (1,), 31)]
     )
     assert 500 <= a.window_ms <= 60_000
     assert tap.events(NodeUsageReported, cluster=cluster, node=f"{cluster}-c") == []
