@@ -12,15 +12,20 @@ cluster:                # what the cluster is: the simulated connector's node li
   gpu_rates: {NVIDIA-H100-80GB-HBM3: 4200000, AMD-Instinct-MI300X: 3600000, Ascend910B3: 2600000}
   datasets: [imagenet]
   labels: {tier: prod}
-connector:              # any ConnectorConfig field but the cluster id and the cluster section's own
+connector:              # any ConnectorConfig field but the cluster id, the cluster section's own and usage
   namespace_prefix: fedsched-
   default_image: registry.example/base:1
   cancel_grace_s: 60
+usage:                  # where GPU usage is read from (``connectors.kubernetes.usage.UsageSettings``)
+  interval_s: 60
+  selectors: [app=nvidia-dcgm-exporter]
+  namespace: gpu-operator
 ```
 
 The ``cluster:`` section is read by ``connectors.cluster_section``. The ``connector:`` section is checked
-against ``ConnectorConfig``'s fields and their types, whatever fields it has: an unknown key or a value
-of the wrong type is an error naming the file and the key. A flag given on the command line wins over
+against ``ConnectorConfig``'s fields and their types, whatever fields it has, and the ``usage:`` section
+against ``UsageSettings``'s: an unknown key or a value of the wrong type is an error naming the file and
+the key. A flag given on the command line wins over
 the file, which wins over the defaults. The cluster's description is checked as the event catalogue
 will (``ClusterRegistered``) before the connector starts.
 """
@@ -41,11 +46,14 @@ from pydantic import ValidationError
 from connectors import cluster_section
 from connectors.cluster_section import ClusterDefaults
 from connectors.kubernetes.connector import ConnectorConfig, registered
+from connectors.kubernetes.usage import UsageSettings
 from events.catalog.types import ClusterId
 
 FROM_CLUSTER_SECTION = frozenset(cluster_section.KEYS)
 """``ConnectorConfig`` fields the ``cluster:`` section gives (not accepted under ``connector:``)."""
 FROM_FLAGS_ONLY = frozenset({"cluster"})
+SECTIONS = frozenset({"usage"})
+"""``ConnectorConfig`` fields given by a section of their own."""
 
 
 class ConfigFileError(ValueError):
@@ -58,10 +66,12 @@ class ConfigFile:
     cluster: ClusterDefaults = field(default_factory=ClusterDefaults)
     connector: Mapping[str, object] = field(default_factory=dict)
     """``ConnectorConfig`` field -> value, checked against the field's type."""
+    usage: Mapping[str, object] = field(default_factory=dict)
+    """``UsageSettings`` field -> value, checked against the field's type."""
 
 
-def _hints() -> dict[str, Any]:
-    return typing.get_type_hints(ConnectorConfig)
+def _hints(kind: type = ConnectorConfig) -> dict[str, Any]:
+    return typing.get_type_hints(kind)
 
 
 def connector_keys() -> tuple[str, ...]:
@@ -69,7 +79,7 @@ def connector_keys() -> tuple[str, ...]:
     return tuple(
         f.name
         for f in dataclasses.fields(ConnectorConfig)
-        if f.name not in FROM_CLUSTER_SECTION and f.name not in FROM_FLAGS_ONLY
+        if f.name not in FROM_CLUSTER_SECTION and f.name not in FROM_FLAGS_ONLY and f.name not in SECTIONS
     )
 
 
@@ -145,12 +155,32 @@ def _connector_section(path: Path, section: object) -> dict[str, object]:
             raise ConfigFileError(f"{path}: connector.{name} belongs in the 'cluster' section")
         if name in FROM_FLAGS_ONLY:
             raise ConfigFileError(f"{path}: connector.{name} is given by --{name}, not by the file")
+        if name in SECTIONS:
+            raise ConfigFileError(f"{path}: connector.{name} is a section of its own ('{name}:')")
         if name not in known:
             raise ConfigFileError(f"{path}: connector.{name} is not a setting; known: {', '.join(sorted(known))}")
         try:
             out[name] = convert(hints[name], value)
         except ValueError:
             raise ConfigFileError(f"{path}: connector.{name} must be {describe(hints[name])}, got {value!r}") from None
+    return out
+
+
+def _usage_section(path: Path, section: object) -> dict[str, object]:
+    if section is None:
+        return {}
+    if not isinstance(section, Mapping):
+        raise ConfigFileError(f"{path}: 'usage' must be a mapping of settings")
+    hints = _hints(UsageSettings)
+    out: dict[str, object] = {}
+    for key, value in section.items():
+        name = str(key)
+        if name not in hints:
+            raise ConfigFileError(f"{path}: usage.{name} is not a setting; known: {', '.join(sorted(hints))}")
+        try:
+            out[name] = convert(hints[name], value)
+        except ValueError:
+            raise ConfigFileError(f"{path}: usage.{name} must be {describe(hints[name])}, got {value!r}") from None
     return out
 
 
@@ -166,14 +196,15 @@ def load(path: Path) -> ConfigFile:
         document = {}
     if not isinstance(document, Mapping):
         raise ConfigFileError(f"{path}: expected a mapping with 'cluster' and 'connector' sections")
-    unknown = sorted(str(k) for k in document if k not in ("cluster", "connector"))
+    unknown = sorted(str(k) for k in document if k not in ("cluster", "connector", "usage"))
     if unknown:
-        raise ConfigFileError(f"{path}: unknown sections {unknown}; known: cluster, connector")
+        raise ConfigFileError(f"{path}: unknown sections {unknown}; known: cluster, connector, usage")
     try:
         cluster = cluster_section.parse(document.get("cluster"))
     except cluster_section.ClusterSectionError as error:
         raise ConfigFileError(f"{path}: {error}") from None
-    return ConfigFile(str(path), cluster, _connector_section(path, document.get("connector")))
+    connector = _connector_section(path, document.get("connector"))
+    return ConfigFile(str(path), cluster, connector, _usage_section(path, document.get("usage")))
 
 
 def _from_cluster(defaults: ClusterDefaults) -> dict[str, object]:
@@ -188,20 +219,33 @@ def _from_cluster(defaults: ClusterDefaults) -> dict[str, object]:
     return values
 
 
-def build(cluster: str, file: ConfigFile | None = None, flags: Mapping[str, object] | None = None) -> ConnectorConfig:
-    """The connector's configuration: defaults, then the file, then the flags given (``None``: not given).
-    The cluster's description is checked as ``ClusterRegistered`` will check it."""
+def build(
+    cluster: str,
+    file: ConfigFile | None = None,
+    flags: Mapping[str, object] | None = None,
+    usage_flags: Mapping[str, object] | None = None,
+) -> ConnectorConfig:
+    """The connector's configuration: defaults, then the file, then the flags given (``None``: not given),
+    for the connector's settings and for its usage settings alike. The cluster's description is checked
+    as ``ClusterRegistered`` will check it."""
     values: dict[str, object] = {}
+    usage: dict[str, object] = {}
     if file is not None:
         values |= _from_cluster(file.cluster) | dict(file.connector)
+        usage |= dict(file.usage)
     values |= {k: v for k, v in (flags or {}).items() if v is not None}
+    usage |= {k: v for k, v in (usage_flags or {}).items() if v is not None}
+    source = f"{file.path}: " if file is not None else ""
+    try:
+        values["usage"] = UsageSettings(**usage)  # type: ignore[arg-type]
+    except ValueError as error:
+        raise ConfigFileError(f"{source}{error}") from None
     config = ConnectorConfig(cluster=ClusterId(cluster), **values)  # type: ignore[arg-type]
     try:
         registered(config)
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        source = f"{file.path}: " if file is not None else ""
         raise ConfigFileError(f"{source}cluster {where}: {first['msg']}") from None
     return config
 

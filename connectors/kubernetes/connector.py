@@ -12,7 +12,8 @@ in-process. ``run()`` works until cancelled:
    (``pod_watcher``), plus a one-second timer for deletion deadlines;
 4. consume the decisions and jobs topics in the group ``fedsched-connector-kubernetes-<cluster>`` and
    carry out this cluster's decisions (``executor``);
-5. follow reachability: ``ClusterStatusChanged`` when the API server stops or starts answering, or
+5. read GPU usage from the DCGM exporters (or Prometheus) -> ``NodeUsageReported`` (``usage``);
+6. follow reachability: ``ClusterStatusChanged`` when the API server stops or starts answering, or
    refuses or again allows the connector's requests (401, or the authoriser's 403).
 
 Its producer is transactional with the id ``fedsched-connector-kubernetes-<cluster>``: a second
@@ -40,6 +41,7 @@ from connectors.kubernetes.reflector import Reflector
 from connectors.kubernetes.registration import Registration
 from connectors.kubernetes.reporting import Reachability, Reporter
 from connectors.kubernetes.throttle import Backoff
+from connectors.kubernetes.usage import UsageSettings, UsageTask, source_of
 from events.catalog.decisions import EXPLANATIONS_AND_CYCLES
 from events.catalog.inventory import ClusterKind, ClusterRegistered, GpuRate
 from events.catalog.topics import DECISIONS, JOBS
@@ -80,6 +82,8 @@ class ConnectorConfig:
     watch_timeout_s: int = 300
     max_backoff_s: float = 30.0
     publish_batch: int = 500
+    usage: UsageSettings = field(default_factory=UsageSettings)
+    """Where GPU usage is read from (the DCGM exporters, or Prometheus) and how often."""
 
     @property
     def group_id(self) -> str:
@@ -154,6 +158,11 @@ class KubernetesConnector:
         self.node_reflector = self._reflector("/api/v1/nodes", "nodes", None)
         self.pod_reflector = self._reflector("/api/v1/pods", "pods", self.pods.label_selector)
         self.outage = Outage(f"connector-{config.cluster}")
+        self.usage = (
+            UsageTask.of(config.cluster, config.usage, source_of(config.usage, api), self.reporter, self._our_pods)
+            if config.usage.enabled
+            else None
+        )
         self.consumer = EventConsumer(
             event_log,
             config.group_id,
@@ -172,6 +181,9 @@ class KubernetesConnector:
             watch_timeout_s=self.config.watch_timeout_s,
             backoff=backoff,
         )
+
+    def _our_pods(self) -> list[dict[str, Any]]:
+        return [pod for run in self.pods.runs.values() for pod in run.pods.values()]
 
     def registration(self) -> ClusterRegistered:
         return registered(self.config)
@@ -217,6 +229,8 @@ class KubernetesConnector:
                 self.pods.run_timer(),
                 self._consume(),
             ]
+            if self.usage is not None:
+                parts.append(self.usage.run())
             tasks = [asyncio.create_task(part) for part in parts]
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
             for task in done:

@@ -26,6 +26,7 @@ def samples(connector: KubernetesConnector) -> list[Sample]:
         ("fedsched_connector_live_jobs", cluster, float(len(c.book))),
         ("fedsched_connector_events_published_total", cluster, float(c.reporter.published)),
         ("fedsched_connector_rosters_total", cluster, float(c.nodes.rosters)),
+        ("fedsched_connector_usage_reports_total", cluster, float(c.usage.reported if c.usage is not None else 0)),
         ("fedsched_dead_lettered_total", {"component": component}, float(c.consumer.dead_lettered)),
     ]
     for resource, reflector in (("nodes", c.node_reflector), ("pods", c.pod_reflector)):

@@ -79,6 +79,7 @@ _HELP = {
     "fedsched_connector_live_jobs": ("gauge", "Submissions of live jobs the connector keeps"),
     "fedsched_connector_events_published_total": ("counter", "Events the connector published"),
     "fedsched_connector_rosters_total": ("counter", "Node rosters the connector published"),
+    "fedsched_connector_usage_reports_total": ("counter", "NodeUsageReported the connector published"),
     "fedsched_connector_lists_total": ("counter", "Full lists of a resource from the API server"),
     "fedsched_connector_relists_gone_total": ("counter", "Lists again after the watched version was gone (410)"),
     "fedsched_connector_watch_events_total": ("counter", "Watch events received, per resource"),

@@ -168,6 +168,21 @@ def _register_kubernetes(kinds: argparse._SubParsersAction) -> None:  # type: ig
     kube.add_argument("--unreachable-after-s", type=float, help="failing this long: unreachable (default 5)")
     kube.add_argument("--cancel-grace-s", type=int, help="grace period of cancelled pods (default 30)")
     kube.add_argument("--metrics", default="", help="serve /healthz and /metrics here (host:port; default: off)")
+    usage = kube.add_argument_group("GPU usage (NVIDIA DCGM exporter metrics; also the file's usage: section)")
+    usage.add_argument("--usage-interval-s", type=float, help="usage window, s (default 60; 0: read no usage)")
+    usage.add_argument("--usage-scrape-s", type=float, help="between scrapes, s (default 15)")
+    usage.add_argument("--usage-timeout-s", type=float, help="deadline of a scrape, s (default 10)")
+    usage.add_argument(
+        "--dcgm-selector",
+        action="append",
+        metavar="SELECTOR",
+        help="label selector of the exporter pods, repeatable (default: app=nvidia-dcgm-exporter and "
+        "app.kubernetes.io/name=dcgm-exporter)",
+    )
+    usage.add_argument("--dcgm-namespace", help="the exporters' namespace (default: all)")
+    usage.add_argument("--dcgm-port", type=int, help="the exporters' port (default 9400)")
+    usage.add_argument("--dcgm-path", help="the exporters' metrics path (default /metrics)")
+    usage.add_argument("--prometheus-url", help="query DCGM metrics from this Prometheus instead of the exporters")
     kube.set_defaults(handler=run_kubernetes)
 
 
@@ -198,8 +213,18 @@ async def run_kubernetes(args: argparse.Namespace) -> int:
             "unreachable_after_s": args.unreachable_after_s,
             "cancel_grace_s": args.cancel_grace_s,
         }
+        usage = {
+            "interval_s": args.usage_interval_s,
+            "scrape_s": args.usage_scrape_s,
+            "timeout_s": args.usage_timeout_s,
+            "selectors": tuple(args.dcgm_selector) if args.dcgm_selector else None,
+            "namespace": args.dcgm_namespace,
+            "port": args.dcgm_port,
+            "path": args.dcgm_path,
+            "prometheus_url": args.prometheus_url,
+        }
         file = config_file.load(args.config) if args.config else None
-        config = config_file.build(args.cluster, file, flags)
+        config = config_file.build(args.cluster, file, flags, usage)
     except config_file.ConfigFileError as error:
         raise CliError(str(error), exit_code=2) from None
     try:

@@ -10,6 +10,7 @@ import csv
 import html
 import io
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING
@@ -204,6 +205,11 @@ def _cost_chart(report: Report) -> str:
     return _svg(fig)
 
 
+def _measured_pct(value: object) -> float:
+    """A used share as a bar's length; "no usage data" draws no bar (NaN), not an empty one."""
+    return float(value) if isinstance(value, int | float) else math.nan
+
+
 def _impact_chart(report: Report) -> str:
     """One small panel per measure, tenants on the same rows: fuller is not better if users wait or break."""
     rows = report.impact
@@ -216,7 +222,7 @@ def _impact_chart(report: Report) -> str:
 
     tenants = [str(r["tenant"]) for r in rows]
     panels = (
-        ("Used % of allocated GPU", [float(str(r["used_pct"])) for r in rows], "#3182bd"),
+        ("Used % of allocated GPU", [_measured_pct(r["used_pct"]) for r in rows], "#3182bd"),
         ("p90 wait (minutes)", [float(str(r["wait_p90_min"])) for r in rows], "#e6550d"),
         ("Training interruptions", [float(str(r["training_interruptions"])) for r in rows], "#756bb1"),
         ("Inference below minimum (minutes)", [float(str(r["inference_down_min"])) for r in rows], "#de2d26"),

@@ -117,7 +117,13 @@ def test_cost_utilisation_idle_waiting_and_interruptions_add_up() -> None:
             "used_pct": 71.4,
         }
     ]
-    assert report.idle[0] == {"tenant": "team-a", "idle_gpu_h": 2.0, "allocated_gpu_h": 6.0, "idle_pct": 33.3}
+    assert report.idle[0] == {
+        "tenant": "team-a",
+        "idle_gpu_h": 2.0,
+        "allocated_gpu_h": 6.0,
+        "idle_pct": 33.3,
+        "unmeasured_gpu_h": 0.0,
+    }
     assert {r["reason"] for r in report.wait_reasons} == {"QuotaExceeded", "InsufficientGpu"}
     interruptions = {r["tenant"]: r for r in report.interruptions}
     assert interruptions["team-a"]["preemptions"] == 1 and interruptions["team-a"]["training_interruptions"] == 1

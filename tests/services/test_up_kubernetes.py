@@ -17,6 +17,7 @@ import pytest
 
 from connectors.kubernetes import ConnectorConfig, KubeApi, KubeError, names
 from connectors.kubernetes.kubeapi import MERGE_PATCH
+from connectors.kubernetes.usage import UsageSettings
 from events.catalog.types import ClusterId
 from events.log.postgres import PostgresEventLog
 from services.api.client import Client, ClientConfig
@@ -56,7 +57,9 @@ async def test_a_job_submitted_to_fedsched_up_runs_on_a_joined_kubernetes_cluste
     # No kubelet clears the taint the API server puts on a node it has not seen ready yet.
     await admin.request("PATCH", f"/api/v1/nodes/{node}", body={"spec": {"taints": None}}, content_type=MERGE_PATCH)
     api = f"127.0.0.1:{free_port()}"
-    join = KubernetesJoin(ConnectorConfig(cluster=ClusterId(cluster), default_image="busybox:1.36"), kube_config)
+    # No usage source: the API server is shared with other tests, whose exporter pods are not this cluster's.
+    settings = ConnectorConfig(cluster=ClusterId(cluster), default_image="busybox:1.36", usage=UsageSettings(0))
+    join = KubernetesJoin(settings, kube_config)
     config = up.UpConfig(
         data_dir=tmp_path, dsn=fresh_database, metrics_listen="127.0.0.1:0", api_listen=api, sim_clusters=()
     )

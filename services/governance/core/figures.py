@@ -232,6 +232,9 @@ def build(
         "Allocated, used and idle GPU time count every run in those hours, running ones too (up to now if the "
         "hours end later); idle is an hour's allocated minus used, never below zero. Cost and "
         "the GPU-hours beside it count finished runs (a run is priced when it ends).",
+        "GPUs no usage report measured in the period (a cluster whose connector reads no usage, such as a "
+        'Kubernetes cluster without the DCGM exporter) have "no usage data", not 0% used: idle time and '
+        "used shares count the GPUs measured, and the idle table gives the rest as unmeasured GPU-hours.",
         "NPU-hours count NPU time apart from GPU time (an NPU-hour is not a GPU-hour: GPU-hour budgets do "
         "not count it): held, used and idle as GPU time is, and finished runs' priced at the cluster's rate "
         "for the NPU model. NPUs no usage report measured (a connector that cannot read them) have "
@@ -307,7 +310,24 @@ def _in_period(job: JobRow, since_ms: int, until_ms: int) -> bool:
     return submitted < until_ms and last >= since_ms
 
 
+def measured(u: UsageRow) -> bool:
+    """Whether a usage report measured the bucket's devices: it counts samples, or has used time, which
+    only samples give (rows kept before samples were counted have used time and no count)."""
+    return u.samples > 0 or u.used_milli_ms > 0
+
+
+def measured_models(usage: Iterable[UsageRow]) -> set[tuple[str, str]]:
+    """The (cluster, model) pairs some usage report measured in the period: a cluster whose connector
+    reports no usage for a model (a Kubernetes cluster without a DCGM exporter) is not among them, so
+    its allocation is "no usage data", not idle."""
+    return {(u.cluster, u.gpu_model) for u in usage if measured(u)}
+
+
 def utilisation(usage: Iterable[UsageRow]) -> list[dict[str, object]]:
+    """Per cluster x GPU model: GPU-hours allocated, used and idle, and the used share ("no usage data"
+    when no usage report measured those GPUs in the period)."""
+    usage = list(usage)
+    seen = measured_models(usage)
     sums: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
     for u in usage:
         row = sums[(u.cluster, u.gpu_model)]
@@ -319,9 +339,9 @@ def utilisation(usage: Iterable[UsageRow]) -> list[dict[str, object]]:
             "cluster": cluster,
             "gpu_model": model,
             "allocated_gpu_h": gpu_hours(a),
-            "used_gpu_h": gpu_hours(used),
-            "idle_gpu_h": gpu_hours(i),
-            "used_pct": _pct(used, a),
+            "used_gpu_h": gpu_hours(used) if (cluster, model) in seen else NO_USAGE_DATA,
+            "idle_gpu_h": gpu_hours(i) if (cluster, model) in seen else NO_USAGE_DATA,
+            "used_pct": _pct(used, a) if (cluster, model) in seen else NO_USAGE_DATA,
         }
         for (cluster, model), (a, used, i) in sorted(sums.items())
     ]
@@ -430,13 +450,27 @@ def _merged(money: dict[str, list[int]]) -> list[tuple[str, list[int]]]:
 
 
 def idle(usage: Iterable[UsageRow]) -> list[dict[str, object]]:
-    sums: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    """Idle allocated GPU-hours per tenant, of the GPUs usage reports measured (``idle_pct`` a share of
+    their allocation); ``unmeasured_gpu_h``: the tenant's allocation of GPUs no report measured (in a
+    cluster reporting no usage), neither idle nor busy ("no usage data" when that is all it had)."""
+    usage = list(usage)
+    seen = measured_models(usage)
+    sums: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
     for u in usage:
-        sums[u.tenant][0] += u.idle_milli_ms
-        sums[u.tenant][1] += u.allocated_milli_ms
+        if (u.cluster, u.gpu_model) in seen:
+            sums[u.tenant][0] += u.idle_milli_ms
+            sums[u.tenant][1] += u.allocated_milli_ms
+        else:
+            sums[u.tenant][2] += u.allocated_milli_ms
     return [
-        {"tenant": t, "idle_gpu_h": gpu_hours(i), "allocated_gpu_h": gpu_hours(a), "idle_pct": _pct(i, a)}
-        for t, (i, a) in sorted(sums.items())
+        {
+            "tenant": t,
+            "idle_gpu_h": gpu_hours(i) if a else NO_USAGE_DATA,
+            "allocated_gpu_h": gpu_hours(a + unmeasured),
+            "idle_pct": _pct(i, a) if a else NO_USAGE_DATA,
+            "unmeasured_gpu_h": gpu_hours(unmeasured),
+        }
+        for t, (i, a, unmeasured) in sorted(sums.items())
     ]
 
 
@@ -597,23 +631,26 @@ def impact(
     for job in jobs:
         for values in _waits([job], report.until_ms).values():
             waits[job.tenant] += values
-    alloc: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    seen = measured_models(usage)
+    alloc: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
     for u in usage:
         alloc[u.tenant][0] += u.allocated_milli_ms
-        alloc[u.tenant][1] += u.used_milli_ms
+        if (u.cluster, u.gpu_model) in seen:  # the used share is of the GPUs measured
+            alloc[u.tenant][1] += u.used_milli_ms
+            alloc[u.tenant][2] += u.allocated_milli_ms
     breaks = {str(r["tenant"]): r for r in report.interruptions}
     outage = {str(r["tenant"]): r["minutes_below_min_replicas"] for r in report.inference}
     found = Counter(f.tenant or "" for f in kept)
     tenants = sorted(set(waits) | set(alloc) | set(breaks) | set(outage))
     rows: list[dict[str, object]] = []
     for t in tenants:
-        a, used = alloc.get(t, [0, 0])
+        a, used, of_measured = alloc.get(t, [0, 0, 0])
         row = breaks.get(t, {})
         rows.append(
             {
                 "tenant": t,
                 "allocated_gpu_h": gpu_hours(a),
-                "used_pct": _pct(used, a),
+                "used_pct": _pct(used, of_measured) if of_measured or not a else NO_USAGE_DATA,
                 "wait_p90_min": _minutes(percentile(waits.get(t, []), 90)),
                 "training_interruptions": row.get("training_interruptions", 0),
                 "preemptions": row.get("preemptions", 0),

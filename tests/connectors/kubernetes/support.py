@@ -22,6 +22,7 @@ import pytest
 from connectors.kubernetes import ConnectorConfig, KubeApi, KubeError, KubernetesConnector, names
 from connectors.kubernetes.kubeapi import MERGE_PATCH
 from connectors.kubernetes.throttle import RateLimiter
+from connectors.kubernetes.usage import UsageSettings
 from events.catalog.base import Event
 from events.catalog.errors import EventError
 from events.log import EventLog, LogReader, TopicPartition
@@ -66,6 +67,10 @@ class Kube:
     async def patch_node(self, name: str, patch: Obj, *, status: bool = False) -> Obj:
         path = f"/api/v1/nodes/{name}" + ("/status" if status else "")
         return await self.api.request("PATCH", path, body=patch, content_type=MERGE_PATCH)
+
+    async def delete_namespace(self, name: str) -> None:
+        with contextlib.suppress(KubeError):
+            await self.api.request("DELETE", f"/api/v1/namespaces/{name}")
 
     async def delete_node(self, name: str) -> None:
         with contextlib.suppress(KubeError):
@@ -209,6 +214,9 @@ def config(cluster: str, **changes: Any) -> ConnectorConfig:
         "failure_grace_s": 1,
         "max_backoff_s": 1.0,
         "default_image": "busybox:1.36",
+        # No usage unless a test asks: exporter pods another test made must not be scraped into this
+        # test's cluster (every test's connector sees every namespace of the shared API server).
+        "usage": UsageSettings(interval_s=0),
     }
     fields.update(changes)
     return ConnectorConfig(**fields)
