@@ -11,6 +11,7 @@ import pytest
 
 from connectors.kubernetes import ConnectorConfig, config_file
 from connectors.kubernetes.config_file import ConfigFileError
+from connectors.kubernetes.usage import UsageSettings
 from services.cli.connector_cmd import run_kubernetes
 from services.cli.main import CliError
 
@@ -91,11 +92,29 @@ def test_a_bad_file_is_refused_naming_the_file_and_the_key(tmp_path: Path, text:
 def test_every_setting_of_the_connector_can_be_given_by_the_file() -> None:
     """A field added to ConnectorConfig later is readable, or this fails naming its type."""
     hints = config_file._hints()
-    assert set(config_file.connector_keys()) | {"cluster", *config_file.FROM_CLUSTER_SECTION} == {
-        f.name for f in dataclasses.fields(ConnectorConfig)
-    }
+    assert set(config_file.connector_keys()) | {
+        "cluster",
+        *config_file.FROM_CLUSTER_SECTION,
+        *config_file.SECTIONS,
+    } == {f.name for f in dataclasses.fields(ConnectorConfig)}
     for name in config_file.connector_keys():
         assert config_file.describe(hints[name])
+    usage = config_file._hints(UsageSettings)
+    for name in usage:
+        assert config_file.describe(usage[name])
+
+
+def test_the_usage_section_gives_where_usage_is_read_and_flags_win(tmp_path: Path) -> None:
+    path = write(tmp_path, "usage: {interval_s: 120, selectors: [app=dcgm], namespace: gpu-operator, port: 9500}\n")
+    config = config_file.build("c", config_file.load(path), None, {"port": 9400, "namespace": None})
+    assert config.usage == UsageSettings(interval_s=120.0, selectors=("app=dcgm",), namespace="gpu-operator")
+    bad = write(tmp_path, "usage: {scrape_s: 300}\n")  # longer than the window (60 s by default)
+    with pytest.raises(ConfigFileError, match=r"usage\.scrape_s"):
+        config_file.build("c", config_file.load(bad))
+    with pytest.raises(ConfigFileError, match=r"usage\.pott is not a setting"):
+        config_file.load(write(tmp_path, "usage: {pott: 1}\n"))
+    with pytest.raises(ConfigFileError, match=r"connector\.usage is a section of its own"):
+        config_file.load(write(tmp_path, "connector: {usage: {}}\n"))
 
 
 def test_the_command_refuses_a_bad_file_before_it_connects(tmp_path: Path) -> None:

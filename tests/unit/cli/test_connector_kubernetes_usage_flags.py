@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from connectors.kubernetes import ConnectorConfig, KubeApi
+from connectors.kubernetes import ConnectorConfig, KubeApi, config_file
 from connectors.kubernetes.usage import UsageSettings
 from services.cli import connector_cmd
 from services.cli.main import CliError
@@ -31,13 +31,13 @@ async def configured(monkeypatch: pytest.MonkeyPatch, *argv: str) -> ConnectorCo
     async def no_api(*_: object, **__: object) -> KubeApi:
         raise Reached
 
-    real = ConnectorConfig
+    real = config_file.build
 
-    def keep(**fields: object) -> ConnectorConfig:
-        seen.append(real(**fields))  # type: ignore[arg-type]
+    def keep(*args: object, **kwargs: object) -> ConnectorConfig:
+        seen.append(real(*args, **kwargs))  # type: ignore[arg-type]
         return seen[-1]
 
-    monkeypatch.setattr("connectors.kubernetes.ConnectorConfig", keep)
+    monkeypatch.setattr(config_file, "build", keep)
     monkeypatch.setattr(KubeApi, "from_kubeconfig", no_api)
     with pytest.raises(CliError):  # Reached, reported as a set-up error
         await connector_cmd.run_kubernetes(parse(*argv))
