@@ -43,6 +43,10 @@ class NodeWatcher:
         self._ids: dict[str, NodeId] = {}
         self._skipped: set[str] = set()
 
+    def gpu_health(self, name: str) -> tuple[GpuHealthSample, ...]:
+        """The latest GPU samples of a node (by its Kubernetes name): the pod watcher's blame of a failure."""
+        return self._health.get(name, ())
+
     def _id(self, *parts: object) -> str:
         return names.event_id(self.cluster, *parts)
 

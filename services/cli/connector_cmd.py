@@ -161,6 +161,9 @@ def _register_kubernetes(kinds: argparse._SubParsersAction) -> None:  # type: ig
     kube.add_argument("--burst", type=int, default=40, help="API requests at once (default 40)")
     kube.add_argument("--unreachable-after-s", type=float, default=5.0, help="failing this long: unreachable")
     kube.add_argument("--cancel-grace-s", type=int, default=30, help="grace period of cancelled pods")
+    kube.add_argument("--rendezvous-port", type=int, default=29500, help="training's MASTER_PORT (default 29500)")
+    kube.add_argument("--cluster-domain", default="cluster.local", help="the cluster's DNS domain (cluster.local)")
+    kube.add_argument("--crash-restarts", type=int, default=5, help="restarts of a service's container: failed")
     kube.set_defaults(handler=run_kubernetes)
 
 
@@ -189,6 +192,9 @@ async def run_kubernetes(args: argparse.Namespace) -> int:
             default_image=args.default_image,
             unreachable_after_s=args.unreachable_after_s,
             cancel_grace_s=args.cancel_grace_s,
+            rendezvous_port=args.rendezvous_port,
+            cluster_domain=args.cluster_domain,
+            crash_restarts=args.crash_restarts,
         )
         limiter = RateLimiter(args.qps, args.burst)
         in_cluster = args.in_cluster or (not args.kubeconfig and "KUBERNETES_SERVICE_HOST" in os.environ)
