@@ -93,11 +93,15 @@ _POD_REASONS = {
     "UnexpectedAdmissionError": ReasonCode.LAUNCH_FAILED,
     "NodeAffinity": ReasonCode.LAUNCH_FAILED,
 }
+#: Why Kubernetes itself took a pod away (its ``DisruptionTarget`` condition). Each is the cluster's doing,
+#: not the workload's, so each is an infrastructure failure that fedsched retries
+#: (``events.catalog.lifecycle.INFRASTRUCTURE_FAILURES``): a drain's eviction and kube-scheduler's
+#: preemption for another pod included (the catalogue has no narrower code; the message names the cause).
 _DISRUPTIONS = {
     "DeletionByTaintManager": ReasonCode.NODE_FAILURE,
     "TerminationByKubelet": ReasonCode.NODE_FAILURE,
-    "PreemptionByScheduler": ReasonCode.PREEMPTED,
-    "EvictionByEvictionAPI": ReasonCode.OPERATOR_REQUEST,
+    "PreemptionByScheduler": ReasonCode.NODE_FAILURE,
+    "EvictionByEvictionAPI": ReasonCode.NODE_FAILURE,
 }
 
 

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from connectors.kubernetes import lifecycle, pods
 from connectors.kubernetes.lifecycle import Failure, Outcome, Transition
 from events.catalog.inventory import GpuHealthSample
 from events.catalog.jobs import JobKind
+from events.catalog.lifecycle import FailureKind, failure_kind
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import ClusterId, Health
 from events.wire.envelope import parse_time
@@ -112,3 +115,16 @@ def test_no_blame_for_a_gpu_not_held_a_degraded_one_or_a_failure_a_gpu_does_not_
     ):
         assert lifecycle.blame_gpus(outcome, health) == outcome
     assert lifecycle.blame_gpus(failed_on_gpus(ReasonCode.UNKNOWN, 3), health).failure.reason is ReasonCode.GPU_FAILURE  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "cause", ["DeletionByTaintManager", "TerminationByKubelet", "PreemptionByScheduler", "EvictionByEvictionAPI"]
+)
+def test_a_pod_kubernetes_took_away_is_an_infrastructure_failure_fedsched_retries(cause: str) -> None:
+    condition = {"type": "DisruptionTarget", "status": "True", "reason": cause, "message": "by the cluster"}
+    pod = with_status(
+        service_pods()[0], pod_status("Running", conditions=[condition]), deletionTimestamp="2026-12-02T13:06:00Z"
+    )
+    failure = state(pod).failure
+    assert failure is not None and failure_kind(failure.reason) is FailureKind.INFRASTRUCTURE
+    assert f"{cause}: by the cluster" in failure.message
