@@ -2,9 +2,11 @@
 
 Called by ``fedsched connector kubernetes`` and by tests. Pure mapping modules: ``names`` (labels,
 annotations, object names, event ids), ``quantity``, ``nodes`` (Node -> inventory events), ``pods``
-(placement -> manifests), ``lifecycle`` (pod statuses -> job transitions). I/O modules: ``kubeapi``
-(the API client), ``throttle``, ``reflector`` (list-then-watch), ``node_watcher``, ``pod_watcher``,
-``executor``, ``jobbook``, ``reporting`` and ``connector`` (the composition).
+(placement -> manifests), ``kinds`` (what each job kind adds to its pods), ``services`` (a run's
+Services), ``template_guard`` (accelerators a template may not ask), ``lifecycle`` (pod statuses -> job
+transitions). I/O modules: ``kubeapi`` (the API client), ``throttle``, ``reflector`` (list-then-watch),
+``node_watcher``, ``pod_watcher``, ``executor``, ``service_keeper``, ``jobbook``, ``reporting`` and
+``connector`` (the composition).
 """
 
 from connectors.kubernetes.connector import ConnectorConfig, KubernetesConnector
