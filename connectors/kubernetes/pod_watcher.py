@@ -19,8 +19,10 @@ is reported, which happens once every pod has stopped; a pod that carries a stop
 but is not being deleted (the connector stopped between the two steps) is deleted now.
 
 Once a run has ended here (its end reported, or its pods stopped quietly), its Services are deleted
-(``service_keeper``), once per run and process. A failure is reported with the blame the node watcher's
-latest GPU health gives it (``gpu_health``, ``lifecycle.blame_gpus``).
+(``service_keeper``), once per run and process; after a list, only for runs that have one (one list of
+our Services tells), so a restart beside many finished pods costs one request, not one per run. A
+failure is reported with the blame the node watcher's latest GPU health gives it (``gpu_health``,
+``lifecycle.blame_gpus``).
 
 A run whose pods carry a quiet stop (``lifecycle.QUIET_STOPS``: its end is in the log already, or a newer
 run replaced it), or that the executor says is over (``is_over``), gets no report at all: its pods are
@@ -118,6 +120,11 @@ class PodWatcher:
         return ident.key
 
     async def synced(self, objects: list[Obj]) -> None:
+        try:
+            with_services: set[tuple[JobId, int]] | None = await self.services.runs()
+        except KubeError as error:
+            log.warning("event=service_list_error error=%r", str(error))
+            with_services = None  # then each ended run asks for its own
         async with self._lock:
             now = self._clock_ms()
             listed = {_key_of(p) for p in objects}
@@ -126,6 +133,9 @@ class PodWatcher:
                     if _key_of(pod) not in listed:
                         self._untrack(pod, now)
             keys = {k for k in (self._track(p) for p in objects) if k is not None}
+            if with_services is not None:
+                for key in keys:
+                    self.runs[key].services_removed = (key.job_id, key.run) not in with_services
             for key in sorted(keys | set(self.runs)):
                 await self._evaluate(key)
 

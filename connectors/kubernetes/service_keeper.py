@@ -39,6 +39,23 @@ class ServiceKeeper:
         log.info("event=service_created service=%s/%s job=%s", meta["namespace"], meta["name"], job)
         return True
 
+    async def runs(self) -> set[tuple[JobId, int]]:
+        """The (job, run) of every Service of ours in the cluster, in one list (the pod watcher's start)."""
+        selector = (
+            f"{names.MANAGED_BY}={names.MANAGED_BY_VALUE},{names.LABEL_CLUSTER}={names.label_value(self.cluster)}"
+        )
+        listing = await self.api.request("GET", SERVICES, query={"labelSelector": selector})
+        found: set[tuple[JobId, int]] = set()
+        for service in listing.get("items") or []:
+            meta = service.get("metadata") or {}
+            job, run = (
+                (meta.get("annotations") or {}).get(names.ANN_JOB),
+                str((meta.get("labels") or {}).get(names.LABEL_RUN)),
+            )
+            if job and run.isdigit():
+                found.add((JobId(str(job)), int(run)))
+        return found
+
     def _selector(self, job_id: JobId, run: int | None) -> str:
         parts = [
             f"{names.MANAGED_BY}={names.MANAGED_BY_VALUE}",

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from connectors.kubernetes import names
+from connectors.kubernetes import KubernetesConnector, names
 from events.catalog.inventory import GpuHealthReported
 from events.catalog.jobs import JobCancelRequested, JobFailed, JobKind, JobStarted, JobSucceeded
 from events.catalog.reasons import ReasonCode
@@ -32,6 +32,8 @@ RUNNING = pod_status("Running", container_status(**running()))
 class Cluster:
     def __init__(self, kube: Kube, tap: Tap, scheduler: Publisher, name: str, nodes: list[str]) -> None:
         self.kube, self.tap, self.scheduler, self.name, self.nodes = kube, tap, scheduler, name, nodes
+        self.connectors: Running | None = None
+        self.connector: KubernetesConnector | None = None
 
     async def place(self, job_id: str, replicas: int, gpus: int = 1, **job: Any) -> None:
         nodes = tuple(self.nodes[i % len(self.nodes)] for i in range(replicas))
@@ -64,8 +66,9 @@ async def cluster(kube: Kube, tap: Tap, scheduler: Publisher, connectors: Runnin
     nodes = [f"{name}-n{i}" for i in range(4)]
     for node in nodes:
         await kube.node(a_node(node).gpus(8).build())
-    await connectors.start(config(name))
-    yield Cluster(kube, tap, scheduler, name, nodes)
+    the_cluster = Cluster(kube, tap, scheduler, name, nodes)
+    the_cluster.connectors, the_cluster.connector = connectors, await connectors.start(config(name))
+    yield the_cluster
     await delete_nodes(kube, nodes)
 
 
@@ -202,3 +205,16 @@ async def test_a_replica_failing_on_a_gpu_its_node_reports_failed_is_a_gpu_failu
     (failed,) = await cluster.tap.wait(JobFailed, job_id=job)
     assert failed.reason is ReasonCode.GPU_FAILURE and failed.exit_code == 1
     assert "reports GPU 1 (XID 79) failed, held by this replica" in failed.message
+
+
+async def test_a_run_that_ended_while_the_connector_was_away_loses_its_service_on_restart(cluster: Cluster) -> None:
+    job = unique("away")
+    await cluster.place(job, 1, kind=JobKind.FINE_TUNE)
+    (pod,) = await cluster.pods(job, 1)
+    assert len(await cluster.services(job)) == 1
+    assert cluster.connectors is not None and cluster.connector is not None
+    await cluster.connectors.stop(cluster.connector)
+    await cluster.kube.set_pod_status(pod, pod_status("Succeeded", container_status(**terminated(0))))
+    await cluster.connectors.start(config(cluster.name))
+    await cluster.tap.wait(JobSucceeded, job_id=job)
+    await cluster.no_services(job)
