@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from connectors.kubernetes import kinds, names, pods, services, template_guard
-from events.catalog.decisions import ReplicaPlacement
-from events.catalog.jobs import JobKind
+from events.catalog.decisions import CandidateScore, JobReplicasAdded, ReplicaPlacement
+from events.catalog.jobs import InferenceSpec, JobKind
 from events.catalog.types import ClusterId, JobId, NodeId, Resources
 
 from .builders import a_job, a_placement
@@ -230,3 +230,34 @@ def test_processes_per_pod_follow_whole_gpus_else_npus() -> None:
     assert kinds.processes_per_pod(a_job(gpus=3), whole) == 3
     assert kinds.processes_per_pod(a_job(resources=Resources(npus=4)), none) == 4
     assert kinds.processes_per_pod(a_job(resources=Resources(cpu_milli=1)), none) == 1
+
+
+def test_each_part_of_a_spread_service_gets_its_own_service_in_its_cluster() -> None:
+    job = a_job(
+        "chat",
+        kind=JobKind.INFERENCE,
+        replicas=4,
+        inference=InferenceSpec(spread_clusters=2),
+        template={"image": "i", "port": 80},
+    )
+    replicas = tuple(
+        ReplicaPlacement(replica=i, node=NodeId(f"n{i}"), gpu_indices=(0,), gpu_milli_each=1000) for i in (2, 3)
+    )
+    for cluster, decided in (
+        ("k8s-a", a_placement("chat", ("n0", "n1"), cluster="k8s-a")),
+        (
+            "k8s-b",
+            JobReplicasAdded(
+                job_id=JobId("chat"),
+                cycle_id="cycle-9",
+                cluster=ClusterId("k8s-b"),
+                run=1,
+                replicas=replicas,
+                running_replicas=4,
+                chosen=CandidateScore(cluster=ClusterId("k8s-b"), total=0),
+                explanation="the second part",
+            ),
+        ),
+    ):
+        (service,) = services.render_services(decided, job, pods.RenderOptions(ClusterId(cluster)))
+        assert service["metadata"]["name"] == "chat-1" and service["spec"]["selector"][names.LABEL_CLUSTER] == cluster
