@@ -13,8 +13,11 @@ Called by ``pods.render_pod`` (and ``services``, for the ports) and by the API's
   (replicas x processes per pod: every process of the run, as PyTorchJob counts it). A script started by
   ``torchrun`` needs no flags (torchrun reads ``PET_*``, and gives each worker its own ``RANK``,
   ``LOCAL_RANK`` and ``WORLD_SIZE``); one started once per pod without torchrun reads ``RANK`` as its node
-  rank. The replica count is the run's when its pods were made (exact for a gang, whose replicas are all
-  made together).
+  rank. A gang's replicas are all made together, so these are exact. A training job that is not a gang
+  (``gang: false``) starts with the replicas that fit and grows: it gets torchrun's elastic form instead,
+  as PyTorchJob's ``elasticPolicy`` gives it: ``PET_NNODES=1:<replicas>``, ``PET_RDZV_BACKEND=c10d``,
+  ``PET_RDZV_ENDPOINT`` (replica 0's name and the port), ``PET_RDZV_ID`` (the run), and no ``RANK``,
+  ``WORLD_SIZE`` or ``PET_NODE_RANK``, which the rendezvous assigns as replicas join.
 - Inference: ``restartPolicy: Always`` unless the template says otherwise, and a readiness probe on the
   first container: the template's own if it has one; else a TCP probe on the port the first container
   declares; else none (the pod annotation ``fedsched.io/readiness`` says which, and why). The job's
@@ -129,16 +132,22 @@ def rendezvous_env(
     """The launcher's environment for one replica of a run of ``replicas``."""
     local = processes_per_pod(job, replica)
     master = master_fqdn(job.job_id, run, namespace, domain)
-    values = {
-        "MASTER_ADDR": master,
-        "MASTER_PORT": str(port),
-        "WORLD_SIZE": str(replicas * local),
-        "RANK": str(replica.replica),
+    values = {"MASTER_ADDR": master, "MASTER_PORT": str(port)}
+    if job.is_gang():
+        values |= {"WORLD_SIZE": str(replicas * local), "RANK": str(replica.replica)}
+    values |= {
         "LOCAL_WORLD_SIZE": str(local),
         "PET_MASTER_ADDR": master,
         "PET_MASTER_PORT": str(port),
-        "PET_NNODES": str(replicas),
-        "PET_NODE_RANK": str(replica.replica),
         "PET_NPROC_PER_NODE": str(local),
     }
+    if job.is_gang():
+        values |= {"PET_NNODES": str(replicas), "PET_NODE_RANK": str(replica.replica)}
+    else:
+        values |= {
+            "PET_NNODES": f"1:{job.replicas}",
+            "PET_RDZV_BACKEND": "c10d",
+            "PET_RDZV_ENDPOINT": f"{master}:{port}",
+            "PET_RDZV_ID": names.service_name(job.job_id, run),
+        }
     return [{"name": k, "value": v} for k, v in values.items()]

@@ -261,3 +261,33 @@ def test_each_part_of_a_spread_service_gets_its_own_service_in_its_cluster() -> 
     ):
         (service,) = services.render_services(decided, job, pods.RenderOptions(ClusterId(cluster)))
         assert service["metadata"]["name"] == "chat-1" and service["spec"]["selector"][names.LABEL_CLUSTER] == cluster
+
+
+def test_training_that_is_not_a_gang_gets_torchruns_elastic_rendezvous_as_it_grows() -> None:
+    job = a_job("grow", kind=JobKind.TRAINING, gpus=4, replicas=8, gang=False)
+    first = a_placement("grow", NODES[:2], gpus_each=4)
+    later = JobReplicasAdded(
+        job_id=JobId("grow"),
+        cycle_id="cycle-9",
+        cluster=ClusterId("k8s-a"),
+        run=1,
+        replicas=(ReplicaPlacement(replica=2, node=NodeId("n2"), gpu_indices=(0, 1, 2, 3), gpu_milli_each=1000),),
+        running_replicas=3,
+        chosen=CandidateScore(cluster=ClusterId("k8s-a"), total=0),
+        explanation="topped up",
+    )
+    envs = [env_of(p) for p in pods.render_pods(first, job, OPTIONS) + pods.render_pods(later, job, OPTIONS)]
+    master = "grow-1-0.grow-1.fedsched-team-a.svc.cluster.local"
+    for env in envs:  # the same for every replica, whenever it joined: the rendezvous assigns the ranks
+        assert {k: env[k] for k in env if k.startswith("PET_") or k in ("MASTER_ADDR", "LOCAL_WORLD_SIZE")} == {
+            "MASTER_ADDR": master,
+            "LOCAL_WORLD_SIZE": "4",
+            "PET_MASTER_ADDR": master,
+            "PET_MASTER_PORT": "29500",
+            "PET_NPROC_PER_NODE": "4",
+            "PET_NNODES": "1:8",
+            "PET_RDZV_BACKEND": "c10d",
+            "PET_RDZV_ENDPOINT": f"{master}:29500",
+            "PET_RDZV_ID": "grow-1",
+        }
+        assert not {"RANK", "WORLD_SIZE", "PET_NODE_RANK"} & env.keys()
