@@ -194,7 +194,8 @@ def restarts_containers(pod: Obj) -> bool:
 
 def _crash_loop(pod: Obj, where: str, node: str | None, crash_restarts: int) -> Failure | None:
     """A container restarted ``crash_restarts`` times and down again, with its last termination's reason."""
-    for container in (pod.get("status") or {}).get("containerStatuses") or []:
+    status = pod.get("status") or {}
+    for container in list(status.get("initContainerStatuses") or []) + list(status.get("containerStatuses") or []):
         state = container.get("state") or {}
         down = "terminated" in state or (state.get("waiting") or {}).get("reason") == "CrashLoopBackOff"
         restarts = container.get("restartCount")

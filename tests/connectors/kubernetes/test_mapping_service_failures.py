@@ -65,6 +65,10 @@ def test_a_crash_looping_service_container_fails_its_replica_with_the_last_termi
         (0,),
     )
     assert state(pod, crash_restarts=6).failure is None  # the threshold is the connector's setting
+    init = pod_status("Pending")
+    init["initContainerStatuses"] = [{**restarted(5, BACKOFF, terminated(1, "Error")), "name": "fetch-weights"}]
+    failure = state(with_status(service_pods()[0], init)).failure  # Init:CrashLoopBackOff
+    assert failure is not None and "container fetch-weights crash-looping" in failure.message
 
 
 def test_the_crash_loop_fails_the_run_once_every_replica_has_stopped() -> None:
