@@ -163,7 +163,7 @@ def _register_kubernetes(kinds: argparse._SubParsersAction) -> None:  # type: ig
     kube.add_argument("--cancel-grace-s", type=int, default=30, help="grace period of cancelled pods")
     kube.add_argument("--rendezvous-port", type=int, default=29500, help="training's MASTER_PORT (default 29500)")
     kube.add_argument("--cluster-domain", default="cluster.local", help="the cluster's DNS domain (cluster.local)")
-    kube.add_argument("--crash-restarts", type=int, default=5, help="restarts after which a crash-looping service fails (5)")
+    kube.add_argument("--crash-restarts", type=int, default=5, help="restarts: a crash-looping service fails (5)")
     kube.set_defaults(handler=run_kubernetes)
 
 
