@@ -218,3 +218,25 @@ async def test_a_run_that_ended_while_the_connector_was_away_loses_its_service_o
     await cluster.connectors.start(config(cluster.name))
     await cluster.tap.wait(JobSucceeded, job_id=job)
     await cluster.no_services(job)
+
+
+async def test_a_newer_run_replaces_the_stale_runs_service_with_its_own(cluster: Cluster) -> None:
+    job = unique("rerun")
+    await cluster.place(job, 1, kind=JobKind.TRAINING)
+    (old,) = await cluster.pods(job, 1)
+    await cluster.kube.set_pod_status(old, RUNNING)
+    await cluster.tap.wait(JobStarted, job_id=job)
+    await cluster.scheduler.publish([a_placement(job, (cluster.nodes[1],), cluster=cluster.name, run=2)])
+
+    async def old_deleting() -> bool:
+        found = {p["metadata"]["name"]: p for p in await cluster.kube.job_pods(cluster.name, job)}
+        stale = found.get(old["metadata"]["name"])
+        return stale is not None and bool(stale["metadata"].get("deletionTimestamp"))
+
+    await wait_until(old_deleting, 30, "the stale run's pod being deleted")
+    await cluster.kube.delete_pod(old, 0)
+
+    async def only_the_new_service() -> bool:
+        return [s["metadata"]["name"] for s in await cluster.services(job)] == [names.service_name(JobId(job), 2)]
+
+    await wait_until(only_the_new_service, 30, "run 2's Service alone")
