@@ -84,6 +84,18 @@ class ConnectorConfig:
     publish_batch: int = 500
     usage: UsageSettings = field(default_factory=UsageSettings)
     """Where GPU usage is read from (the DCGM exporters, or Prometheus) and how often."""
+    rendezvous_port: int = 29500
+    """``MASTER_PORT`` of training runs whose template names no rendezvous port (``kinds.master_port``)."""
+    cluster_domain: str = "cluster.local"
+    """The cluster's DNS domain (the kubelet's ``--cluster-domain``), in training runs' ``MASTER_ADDR``."""
+    crash_restarts: int = 5
+    """Restarts after which a crash-looping container of a service fails its run (``lifecycle``)."""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.rendezvous_port <= 65535:
+            raise ValueError(f"rendezvous_port: {self.rendezvous_port} is not a port number (1-65535)")
+        if self.crash_restarts < 1:
+            raise ValueError(f"crash_restarts: {self.crash_restarts} must be at least 1")
 
     @property
     def group_id(self) -> str:
@@ -138,10 +150,17 @@ class KubernetesConnector:
             clock_ms=wall_clock_ms,
             stop_margin_s=config.stop_margin_s,
             failure_grace_s=config.failure_grace_s,
+            crash_restarts=config.crash_restarts,
         )
+        self.pods.gpu_health = self.nodes.gpu_health
         self.book = JobBook(event_log, config.cluster)
         options = RenderOptions(
-            config.cluster, config.namespace_prefix, config.default_image, devices=self.nodes.devices.get
+            config.cluster,
+            config.namespace_prefix,
+            config.default_image,
+            rendezvous_port=config.rendezvous_port,
+            cluster_domain=config.cluster_domain,
+            devices=self.nodes.devices.get,
         )
         self.executor = Executor(
             api,

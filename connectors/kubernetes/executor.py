@@ -3,12 +3,14 @@
 Called by the ``EventConsumer`` of the connector's group (topics: decisions and jobs), one record at a
 time, in log order. Calls the API server and the ``Reporter``; reads the ``JobBook``.
 
-- ``JobPlaced`` for this cluster: the tenant's namespace (created if missing), then one pod per replica
-  (``pods.render_pods``). Idempotent: names are deterministic and 409 AlreadyExists counts as done, so
-  a decision applied twice creates nothing new. A template that cannot become a pod, or a pod the API
-  server refuses (4xx), ends the run with ``JobFailed(LaunchFailed)``; pods already made for it are
-  deleted. A placement of a run that already ended here, or of a job whose cancellation was asked
-  for, creates nothing.
+- ``JobPlaced`` for this cluster: the tenant's namespace (created if missing), the run's Service if its
+  kind has one (``services``: training's headless rendezvous Service, a service's or notebook's
+  ClusterIP), then one pod per replica (``pods.render_pods``). Idempotent: names are deterministic and
+  409 AlreadyExists counts as done, so a decision applied twice creates nothing new. A template that
+  cannot become a pod, or a pod the API server refuses (4xx), ends the run with
+  ``JobFailed(LaunchFailed)``; pods already made for it are deleted, and so are its Services. A
+  placement of a run that already ended here, or of a job whose cancellation was asked for, creates
+  nothing.
 - ``JobReplicasAdded`` for this cluster: one pod per added replica on the named node (``grow``), the same
   way; nothing for a run that ended or is over, or a job whose cancellation was asked for.
 - A job spread over clusters (``lifecycle.spreads``) has a part of its run in each cluster holding some of
@@ -53,10 +55,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from connectors.kubernetes import lifecycle, names, pods
+from connectors.kubernetes import lifecycle, names, pods, services
 from connectors.kubernetes.jobbook import JobBook
 from connectors.kubernetes.kubeapi import KubeApi, KubeError, Obj
 from connectors.kubernetes.reporting import Reporter
+from connectors.kubernetes.service_keeper import ServiceKeeper
 from connectors.kubernetes.throttle import Backoff
 from events.catalog.decisions import (
     JobPlaced,
@@ -115,6 +118,7 @@ class Executor:
         self.cancel_grace_s = cancel_grace_s
         self.denied_retry_s = denied_retry_s
         self._backoff = backoff or Backoff(0.2, 10.0)
+        self.services = ServiceKeeper(api, self.cluster)
         self._namespaces: set[str] = set()
         self._has_pods = has_pods
         self._placed: set[JobId] = set()
@@ -327,16 +331,27 @@ class Executor:
         job_id, run = decided.job_id, decided.run
         try:
             manifests = pods.render_pods(decided, job, self.options, part_replicas)
+            run_services = services.render_services(decided, job, self.options)
             namespace = await self._namespace(job)
             self._placed.add(job_id)
+            for service in run_services:  # before the pods: a replica's peers resolve as soon as it starts
+                await self._create_service(service)
             for manifest in manifests:
                 await self._create(namespace, manifest)
         except (pods.RenderError, LaunchFailed) as error:
             log.warning("event=launch_failed job=%s run=%d error=%r", job_id, run, str(error))
             await self._failed(decided, str(error))
-            await self.stop(job_id, run, "failed", 0, None)
+            if await self.stop(job_id, run, "failed", 0, None):
+                await self._retrying(lambda: self.services.remove(job_id, run))  # else stop did
             return
         log.info("event=%s job=%s run=%d pods=%d namespace=%s", what, job_id, run, len(manifests), namespace)
+
+    async def _create_service(self, manifest: Obj) -> None:
+        try:
+            await self._retrying(lambda: self.services.create(manifest))
+        except KubeError as error:
+            meta = manifest["metadata"]
+            raise LaunchFailed(f"the API server refused service {meta['namespace']}/{meta['name']}: {error}") from error
 
     async def _create(self, namespace: str, manifest: Obj) -> None:
         path = f"/api/v1/namespaces/{namespace}/pods"
@@ -386,6 +401,8 @@ class Executor:
             count += 1
         if count or before_run is None:
             log.info("event=stop job=%s run=%s why=%s grace_s=%d pods=%d", job_id, run, why, grace_s, count)
+        if not count:  # no pod left to end the run by: the pod watcher will not see its end
+            await self._retrying(lambda: self.services.remove(job_id, run, before_run=before_run))
         return count
 
     async def _stop_pod(self, pod: Obj, why: str, grace_s: int, requester: str | None) -> None:

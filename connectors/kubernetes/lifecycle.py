@@ -9,10 +9,11 @@ and end only this part):
 
 - ``started``: every replica's pod exists and has run (phase Running or Succeeded, or Failed after a
   container started).
-- ``failed``: a replica failed (phase Failed, a container that cannot be created, or a pod deleted by
-  someone other than fedsched) while no stop was requested, and every pod of the run has stopped (the
-  pod watcher deletes the others, ``failing``): the job's outcome frees all its GPUs, so it is told
-  only once none is in use any more, as for a stop. The first failed replica names the reason.
+- ``failed``: a replica failed (phase Failed, a container that cannot be created, a container the
+  kubelet keeps restarting, or a pod deleted by someone other than fedsched) while no stop was
+  requested, and every pod of the run has stopped (the pod watcher deletes the others, ``failing``):
+  the job's outcome frees all its GPUs, so it is told only once none is in use any more, as for a stop.
+  The first failed replica names the reason.
 - ``succeeded``: every replica's pod Succeeded.
 - ``preempted`` / ``reclaimed`` / ``cancelled``: fedsched asked to stop the run (annotation
   ``fedsched.io/stop`` on any of its pods) and every pod has stopped: terminated, deleted with grace 0
@@ -20,6 +21,20 @@ and end only this part):
   pods being killed by it; a run whose every replica already succeeded still counts as succeeded.
 - nothing at all for a run whose pods carry a quiet stop (``QUIET_STOPS``: its end is in the log
   already, or it is no longer the job's current run): the executor stops those pods, silently.
+
+Pods whose containers the kubelet restarts (``restartPolicy: Always`` or ``OnFailure``: inference
+services): a restart is not a failure, the service may recover; a container that has been restarted
+``crash_restarts`` times and is down again (waiting in CrashLoopBackOff, or terminated) is crash-looping,
+and that fails the replica with the reason of its last termination (``OutOfMemory`` for OOMKilled, else
+``NonZeroExit`` with its exit code: the workload's failure, retried as the job asked). Their containers
+all being terminated counts as stopped only once the pod is being deleted (until then the kubelet
+starts them again).
+
+Blame (``blame_gpus``): a replica whose container failed (``NonZeroExit`` or ``Unknown``) on a node whose
+health reports one of the GPUs it held as failed is reported as ``GpuFailure``, an infrastructure failure
+(retried under the policy's budget), naming the GPU and its last XID. The health is the node watcher's
+latest word when the failure is reported: an XID the node's health agent publishes only later is not
+seen.
 
 Each transition is reported once per run: ``decide`` leaves out what ``reported`` holds, and after a
 transition that ends the run (``RUN_ENDS``) nothing more. Event ids derive from job, run and transition
@@ -35,10 +50,11 @@ from typing import Any
 
 from connectors.kubernetes import names
 from events.catalog.base import Event
+from events.catalog.inventory import GpuHealthSample
 from events.catalog.jobs import JobCancelled, JobFailed, JobPreempted, JobReclaimed, JobStarted, JobSucceeded
 from events.catalog.lifecycle import RunEnd
 from events.catalog.reasons import ReasonCode
-from events.catalog.types import ClusterId, JobId, NodeId
+from events.catalog.types import ClusterId, Health, JobId, NodeId
 from events.wire.envelope import parse_time
 
 Obj = Mapping[str, Any]
@@ -65,6 +81,8 @@ STOPS = {"preempted": Transition.PREEMPTED, "reclaimed": Transition.RECLAIMED, "
 QUIET_STOPS = frozenset({"ended", "stale"})
 #: Waiting reasons after which the kubelet will never start the container.
 HOPELESS_WAITING = frozenset({"InvalidImageName", "ErrImageNeverPull"})
+CRASH_RESTARTS = 5
+"""Restarts after which a container of a restarting pod that is down again counts as crash-looping."""
 _POD_REASONS = {
     "DeadlineExceeded": ReasonCode.RUNTIME_EXCEEDED,
     "Evicted": ReasonCode.NODE_FAILURE,
@@ -75,11 +93,15 @@ _POD_REASONS = {
     "UnexpectedAdmissionError": ReasonCode.LAUNCH_FAILED,
     "NodeAffinity": ReasonCode.LAUNCH_FAILED,
 }
+#: Why Kubernetes itself took a pod away (its ``DisruptionTarget`` condition). Each is the cluster's doing,
+#: not the workload's, so each is an infrastructure failure that fedsched retries
+#: (``events.catalog.lifecycle.INFRASTRUCTURE_FAILURES``): a drain's eviction and kube-scheduler's
+#: preemption for another pod included (the catalogue has no narrower code; the message names the cause).
 _DISRUPTIONS = {
     "DeletionByTaintManager": ReasonCode.NODE_FAILURE,
     "TerminationByKubelet": ReasonCode.NODE_FAILURE,
-    "PreemptionByScheduler": ReasonCode.PREEMPTED,
-    "EvictionByEvictionAPI": ReasonCode.OPERATOR_REQUEST,
+    "PreemptionByScheduler": ReasonCode.NODE_FAILURE,
+    "EvictionByEvictionAPI": ReasonCode.NODE_FAILURE,
 }
 
 
@@ -102,6 +124,8 @@ class Failure:
     message: str
     exit_code: int | None = None
     node: str | None = None
+    gpu_indices: tuple[int, ...] = ()
+    """The GPUs the failed replica held on ``node`` (its pod's ``fedsched.io/gpu-indices``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,11 +182,50 @@ def _terminated(status: Obj) -> Obj | None:
     return state.get("terminated") if isinstance(state.get("terminated"), Mapping) else None
 
 
-def _failure(pod: Obj, replica: int) -> Failure | None:
+def _gpus(pod: Obj) -> tuple[int, ...]:
+    text = str((_meta(pod).get("annotations") or {}).get(names.ANN_GPU_INDICES) or "")
+    return tuple(int(i) for i in text.split(",") if i.isdigit())
+
+
+def restarts_containers(pod: Obj) -> bool:
+    """Whether the kubelet restarts the pod's containers (its ``restartPolicy`` is not ``Never``)."""
+    return bool((pod.get("spec") or {}).get("restartPolicy", "Always") != "Never")
+
+
+def _crash_loop(pod: Obj, where: str, node: str | None, crash_restarts: int) -> Failure | None:
+    """A container restarted ``crash_restarts`` times and down again, with its last termination's reason."""
+    status = pod.get("status") or {}
+    for container in list(status.get("initContainerStatuses") or []) + list(status.get("containerStatuses") or []):
+        state = container.get("state") or {}
+        down = "terminated" in state or (state.get("waiting") or {}).get("reason") == "CrashLoopBackOff"
+        restarts = container.get("restartCount")
+        if not down or not isinstance(restarts, int) or restarts < crash_restarts:
+            continue
+        last = _terminated({"state": container.get("lastState") or {}}) or _terminated(container) or {}
+        code, reason = last.get("exitCode"), str(last.get("reason") or "")
+        kind = ReasonCode.OUT_OF_MEMORY if reason == "OOMKilled" else ReasonCode.NON_ZERO_EXIT
+        text = f"{where}: container {container.get('name')} crash-looping: restarted {restarts} times, last "
+        text += f"{reason or 'terminated'} with exit code {code}"
+        if last.get("message"):
+            text += f": {last['message']}"
+        return Failure(kind, text, code if isinstance(code, int) else None, node)
+    return None
+
+
+def _failure(pod: Obj, replica: int, crash_restarts: int = CRASH_RESTARTS) -> Failure | None:
+    found = _failure_of(pod, replica, crash_restarts)
+    return replace(found, gpu_indices=_gpus(pod)) if found is not None else None
+
+
+def _failure_of(pod: Obj, replica: int, crash_restarts: int) -> Failure | None:
     meta, status = _meta(pod), pod.get("status") or {}
     node = (pod.get("spec") or {}).get("nodeName")
     where = f"replica {replica} (pod {meta.get('name')} on node {node})"
     statuses = list(status.get("initContainerStatuses") or []) + list(status.get("containerStatuses") or [])
+    if status.get("phase") != "Failed" and restarts_containers(pod):
+        crashing = _crash_loop(pod, where, node, crash_restarts)
+        if crashing is not None:
+            return crashing
     if status.get("phase") == "Failed":
         pod_reason = str(status.get("reason") or "")
         if pod_reason in _POD_REASONS:
@@ -205,8 +268,9 @@ def _stopped(pod: Obj, now_ms: int, margin_ms: int) -> bool:
     if status.get("phase") in ("Succeeded", "Failed"):
         return True
     statuses = status.get("containerStatuses") or []
-    if statuses and all(_terminated(s) is not None for s in statuses):
-        return True
+    restarting = restarts_containers(pod) and not meta.get("deletionTimestamp")
+    if statuses and all(_terminated(s) is not None for s in statuses) and not restarting:
+        return True  # (a restarting pod's containers start again)
     deadline = meta.get("deletionTimestamp")
     if not deadline:
         return False
@@ -218,7 +282,9 @@ def _stopped(pod: Obj, now_ms: int, margin_ms: int) -> bool:
         return True
 
 
-def replica_state(pod: Obj, replica: int, now_ms: int, margin_ms: int) -> ReplicaState:
+def replica_state(
+    pod: Obj, replica: int, now_ms: int, margin_ms: int, crash_restarts: int = CRASH_RESTARTS
+) -> ReplicaState:
     meta, status = _meta(pod), pod.get("status") or {}
     annotations = meta.get("annotations") or {}
     phase = status.get("phase")
@@ -229,7 +295,7 @@ def replica_state(pod: Obj, replica: int, now_ms: int, margin_ms: int) -> Replic
         node=(pod.get("spec") or {}).get("nodeName"),
         started=phase in ("Running", "Succeeded") or (phase == "Failed" and ran),
         succeeded=phase == "Succeeded",
-        failure=_failure(pod, replica),
+        failure=_failure(pod, replica, crash_restarts),
         stop=annotations.get(names.ANN_STOP),
         stop_by=annotations.get(names.ANN_STOP_BY),
         deleting=bool(meta.get("deletionTimestamp")),
@@ -276,6 +342,25 @@ def decide(states: Sequence[ReplicaState], replicas: int, reported: frozenset[Tr
 def failing(states: Sequence[ReplicaState]) -> bool:
     """A replica failed and no stop was asked for: the run's other replicas are to be stopped."""
     return not any(s.stop in STOPS or s.stop in QUIET_STOPS for s in states) and any(s.failure for s in states)
+
+
+_BLAMABLE = frozenset({ReasonCode.NON_ZERO_EXIT, ReasonCode.UNKNOWN})
+"""Failures that a failed GPU under the workload explains (a killed or crashed process, a vanished pod)."""
+
+
+def blame_gpus(outcome: Outcome, health: Sequence[GpuHealthSample]) -> Outcome:
+    """The outcome, as a ``GpuFailure`` if its replica's container failed while a GPU it held is reported
+    failed (``health``: the latest samples of the failure's node)."""
+    failure = outcome.failure
+    if outcome.transition is not Transition.FAILED or failure is None or failure.reason not in _BLAMABLE:
+        return outcome
+    held = set(failure.gpu_indices)
+    broken = [s for s in sorted(health, key=lambda s: s.index) if s.index in held and s.health is Health.FAILED]
+    if not broken:
+        return outcome
+    gpus = ", ".join(f"GPU {s.index}" + (f" (XID {s.last_xid})" if s.last_xid is not None else "") for s in broken)
+    message = f"{failure.message}; node {failure.node} reports {gpus} failed, held by this replica"
+    return replace(outcome, failure=replace(failure, reason=ReasonCode.GPU_FAILURE, message=message))
 
 
 def to_event(outcome: Outcome, key: RunKey, cluster: ClusterId, replicas: int) -> Event:

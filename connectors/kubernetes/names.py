@@ -19,7 +19,8 @@ Pods written: labels ``app.kubernetes.io/managed-by=fedsched``, ``fedsched.io/cl
 ``fedsched.io/job-id``, ``fedsched.io/run``, ``fedsched.io/replica``, ``fedsched.io/tenant``; the finalizer
 ``fedsched.io/lifecycle`` (held until the job's outcome is reported); annotations for the full job id,
 the replica count (and, for a job spread over clusters, its part's here), the GPU indices chosen, what
-was reported and why the pod is being stopped.
+was reported and why the pod is being stopped. Services (``services``) carry the same labels but the
+replica's, and are named after the run (``service_name``).
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ ANN_GPU_MILLI = "fedsched.io/gpu-milli"
 ANN_CYCLE = "fedsched.io/cycle-id"
 ANN_REPORTED = "fedsched.io/reported"
 """Comma-separated transitions already published for this run (``started,succeeded``)."""
+ANN_READINESS = "fedsched.io/readiness"
+"""How a service's pod is found ready: ``template`` (its own probe), ``tcp:<port>``, or ``none`` and why."""
 ANN_STOP = "fedsched.io/stop"
 """Why fedsched is stopping the pod: ``preempted``, ``reclaimed``, ``cancelled`` or ``failed``."""
 ANN_STOP_BY = "fedsched.io/stop-requester"
@@ -109,6 +112,16 @@ def pod_name(job_id: JobId, run: int, replica: int) -> str:
     """The pod of one replica of one run: a DNS label (so also a valid hostname), the same every time."""
     suffix = f"-{run}-{replica}"
     return _dns_label(job_id, 63 - len(suffix)) + suffix
+
+
+def service_name(job_id: JobId, run: int) -> str:
+    """The Service of one run (its headless rendezvous Service, or its service's): a DNS-1035 label (it
+    starts with a letter), the same every time, distinct for distinct job ids."""
+    suffix = f"-{run}"
+    head = _dns_label(job_id, 63 - len(suffix))
+    if not head[0].isalpha():  # hashed, so that job "1a" and job "j-1a" keep distinct names
+        head = f"j-{head[: 63 - len(suffix) - 15].strip('-')}-{digest(job_id)}"
+    return head + suffix
 
 
 def namespace_name(tenant: TenantId, prefix: str) -> str:

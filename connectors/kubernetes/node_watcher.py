@@ -70,6 +70,11 @@ class NodeWatcher:
         self._registration = registration
         self._skipped: set[str] = set()
 
+    def gpu_health(self, name: str) -> tuple[GpuHealthSample, ...]:
+        """The latest GPU samples of a node (by its Kubernetes name): the pod watcher's blame of a failure."""
+        samples = self._health.get(name)
+        return samples[0] if samples is not None else ()
+
     def _id(self, *parts: object) -> str:
         return names.event_id(self.cluster, *parts)
 

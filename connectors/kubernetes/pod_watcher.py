@@ -18,6 +18,12 @@ node, e.g. an image that can never be pulled) are deleted with ``failure_grace_s
 is reported, which happens once every pod has stopped; a pod that carries a stop annotation
 but is not being deleted (the connector stopped between the two steps) is deleted now.
 
+Once a run has ended here (its end reported, or its pods stopped quietly), its Services are deleted
+(``service_keeper``), once per run and process; after a list, only for runs that have one (one list of
+our Services tells), so a restart beside many finished pods costs one request, not one per run. A
+failure is reported with the blame the node watcher's latest GPU health gives it (``gpu_health``,
+``lifecycle.blame_gpus``).
+
 A run whose pods carry a quiet stop (``lifecycle.QUIET_STOPS``: its end is in the log already, or a newer
 run replaced it), or that the executor says is over (``is_over``), gets no report at all: its pods are
 only deleted and reconciled as an ended run's.
@@ -27,13 +33,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from connectors.kubernetes import lifecycle, names
 from connectors.kubernetes.kubeapi import JSON_PATCH, KubeApi, KubeError, Obj
 from connectors.kubernetes.lifecycle import ReplicaState, RunKey, Transition
 from connectors.kubernetes.reporting import Reporter
+from connectors.kubernetes.service_keeper import ServiceKeeper
+from events.catalog.inventory import GpuHealthSample
 from events.catalog.types import ClusterId, JobId
 
 log = logging.getLogger("fedsched.connector.kubernetes")
@@ -47,6 +55,7 @@ class Run:
     gone: dict[int, ReplicaState] = field(default_factory=dict)
     """Replicas whose pod was removed, with their last state."""
     reported: set[Transition] = field(default_factory=set)
+    services_removed: bool = False
 
 
 def _key_of(pod: Obj) -> str:
@@ -64,6 +73,7 @@ class PodWatcher:
         clock_ms: Callable[[], int],
         stop_margin_s: int = 30,
         failure_grace_s: int = 30,
+        crash_restarts: int = lifecycle.CRASH_RESTARTS,
     ) -> None:
         self.api = api
         self.cluster = cluster
@@ -71,6 +81,10 @@ class PodWatcher:
         self._clock_ms = clock_ms
         self.stop_margin_ms = stop_margin_s * 1000
         self.failure_grace_s = failure_grace_s
+        self.crash_restarts = crash_restarts
+        self.services = ServiceKeeper(api, cluster)
+        self.gpu_health: Callable[[str], Sequence[GpuHealthSample]] = lambda node: ()
+        """The latest GPU health of a node (by its Kubernetes name): set by the connector to the node watcher's."""
         self.runs: dict[RunKey, Run] = {}
         self._lock = asyncio.Lock()
         self.is_over: Callable[[RunKey], bool] = lambda key: False
@@ -105,11 +119,16 @@ class PodWatcher:
         if ident is None or run is None:
             return None
         run.pods.pop(ident.replica, None)
-        last = lifecycle.replica_state(pod, ident.replica, now_ms, self.stop_margin_ms)
+        last = lifecycle.replica_state(pod, ident.replica, now_ms, self.stop_margin_ms, self.crash_restarts)
         run.gone[ident.replica] = lifecycle.removed(last)
         return ident.key
 
     async def synced(self, objects: list[Obj]) -> None:
+        try:
+            with_services: set[tuple[JobId, int]] | None = await self.services.runs()
+        except KubeError as error:
+            log.warning("event=service_list_error error=%r", str(error))
+            with_services = None  # then each ended run asks for its own
         async with self._lock:
             now = self._clock_ms()
             listed = {_key_of(p) for p in objects}
@@ -121,6 +140,9 @@ class PodWatcher:
             if not self._recalled and self.recall is not None:
                 await self.recall({key.job_id for key in keys})
                 self._recalled = True
+            if with_services is not None:
+                for key in keys:
+                    self.runs[key].services_removed = (key.job_id, key.run) not in with_services
             for key in sorted(keys | set(self.runs)):
                 await self._evaluate(key)
 
@@ -146,7 +168,8 @@ class PodWatcher:
 
     def states(self, key: RunKey) -> list[ReplicaState]:
         run, now = self.runs[key], self._clock_ms()
-        live = [lifecycle.replica_state(p, r, now, self.stop_margin_ms) for r, p in run.pods.items()]
+        crash = self.crash_restarts
+        live = [lifecycle.replica_state(p, r, now, self.stop_margin_ms, crash) for r, p in run.pods.items()]
         return live + list(run.gone.values())
 
     async def _evaluate(self, key: RunKey) -> None:
@@ -157,12 +180,17 @@ class PodWatcher:
         quiet = any(s.stop in lifecycle.QUIET_STOPS for s in states)
         outcomes = [] if quiet or self.is_over(key) else lifecycle.decide(states, run.replicas, frozenset(run.reported))
         for outcome in outcomes:
+            if outcome.failure is not None and outcome.failure.node:
+                outcome = lifecycle.blame_gpus(outcome, self.gpu_health(outcome.failure.node))
             event = lifecycle.to_event(outcome, key, self.cluster, run.replicas)
             await self._reporter.publish_one(event, lifecycle.event_id(self.cluster, key, outcome.transition))
             run.reported.add(outcome.transition)
             log.info("event=reported job=%s run=%d transition=%s", key.job_id, key.run, outcome.transition)
         try:
             await self._reconcile(key, run, quiet)
+            if not run.services_removed and (run.reported & lifecycle.RUN_ENDS or quiet or self.is_over(key)):
+                await self.services.remove(key.job_id, key.run)
+                run.services_removed = True
         except KubeError as error:
             log.warning("event=reconcile_error job=%s run=%d error=%r", key.job_id, key.run, str(error))
         if not run.pods and (run.reported & lifecycle.RUN_ENDS or quiet or not run.gone):
@@ -178,7 +206,7 @@ class PodWatcher:
             meta = pod.get("metadata") or {}
             path = f"/api/v1/namespaces/{meta.get('namespace')}/pods/{meta.get('name')}"
             ops: list[Obj] = []
-            state = lifecycle.replica_state(pod, replica, now, self.stop_margin_ms)
+            state = lifecycle.replica_state(pod, replica, now, self.stop_margin_ms, self.crash_restarts)
             failed_other = (Transition.FAILED in reported or failing) and not state.deleting and not state.stopped
             if failed_other and not state.stop:  # our deletion must not read as one by someone else
                 ops.append({"op": "add", "path": "/metadata/annotations/fedsched.io~1stop", "value": "failed"})

@@ -11,7 +11,8 @@ inputs, so applying a decision twice creates nothing new (the second create gets
 The job's ``template`` (opaque to the scheduler) is read in one of three forms:
 
 - a pod template: ``{"metadata": {...}, "spec": {...}}`` (a Kubernetes ``PodTemplateSpec``);
-- a shorthand: ``{"image": ..., "command": [...], "args": [...], "env": {"NAME": "value"}, "workingDir": ...}``;
+- a shorthand: ``{"image": ..., "command": [...], "args": [...], "env": {"NAME": "value"}, "workingDir": ...,
+  "port": 8080}`` (``port``: the one port the container serves on, named ``main``);
 - empty: one container named ``main`` with the connector's default image, if it has one.
 
 The connector owns: the pod's name, namespace, ``nodeName`` (the replica's node: no scheduler runs
@@ -20,7 +21,10 @@ replica's GPU and NPU indices on its node, ``accelerators.requests``: ``nvidia.c
 per whole GPU, one ``nvidia.com/gpu.shared`` for a share of a GPU, ``huawei.com/Ascend910`` per NPU, ...),
 the job's tolerations, the
 ``fedsched.io`` labels and annotations, the finalizer, ``FEDSCHED_*`` environment variables and, unless
-the template sets them, ``restartPolicy: Never`` and ``activeDeadlineSeconds`` from ``max_runtime_s``.
+the template sets it, ``activeDeadlineSeconds`` from ``max_runtime_s``. What the job's kind adds (the
+restart policy, the rendezvous environment and DNS name of training, the readiness of services) is in
+``kinds``. A template that asks accelerators beyond the job's request (``template_guard``) or a restart
+policy its kind cannot have is refused (``RenderError``) before any object is made.
 """
 
 from __future__ import annotations
@@ -30,9 +34,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from connectors.kubernetes import accelerators, names
+from connectors.kubernetes import accelerators, kinds, names, template_guard
 from events.catalog.decisions import JobPlaced, JobReplicasAdded, ReplicaPlacement
-from events.catalog.jobs import JobSubmitted, Toleration
+from events.catalog.jobs import JobKind, JobSubmitted, Toleration
 from events.catalog.types import ClusterId, TenantId
 
 Manifest = dict[str, Any]
@@ -65,6 +69,10 @@ class RenderOptions:
     """Pod Security Admission level enforced in the tenant namespaces the connector creates (None: none)."""
     devices: Callable[[str], accelerators.NodeDevices | None] = _unseen
     """A node's GPU and NPU resources by index, as the node watcher last saw them (None: not seen)."""
+    rendezvous_port: int = kinds.DEFAULT_MASTER_PORT
+    """``MASTER_PORT`` of training runs whose template names none (``kinds.master_port``)."""
+    cluster_domain: str = "cluster.local"
+    """The cluster's DNS domain, in ``MASTER_ADDR`` (the kubelet's ``--cluster-domain``)."""
 
 
 def namespace_manifest(tenant: TenantId, options: RenderOptions) -> Manifest:
@@ -82,8 +90,8 @@ def namespace_manifest(tenant: TenantId, options: RenderOptions) -> Manifest:
     }
 
 
-def _pod_template(job: JobSubmitted, options: RenderOptions) -> tuple[Manifest, Manifest]:
-    """(metadata, spec) of the workload, from the template's form."""
+def workload(job: JobSubmitted, options: RenderOptions) -> tuple[Manifest, Manifest]:
+    """(metadata, spec) of the workload, from the template's form (copies: the job's own is not touched)."""
     template: Mapping[str, Any] = job.template
     if "spec" in template:
         meta, spec = template.get("metadata") or {}, template["spec"]
@@ -110,6 +118,11 @@ def _pod_template(job: JobSubmitted, options: RenderOptions) -> tuple[Manifest, 
     container["env"] = [{"name": str(k), "value": str(v)} for k, v in sorted(env.items())]
     if isinstance(template.get("workingDir"), str):
         container["workingDir"] = template["workingDir"]
+    if "port" in template:
+        port = template["port"]
+        if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+            raise RenderError("template.port must be a port number (1-65535)")
+        container["ports"] = [{"name": "main", "containerPort": port, "protocol": "TCP"}]
     return {}, {"containers": [container]}
 
 
@@ -187,12 +200,29 @@ def render_pod(
     options: RenderOptions,
     part_replicas: int | None = None,
 ) -> Manifest:
-    meta, spec = _pod_template(job, options)
-    env = _env(placed, replica)
+    meta, spec = workload(job, options)
+    namespace = names.namespace_name(job.tenant, options.namespace_prefix)
     requests = _requests(job, replica, options)
+    own = (options.gpu_resource, options.gpu_shared_resource)
+    refused = template_guard.problems(job.template, template_guard.exactly(requests), own)
+    if refused:
+        raise RenderError("; ".join(refused))
+    env = _env(placed, replica)
+    extra: dict[str, str] = {}
+    if job.kind in kinds.RENDEZVOUS_KINDS:
+        port = kinds.master_port(spec, options.rendezvous_port)
+        count = replica_count(placed)
+        env += kinds.rendezvous_env(job, placed.run, replica, count, namespace, port, options.cluster_domain)
+        spec["hostname"] = names.pod_name(placed.job_id, placed.run, replica.replica)
+        spec["subdomain"] = names.service_name(placed.job_id, placed.run)
+    try:
+        spec["restartPolicy"] = kinds.restart_policy(job.kind, spec)
+    except kinds.KindError as error:
+        raise RenderError(str(error)) from None
     spec["containers"] = [_container(c, env, requests if i == 0 else None) for i, c in enumerate(spec["containers"])]
+    if job.kind is JobKind.INFERENCE:
+        extra[names.ANN_READINESS] = kinds.readiness(spec["containers"][0], spec)
     spec["nodeName"] = replica.node
-    spec.setdefault("restartPolicy", "Never")
     if job.max_runtime_s is not None:
         spec.setdefault("activeDeadlineSeconds", max(job.max_runtime_s, 1))
     tolerations = [_toleration(t) for t in job.tolerations]
@@ -206,6 +236,7 @@ def render_pod(
         names.ANN_GPU_INDICES: ",".join(str(i) for i in replica.gpu_indices),
         names.ANN_GPU_MILLI: str(replica.gpu_milli_each),
         names.ANN_CYCLE: placed.cycle_id,
+        **extra,
     }
     if part_replicas is not None:
         annotations[names.ANN_PART_REPLICAS] = str(part_replicas)
@@ -214,7 +245,7 @@ def render_pod(
         "kind": "Pod",
         "metadata": {
             "name": names.pod_name(placed.job_id, placed.run, replica.replica),
-            "namespace": names.namespace_name(job.tenant, options.namespace_prefix),
+            "namespace": namespace,
             "labels": {
                 **(meta.get("labels") or {}),
                 **pod_labels(placed, replica.replica, job.tenant, options.cluster),

@@ -24,7 +24,7 @@ from events.catalog.jobs import JobCancelRequested, JobSubmitted
 from events.catalog.lifecycle import FINAL_STATUSES
 from events.log.publisher import Publisher
 from projections.readmodel.reader import ReadModels
-from services.api import validation
+from services.api import templates, validation
 from services.api.auth import Action, Principal, authorize
 from services.api.errors import FailedPrecondition, InvalidArgument, NotFound
 from services.api.store import ApiStore, Submission
@@ -117,6 +117,7 @@ class JobCommands:
             submitted_by=principal.subject,
         )
         event = validation.spreads_as_it_can(validation.asks_for_something(validation.event_from(JobSubmitted, body)))
+        templates.fits_its_template(event)
         await self._fleet_can_hold(event)
         envelope = self._publisher.envelope(
             event,

@@ -168,6 +168,9 @@ def _register_kubernetes(kinds: argparse._SubParsersAction) -> None:  # type: ig
     kube.add_argument("--unreachable-after-s", type=float, help="failing this long: unreachable (default 5)")
     kube.add_argument("--cancel-grace-s", type=int, help="grace period of cancelled pods (default 30)")
     kube.add_argument("--metrics", default="", help="serve /healthz and /metrics here (host:port; default: off)")
+    kube.add_argument("--rendezvous-port", type=int, help="training's MASTER_PORT (default 29500)")
+    kube.add_argument("--cluster-domain", help="the cluster's DNS domain (default cluster.local)")
+    kube.add_argument("--crash-restarts", type=int, help="restarts: a crash-looping service fails (default 5)")
     usage = kube.add_argument_group("GPU usage (NVIDIA DCGM exporter metrics; also the file's usage: section)")
     usage.add_argument("--usage-interval-s", type=float, help="usage window, s (default 60; 0: read no usage)")
     usage.add_argument("--usage-scrape-s", type=float, help="between scrapes, s (default 15)")
@@ -212,6 +215,9 @@ async def run_kubernetes(args: argparse.Namespace) -> int:
             "default_image": args.default_image,
             "unreachable_after_s": args.unreachable_after_s,
             "cancel_grace_s": args.cancel_grace_s,
+            "rendezvous_port": args.rendezvous_port,
+            "cluster_domain": args.cluster_domain,
+            "crash_restarts": args.crash_restarts,
         }
         usage = {
             "interval_s": args.usage_interval_s,

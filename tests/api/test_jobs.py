@@ -155,6 +155,18 @@ async def test_an_invalid_spec_is_invalid_argument_naming_the_field(stack: Stack
         assert (caught.value.code, caught.value.field) == ("INVALID_ARGUMENT", field_name), caught.value.message
 
 
+async def test_a_template_asking_gpus_beyond_the_jobs_request_is_refused_at_submission(stack: Stack) -> None:
+    profiler = {"name": "profiler", "image": "prof:1", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+    template = {"spec": {"containers": [{"name": "trainer", "image": "train:1"}, profiler]}}
+    client = stack.client(stack.keys.admin())
+    with pytest.raises(CallError) as caught:
+        await client.call(
+            client.jobs.SubmitJob, jobs_pb2.SubmitJobRequest(spec=spec(template_json=json.dumps(template)))
+        )
+    assert (caught.value.code, caught.value.field) == ("INVALID_ARGUMENT", "template_json")
+    assert "containers[1] (profiler) limits nvidia.com/gpu: 1, beyond the job's request" in caught.value.message
+
+
 async def test_list_filters_pages_and_never_shows_another_tenant(stack: Stack) -> None:
     keys = stack.keys
     mine = [await submit(stack, keys.hs(), name=f"page-{i}", queue="paging") for i in range(5)]

@@ -14,7 +14,7 @@ import yaml
 from connectors.kubernetes import KubeApi, KubeError
 from events.catalog.decisions import JobPreemptionRequested
 from events.catalog.inventory import ClusterRegistered, NodeObserved
-from events.catalog.jobs import JobPreempted, JobStarted
+from events.catalog.jobs import JobKind, JobPreempted, JobStarted
 from events.catalog.types import ClusterId, CycleId, JobId
 from events.log.publisher import Publisher
 from tests.soak.components import free_ports, scrape
@@ -74,8 +74,10 @@ async def test_the_rbac_manifest_is_all_the_connector_needs(
         await connectors.start(config(cluster), kubeconfig=user_config)
         await tap.wait(NodeObserved, node=node)
         job = unique("train")
-        await scheduler.publish([a_job(job, tenant=unique("tenant")), a_placement(job, (node,), cluster=cluster)])
+        training = a_job(job, tenant=unique("tenant"), kind=JobKind.TRAINING)  # a run with a Service
+        await scheduler.publish([training, a_placement(job, (node,), cluster=cluster)])
         (pod,) = await wait_until(lambda: kube.job_pods(cluster, job), 30, "the pod")
+        assert len(await _services(kube, cluster, job)) == 1
         await kube.set_pod_status(pod, pod_status("Running", container_status(**running())))
         await tap.wait(JobStarted, job_id=job)
         await scheduler.publish(
@@ -85,6 +87,7 @@ async def test_the_rbac_manifest_is_all_the_connector_needs(
         await kube.delete_pod(pod, 0)  # the kubelet's final delete
         await tap.wait(JobPreempted, job_id=job)
         await wait_until(lambda: _none(kube, cluster, job), 30, "the pod gone (finalizer removed by the connector)")
+        await wait_until(lambda: _no_services(kube, cluster, job), 30, "the run's Service deleted by the connector")
     finally:
         await delete_nodes(kube, (node,))
 
@@ -112,6 +115,16 @@ async def _get(port: int, path: str) -> tuple[int, str]:
         writer.close()
     head, _, body = raw.partition("\r\n\r\n")
     return int(head.split()[1]), body
+
+
+async def _services(kube: Kube, cluster: str, job: str) -> list[Any]:
+    selector = f"fedsched.io/cluster={cluster},fedsched.io/job-id={job}"
+    listing = await kube.api.request("GET", "/api/v1/services", query={"labelSelector": selector})
+    return list(listing.get("items") or [])
+
+
+async def _no_services(kube: Kube, cluster: str, job: str) -> bool:
+    return not await _services(kube, cluster, job)
 
 
 @pytest.mark.slow

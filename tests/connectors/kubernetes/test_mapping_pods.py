@@ -8,6 +8,7 @@ import pytest
 
 from connectors.kubernetes import names, pods
 from events.catalog.decisions import CandidateScore, JobReplicasAdded, ReplicaPlacement
+from events.catalog.jobs import JobKind
 from events.catalog.types import ClusterId, JobId, NodeId, TenantId
 
 from .builders import a_job, a_placement, tolerate
@@ -61,7 +62,9 @@ def test_a_pod_template_is_kept_and_only_our_fields_are_overridden() -> None:
             "nodeName": "somewhere-else",
         },
     }
-    job = a_job(template=template, max_runtime_s=3600, tolerations=(tolerate("nvidia.com/gpu"),))
+    job = a_job(
+        template=template, kind=JobKind.INFERENCE, max_runtime_s=3600, tolerations=(tolerate("nvidia.com/gpu"),)
+    )  # a service may restart its containers (other kinds are retried by fedsched: ``test_mapping_kinds``)
     (pod,) = pods.render_pods(a_placement(), job, OPTIONS)
     assert pod["metadata"]["labels"]["app"] == "bert" and pod["metadata"]["annotations"]["team"] == "nlp"
     assert pod["spec"]["nodeName"] == "gpu-node-1"

@@ -102,6 +102,7 @@ async def test_a_connector_refused_by_rbac_reports_the_cluster_unreachable_and_f
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "create"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete", "patch"]},
+        {"apiGroups": [""], "resources": ["services"], "verbs": ["list", "create", "delete"]},
     ]
     create = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}]
     caplog.set_level(logging.INFO, logger="fedsched.connector.kubernetes")
@@ -160,6 +161,7 @@ async def test_a_refusal_that_lasts_gives_the_placement_up_without_failing_the_j
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "create"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete", "patch"]},
+        {"apiGroups": [""], "resources": ["services"], "verbs": ["list", "create", "delete"]},
     ]
     caplog.set_level(logging.INFO, logger="fedsched.connector.kubernetes")
     try:
