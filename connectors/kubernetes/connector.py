@@ -8,7 +8,8 @@ in-process. ``run()`` works until cancelled:
 3. list-then-watch its pods -> ``JobStarted`` / ``JobSucceeded`` / ``JobFailed`` / ``JobPreempted`` / ...
    (``pod_watcher``), plus a one-second timer for deletion deadlines;
 4. consume the decisions and jobs topics in the group ``fedsched-connector-kubernetes-<cluster>`` and
-   carry out this cluster's decisions (``executor``);
+   carry out this cluster's decisions (``executor``); and the governance topic, whose tenant settings
+   (image policy, quota) it first reads from the log's start (``tenants``);
 5. follow reachability: ``ClusterStatusChanged`` when the API server stops or starts answering, or
    refuses or again allows the connector's requests (401, or the authoriser's 403).
 
@@ -35,10 +36,11 @@ from connectors.kubernetes.pod_watcher import PodWatcher
 from connectors.kubernetes.pods import RenderOptions
 from connectors.kubernetes.reflector import Reflector
 from connectors.kubernetes.reporting import Reachability, Reporter
+from connectors.kubernetes.tenants import OTHER_GOVERNANCE, TenantBook, TenantOptions
 from connectors.kubernetes.throttle import Backoff
 from events.catalog.decisions import EXPLANATIONS_AND_CYCLES
 from events.catalog.inventory import ClusterKind, ClusterRegistered
-from events.catalog.topics import DECISIONS, JOBS
+from events.catalog.topics import DECISIONS, GOVERNANCE, JOBS
 from events.catalog.types import ClusterId
 from events.hosting.consumer import EventConsumer
 from events.hosting.loop import ride_out
@@ -72,6 +74,15 @@ class ConnectorConfig:
     watch_timeout_s: int = 300
     max_backoff_s: float = 30.0
     publish_batch: int = 500
+    allowed_registries: tuple[str, ...] | None = None
+    """Registries (``HOST[:PORT][/PATH]``) every image in this cluster must come from, whatever its tenant
+    allows (``None``: the tenants' image policies alone decide)."""
+    pull_secret_namespace: str | None = None
+    """The namespace the platform team keeps tenants' pull secrets in; copied into tenant namespaces."""
+    container_cpu_milli: int = 100
+    """The CPU request of a container that asks none in a tenant namespace (its LimitRange)."""
+    container_memory_mib: int = 256
+    """The memory request of a container that asks none in a tenant namespace (its LimitRange)."""
 
     @property
     def group_id(self) -> str:
@@ -116,6 +127,13 @@ class KubernetesConnector:
             backoff=Backoff(0.2, config.max_backoff_s),
             has_pods=self.pods.has_job,
             denied_retry_s=config.denied_retry_s,
+            tenants=TenantBook(event_log),
+            tenant_options=TenantOptions(
+                config.allowed_registries,
+                config.pull_secret_namespace,
+                config.container_cpu_milli,
+                config.container_memory_mib,
+            ),
         )
         self.pods.is_over = self.executor.is_over
         self.node_reflector = self._reflector("/api/v1/nodes", "nodes", None)
@@ -124,9 +142,9 @@ class KubernetesConnector:
         self.consumer = EventConsumer(
             event_log,
             config.group_id,
-            [DECISIONS.name, JOBS.name],
+            [DECISIONS.name, JOBS.name, GOVERNANCE.name],
             self.executor.handle,
-            skip_types=EXPLANATIONS_AND_CYCLES,
+            skip_types=EXPLANATIONS_AND_CYCLES | OTHER_GOVERNANCE,
         )
 
     def _reflector(self, path: str, name: str, selector: str | None) -> Reflector:
@@ -156,6 +174,8 @@ class KubernetesConnector:
         """Act on the cluster's decisions until cancelled; an outage of the log is ridden out
         (``events.hosting.loop``), a fence ends the connector."""
         await self.pod_reflector.synced.wait()  # know our pods before acting on decisions
+        await self.executor.tenants.load()  # and the tenants' settings, from the log alone
+        await self.executor.setup.refresh_all()
         await self.consumer.start()
         await ride_out(
             lambda: self.consumer.poll_once(timeout_s=0.5),

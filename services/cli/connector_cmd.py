@@ -161,7 +161,28 @@ def _register_kubernetes(kinds: argparse._SubParsersAction) -> None:  # type: ig
     kube.add_argument("--burst", type=int, default=40, help="API requests at once (default 40)")
     kube.add_argument("--unreachable-after-s", type=float, default=5.0, help="failing this long: unreachable")
     kube.add_argument("--cancel-grace-s", type=int, default=30, help="grace period of cancelled pods")
+    kube.add_argument(
+        "--allowed-registry",
+        action="append",
+        type=_registry,
+        metavar="HOST[:PORT][/PATH]",
+        help="a registry every image in this cluster must come from, whatever its tenant allows (repeat; "
+        "default: the tenants' image policies alone decide)",
+    )
+    kube.add_argument("--pull-secret-namespace", help="namespace of the pull secrets copied into tenant namespaces")
+    kube.add_argument("--container-cpu-milli", type=int, default=100, help="CPU request of a container asking none")
+    kube.add_argument("--container-memory-mib", type=int, default=256, help="memory request of a container asking none")
     kube.set_defaults(handler=run_kubernetes)
+
+
+def _registry(text: str) -> str:
+    from events.catalog.images import parse_registry
+
+    try:
+        parse_registry(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
 
 
 async def run_kubernetes(args: argparse.Namespace) -> int:
@@ -189,6 +210,10 @@ async def run_kubernetes(args: argparse.Namespace) -> int:
             default_image=args.default_image,
             unreachable_after_s=args.unreachable_after_s,
             cancel_grace_s=args.cancel_grace_s,
+            allowed_registries=tuple(args.allowed_registry) if args.allowed_registry else None,
+            pull_secret_namespace=args.pull_secret_namespace,
+            container_cpu_milli=args.container_cpu_milli,
+            container_memory_mib=args.container_memory_mib,
         )
         limiter = RateLimiter(args.qps, args.burst)
         in_cluster = args.in_cluster or (not args.kubeconfig and "KUBERNETES_SERVICE_HOST" in os.environ)
