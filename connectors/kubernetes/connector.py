@@ -175,7 +175,9 @@ class KubernetesConnector:
         (``events.hosting.loop``), a fence ends the connector."""
         await self.pod_reflector.synced.wait()  # know our pods before acting on decisions
         await self.executor.tenants.load()  # and the tenants' settings, from the log alone
-        await self.executor.setup.refresh_all()
+        await self.executor.setup.refresh_all(
+            {p["metadata"]["namespace"] for r in self.pods.runs.values() for p in r.pods.values()}
+        )
         await self.consumer.start()
         await ride_out(
             lambda: self.consumer.poll_once(timeout_s=0.5),

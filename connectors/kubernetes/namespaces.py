@@ -22,7 +22,8 @@ What "the tenant's fedsched quota" caps, decided:
   to the accelerator mapping (their resource names depend on the model). Only requests are capped:
   fedsched's pods ask requests, and a ``limits.*`` cap would refuse every pod that sets no limit.
 
-The LimitRange (type Container) gives a container that asks nothing (a sidecar, a pod made outside
+A tenant the log never gave a quota gets neither object (``TenantBook.has_quota``). The LimitRange (type
+Container) gives a container that asks nothing (a sidecar, a pod made outside
 fedsched) a default request (``ContainerDefaults``, at most the cap), so it counts against the
 ResourceQuota; a ``max`` no container may exceed, the tenant's cap; and a default limit equal to that
 max, which is what the API server would default it to: a smaller one would refuse fedsched's own

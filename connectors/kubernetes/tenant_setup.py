@@ -2,14 +2,17 @@
 
 Called by the executor: ``namespace_ready`` once it has made (or found) a tenant's namespace, before the
 pods; ``refresh`` when the governance topic changes the tenant's quota or image policy; ``refresh_all``
-once at start, after the tenant book has read the log (a change made while the connector was away).
+once at start, after the tenant book has read the log (a change made while the connector was away), for
+the namespaces where the cluster's pods run.
 Calls the API server; renders with ``connectors.kubernetes.namespaces``; reads the ``TenantBook``.
 
 Every object is written by server-side apply (field manager ``fedsched-connector``, forced): applying the
 same manifest again changes nothing, a changed one replaces what fedsched wrote and nothing else. A
-ResourceQuota the tenant's quota no longer calls for is deleted. The limits are a safety net beside
-fedsched's own quota (which placed the pods): failing to write them is logged and retried at the next
-launch into the namespace or change of the tenant, and does not fail the launch.
+ResourceQuota the tenant's quota no longer calls for is deleted. A tenant the log never gave a quota gets
+neither object, and costs no request. The limits are a safety net beside fedsched's own quota (which
+placed the pods): the API server refusing them (422, ...) is logged and retried at the next launch into
+the namespace or change of the tenant, and does not fail the launch; a refusal of the connector itself
+(RBAC) is treated as for its pods (retried for ``denied_retry_s``, the cluster reported unreachable).
 
 Pull secrets, decided: the platform team creates each ``kubernetes.io/dockerconfigjson`` Secret a Tenant
 document names once, in the connector's namespace (``ConnectorConfig.pull_secret_namespace``); the
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 from connectors.kubernetes import names, namespaces
@@ -88,9 +91,19 @@ class TenantSetup:
         except PullSecretMissing as error:
             log.warning("event=pull_secret_missing tenant=%s namespace=%s error=%r", tenant, namespace, str(error))
 
-    async def refresh_all(self) -> None:
+    async def refresh_all(self, namespaces_in_use: Collection[str]) -> None:
+        """At start: rewrite the objects of every tenant namespace where this cluster's pods run (what the
+        pod watcher listed), so a change made while the connector was away is in force; other namespaces
+        are brought up to date at their next placement or change."""
         for tenant in self.tenants.tenants():
-            await self.refresh(tenant)
+            namespace = names.namespace_name(tenant, self.namespace_prefix)
+            if namespace in namespaces_in_use:
+                try:
+                    await self._write(tenant, namespace)
+                except PullSecretMissing as error:
+                    log.warning(
+                        "event=pull_secret_missing tenant=%s namespace=%s error=%r", tenant, namespace, str(error)
+                    )
 
     async def _write(self, tenant: TenantId, namespace: str) -> None:
         wanted = self._wanted(tenant)
@@ -100,6 +113,8 @@ class TenantSetup:
             self._applied[namespace] = wanted
 
     async def _limits(self, tenant: TenantId, namespace: str) -> bool:
+        if not self.tenants.has_quota(tenant):
+            return True  # no quota in the log: the namespace is left as it is
         caps = namespaces.caps_of(self.tenants.quotas(tenant))
         quota = namespaces.resource_quota(tenant, namespace, caps, self.gpu_resource)
         limits = namespaces.limit_range(tenant, namespace, caps, self.defaults)

@@ -64,6 +64,7 @@ class TenantBook:
         self._log = log_
         self._images: dict[TenantId, ImagePolicy] = {}
         self._quotas: dict[TenantId, dict[QueueId, tuple[QuotaLine, ...]]] = {}
+        self._ever_quoted: set[TenantId] = set()
         self._read: dict[int, int] = {}
         """Partition of the governance topic -> the next offset to take into account."""
         self.loaded = False
@@ -75,6 +76,11 @@ class TenantBook:
     def quotas(self, tenant: TenantId) -> Mapping[QueueId, tuple[QuotaLine, ...]]:
         """The quota lines of each of the tenant's queues (a queue set to no lines is left out)."""
         return self._quotas.get(tenant, {})
+
+    def has_quota(self, tenant: TenantId) -> bool:
+        """Whether the log ever set a quota of the tenant (then its namespace's limits are fedsched's to
+        keep, a cleared quota included); a tenant never given one gets no objects and costs no request."""
+        return tenant in self._ever_quoted
 
     def tenants(self) -> list[TenantId]:
         """Every tenant with an image policy or a quota, in name order."""
@@ -96,6 +102,7 @@ class TenantBook:
                 self._images[event.tenant] = event.images
             return event.tenant
         if isinstance(event, QuotaSet):
+            self._ever_quoted.add(event.tenant)
             queues = self._quotas.setdefault(event.tenant, {})
             if event.lines:
                 queues[event.queue] = event.lines

@@ -24,7 +24,8 @@ async def _sync(api: KubeApi) -> None:
             continue
         meta = quota["metadata"]
         path = f"/api/v1/namespaces/{meta['namespace']}/resourcequotas/{meta['name']}/status"
-        status = {"status": {"hard": hard, "used": dict.fromkeys(hard, "0")}}
+        gone = dict.fromkeys((quota.get("status") or {}).get("hard") or {})  # a merge patch keeps other keys
+        status = {"status": {"hard": {**gone, **hard}, "used": {**gone, **dict.fromkeys(hard, "0")}}}
         with contextlib.suppress(KubeError):
             await api.request("PATCH", path, body=status, content_type=MERGE_PATCH)
 

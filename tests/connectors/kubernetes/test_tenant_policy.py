@@ -155,10 +155,8 @@ async def test_a_tenant_namespace_gets_a_quota_and_limits_from_its_quota_kept_up
         await scene.scheduler.publish([QuotaSet(tenant=tenant, queue=QueueId(queue), lines=lines, set_by="ops")])
 
     cpu, memory, gpu = ResourceKind.CPU, ResourceKind.MEMORY, ResourceKind.GPU
-    await scene.pods(await scene.place(tenant))  # no quota yet: its namespace, with default requests only
-    limits = await scene.get(limits_path)
-    assert limits is not None and limits["spec"]["limits"][0]["defaultRequest"] == {"cpu": "100m", "memory": "256Mi"}
-    assert "max" not in limits["spec"]["limits"][0] and await scene.get(quota_path) is None
+    await scene.pods(await scene.place(tenant))  # no quota in the log: the namespace is left as it is
+    assert await scene.get(limits_path) is None and await scene.get(quota_path) is None
 
     async with quota_controller(scene.kube.api):
         await quota(
@@ -201,6 +199,12 @@ async def test_a_tenant_namespace_gets_a_quota_and_limits_from_its_quota_kept_up
 
         await quota(QuotaLine(resource=gpu, guaranteed=1_000))  # nothing capped: no ResourceQuota
         await wait_until(lambda: _gone(scene, quota_path), 30, "the ResourceQuota deleted")
+        limits = await scene.get(limits_path)
+        assert limits is not None
+        assert limits["spec"]["limits"][0] == {
+            "type": "Container",
+            "defaultRequest": {"cpu": "100m", "memory": "256Mi"},  # no max, no default limit: nothing capped
+        }
 
 
 async def _gone(scene: Scene, path: str) -> bool:
