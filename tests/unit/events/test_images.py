@@ -8,6 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from events.catalog.documents import TenantSpec
+from events.catalog.governance import TenantRegistered
 from events.catalog.images import ImagePolicy, ImageRef, ImageReferenceError, parse_reference, refusal, template_images
 
 pytestmark = pytest.mark.timeout(10)
@@ -126,3 +127,14 @@ def test_every_container_and_init_container_image_is_named_by_its_field() -> Non
     ]
     assert template_images({"image": "ubuntu", "command": ["true"]}) == [("template.image", "ubuntu")]
     assert template_images({}) == [] and template_images({"image": ""}) == []
+
+
+def test_a_v2_tenant_reads_as_one_with_no_image_policy_of_its_own() -> None:
+    from events.wire import codec
+
+    from .catalog_golden import read, wire_headers
+
+    body, meta = read("io.fedsched.TenantRegistered", 2)
+    tenant = codec.decode(wire_headers(meta), body).data
+    assert isinstance(tenant, TenantRegistered) and tenant.images is None
+    assert tenant.default_priority_class is not None  # v2's own fields come through
