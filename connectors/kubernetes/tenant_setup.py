@@ -65,10 +65,12 @@ class TenantSetup:
         self._applied: dict[str, tuple[object, ...]] = {}
         """Namespace -> the settings last written into it by this process."""
 
-    def _wanted(self, tenant: TenantId) -> tuple[object, ...]:
+    def _secret_names(self, tenant: TenantId) -> tuple[str, ...]:
         policy = self.tenants.images(tenant)
-        secrets = policy.pull_secrets if policy is not None else ()
-        return namespaces.caps_of(self.tenants.quotas(tenant)), secrets
+        return policy.pull_secrets if policy is not None else ()
+
+    def _wanted(self, tenant: TenantId) -> tuple[object, ...]:
+        return namespaces.caps_of(self.tenants.quotas(tenant)), self._secret_names(tenant)
 
     async def namespace_ready(self, tenant: TenantId, namespace: str) -> None:
         """Bring the namespace's objects to the tenant's settings, unless this process already did.
@@ -79,6 +81,9 @@ class TenantSetup:
     async def refresh(self, tenant: TenantId) -> None:
         """After a change of the tenant's settings: rewrite its namespace's objects, if it has one."""
         namespace = names.namespace_name(tenant, self.namespace_prefix)
+        if not self.tenants.has_quota(tenant) and not self._secret_names(tenant):
+            self._applied.pop(namespace, None)
+            return  # nothing of fedsched's to keep in its namespace: no request
         if namespace not in self._applied:
             try:
                 await self._get(f"/api/v1/namespaces/{namespace}")
@@ -86,10 +91,7 @@ class TenantSetup:
                 if error.status != 404:
                     log.warning("event=tenant_refresh_error tenant=%s error=%r", tenant, str(error))
                 return  # none (made, with its objects, at the tenant's first placement here), or retried then
-        try:
-            await self._write(tenant, namespace)
-        except PullSecretMissing as error:
-            log.warning("event=pull_secret_missing tenant=%s namespace=%s error=%r", tenant, namespace, str(error))
+        await self._write_between_launches(tenant, namespace)
 
     async def refresh_all(self, namespaces_in_use: Collection[str]) -> None:
         """At start: rewrite the objects of every tenant namespace where this cluster's pods run (what the
@@ -98,12 +100,14 @@ class TenantSetup:
         for tenant in self.tenants.tenants():
             namespace = names.namespace_name(tenant, self.namespace_prefix)
             if namespace in namespaces_in_use:
-                try:
-                    await self._write(tenant, namespace)
-                except PullSecretMissing as error:
-                    log.warning(
-                        "event=pull_secret_missing tenant=%s namespace=%s error=%r", tenant, namespace, str(error)
-                    )
+                await self._write_between_launches(tenant, namespace)
+
+    async def _write_between_launches(self, tenant: TenantId, namespace: str) -> None:
+        """Write with no launch to fail: a missing pull secret is logged (the next launch fails on it)."""
+        try:
+            await self._write(tenant, namespace)
+        except PullSecretMissing as error:
+            log.warning("event=pull_secret_missing tenant=%s namespace=%s error=%r", tenant, namespace, str(error))
 
     async def _write(self, tenant: TenantId, namespace: str) -> None:
         wanted = self._wanted(tenant)

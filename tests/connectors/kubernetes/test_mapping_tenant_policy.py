@@ -12,6 +12,7 @@ from connectors.kubernetes.tenants import TenantBook, TenantOptions
 from events.catalog.governance import QuotaSet, TenantRegistered
 from events.catalog.images import ImagePolicy
 from events.catalog.types import ClusterId, QueueId, QuotaLine, ResourceKind, TenantId
+from events.log import LogRecord
 
 from .builders import a_job, a_placement
 
@@ -143,3 +144,17 @@ def test_the_book_keeps_the_last_word_per_tenant_and_queue_and_a_deleted_tenant_
     assert list(book.quotas(T)) == [QueueId("default")]
     book.take(TenantRegistered(tenant=T, display_name="A"))
     assert book.images(T) is None and book.tenants() == [T]
+
+
+def test_a_record_the_book_has_read_already_changes_nothing() -> None:
+    book = TenantBook(None)
+
+    def record(offset: int) -> LogRecord:
+        return LogRecord("fedsched.governance", 0, offset, None, b"", (), 0)
+
+    newer = QuotaSet(tenant=T, lines=(line(CPU, 1, 8),), set_by="ops")
+    older = QuotaSet(tenant=T, lines=(line(CPU, 1, 2),), set_by="ops")
+    assert book.apply(record(5), newer) == T
+    assert book.apply(record(3), older) is None  # the group redelivers what the start-up read took in
+    assert book.apply(record(5), older) is None
+    assert book.quotas(T)[QueueId("default")] == newer.lines
