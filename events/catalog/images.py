@@ -19,6 +19,14 @@ DNS does; a port is part of the host, so ``registry.example.com:5000`` is anothe
 ``registry.example.com``) and its repository path is the pattern's path or lies below it, component by
 component (``team-a`` allows ``team-a/x``, never ``team-ab/x``). Docker Hub is ``docker.io``
 (``docker.io/library`` for official images only).
+
+Decided, for a tenant that names no ``images`` (or no ``registries``): any registry, not none. Deny by
+default is the house rule, but every tenant registered before this field existed would otherwise stop
+running the moment the release is deployed, which no operator expects from an upgrade. The deny side
+belongs to whoever runs the cluster: a Kubernetes connector's ``--allowed-registry`` list binds every
+image in its cluster whatever the tenant allows (a tenant never widens it), so a cluster that must only
+pull from its mirror says so once. ``registries: []`` is an explicit "no image at all". A reference that
+is no reference (``Bad/Ref``) is refused whatever the policy: it could never be pulled.
 """
 
 from __future__ import annotations
