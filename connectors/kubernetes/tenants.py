@@ -25,7 +25,7 @@ from events.catalog import REGISTRY
 from events.catalog.base import Event
 from events.catalog.errors import EventError
 from events.catalog.governance import QuotaSet, TenantRegistered
-from events.catalog.images import ImagePolicy
+from events.catalog.images import ImagePolicy, parse_registry
 from events.catalog.topics import GOVERNANCE
 from events.catalog.types import QueueId, QuotaLine, TenantId
 from events.log import EventLog, LogRecord, TopicPartition
@@ -56,6 +56,17 @@ class TenantOptions:
     """The CPU request a container that asks none gets in a tenant namespace (its LimitRange)."""
     container_memory_mib: int = 256
     """The memory request a container that asks none gets in a tenant namespace (its LimitRange)."""
+
+    def __post_init__(self) -> None:
+        """A configuration that cannot work is refused before the connector starts, naming the field."""
+        for i, registry in enumerate(self.allowed_registries or ()):
+            try:
+                parse_registry(registry)
+            except ValueError as error:
+                raise ValueError(f"allowed_registries[{i}]: {error}") from None
+        for name in ("container_cpu_milli", "container_memory_mib"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: must not be negative")
 
 
 class TenantBook:

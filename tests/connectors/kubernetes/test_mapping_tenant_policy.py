@@ -158,3 +158,10 @@ def test_a_record_the_book_has_read_already_changes_nothing() -> None:
     assert book.apply(record(3), older) is None  # the group redelivers what the start-up read took in
     assert book.apply(record(5), older) is None
     assert book.quotas(T)[QueueId("default")] == newer.lines
+
+
+def test_a_cluster_registry_that_is_no_host_is_refused_naming_the_field() -> None:
+    with pytest.raises(ValueError, match=r"allowed_registries\[1\]: 'ubuntu' is not HOST"):
+        TenantOptions(allowed_registries=("nvcr.io", "ubuntu"))
+    with pytest.raises(ValueError, match="container_cpu_milli: must not be negative"):
+        TenantOptions(container_cpu_milli=-1)
