@@ -11,7 +11,8 @@ in-process. ``run()`` works until cancelled:
 3. list-then-watch its pods -> ``JobStarted`` / ``JobSucceeded`` / ``JobFailed`` / ``JobPreempted`` / ...
    (``pod_watcher``), plus a one-second timer for deletion deadlines;
 4. consume the decisions and jobs topics in the group ``fedsched-connector-kubernetes-<cluster>`` and
-   carry out this cluster's decisions (``executor``);
+   carry out this cluster's decisions (``executor``); and the governance topic, whose tenant settings
+   (image policy, quota) it first reads from the log's start (``tenants``);
 5. read GPU usage from the DCGM exporters (or Prometheus) -> ``NodeUsageReported`` (``usage``);
 6. follow reachability: ``ClusterStatusChanged`` when the API server stops or starts answering, or
    refuses or again allows the connector's requests (401, or the authoriser's 403).
@@ -40,11 +41,12 @@ from connectors.kubernetes.pods import RenderOptions
 from connectors.kubernetes.reflector import Reflector
 from connectors.kubernetes.registration import Registration
 from connectors.kubernetes.reporting import Reachability, Reporter
+from connectors.kubernetes.tenants import OTHER_GOVERNANCE, TenantBook, TenantOptions
 from connectors.kubernetes.throttle import Backoff
 from connectors.kubernetes.usage import UsageSettings, UsageTask, source_of
 from events.catalog.decisions import EXPLANATIONS_AND_CYCLES
 from events.catalog.inventory import ClusterKind, ClusterRegistered, GpuRate
-from events.catalog.topics import DECISIONS, JOBS
+from events.catalog.topics import DECISIONS, GOVERNANCE, JOBS
 from events.catalog.types import ClusterId
 from events.hosting.consumer import EventConsumer
 from events.hosting.loop import ride_out
@@ -90,6 +92,15 @@ class ConnectorConfig:
     """The cluster's DNS domain (the kubelet's ``--cluster-domain``), in training runs' ``MASTER_ADDR``."""
     crash_restarts: int = 5
     """Restarts after which a crash-looping container of a service fails its run (``lifecycle``)."""
+    allowed_registries: tuple[str, ...] | None = None
+    """Registries (``HOST[:PORT][/PATH]``) every image in this cluster must come from, whatever its tenant
+    allows (``None``: the tenants' image policies alone decide)."""
+    pull_secret_namespace: str | None = None
+    """The namespace the platform team keeps tenants' pull secrets in; copied into tenant namespaces."""
+    container_cpu_milli: int = 100
+    """The CPU request of a container that asks none in a tenant namespace (its LimitRange)."""
+    container_memory_mib: int = 256
+    """The memory request of a container that asks none in a tenant namespace (its LimitRange)."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.rendezvous_port <= 65535:
@@ -171,6 +182,13 @@ class KubernetesConnector:
             backoff=Backoff(0.2, config.max_backoff_s),
             has_pods=self.pods.has_job,
             denied_retry_s=config.denied_retry_s,
+            tenants=TenantBook(event_log),
+            tenant_options=TenantOptions(
+                config.allowed_registries,
+                config.pull_secret_namespace,
+                config.container_cpu_milli,
+                config.container_memory_mib,
+            ),
         )
         self.pods.is_over = self.executor.is_over
         self.pods.recall = self.book.recall
@@ -185,9 +203,9 @@ class KubernetesConnector:
         self.consumer = EventConsumer(
             event_log,
             config.group_id,
-            [DECISIONS.name, JOBS.name],
+            [DECISIONS.name, JOBS.name, GOVERNANCE.name],
             self.executor.handle,
-            skip_types=EXPLANATIONS_AND_CYCLES,
+            skip_types=EXPLANATIONS_AND_CYCLES | OTHER_GOVERNANCE,
         )
 
     def _reflector(self, path: str, name: str, selector: str | None) -> Reflector:
@@ -212,6 +230,10 @@ class KubernetesConnector:
         (``events.hosting.loop``), a fence ends the connector."""
         await self.pod_reflector.synced.wait()  # know our pods before acting on decisions
         await self.node_reflector.synced.wait()  # and the nodes' devices, which pods ask by their resources
+        await self.executor.tenants.load()  # and the tenants' settings, from the log alone
+        await self.executor.setup.refresh_all(
+            {p["metadata"]["namespace"] for r in self.pods.runs.values() for p in r.pods.values()}
+        )
         await self.consumer.start()
         await ride_out(
             lambda: self.consumer.poll_once(timeout_s=0.5),

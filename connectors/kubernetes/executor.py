@@ -34,6 +34,11 @@ time, in log order. Calls the API server and the ``Reporter``; reads the ``JobBo
   stopped the same way (``fedsched.io/stop: stale``), and a late placement of an older run creates
   nothing. ``is_over`` tells the pod watcher about both, so nothing is reported even before the pods
   carry the annotation.
+- Tenant policy (``TenantRegistered``, ``QuotaSet`` on the governance topic, kept by the ``TenantBook``):
+  a placement's pods are checked against the images the tenant and the cluster allow and name the
+  tenant's pull secrets (``images``; a refusal fails the launch, no pod made); a tenant's namespace gets
+  its ResourceQuota, LimitRange and pull secret copies, again when the tenant's settings change
+  (``tenant_setup``).
 - While the API server is unreachable, a decision is retried with backoff and the consumer waits:
   its offsets are committed only after the handler returns, so nothing is skipped.
 - A refusal of the connector itself (401, or the authoriser's 403: RBAC missing, or not loaded yet
@@ -55,11 +60,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from connectors.kubernetes import lifecycle, names, pods, services
+from connectors.kubernetes import images, lifecycle, names, pods, services
 from connectors.kubernetes.jobbook import JobBook
 from connectors.kubernetes.kubeapi import KubeApi, KubeError, Obj
 from connectors.kubernetes.reporting import Reporter
 from connectors.kubernetes.service_keeper import ServiceKeeper
+from connectors.kubernetes.tenant_setup import PullSecretMissing, TenantSetup
+from connectors.kubernetes.tenants import TenantBook, TenantOptions
 from connectors.kubernetes.throttle import Backoff
 from events.catalog.decisions import (
     JobPlaced,
@@ -77,7 +84,7 @@ from events.catalog.jobs import (
 )
 from events.catalog.lifecycle import JOB_END_EVENTS, RUN_END_EVENTS, RunEndEvent, ends_part, spreads
 from events.catalog.reasons import ReasonCode
-from events.catalog.topics import JOBS
+from events.catalog.topics import GOVERNANCE, JOBS
 from events.catalog.types import JobId
 from events.log import LogRecord, ProducerFenced
 from events.wire.envelope import Envelope
@@ -109,6 +116,8 @@ class Executor:
         backoff: Backoff | None = None,
         has_pods: Callable[[JobId], bool] = lambda job_id: True,
         denied_retry_s: float = 300.0,
+        tenants: TenantBook | None = None,
+        tenant_options: TenantOptions | None = None,
     ) -> None:
         self.api = api
         self.book = book
@@ -128,6 +137,9 @@ class Executor:
         self._over: dict[lifecycle.RunKey, None] = {}
         """Runs of this cluster ended by someone else (insertion-ordered, the oldest forgotten first)."""
         self.created = 0
+        self.tenants = tenants if tenants is not None else TenantBook(None)
+        self.tenant_options = tenant_options or TenantOptions()
+        self.setup = TenantSetup(api, self.tenants, options, self.tenant_options, self._retrying)
 
     async def handle(self, record: LogRecord, envelope: Envelope) -> None:
         event = envelope.data
@@ -143,6 +155,10 @@ class Executor:
                 ):
                     self._placed.discard(event.job_id)
                     self._current.pop(event.job_id, None)
+            if event.topic == GOVERNANCE.name:
+                changed = self.tenants.apply(record, event)
+                if changed is not None:
+                    await self.setup.refresh(changed)
             if isinstance(event, JobRetriesExhausted):
                 self.book.forget(event.job_id)
             if isinstance(event, JobPlaced):
@@ -247,6 +263,10 @@ class Executor:
                 if error.status != 409:
                     raise LaunchFailed(f"the API server refused namespace {name}: {error}") from error
             self._namespaces.add(name)
+        try:
+            await self.setup.namespace_ready(job.tenant, name)
+        except PullSecretMissing as error:
+            raise LaunchFailed(str(error)) from None
         return name
 
     async def place(self, placed: JobPlaced) -> None:
@@ -332,6 +352,9 @@ class Executor:
         try:
             manifests = pods.render_pods(decided, job, self.options, part_replicas)
             run_services = services.render_services(decided, job, self.options)
+            manifests = images.checked(
+                manifests, job, self.tenants.images(job.tenant), self.cluster, self.tenant_options
+            )
             namespace = await self._namespace(job)
             self._placed.add(job_id)
             for service in run_services:  # before the pods: a replica's peers resolve as soon as it starts

@@ -52,6 +52,7 @@ def event_of(document: Document, change: DocumentChange) -> Event:
             labels=document.metadata.labels,
             hot_model_cap_milli=spec.hot_model_cap_milli,
             default_priority_class=spec.default_priority_class,
+            images=spec.images,
             change=change,
         )
     if isinstance(spec, CohortSpec):
@@ -108,6 +109,7 @@ def document_of(event: Event) -> tuple[Document | None, DocumentChange] | None:
             weight=event.weight,
             hot_model_cap_milli=event.hot_model_cap_milli,
             default_priority_class=event.default_priority_class,
+            images=event.images,
         )
     elif isinstance(event, CohortConfigured):
         spec = CohortSpec(

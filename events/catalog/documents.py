@@ -8,8 +8,8 @@ and the projections through the events that carry them. Pure: no I/O, clock or e
 A document is ``api_version: fedsched.io/v1``, a ``kind``, ``metadata: {name, labels}`` and a ``spec``
 whose fields depend on the kind:
 
-- ``Tenant``: a team: its fair-share weight, cohort, cap on hot GPU models and default priority class;
-  its name is the tenant id.
+- ``Tenant``: a team: its fair-share weight, cohort, cap on hot GPU models, default priority class and
+  image policy (allowed registries, pull secrets); its name is the tenant id.
 - ``Cohort``: tenants that lend each other their unused guaranteed quota; its name is what a Tenant's
   ``cohort`` names.
 - ``Quota``: the quota of one tenant's queue (the lines of ``QuotaSet``); one document per queue.
@@ -32,6 +32,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, JsonValue, StringConstraints, ValidationError, model_validator
 
+from events.catalog.images import ImagePolicy
 from events.catalog.jobs import PriorityClass
 from events.catalog.profiles import HOT_PRESSURE_MILLI
 from events.catalog.types import (
@@ -93,6 +94,9 @@ class TenantSpec(Frozen):
     policy's ``hot_model_cap_milli``."""
     default_priority_class: PriorityClass | None = None
     """The priority class of the tenant's jobs that name none; ``None``: standard."""
+    images: ImagePolicy | None = None
+    """Where the tenant's images may come from and the secrets its pods pull them with (``None``: no
+    limit of the tenant's own; see ``events.catalog.images``)."""
 
 
 class CohortSpec(Frozen):

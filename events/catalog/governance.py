@@ -28,6 +28,7 @@ from pydantic import Field, model_validator
 
 from events.catalog.base import Event
 from events.catalog.documents import BudgetSpec, BudgetWindow, DocumentChange
+from events.catalog.images import ImagePolicy
 from events.catalog.jobs import PriorityClass
 from events.catalog.reasons import ReasonCode
 from events.catalog.topics import GOVERNANCE
@@ -83,7 +84,7 @@ class TenantRegistered(Event):
     """A tenant (a team) was registered or its settings changed."""
 
     event_type: ClassVar[str] = "io.fedsched.TenantRegistered"
-    schema_version: ClassVar[int] = 2
+    schema_version: ClassVar[int] = 3
     key_field: ClassVar[str | None] = "tenant"
     topic: ClassVar[str] = GOVERNANCE.name
 
@@ -98,6 +99,8 @@ class TenantRegistered(Event):
     """The most milli-GPU of hot GPU models the tenant may hold; ``None``: the policy's cap."""
     default_priority_class: PriorityClass | None = None
     """The priority class of the tenant's jobs that name none; ``None``: standard."""
+    images: ImagePolicy | None = None
+    """Where the tenant's images may come from and its pull secrets; ``None``: no limit of its own."""
     change: DocumentChange | None = None
     """The ``Tenant`` document this registers (``None``: published by something else). Deleted: the
     tenant's settings go back to the defaults (weight 1, no cohort, no cap of its own)."""

@@ -40,6 +40,9 @@ History:
   NPU samples, and each job's NPU figures zero (it was given none to measure).
 - ``io.fedsched.JobReplicasAdded`` v1 -> v2: the same fields; v2 may name a cluster other than the run's
   placement (a spread inference service's part there), which a v1 event never did, so it reads as it is.
+- ``io.fedsched.TenantRegistered`` v2 -> v3: v3 carries the tenant's image policy (``images``: allowed
+  registries, pull secrets). A v2 tenant set none: ``None``, no limit of its own (a cluster's connector
+  may still set one), as it ran then.
 - ``io.fedsched.ResourceProfileUpdated`` v1 -> v2: v2 counts the GPU failures of the last day
   (``recent_failures``), which explanations name. A v1 profile did not say: ``None``.
 """
@@ -60,6 +63,7 @@ from events.catalog.decisions import (
     SuggestedChange,
     TopicOffset,
 )
+from events.catalog.documents import DocumentChange
 from events.catalog.jobs import InferenceSpec, Interconnect, JobEvent, JobKind, PriorityClass, Toleration
 from events.catalog.pending_reasons import pending_reason_of
 from events.catalog.profiles import GpuModelProfile, Quantities, QuotaUsage
@@ -432,6 +436,30 @@ def tenant_v1_to_v2(payload: Payload) -> Payload:
     return payload
 
 
+class TenantRegisteredV2(Event):
+    """A tenant was registered or its settings changed (v2: no image policy)."""
+
+    event_type: ClassVar[str] = "io.fedsched.TenantRegistered"
+    schema_version: ClassVar[int] = 2
+    key_field: ClassVar[str | None] = "tenant"
+    topic: ClassVar[str] = GOVERNANCE.name
+
+    tenant: TenantIdField
+    display_name: Name
+    cohort: Id | None = None
+    weight: Annotated[int, Field(ge=1, le=1_000_000)] = 1
+    labels: Labels = Field(default_factory=dict)
+    hot_model_cap_milli: NonNegInt | None = None
+    default_priority_class: PriorityClass | None = None
+    change: DocumentChange | None = None
+
+
+@upcaster("io.fedsched.TenantRegistered", 2)
+def tenant_v2_to_v3(payload: Payload) -> Payload:
+    payload["images"] = None
+    return payload
+
+
 @upcaster("io.fedsched.QuotaSet", 1)
 def quota_v1_to_v2(payload: Payload) -> Payload:
     payload["change"] = None
@@ -559,6 +587,7 @@ __all__ = [
     "ResourcesV1",
     "SchedulingCycleCompletedV1",
     "TenantRegisteredV1",
+    "TenantRegisteredV2",
     "cycle_v1_to_v2",
     "gpu_health_v1_to_v2",
     "gpu_health_v2_to_v3",

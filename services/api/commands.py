@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from events.catalog.documents import Kind
+from events.catalog.images import template_images
 from events.catalog.jobs import JobCancelRequested, JobSubmitted
 from events.catalog.lifecycle import FINAL_STATUSES
 from events.log.publisher import Publisher
@@ -62,8 +63,8 @@ class JobRef:
 
 
 TENANT_DEFAULTS_TTL_S = 2.0
-"""How long a tenant's default priority class is remembered: a Tenant document's change reaches new
-submissions within this long."""
+"""How long a tenant's settings (default priority class, image policy) are remembered: a Tenant
+document's change reaches new submissions within this long."""
 
 
 class JobCommands:
@@ -71,23 +72,36 @@ class JobCommands:
         self._publisher = publisher
         self._store = store
         self._reads = reads
-        self._defaults: dict[str, tuple[float, str | None]] = {}
+        self._tenants: dict[str, tuple[float, Mapping[str, Any]]] = {}
 
-    async def default_priority_class(self, tenant: str) -> str | None:
-        """The priority class a job of ``tenant`` that names none gets: its Tenant document's
-        ``default_priority_class`` (None: the catalogue's default, standard)."""
+    async def _tenant_spec(self, tenant: str) -> Mapping[str, Any]:
+        """The spec of the tenant's Tenant document as the read model holds it ({} without one)."""
         now = time.monotonic()
-        known = self._defaults.get(tenant)
+        known = self._tenants.get(tenant)
         if known is not None and now - known[0] < TENANT_DEFAULTS_TTL_S:
             return known[1]
         rows = await self._reads.documents(None, Kind.TENANT.value, tenant)
         spec = (rows[0].body or {}).get("spec", {}) if rows else {}
-        found = spec.get("default_priority_class")
-        value = found if isinstance(found, str) else None
-        if len(self._defaults) > 10_000:  # bounded: tenants are few, but names come from requests
-            self._defaults.clear()
-        self._defaults[tenant] = (now, value)
-        return value
+        if len(self._tenants) > 10_000:  # bounded: tenants are few, but names come from requests
+            self._tenants.clear()
+        self._tenants[tenant] = (now, spec if isinstance(spec, Mapping) else {})
+        return self._tenants[tenant][1]
+
+    async def default_priority_class(self, tenant: str) -> str | None:
+        """The priority class a job of ``tenant`` that names none gets: its Tenant document's
+        ``default_priority_class`` (None: the catalogue's default, standard)."""
+        found = (await self._tenant_spec(tenant)).get("default_priority_class")
+        return found if isinstance(found, str) else None
+
+    async def _images_allowed(self, event: JobSubmitted) -> None:
+        """Refuse a template naming an image its tenant's ``images.registries`` does not allow (or that is
+        no image reference at all). A template naming no image runs the connector's default image, which
+        the connector checks; so does every connector against its cluster's own registries."""
+        if not template_images(event.template):
+            return
+        images = (await self._tenant_spec(event.tenant)).get("images")
+        registries = images.get("registries") if isinstance(images, Mapping) else None
+        validation.images_allowed(event, registries if isinstance(registries, list) else None)
 
     async def submit(
         self,
@@ -118,6 +132,7 @@ class JobCommands:
         )
         event = validation.spreads_as_it_can(validation.asks_for_something(validation.event_from(JobSubmitted, body)))
         templates.fits_its_template(event)
+        await self._images_allowed(event)
         await self._fleet_can_hold(event)
         envelope = self._publisher.envelope(
             event,

@@ -18,6 +18,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from events.catalog.base import Event
 from events.catalog.errors import EventError, InvalidEvent
+from events.catalog.images import refusal, template_images
 from events.catalog.jobs import JobSubmitted
 from events.catalog.types import GpuModel, Id, RequestId
 from events.wire.codec import invalid_event
@@ -144,6 +145,16 @@ def spreads_as_it_can(event: JobSubmitted) -> JobSubmitted:
             "interconnect_required", "an interconnect domain never spans clusters: a spread service cannot require one"
         )
     return event
+
+
+def images_allowed(event: JobSubmitted, registries: Sequence[str] | None) -> None:
+    """Raise ``InvalidArgument`` naming the first image of the job's template (``template_json.spec.
+    containers[0].image``) that is not a reference Docker would pull, or comes from a registry outside
+    ``registries`` (``None``: any registry)."""
+    for field, image in template_images(event.template):
+        reason = refusal(registries, image, whose=f"tenant {event.tenant}")
+        if reason is not None:
+            raise InvalidArgument(_PROTO_NAMES["template"] + field.removeprefix("template"), reason)
 
 
 def _toleration(t: jobs_pb2.Toleration) -> dict[str, Any]:

@@ -171,6 +171,17 @@ def _register_kubernetes(kinds: argparse._SubParsersAction) -> None:  # type: ig
     kube.add_argument("--rendezvous-port", type=int, help="training's MASTER_PORT (default 29500)")
     kube.add_argument("--cluster-domain", help="the cluster's DNS domain (default cluster.local)")
     kube.add_argument("--crash-restarts", type=int, help="restarts: a crash-looping service fails (default 5)")
+    kube.add_argument(
+        "--allowed-registry",
+        action="append",
+        type=_registry,
+        metavar="HOST[:PORT][/PATH]",
+        help="a registry every image in this cluster must come from, whatever its tenant allows (repeat; "
+        "default: the tenants' image policies alone decide)",
+    )
+    kube.add_argument("--pull-secret-namespace", help="namespace of the pull secrets copied into tenant namespaces")
+    kube.add_argument("--container-cpu-milli", type=int, help="CPU request of a container asking none (default 100)")
+    kube.add_argument("--container-memory-mib", type=int, help="memory request of a container asking none (256)")
     usage = kube.add_argument_group("GPU usage (NVIDIA DCGM exporter metrics; also the file's usage: section)")
     usage.add_argument("--usage-interval-s", type=float, help="usage window, s (default 60; 0: read no usage)")
     usage.add_argument("--usage-scrape-s", type=float, help="between scrapes, s (default 15)")
@@ -187,6 +198,16 @@ def _register_kubernetes(kinds: argparse._SubParsersAction) -> None:  # type: ig
     usage.add_argument("--dcgm-path", help="the exporters' metrics path (default /metrics)")
     usage.add_argument("--prometheus-url", help="query DCGM metrics from this Prometheus instead of the exporters")
     kube.set_defaults(handler=run_kubernetes)
+
+
+def _registry(text: str) -> str:
+    from events.catalog.images import parse_registry
+
+    try:
+        parse_registry(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
 
 
 async def run_kubernetes(args: argparse.Namespace) -> int:
@@ -218,6 +239,10 @@ async def run_kubernetes(args: argparse.Namespace) -> int:
             "rendezvous_port": args.rendezvous_port,
             "cluster_domain": args.cluster_domain,
             "crash_restarts": args.crash_restarts,
+            "allowed_registries": tuple(args.allowed_registry) if args.allowed_registry else None,
+            "pull_secret_namespace": args.pull_secret_namespace,
+            "container_cpu_milli": args.container_cpu_milli,
+            "container_memory_mib": args.container_memory_mib,
         }
         usage = {
             "interval_s": args.usage_interval_s,

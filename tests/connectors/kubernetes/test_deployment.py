@@ -1,4 +1,5 @@
-"""The connector as deployed: the least-privilege RBAC manifest is enough, and the CLI runs it."""
+"""The connector as deployed: the least-privilege RBAC manifest is enough (pods, and a tenant's quota objects
+and pull secret copies), and the CLI runs it."""
 
 from __future__ import annotations
 
@@ -13,13 +14,16 @@ import yaml
 
 from connectors.kubernetes import KubeApi, KubeError
 from events.catalog.decisions import JobPreemptionRequested
+from events.catalog.governance import QuotaSet, TenantRegistered
+from events.catalog.images import ImagePolicy
 from events.catalog.inventory import ClusterRegistered, NodeObserved
 from events.catalog.jobs import JobKind, JobPreempted, JobStarted
-from events.catalog.types import ClusterId, CycleId, JobId
+from events.catalog.types import ClusterId, CycleId, JobId, QuotaLine, ResourceKind, TenantId
 from events.log.publisher import Publisher
 from tests.soak.components import free_ports, scrape
 
 from .builders import a_job, a_node, a_placement, container_status, pod_status, running
+from .quota_controller import quota_controller
 from .support import Kube, Running, Tap, config, delete_nodes, unique, wait_until
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.kube, pytest.mark.timeout(120)]
@@ -30,6 +34,9 @@ COLLECTIONS = {
     "ServiceAccount": "/api/v1/namespaces/{namespace}/serviceaccounts",
     "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
     "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles",
+    "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
+    "Secret": "/api/v1/namespaces/{namespace}/secrets",
 }
 
 
@@ -46,7 +53,14 @@ async def test_the_rbac_manifest_is_all_the_connector_needs(
     kube: Kube, tap: Tap, scheduler: Publisher, connectors: Running, kube_config: str
 ) -> None:
     manifests = [m for m in yaml.safe_load_all(RBAC.read_text()) if m]
-    assert [m["kind"] for m in manifests] == ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"]
+    assert [m["kind"] for m in manifests] == [
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+    ]
     for manifest in manifests:
         await apply(kube, manifest)  # the real API server accepts every object
     # The test's connector user gets the same ClusterRole the service account has.
@@ -58,6 +72,16 @@ async def test_the_rbac_manifest_is_all_the_connector_needs(
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "fedsched-connector"}],
     }
     await apply(kube, binding)
+    pull_secrets = {  # and the Role that lets it read the pull secrets kept in fedsched-system
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "fedsched-connector-test-user", "namespace": "fedsched-system"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "fedsched-connector-pull-secrets"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "fedsched-connector"}],
+    }
+    await apply(kube, pull_secrets)
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "rbac-pull", "namespace": "fedsched-system"}}
+    await apply(kube, {**secret, "type": "kubernetes.io/dockerconfigjson", "data": {".dockerconfigjson": "e30="}})
     user_config = str(Path(kube_config).parent / "connector.kubeconfig")
     user = await KubeApi.from_kubeconfig(user_config)
     try:
@@ -71,13 +95,32 @@ async def test_the_rbac_manifest_is_all_the_connector_needs(
     node = f"{cluster}-n"
     try:
         await kube.node(a_node(node).gpus(8).build())
-        await connectors.start(config(cluster), kubeconfig=user_config)
+        connector = await connectors.start(
+            config(cluster, pull_secret_namespace="fedsched-system"), kubeconfig=user_config
+        )
         await tap.wait(NodeObserved, node=node)
-        job = unique("train")
-        training = a_job(job, tenant=unique("tenant"), kind=JobKind.TRAINING)  # a run with a Service
-        await scheduler.publish([training, a_placement(job, (node,), cluster=cluster)])
-        (pod,) = await wait_until(lambda: kube.job_pods(cluster, job), 30, "the pod")
+        job, tenant = unique("train"), TenantId(unique("tenant"))
+        # A tenant with a pull secret and a quota: the connector copies the one and writes the other.
+        policy = ImagePolicy(pull_secrets=("rbac-pull",))
+        line = QuotaLine(resource=ResourceKind.GPU, guaranteed=1_000, limit=4_000)
+        await scheduler.publish(
+            [
+                TenantRegistered(tenant=tenant, display_name=tenant, images=policy),
+                QuotaSet(tenant=tenant, lines=(line,), set_by="ops"),
+            ]
+        )
+        book = connector.executor.tenants
+        await wait_until(lambda: book.images(tenant) == policy and book.quotas(tenant), 30, "the tenant's settings")
+        async with quota_controller(kube.api):
+            training = a_job(job, tenant=tenant, kind=JobKind.TRAINING)  # a run with a Service
+            await scheduler.publish([training, a_placement(job, (node,), cluster=cluster)])
+            (pod,) = await wait_until(lambda: kube.job_pods(cluster, job), 30, "the pod")
         assert len(await _services(kube, cluster, job)) == 1
+        assert pod["spec"]["imagePullSecrets"] == [{"name": "rbac-pull"}]
+        namespace = pod["metadata"]["namespace"]
+        quota = await kube.api.request("GET", f"/api/v1/namespaces/{namespace}/resourcequotas/fedsched-quota")
+        assert quota["spec"]["hard"] == {"requests.nvidia.com/gpu": "4"}
+        await kube.api.request("GET", f"/api/v1/namespaces/{namespace}/secrets/rbac-pull")
         await kube.set_pod_status(pod, pod_status("Running", container_status(**running())))
         await tap.wait(JobStarted, job_id=job)
         await scheduler.publish(

@@ -103,7 +103,13 @@ async def test_a_connector_refused_by_rbac_reports_the_cluster_unreachable_and_f
         {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "create"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete", "patch"]},
         {"apiGroups": [""], "resources": ["services"], "verbs": ["list", "create", "delete"]},
-    ]
+        {
+            "apiGroups": [""],
+            "resources": ["resourcequotas", "limitranges"],
+            "verbs": ["get", "create", "patch", "delete"],
+        },
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "patch"]},
+    ]  # what deploy/kubernetes/rbac.yaml grants, but creating pods
     create = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}]
     caplog.set_level(logging.INFO, logger="fedsched.connector.kubernetes")
     try:

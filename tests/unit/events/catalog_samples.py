@@ -60,6 +60,7 @@ from events.catalog.governance import (
     QuotaSet,
     TenantRegistered,
 )
+from events.catalog.images import ImagePolicy
 from events.catalog.inventory import (
     ClusterKind,
     ClusterNodesListed,
@@ -116,6 +117,7 @@ from events.catalog.legacy import (
     ResourceProfileUpdatedV1,
     SchedulingCycleCompletedV1,
     TenantRegisteredV1,
+    TenantRegisteredV2,
 )
 from events.catalog.pending_reasons import PendingReason
 from events.catalog.profiles import GpuModelProfile, Quantities, QuotaUsage, QuotaUsageUpdated, ResourceProfileUpdated
@@ -493,6 +495,7 @@ def _governance() -> list[Event]:
             labels={"cost-center": "cc-4410"},
             hot_model_cap_milli=16_000,
             default_priority_class=PriorityClass.CRITICAL_TRAINING,
+            images=ImagePolicy(registries=("registry.example.com/ml-research", "nvcr.io"), pull_secrets=("ml-pull",)),
             change=DocumentChange(
                 kind=Kind.TENANT,
                 name=ML,
@@ -725,6 +728,23 @@ def _legacy() -> list[Event]:
                 "max_victims": 16,
             },
             configured_by="ops@example.com",
+        ),
+        TenantRegisteredV2(
+            tenant=ML,
+            display_name="ML Research",
+            cohort="research",
+            weight=2,
+            labels={"cost-center": "cc-4410"},
+            hot_model_cap_milli=16_000,
+            default_priority_class=PriorityClass.CRITICAL_TRAINING,
+            change=DocumentChange(
+                kind=Kind.TENANT,
+                name=ML,
+                generation=1,
+                author="ops@example.com",
+                changes=(FieldChange(path="spec.weight", after="2"),),
+                labels={"cost-center": "cc-4410"},
+            ),
         ),
         TenantRegisteredV1(
             tenant=ML, display_name="ML Research", cohort="research", weight=2, labels={"cost-center": "cc-4410"}

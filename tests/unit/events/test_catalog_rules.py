@@ -73,7 +73,7 @@ CATALOGUE = {
     "io.fedsched.QuotaUsageUpdated": 2,
     "io.fedsched.ResourceProfileUpdated": 2,
     "io.fedsched.SchedulingCycleCompleted": 2,
-    "io.fedsched.TenantRegistered": 2,
+    "io.fedsched.TenantRegistered": 3,
 }
 
 PUBLIC = sorted(
