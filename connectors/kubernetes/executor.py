@@ -308,11 +308,13 @@ class Executor:
 
     async def _grow_part(self, added: JobReplicasAdded, job: JobSubmitted) -> None:
         """Open the run's part here (no pods of the run here yet) or grow it, each pod saying how many
-        replicas the part holds with it. A part that ended here is not opened again (the book has read
-        the job's partition by now, so it knows that end even after a restart); one opened after the
+        replicas the part holds with it. A part that ended here is not opened again (the book reads the
+        job's partition to its end first, so it knows that end even after a restart); one opened after the
         job's cancellation was asked for is reported cancelled, as a placement would be (the scheduler
         waits for every part it opened to end)."""
         job_id, run = added.job_id, added.run
+        if not self._ended_here(job_id, run):
+            await self.book.catch_up(job_id)  # its end here may be in the jobs topic, not read yet
         if self._ended_here(job_id, run):
             log.debug("event=part_not_reopened job=%s run=%d reason=part_ended_here", job_id, run)
             return

@@ -132,6 +132,12 @@ class JobBook:
         entry = self._jobs.get(job_id)
         return entry.cancel_requester if entry else None
 
+    async def catch_up(self, job_id: JobId) -> None:
+        """Read the job's partition on from where the book stopped to its end now: what the consumer may
+        not have read yet (the jobs topic and the decisions topic have no order between them), such as the
+        end of a spread run's part here that this connector reported after its start-up read."""
+        await self._scan(partition_for(job_id.encode(), await self._log.partitions(JOBS.name)))
+
     async def get(self, job_id: JobId) -> JobSubmitted | None:
         """The job's submission: from memory, else from its partition of the jobs topic."""
         entry = self._jobs.get(job_id)

@@ -23,7 +23,8 @@ def test_allowed_registries_repeat_and_default_to_none() -> None:
     assert args.allowed_registry == ["nvcr.io", "registry.example.com:5000/team-a"]
     defaults = parse()
     assert defaults.allowed_registry is None and defaults.pull_secret_namespace is None
-    assert (defaults.container_cpu_milli, defaults.container_memory_mib) == (100, 256)
+    # Not given: None, so the --config file or ConnectorConfig's defaults (100 milli-CPU, 256 MiB) decide.
+    assert (defaults.container_cpu_milli, defaults.container_memory_mib) == (None, None)
 
 
 def test_a_registry_that_is_no_host_is_refused_saying_why(capsys: pytest.CaptureFixture[str]) -> None:
