@@ -69,14 +69,14 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
 
 
-_JOIN_KEYS = ("cluster", "kubeconfig", "context")
+_JOIN_KEYS = ("cluster", "kubeconfig", "context", "config")
 
 
 def kubernetes_join(text: str):  # type: ignore[no-untyped-def]
-    """``--kubernetes``: ``CLUSTER=KUBECONFIG`` or ``cluster=ID,kubeconfig=FILE,context=NAME``."""
-    from connectors.kubernetes import ConnectorConfig
+    """``--kubernetes``: ``CLUSTER=KUBECONFIG`` or ``cluster=ID,kubeconfig=FILE,context=NAME,config=FILE``
+    (``config``: the connector's YAML, as ``fedsched connector kubernetes --config`` reads it)."""
+    from connectors.kubernetes import config_file
     from connectors.kubernetes.names import is_id
-    from events.catalog.types import ClusterId
     from services.runtime.kubernetes import KubernetesJoin
 
     if text.startswith("cluster="):
@@ -97,7 +97,11 @@ def kubernetes_join(text: str):  # type: ignore[no-untyped-def]
         raise argparse.ArgumentTypeError(
             f"{text!r}: cluster {fields['cluster']!r} is not an id (letters, digits, . _ -)"
         )
-    config = ConnectorConfig(cluster=ClusterId(fields["cluster"]))
+    try:
+        file = config_file.load(Path(fields["config"]).expanduser()) if "config" in fields else None
+        config = config_file.build(fields["cluster"], file)
+    except config_file.ConfigFileError as error:
+        raise argparse.ArgumentTypeError(f"{text!r}: {error}") from None
     return KubernetesJoin(config, str(Path(fields["kubeconfig"]).expanduser()), fields.get("context"))
 
 

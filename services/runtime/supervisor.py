@@ -21,7 +21,8 @@ Configuration (YAML; every key optional except the log and the DSN, which the en
     metrics: {host: 127.0.0.1, first_port: 9464}   # /metrics and /healthz of each child, on consecutive
                                         # ports in the order below, then the connectors'; first_port 0: none
     kubernetes:                         # Kubernetes clusters joined: a ``fedsched connector kubernetes``
-      - {cluster: gpu-east, kubeconfig: FILE, context: NAME}   # child each, named connector-<cluster>
+      - {cluster: gpu-east, kubeconfig: FILE, context: NAME, config: FILE}   # child each, named
+                                        # connector-<cluster>; config: its YAML (``--config``)
 
 Secrets never reach a child's command line, which every user of the host can read: the log URL, the
 DSN and the JWT secret go into the child's environment, as ``FEDSCHED_LOG``, ``FEDSCHED_POSTGRES_DSN``
@@ -204,9 +205,9 @@ class SupervisorConfig:
         }
         for joined in self.kubernetes:
             argv = ["connector", "kubernetes", "--cluster", joined["cluster"], "--kubeconfig", joined["kubeconfig"]]
-            commands[f"connector-{joined['cluster']}"] = argv + (
-                ["--context", joined["context"]] if "context" in joined else []
-            )
+            argv += ["--context", joined["context"]] if "context" in joined else []
+            argv += ["--config", joined["config"]] if "config" in joined else []
+            commands[f"connector-{joined['cluster']}"] = argv
         if self.metrics_first_port:
             order = [*COMPONENTS, *(name for name in commands if name not in COMPONENTS)]
             for offset, name in enumerate(order):  # the components in COMPONENTS' order, then the connectors
@@ -229,7 +230,7 @@ class SupervisorConfig:
         return out
 
 
-_JOIN_SETTINGS = ("cluster", "kubeconfig", "context")
+_JOIN_SETTINGS = ("cluster", "kubeconfig", "context", "config")
 
 
 def _kubernetes_settings(raw: object) -> tuple[dict[str, str], ...]:
@@ -257,6 +258,11 @@ def _kubernetes_settings(raw: object) -> tuple[dict[str, str], ...]:
         joined = {"cluster": cluster, "kubeconfig": str(Path(kubeconfig).expanduser().absolute())}
         if entry.get("context") is not None:
             joined["context"] = str(entry["context"])
+        if entry.get("config") is not None:
+            file = Path(str(entry["config"])).expanduser()
+            if not file.is_file():
+                raise ConfigError(f"{where}: config: no such file {file}")
+            joined["config"] = str(file.absolute())
         out.append(joined)
     return tuple(out)
 

@@ -182,7 +182,8 @@ def test_each_kubernetes_cluster_joined_gets_its_connector_with_the_log_and_no_o
     path = tmp_path / "fedsched.yaml"
     path.write_text(
         "log: kafka://10.0.0.5:9092\npostgres_dsn: postgresql://pg/fedsched\napi: {jwt_secret: s}\n"
-        f"kubernetes:\n  - {{cluster: gpu-east, kubeconfig: {tmp_path / 'east.kubeconfig'}, context: admin@east}}\n"
+        f"kubernetes:\n  - {{cluster: gpu-east, kubeconfig: {tmp_path / 'east.kubeconfig'}, context: admin@east,"
+        f" config: {tmp_path / 'east.kubeconfig'}}}\n"
     )
     children = SupervisorConfig.load(path).children()
     connector = children["connector-gpu-east"]
@@ -195,6 +196,8 @@ def test_each_kubernetes_cluster_joined_gets_its_connector_with_the_log_and_no_o
         str(tmp_path / "east.kubeconfig"),
         "--context",
         "admin@east",
+        "--config",
+        str(tmp_path / "east.kubeconfig"),
         "--metrics",
         "127.0.0.1:9469",  # after the five components' ports
     ]
@@ -208,6 +211,7 @@ def test_each_kubernetes_cluster_joined_gets_its_connector_with_the_log_and_no_o
         ("{cluster: a, kubeconfig: /nonexistent}", "kubeconfig: required, an existing file"),
         ("{cluster: a, kubeconfig: K, token: x}", "unknown settings"),
         ("{cluster: a, kubeconfig: K}\n  - {cluster: a, kubeconfig: K}", "named twice"),
+        ("{cluster: a, kubeconfig: K, config: /nonexistent.yaml}", "config: no such file"),
     ],
 )
 def test_a_bad_kubernetes_entry_names_what_is_wrong(tmp_path: Path, joined: str, says: str) -> None:
