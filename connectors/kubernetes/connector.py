@@ -164,6 +164,7 @@ class KubernetesConnector:
             crash_restarts=config.crash_restarts,
         )
         self.pods.gpu_health = self.nodes.gpu_health
+        self.pods.npu_health = self.nodes.npu_health
         self.book = JobBook(event_log, config.cluster)
         options = RenderOptions(
             config.cluster,

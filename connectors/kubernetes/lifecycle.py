@@ -30,9 +30,10 @@ and that fails the replica with the reason of its last termination (``OutOfMemor
 all being terminated counts as stopped only once the pod is being deleted (until then the kubelet
 starts them again).
 
-Blame (``blame_gpus``): a replica whose container failed (``NonZeroExit`` or ``Unknown``) on a node whose
-health reports one of the GPUs it held as failed is reported as ``GpuFailure``, an infrastructure failure
-(retried under the policy's budget), naming the GPU and its last XID. The health is the node watcher's
+Blame (``blame_devices``): a replica whose container failed (``NonZeroExit`` or ``Unknown``) on a node
+whose health reports one of the GPUs it held as failed is reported as ``GpuFailure``, an infrastructure
+failure (retried under the policy's budget), naming the GPU and its last XID; one of the NPUs it held,
+as ``NpuFailure``, naming the NPU and its last error code. The health is the node watcher's
 latest word when the failure is reported: an XID the node's health agent publishes only later is not
 seen.
 
@@ -50,7 +51,7 @@ from typing import Any
 
 from connectors.kubernetes import names
 from events.catalog.base import Event
-from events.catalog.inventory import GpuHealthSample
+from events.catalog.inventory import GpuHealthSample, NpuHealthSample
 from events.catalog.jobs import JobCancelled, JobFailed, JobPreempted, JobReclaimed, JobStarted, JobSucceeded
 from events.catalog.lifecycle import RunEnd
 from events.catalog.reasons import ReasonCode
@@ -126,6 +127,8 @@ class Failure:
     node: str | None = None
     gpu_indices: tuple[int, ...] = ()
     """The GPUs the failed replica held on ``node`` (its pod's ``fedsched.io/gpu-indices``)."""
+    npu_indices: tuple[int, ...] = ()
+    """The NPUs it held there (``fedsched.io/npu-indices``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,8 +185,8 @@ def _terminated(status: Obj) -> Obj | None:
     return state.get("terminated") if isinstance(state.get("terminated"), Mapping) else None
 
 
-def _gpus(pod: Obj) -> tuple[int, ...]:
-    text = str((_meta(pod).get("annotations") or {}).get(names.ANN_GPU_INDICES) or "")
+def _indices(pod: Obj, annotation: str) -> tuple[int, ...]:
+    text = str((_meta(pod).get("annotations") or {}).get(annotation) or "")
     return tuple(int(i) for i in text.split(",") if i.isdigit())
 
 
@@ -214,7 +217,11 @@ def _crash_loop(pod: Obj, where: str, node: str | None, crash_restarts: int) -> 
 
 def _failure(pod: Obj, replica: int, crash_restarts: int = CRASH_RESTARTS) -> Failure | None:
     found = _failure_of(pod, replica, crash_restarts)
-    return replace(found, gpu_indices=_gpus(pod)) if found is not None else None
+    if found is None:
+        return None
+    return replace(
+        found, gpu_indices=_indices(pod, names.ANN_GPU_INDICES), npu_indices=_indices(pod, names.ANN_NPU_INDICES)
+    )
 
 
 def _failure_of(pod: Obj, replica: int, crash_restarts: int) -> Failure | None:
@@ -348,19 +355,28 @@ _BLAMABLE = frozenset({ReasonCode.NON_ZERO_EXIT, ReasonCode.UNKNOWN})
 """Failures that a failed GPU under the workload explains (a killed or crashed process, a vanished pod)."""
 
 
-def blame_gpus(outcome: Outcome, health: Sequence[GpuHealthSample]) -> Outcome:
-    """The outcome, as a ``GpuFailure`` if its replica's container failed while a GPU it held is reported
-    failed (``health``: the latest samples of the failure's node)."""
+def blame_devices(outcome: Outcome, gpus: Sequence[GpuHealthSample], npus: Sequence[NpuHealthSample] = ()) -> Outcome:
+    """The outcome, as a ``GpuFailure`` (or ``NpuFailure``) if its replica's container failed while a GPU
+    (an NPU) it held is reported failed (``gpus``, ``npus``: the latest samples of the failure's node)."""
     failure = outcome.failure
     if outcome.transition is not Transition.FAILED or failure is None or failure.reason not in _BLAMABLE:
         return outcome
     held = set(failure.gpu_indices)
-    broken = [s for s in sorted(health, key=lambda s: s.index) if s.index in held and s.health is Health.FAILED]
-    if not broken:
-        return outcome
-    gpus = ", ".join(f"GPU {s.index}" + (f" (XID {s.last_xid})" if s.last_xid is not None else "") for s in broken)
-    message = f"{failure.message}; node {failure.node} reports {gpus} failed, held by this replica"
-    return replace(outcome, failure=replace(failure, reason=ReasonCode.GPU_FAILURE, message=message))
+    broken = [s for s in sorted(gpus, key=lambda s: s.index) if s.index in held and s.health is Health.FAILED]
+    if broken:
+        said = ", ".join(f"GPU {s.index}" + (f" (XID {s.last_xid})" if s.last_xid is not None else "") for s in broken)
+        message = f"{failure.message}; node {failure.node} reports {said} failed, held by this replica"
+        return replace(outcome, failure=replace(failure, reason=ReasonCode.GPU_FAILURE, message=message))
+    held = set(failure.npu_indices)
+    dead = [s for s in sorted(npus, key=lambda s: s.index) if s.index in held and s.health is Health.FAILED]
+    if dead:
+        said = ", ".join(
+            f"NPU {s.index}" + (f" (error 0x{s.last_error_code:08X})" if s.last_error_code is not None else "")
+            for s in dead
+        )
+        message = f"{failure.message}; node {failure.node} reports {said} failed, held by this replica"
+        return replace(outcome, failure=replace(failure, reason=ReasonCode.NPU_FAILURE, message=message))
+    return outcome
 
 
 def to_event(outcome: Outcome, key: RunKey, cluster: ClusterId, replicas: int) -> Event:

@@ -48,6 +48,7 @@ ANN_PART_REPLICAS = "fedsched.io/part-replicas"
 """For a job spread over clusters: how many of its run's replicas this cluster holds (the run's part here)
 with this pod's decision; the run's own count (``ANN_REPLICAS``) includes other clusters' replicas."""
 ANN_GPU_INDICES = "fedsched.io/gpu-indices"
+ANN_NPU_INDICES = "fedsched.io/npu-indices"
 ANN_GPU_MILLI = "fedsched.io/gpu-milli"
 ANN_CYCLE = "fedsched.io/cycle-id"
 ANN_REPORTED = "fedsched.io/reported"

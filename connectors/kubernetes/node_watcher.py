@@ -75,6 +75,11 @@ class NodeWatcher:
         samples = self._health.get(name)
         return samples[0] if samples is not None else ()
 
+    def npu_health(self, name: str) -> tuple[NpuHealthSample, ...]:
+        """The latest NPU samples of a node (by its Kubernetes name): the pod watcher's blame of a failure."""
+        samples = self._health.get(name)
+        return samples[1] if samples is not None else ()
+
     def _id(self, *parts: object) -> str:
         return names.event_id(self.cluster, *parts)
 

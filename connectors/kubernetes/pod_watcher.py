@@ -22,7 +22,7 @@ Once a run has ended here (its end reported, or its pods stopped quietly), its S
 (``service_keeper``), once per run and process; after a list, only for runs that have one (one list of
 our Services tells), so a restart beside many finished pods costs one request, not one per run. A
 failure is reported with the blame the node watcher's latest GPU health gives it (``gpu_health``,
-``lifecycle.blame_gpus``).
+``lifecycle.blame_devices``, NPUs too: ``npu_health``).
 
 A run whose pods carry a quiet stop (``lifecycle.QUIET_STOPS``: its end is in the log already, or a newer
 run replaced it), or that the executor says is over (``is_over``), gets no report at all: its pods are
@@ -41,7 +41,7 @@ from connectors.kubernetes.kubeapi import JSON_PATCH, KubeApi, KubeError, Obj
 from connectors.kubernetes.lifecycle import ReplicaState, RunKey, Transition
 from connectors.kubernetes.reporting import Reporter
 from connectors.kubernetes.service_keeper import ServiceKeeper
-from events.catalog.inventory import GpuHealthSample
+from events.catalog.inventory import GpuHealthSample, NpuHealthSample
 from events.catalog.types import ClusterId, JobId
 
 log = logging.getLogger("fedsched.connector.kubernetes")
@@ -84,6 +84,7 @@ class PodWatcher:
         self.crash_restarts = crash_restarts
         self.services = ServiceKeeper(api, cluster)
         self.gpu_health: Callable[[str], Sequence[GpuHealthSample]] = lambda node: ()
+        self.npu_health: Callable[[str], Sequence[NpuHealthSample]] = lambda node: ()
         """The latest GPU health of a node (by its Kubernetes name): set by the connector to the node watcher's."""
         self.runs: dict[RunKey, Run] = {}
         self._lock = asyncio.Lock()
@@ -181,7 +182,8 @@ class PodWatcher:
         outcomes = [] if quiet or self.is_over(key) else lifecycle.decide(states, run.replicas, frozenset(run.reported))
         for outcome in outcomes:
             if outcome.failure is not None and outcome.failure.node:
-                outcome = lifecycle.blame_gpus(outcome, self.gpu_health(outcome.failure.node))
+                node = outcome.failure.node
+                outcome = lifecycle.blame_devices(outcome, self.gpu_health(node), self.npu_health(node))
             event = lifecycle.to_event(outcome, key, self.cluster, run.replicas)
             await self._reporter.publish_one(event, lifecycle.event_id(self.cluster, key, outcome.transition))
             run.reported.add(outcome.transition)

@@ -154,6 +154,7 @@ def _env(placed: RunPods, replica: ReplicaPlacement) -> list[Manifest]:
         "FEDSCHED_REPLICA": str(replica.replica),
         "FEDSCHED_REPLICAS": str(replica_count(placed)),
         "FEDSCHED_GPU_INDICES": ",".join(str(i) for i in replica.gpu_indices),
+        "FEDSCHED_NPU_INDICES": ",".join(str(i) for i in replica.npu_indices),
     }
     return [{"name": k, "value": v} for k, v in values.items()]
 
@@ -234,6 +235,7 @@ def render_pod(
         names.ANN_TENANT: job.tenant,
         names.ANN_REPLICAS: str(replica_count(placed)),
         names.ANN_GPU_INDICES: ",".join(str(i) for i in replica.gpu_indices),
+        names.ANN_NPU_INDICES: ",".join(str(i) for i in replica.npu_indices),
         names.ANN_GPU_MILLI: str(replica.gpu_milli_each),
         names.ANN_CYCLE: placed.cycle_id,
         **extra,

@@ -161,6 +161,10 @@ def test_a_pod_on_an_ascend_node_asks_for_its_npus_and_an_unknown_node_cannot_ge
     container = pod["spec"]["containers"][0]
     assert container["resources"]["limits"] == {"huawei.com/Ascend910": "2"}
     assert container["resources"]["requests"]["huawei.com/Ascend910"] == "2"
+    # The workload and the pod watcher (a failure's blame) read which NPUs the scheduler counted.
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["FEDSCHED_NPU_INDICES"] == "0,1" and env["FEDSCHED_GPU_INDICES"] == ""
+    assert pod["metadata"]["annotations"]["fedsched.io/npu-indices"] == "0,1"
     with pytest.raises(pods.RenderError, match="has not seen node npu-1"):
         pods.render_pods(placed, a_job("job-n", gpus=0), pods.RenderOptions(CLUSTER))
 

@@ -8,16 +8,16 @@ from typing import Any
 
 import pytest
 
-from connectors.kubernetes import lifecycle, pods
+from connectors.kubernetes import lifecycle, names, pods
 from connectors.kubernetes.lifecycle import Failure, Outcome, Transition
-from events.catalog.inventory import GpuHealthSample
+from events.catalog.inventory import GpuHealthSample, NpuHealthSample
 from events.catalog.jobs import JobKind
 from events.catalog.lifecycle import FailureKind, failure_kind
 from events.catalog.reasons import ReasonCode
 from events.catalog.types import ClusterId, Health
 from events.wire.envelope import parse_time
 
-from .builders import a_job, a_placement, pod_status, running, terminated
+from .builders import a_job, a_placement, container_status, pod_status, running, terminated
 
 NOW = parse_time("2026-12-02T13:05:00Z")
 MARGIN = 30_000
@@ -101,7 +101,7 @@ def sample(index: int, health: Health, xid: int | None = None) -> GpuHealthSampl
 
 def test_a_container_failure_on_a_gpu_reported_failed_is_the_infrastructures_gpu_failure() -> None:
     health = (sample(0, Health.OK), sample(1, Health.FAILED, 79), sample(2, Health.FAILED))
-    blamed = lifecycle.blame_gpus(failed_on_gpus(ReasonCode.NON_ZERO_EXIT, 0, 1), health)
+    blamed = lifecycle.blame_devices(failed_on_gpus(ReasonCode.NON_ZERO_EXIT, 0, 1), health)
     assert blamed.failure is not None and blamed.failure.reason is ReasonCode.GPU_FAILURE
     assert (
         blamed.failure.message == "replica 0: exit code 1; node n0 reports GPU 1 (XID 79) failed, held by this replica"
@@ -117,8 +117,10 @@ def test_no_blame_for_a_gpu_not_held_a_degraded_one_or_a_failure_a_gpu_does_not_
         failed_on_gpus(ReasonCode.OUT_OF_MEMORY, 3),  # the host's memory, not the GPU
         failed_on_gpus(ReasonCode.NODE_LOST, 3),  # already the infrastructure's
     ):
-        assert lifecycle.blame_gpus(outcome, health) == outcome
-    assert lifecycle.blame_gpus(failed_on_gpus(ReasonCode.UNKNOWN, 3), health).failure.reason is ReasonCode.GPU_FAILURE  # type: ignore[union-attr]
+        assert lifecycle.blame_devices(outcome, health) == outcome
+    assert (
+        lifecycle.blame_devices(failed_on_gpus(ReasonCode.UNKNOWN, 3), health).failure.reason is ReasonCode.GPU_FAILURE
+    )  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(
@@ -132,3 +134,26 @@ def test_a_pod_kubernetes_took_away_is_an_infrastructure_failure_fedsched_retrie
     failure = state(pod).failure
     assert failure is not None and failure_kind(failure.reason) is FailureKind.INFRASTRUCTURE
     assert f"{cause}: by the cluster" in failure.message
+
+
+def test_a_container_failure_on_an_npu_reported_failed_is_the_infrastructures_npu_failure() -> None:
+    failed = Outcome(
+        Transition.FAILED, Failure(ReasonCode.NON_ZERO_EXIT, "replica 0: exit code 1", 1, "n0", (), (2, 3))
+    )
+    npus = (
+        NpuHealthSample(index=2, health=Health.OK, errors=0),
+        NpuHealthSample(index=3, health=Health.FAILED, errors=4, last_error_code=0x80E18402),
+        NpuHealthSample(index=5, health=Health.FAILED, errors=1),  # not held
+    )
+    blamed = lifecycle.blame_devices(failed, (), npus)
+    assert blamed.failure is not None and blamed.failure.reason is ReasonCode.NPU_FAILURE
+    assert blamed.failure.message.endswith("node n0 reports NPU 3 (error 0x80E18402) failed, held by this replica")
+    healthy = (NpuHealthSample(index=3, health=Health.DEGRADED, errors=1),)
+    assert lifecycle.blame_devices(failed, (), healthy) == failed
+
+
+def test_a_failed_pod_names_the_npus_its_replica_held() -> None:
+    pod = with_status(service_pods()[0], pod_status("Failed", container_status(**terminated(1, "Error"))))
+    pod["metadata"]["annotations"][names.ANN_NPU_INDICES] = "2,3"
+    failure = state(pod).failure
+    assert failure is not None and failure.npu_indices == (2, 3)
