@@ -32,7 +32,7 @@ containers, which ask requests without limits.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +52,8 @@ class Caps:
     memory_mib: int | None = None
     gpus: int | None = None
     """Whole GPUs of every model."""
+    npus: int | None = None
+    """NPUs of every model."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +66,7 @@ class ContainerDefaults:
 
 def caps_of(quotas: Mapping[QueueId, tuple[QuotaLine, ...]]) -> Caps:
     """What the tenant-wide quota caps (see the module's docstring)."""
-    cpu = memory = gpus = None
+    cpu = memory = gpus = npus = None
     for line in quotas.get(TENANT_WIDE, ()):
         if line.limit is None:
             continue
@@ -74,7 +76,9 @@ def caps_of(quotas: Mapping[QueueId, tuple[QuotaLine, ...]]) -> Caps:
             memory = line.limit
         elif line.resource is ResourceKind.GPU and line.gpu_model is None:
             gpus = -(-line.limit // 1000)
-    return Caps(cpu, memory, gpus)
+        elif line.resource is ResourceKind.NPU and line.gpu_model is None:
+            npus = line.limit
+    return Caps(cpu, memory, gpus, npus)
 
 
 def _meta(name: str, namespace: str, tenant: TenantId) -> Manifest:
@@ -86,15 +90,23 @@ def _meta(name: str, namespace: str, tenant: TenantId) -> Manifest:
     }
 
 
-def resource_quota(tenant: TenantId, namespace: str, caps: Caps, gpu_resource: str) -> Manifest | None:
+def resource_quota(
+    tenant: TenantId,
+    namespace: str,
+    caps: Caps,
+    gpu_resources: Sequence[str],
+    npu_resources: Sequence[str] = (),
+) -> Manifest | None:
     """The namespace's ResourceQuota, or ``None`` when the tenant's quota caps nothing."""
     hard: dict[str, str] = {}
     if caps.cpu_milli is not None:
         hard["requests.cpu"] = f"{caps.cpu_milli}m"
     if caps.memory_mib is not None:
         hard["requests.memory"] = f"{caps.memory_mib}Mi"
-    if caps.gpus is not None:
-        hard[f"requests.{gpu_resource}"] = str(caps.gpus)
+    for resource in gpu_resources if caps.gpus is not None else ():
+        hard[f"requests.{resource}"] = str(caps.gpus)
+    for resource in npu_resources if caps.npus is not None else ():
+        hard[f"requests.{resource}"] = str(caps.npus)
     if not hard:
         return None
     return {

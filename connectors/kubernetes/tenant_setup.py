@@ -30,7 +30,7 @@ import logging
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
-from connectors.kubernetes import names, namespaces
+from connectors.kubernetes import accelerators, names, namespaces
 from connectors.kubernetes.kubeapi import KubeApi, KubeError, Obj
 from connectors.kubernetes.pods import RenderOptions
 from connectors.kubernetes.tenants import TenantBook, TenantOptions
@@ -120,7 +120,8 @@ class TenantSetup:
         if not self.tenants.has_quota(tenant):
             return True  # no quota in the log: the namespace is left as it is
         caps = namespaces.caps_of(self.tenants.quotas(tenant))
-        quota = namespaces.resource_quota(tenant, namespace, caps, self.gpu_resource)
+        gpus = (self.gpu_resource, accelerators.AMD_GPU)
+        quota = namespaces.resource_quota(tenant, namespace, caps, gpus, tuple(accelerators.ASCEND_RESOURCES))
         limits = namespaces.limit_range(tenant, namespace, caps, self.defaults)
         base = f"/api/v1/namespaces/{namespace}"
         try:  # the limits first: their default requests let pods in under a new quota

@@ -119,7 +119,7 @@ async def test_the_rbac_manifest_is_all_the_connector_needs(
         assert pod["spec"]["imagePullSecrets"] == [{"name": "rbac-pull"}]
         namespace = pod["metadata"]["namespace"]
         quota = await kube.api.request("GET", f"/api/v1/namespaces/{namespace}/resourcequotas/fedsched-quota")
-        assert quota["spec"]["hard"] == {"requests.nvidia.com/gpu": "4"}
+        assert quota["spec"]["hard"] == {"requests.nvidia.com/gpu": "4", "requests.amd.com/gpu": "4"}
         await kube.api.request("GET", f"/api/v1/namespaces/{namespace}/secrets/rbac-pull")
         await kube.set_pod_status(pod, pod_status("Running", container_status(**running())))
         await tap.wait(JobStarted, job_id=job)

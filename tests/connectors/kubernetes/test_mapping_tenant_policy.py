@@ -34,28 +34,34 @@ def test_the_tenant_wide_limits_cap_the_namespace_with_gpus_rounded_up() -> None
     assert caps_of(quotas) == Caps(cpu_milli=64_000, memory_mib=262_144, gpus=8)
 
 
-def test_a_line_without_a_limit_a_model_line_and_npus_cap_nothing() -> None:
+def test_a_line_without_a_limit_or_of_one_model_caps_nothing_and_npus_over_every_model_are_capped() -> None:
     quotas = {
         QueueId("default"): (
             line(CPU, 32_000, None),  # borrows without bound: no cap
             line(GPU, 2_000, 4_000, "NVIDIA-H100-SXM5-80GB"),  # the device plugin's resource has no model
-            line(NPU, 8, 16),
+            line(NPU, 4, 8, "Ascend910B3"),
         )
     }
     assert caps_of(quotas) == Caps()
+    assert caps_of({QueueId("default"): (line(NPU, 8, 16),)}) == Caps(npus=16)
     assert caps_of({QueueId("research"): (line(CPU, 1, 2),)}) == Caps()  # no tenant-wide quota
 
 
 def test_the_resource_quota_caps_requests_only_and_is_none_when_nothing_is_capped() -> None:
-    quota = resource_quota(T, "fedsched-team-a", Caps(64_000, 262_144, 8), "nvidia.com/gpu")
+    quota = resource_quota(T, "fedsched-team-a", Caps(64_000, 262_144, 8), ("nvidia.com/gpu",))
     assert quota is not None
     assert quota["spec"] == {
         "hard": {"requests.cpu": "64000m", "requests.memory": "262144Mi", "requests.nvidia.com/gpu": "8"}
     }
     assert quota["metadata"]["name"] == "fedsched-quota" and quota["metadata"]["namespace"] == "fedsched-team-a"
     assert quota["metadata"]["labels"][names.MANAGED_BY] == "fedsched"
-    assert resource_quota(T, "ns", Caps(gpus=2), "amd.com/gpu")["spec"]["hard"] == {"requests.amd.com/gpu": "2"}  # type: ignore[index]
-    assert resource_quota(T, "ns", Caps(), "nvidia.com/gpu") is None
+    both = resource_quota(T, "ns", Caps(gpus=2, npus=16), ("nvidia.com/gpu", "amd.com/gpu"), ("huawei.com/Ascend910",))
+    assert both is not None and both["spec"]["hard"] == {
+        "requests.nvidia.com/gpu": "2",  # each vendor's resource alone, at the tenant's GPU limit
+        "requests.amd.com/gpu": "2",
+        "requests.huawei.com/Ascend910": "16",
+    }
+    assert resource_quota(T, "ns", Caps(), ("nvidia.com/gpu",), ("huawei.com/Ascend910",)) is None
 
 
 def test_the_limit_range_defaults_requests_and_caps_each_container_at_the_tenants_limit() -> None:

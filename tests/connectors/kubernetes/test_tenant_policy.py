@@ -169,6 +169,7 @@ async def test_a_tenant_namespace_gets_a_quota_and_limits_from_its_quota_kept_up
             "requests.cpu": Decimal(64),
             "requests.memory": Decimal(256 * 2**30),
             "requests.nvidia.com/gpu": Decimal(8),
+            "requests.amd.com/gpu": Decimal(8),  # each vendor's GPUs alone
         }
         await wait_until(lambda: hard_is(expected), 30, "the ResourceQuota of the tenant-wide limits")
         limits = await scene.get(limits_path)
@@ -186,16 +187,16 @@ async def test_a_tenant_namespace_gets_a_quota_and_limits_from_its_quota_kept_up
             QuotaLine(resource=memory, guaranteed=131_072),
             QuotaLine(resource=gpu, guaranteed=4_000, limit=7_500),
         )
-        await wait_until(
-            lambda: hard_is({"requests.cpu": Decimal(32), "requests.nvidia.com/gpu": Decimal(8)}), 30, "the new caps"
-        )
+        gpus = {"requests.nvidia.com/gpu": Decimal(8), "requests.amd.com/gpu": Decimal(8)}
+        await wait_until(lambda: hard_is({"requests.cpu": Decimal(32), **gpus}), 30, "the new caps")
 
         # A change while the connector is away reaches the namespace when it starts again.
         assert scene.connector is not None
         await scene.connectors.stop(scene.connector)
         await quota(QuotaLine(resource=gpu, guaranteed=1_000, limit=2_000))
         await scene.start()
-        await wait_until(lambda: hard_is({"requests.nvidia.com/gpu": Decimal(2)}), 30, "the caps set while away")
+        two = {"requests.nvidia.com/gpu": Decimal(2), "requests.amd.com/gpu": Decimal(2)}
+        await wait_until(lambda: hard_is(two), 30, "the caps set while away")
 
         await quota(QuotaLine(resource=gpu, guaranteed=1_000))  # nothing capped: no ResourceQuota
         await wait_until(lambda: _gone(scene, quota_path), 30, "the ResourceQuota deleted")
