@@ -39,6 +39,10 @@ LABEL_JOB = "fedsched.io/job-id"
 LABEL_RUN = "fedsched.io/run"
 LABEL_REPLICA = "fedsched.io/replica"
 LABEL_TENANT = "fedsched.io/tenant"
+LABEL_JOB_NAME = "fedsched.io/job-name"
+"""The job's name as its submitter gave it (a label value, hashed when too long): ``kubectl get svc -l``
+finds a job's pods and Services by the name people know. Not in any selector (pods made before it
+existed lack it)."""
 
 ANN_JOB = "fedsched.io/job-id"
 """The full job id (the label holds a shortened form when the id is longer than 63 characters)."""

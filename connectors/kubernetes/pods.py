@@ -251,6 +251,7 @@ def render_pod(
             "labels": {
                 **(meta.get("labels") or {}),
                 **pod_labels(placed, replica.replica, job.tenant, options.cluster),
+                names.LABEL_JOB_NAME: names.label_value(job.name),
             },
             "annotations": annotations,
             "finalizers": [names.FINALIZER],

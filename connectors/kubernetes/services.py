@@ -60,7 +60,7 @@ def render_services(placed: pods.RunPods, job: JobSubmitted, options: pods.Rende
             "metadata": {
                 "name": names.service_name(placed.job_id, placed.run),
                 "namespace": names.namespace_name(job.tenant, options.namespace_prefix),
-                "labels": labels,
+                "labels": {**labels, names.LABEL_JOB_NAME: names.label_value(job.name)},
                 "annotations": {names.ANN_JOB: placed.job_id, names.ANN_TENANT: job.tenant},
             },
             "spec": {**body, "selector": dict(labels)},

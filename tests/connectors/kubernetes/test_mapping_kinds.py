@@ -104,6 +104,9 @@ def test_an_inference_service_restarts_is_probed_on_its_port_and_gets_a_cluster_
     (service,) = services.render_services(placed, job, OPTIONS)
     assert service["spec"]["type"] == "ClusterIP" and "clusterIP" not in service["spec"]
     assert service["spec"]["ports"] == [{"name": "main", "port": 8000, "targetPort": 8000, "protocol": "TCP"}]
+    # Found by the name people know (kubectl get svc -l fedsched.io/job-name=...), selected without it.
+    assert service["metadata"]["labels"][names.LABEL_JOB_NAME] == names.label_value(job.name)
+    assert names.LABEL_JOB_NAME not in service["spec"]["selector"]
 
 
 def test_a_services_own_probe_and_restart_policy_are_kept_and_no_port_means_no_probe_and_no_service() -> None:

@@ -30,6 +30,7 @@ def test_each_replica_gets_a_pod_on_its_node_with_its_gpus_and_our_labels() -> N
         "fedsched.io/run": "1",
         "fedsched.io/replica": "0",
         "fedsched.io/tenant": "team-a",
+        "fedsched.io/job-name": names.label_value("job-1 name"),  # the name, as a label value
     }
     assert first["metadata"]["finalizers"] == [names.FINALIZER]
     assert first["metadata"]["annotations"][names.ANN_GPU_INDICES] == "0,1,2,3"
