@@ -142,45 +142,29 @@ def convert(kind: Any, value: object) -> object:
     raise ValueError
 
 
-def _connector_section(path: Path, section: object) -> dict[str, object]:
+def _settings(path: Path, title: str, section: object, kind: type, known: set[str]) -> dict[str, object]:
+    """A section of settings of ``kind`` (a dataclass): each key one of ``known``, its value of the
+    field's type."""
     if section is None:
         return {}
     if not isinstance(section, Mapping):
-        raise ConfigFileError(f"{path}: 'connector' must be a mapping of settings")
-    hints, known = _hints(), set(connector_keys())
+        raise ConfigFileError(f"{path}: '{title}' must be a mapping of settings")
+    hints = _hints(kind)
     out: dict[str, object] = {}
     for key, value in section.items():
         name = str(key)
-        if name in FROM_CLUSTER_SECTION:
+        if title == "connector" and name in FROM_CLUSTER_SECTION:
             raise ConfigFileError(f"{path}: connector.{name} belongs in the 'cluster' section")
-        if name in FROM_FLAGS_ONLY:
+        if title == "connector" and name in FROM_FLAGS_ONLY:
             raise ConfigFileError(f"{path}: connector.{name} is given by --{name}, not by the file")
-        if name in SECTIONS:
+        if title == "connector" and name in SECTIONS:
             raise ConfigFileError(f"{path}: connector.{name} is a section of its own ('{name}:')")
         if name not in known:
-            raise ConfigFileError(f"{path}: connector.{name} is not a setting; known: {', '.join(sorted(known))}")
+            raise ConfigFileError(f"{path}: {title}.{name} is not a setting; known: {', '.join(sorted(known))}")
         try:
             out[name] = convert(hints[name], value)
         except ValueError:
-            raise ConfigFileError(f"{path}: connector.{name} must be {describe(hints[name])}, got {value!r}") from None
-    return out
-
-
-def _usage_section(path: Path, section: object) -> dict[str, object]:
-    if section is None:
-        return {}
-    if not isinstance(section, Mapping):
-        raise ConfigFileError(f"{path}: 'usage' must be a mapping of settings")
-    hints = _hints(UsageSettings)
-    out: dict[str, object] = {}
-    for key, value in section.items():
-        name = str(key)
-        if name not in hints:
-            raise ConfigFileError(f"{path}: usage.{name} is not a setting; known: {', '.join(sorted(hints))}")
-        try:
-            out[name] = convert(hints[name], value)
-        except ValueError:
-            raise ConfigFileError(f"{path}: usage.{name} must be {describe(hints[name])}, got {value!r}") from None
+            raise ConfigFileError(f"{path}: {title}.{name} must be {describe(hints[name])}, got {value!r}") from None
     return out
 
 
@@ -203,8 +187,9 @@ def load(path: Path) -> ConfigFile:
         cluster = cluster_section.parse(document.get("cluster"))
     except cluster_section.ClusterSectionError as error:
         raise ConfigFileError(f"{path}: {error}") from None
-    connector = _connector_section(path, document.get("connector"))
-    return ConfigFile(str(path), cluster, connector, _usage_section(path, document.get("usage")))
+    connector = _settings(path, "connector", document.get("connector"), ConnectorConfig, set(connector_keys()))
+    usage = _settings(path, "usage", document.get("usage"), UsageSettings, set(_hints(UsageSettings)))
+    return ConfigFile(str(path), cluster, connector, usage)
 
 
 def _from_cluster(defaults: ClusterDefaults) -> dict[str, object]:
