@@ -389,14 +389,7 @@ class Executor:
                 raise LaunchFailed(f"the API server refused pod {namespace}/{name}: {error}") from error
 
     def _selector(self, job_id: JobId, run: int | None) -> str:
-        parts = [
-            f"{names.MANAGED_BY}={names.MANAGED_BY_VALUE}",
-            f"{names.LABEL_CLUSTER}={names.label_value(self.cluster)}",
-            f"{names.LABEL_JOB}={names.job_label(job_id)}",
-        ]
-        if run is not None:
-            parts.append(f"{names.LABEL_RUN}={run}")
-        return ",".join(parts)
+        return names.run_selector(self.cluster, job_id, run)
 
     async def stop(
         self,

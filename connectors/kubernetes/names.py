@@ -109,6 +109,18 @@ def label_value(text: str) -> str:
     return f"{head}-{digest(text)}"
 
 
+def run_selector(cluster: ClusterId, job_id: JobId, run: int | None = None) -> str:
+    """The label selector of the objects the connector made for a job here (of one run, or of every run)."""
+    parts = [
+        f"{MANAGED_BY}={MANAGED_BY_VALUE}",
+        f"{LABEL_CLUSTER}={label_value(cluster)}",
+        f"{LABEL_JOB}={job_label(job_id)}",
+    ]
+    if run is not None:
+        parts.append(f"{LABEL_RUN}={run}")
+    return ",".join(parts)
+
+
 def job_label(job_id: JobId) -> str:
     return label_value(job_id)
 

@@ -57,14 +57,7 @@ class ServiceKeeper:
         return found
 
     def _selector(self, job_id: JobId, run: int | None) -> str:
-        parts = [
-            f"{names.MANAGED_BY}={names.MANAGED_BY_VALUE}",
-            f"{names.LABEL_CLUSTER}={names.label_value(self.cluster)}",
-            f"{names.LABEL_JOB}={names.job_label(job_id)}",
-        ]
-        if run is not None:
-            parts.append(f"{names.LABEL_RUN}={run}")
-        return ",".join(parts)
+        return names.run_selector(self.cluster, job_id, run)
 
     async def remove(self, job_id: JobId, run: int | None = None, *, before_run: int | None = None) -> int:
         """Delete the Services of the job's run (or of all its runs, or of those before ``before_run``);

@@ -40,6 +40,17 @@ async def scene(kube: Kube, tap: Tap, scheduler: Publisher, connectors: Running)
     await delete_nodes(kube, nodes)
 
 
+def lease_expired(job: str, cluster: str) -> JobFailed:
+    """Governance's end of a run that was placed and never started (its allocation's lease ran out)."""
+    return JobFailed(
+        job_id=JobId(job),
+        cluster=ClusterId(cluster),
+        run=1,
+        reason=ReasonCode.ALLOCATION_LEASE_EXPIRED,
+        message="placed 10 min ago and never started; allocation released (rule lease)",
+    )
+
+
 def run_of(pod: Obj) -> int:
     return int(pod["metadata"]["labels"][names.LABEL_RUN])
 
@@ -50,14 +61,7 @@ async def test_a_run_failed_by_governance_loses_its_pods_and_reports_nothing_mor
     pods = await scene.pods(job, 2)
     await scene.set_status(pods, pod_status("Pending"))
     # Governance releases the allocation of a run that never started, on the cluster's behalf.
-    lease = JobFailed(
-        job_id=JobId(job),
-        cluster=ClusterId(scene.cluster),
-        run=1,
-        reason=ReasonCode.ALLOCATION_LEASE_EXPIRED,
-        message="placed 10 min ago and never started; allocation released (rule lease)",
-    )
-    await scene.publish(lease)
+    await scene.publish(lease_expired(job, scene.cluster))
 
     async def stopping() -> list[Obj] | None:
         found = await scene.kube.job_pods(scene.cluster, job)
@@ -124,14 +128,7 @@ async def test_a_run_ended_while_the_connector_was_away_reports_no_start_when_it
     pods = await scene.pods(job, 1)
     assert scene.connector is not None
     await connectors.stop(scene.connector)
-    lease = JobFailed(
-        job_id=JobId(job),
-        cluster=ClusterId(scene.cluster),
-        run=1,
-        reason=ReasonCode.ALLOCATION_LEASE_EXPIRED,
-        message="placed 10 min ago and never started; allocation released (rule lease)",
-    )
-    await scene.publish(lease)
+    await scene.publish(lease_expired(job, scene.cluster))
     await scene.set_status(pods, RUNNING)  # the kubelet started it meanwhile
     scene.connector = await connectors.start(config(scene.cluster))
     await scene.gone(job)
