@@ -1,18 +1,24 @@
 """Test-wide fixtures: the real services started by the test command, and the skip guard.
 
-``make test`` starts a real Kafka broker and a real PostgreSQL and passes their addresses in
-``FEDSCHED_TEST_KAFKA`` (host:port) and ``FEDSCHED_TEST_POSTGRES`` (a DSN). A test marked ``kafka`` or
-``postgres`` fails, never skips, when its service is missing: a green run without them is a defect.
+``make test`` starts a real Kafka broker, a real PostgreSQL, a real kube-apiserver and a real Slurm and
+passes their addresses in ``FEDSCHED_TEST_KAFKA`` (host:port), ``FEDSCHED_TEST_POSTGRES`` (a DSN),
+``FEDSCHED_TEST_KUBE_KUBECONFIG`` and ``FEDSCHED_TEST_SLURM_URL`` with ``FEDSCHED_TEST_SLURM_TOKEN_FILE``.
+A test marked ``kafka``, ``postgres``, ``kube`` or ``slurm`` fails, never skips, when its service is
+missing: a green run without them is a defect.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import itertools
+import json
 import os
 import uuid
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 # Imported here, at a shallow stack, and not first by Hypothesis's pytest plugin in its end-of-session
@@ -61,6 +67,31 @@ def postgres_dsn() -> str:
 def kube_config() -> str:
     """Path of an admin kubeconfig for the real kube-apiserver (``deploy/local/kube.sh``)."""
     return _require("FEDSCHED_TEST_KUBE_KUBECONFIG", "the real kube-apiserver")
+
+
+@dataclass(frozen=True)
+class SlurmRest:
+    """Where the real Slurm's REST API (``deploy/local/slurm.sh``) answers, and who we are to it."""
+
+    url: str  # http://127.0.0.1:PORT, without the /slurm/v0.0.38 prefix
+    user: str  # the token's user ("sun" claim); jobs submitted with it run as this user
+    token: str  # a JWT from `scontrol token`
+
+    @property
+    def headers(self) -> dict[str, str]:
+        # slurmrestd's rest_auth/jwt wants both: a token without the user name is refused (401).
+        return {"X-SLURM-USER-NAME": self.user, "X-SLURM-USER-TOKEN": self.token}
+
+
+@pytest.fixture(scope="session")
+def slurm_rest() -> SlurmRest:
+    url = _require("FEDSCHED_TEST_SLURM_URL", "the real Slurm (slurmrestd)")
+    token_file = Path(_require("FEDSCHED_TEST_SLURM_TOKEN_FILE", "the real Slurm's JWT"))
+    token = token_file.read_text().strip()
+    # The token names its user in the "sun" claim; slurmrestd also wants the name in a header.
+    payload = token.split(".")[1]
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    return SlurmRest(url=url.rstrip("/"), user=str(claims["sun"]), token=token)
 
 
 @pytest.fixture(
@@ -126,7 +157,7 @@ async def fresh_database(postgres_dsn: str) -> AsyncIterator[str]:
         yield dsn
 
 
-_REAL_SERVICE_MARKERS = ("kafka", "postgres", "kube")
+_REAL_SERVICE_MARKERS = ("kafka", "postgres", "kube", "slurm")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -140,6 +171,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.postgres)
         if "kube_config" in fixtures and not item.get_closest_marker("kube"):
             item.add_marker(pytest.mark.kube)
+        if "slurm_rest" in fixtures and not item.get_closest_marker("slurm"):
+            item.add_marker(pytest.mark.slurm)
 
 
 _skipped_real: list[str] = []

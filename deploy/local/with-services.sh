@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Run a command with a real Kafka broker, a real PostgreSQL and a real kube-apiserver (with etcd)
-# started for it, then stop them.
+# Run a command with a real Kafka broker, a real PostgreSQL, a real kube-apiserver (with etcd) and a
+# real Slurm (slurmctld, slurmd, slurmrestd) started for it, then stop them.
 #
 #   deploy/local/with-services.sh COMMAND [ARGS...]
 #
 # Both run on free 127.0.0.1 ports with their data in a fresh temporary folder, so parallel runs do
 # not collide. The command sees FEDSCHED_TEST_KAFKA (host:port), FEDSCHED_TEST_POSTGRES (a DSN) and
-# FEDSCHED_TEST_KUBE_KUBECONFIG (an admin kubeconfig; kube.sh builds the API server once, cached).
+# FEDSCHED_TEST_KUBE_KUBECONFIG (an admin kubeconfig; kube.sh builds the API server once, cached),
+# FEDSCHED_TEST_SLURM_URL (slurmrestd's http URL) and FEDSCHED_TEST_SLURM_TOKEN_FILE (its JWT; slurm.sh
+# installs Debian's Slurm packages once, as root).
 # PYTHON names the interpreter that has the project installed (default: python3).
 set -euo pipefail
 
@@ -19,6 +21,7 @@ cleanup() {
     bash "$here/kafka.sh" stop "$state/kafka" >/dev/null 2>&1 || true
     "$PYTHON" "$here/postgres.py" stop "$state/postgres" >/dev/null 2>&1 || true
     bash "$here/kube.sh" stop "$state/kube" >/dev/null 2>&1 || true
+    bash "$here/slurm.sh" stop "$state/slurm" >/dev/null 2>&1 || true
     rm -rf "$state"
     exit "$rc"
 }
@@ -40,5 +43,13 @@ bash "$here/kube.sh" start "$state/kube" >/dev/null
 FEDSCHED_TEST_KUBE_KUBECONFIG="$state/kube/kubeconfig"
 echo "with-services: kube-apiserver at $(cat "$state/kube/server") ($(($(date +%s) - kube_started)) s)" >&2
 export FEDSCHED_TEST_KUBE_KUBECONFIG
+
+bash "$here/slurm.sh" install
+slurm_started=$(date +%s)
+bash "$here/slurm.sh" start "$state/slurm" >/dev/null
+FEDSCHED_TEST_SLURM_URL="$(cat "$state/slurm/url")"
+FEDSCHED_TEST_SLURM_TOKEN_FILE="$state/slurm/token"
+echo "with-services: Slurm at $FEDSCHED_TEST_SLURM_URL ($(($(date +%s) - slurm_started)) s)" >&2
+export FEDSCHED_TEST_SLURM_URL FEDSCHED_TEST_SLURM_TOKEN_FILE
 
 "$@"
