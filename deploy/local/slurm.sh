@@ -19,6 +19,8 @@
 #   SLURM_START_TIMEOUT   seconds to wait for the REST API and idle nodes (default 60)
 #   SLURM_STOP_TIMEOUT    seconds to wait after SIGTERM before SIGKILL (default 15)
 #   SLURM_REST_PORT       slurmrestd port (default: the previous start's in DIR if free, else a free one)
+#   FEDSCHED_CACHE        cache root (default $HOME/.cache/fedsched); the install's lock and apt log go
+#                         to $FEDSCHED_CACHE/slurm (the packages themselves are the system's)
 #
 # Several nodes run on one host: one `slurmd -N NAME` each, on its own port (Debian's build allows
 # multiple slurmd). `SlurmdParameters=config_overrides` lets the configured CPUs and memory beat the
@@ -39,6 +41,8 @@ SLURM_TOKEN_USER="${SLURM_TOKEN_USER:-fedsched}"
 SLURM_TOKEN_LIFESPAN="${SLURM_TOKEN_LIFESPAN:-2592000}"
 SLURM_START_TIMEOUT="${SLURM_START_TIMEOUT:-60}"
 SLURM_STOP_TIMEOUT="${SLURM_STOP_TIMEOUT:-15}"
+FEDSCHED_CACHE="${FEDSCHED_CACHE:-${HOME:?HOME is not set}/.cache/fedsched}"
+SLURM_CACHE="$FEDSCHED_CACHE/slurm"
 PACKAGES=(slurmctld slurmd slurmrestd slurm-client slurm-wlm-jwt-plugin munge)
 API=v0.0.38
 
@@ -66,18 +70,21 @@ cmd_install() {
     [[ "$(id -u)" == 0 ]] || die "installing packages needs root (missing: $(missing_packages | tr '\n' ' '))"
     local missing t0=$SECONDS
     mapfile -t missing < <(missing_packages)
+    mkdir -p "$SLURM_CACHE"
+    local apt_log="$SLURM_CACHE/apt.log"
     log "installing ${missing[*]} with apt-get"
     (
         # Serialise concurrent installs (parallel test runs); dpkg would refuse the second anyway.
         flock 9
         installed && exit 0
         export DEBIAN_FRONTEND=noninteractive
-        if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >/tmp/fedsched-slurm-apt.log 2>&1; then
-            apt-get update -q >>/tmp/fedsched-slurm-apt.log 2>&1 || true
-            apt-get install -y -q --no-install-recommends "${missing[@]}" >>/tmp/fedsched-slurm-apt.log 2>&1 \
-                || { tail -n 30 /tmp/fedsched-slurm-apt.log >&2; exit 1; }
+        # A stale package index is the usual reason for a failure: update it once and try again.
+        if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >"$apt_log" 2>&1; then
+            apt-get update -q >>"$apt_log" 2>&1 || true
+            apt-get install -y -q --no-install-recommends "${missing[@]}" >>"$apt_log" 2>&1 \
+                || { tail -n 30 "$apt_log" >&2; exit 1; }
         fi
-    ) 9>/tmp/fedsched-slurm-apt.lock || die "apt-get install failed (log: /tmp/fedsched-slurm-apt.log)"
+    ) 9>"$SLURM_CACHE/.install.lock" || die "apt-get install failed (log: $apt_log)"
     installed || die "packages still missing after apt-get: $(missing_packages | tr '\n' ' ')"
     log "installed in $((SECONDS - t0)) s: $(slurmctld -V)"
 }
