@@ -26,6 +26,21 @@ What Slurm 22.05.8's v0.0.38 taught us (the connector must do what these say):
 - Node ``state`` is a lower-case base state (``idle``, ``mixed``, ``allocated``, ``down``...) with
   ``state_flags`` beside it (``DRAIN``, ``NOT_RESPONDING``...); ``features`` and ``active_features`` are
   comma-separated strings; ``real_memory`` is in MB.
+- Node ``state`` while draining stays ``mixed``/``allocated`` with ``DRAIN`` in ``state_flags`` and the
+  text in ``reason`` (``reason_set_by_user``, ``reason_changed_at`` beside it). A killed slurmd shows
+  ``NOT_RESPONDING`` after about half of ``SlurmdTimeout`` (30 s here) and ``down`` with reason "Not
+  responding" after it. v0.0.38 cannot change a node: drain and resume go through ``scontrol`` with
+  ``SLURM_CONF`` set to ``etc/slurm.conf`` beside the token file.
+- ``nodes`` of a job and of a partition are hostlists (``n[2-3]``): expand them. A job pinned to several
+  nodes: ``"nodes": 2, "constraints": "n2|n3"``; ``gres`` then counts per node.
+- ``DELETE /job/{id}`` cancels (SIGTERM, SIGKILL after ``KillWait``, 5 s here) and the job ends
+  ``CANCELLED`` whatever the script exits with; ``DELETE /job/{id}?signal=SIGTERM`` only signals, and the
+  job ends by what the script does (e.g. ``FAILED``): a grace period of our own is that, then a DELETE.
+  An unknown job id is HTTP 500, error 2017 "Invalid job id specified".
+- ``time_limit`` is in minutes (``null`` when unlimited; a partition's ``max_time_limit`` is -1 then).
+  slurmctld checks limits about every 30 s: a 1-minute job ends ``TIMEOUT`` (``state_reason``
+  ``TimeLimit``, ``exit_code`` 15: killed by SIGTERM) 60 to 110 s after it started.
+- Partitions carry one key with spaces in it: ``"min nodes per job"``.
 - Finished jobs stay in ``GET /jobs`` for ``MinJobAge`` (600 s here), then only slurmdbd knows them.
 """
 
@@ -105,6 +120,11 @@ async def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 
         await asyncio.sleep(0.1)
 
 
+def ended(job: dict[str, Any]) -> bool:
+    """The job reached a final state (COMPLETING still has processes or an epilog to clean up)."""
+    return job["job_state"] not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED")
+
+
 def gpus(node: dict[str, Any]) -> tuple[str, int] | None:
     """(model, count) of the node's GPU GRES, or None."""
     for part in node["gres"].split(","):
@@ -145,9 +165,10 @@ async def test_a_job_pinned_by_feature_runs_on_that_node_with_its_gpu(
     http: aiohttp.ClientSession, shared_dir: Path
 ) -> None:
     nodes = {node["name"]: node for node in (await get(http, "/nodes"))["nodes"]}
-    # The last GPU node by name, not the one Slurm would pick first by itself.
-    name = max(n for n in nodes if gpus(nodes[n]))
+    # n1 has the same GPUs as n2 and comes first: only the constraint sends the job to n2.
+    name = "n2"
     model, _ = gpus(nodes[name]) or ("", 0)
+    assert gpus(nodes["n1"]) == gpus(nodes[name])
     ours = f"fedsched:{uuid.uuid4()}"
     # The job reports where it runs and which GPU it got, then holds until the test releases it, so
     # the test sees it RUNNING without timing anything.
@@ -175,7 +196,7 @@ async def test_a_job_pinned_by_feature_runs_on_that_node_with_its_gpu(
     assert status == 200 and body["errors"] == [], (status, body["errors"])
     job_id = body["job_id"]
 
-    running = await wait_for_job(http, job_id, lambda job: job["job_state"] != "PENDING")
+    running = await wait_for_job(http, job_id, lambda job: job["job_state"] == "RUNNING" or ended(job))
     assert running["job_state"] == "RUNNING", (running["job_state"], running["state_reason"])
     assert running["nodes"] == name and running["comment"] == ours
     assert running["gres_detail"] == [f"gpu:{model}:1(IDX:0)"]
@@ -185,7 +206,7 @@ async def test_a_job_pinned_by_feature_runs_on_that_node_with_its_gpu(
     assert (shared_dir / "where").read_text().split() == [name, "0"]
 
     (shared_dir / "release").touch()
-    done = await wait_for_job(http, job_id, lambda job: job["job_state"] not in ("PENDING", "RUNNING"))
+    done = await wait_for_job(http, job_id, ended)
     assert (done["job_state"], done["nodes"], done["exit_code"]) == ("COMPLETED", name, 0)
     listed = [job for job in (await get(http, "/jobs"))["jobs"] if job["comment"] == ours]
     assert [job["job_id"] for job in listed] == [job_id]
@@ -205,7 +226,7 @@ async def test_a_failing_script_ends_failed_with_its_exit_code(http: aiohttp.Cli
         standard_output="/dev/null",
     )
     assert status == 200, body["errors"]
-    done = await wait_for_job(http, body["job_id"], lambda job: job["job_state"] not in ("PENDING", "RUNNING"))
+    done = await wait_for_job(http, body["job_id"], ended)
     assert (done["job_state"], done["state_reason"], done["nodes"]) == ("FAILED", "NonZeroExitCode", "n2")
     assert os.waitstatus_to_exitcode(done["exit_code"]) == 3
 
@@ -231,3 +252,26 @@ async def test_a_submission_slurm_cannot_satisfy_is_refused_with_its_reason(http
     # The refused job is still recorded, failed: a connector retrying must find it by its comment.
     left = [job for job in (await get(http, "/jobs"))["jobs"] if job["comment"] == ours]
     assert [(job["job_state"], job["state_reason"]) for job in left] == [("FAILED", "BadConstraints")]
+
+
+async def test_a_cancelled_job_ends_cancelled(http: aiohttp.ClientSession, shared_dir: Path) -> None:
+    # The script says when it runs, and would exit 7 on SIGTERM: the cancel still reads CANCELLED.
+    script = "\n".join(["#!/bin/sh", 'trap "exit 7" TERM', "touch started", "sleep 300 &", "wait", ""])
+    status, body = await submit(
+        http,
+        script,
+        name="smoke-cancel",
+        comment=f"fedsched:{uuid.uuid4()}",
+        constraints="n1",
+        memory_per_node=256,
+        time_limit=5,
+        current_working_directory=str(shared_dir),
+        standard_output="/dev/null",
+    )
+    assert status == 200, body["errors"]
+    job_id = body["job_id"]
+    await wait_for((shared_dir / "started").exists, "the job to start")
+    async with http.delete(f"{API}/job/{job_id}") as response:
+        assert response.status == 200, await response.text()
+    done = await wait_for_job(http, job_id, ended)
+    assert (done["job_state"], done["nodes"]) == ("CANCELLED", "n1")
