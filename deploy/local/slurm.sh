@@ -4,7 +4,8 @@
 #
 #   slurm.sh install      apt-get install the packages when missing (root, Debian/Ubuntu only)
 #   slurm.sh start DIR    start munged, slurmctld, one slurmd per node and slurmrestd with all state in
-#                         DIR; waits until the REST API answers and every node is idle; prints the URL
+#                         DIR; waits until the REST API answers and every node responds (idle on a new
+#                         DIR); prints the URL
 #   slurm.sh stop DIR     stop everything started in DIR, and the job processes of that cluster
 #   slurm.sh status DIR   what runs in DIR, and the nodes as the controller sees them
 #
@@ -324,18 +325,19 @@ launch() {
             fi
         fi
         if [[ -n "$token_done" ]] && state="$(rest "$dir" nodes 2>/dev/null)"; then
-            # Every configured node must be known and idle (no state flag such as NOT_RESPONDING).
+            # Every configured node must be known and responding: idle on a fresh DIR; a restart on a
+            # DIR whose jobs still run (slurmstepd outlives its slurmd) finds them mixed or allocated.
             if python3 -c 'import json, sys
 nodes = {n["name"]: n for n in json.load(sys.stdin)["nodes"]}
-want = sys.argv[1].split()
-sys.exit(0 if all(w in nodes and nodes[w]["state"] == "idle" and not nodes[w].get("state_flags") for w in want) else 1)' \
+def up(n): return n["state"] in ("idle", "mixed", "allocated") and "NOT_RESPONDING" not in n["state_flags"]
+sys.exit(0 if all(w in nodes and up(nodes[w]) for w in sys.argv[1].split()) else 1)' \
                 "$(node_specs | cut -d' ' -f1 | tr '\n' ' ')" <<<"$state" 2>/dev/null; then
                 return 0
             fi
         fi
         sleep 0.2
     done
-    show_logs "$dir" "the REST API did not answer with every node idle within ${SLURM_START_TIMEOUT}s (last: ${state:-no answer})"
+    show_logs "$dir" "the REST API did not answer with every node up within ${SLURM_START_TIMEOUT}s (last: ${state:-no answer})"
     return 1
 }
 
