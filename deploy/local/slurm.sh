@@ -14,10 +14,10 @@
 #                         (default "n1:32:262144:a100:4:nvlink n2:32:262144:a100:4:nvlink
 #                         n3:16:131072:h100:2"); a GPU count of 0 means no GPU. Each node also carries a
 #                         feature equal to its name, so a job is pinned to it with that constraint.
-#   SLURM_TOKEN_USER      user the REST token is made for and jobs run as (default fedsched, created as a
-#                         system user when missing; slurmrestd rejects tokens of root and SlurmUser)
+#   SLURM_TOKEN_USER      user the REST token is made for, and so the user jobs run as (default fedsched,
+#                         created as a system user when missing, so test jobs do not run as root)
 #   SLURM_TOKEN_LIFESPAN  token lifespan in seconds (default 2592000, 30 days)
-#   SLURM_START_TIMEOUT   seconds to wait for the REST API and idle nodes (default 60)
+#   SLURM_START_TIMEOUT   seconds to wait for the REST API and every node (default 60)
 #   SLURM_STOP_TIMEOUT    seconds to wait after SIGTERM before SIGKILL (default 15)
 #   SLURM_REST_PORT       slurmrestd port (default: the previous start's in DIR if free, else a free one)
 #   FEDSCHED_CACHE        cache root (default $HOME/.cache/fedsched); the install's lock and apt log go
@@ -28,7 +28,8 @@
 # real ones. GPU GRES needs `File=` character devices (count-only GRES is refused: "gres/gpu count
 # reported lower than configured"), so the script makes them with mknod in DIR/dev (c 1 3, as
 # /dev/null: nothing opens them). slurmrestd refuses to run as root and runs as nobody:nogroup with
-# JWT authentication; clients send X-SLURM-USER-NAME and X-SLURM-USER-TOKEN.
+# JWT authentication; clients send X-SLURM-USER-NAME and X-SLURM-USER-TOKEN. DIR and the folders above
+# it are made traversable by others (o+x) for slurmrestd: put DIR under /tmp.
 #
 # DIR layout: etc/ (slurm.conf, gres.conf, cgroup.conf, plugstack.conf, jwt.key), munge/ (key,
 # socket), state/ (StateSaveLocation), spool/NAME/, dev/NAME/gpuN, log/ (munged.log, slurmctld.log,
@@ -179,24 +180,23 @@ node_specs() {
 # start
 
 write_config() {  # write_config DIR CTLD_PORT: slurm.conf, gres.conf, cgroup.conf, devices
-    local dir="$1" ctld_port="$2" name cpus mem model count features port i gres feat host
+    local dir="$1" ctld_port="$2" name cpus mem model count features port i feat host
     host="$(hostname -s)"
     local nodes_conf="" gres_conf=""
     while read -r name cpus mem model count features; do
         port="$(sed -n "s/^slurmd_$name=//p" "$dir/ports")"
         feat="$name${features:+,$features}"
+        nodes_conf+="NodeName=$name NodeHostname=$host NodeAddr=127.0.0.1 Port=$port CPUs=$cpus"
+        nodes_conf+=" RealMemory=$mem Feature=$feat State=UNKNOWN"
         if [[ "$count" != 0 ]]; then
-            gres="gpu:$model:$count"
+            nodes_conf+=" Gres=gpu:$model:$count"
             mkdir -p "$dir/dev/$name"
             for ((i = 0; i < count; i++)); do
                 [[ -c "$dir/dev/$name/gpu$i" ]] || mknod "$dir/dev/$name/gpu$i" c 1 3
             done
             gres_conf+="NodeName=$name Name=gpu Type=$model File=$dir/dev/$name/gpu[0-$((count - 1))]"$'\n'
-        else
-            gres="(null)"
         fi
-        nodes_conf+="NodeName=$name NodeHostname=$host NodeAddr=127.0.0.1 Port=$port CPUs=$cpus"
-        nodes_conf+=" RealMemory=$mem Gres=$gres Feature=$feat State=UNKNOWN"$'\n'
+        nodes_conf+=$'\n'
         mkdir -p "$dir/spool/$name"
     done < <(node_specs)
 
@@ -366,7 +366,6 @@ cmd_start() {
         useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin fedsched \
             || getent passwd fedsched >/dev/null || die "could not create the user fedsched"
     fi
-    [[ "$(id -u "$SLURM_TOKEN_USER")" != 0 ]] || die "SLURM_TOKEN_USER: slurmrestd rejects tokens of root"
 
     mkdir -p "$dir"/{etc,munge,state,spool,dev,log,run,tmp,jobs}
     # Jobs run as SLURM_TOKEN_USER; their working folder and output go here unless they say otherwise.

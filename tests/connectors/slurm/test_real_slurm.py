@@ -6,7 +6,7 @@ one node with a GPU, a failing script, a refused submission. Run by pytest with 
 What Slurm 22.05.8's v0.0.38 taught us (the connector must do what these say):
 - Authentication: ``X-SLURM-USER-NAME`` and ``X-SLURM-USER-TOKEN`` both; a token without the name is
   401, a bad token is 500 (not 401). slurmrestd must run with ``SLURM_JWT=daemon`` or it rejects every
-  token ("Rejecting thread config token"). Tokens of root are not usable: jobs run as the token's user.
+  token ("Rejecting thread config token"). Jobs run as the token's user (``fedsched`` here, not root).
 - Pinning: job properties have no ``required_nodes``/``excluded_nodes`` (only the job *response* has
   them); a per-node feature in ``constraints`` pins a job. GPUs are asked with ``gres``
   (``gpu:<model>:<n>`` or ``gpu:<n>``); ``tres_per_node`` is only in the response, as
