@@ -87,7 +87,10 @@ class SlurmRest:
 def slurm_rest() -> SlurmRest:
     url = _require("FEDSCHED_TEST_SLURM_URL", "the real Slurm (slurmrestd)")
     token_file = Path(_require("FEDSCHED_TEST_SLURM_TOKEN_FILE", "the real Slurm's JWT"))
-    token = token_file.read_text().strip()
+    try:
+        token = token_file.read_text().strip()
+    except OSError as error:
+        pytest.fail(f"FEDSCHED_TEST_SLURM_TOKEN_FILE: cannot read the Slurm JWT: {error}", pytrace=False)
     # The token names its user in the "sun" claim; slurmrestd also wants the name in a header.
     payload = token.split(".")[1]
     claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
