@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 help:
 	@echo "make run        the whole service on its embedded default (no Kafka needed): fedsched up"
 	@echo "make demo       fedsched up plus a replay of a real trace through the API, then audit verify"
-	@echo "make test       set up (venv, Kafka, PostgreSQL) and run lint, types, import contracts and all tests"
+	@echo "make test       set up (venv, Kafka, PostgreSQL, kube-apiserver, Slurm) and run lint, types, import contracts and all tests"
 	@echo "make soak       the kill-anything soak at full size (10,000 submissions, its own Kafka and PostgreSQL)"
 	@echo "make lint       ruff check and format check"
 	@echo "make bench-log  fedsched bench log against a real Kafka and PostgreSQL"
