@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,6 +64,16 @@ class Trouble:
     def ok(self, name: str) -> None:
         if self.last.pop(name, None) is not None:
             log.info("event=usage_scrape_recovered endpoint=%s", name)
+
+
+def masked(url: str) -> str:
+    """``url`` with the password of its user info replaced by ``***``."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 async def read_limited(session: aiohttp.ClientSession, url: str, params: Mapping[str, str], max_bytes: int) -> str:
@@ -159,6 +170,8 @@ def source_of(settings: UsageSettings, api: KubeApi) -> ExporterSource | Prometh
 class PrometheusSource:
     def __init__(self, url: str, *, limits: Limits = DEFAULT_LIMITS) -> None:
         self.url = url.rstrip("/")
+        self.shown = masked(self.url)
+        """The URL as the logs name it: a password in it (``https://user:secret@prom``) never is."""
         self.limits = limits
         self.trouble = Trouble()
 
@@ -171,13 +184,13 @@ class PrometheusSource:
             text = await read_limited(session, f"{self.url}/api/v1/query", {"query": self.query}, self.limits.max_bytes)
             samples = vector(json.loads(text), self.limits.max_series)
         except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as error:
-            self.trouble.failed(self.url, str(error) or type(error).__name__)
+            self.trouble.failed(self.shown, (str(error) or type(error).__name__).replace(self.url, self.shown))
             return []
         readings, problems = dcgm.readings(samples)
         if problems:
-            self.trouble.failed(self.url, f"{len(problems)} series without node or GPU, e.g. {problems[0]}")
+            self.trouble.failed(self.shown, f"{len(problems)} series without node or GPU, e.g. {problems[0]}")
         else:
-            self.trouble.ok(self.url)
+            self.trouble.ok(self.shown)
         return readings
 
 

@@ -19,7 +19,7 @@ from aiohttp import web
 
 from connectors.kubernetes.usage import ExporterSource, Limits, PodRef, PrometheusSource, UsageTask, parse
 from connectors.kubernetes.usage.dcgm import FAMILIES, GpuReading
-from connectors.kubernetes.usage.sources import vector
+from connectors.kubernetes.usage.sources import masked, vector
 from events.catalog.inventory import NodeUsageReported
 from events.catalog.types import ClusterId, JobId
 
@@ -240,3 +240,18 @@ async def test_a_hanging_source_costs_one_scrape_not_the_task(session: aiohttp.C
     await task.scrape_once(session)  # returns: the scrape's deadline passed
     await task.report(0, 1000)
     assert published.items == [] and task.window.scrapes == 0
+
+
+async def test_a_prometheus_password_never_reaches_the_log(
+    server: Server, session: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def refused(_: web.Request) -> web.Response:
+        return web.Response(status=503, text="down")
+
+    server.routes = {"/api/v1/query": refused}
+    source = PrometheusSource(f"http://reader:s3cret-9f2@127.0.0.1:{server.port}")
+    with caplog.at_level(logging.WARNING, logger="fedsched.connector.kubernetes"):
+        assert await source.scrape(session) == []
+    assert "usage_scrape_failed" in caplog.text and "reader:***@127.0.0.1" in caplog.text
+    assert "s3cret" not in caplog.text
+    assert masked("https://prom.example:9090/x") == "https://prom.example:9090/x"
