@@ -108,3 +108,29 @@ def test_a_running_job_on_a_gpu_its_node_no_longer_has_can_be_preempted_without_
         state.fold(Envelope(id=f"e{i}", time_ms=NOW + i, data=event))
     decided = [e.data.event_type for e in decide(state, NOW + 1000).events]
     assert decided == ["io.fedsched.JobPreemptionRequested", "io.fedsched.JobQueued"]
+
+
+def test_a_stop_request_read_again_after_its_job_settled_names_no_victim_of_the_preemptor() -> None:
+    """Found by the fuzz: a job rejected (settled, its facts dropped), a preemption request naming it and
+    a placement of its preemptor, then the request appended again by a producer's retry. The retry made
+    the dropped job a victim of the placed preemptor again; a settled job's records change nothing."""
+    from events.catalog.decisions import JobPreemptionRequested
+    from events.catalog.jobs import JobRejected
+    from events.catalog.reasons import ReasonCode
+    from events.catalog.types import ClusterId, CycleId, JobId
+
+    rejected = JobRejected(job_id=JobId("victim"), tenant="t0", reason=ReasonCode.UNKNOWN_QUEUE, message="no")
+    asked = JobPreemptionRequested(
+        job_id=JobId("victim"),
+        cycle_id=CycleId("cycle-1"),
+        cluster=ClusterId("c1"),
+        run=1,
+        preemptor=JobId("winner"),
+        rule="priority",
+        grace_period_s=30,
+    )
+    state = SchedulerState()
+    for i, event in enumerate([rejected, asked, placed("winner", node="n1", cluster="c1"), asked]):
+        state.fold(Envelope(id=f"e{i}" if i < 3 else "e1", time_ms=NOW + i, data=event, source="urn:test"))
+        state.snapshot(NOW + i)  # settles what it can, as the host does after each batch
+    assert state.jobs["winner"].victims == ()

@@ -351,6 +351,8 @@ def _queued(state: Facts, e: JobQueued, time_ms: int, event_id: str) -> None:
 
 
 def _stop_requested(state: Facts, e: JobPreemptionRequested | JobReclaimRequested, time_ms: int, __: str) -> None:
+    if e.job_id in state.settled:
+        return  # over and dropped: a request to stop it (a producer's retry, read late) names no victim
     facts = state.job(e.job_id)
     preemption = isinstance(e, JobPreemptionRequested)
     preemptor_id = e.preemptor if isinstance(e, JobPreemptionRequested) else None
