@@ -146,7 +146,7 @@ class KubernetesConnector:
             forget_denied_s=config.forget_denied_s,
         )
         api.on_result = self.reachability.result
-        self.registered = Registration(self.registration(), wall_clock_ms)
+        self.registered = Registration(registered(config), wall_clock_ms)
         self.nodes = NodeWatcher(
             config.cluster,
             self.reporter,
@@ -222,9 +222,6 @@ class KubernetesConnector:
 
     def _our_pods(self) -> list[dict[str, Any]]:
         return [pod for run in self.pods.runs.values() for pod in run.pods.values()]
-
-    def registration(self) -> ClusterRegistered:
-        return registered(self.config)
 
     async def _consume(self) -> None:
         """Act on the cluster's decisions until cancelled; an outage of the log is ridden out
